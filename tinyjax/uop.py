@@ -1,0 +1,287 @@
+"""The one IR: `UOp`, an immutable, hash-consed node `(op, dtype, src, arg)`, and rewrites declared as data.
+
+Building the same node twice returns the same object, so equal programs are equal graphs, `is` is structural
+equality, and a node hashes cheaply as a cache key. Graph changes are `PatternMatcher` rules (`UPat` -> function)
+applied by `graph_rewrite`.
+
+Array-level nodes (what a jaxpr or a lazy Array is made of) carry a shape; kernel-level nodes (what lower/ hands to
+codegen: RANGE, LOAD, STORE, ...) are scalar and have shape None.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import weakref
+from enum import Enum, auto
+from typing import Any, Callable
+
+import numpy as np
+
+
+class Ops(Enum):
+  # leaves
+  CONST = auto()      # scalar constant, arg = Python value, shape ()
+  BUFFER = auto()     # a realised buffer, arg = devices.buffer.Buffer (has .shape)
+  PARAM = auto()      # an input of a traced program, arg = (index, shape)
+  # unary elementwise
+  NEG = auto(); RECIP = auto(); SQRT = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto()  # noqa: E702
+  TRUNC = auto()      # round toward zero, float -> same float dtype
+  CAST = auto()       # value conversion to self.dtype
+  BITCAST = auto()    # reinterpret the bits as self.dtype (same itemsize)
+  # binary elementwise. FDIV: float division. IDIV / MOD: integer division truncating toward zero and its remainder
+  # (C and lax.div / lax.rem semantics; by zero: IDIV -> -1, MOD -> the dividend, as XLA). MAX propagates NaN.
+  ADD = auto(); MUL = auto(); MAX = auto(); FDIV = auto(); IDIV = auto(); MOD = auto()  # noqa: E702
+  CMPLT = auto(); CMPNE = auto()  # noqa: E702
+  AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto()  # noqa: E702
+  POW = auto()
+  # ternary
+  WHERE = auto()
+  # reduction over axes, keeping them as size 1: arg = (Ops.ADD | Ops.MAX | Ops.MUL, axes tuple)
+  REDUCE_AXIS = auto()
+  # movement: free until lowering
+  RESHAPE = auto()    # arg = new shape
+  PERMUTE = auto()    # arg = permutation
+  EXPAND = auto()     # arg = new shape (size-1 dims broadcast)
+  PAD = auto()        # arg = ((before, after), ...) zero padding
+  SHRINK = auto()     # arg = ((start, end), ...)
+  FLIP = auto()       # arg = tuple of bool, one per axis
+  CONTIGUOUS = auto()  # explicit materialisation point
+  # kernel level (built by lower/, rendered by codegen/)
+  DEFINE_GLOBAL = auto()  # a kernel parameter: dtype = element dtype, arg = parameter index
+  RANGE = auto()      # a loop index: dtype int64, src = (bound,), arg = (id, "global" | "reduce")
+  LOAD = auto()       # src = (DEFINE_GLOBAL, index) or (DEFINE_GLOBAL, index, gate): gate false -> 0, no read
+  STORE = auto()      # src = (DEFINE_GLOBAL, index, value)
+  REDUCE = auto()     # src = (value, *reduce RANGEs), arg = Ops.ADD | Ops.MAX | Ops.MUL
+  SINK = auto()       # src = the STOREs of a kernel
+
+
+UNARY = {Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC, Ops.CAST, Ops.BITCAST}
+BINARY = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL,
+          Ops.SHR, Ops.POW}
+ELEMENTWISE = UNARY | BINARY | {Ops.WHERE}
+MOVEMENT = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
+COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
+INDEX_DTYPE = np.dtype(np.int64)
+BOOL = np.dtype(np.bool_)
+
+
+def _arg_key(arg: Any) -> Any:
+  """Hash-consing key of an arg: floats by their bits, so -0.0 and 0.0 differ and nan equals nan."""
+  if isinstance(arg, float): return ("float", arg.hex())
+  if isinstance(arg, np.generic): return ("np", arg.dtype.str, arg.tobytes())
+  return arg
+
+
+class UOp:
+  """An immutable IR node. Construct with `UOp(op, dtype, src, arg)`; identical nodes are one object."""
+  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+  _cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+  def __new__(cls, op: Ops, dtype: np.dtype, src: tuple[UOp, ...] = (), arg: Any = None):
+    key = (op, dtype, src, _arg_key(arg))
+    if (node := UOp._cache.get(key)) is not None: return node
+    node = object.__new__(cls)
+    node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
+    UOp._cache[key] = node
+    return node
+
+  def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg))
+  def __repr__(self) -> str: return pretty(self)
+  def replace(self, **kwargs) -> UOp:
+    fields = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg} | kwargs
+    return UOp(fields["op"], fields["dtype"], fields["src"], fields["arg"])
+
+  @functools.cached_property
+  def shape(self) -> tuple[int, ...] | None:
+    """Shape of an array-level node, None for kernel-level (scalar) nodes."""
+    return _shape(self)
+
+  @functools.cached_property
+  def toposort(self) -> list[UOp]:
+    """Every node this one depends on, itself last, each before its users. Iterative: graphs can be deep."""
+    order, seen, stack = [], set(), [(self, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if expanded: order.append(node); continue
+      if node in seen: continue
+      seen.add(node)
+      stack.append((node, True))
+      stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+    return order
+
+  # small constructors used by lower/ and codegen/ (symbolic simplification lives in lower/symbolic.py)
+  @staticmethod
+  def const(dtype: np.dtype, value: Any) -> UOp:
+    dtype = np.dtype(dtype)
+    if dtype == BOOL: value = bool(value)
+    elif dtype.kind in "iu": value = int(value)
+    else: value = float(value)
+    return UOp(Ops.CONST, dtype, (), value)
+
+  def alu(self, op: Ops, *others: UOp) -> UOp:
+    out_dtype = BOOL if op in (Ops.CMPLT, Ops.CMPNE) else (others[0].dtype if op is Ops.WHERE else self.dtype)
+    return UOp(op, out_dtype, (self, *others))
+
+  @functools.cached_property
+  def vmin_vmax(self) -> tuple[Any, Any]:
+    """Conservative bounds of an integer kernel-level expression (for index simplification)."""
+    return _bounds(self)
+
+
+def _broadcast_ok(node: UOp) -> tuple[int, ...]:
+  shapes = {s.shape for s in node.src}
+  if len(shapes) != 1: raise ValueError(f"{node.op.name}: operand shapes differ: {[s.shape for s in node.src]}")
+  return node.src[0].shape
+
+
+def _shape(node: UOp) -> tuple[int, ...] | None:
+  op, arg = node.op, node.arg
+  if op is Ops.CONST: return ()
+  if op is Ops.BUFFER: return tuple(arg.shape)
+  if op is Ops.PARAM: return tuple(arg[1])
+  if op in (Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS) or op in UNARY: return node.src[0].shape
+  if op in BINARY or op is Ops.WHERE:
+    if any(s.shape is None for s in node.src): return None
+    return _broadcast_ok(node)
+  if op is Ops.REDUCE_AXIS:
+    src_shape = node.src[0].shape
+    return tuple(1 if i in arg[1] else d for i, d in enumerate(src_shape))
+  if op in (Ops.RESHAPE, Ops.EXPAND): return tuple(arg)
+  if op is Ops.PERMUTE: return tuple(node.src[0].shape[i] for i in arg)
+  if op is Ops.PAD: return tuple(d + lo + hi for d, (lo, hi) in zip(node.src[0].shape, arg))
+  if op is Ops.SHRINK: return tuple(end - start for start, end in arg)
+  if op is Ops.FLIP: return node.src[0].shape
+  return None  # kernel-level nodes are scalars
+
+
+def _bounds(node: UOp) -> tuple[Any, Any]:
+  op = node.op
+  if op is Ops.CONST: return node.arg, node.arg
+  if op is Ops.RANGE:
+    bound = node.src[0]
+    return 0, (bound.vmin_vmax[1] - 1 if bound.op is Ops.CONST else math.inf)
+  if node.dtype.kind not in "iub": return -math.inf, math.inf
+  if op is Ops.ADD:
+    (a0, a1), (b0, b1) = node.src[0].vmin_vmax, node.src[1].vmin_vmax
+    return a0 + b0, a1 + b1
+  if op is Ops.MUL:
+    (a0, a1), (b0, b1) = node.src[0].vmin_vmax, node.src[1].vmin_vmax
+    if any(math.isinf(v) for v in (a0, a1, b0, b1)): return -math.inf, math.inf
+    corners = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]
+    return min(corners), max(corners)
+  if op is Ops.IDIV:
+    (a0, a1), (b0, b1) = node.src[0].vmin_vmax, node.src[1].vmin_vmax
+    if b0 == b1 and b0 > 0 and a0 >= 0 and not math.isinf(a1): return a0 // b0, a1 // b0
+  if op is Ops.MOD:
+    (a0, a1), (b0, b1) = node.src[0].vmin_vmax, node.src[1].vmin_vmax
+    if b0 == b1 and b0 > 0 and a0 >= 0: return (a0, a1) if a1 < b0 else (0, b0 - 1)
+  if op is Ops.MAX:
+    (a0, a1), (b0, b1) = node.src[0].vmin_vmax, node.src[1].vmin_vmax
+    return max(a0, b0), max(a1, b1)
+  if op is Ops.WHERE:
+    (a0, a1), (b0, b1) = node.src[1].vmin_vmax, node.src[2].vmin_vmax
+    return min(a0, b0), max(a1, b1)
+  if node.dtype == BOOL: return False, True
+  return -math.inf, math.inf
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# printing
+
+def pretty(root: UOp, max_lines: int = 200) -> str:
+  """Readable listing of a UOp graph: one line per node, each node named once."""
+  names: dict[UOp, str] = {}
+  lines = []
+  for node in root.toposort:
+    names[node] = f"%{len(names)}"
+    srcs = ", ".join(names[s] for s in node.src)
+    arg = "" if node.arg is None else f" arg={node.arg!r}"
+    shape = "" if node.shape is None else f"{list(node.shape)}"
+    lines.append(f"{names[node]} = {node.op.name} {node.dtype.name}{shape} ({srcs}){arg}")
+  if len(lines) > max_lines: lines = lines[:max_lines // 2] + ["..."] + lines[-max_lines // 2:]
+  return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# patterns and rewrites
+
+class UPat:
+  """A pattern over UOps. `op` (one Ops or a tuple), `dtype`, `src` (tuple of UPat, matched in order; with
+  commutative ops also swapped), `arg`, and `name` (the matched node is passed to the rule under that name)."""
+  __slots__ = ("ops", "dtypes", "src", "arg", "name", "allow_any_len")
+
+  def __init__(self, op: Ops | tuple[Ops, ...] | None = None, dtype: Any = None, src: tuple[UPat, ...] | None = None,
+               arg: Any = None, name: str | None = None, allow_any_len: bool = False):
+    self.ops = None if op is None else (op if isinstance(op, tuple) else (op,))
+    self.dtypes = None if dtype is None else (tuple(np.dtype(d) for d in dtype) if isinstance(dtype, tuple)
+                                              else (np.dtype(dtype),))
+    self.src, self.arg, self.name, self.allow_any_len = src, arg, name, allow_any_len
+
+  @staticmethod
+  def var(name: str | None = None, dtype: Any = None) -> UPat: return UPat(dtype=dtype, name=name)
+  @staticmethod
+  def cvar(name: str | None = None, dtype: Any = None) -> UPat: return UPat(Ops.CONST, dtype=dtype, name=name)
+
+  def match(self, node: UOp, store: dict[str, UOp]) -> bool:
+    if self.ops is not None and node.op not in self.ops: return False
+    if self.dtypes is not None and node.dtype not in self.dtypes: return False
+    if self.arg is not None and node.arg != self.arg: return False
+    if self.name is not None:
+      if self.name in store and store[self.name] is not node: return False
+      store[self.name] = node
+    if self.src is None: return True
+    if len(node.src) != len(self.src) and not (self.allow_any_len and len(node.src) >= len(self.src)): return False
+    saved = dict(store)
+    if all(p.match(s, store) for p, s in zip(self.src, node.src)): return True
+    if node.op in COMMUTATIVE and len(self.src) == 2:
+      store.clear(); store.update(saved)
+      if self.src[0].match(node.src[1], store) and self.src[1].match(node.src[0], store): return True
+    store.clear(); store.update(saved)
+    return False
+
+
+class PatternMatcher:
+  """An ordered list of `(UPat, rule)`. A rule takes the named matches as keyword arguments (and `ctx` if it names
+  it) and returns a replacement node or None (no change)."""
+
+  def __init__(self, rules: list[tuple[UPat, Callable]]):
+    self.rules = rules
+    self.by_op: dict[Ops | None, list[tuple[UPat, Callable, bool]]] = {}
+    for pattern, rule in rules:
+      takes_ctx = "ctx" in rule.__code__.co_varnames[:rule.__code__.co_argcount]
+      for op in (pattern.ops or (None,)): self.by_op.setdefault(op, []).append((pattern, rule, takes_ctx))
+
+  def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules)
+
+  def rewrite(self, node: UOp, ctx: Any = None) -> UOp | None:
+    for pattern, rule, takes_ctx in self.by_op.get(node.op, []) + self.by_op.get(None, []):
+      store: dict[str, UOp] = {}
+      if not pattern.match(node, store): continue
+      result = rule(ctx=ctx, **store) if takes_ctx else rule(**store)
+      if result is not None and result is not node: return result
+    return None
+
+
+def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
+  """Rewrite bottom-up to a fixed point: sources first, then the node, and again on whatever a rule returned."""
+  done: dict[UOp, UOp] = {}
+  stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
+  while stack:
+    node, stage, link = stack.pop()
+    if stage == 0:  # visit sources first
+      if node in done: continue
+      stack.append((node, 1, None))
+      stack.extend((s, 0, None) for s in reversed(node.src) if s not in done)
+    elif stage == 1:  # sources are done: rebuild and try the rules
+      if node in done: continue
+      new_src = tuple(done[s] for s in node.src)
+      rebuilt = node if all(a is b for a, b in zip(new_src, node.src)) else node.replace(src=new_src)
+      result = matcher.rewrite(rebuilt, ctx)
+      if result is None: done[node] = rebuilt
+      elif result in done: done[node] = done[result]
+      else:
+        stack.append((node, 2, result))
+        stack.append((result, 0, None))
+    else:  # the replacement has been rewritten itself
+      done[node] = done[link]
+  return done[root]
