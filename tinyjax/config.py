@@ -1,0 +1,98 @@
+"""Global configuration, as `jax.config`: `config.update("jax_enable_x64", True)`, `config.jax_enable_x64`."""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+def _env_flag(name: str) -> bool:
+  return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class Config:
+  """Named options with typed values. Read as attributes or with `read`, change with `update` or `override`.
+
+  Options (name: type, default):
+    jax_enable_x64: bool, False unless the environment variable JAX_ENABLE_X64 is 1/true.
+    jax_debug_nans: bool, False.
+    jax_platforms: str or None, None (e.g. "cpu", "cuda", "cpu,cuda").
+    jax_compilation_cache_dir: str or None, None.
+  """
+
+  # name -> (accepted types, default). None in the types means the option may be unset.
+  _options: dict[str, tuple[tuple[type | None, ...], Any]] = {
+    "jax_enable_x64": ((bool,), False),
+    "jax_debug_nans": ((bool,), False),
+    "jax_platforms": ((str, None), None),
+    "jax_compilation_cache_dir": ((str, None), None),
+  }
+
+  def __init__(self) -> None:
+    values = {name: default for name, (_, default) in self._options.items()}
+    if "JAX_ENABLE_X64" in os.environ:
+      values["jax_enable_x64"] = _env_flag("JAX_ENABLE_X64")
+    object.__setattr__(self, "_values", values)
+    object.__setattr__(self, "_callbacks", [])
+
+  def __getattr__(self, name: str) -> Any:
+    # Only called when normal lookup fails, so methods and existing private fields never come here.
+    if name.startswith("_"):
+      raise AttributeError(name)
+    return self.read(name)
+
+  def __setattr__(self, name: str, value: Any) -> None:
+    raise AttributeError(f"Use config.update({name!r}, value) to change a config option")
+
+  def _check_name(self, name: str) -> None:
+    if name not in self._options:
+      raise AttributeError(f"Unrecognized config option: {name}")
+
+  def read(self, name: str) -> Any:
+    """Returns the current value of the option `name`; AttributeError if there is no such option."""
+    self._check_name(name)
+    return self._values[name]
+
+  def update(self, name: str, value: Any) -> None:
+    """Sets option `name` to `value` and calls the registered change callbacks if the value changed.
+
+    Raises AttributeError for an unknown name and TypeError for a value of the wrong type.
+    """
+    self._check_name(name)
+    types, _ = self._options[name]
+    valid = (value is None and None in types) or any(
+      typ is not None and isinstance(value, typ) for typ in types)
+    if not valid:
+      names = " or ".join("None" if typ is None else typ.__name__ for typ in types)
+      raise TypeError(f"Config option {name} expects a value of type {names}, got {type(value).__name__}: {value!r}")
+    old = self._values[name]
+    self._values[name] = value
+    if old != value:
+      for callback in list(self._callbacks):
+        callback(name, value)
+
+  def on_change(self, callback: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
+    """Registers `callback(name, new_value)`, called after any option changes value. Returns `callback`.
+
+    Caches keyed on config values (e.g. on jax_enable_x64) use this to clear themselves.
+    """
+    self._callbacks.append(callback)
+    return callback
+
+  @contextlib.contextmanager
+  def override(self, name: str, value: Any) -> Iterator[None]:
+    """Context manager: sets option `name` to `value` inside the block and restores the old value on exit."""
+    old = self.read(name)
+    self.update(name, value)
+    try:
+      yield
+    finally:
+      self.update(name, old)
+
+  def values(self) -> dict[str, Any]:
+    """Returns a copy of all options and their current values."""
+    return dict(self._values)
+
+
+config = Config()
