@@ -1,0 +1,6 @@
+"""tinyjax: JAX's front (pure functions, composable transformations, pytrees) on tinygrad's back (one small IR,
+laziness, kernel fusion, LLVM)."""
+__version__ = "0.1.0"
+
+from tinyjax.config import config  # noqa: E402
+from tinyjax.array import Array  # noqa: E402

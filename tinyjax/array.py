@@ -1,0 +1,114 @@
+"""`Array`: tinyjax's array type. Lazy: it holds a UOp over realised buffers, and runs only when a value is needed
+(`__array__`, `item`, `tolist`, `bool`/`float`/`int`, `repr`, `block_until_ready`).
+
+Python operators and methods (`+`, `@`, `.sum()`, `.reshape()`, ...) are attached by `tinyjax.numpy`, which sits
+above this module, the way `jax.numpy` sets them on `jax.Array`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tinyjax.devices.buffer import Buffer
+from tinyjax.uop import Ops, UOp
+
+
+class Array:
+  """An immutable n-dimensional array. `shape`, `dtype` (a numpy dtype) and `weak_type` are known without running
+  anything; the values are computed on first use and kept."""
+  __slots__ = ("uop", "weak_type", "__weakref__")
+  __array_priority__ = 100  # numpy defers to our operators: np.float32(2) * x is an Array
+
+  def __init__(self, uop: UOp, weak_type: bool = False):
+    self.uop, self.weak_type = uop, weak_type
+
+  @staticmethod
+  def from_numpy(value: np.ndarray, weak_type: bool = False) -> Array:
+    """A realised array holding a copy of `value` (already in a supported dtype)."""
+    host = np.array(value, copy=True, order="C")
+    host.flags.writeable = False
+    return Array(UOp(Ops.BUFFER, host.dtype, (), Buffer(host.shape, host.dtype, host)), weak_type)
+
+  @property
+  def shape(self) -> tuple[int, ...]: return self.uop.shape
+  @property
+  def dtype(self) -> np.dtype: return self.uop.dtype
+  @property
+  def ndim(self) -> int: return len(self.uop.shape)
+  @property
+  def size(self) -> int: return int(np.prod(self.uop.shape, dtype=np.int64))
+  @property
+  def nbytes(self) -> int: return self.size * self.dtype.itemsize
+  @property
+  def is_realized(self) -> bool: return self.uop.op is Ops.BUFFER
+
+  def __len__(self) -> int:
+    if not self.shape: raise TypeError("len() of unsized object")
+    return self.shape[0]
+
+  def __hash__(self):
+    raise TypeError("unhashable type: 'Array' (use a tuple of its values, or make it static with np.asarray)")
+
+  # ---- realisation: the only ways values leave the lazy graph
+  def realize(self) -> Array:
+    """Compute this array now (if it is not yet) and keep the result."""
+    if self.uop.op is not Ops.BUFFER: realize_arrays([self])
+    return self
+
+  def block_until_ready(self) -> Array:
+    return self.realize()
+
+  def _value(self) -> np.ndarray:
+    return self.realize().uop.arg.numpy()
+
+  def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+    value = self._value()
+    if dtype is not None and np.dtype(dtype) != value.dtype: return value.astype(dtype)
+    return value.copy() if copy else value
+
+  def item(self, *args) -> Any: return self._value().item(*args)
+  def tolist(self) -> Any: return self._value().tolist()
+
+  def _scalar(self, kind: str) -> np.ndarray:
+    if self.size != 1:
+      raise TypeError(f"only size-1 arrays can be converted to Python {kind}; this array has shape {self.shape}")
+    return self._value().reshape(())
+
+  def __bool__(self) -> bool:
+    if self.size != 1:
+      raise ValueError(f"The truth value of an array with shape {self.shape} is ambiguous. Use a.any() or a.all()")
+    return bool(self._value())
+  def __float__(self) -> float: return float(self._scalar("float"))
+  def __int__(self) -> int: return int(self._scalar("int"))
+  def __complex__(self) -> complex: return complex(self._scalar("complex"))
+
+  def __index__(self) -> int:
+    if self.dtype.kind not in "iub": raise TypeError(f"only integer arrays can be used as an index, not {self.dtype}")
+    return int(self._scalar("int"))
+
+  def __repr__(self) -> str:
+    body = np.array2string(self._value(), separator=", ", prefix="Array(")
+    weak = ", weak_type=True" if self.weak_type else ""
+    return f"Array({body}, dtype={self.dtype.name}{weak})"
+
+  def __str__(self) -> str: return str(self._value())
+  def __format__(self, spec: str) -> str:
+    return format(self._value().item(), spec) if self.ndim == 0 else format(str(self), spec)
+
+  def __iter__(self):
+    if not self.shape: raise TypeError("iteration over a 0-d array")
+    return (self[i] for i in range(self.shape[0]))
+
+  def __reduce__(self):  # pickling stores the values
+    return (Array.from_numpy, (self._value(), self.weak_type))
+
+
+def realize_arrays(arrays: list[Array]) -> None:
+  """Compute several lazy arrays in one schedule (shared work is done once) and keep their buffers."""
+  from tinyjax.lower.realize import realize  # lower/ sits beside array.py; imported late to keep start-up small
+  pending = [a for a in arrays if a.uop.op is not Ops.BUFFER]
+  if not pending: return
+  buffers = realize([a.uop for a in pending])
+  for array, buffer in zip(pending, buffers):
+    array.uop = UOp(Ops.BUFFER, buffer.dtype, (), buffer)

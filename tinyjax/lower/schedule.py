@@ -1,0 +1,245 @@
+"""Fusion and rangeify: an array-level UOp program becomes a list of kernels.
+
+The program is a SINK over its outputs, with PARAM leaves for its inputs (lazy arrays are normalised to this form
+by realize.py, jit traces straight into it). Fusion decides which nodes become buffers:
+  - every output, and every CONTIGUOUS node;
+  - a reduction whose result is broadcast (EXPAND) before it is used: computing it inside its consumer would redo
+    the whole reduction for every broadcast element.
+Everything else (elementwise chains, movement, reductions consumed without a broadcast) fuses into the kernel of
+the buffer that consumes it. Rangeify then turns each kernel into scalar code: the output's index space becomes
+RANGE loops, movement ops become index arithmetic (lower/symbolic.py folds it), reductions become REDUCE loops,
+and reads of buffers become LOADs.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinyjax.lower import symbolic
+from tinyjax.uop import BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, UOp
+
+REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
+# a kernel is split across threads only when it does at least this many loop iterations in all: below it, waking
+# the workers costs more than the work
+PARALLEL_MIN_WORK = 1 << 15
+
+
+@dataclass(frozen=True)
+class Kernel:
+  """One fused kernel: its AST (a SINK of STOREs), the buffer slot of each DEFINE_GLOBAL, and its launch size."""
+  name: str
+  ast: UOp
+  slots: tuple[int, ...]  # DEFINE_GLOBAL i reads/writes buffer slot slots[i]; parameter 0 is the output
+  outer_size: int         # iterations of the outermost global range (1 when there is none)
+  work: int               # loop iterations in all (outer x inner x reduce), to decide on threading
+
+  @property
+  def parallel(self) -> bool: return self.work >= PARALLEL_MIN_WORK and self.outer_size > 1
+
+
+@dataclass(frozen=True)
+class Schedule:
+  """A program's kernels over numbered buffer slots: slots [0, n_inputs) are the inputs in PARAM order, the rest
+  are allocated per run with `slot_specs` (shape, dtype). `outputs` names the slot of each program output."""
+  kernels: tuple[Kernel, ...]
+  n_inputs: int
+  slot_specs: tuple[tuple[tuple[int, ...], np.dtype], ...]
+  outputs: tuple[int, ...]
+
+
+def structure_key(root: UOp) -> str:
+  """A hash of a graph's structure that is stable across processes (for names and the persistent caches)."""
+  index: dict[UOp, int] = {}
+  digest = hashlib.sha256()
+  for node in root.toposort:
+    index[node] = len(index)
+    arg = node.arg.name if isinstance(node.arg, Ops) else node.arg
+    digest.update(f"{node.op.name}|{node.dtype.str}|{[index[s] for s in node.src]}|{arg!r}\n".encode())
+  return digest.hexdigest()
+
+
+def _is_expanding(node: UOp) -> bool:
+  return node.op is Ops.EXPAND and node.src[0].shape != node.shape
+
+
+def find_buffers(sink: UOp) -> list[UOp]:
+  """The nodes that become buffers (kernel outputs), in an order where producers come before consumers."""
+  realize = {out for out in sink.src if out.op is not Ops.PARAM}
+  realize |= {node for node in sink.toposort if node.op is Ops.CONTIGUOUS}
+  pending, visited = list(realize), set()
+  while pending:
+    kernel_root = pending.pop()
+    stack = [(src, False) for src in kernel_root.src]
+    while stack:
+      node, expanded = stack.pop()
+      if (node, expanded) in visited or node.op is Ops.PARAM: continue
+      visited.add((node, expanded))
+      if node in realize: continue
+      if node.op is Ops.REDUCE_AXIS and expanded:
+        realize.add(node)
+        pending.append(node)
+        continue
+      expanded = expanded or _is_expanding(node)
+      stack.extend((src, expanded) for src in node.src)
+  return [node for node in sink.toposort if node in realize]
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+  strides, step = [], 1
+  for dim in reversed(shape):
+    strides.append(step)
+    step *= dim
+  return strides[::-1]
+
+
+def _flat_index(idx: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
+  total = symbolic.const(0)
+  for index, stride, dim in zip(idx, _strides(shape), shape):
+    if dim != 1: total = symbolic.add(total, symbolic.mul(index, stride))
+  return total
+
+
+def _unflatten(flat: UOp, shape: tuple[int, ...]) -> tuple[UOp, ...]:
+  return tuple(symbolic.const(0) if dim == 1 else symbolic.mod(symbolic.idiv(flat, stride), dim)
+               for stride, dim in zip(_strides(shape), shape))
+
+
+def _in_bounds(index: UOp, low: int, high: int) -> UOp | None:
+  """`low <= index < high` as a bool UOp, None when always true."""
+  above = symbolic.lt(symbolic.add(symbolic.mul(index, -1), symbolic.const(low - 1)), 0) if low > 0 else None
+  below = symbolic.lt(index, high)
+  return symbolic.logical_and(above, below)
+
+
+def _has_reduce(root: UOp, loads: set[UOp]) -> bool:
+  """Whether the kernel computing `root` (reading `loads` from buffers) contains a reduction."""
+  stack, seen = [root], set()
+  while stack:
+    node = stack.pop()
+    if node in seen or node in loads: continue
+    seen.add(node)
+    if node.op is Ops.REDUCE_AXIS: return True
+    stack.extend(node.src)
+  return False
+
+
+class _Rangeify:
+  """Builds the scalar AST of one kernel by pushing loop indices from its output down to its loads."""
+
+  def __init__(self, root: UOp, slot_of: dict[UOp, int]):
+    self.root, self.slot_of = root, slot_of
+    self.params: list[int] = [slot_of[root]]
+    self.globals: dict[int, UOp] = {}
+    self.memo: dict[tuple, UOp] = {}
+    self.range_count = 0
+    self.work = 1
+
+  def new_range(self, size: int, kind: str) -> UOp:
+    rng = UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(size),), (self.range_count, kind))
+    self.range_count += 1
+    self.work *= size
+    return rng
+
+  def define_global(self, slot: int, dtype: np.dtype) -> UOp:
+    if slot not in self.params: self.params.append(slot)
+    return UOp(Ops.DEFINE_GLOBAL, dtype, (), self.params.index(slot))
+
+  def build(self) -> tuple[UOp, int]:
+    root, shape = self.root, self.root.shape
+    loads = {node for node in self.slot_of if node is not root}
+    if not _has_reduce(root, loads):  # elementwise: one flat loop, the best shape for threads and vectors
+      size = int(np.prod(shape, dtype=np.int64))
+      flat = self.new_range(size, "global") if size > 1 else symbolic.const(0)
+      idx, out_index, outer = _unflatten(flat, shape), flat, size
+    else:
+      idx = tuple(self.new_range(dim, "global") if dim > 1 else symbolic.const(0) for dim in shape)
+      out_index = _flat_index(idx, shape)
+      outer = next((dim for dim in shape if dim > 1), 1)
+    value = self.emit(root if root.op is not Ops.CONTIGUOUS else root.src[0], idx, None, top=True)
+    store = UOp(Ops.STORE, root.dtype, (self.define_global(self.slot_of[root], root.dtype), out_index, value))
+    return UOp(Ops.SINK, root.dtype, (store,)), outer
+
+  def emit(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool = False) -> UOp:
+    key = (node, idx, valid)
+    if key in self.memo: return self.memo[key]
+    if not top and (node.op is Ops.PARAM or node in self.slot_of):
+      buffer = self.define_global(self.slot_of[node], node.dtype)
+      index = _flat_index(idx, node.shape)
+      result = UOp(Ops.LOAD, node.dtype, (buffer, index) if valid is None else (buffer, index, valid))
+    else:
+      result = self._emit_op(node, idx, valid)
+    self.memo[key] = result
+    return result
+
+  def _emit_op(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    op, arg = node.op, node.arg
+    if op is Ops.CONST: return UOp.const(node.dtype, arg)
+    if op in ELEMENTWISE:
+      return UOp(op, node.dtype, tuple(self.emit(src, idx, valid) for src in node.src), arg)
+    src = node.src[0]
+    if op is Ops.RESHAPE: return self.emit(src, _unflatten(_flat_index(idx, node.shape), src.shape), valid)
+    if op is Ops.PERMUTE:
+      src_idx: list[UOp] = [symbolic.const(0)] * len(arg)
+      for out_axis, src_axis in enumerate(arg): src_idx[src_axis] = idx[out_axis]
+      return self.emit(src, tuple(src_idx), valid)
+    if op is Ops.EXPAND:
+      return self.emit(src, tuple(symbolic.const(0) if s == 1 else i for i, s in zip(idx, src.shape)), valid)
+    if op is Ops.SHRINK:
+      return self.emit(src, tuple(symbolic.add(i, symbolic.const(start)) for i, (start, _) in zip(idx, arg)), valid)
+    if op is Ops.FLIP:
+      return self.emit(src, tuple(symbolic.add(symbolic.mul(i, -1), symbolic.const(dim - 1)) if flip else i
+                                  for i, dim, flip in zip(idx, src.shape, arg)), valid)
+    if op is Ops.PAD:
+      condition, src_idx = None, []
+      for index, dim, (before, _) in zip(idx, src.shape, arg):
+        condition = symbolic.logical_and(condition, _in_bounds(index, before, before + dim))
+        src_idx.append(symbolic.add(index, symbolic.const(-before)))
+      if condition is not None and condition.op is Ops.CONST and condition.arg is False:
+        return UOp.const(node.dtype, 0)
+      inner = self.emit(src, tuple(src_idx), symbolic.logical_and(valid, condition))
+      if condition is None: return inner
+      return UOp(Ops.WHERE, node.dtype, (condition, inner, UOp.const(node.dtype, 0)))
+    if op is Ops.REDUCE_AXIS:
+      reduce_op, axes = arg
+      if any(src.shape[axis] == 0 for axis in axes): return UOp.const(node.dtype, reduce_identity(reduce_op, node.dtype))
+      src_idx, ranges = list(idx), []
+      for axis in axes:
+        if src.shape[axis] > 1:
+          ranges.append(self.new_range(src.shape[axis], "reduce"))
+          src_idx[axis] = ranges[-1]
+        else:
+          src_idx[axis] = symbolic.const(0)
+      value = self.emit(src, tuple(src_idx), valid)
+      return UOp(Ops.REDUCE, node.dtype, (value, *ranges), reduce_op) if ranges else value
+    raise NotImplementedError(f"rangeify: no rule for {op.name}")
+
+
+def reduce_identity(reduce_op: Ops, dtype: np.dtype):
+  """The value a reduction over nothing returns."""
+  if reduce_op is not Ops.MAX: return REDUCE_IDENTITY[reduce_op]
+  if dtype == BOOL: return False
+  if dtype.kind in "iu": return int(np.iinfo(dtype).min)
+  return -float("inf")
+
+
+def schedule(sink: UOp) -> Schedule:
+  """Lower a program (SINK over outputs, PARAM inputs) to kernels over buffer slots."""
+  params = sorted({node for node in sink.toposort if node.op is Ops.PARAM}, key=lambda node: node.arg[0])
+  n_inputs = max((p.arg[0] + 1 for p in params), default=0)
+  slot_of: dict[UOp, int] = {p: p.arg[0] for p in params}
+  specs: list[tuple[tuple[int, ...], np.dtype]] = [(tuple(p.arg[1]), p.dtype) for p in params]
+  kernels = []
+  for node in find_buffers(sink):
+    slot_of[node] = n_inputs + len(specs) - len(params)
+    specs.append((node.shape, node.dtype))
+    if 0 in node.shape: continue  # nothing to compute
+    builder = _Rangeify(node, slot_of)
+    ast, outer = builder.build()
+    ast = symbolic.simplify(ast)
+    kind = "r" if any(n.op is Ops.REDUCE for n in ast.toposort) else "e"
+    name = f"{kind}_{'_'.join(map(str, node.shape)) or 'scalar'}_{structure_key(ast)[:8]}"
+    kernels.append(Kernel(name, ast, tuple(builder.params), outer, builder.work))
+  outputs = tuple(slot_of[out] for out in sink.src)
+  return Schedule(tuple(kernels), n_inputs, tuple(specs[len(params):]), outputs)
