@@ -1,0 +1,335 @@
+"""Tests of the CPU device layer: compiling hand-written kernels, the thread pool, the disk cache, Ctrl-C."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tinyjax.devices import DiskCache, cache_stats, compile_cpu, cpu, get_runtime, reset_cache_stats, stamp_target
+from tinyjax.devices.cache import decode_entry, encode_entry
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUBPROCESS_TIMEOUT_S = 60
+
+
+def unary_kernel(name: str, body: str, declarations: str = "") -> str:
+  """IR of `out[i] = f(a[i])` over float32 for i in [start, end); `body` maps %x to %z."""
+  return stamp_target(f"""
+{declarations}
+define void @{name}(ptr noalias %args, i64 %start, i64 %end) {{
+entry:
+  %a = load ptr, ptr %args
+  %out_slot = getelementptr ptr, ptr %args, i64 1
+  %out = load ptr, ptr %out_slot
+  %nonempty = icmp slt i64 %start, %end
+  br i1 %nonempty, label %loop, label %exit
+loop:
+  %i = phi i64 [ %start, %entry ], [ %i_next, %loop ]
+  %a_at = getelementptr float, ptr %a, i64 %i
+  %x = load float, ptr %a_at
+  {body}
+  %out_at = getelementptr float, ptr %out, i64 %i
+  store float %z, ptr %out_at
+  %i_next = add i64 %i, 1
+  %more = icmp slt i64 %i_next, %end
+  br i1 %more, label %loop, label %exit
+exit:
+  ret void
+}}
+""")
+
+
+AXPB_IR = unary_kernel("axpb", "%y = fmul float %x, 2.0\n  %z = fadd float %y, 1.0")
+EXPF_IR = unary_kernel("expf_kernel", "%z = call float @expf(float %x)", "declare float @expf(float)")
+EXP_INTRINSIC_IR = unary_kernel("exp_intrinsic", "%z = call float @llvm.exp.f32(float %x)",
+                                "declare float @llvm.exp.f32(float)")
+
+# out[i] = a[i] iterated `count` times through acc = acc * 0.9999 + 0.0001 (a latency-bound chain, ~20 ms per
+# outer iteration for count = 10M): a deliberately slow kernel for the Ctrl-C tests. args: a, out, int64 count.
+SLOW_IR = stamp_target("""
+define void @slow(ptr noalias %args, i64 %start, i64 %end) {
+entry:
+  %a = load ptr, ptr %args
+  %out_slot = getelementptr ptr, ptr %args, i64 1
+  %out = load ptr, ptr %out_slot
+  %count_slot = getelementptr ptr, ptr %args, i64 2
+  %count_ptr = load ptr, ptr %count_slot
+  %count = load i64, ptr %count_ptr
+  %nonempty = icmp slt i64 %start, %end
+  br i1 %nonempty, label %outer, label %exit
+outer:
+  %i = phi i64 [ %start, %entry ], [ %i_next, %outer_end ]
+  %a_at = getelementptr float, ptr %a, i64 %i
+  %x = load float, ptr %a_at
+  br label %inner
+inner:
+  %k = phi i64 [ 0, %outer ], [ %k_next, %inner ]
+  %acc = phi float [ %x, %outer ], [ %acc_next, %inner ]
+  %scaled = fmul float %acc, 0x3FEFFF2E40000000
+  %acc_next = fadd float %scaled, 0x3F1A36E2E0000000
+  %k_next = add i64 %k, 1
+  %inner_more = icmp slt i64 %k_next, %count
+  br i1 %inner_more, label %inner, label %outer_end
+outer_end:
+  %out_at = getelementptr float, ptr %out, i64 %i
+  store float %acc_next, ptr %out_at
+  %i_next = add i64 %i, 1
+  %more = icmp slt i64 %i_next, %end
+  br i1 %more, label %outer, label %exit
+exit:
+  ret void
+}
+""")
+
+
+def run_unary(program, a: np.ndarray, parallel: bool = True) -> np.ndarray:
+  out = np.full_like(a, np.nan)
+  program([a.ctypes.data, out.ctypes.data], a.size, parallel=parallel)
+  return out
+
+
+def slow_reference(a: np.ndarray, count: int) -> np.ndarray:
+  acc = a.copy()
+  for _ in range(count): acc = acc * np.float32(0.9999) + np.float32(0.0001)
+  return acc
+
+
+@pytest.fixture(autouse=True, scope="module")
+def private_cache_dir(tmp_path_factory):
+  """Keep this file's cache entries out of the user's ~/.cache/tinyjax."""
+  previous = os.environ.get("TINYJAX_CACHE_DIR")
+  os.environ["TINYJAX_CACHE_DIR"] = str(tmp_path_factory.mktemp("tinyjax_cache"))
+  yield
+  if previous is None: del os.environ["TINYJAX_CACHE_DIR"]
+  else: os.environ["TINYJAX_CACHE_DIR"] = previous
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+  """A fresh TINYJAX_CACHE_DIR for this test (and the subprocesses it starts)."""
+  directory = tmp_path / "cache"
+  monkeypatch.setenv("TINYJAX_CACHE_DIR", str(directory))
+  return str(directory)
+
+
+# ---- in-process: correctness, parallel launch, counters
+
+@pytest.mark.parametrize("n", [0, 1, 7, 1000, 1_000_003])
+@pytest.mark.parametrize("parallel", [True, False])
+def test_elementwise_matches_numpy(n, parallel):
+  program = compile_cpu("axpb", AXPB_IR)
+  a = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+  np.testing.assert_array_equal(run_unary(program, a, parallel), a * np.float32(2) + np.float32(1))
+
+
+@pytest.mark.parametrize("ir,name", [(EXPF_IR, "expf_kernel"), (EXP_INTRINSIC_IR, "exp_intrinsic")])
+def test_libm_and_intrinsic_calls_resolve(ir, name):
+  program = compile_cpu(name, ir)
+  a = np.linspace(-5, 5, 100_001, dtype=np.float32)
+  np.testing.assert_allclose(run_unary(program, a), np.exp(a), rtol=2e-6)
+
+
+def test_program_attributes_and_target():
+  program = compile_cpu("axpb", AXPB_IR)
+  assert program.name == "axpb" and program.src == AXPB_IR and program.fn_addr > 0
+  assert "ret" in program.asm
+  assert cpu.cpu_target_triple() in AXPB_IR and cpu.cpu_data_layout() in AXPB_IR
+  assert stamp_target(AXPB_IR) == AXPB_IR
+
+
+def test_same_name_different_kernels_do_not_clash():
+  first = compile_cpu("same_name", unary_kernel("same_name", "%z = fadd float %x, 1.0"))
+  second = compile_cpu("same_name", unary_kernel("same_name", "%z = fadd float %x, 2.0"))
+  a = np.arange(10, dtype=np.float32)
+  np.testing.assert_array_equal(run_unary(first, a), a + 1)
+  np.testing.assert_array_equal(run_unary(second, a), a + 2)
+
+
+def test_counters_and_memo(cache_dir):
+  reset_cache_stats()
+  ir = unary_kernel("counted", f"%z = fadd float %x, {time.time_ns() % 1000}.0")  # new IR: nothing cached
+  program = compile_cpu("counted", ir)
+  stats = cache_stats()
+  assert stats["misses"] == 1 and stats["hits"] == 0 and stats["compile_seconds"] > 0
+  assert compile_cpu("counted", ir) is program
+  stats = cache_stats()
+  assert stats["memory_hits"] == 1 and stats["misses"] == 1
+  assert os.listdir(os.path.join(cache_dir, "kernels"))
+  reset_cache_stats()
+  assert cache_stats()["misses"] == 0 and cache_stats()["compile_seconds"] == 0.0
+
+
+def test_noopt_compiles_and_runs():
+  program = compile_cpu("axpb", AXPB_IR, opt_level=0)
+  a = np.arange(1001, dtype=np.float32)
+  np.testing.assert_array_equal(run_unary(program, a), a * 2 + 1)
+
+
+def test_launches_from_several_threads():
+  program = compile_cpu("axpb", AXPB_IR)
+  errors = []
+
+  def launch_many(seed):
+    a = np.random.default_rng(seed).standard_normal(100_003).astype(np.float32)
+    for _ in range(50):
+      if not np.array_equal(run_unary(program, a), a * 2 + 1): errors.append(seed)
+
+  threads = [threading.Thread(target=launch_many, args=(seed,)) for seed in range(3)]
+  for thread in threads: thread.start()
+  for thread in threads: thread.join(timeout=SUBPROCESS_TIMEOUT_S)
+  assert not errors
+
+
+def test_slow_kernel_small_count_matches_numpy():
+  program = compile_cpu("slow", SLOW_IR)
+  a = np.linspace(0, 1, 33, dtype=np.float32)
+  out, count = np.zeros_like(a), np.array([5], dtype=np.int64)
+  program([a.ctypes.data, out.ctypes.data, count.ctypes.data], a.size)
+  np.testing.assert_allclose(out, slow_reference(a, 5), rtol=1e-6)
+
+
+def test_disk_cache_entry_checks(tmp_path):
+  store = DiskCache("unit", directory=str(tmp_path))
+  assert store.get("a") is None
+  store.put("a", b"payload of a")
+  store.put("b", b"payload of b")
+  assert store.get("a") == b"payload of a"
+  entry = encode_entry("a", b"payload")
+  assert decode_entry("a", entry) == b"payload"
+  assert decode_entry("b", entry) is None  # stored under another key
+  assert decode_entry("a", entry[:-1]) is None  # truncated
+  flipped = bytearray(entry)
+  flipped[-3] ^= 0x10
+  assert decode_entry("a", bytes(flipped)) is None  # bit flip in the payload
+  shutil.copy(store.path("a"), store.path("b"))  # swapped
+  assert store.get("b") is None and store.stats["rejected"] == 1
+  assert not [name for name in os.listdir(os.path.dirname(store.path("a"))) if name.startswith(".tmp")]
+
+
+# ---- real subprocesses sharing a cache directory
+
+CHILD_PRELUDE = f"""
+import signal; signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
+import sys; sys.path.insert(0, {REPO_ROOT!r}); sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+import json, numpy as np
+from test_devices import AXPB_IR, EXPF_IR, SLOW_IR, run_unary, slow_reference
+from tinyjax.devices import cache_stats, compile_cpu
+"""
+
+CHILD_RUN_KERNELS = CHILD_PRELUDE + """
+a = np.linspace(-3, 3, 100_003, dtype=np.float32)
+np.testing.assert_array_equal(run_unary(compile_cpu("axpb", AXPB_IR), a), a * 2 + 1)
+np.testing.assert_allclose(run_unary(compile_cpu("expf_kernel", EXPF_IR), a), np.exp(a), rtol=2e-6)
+print(json.dumps(cache_stats()))
+"""
+
+
+def run_child(script: str) -> dict:
+  """Run `script` in a fresh Python; return the cache_stats it printed as its last line."""
+  result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
+  assert result.returncode == 0, result.stderr
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def entry_path(name: str, ir: str) -> str:
+  return cpu._kernel_cache.path(cpu.object_code_key(name, ir, cpu.default_opt_level()))
+
+
+def test_warm_process_compiles_nothing(cache_dir):
+  cold = run_child(CHILD_RUN_KERNELS)
+  assert cold["misses"] == 3 and cold["hits"] == 0  # the runtime and two kernels
+  warm = run_child(CHILD_RUN_KERNELS)
+  assert warm["misses"] == 0 and warm["hits"] == 3 and warm["rejected"] == 0
+  assert warm["compile_seconds"] == 0.0
+
+
+def _truncate(path):
+  with open(path, "rb") as entry_file: entry = entry_file.read()
+  with open(path, "wb") as entry_file: entry_file.write(entry[:len(entry) // 2])
+
+
+def _flip_bit(path):
+  with open(path, "rb") as entry_file: entry = bytearray(entry_file.read())
+  entry[len(entry) * 3 // 4] ^= 0x04
+  with open(path, "wb") as entry_file: entry_file.write(bytes(entry))
+
+
+def _swap_in_other_kernel(path):
+  shutil.copy(entry_path("axpb", AXPB_IR), path)
+
+
+@pytest.mark.parametrize("damage", [_truncate, _flip_bit, _swap_in_other_kernel])
+def test_damaged_entry_is_recompiled_and_replaced(cache_dir, damage):
+  run_child(CHILD_RUN_KERNELS)
+  damaged = entry_path("expf_kernel", EXPF_IR)
+  damage(damaged)
+  survived = run_child(CHILD_RUN_KERNELS)  # asserts correct results inside
+  assert survived["rejected"] == 1 and survived["misses"] == 1 and survived["hits"] == 2
+  with open(damaged, "rb") as entry_file:
+    assert decode_entry(cpu.object_code_key("expf_kernel", EXPF_IR, cpu.default_opt_level()), entry_file.read())
+  healed = run_child(CHILD_RUN_KERNELS)
+  assert healed["misses"] == 0 and healed["rejected"] == 0
+
+
+def test_concurrent_writers_leave_valid_entries(cache_dir):
+  children = [subprocess.Popen([sys.executable, "-c", CHILD_RUN_KERNELS], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
+  for child in children:
+    _, stderr = child.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+    assert child.returncode == 0, stderr
+  after = run_child(CHILD_RUN_KERNELS)
+  assert after["misses"] == 0 and after["rejected"] == 0
+  for directory, _, files in os.walk(cache_dir):
+    assert not [name for name in files if name.startswith(".tmp")], directory
+
+
+CHILD_SLOW = CHILD_PRELUDE + """
+parallel = sys.argv[1] == "parallel"
+program = compile_cpu("slow", SLOW_IR)
+a = np.linspace(0, 1, 2000, dtype=np.float32)
+out, count = np.zeros_like(a), np.array([10_000_000], dtype=np.int64)  # ~20 ms per outer iteration: ~40 s in all
+print("RUNNING", flush=True)
+program([a.ctypes.data, out.ctypes.data, count.ctypes.data], a.size, parallel=parallel)
+print("FINISHED", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["serial", "parallel"])
+def test_ctrl_c_interrupts_long_kernel(cache_dir, mode):
+  child = subprocess.Popen([sys.executable, "-c", CHILD_SLOW, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+  try:
+    assert child.stdout.readline().strip() == "RUNNING"
+    time.sleep(0.3)
+    interrupted_at = time.perf_counter()
+    child.send_signal(signal.SIGINT)
+    stdout, stderr = child.communicate(timeout=10)
+    exit_seconds = time.perf_counter() - interrupted_at
+  finally:
+    if child.poll() is None: child.kill()
+  assert "FINISHED" not in stdout
+  assert "KeyboardInterrupt" in stderr and child.returncode in (-signal.SIGINT, 1, 130), (child.returncode, stderr)
+  assert exit_seconds < 2.0
+  # the next process finds the cache valid: the slow kernel loads (or recompiles cleanly) and computes correctly
+  check = CHILD_PRELUDE + """
+program = compile_cpu("slow", SLOW_IR)
+a = np.linspace(0, 1, 9, dtype=np.float32)
+out, count = np.zeros_like(a), np.array([3], dtype=np.int64)
+program([a.ctypes.data, out.ctypes.data, count.ctypes.data], a.size)
+np.testing.assert_allclose(out, slow_reference(a, 3), rtol=1e-6)
+print(json.dumps(cache_stats()))
+"""
+  stats = run_child(check)
+  assert stats["rejected"] == 0 and stats["misses"] == 0
+
+
+def test_runtime_threads():
+  runtime = get_runtime()
+  assert runtime.nthreads >= 1 and runtime.parallel_for_address and runtime.serial_for_address

@@ -1,0 +1,329 @@
+"""The CPU device: kernels in LLVM IR compiled for the host CPU by llvmlite, cached on disk, run on the runtime pool.
+
+Kernel ABI (the contract with codegen/): each kernel is an LLVM IR module (text, opaque pointers) defining
+
+    define void @<name>(ptr noalias %args, i64 %start, i64 %end)
+
+where `%args` points to an array of buffer pointers in the kernel's parameter order, and the kernel computes
+iterations [start, end) of its outermost loop. It may call LLVM intrinsics and libm. Renderers put
+`cpu_target_triple()` and `cpu_data_layout()` in the module (or call `stamp_target(ir)`).
+
+`compile_cpu(name, ir)` returns a `CPUProgram`. The path: in-process memo (same IR -> same program) -> disk cache
+of relocatable object code (namespace "kernels", see cache.py) -> compile (parse, O3 with loop and SLP
+vectorisation for the host CPU name and features, emit an object) and store. Objects are loaded into one MCJIT
+ExecutionEngine per process, so a disk hit does no IR parsing, optimisation or code generation.
+
+The kernel's symbol is renamed to `<name>__<key prefix>` and its other definitions made internal, so kernels
+that share a name (or a helper) never clash in the one engine.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import hashlib
+import os
+import signal
+import threading
+import time
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from tinyjax.devices import runtime
+from tinyjax.devices.cache import DiskCache
+from tinyjax.helpers import DEBUG, getenv
+
+TINYJAX_VERSION = "0.1.0"  # part of every object-code key; bump when the ABI or codegen contract changes
+PARALLEL_CHUNKS_PER_THREAD = 64  # chunks per thread of a parallel launch: load balance and Ctrl-C latency
+MIN_PARALLEL_CHUNKS = 256  # ... but at least this many, so one chunk of a long kernel stays short
+SERIAL_CHUNKS = 1024  # a serial launch starts with n // SERIAL_CHUNKS iterations per chunk (then grows)
+
+_stats = {"hits": 0, "misses": 0, "memory_hits": 0, "rejected": 0, "compile_seconds": 0.0, "load_seconds": 0.0}
+_kernel_cache = DiskCache("kernels")
+_lock = threading.RLock()  # LLVM's global context and the engine are not thread-safe
+_programs: dict[tuple[str, str, int], CPUProgram] = {}
+
+
+def cache_stats() -> dict:
+  """Return counters of the kernel compile cache (a copy).
+
+  hits: kernels loaded from the disk cache; misses: kernels compiled; memory_hits: `compile_cpu` calls answered by
+  the in-process memo (counted separately, not in hits); rejected: disk entries found corrupt or stored under
+  another key (each is also a miss); compile_seconds: time spent compiling (parse, optimise, emit);
+  load_seconds: time spent loading object code into the process (hits and misses).
+  """
+  return dict(_stats)
+
+
+def reset_cache_stats() -> None:
+  """Zero the counters returned by `cache_stats`."""
+  for counter in _stats: _stats[counter] = 0.0 if counter.endswith("seconds") else 0
+
+
+# ---- target
+
+@functools.cache
+def _initialize_llvm() -> None:
+  llvm.initialize_native_target()
+  llvm.initialize_native_asmprinter()
+  llvm.initialize_native_asmparser()
+  libm = ctypes.util.find_library("m")  # so relocations to expf & co resolve even if Python was linked without it
+  if libm: llvm.load_library_permanently(libm)
+
+
+@functools.cache
+def cpu_target_triple() -> str:
+  """The LLVM target triple of the host, e.g. 'x86_64-unknown-linux-gnu'."""
+  _initialize_llvm()
+  return llvm.get_process_triple()
+
+
+@functools.cache
+def cpu_name() -> str:
+  """The host CPU name LLVM tunes for, e.g. 'znver4'."""
+  _initialize_llvm()
+  return llvm.get_host_cpu_name()
+
+
+@functools.cache
+def cpu_features() -> str:
+  """The host CPU feature string, e.g. '+avx2,+avx512f,...' (sorted)."""
+  _initialize_llvm()
+  return llvm.get_host_cpu_features().flatten()
+
+
+@functools.cache
+def target_machine(opt_level: int = 3) -> llvm.TargetMachine:
+  """The llvmlite TargetMachine for the host CPU (name and features) at `opt_level` (0-3)."""
+  target = llvm.Target.from_triple(cpu_target_triple())
+  return target.create_target_machine(cpu=cpu_name(), features=cpu_features(), opt=opt_level, reloc="static",
+                                      codemodel="jitdefault", jit=True)
+
+
+@functools.cache
+def cpu_data_layout() -> str:
+  """The LLVM data layout string of the host target machine."""
+  return str(target_machine().target_data)
+
+
+def stamp_target(llvm_ir: str) -> str:
+  """Return `llvm_ir` with the host target triple and data layout lines prepended (unless it has its own)."""
+  lines = []
+  if "target triple" not in llvm_ir: lines.append(f'target triple = "{cpu_target_triple()}"')
+  if "target datalayout" not in llvm_ir: lines.append(f'target datalayout = "{cpu_data_layout()}"')
+  return "\n".join(lines + [llvm_ir]) if lines else llvm_ir
+
+
+def default_opt_level() -> int:
+  """3, or 0 when the NOOPT environment variable is set."""
+  return 0 if getenv("NOOPT", 0) else 3
+
+
+# ---- compiling and loading
+
+class _Engine:
+  """The process's one MCJIT ExecutionEngine; object files are added to it and never removed."""
+
+  def __init__(self):
+    _initialize_llvm()
+    empty = llvm.parse_assembly(stamp_target(""))
+    self.engine = llvm.create_mcjit_compiler(empty, target_machine())
+
+  def load(self, object_code: bytes, symbol: str) -> int:
+    """Load relocatable object code, resolve its relocations, and return the address of `symbol`."""
+    self.engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+    self.engine.finalize_object()
+    address = self.engine.get_function_address(symbol)
+    if not address: raise RuntimeError(f"symbol {symbol} not found in its object code")
+    return address
+
+
+@functools.cache
+def _engine() -> _Engine:
+  engine = _Engine()
+  # Worker threads and the SIGINT handler execute code in this engine until the process ends: never free it,
+  # not even during interpreter shutdown (llvmlite would dispose it when the module's globals are cleared).
+  _leaked_engines.append(engine)
+  return engine
+
+
+_leaked_engines: list[_Engine] = []
+
+
+def _optimize(module: llvm.ModuleRef, opt_level: int) -> None:
+  """Run LLVM's standard pipeline at `opt_level` (O3: loop and SLP vectorisation and unrolling on)."""
+  if opt_level == 0: return
+  tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+  tuning.loop_vectorization = True
+  tuning.slp_vectorization = True
+  tuning.loop_unrolling = True
+  tuning.loop_interleaving = True
+  builder = llvm.create_pass_builder(target_machine(opt_level), tuning)
+  builder.getModulePassManager().run(module, builder)
+
+
+def _parse(name: str, llvm_ir: str, symbol: str | None) -> llvm.ModuleRef:
+  """Parse and verify a module and stamp the host target; with `symbol`, rename kernel `name` to it and make the
+  module's other definitions internal (so they can't clash with other kernels in the one engine)."""
+  module = llvm.parse_assembly(llvm_ir)
+  module.verify()
+  module.triple = cpu_target_triple()
+  module.data_layout = cpu_data_layout()
+  if symbol is None: return module
+  kernel = module.get_function(name)
+  if kernel.is_declaration: raise ValueError(f"kernel module does not define @{name}")
+  for function in module.functions:
+    if not function.is_declaration and function.name != name: function.linkage = "internal"
+  for variable in module.global_variables:
+    if not variable.is_declaration: variable.linkage = "internal"
+  kernel.name = symbol
+  return module
+
+
+def compile_object(name: str, llvm_ir: str, symbol: str | None, opt_level: int) -> bytes:
+  """Compile IR to relocatable object code for the host, kernel `name` exported as `symbol` (None: not renamed)."""
+  with _lock:
+    _initialize_llvm()
+    module = _parse(name, llvm_ir, symbol)
+    _optimize(module, opt_level)
+    if DEBUG >= 5: print(f"optimised LLVM IR of {name}:\n{module}")
+    return target_machine(opt_level).emit_object(module)
+
+
+def object_code_key(name: str, llvm_ir: str, opt_level: int) -> str:
+  """The disk-cache key of a kernel's object code: sha256 over everything that determines the machine code."""
+  parts = [name, llvm_ir, cpu_target_triple(), cpu_name(), cpu_features(), ".".join(map(str, llvm.llvm_version_info)),
+           llvmlite.__version__, TINYJAX_VERSION, f"O{opt_level}"]
+  return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
+
+def load_or_compile(name: str, llvm_ir: str, opt_level: int, rename: bool = True) -> int:
+  """Return the address of kernel `name`, loading its object code from the disk cache or compiling and storing it.
+
+  With `rename` the kernel is exported as `<name>__<key prefix>`; without, the module keeps its symbols as written.
+  """
+  key = object_code_key(name, llvm_ir, opt_level)
+  symbol = f"{name}__{key[:16]}" if rename else name
+  with _lock:
+    rejected_before = _kernel_cache.stats["rejected"]
+    object_code = _kernel_cache.get(key)
+    _stats["rejected"] += _kernel_cache.stats["rejected"] - rejected_before
+    if object_code is None:
+      start = time.perf_counter()
+      object_code = compile_object(name, llvm_ir, symbol if rename else None, opt_level)
+      _stats["compile_seconds"] += time.perf_counter() - start
+      _stats["misses"] += 1
+      _kernel_cache.put(key, object_code)
+    else:
+      _stats["hits"] += 1
+    start = time.perf_counter()
+    address = _engine().load(object_code, symbol)
+    _stats["load_seconds"] += time.perf_counter() - start
+    return address
+
+
+# ---- the runtime (thread pool, Ctrl-C)
+
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+
+class Runtime:
+  """The compiled runtime module of this process: entry points for launches and the number of threads."""
+
+  def __init__(self, nthreads: int):
+    ir = runtime.runtime_ir(cpu_target_triple(), cpu_data_layout())
+    load_or_compile("tj_parallel_for", ir, 3, rename=False)
+    engine = _engine().engine
+    self.nthreads = nthreads
+    self.parallel_for_address = engine.get_function_address("tj_parallel_for")
+    self.serial_for_address = engine.get_function_address("tj_serial_for")
+    self.abort_flag_address = engine.get_global_value_address("tj_abort")
+    self.parallel_for = _LAUNCH(self.parallel_for_address)
+    self.serial_for = _LAUNCH(self.serial_for_address)
+    ctypes.CFUNCTYPE(None, ctypes.c_int64)(engine.get_function_address("tj_init"))(nthreads - 1)
+    self._install_sigint = ctypes.CFUNCTYPE(ctypes.c_int32)(engine.get_function_address("tj_install_sigint"))
+    self.sigint_installed = False
+    self.install_sigint_handler()
+
+  def install_sigint_handler(self) -> bool:
+    """Make Ctrl-C abort running kernels: only from the main thread, and only while Python's handler is default."""
+    if self.sigint_installed: return True
+    if threading.current_thread() is not threading.main_thread(): return False
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler: return False
+    self.sigint_installed = self._install_sigint() == 1
+    return self.sigint_installed
+
+  @property
+  def aborted(self) -> bool:
+    """Whether the last launch was cut short by SIGINT."""
+    return ctypes.c_int32.from_address(self.abort_flag_address).value != 0
+
+
+def _cpu_count() -> int:
+  try: return max(1, len(os.sched_getaffinity(0)))
+  except AttributeError: return max(1, os.cpu_count() or 1)
+
+
+@functools.cache
+def get_runtime() -> Runtime:
+  """The process's runtime (compiled, or loaded from the cache, on first use); one thread per usable core."""
+  return Runtime(getenv("TINYJAX_CPU_THREADS", _cpu_count()))
+
+
+class CPUProgram:
+  """A compiled kernel loaded into this process. Call it with buffer addresses and the outer loop's trip count."""
+
+  def __init__(self, name: str, src: str, fn_addr: int, opt_level: int):
+    self.name, self.src, self.fn_addr, self.opt_level = name, src, fn_addr, opt_level
+    self.runtime = get_runtime()
+    self._parallel_for, self._serial_for = self.runtime.parallel_for, self.runtime.serial_for
+    self._parallel_chunks = max(MIN_PARALLEL_CHUNKS, PARALLEL_CHUNKS_PER_THREAD * self.runtime.nthreads)
+    self._threads = self.runtime.nthreads
+
+  @functools.cached_property
+  def asm(self) -> str:
+    """The assembly of the kernel (compiled again on first access; for DEBUG output)."""
+    with _lock:
+      module = _parse(self.name, self.src, self.name)
+      _optimize(module, self.opt_level)
+      return target_machine(self.opt_level).emit_assembly(module)
+
+  def __call__(self, buffers: list[int], n: int, parallel: bool = True, wait: bool = True) -> None:
+    """Run the kernel over outer iterations [0, n) with `buffers` (raw addresses, e.g. `array.ctypes.data`).
+
+    Splits the range across the runtime's threads when `parallel` and n > 1, else runs on the calling thread.
+    Runs synchronously (`wait` is accepted for API symmetry with asynchronous devices). The GIL is released.
+    Raises KeyboardInterrupt if SIGINT cut the launch short.
+    """
+    if n <= 0: return
+    args = (ctypes.c_void_p * len(buffers))(*buffers)
+    if parallel and n > 1 and self._threads > 1:
+      aborted = self._parallel_for(self.fn_addr, args, n, self._parallel_chunks)
+    else: aborted = self._serial_for(self.fn_addr, args, n, n // SERIAL_CHUNKS)
+    # Cut short by Ctrl-C: the outputs are partial. Python's own handler raises KeyboardInterrupt in the main thread
+    # as the call returns; any other thread lands here, and must not carry on with partial results either.
+    if aborted: raise KeyboardInterrupt(f"kernel {self.name} interrupted")
+
+  def __repr__(self) -> str:
+    return f"CPUProgram({self.name!r}, fn_addr=0x{self.fn_addr:x}, O{self.opt_level})"
+
+
+def compile_cpu(name: str, llvm_ir: str, opt_level: int | None = None) -> CPUProgram:
+  """Compile (or fetch from the in-process memo or the disk cache) kernel `name` from LLVM IR text.
+
+  `opt_level` defaults to 3 (0 when NOOPT=1). With DEBUG>=4 the IR is printed (DEBUG>=5 also the optimised IR).
+  """
+  opt_level = default_opt_level() if opt_level is None else opt_level
+  memo_key = (name, llvm_ir, opt_level)
+  program = _programs.get(memo_key)
+  if program is not None:
+    _stats["memory_hits"] += 1
+    return program
+  if DEBUG >= 4: print(f"LLVM IR of {name}:\n{llvm_ir}")
+  runtime_ = get_runtime()
+  if not runtime_.sigint_installed: runtime_.install_sigint_handler()
+  address = load_or_compile(name, llvm_ir, opt_level)
+  program = CPUProgram(name, llvm_ir, address, opt_level)
+  with _lock: program = _programs.setdefault(memo_key, program)
+  return program

@@ -1,0 +1,399 @@
+"""The CPU runtime, written in LLVM IR: a thread pool that runs kernel chunks, and Ctrl-C handling.
+
+Python makes one ctypes call per kernel launch (ctypes releases the GIL); everything after that runs here:
+
+  tj_parallel_for(fn, args, n, nchunks) -> aborted  splits [0, n) into `nchunks` near-equal chunks; the caller
+      thread and the worker threads (one per extra core, started by pthread_create on the first parallel launch) claim chunks
+      dynamically from one atomic counter until none are left, then the caller waits for the last one to finish.
+      Idle workers spin briefly (so back-to-back launches start fast), then sleep on a futex (so they burn no CPU).
+  tj_serial_for(fn, args, n, first_chunk) -> aborted  runs [0, n) on the calling thread in chunks that start at
+      `first_chunk` iterations and double while a chunk takes under ~2 ms, so even a serial kernel checks the
+      abort flag at least every outer iteration once iterations are slow, without slicing fast kernels thin.
+  tj_install_sigint()  installs a SIGINT handler that sets the abort flag and chains to the previous handler
+      (Python's, which then raises KeyboardInterrupt when the ctypes call returns). Chunks are skipped once the
+      flag is set, so a launch ends within one chunk's time; it then returns 1 (else 0). The flag is cleared at the
+      start of each launch.
+
+`fn` is a kernel with the ABI `void fn(ptr args, i64 start, i64 end)`. One launch runs at a time on the pool; a
+second thread launching meanwhile runs its kernel serially instead of waiting. Workers block all signals, so
+signals reach the Python threads. Targets: glibc Linux on x86-64 and aarch64.
+"""
+from __future__ import annotations
+
+import platform
+
+SPIN_ITERATIONS = 20000  # pause instructions an idle thread spins for before sleeping on a futex (~0.2-1 ms)
+CHUNK_TARGET_NS = 2_000_000  # tj_serial_for doubles its chunk while a chunk runs faster than this
+MAX_THREADS = 256  # size of the pthread_t table; more cores than this get no extra workers
+_FUTEX_SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
+_SPIN_HINT = {"x86_64": "pause", "amd64": "pause", "aarch64": "yield", "arm64": "yield"}
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, SIGINT, SIG_BLOCK, CLOCK_MONOTONIC = 128, 129, 2, 0, 1
+
+RUNTIME_SYMBOLS = ("tj_parallel_for", "tj_serial_for", "tj_init", "tj_install_sigint", "tj_abort")
+
+
+def runtime_ir(triple: str, data_layout: str, machine: str | None = None) -> str:
+  """Return the LLVM IR text of the runtime module for the given target."""
+  machine = (machine or platform.machine()).lower()
+  if machine not in _FUTEX_SYSCALL: raise NotImplementedError(f"tinyjax CPU runtime: unsupported machine {machine}")
+  return _RUNTIME_TEMPLATE.format(
+    triple=triple, data_layout=data_layout, futex=_FUTEX_SYSCALL[machine], spin_hint=_SPIN_HINT[machine],
+    spin=SPIN_ITERATIONS, chunk_target_ns=CHUNK_TARGET_NS, max_threads=MAX_THREADS, wait=FUTEX_WAIT_PRIVATE,
+    wake=FUTEX_WAKE_PRIVATE, sigint=SIGINT, sig_block=SIG_BLOCK, clock=CLOCK_MONOTONIC)
+
+
+# Globals that threads write are each aligned to a 64-byte cache line so they don't share one.
+# Job fields are read while a later job may be writing them, so they use (monotonic) atomic loads and stores;
+# a worker only acts on what it read after a successful claim (cmpxchg on the counter, whose top 32 bits are the
+# job's generation), which proves the job it read is still the current one.
+_RUNTIME_TEMPLATE = r"""
+target triple = "{triple}"
+target datalayout = "{data_layout}"
+
+@tj_abort = global i32 0, align 64
+@tj_busy = global i32 0, align 64
+@tj_counter = global i64 0, align 64
+@tj_job_gen = global i32 0, align 64
+@tj_sleepers = global i32 0, align 64
+@tj_done = global i32 0, align 64
+@tj_launcher_sleeping = global i32 0, align 64
+@tj_job_fn = global ptr null, align 64
+@tj_job_args = global ptr null, align 8
+@tj_job_n = global i64 0, align 8
+@tj_job_nchunks = global i64 0, align 8
+@tj_nworkers = global i64 0, align 64
+@tj_started = global i32 0, align 8
+@tj_threads = global [{max_threads} x i64] zeroinitializer, align 64
+@tj_sigint_installed = global i32 0, align 64
+@tj_prev_action = global [64 x i64] zeroinitializer, align 64
+@tj_new_action = global [64 x i64] zeroinitializer, align 64
+
+declare i64 @syscall(i64, ...)
+declare i32 @pthread_create(ptr, ptr, ptr, ptr)
+declare i32 @pthread_sigmask(i32, ptr, ptr)
+declare i32 @sigaction(i32, ptr, ptr)
+declare i32 @clock_gettime(i32, ptr)
+declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+
+define internal void @tj_spin_hint() alwaysinline {{
+  call void asm sideeffect "{spin_hint}", "~{{memory}}"()
+  ret void
+}}
+
+define internal void @tj_futex_wait(ptr %word, i32 %expected) {{
+  %value = zext i32 %expected to i64
+  %ignored = call i64 (i64, ...) @syscall(i64 {futex}, ptr %word, i64 {wait}, i64 %value, ptr null, ptr null, i64 0)
+  ret void
+}}
+
+define internal void @tj_futex_wake_all(ptr %word) {{
+  %ignored = call i64 (i64, ...) @syscall(i64 {futex}, ptr %word, i64 {wake}, i64 2147483647, ptr null, ptr null, i64 0)
+  ret void
+}}
+
+define internal i64 @tj_now_ns() {{
+  %timespec = alloca [2 x i64], align 8
+  %ignored = call i32 @clock_gettime(i32 {clock}, ptr %timespec)
+  %seconds = load i64, ptr %timespec, align 8
+  %nanoseconds_ptr = getelementptr [2 x i64], ptr %timespec, i64 0, i64 1
+  %nanoseconds = load i64, ptr %nanoseconds_ptr, align 8
+  %scaled = mul i64 %seconds, 1000000000
+  %total = add i64 %scaled, %nanoseconds
+  ret i64 %total
+}}
+
+; chunk c of [0, n) split into nchunks near-equal parts: start = c*base + min(c, rem), length base (+1 if c < rem)
+define internal void @tj_run_chunk(ptr %fn, ptr %args, i64 %n, i64 %nchunks, i64 %chunk) {{
+  %base = udiv i64 %n, %nchunks
+  %rem = urem i64 %n, %nchunks
+  %offset = mul i64 %chunk, %base
+  %is_long = icmp ult i64 %chunk, %rem
+  %extra_before = select i1 %is_long, i64 %chunk, i64 %rem
+  %start = add i64 %offset, %extra_before
+  %extra = zext i1 %is_long to i64
+  %length = add i64 %base, %extra
+  %end = add i64 %start, %length
+  call void %fn(ptr %args, i64 %start, i64 %end)
+  ret void
+}}
+
+; claim and run chunks of job generation %gen until none are left (or the job is no longer current)
+define internal void @tj_work(i32 %gen) {{
+entry:
+  %gen64 = zext i32 %gen to i64
+  br label %claim
+claim:
+  %counter = load atomic i64, ptr @tj_counter seq_cst, align 8
+  %counter_gen = lshr i64 %counter, 32
+  %same_job = icmp eq i64 %counter_gen, %gen64
+  br i1 %same_job, label %check, label %exit
+check:
+  %chunk = and i64 %counter, 4294967295
+  %nchunks = load atomic i64, ptr @tj_job_nchunks monotonic, align 8
+  %left = icmp ult i64 %chunk, %nchunks
+  br i1 %left, label %try_claim, label %exit
+try_claim:
+  %next = add i64 %counter, 1
+  %pair = cmpxchg ptr @tj_counter, i64 %counter, i64 %next seq_cst seq_cst
+  %claimed = extractvalue {{ i64, i1 }} %pair, 1
+  br i1 %claimed, label %run, label %claim
+run:
+  %abort = load atomic i32, ptr @tj_abort monotonic, align 4
+  %aborted = icmp ne i32 %abort, 0
+  br i1 %aborted, label %finished, label %call
+call:
+  %fn = load atomic ptr, ptr @tj_job_fn monotonic, align 8
+  %args = load atomic ptr, ptr @tj_job_args monotonic, align 8
+  %n = load atomic i64, ptr @tj_job_n monotonic, align 8
+  call void @tj_run_chunk(ptr %fn, ptr %args, i64 %n, i64 %nchunks, i64 %chunk)
+  br label %finished
+finished:
+  %done_before = atomicrmw add ptr @tj_done, i32 1 seq_cst
+  %done = add i32 %done_before, 1
+  %done64 = zext i32 %done to i64
+  %all_done = icmp eq i64 %done64, %nchunks
+  br i1 %all_done, label %maybe_wake, label %claim
+maybe_wake:
+  %sleeping = load atomic i32, ptr @tj_launcher_sleeping seq_cst, align 4
+  %is_sleeping = icmp ne i32 %sleeping, 0
+  br i1 %is_sleeping, label %wake, label %exit
+wake:
+  call void @tj_futex_wake_all(ptr @tj_done)
+  br label %exit
+exit:
+  ret void
+}}
+
+define internal ptr @tj_worker_main(ptr %unused) {{
+entry:
+  %all_signals = alloca [32 x i64], align 16
+  call void @llvm.memset.p0.i64(ptr %all_signals, i8 -1, i64 256, i1 false)
+  %ignored = call i32 @pthread_sigmask(i32 {sig_block}, ptr %all_signals, ptr null)
+  br label %wait
+wait:
+  %last_gen = phi i32 [ 0, %entry ], [ %gen, %got_job ], [ %last_gen, %slept ]
+  br label %spin
+spin:
+  %spins = phi i32 [ 0, %wait ], [ %spins_next, %spin_more ]
+  %gen = load atomic i32, ptr @tj_job_gen seq_cst, align 4
+  %new_job = icmp ne i32 %gen, %last_gen
+  br i1 %new_job, label %got_job, label %spin_more
+spin_more:
+  call void @tj_spin_hint()
+  %spins_next = add i32 %spins, 1
+  %keep_spinning = icmp ult i32 %spins_next, {spin}
+  br i1 %keep_spinning, label %spin, label %sleep
+sleep:
+  %sleepers_before = atomicrmw add ptr @tj_sleepers, i32 1 seq_cst
+  %gen_now = load atomic i32, ptr @tj_job_gen seq_cst, align 4
+  %still_idle = icmp eq i32 %gen_now, %last_gen
+  br i1 %still_idle, label %futex_sleep, label %woke
+futex_sleep:
+  call void @tj_futex_wait(ptr @tj_job_gen, i32 %last_gen)
+  br label %woke
+woke:
+  %sleepers_after = atomicrmw sub ptr @tj_sleepers, i32 1 seq_cst
+  br label %slept
+slept:
+  br label %wait
+got_job:
+  call void @tj_work(i32 %gen)
+  br label %wait
+}}
+
+define internal void @tj_start_workers() {{
+entry:
+  %nworkers = load i64, ptr @tj_nworkers, align 8
+  br label %loop
+loop:
+  %index = phi i64 [ 0, %entry ], [ %index_next, %loop_body ]
+  %more = icmp slt i64 %index, %nworkers
+  br i1 %more, label %loop_body, label %exit
+loop_body:
+  %slot = getelementptr [{max_threads} x i64], ptr @tj_threads, i64 0, i64 %index
+  %status = call i32 @pthread_create(ptr %slot, ptr null, ptr @tj_worker_main, ptr null)
+  %index_next = add i64 %index, 1
+  br label %loop
+exit:
+  store i32 1, ptr @tj_started, align 4
+  ret void
+}}
+
+; set the number of worker threads (cores - 1); takes effect before the first parallel launch only
+define void @tj_init(i64 %nworkers) {{
+  %clamped_low = call i64 @llvm.smax.i64(i64 %nworkers, i64 0)
+  %clamped = call i64 @llvm.smin.i64(i64 %clamped_low, i64 {max_threads})
+  %started = load i32, ptr @tj_started, align 4
+  %can_set = icmp eq i32 %started, 0
+  br i1 %can_set, label %set, label %exit
+set:
+  store i64 %clamped, ptr @tj_nworkers, align 8
+  br label %exit
+exit:
+  ret void
+}}
+declare i64 @llvm.smax.i64(i64, i64)
+declare i64 @llvm.smin.i64(i64, i64)
+declare i64 @llvm.umin.i64(i64, i64)
+
+define i32 @tj_serial_for(ptr %fn, ptr %args, i64 %n, i64 %first_chunk) {{
+entry:
+  store atomic i32 0, ptr @tj_abort seq_cst, align 4
+  %first = call i64 @llvm.smax.i64(i64 %first_chunk, i64 1)
+  br label %loop
+loop:
+  %start = phi i64 [ 0, %entry ], [ %end, %ran ]
+  %size = phi i64 [ %first, %entry ], [ %size_next, %ran ]
+  %more = icmp slt i64 %start, %n
+  br i1 %more, label %check_abort, label %exit
+check_abort:
+  %abort = load atomic i32, ptr @tj_abort monotonic, align 4
+  %aborted = icmp ne i32 %abort, 0
+  br i1 %aborted, label %exit, label %body
+body:
+  %remaining = sub i64 %n, %start
+  %length = call i64 @llvm.umin.i64(i64 %size, i64 %remaining)
+  %end = add i64 %start, %length
+  %time_before = call i64 @tj_now_ns()
+  call void %fn(ptr %args, i64 %start, i64 %end)
+  %time_after = call i64 @tj_now_ns()
+  %elapsed = sub i64 %time_after, %time_before
+  %fast = icmp slt i64 %elapsed, {chunk_target_ns}
+  %small = icmp slt i64 %size, 4611686018427387904
+  %grow = and i1 %fast, %small
+  %doubled = shl i64 %size, 1
+  %size_next = select i1 %grow, i64 %doubled, i64 %size
+  br label %ran
+ran:
+  br label %loop
+exit:
+  %aborted_at_exit = load atomic i32, ptr @tj_abort seq_cst, align 4
+  ret i32 %aborted_at_exit
+}}
+
+define i32 @tj_parallel_for(ptr %fn, ptr %args, i64 %n, i64 %nchunks_requested) {{
+entry:
+  store atomic i32 0, ptr @tj_abort seq_cst, align 4
+  %empty = icmp sle i64 %n, 0
+  br i1 %empty, label %exit, label %check_workers
+check_workers:
+  %nworkers = load i64, ptr @tj_nworkers, align 8
+  %no_workers = icmp eq i64 %nworkers, 0
+  br i1 %no_workers, label %serial, label %lock
+lock:
+  %lock_pair = cmpxchg ptr @tj_busy, i32 0, i32 1 seq_cst seq_cst
+  %locked = extractvalue {{ i32, i1 }} %lock_pair, 1
+  br i1 %locked, label %ensure_started, label %serial
+serial:
+  %first_chunk = udiv i64 %n, 1024
+  %serial_aborted = call i32 @tj_serial_for(ptr %fn, ptr %args, i64 %n, i64 %first_chunk)
+  ret i32 %serial_aborted
+ensure_started:
+  %started = load i32, ptr @tj_started, align 4
+  %not_started = icmp eq i32 %started, 0
+  br i1 %not_started, label %start, label %publish
+start:
+  call void @tj_start_workers()
+  br label %publish
+publish:
+  %at_least_one = call i64 @llvm.smax.i64(i64 %nchunks_requested, i64 1)
+  %at_most_n = call i64 @llvm.smin.i64(i64 %at_least_one, i64 %n)
+  %nchunks = call i64 @llvm.smin.i64(i64 %at_most_n, i64 1073741824)
+  %nchunks32 = trunc i64 %nchunks to i32
+  store atomic ptr %fn, ptr @tj_job_fn monotonic, align 8
+  store atomic ptr %args, ptr @tj_job_args monotonic, align 8
+  store atomic i64 %n, ptr @tj_job_n monotonic, align 8
+  store atomic i64 %nchunks, ptr @tj_job_nchunks monotonic, align 8
+  store atomic i32 0, ptr @tj_done seq_cst, align 4
+  %old_gen = load atomic i32, ptr @tj_job_gen seq_cst, align 4
+  %gen = add i32 %old_gen, 1
+  %gen64 = zext i32 %gen to i64
+  %counter = shl i64 %gen64, 32
+  store atomic i64 %counter, ptr @tj_counter seq_cst, align 8
+  store atomic i32 %gen, ptr @tj_job_gen seq_cst, align 4
+  %sleepers = load atomic i32, ptr @tj_sleepers seq_cst, align 4
+  %any_sleeping = icmp ne i32 %sleepers, 0
+  br i1 %any_sleeping, label %wake_workers, label %work
+wake_workers:
+  call void @tj_futex_wake_all(ptr @tj_job_gen)
+  br label %work
+work:
+  call void @tj_work(i32 %gen)
+  br label %wait
+wait:
+  %spins = phi i32 [ 0, %work ], [ %spins_next, %spin_more ], [ 0, %slept ]
+  %done = load atomic i32, ptr @tj_done seq_cst, align 4
+  %all_done = icmp eq i32 %done, %nchunks32
+  br i1 %all_done, label %unlock, label %spin_more
+spin_more:
+  call void @tj_spin_hint()
+  %spins_next = add i32 %spins, 1
+  %keep_spinning = icmp ult i32 %spins_next, {spin}
+  br i1 %keep_spinning, label %wait, label %sleep
+sleep:
+  store atomic i32 1, ptr @tj_launcher_sleeping seq_cst, align 4
+  %done_now = load atomic i32, ptr @tj_done seq_cst, align 4
+  %still_running = icmp ne i32 %done_now, %nchunks32
+  br i1 %still_running, label %futex_sleep, label %slept
+futex_sleep:
+  call void @tj_futex_wait(ptr @tj_done, i32 %done_now)
+  br label %slept
+slept:
+  store atomic i32 0, ptr @tj_launcher_sleeping seq_cst, align 4
+  br label %wait
+unlock:
+  store atomic i32 0, ptr @tj_busy seq_cst, align 4
+  br label %exit
+exit:
+  %aborted_at_exit = load atomic i32, ptr @tj_abort seq_cst, align 4
+  ret i32 %aborted_at_exit
+}}
+
+; SIGINT: set the abort flag, then chain to the previous handler (Python's C handler)
+define internal void @tj_on_sigint(i32 %signal, ptr %info, ptr %context) {{
+entry:
+  store atomic volatile i32 1, ptr @tj_abort seq_cst, align 4
+  %previous = load ptr, ptr @tj_prev_action, align 8
+  %previous_int = ptrtoint ptr %previous to i64
+  %is_special = icmp ule i64 %previous_int, 1
+  br i1 %is_special, label %exit, label %chain
+chain:
+  call void %previous(i32 %signal, ptr %info, ptr %context)
+  br label %exit
+exit:
+  ret void
+}}
+
+; returns 1 if installed (now or before), -1 on failure, 0 if the previous handler was SIG_DFL/SIG_IGN (left alone)
+define i32 @tj_install_sigint() {{
+entry:
+  %installed = load i32, ptr @tj_sigint_installed, align 4
+  %already = icmp ne i32 %installed, 0
+  br i1 %already, label %done, label %query
+query:
+  %query_status = call i32 @sigaction(i32 {sigint}, ptr null, ptr @tj_prev_action)
+  %query_failed = icmp ne i32 %query_status, 0
+  br i1 %query_failed, label %failed, label %check_previous
+check_previous:
+  %previous = load ptr, ptr @tj_prev_action, align 8
+  %previous_int = ptrtoint ptr %previous to i64
+  %is_special = icmp ule i64 %previous_int, 1
+  br i1 %is_special, label %left_alone, label %install
+install:
+  call void @llvm.memcpy.p0.p0.i64(ptr @tj_new_action, ptr @tj_prev_action, i64 512, i1 false)
+  store ptr @tj_on_sigint, ptr @tj_new_action, align 8
+  %install_status = call i32 @sigaction(i32 {sigint}, ptr @tj_new_action, ptr null)
+  %install_failed = icmp ne i32 %install_status, 0
+  br i1 %install_failed, label %failed, label %mark
+mark:
+  store i32 1, ptr @tj_sigint_installed, align 4
+  br label %done
+done:
+  ret i32 1
+left_alone:
+  ret i32 0
+failed:
+  ret i32 -1
+}}
+"""
