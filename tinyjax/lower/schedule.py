@@ -108,9 +108,7 @@ def _unflatten(flat: UOp, shape: tuple[int, ...]) -> tuple[UOp, ...]:
 
 def _in_bounds(index: UOp, low: int, high: int) -> UOp | None:
   """`low <= index < high` as a bool UOp, None when always true."""
-  above = symbolic.lt(symbolic.add(symbolic.mul(index, -1), symbolic.const(low - 1)), 0) if low > 0 else None
-  below = symbolic.lt(index, high)
-  return symbolic.logical_and(above, below)
+  return symbolic.logical_and(symbolic.ge(index, low), symbolic.lt(index, high))
 
 
 def _has_reduce(root: UOp, loads: set[UOp]) -> bool:

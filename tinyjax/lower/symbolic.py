@@ -146,6 +146,14 @@ def lt(node: UOp, bound: int) -> UOp:
   return UOp(Ops.CMPLT, BOOL, (node, const(bound)))
 
 
+def ge(node: UOp, bound: int) -> UOp:
+  """`node >= bound` as a bool UOp, folded to a constant when the bounds decide it."""
+  low, high = node.vmin_vmax
+  if low >= bound: return UOp.const(BOOL, True)
+  if high < bound: return UOp.const(BOOL, False)
+  return UOp(Ops.CMPLT, BOOL, (const(bound - 1), node))
+
+
 def logical_and(lhs: UOp | None, rhs: UOp | None) -> UOp | None:
   """Conjunction of optional validity conditions (None means always valid)."""
   if lhs is None or (lhs.op is Ops.CONST and lhs.arg is True): return rhs

@@ -1,0 +1,192 @@
+"""lower/: symbolic index folding, fusion decisions and rangeify, checked with a small reference interpreter of
+kernel ASTs (so these tests say nothing about codegen) against numpy."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from tinyjax.lower import symbolic
+from tinyjax.lower.schedule import find_buffers, schedule
+from tinyjax.uop import INDEX_DTYPE, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+
+F32 = np.dtype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# a reference interpreter of kernel ASTs: slow, obviously right
+
+def _eval(node: UOp, env: dict, buffers: list[np.ndarray], memo: dict):
+  key = (node, tuple(sorted((k.arg[0], v) for k, v in env.items())))
+  if key in memo: return memo[key]
+  op = node.op
+  if op is Ops.CONST: value = node.arg
+  elif op is Ops.RANGE: value = env[node]
+  elif op is Ops.LOAD:
+    gate = _eval(node.src[2], env, buffers, memo) if len(node.src) == 3 else True
+    if gate:
+      index = _eval(node.src[1], env, buffers, memo)
+      flat = buffers[node.src[0].arg].reshape(-1)
+      assert 0 <= index < flat.size, f"out of bounds read {index} of {flat.size}"
+      value = flat[index]
+    else:
+      value = 0
+  elif op is Ops.REDUCE:
+    ranges = node.src[1:]
+    values = []
+    for combo in itertools.product(*(range(r.src[0].arg) for r in ranges)):
+      inner = dict(env) | dict(zip(ranges, combo))
+      values.append(_eval(node.src[0], inner, buffers, {}))
+    value = {Ops.ADD: sum, Ops.MAX: max, Ops.MUL: math.prod}[node.arg](values)
+  else:
+    args = [_eval(s, env, buffers, memo) for s in node.src]
+    value = {Ops.ADD: lambda a, b: a + b, Ops.MUL: lambda a, b: a * b, Ops.IDIV: lambda a, b: int(a / b),
+             Ops.MOD: lambda a, b: int(math.fmod(a, b)), Ops.CMPLT: lambda a, b: a < b, Ops.AND: lambda a, b: a and b,
+             Ops.WHERE: lambda c, a, b: a if c else b, Ops.NEG: lambda a: -a, Ops.MAX: max,
+             Ops.EXP2: lambda a: 2.0 ** a, Ops.FDIV: lambda a, b: a / b}[op](*args)
+  memo[key] = value
+  return value
+
+
+def interpret(sink: UOp, inputs: list[np.ndarray]) -> list[np.ndarray]:
+  """Run a program (SINK over outputs, PARAM inputs) through schedule() with the reference interpreter."""
+  sched = schedule(sink)
+  slots = list(inputs) + [np.zeros(shape, dtype) for shape, dtype in sched.slot_specs]
+  for kernel in sched.kernels:
+    buffers = [slots[s] for s in kernel.slots]
+    (store,) = kernel.ast.src
+    ranges = sorted({n for n in kernel.ast.toposort if n.op is Ops.RANGE and n.arg[1] == "global"},
+                    key=lambda r: r.arg[0])
+    for combo in itertools.product(*(range(r.src[0].arg) for r in ranges)):
+      env = dict(zip(ranges, combo))
+      index = _eval(store.src[1], env, buffers, {})
+      buffers[0].reshape(-1)[index] = _eval(store.src[2], env, buffers, {})
+  return [slots[s] for s in sched.outputs]
+
+
+def param(index, shape): return UOp(Ops.PARAM, F32, (), (index, tuple(shape)))
+def node(op, *src, arg=None): return UOp(op, F32, tuple(src), arg)
+
+
+# movement ops as (UOp builder, numpy equivalent)
+MOVES = {
+  "permute": (lambda x: node(Ops.PERMUTE, x, arg=tuple(reversed(range(len(x.shape))))), lambda a: a.transpose()),
+  "flip0": (lambda x: node(Ops.FLIP, x, arg=(True,) + (False,) * (len(x.shape) - 1)), lambda a: a[::-1]),
+  "shrink": (lambda x: node(Ops.SHRINK, x, arg=tuple((1, d) if d > 1 else (0, d) for d in x.shape)),
+             lambda a: a[tuple(slice(1, None) if d > 1 else slice(None) for d in a.shape)]),
+  "pad": (lambda x: node(Ops.PAD, x, arg=tuple((1, 2) for _ in x.shape)),
+          lambda a: np.pad(a, [(1, 2)] * a.ndim)),
+  "reshape_flat": (lambda x: node(Ops.RESHAPE, x, arg=(math.prod(x.shape),)), lambda a: a.reshape(-1)),
+}
+
+
+@pytest.mark.parametrize("chain", [("permute",), ("flip0",), ("pad",), ("shrink",), ("permute", "reshape_flat"),
+                                   ("pad", "permute", "shrink"), ("flip0", "pad", "reshape_flat"),
+                                   ("shrink", "flip0", "permute", "pad")])
+def test_movement_chains_match_numpy(chain):
+  rng = np.random.default_rng(0)
+  data = rng.standard_normal((3, 4, 5)).astype(np.float32)
+  graph, expected = param(0, data.shape), data
+  for name in chain:
+    build, reference = MOVES[name]
+    graph, expected = build(graph), reference(expected)
+  (out,) = interpret(node(Ops.SINK, graph), [data])
+  np.testing.assert_array_equal(out, expected)
+
+
+def test_reshape_round_trip_folds_to_plain_index():
+  rng_node = UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(24),), (0, "global"))
+  parts = [symbolic.mod(symbolic.idiv(rng_node, 12), 2), symbolic.mod(symbolic.idiv(rng_node, 4), 3),
+           symbolic.mod(rng_node, 4)]
+  flat = symbolic.add(symbolic.add(symbolic.mul(parts[0], 12), symbolic.mul(parts[1], 4)), parts[2])
+  assert flat is rng_node
+
+
+@pytest.mark.parametrize("divisor", [1, 2, 3, 7, 12])
+def test_symbolic_divmod_exhaustive(divisor):
+  outer = UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(5),), (0, "global"))
+  inner = UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(6),), (1, "global"))
+  expr = symbolic.add(symbolic.mul(outer, 6), inner)
+  quotient, remainder = symbolic.idiv(expr, divisor), symbolic.mod(expr, divisor)
+  for i, j in itertools.product(range(5), range(6)):
+    env = {outer: i, inner: j}
+    assert _eval(quotient, env, [], {}) == (i * 6 + j) // divisor
+    assert _eval(remainder, env, [], {}) == (i * 6 + j) % divisor
+
+
+def test_fusion_softmax_is_three_kernels_and_correct():
+  data = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+  x = param(0, data.shape)
+  row_max = node(Ops.REDUCE_AXIS, x, arg=(Ops.MAX, (1,)))
+  exps = node(Ops.EXP2, node(Ops.ADD, x, node(Ops.NEG, node(Ops.EXPAND, row_max, arg=(4, 8)))))
+  total = node(Ops.REDUCE_AXIS, exps, arg=(Ops.ADD, (1,)))
+  softmax = node(Ops.FDIV, exps, node(Ops.EXPAND, total, arg=(4, 8)))
+  sink = node(Ops.SINK, softmax)
+  assert len(schedule(sink).kernels) == 3
+  (out,) = interpret(sink, [data])
+  expected = np.exp2(data - data.max(1, keepdims=True))
+  np.testing.assert_allclose(out, expected / expected.sum(1, keepdims=True), rtol=1e-6)
+
+
+def test_matmul_is_one_kernel_of_movement_multiply_reduce():
+  a_data, b_data = np.arange(12, dtype=np.float32).reshape(3, 4), np.arange(20, dtype=np.float32).reshape(4, 5)
+  a, b = param(0, (3, 4)), param(1, (4, 5))
+  lhs = node(Ops.EXPAND, node(Ops.RESHAPE, a, arg=(3, 1, 4)), arg=(3, 5, 4))
+  rhs = node(Ops.EXPAND, node(Ops.RESHAPE, node(Ops.PERMUTE, b, arg=(1, 0)), arg=(1, 5, 4)), arg=(3, 5, 4))
+  product = node(Ops.RESHAPE, node(Ops.REDUCE_AXIS, node(Ops.MUL, lhs, rhs), arg=(Ops.ADD, (2,))), arg=(3, 5))
+  sink = node(Ops.SINK, product)
+  assert len(schedule(sink).kernels) == 1
+  (out,) = interpret(sink, [a_data, b_data])
+  np.testing.assert_array_equal(out, a_data @ b_data)
+
+
+def test_reduce_consumed_without_broadcast_fuses_nested():
+  data = np.arange(12, dtype=np.float32).reshape(3, 4)
+  x = param(0, data.shape)
+  inner = node(Ops.REDUCE_AXIS, x, arg=(Ops.ADD, (1,)))               # (3, 1)
+  outer = node(Ops.REDUCE_AXIS, node(Ops.EXP2, node(Ops.MUL, inner, node(Ops.EXPAND, node(
+    Ops.RESHAPE, UOp.const(F32, 0.01), arg=(1, 1)), arg=(3, 1)))), arg=(Ops.ADD, (0,)))
+  sink = node(Ops.SINK, outer)
+  assert find_buffers(sink) == [outer]
+  (out,) = interpret(sink, [data])
+  np.testing.assert_allclose(out.reshape(()), np.exp2(data.sum(1) * np.float32(0.01)).sum(), rtol=1e-6)
+
+
+def test_empty_reduction_gives_identity():
+  x = param(0, (3, 0))
+  sink = node(Ops.SINK, node(Ops.REDUCE_AXIS, x, arg=(Ops.MAX, (1,))), node(Ops.REDUCE_AXIS, x, arg=(Ops.ADD, (1,))))
+  maxes, sums = interpret(sink, [np.zeros((3, 0), np.float32)])
+  assert np.all(maxes == -np.inf) and np.all(sums == 0)
+
+
+def test_program_returning_its_input_needs_no_kernel():
+  x = param(0, (3,))
+  sched = schedule(node(Ops.SINK, x))
+  assert sched.kernels == () and sched.outputs == (0,)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the IR itself
+
+def test_uop_hash_consing_and_float_keys():
+  assert param(0, (2,)) is param(0, (2,))
+  assert UOp.const(F32, 0.0) is not UOp.const(F32, -0.0)
+  assert UOp.const(F32, float("nan")) is UOp.const(F32, float("nan"))
+
+
+def test_pattern_matcher_commutative_and_graph_rewrite_to_fixed_point():
+  x = param(0, ())
+  zero = UOp.const(F32, 0.0)
+  rules = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("a"), UPat.cvar("c"))), lambda a, c: a if c.arg == 0 else None),
+                          (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("a"),)),)), lambda a: a)])
+  graph = node(Ops.NEG, node(Ops.NEG, node(Ops.ADD, zero, node(Ops.ADD, x, zero))))
+  assert graph_rewrite(graph, rules) is x
+
+
+def test_graph_rewrite_handles_deep_graphs():
+  x = param(0, ())
+  one = UOp.const(F32, 1.0)
+  graph = x
+  for _ in range(5000): graph = node(Ops.MUL, graph, one)
+  rules = PatternMatcher([(UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("c"))), lambda a, c: a if c.arg == 1 else None)])
+  assert graph_rewrite(graph, rules) is x
