@@ -49,6 +49,20 @@ _MEMORY_CACHE_LIMIT = 4096  # distinct programs kept per process; beyond that th
 _disk_cache = DiskCache("schedule")
 
 
+def _code_fingerprint() -> str:
+  """A hash of the code that decides schedules and kernel source, so a changed tinyjax never reuses old entries."""
+  import hashlib
+  import pathlib
+  package = pathlib.Path(__file__).resolve().parent.parent
+  digest = hashlib.sha256(__version__.encode())
+  for path in sorted([package / "uop.py", *(package / "lower").glob("*.py"), *(package / "codegen").glob("*.py")]):
+    digest.update(path.read_bytes())
+  return digest.hexdigest()[:16]
+
+
+_CODE_FINGERPRINT = _code_fingerprint()
+
+
 def normalize(roots: list[UOp]) -> tuple[UOp, list[Buffer]]:
   """Replace BUFFER leaves by PARAMs numbered in order of first use; return the SINK and the buffers."""
   sink = UOp(Ops.SINK, roots[0].dtype, tuple(roots))
@@ -65,45 +79,41 @@ def normalize(roots: list[UOp]) -> tuple[UOp, list[Buffer]]:
   return replaced[sink], buffers
 
 
-def _compile(sched: Schedule) -> CompiledSchedule:
-  compiled = CompiledSchedule(sched)
-  for kernel in sched.kernels:
-    source = render_llvm(kernel.name, kernel.ast)
-    if DEBUG >= 3: print(f"--- kernel {kernel.name} slots={kernel.slots}\n{pretty(kernel.ast)}")
-    if DEBUG >= 4: print(f"--- LLVM IR of {kernel.name}\n{source}")
-    compiled.programs.append(compile_cpu(kernel.name, source))
-  return compiled
-
-
 def get_schedule(sink: UOp) -> CompiledSchedule:
-  """The compiled schedule of a normalised program, from the memory cache, the disk cache, or lowered now."""
+  """The compiled schedule of a normalised program: from the memory cache, else from the disk cache (schedule and
+  LLVM IR; the machine code then comes from the device's compile cache), else lowered and rendered now."""
   if (compiled := _memory_cache.get(sink)) is not None: return compiled
-  key = f"{__version__}|{structure_key(sink)}"
-  payload = _disk_cache.get(key)
-  sched = None
-  if payload is not None:
+  key = f"{_CODE_FINGERPRINT}|{structure_key(sink)}"
+  lowered = None
+  if (payload := _disk_cache.get(key)) is not None:
     try:
-      sched = pickle.loads(payload)
+      lowered = pickle.loads(payload)
       counters.schedule_disk_hits += 1
-    except Exception:  # an entry from an incompatible version: lower again and replace it
-      sched = None
-  if sched is None:
+    except Exception:  # an entry this version cannot read: lower again and replace it
+      lowered = None
+  origin = "from the disk cache"
+  if lowered is None:
     start = time.perf_counter()
     sched = schedule(sink)
+    lowered = (sched, [render_llvm(kernel.name, kernel.ast) for kernel in sched.kernels])
     counters.schedules_lowered += 1
-    _disk_cache.put(key, pickle.dumps(sched, protocol=pickle.HIGHEST_PROTOCOL))
-    if DEBUG >= 2: _print_schedule(sched, time.perf_counter() - start)
-  compiled = _compile(sched)
+    _disk_cache.put(key, pickle.dumps(lowered, protocol=pickle.HIGHEST_PROTOCOL))
+    origin = f"lowered in {(time.perf_counter() - start) * 1e3:.2f} ms"
+  sched, sources = lowered
+  if DEBUG >= 2: _print_schedule(sched, sources, origin)
+  compiled = CompiledSchedule(sched, [compile_cpu(k.name, src) for k, src in zip(sched.kernels, sources)])
   if len(_memory_cache) >= _MEMORY_CACHE_LIMIT: del _memory_cache[next(iter(_memory_cache))]
   _memory_cache[sink] = compiled
   return compiled
 
 
-def _print_schedule(sched: Schedule, seconds: float) -> None:
-  print(f"*** schedule: {len(sched.kernels)} kernels, {sched.n_inputs} inputs, lowered in {seconds * 1e3:.2f} ms")
-  for kernel in sched.kernels:
+def _print_schedule(sched: Schedule, sources: list[str], origin: str) -> None:
+  print(f"*** schedule: {len(sched.kernels)} kernels, {sched.n_inputs} inputs, {origin}")
+  for kernel, source in zip(sched.kernels, sources):
     print(f"  {kernel.name:40s} slots={list(kernel.slots)} outer={kernel.outer_size} work={kernel.work}"
           f"{' parallel' if kernel.parallel else ''}")
+    if DEBUG >= 3: print(f"--- UOps of {kernel.name}\n{pretty(kernel.ast)}")
+    if DEBUG >= 4: print(f"--- LLVM IR of {kernel.name}\n{source}")
 
 
 def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer]) -> list[Buffer]:

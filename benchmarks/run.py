@@ -1,0 +1,102 @@
+"""tinyjax's speed suite: figures and ratios against numpy, taken in one process (never asserted anywhere).
+
+    python benchmarks/run.py            # all
+    python benchmarks/run.py matmul     # the ones whose name contains "matmul"
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+os.environ.setdefault("TINYJAX_CACHE_DIR", tempfile.mkdtemp(prefix="tinyjax-bench-"))  # cold cache for compile times
+
+import tinyjax.numpy as tnp  # noqa: E402
+from tinyjax.devices import cache_stats  # noqa: E402
+
+
+def best_of(fn, repeat: int = 7, min_time: float = 0.2) -> float:
+  """Best time of `fn()` in seconds over `repeat` rounds, each looping for at least `min_time`/repeat."""
+  fn()
+  best = float("inf")
+  for _ in range(repeat):
+    count, start = 0, time.perf_counter()
+    while True:
+      fn()
+      count += 1
+      elapsed = time.perf_counter() - start
+      if elapsed >= min_time / repeat: break
+    best = min(best, elapsed / count)
+  return best
+
+
+def report(name: str, figure: str, ratio: float | None = None, goal: str = "") -> None:
+  ratio_text = f"{ratio:6.2f}x" if ratio is not None else "       "
+  print(f"{name:42s} {figure:>28s}  {ratio_text}  {goal}")
+
+
+def bench_elementwise_chain():
+  host = np.random.default_rng(0).standard_normal(16 * 1024 * 1024).astype(np.float32)
+  x = tnp.asarray(host)
+  def with_numpy(): return ((host * 2 + 1) * host - 3) * 0.5
+  def with_tinyjax(): return (((x * 2 + 1) * x - 3) * 0.5).block_until_ready()
+  np.testing.assert_allclose(np.asarray(with_tinyjax()), with_numpy(), rtol=1e-6)
+  ours, theirs = best_of(with_tinyjax), best_of(with_numpy)
+  report("fused 5-op chain, 16M float32", f"{ours * 1e3:.2f} ms vs numpy {theirs * 1e3:.2f} ms", theirs / ours,
+         "goal >= 3x numpy")
+
+
+def bench_sum_axis():
+  host = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
+  x = tnp.asarray(host)
+  for axis in (1, 0):
+    def with_numpy(): return host.sum(axis=axis)
+    def with_tinyjax(): return x.sum(axis=axis).block_until_ready()
+    np.testing.assert_allclose(np.asarray(with_tinyjax()), with_numpy(), rtol=2e-4, atol=1e-3)
+    ours, theirs = best_of(with_tinyjax), best_of(with_numpy)
+    report(f"sum(axis={axis}) of 4096x4096 float32", f"{ours * 1e3:.2f} ms vs numpy {theirs * 1e3:.2f} ms",
+           theirs / ours, "goal >= 1x numpy")
+
+
+def bench_matmul():
+  rng = np.random.default_rng(0)
+  a_host, b_host = (rng.standard_normal((1024, 1024)).astype(np.float32) for _ in range(2))
+  a, b = tnp.asarray(a_host), tnp.asarray(b_host)
+  def with_numpy(): return a_host @ b_host
+  def with_tinyjax(): return (a @ b).block_until_ready()
+  np.testing.assert_allclose(np.asarray(with_tinyjax()), with_numpy(), rtol=1e-3, atol=1e-3)
+  ours, theirs = best_of(with_tinyjax, repeat=3, min_time=1.0), best_of(with_numpy, repeat=3)
+  flops = 2 * 1024 ** 3
+  report("matmul 1024x1024 float32", f"{flops / ours / 1e9:.1f} vs numpy {flops / theirs / 1e9:.1f} GFLOP/s",
+         theirs / ours, "goal >= 0.3x numpy")
+
+
+def bench_first_call_compile():
+  host = np.arange(1000, dtype=np.float32)
+  x = tnp.asarray(host)
+  before = cache_stats()
+  start = time.perf_counter()
+  (tnp.sin(x) * 3.25 + x * x - 0.75).block_until_ready()   # a new kernel: lowered, rendered, compiled
+  first = time.perf_counter() - start
+  after = cache_stats()
+  steady = best_of(lambda: (tnp.sin(x) * 3.25 + x * x - 0.75).block_until_ready())
+  report("first call of a new fused kernel", f"{first * 1e3:.1f} ms (then {steady * 1e6:.0f} us)", None,
+         f"goal < 50 ms; compiles={after['misses'] - before['misses']}")
+
+
+def bench_eager_dispatch():
+  x = tnp.asarray(np.ones(8, np.float32))
+  step = best_of(lambda: (x + 1).block_until_ready())
+  report("eager x + 1 on float32[8], cached", f"{step * 1e6:.1f} us per op", None, "")
+
+
+BENCHMARKS = [bench_first_call_compile, bench_elementwise_chain, bench_sum_axis, bench_matmul, bench_eager_dispatch]
+
+if __name__ == "__main__":
+  wanted = sys.argv[1:]
+  print(f"tinyjax benchmarks on {os.cpu_count()} cores; ratio = numpy time / tinyjax time (higher is better)")
+  for bench in BENCHMARKS:
+    if not wanted or any(w in bench.__name__ for w in wanted): bench()

@@ -1,0 +1,102 @@
+"""Realisation end to end (lower -> codegen -> devices) on graphs built with `bind`, below tinyjax.numpy:
+laziness, the schedule caches (in memory and across processes), DEBUG output and NOOPT."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from tinyjax.array import Array
+from tinyjax.lower.realize import counters
+from tinyjax.trace.core import bind
+from tinyjax.uop import Ops
+
+F32 = np.dtype(np.float32)
+
+
+def scalar_like(x: Array, value: float) -> Array:
+  const = bind(Ops.CONST, arg=float(value), dtype=x.dtype)
+  return bind(Ops.EXPAND, bind(Ops.RESHAPE, const, arg=(1,) * x.ndim), arg=x.shape)
+
+
+def affine(x: Array) -> Array:
+  return bind(Ops.ADD, bind(Ops.MUL, x, scalar_like(x, 2.0)), scalar_like(x, 1.0))
+
+
+def test_nothing_runs_until_a_value_is_needed():
+  x = Array.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))
+  counters.reset()
+  y = affine(x)
+  assert counters.kernels_launched == 0 and not y.is_realized
+  np.testing.assert_array_equal(np.asarray(y), np.arange(6, dtype=np.float32).reshape(2, 3) * 2 + 1)
+  assert counters.kernels_launched == 1 and y.is_realized
+  np.asarray(y)
+  assert counters.kernels_launched == 1  # realised once, kept
+
+
+def test_eager_loop_lowers_and_compiles_once():
+  x = Array.from_numpy(np.ones((5, 7), np.float32))
+  affine(x).realize()
+  counters.reset()
+  for step in range(20):
+    x = affine(x).realize()
+  assert counters.schedules_lowered == 0 and counters.kernels_launched == 20
+  expected = np.ones((5, 7), np.float64)
+  for _ in range(20): expected = expected * 2 + 1
+  np.testing.assert_allclose(np.asarray(x), expected, rtol=1e-6)
+
+
+def test_reduction_fuses_with_its_elementwise_producer():
+  data = np.random.default_rng(0).standard_normal((7, 13)).astype(np.float32)
+  x = Array.from_numpy(data)
+  total = bind(Ops.RESHAPE, bind(Ops.REDUCE_AXIS, affine(x), arg=(Ops.ADD, (1,))), arg=(7,))
+  counters.reset()
+  np.testing.assert_allclose(np.asarray(total), (data.astype(np.float64) * 2 + 1).sum(1), rtol=1e-5)
+  assert counters.kernels_launched == 1
+
+
+def _run(code: str, cache_dir: str, **env) -> str:
+  result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
+                          env=os.environ | {"TINYJAX_CACHE_DIR": cache_dir} | env)
+  assert result.returncode == 0, result.stderr
+  return result.stdout
+
+
+PROGRAM = """
+  import time; start = time.perf_counter()
+  import numpy as np
+  from tinyjax.array import Array
+  from tinyjax.trace.core import bind
+  from tinyjax.uop import Ops
+  from tinyjax.lower.realize import counters
+  from tinyjax.devices import cache_stats
+  imported = time.perf_counter()
+  x = Array.from_numpy(np.arange(12, dtype=np.float32).reshape(3, 4))
+  two = bind(Ops.EXPAND, bind(Ops.RESHAPE, bind(Ops.CONST, arg=2.0, dtype=x.dtype), arg=(1, 1)), arg=(3, 4))
+  y = bind(Ops.RESHAPE, bind(Ops.REDUCE_AXIS, bind(Ops.MUL, x, two), arg=(Ops.ADD, (1,))), arg=(3,))
+  values = np.asarray(y).tolist()
+  done = time.perf_counter()
+  print(values, counters.schedules_lowered, cache_stats()["misses"], round((done - imported) * 1e3, 1))
+"""
+
+
+def test_second_process_neither_lowers_nor_compiles(tmp_path):
+  cold = _run(PROGRAM, str(tmp_path)).split()
+  warm = _run(PROGRAM, str(tmp_path)).split()
+  assert cold[:3] == ["[12.0,", "44.0,", "76.0]"] and warm[:3] == cold[:3]
+  assert cold[3] == "1" and int(cold[4]) >= 1   # lowered and compiled
+  assert warm[3] == "0" and warm[4] == "0"      # neither lowered nor compiled
+  print("warm first result after import:", warm[5], "ms")
+
+
+@pytest.mark.parametrize("level, expected", [(1, "*** CPU"), (2, "*** schedule"), (3, "REDUCE"), (4, "define void")])
+def test_debug_levels_print_what_runs(tmp_path, level, expected):
+  out = _run(PROGRAM, str(tmp_path), DEBUG=str(level))
+  assert expected in out
+  if level == 1: assert "*** schedule" not in out
+
+
+def test_noopt_gives_the_same_numbers(tmp_path):
+  assert _run(PROGRAM, str(tmp_path), NOOPT="1").split()[:3] == ["[12.0,", "44.0,", "76.0]"]
