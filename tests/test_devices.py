@@ -213,6 +213,27 @@ def test_disk_cache_entry_checks(tmp_path):
   assert not [name for name in os.listdir(os.path.dirname(store.path("a"))) if name.startswith(".tmp")]
 
 
+def test_unwritable_cache_is_not_an_error(tmp_path):
+  blocker = tmp_path / "a_file"
+  blocker.write_bytes(b"not a directory")
+  store = DiskCache("unit", directory=str(blocker))
+  store.put("key", b"value")
+  assert store.stats["write_errors"] == 1 and store.get("key") is None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_parallel_launch_in_forked_child():
+  program = compile_cpu("axpb", AXPB_IR)
+  a = np.arange(100_003, dtype=np.float32)
+  run_unary(program, a)  # workers started in the parent
+  child = os.fork()
+  if child == 0:  # pragma: no cover (runs in the child)
+    ok = np.array_equal(run_unary(program, a), a * 2 + 1)
+    os._exit(0 if ok else 1)
+  _, status = os.waitpid(child, 0)
+  assert os.waitstatus_to_exitcode(status) == 0
+
+
 # ---- real subprocesses sharing a cache directory
 
 CHILD_PRELUDE = f"""
@@ -288,6 +309,20 @@ def test_concurrent_writers_leave_valid_entries(cache_dir):
   assert after["misses"] == 0 and after["rejected"] == 0
   for directory, _, files in os.walk(cache_dir):
     assert not [name for name in files if name.startswith(".tmp")], directory
+
+
+def test_debug_prints_ir_and_noopt_turns_optimisation_off(cache_dir):
+  script = CHILD_PRELUDE + """
+program = compile_cpu("axpb", AXPB_IR)
+a = np.arange(1001, dtype=np.float32)
+np.testing.assert_array_equal(run_unary(program, a), a * 2 + 1)
+assert program.opt_level == 0
+print(json.dumps(cache_stats()))
+"""
+  result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
+                          env={**os.environ, "DEBUG": "4", "NOOPT": "1"})
+  assert result.returncode == 0, result.stderr
+  assert "define void @axpb(ptr noalias %args, i64 %start, i64 %end)" in result.stdout
 
 
 CHILD_SLOW = CHILD_PRELUDE + """

@@ -1,7 +1,8 @@
 """Small shared helpers: the environment variables tinyjax reads.
 
 The documented list (see STYLE.md): DEBUG (0-4+, how much to print), NOOPT (1 turns optimisations off),
-TINYJAX_CACHE_DIR (where compiled code is cached), TINYJAX_CPU_DEVICES (virtual CPU devices).
+TINYJAX_CACHE_DIR (where compiled code is cached), TINYJAX_CPU_DEVICES (virtual CPU devices),
+TINYJAX_CPU_THREADS (threads that run a CPU kernel; default: the usable cores).
 """
 from __future__ import annotations
 

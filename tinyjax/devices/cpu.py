@@ -35,13 +35,13 @@ from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG, getenv
 
 TINYJAX_VERSION = "0.1.0"  # part of every object-code key; bump when the ABI or codegen contract changes
-PARALLEL_CHUNKS_PER_THREAD = 64  # chunks per thread of a parallel launch: load balance and Ctrl-C latency
-MIN_PARALLEL_CHUNKS = 256  # ... but at least this many, so one chunk of a long kernel stays short
-SERIAL_CHUNKS = 1024  # a serial launch starts with n // SERIAL_CHUNKS iterations per chunk (then grows)
+PARALLEL_GRAINS = 65536  # a parallel launch splits [0, n) into min(n, this) grains, claimed in adaptive runs
+SERIAL_CHUNKS = 1024  # a serial launch starts with n // SERIAL_CHUNKS iterations per chunk (then adapts)
 
 _stats = {"hits": 0, "misses": 0, "memory_hits": 0, "rejected": 0, "compile_seconds": 0.0, "load_seconds": 0.0}
 _kernel_cache = DiskCache("kernels")
 _lock = threading.RLock()  # LLVM's global context and the engine are not thread-safe
+# (name, IR, opt level) -> program. Not bounded: MCJIT cannot unload an object, so a program lives as long as its code.
 _programs: dict[tuple[str, str, int], CPUProgram] = {}
 
 
@@ -149,6 +149,7 @@ def _engine() -> _Engine:
 
 
 _leaked_engines: list[_Engine] = []
+_loaded_symbols: dict[str, int] = {}  # symbol -> address of everything loaded into the engine (load each once)
 
 
 def _optimize(module: llvm.ModuleRef, opt_level: int) -> None:
@@ -206,6 +207,7 @@ def load_or_compile(name: str, llvm_ir: str, opt_level: int, rename: bool = True
   key = object_code_key(name, llvm_ir, opt_level)
   symbol = f"{name}__{key[:16]}" if rename else name
   with _lock:
+    if symbol in _loaded_symbols: return _loaded_symbols[symbol]
     rejected_before = _kernel_cache.stats["rejected"]
     object_code = _kernel_cache.get(key)
     _stats["rejected"] += _kernel_cache.stats["rejected"] - rejected_before
@@ -220,6 +222,7 @@ def load_or_compile(name: str, llvm_ir: str, opt_level: int, rename: bool = True
     start = time.perf_counter()
     address = _engine().load(object_code, symbol)
     _stats["load_seconds"] += time.perf_counter() - start
+    _loaded_symbols[symbol] = address
     return address
 
 
@@ -244,6 +247,8 @@ class Runtime:
     ctypes.CFUNCTYPE(None, ctypes.c_int64)(engine.get_function_address("tj_init"))(nthreads - 1)
     self._install_sigint = ctypes.CFUNCTYPE(ctypes.c_int32)(engine.get_function_address("tj_install_sigint"))
     self.sigint_installed = False
+    # A forked child has none of the parent's worker threads: let its first parallel launch start its own.
+    os.register_at_fork(after_in_child=ctypes.CFUNCTYPE(None)(engine.get_function_address("tj_after_fork")))
     self.install_sigint_handler()
 
   def install_sigint_handler(self) -> bool:
@@ -265,10 +270,16 @@ def _cpu_count() -> int:
   except AttributeError: return max(1, os.cpu_count() or 1)
 
 
-@functools.cache
+_runtime: Runtime | None = None
+
+
 def get_runtime() -> Runtime:
   """The process's runtime (compiled, or loaded from the cache, on first use); one thread per usable core."""
-  return Runtime(getenv("TINYJAX_CPU_THREADS", _cpu_count()))
+  global _runtime
+  if _runtime is None:
+    with _lock:
+      if _runtime is None: _runtime = Runtime(getenv("TINYJAX_CPU_THREADS", _cpu_count()))
+  return _runtime
 
 
 class CPUProgram:
@@ -278,8 +289,6 @@ class CPUProgram:
     self.name, self.src, self.fn_addr, self.opt_level = name, src, fn_addr, opt_level
     self.runtime = get_runtime()
     self._parallel_for, self._serial_for = self.runtime.parallel_for, self.runtime.serial_for
-    self._parallel_chunks = max(MIN_PARALLEL_CHUNKS, PARALLEL_CHUNKS_PER_THREAD * self.runtime.nthreads)
-    self._threads = self.runtime.nthreads
 
   @functools.cached_property
   def asm(self) -> str:
@@ -292,14 +301,13 @@ class CPUProgram:
   def __call__(self, buffers: list[int], n: int, parallel: bool = True, wait: bool = True) -> None:
     """Run the kernel over outer iterations [0, n) with `buffers` (raw addresses, e.g. `array.ctypes.data`).
 
-    Splits the range across the runtime's threads when `parallel` and n > 1, else runs on the calling thread.
+    Splits the range across the runtime's threads when `parallel`, else runs it on the calling thread.
     Runs synchronously (`wait` is accepted for API symmetry with asynchronous devices). The GIL is released.
     Raises KeyboardInterrupt if SIGINT cut the launch short.
     """
     if n <= 0: return
     args = (ctypes.c_void_p * len(buffers))(*buffers)
-    if parallel and n > 1 and self._threads > 1:
-      aborted = self._parallel_for(self.fn_addr, args, n, self._parallel_chunks)
+    if parallel: aborted = self._parallel_for(self.fn_addr, args, n, PARALLEL_GRAINS)  # serial inside if 1 thread
     else: aborted = self._serial_for(self.fn_addr, args, n, n // SERIAL_CHUNKS)
     # Cut short by Ctrl-C: the outputs are partial. Python's own handler raises KeyboardInterrupt in the main thread
     # as the call returns; any other thread lands here, and must not carry on with partial results either.
@@ -317,13 +325,15 @@ def compile_cpu(name: str, llvm_ir: str, opt_level: int | None = None) -> CPUPro
   opt_level = default_opt_level() if opt_level is None else opt_level
   memo_key = (name, llvm_ir, opt_level)
   program = _programs.get(memo_key)
-  if program is not None:
-    _stats["memory_hits"] += 1
-    return program
-  if DEBUG >= 4: print(f"LLVM IR of {name}:\n{llvm_ir}")
-  runtime_ = get_runtime()
-  if not runtime_.sigint_installed: runtime_.install_sigint_handler()
-  address = load_or_compile(name, llvm_ir, opt_level)
-  program = CPUProgram(name, llvm_ir, address, opt_level)
-  with _lock: program = _programs.setdefault(memo_key, program)
+  if program is None:
+    runtime_ = get_runtime()
+    if not runtime_.sigint_installed: runtime_.install_sigint_handler()
+    with _lock:  # a second thread asking for the same kernel meanwhile waits here, then finds it in the memo
+      program = _programs.get(memo_key)
+      if program is None:
+        if DEBUG >= 4: print(f"LLVM IR of {name}:\n{llvm_ir}")
+        program = CPUProgram(name, llvm_ir, load_or_compile(name, llvm_ir, opt_level), opt_level)
+        _programs[memo_key] = program
+        return program
+  _stats["memory_hits"] += 1
   return program

@@ -2,13 +2,16 @@
 
 Python makes one ctypes call per kernel launch (ctypes releases the GIL); everything after that runs here:
 
-  tj_parallel_for(fn, args, n, nchunks) -> aborted  splits [0, n) into `nchunks` near-equal chunks; the caller
-      thread and the worker threads (one per extra core, started by pthread_create on the first parallel launch) claim chunks
-      dynamically from one atomic counter until none are left, then the caller waits for the last one to finish.
+  tj_parallel_for(fn, args, n, max_grains) -> aborted  splits [0, n) into min(n, max_grains) near-equal grains;
+      the caller thread and the worker threads (one per extra core, started by pthread_create on the first parallel
+      launch) claim runs of consecutive grains from one atomic counter until none are left, then the caller waits
+      for the last run to finish. A thread's first claim is one grain; later claims grow while runs take well under
+      CHUNK_TARGET_NS and shrink when over it, and never exceed 1/(2*threads) of what is left (guided scheduling),
+      so cheap kernels make a handful of claims and long ones check the abort flag every few ms.
       Idle workers spin briefly (so back-to-back launches start fast), then sleep on a futex (so they burn no CPU).
   tj_serial_for(fn, args, n, first_chunk) -> aborted  runs [0, n) on the calling thread in chunks that start at
-      `first_chunk` iterations and double while a chunk takes under ~2 ms, so even a serial kernel checks the
-      abort flag at least every outer iteration once iterations are slow, without slicing fast kernels thin.
+      `first_chunk` iterations and grow the same way, so even a serial kernel checks the abort flag at least every
+      outer iteration once iterations are slow, without slicing fast kernels thin.
   tj_install_sigint()  installs a SIGINT handler that sets the abort flag and chains to the previous handler
       (Python's, which then raises KeyboardInterrupt when the ctypes call returns). Chunks are skipped once the
       flag is set, so a launch ends within one chunk's time; it then returns 1 (else 0). The flag is cleared at the
@@ -23,13 +26,13 @@ from __future__ import annotations
 import platform
 
 SPIN_ITERATIONS = 20000  # pause instructions an idle thread spins for before sleeping on a futex (~0.2-1 ms)
-CHUNK_TARGET_NS = 2_000_000  # tj_serial_for doubles its chunk while a chunk runs faster than this
+CHUNK_TARGET_NS = 2_000_000  # chunks grow while they run faster than this, and shrink when slower (Ctrl-C latency)
 MAX_THREADS = 256  # size of the pthread_t table; more cores than this get no extra workers
 _FUTEX_SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
 _SPIN_HINT = {"x86_64": "pause", "amd64": "pause", "aarch64": "yield", "arm64": "yield"}
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, SIGINT, SIG_BLOCK, CLOCK_MONOTONIC = 128, 129, 2, 0, 1
 
-RUNTIME_SYMBOLS = ("tj_parallel_for", "tj_serial_for", "tj_init", "tj_install_sigint", "tj_abort")
+RUNTIME_SYMBOLS = ("tj_parallel_for", "tj_serial_for", "tj_init", "tj_install_sigint", "tj_after_fork", "tj_abort")
 
 
 def runtime_ir(triple: str, data_layout: str, machine: str | None = None) -> str:
@@ -103,66 +106,120 @@ define internal i64 @tj_now_ns() {{
   ret i64 %total
 }}
 
-; chunk c of [0, n) split into nchunks near-equal parts: start = c*base + min(c, rem), length base (+1 if c < rem)
-define internal void @tj_run_chunk(ptr %fn, ptr %args, i64 %n, i64 %nchunks, i64 %chunk) {{
-  %base = udiv i64 %n, %nchunks
-  %rem = urem i64 %n, %nchunks
-  %offset = mul i64 %chunk, %base
-  %is_long = icmp ult i64 %chunk, %rem
-  %extra_before = select i1 %is_long, i64 %chunk, i64 %rem
+; first iteration of grain g when [0, n) is split into ngrains near-equal grains: g*base + min(g, n mod ngrains)
+define internal i64 @tj_grain_start(i64 %n, i64 %ngrains, i64 %grain) {{
+  %base = udiv i64 %n, %ngrains
+  %rem = urem i64 %n, %ngrains
+  %offset = mul i64 %grain, %base
+  %extra_before = call i64 @llvm.umin.i64(i64 %grain, i64 %rem)
   %start = add i64 %offset, %extra_before
-  %extra = zext i1 %is_long to i64
-  %length = add i64 %base, %extra
-  %end = add i64 %start, %length
-  call void %fn(ptr %args, i64 %start, i64 %end)
-  ret void
+  ret i64 %start
 }}
 
-; claim and run chunks of job generation %gen until none are left (or the job is no longer current)
+; how many grains the next claim takes, from how long the last claim of `take` grains ran: grow fast while far
+; under the time target (so cheap kernels make few claims), shrink when over it (so Ctrl-C is seen quickly)
+define internal i64 @tj_next_take(i64 %take, i64 %elapsed_ns) {{
+entry:
+  %elapsed8 = mul i64 %elapsed_ns, 8
+  %far_under = icmp slt i64 %elapsed8, {chunk_target_ns}
+  br i1 %far_under, label %grow8, label %check_under
+grow8:
+  %times8 = mul i64 %take, 8
+  ret i64 %times8
+check_under:
+  %elapsed2 = mul i64 %elapsed_ns, 2
+  %under = icmp slt i64 %elapsed2, {chunk_target_ns}
+  br i1 %under, label %grow2, label %check_over
+grow2:
+  %times2 = mul i64 %take, 2
+  ret i64 %times2
+check_over:
+  %over = icmp sgt i64 %elapsed_ns, {chunk_target_ns}
+  %halved = lshr i64 %take, 1
+  %at_least_one = call i64 @llvm.umax.i64(i64 %halved, i64 1)
+  %next = select i1 %over, i64 %at_least_one, i64 %take
+  ret i64 %next
+}}
+declare i64 @llvm.umax.i64(i64, i64)
+
+; Claim and run grains of job generation %gen until none are left (or the job is no longer current). A claim takes
+; consecutive grains, as many as the time target allows (tj_next_take) but at most a 1/(2*threads) share of what
+; is left (guided scheduling, so the threads finish together), and runs them as one call of the kernel.
 define internal void @tj_work(i32 %gen) {{
 entry:
   %gen64 = zext i32 %gen to i64
+  %nworkers = load i64, ptr @tj_nworkers, align 8
+  %nthreads = add i64 %nworkers, 1
+  %share_divisor = mul i64 %nthreads, 2
   br label %claim
 claim:
+  %take_wanted = phi i64 [ 1, %entry ], [ %take_wanted, %try_claim ], [ %take_wanted, %skipped ], [ %take_next, %ran ]
   %counter = load atomic i64, ptr @tj_counter seq_cst, align 8
   %counter_gen = lshr i64 %counter, 32
   %same_job = icmp eq i64 %counter_gen, %gen64
   br i1 %same_job, label %check, label %exit
 check:
-  %chunk = and i64 %counter, 4294967295
-  %nchunks = load atomic i64, ptr @tj_job_nchunks monotonic, align 8
-  %left = icmp ult i64 %chunk, %nchunks
+  %grain = and i64 %counter, 4294967295
+  %ngrains = load atomic i64, ptr @tj_job_nchunks monotonic, align 8
+  %left = icmp ult i64 %grain, %ngrains
   br i1 %left, label %try_claim, label %exit
 try_claim:
-  %next = add i64 %counter, 1
+  %remaining = sub i64 %ngrains, %grain
+  %share = udiv i64 %remaining, %share_divisor
+  %share_at_least_one = call i64 @llvm.umax.i64(i64 %share, i64 1)
+  %take = call i64 @llvm.umin.i64(i64 %take_wanted, i64 %share_at_least_one)
+  %next = add i64 %counter, %take
   %pair = cmpxchg ptr @tj_counter, i64 %counter, i64 %next seq_cst seq_cst
   %claimed = extractvalue {{ i64, i1 }} %pair, 1
   br i1 %claimed, label %run, label %claim
 run:
   %abort = load atomic i32, ptr @tj_abort monotonic, align 4
   %aborted = icmp ne i32 %abort, 0
-  br i1 %aborted, label %finished, label %call
+  br i1 %aborted, label %skipped, label %call
+skipped:
+  %done_skipped = call i1 @tj_finish_grains(i64 %take, i64 %ngrains)
+  br i1 %done_skipped, label %exit, label %claim
 call:
   %fn = load atomic ptr, ptr @tj_job_fn monotonic, align 8
   %args = load atomic ptr, ptr @tj_job_args monotonic, align 8
   %n = load atomic i64, ptr @tj_job_n monotonic, align 8
-  call void @tj_run_chunk(ptr %fn, ptr %args, i64 %n, i64 %nchunks, i64 %chunk)
-  br label %finished
-finished:
-  %done_before = atomicrmw add ptr @tj_done, i32 1 seq_cst
-  %done = add i32 %done_before, 1
+  %start = call i64 @tj_grain_start(i64 %n, i64 %ngrains, i64 %grain)
+  %grain_end = add i64 %grain, %take
+  %end = call i64 @tj_grain_start(i64 %n, i64 %ngrains, i64 %grain_end)
+  %time_before = call i64 @tj_now_ns()
+  call void %fn(ptr %args, i64 %start, i64 %end)
+  %time_after = call i64 @tj_now_ns()
+  %elapsed = sub i64 %time_after, %time_before
+  %take_next = call i64 @tj_next_take(i64 %take, i64 %elapsed)
+  %done_ran = call i1 @tj_finish_grains(i64 %take, i64 %ngrains)
+  br label %ran
+ran:
+  br i1 %done_ran, label %exit, label %claim
+exit:
+  ret void
+}}
+
+; count `take` grains as done; the thread finishing the last one wakes the launcher if it sleeps. Returns whether
+; the job is complete.
+define internal i1 @tj_finish_grains(i64 %take, i64 %ngrains) {{
+entry:
+  %take32 = trunc i64 %take to i32
+  %done_before = atomicrmw add ptr @tj_done, i32 %take32 seq_cst
+  %done = add i32 %done_before, %take32
   %done64 = zext i32 %done to i64
-  %all_done = icmp eq i64 %done64, %nchunks
-  br i1 %all_done, label %maybe_wake, label %claim
+  %all_done = icmp eq i64 %done64, %ngrains
+  br i1 %all_done, label %maybe_wake, label %not_done
 maybe_wake:
   %sleeping = load atomic i32, ptr @tj_launcher_sleeping seq_cst, align 4
   %is_sleeping = icmp ne i32 %sleeping, 0
-  br i1 %is_sleeping, label %wake, label %exit
+  br i1 %is_sleeping, label %wake, label %complete
 wake:
   call void @tj_futex_wake_all(ptr @tj_done)
-  br label %exit
-exit:
-  ret void
+  br label %complete
+complete:
+  ret i1 true
+not_done:
+  ret i1 false
 }}
 
 define internal ptr @tj_worker_main(ptr %unused) {{
@@ -220,6 +277,15 @@ exit:
   ret void
 }}
 
+; in a child process after fork(): no workers exist and no launch is running there
+define void @tj_after_fork() {{
+  store i32 0, ptr @tj_started, align 4
+  store i32 0, ptr @tj_busy, align 4
+  store i32 0, ptr @tj_sleepers, align 4
+  store i32 0, ptr @tj_launcher_sleeping, align 4
+  ret void
+}}
+
 ; set the number of worker threads (cores - 1); takes effect before the first parallel launch only
 define void @tj_init(i64 %nworkers) {{
   %clamped_low = call i64 @llvm.smax.i64(i64 %nworkers, i64 0)
@@ -259,11 +325,8 @@ body:
   call void %fn(ptr %args, i64 %start, i64 %end)
   %time_after = call i64 @tj_now_ns()
   %elapsed = sub i64 %time_after, %time_before
-  %fast = icmp slt i64 %elapsed, {chunk_target_ns}
-  %small = icmp slt i64 %size, 4611686018427387904
-  %grow = and i1 %fast, %small
-  %doubled = shl i64 %size, 1
-  %size_next = select i1 %grow, i64 %doubled, i64 %size
+  %size_adapted = call i64 @tj_next_take(i64 %size, i64 %elapsed)
+  %size_next = call i64 @llvm.umin.i64(i64 %size_adapted, i64 %n)
   br label %ran
 ran:
   br label %loop
@@ -272,7 +335,7 @@ exit:
   ret i32 %aborted_at_exit
 }}
 
-define i32 @tj_parallel_for(ptr %fn, ptr %args, i64 %n, i64 %nchunks_requested) {{
+define i32 @tj_parallel_for(ptr %fn, ptr %args, i64 %n, i64 %max_grains) {{
 entry:
   store atomic i32 0, ptr @tj_abort seq_cst, align 4
   %empty = icmp sle i64 %n, 0
@@ -297,7 +360,7 @@ start:
   call void @tj_start_workers()
   br label %publish
 publish:
-  %at_least_one = call i64 @llvm.smax.i64(i64 %nchunks_requested, i64 1)
+  %at_least_one = call i64 @llvm.smax.i64(i64 %max_grains, i64 1)
   %at_most_n = call i64 @llvm.smin.i64(i64 %at_least_one, i64 %n)
   %nchunks = call i64 @llvm.smin.i64(i64 %at_most_n, i64 1073741824)
   %nchunks32 = trunc i64 %nchunks to i32
