@@ -1,0 +1,566 @@
+"""The LLVM renderer: one kernel AST (a `SINK` of `STORE`s over `RANGE` loops, built by lower/) -> LLVM IR text.
+
+ABI (the contract with devices/cpu.py): the module defines
+
+    define void @<name>(ptr noalias %args, i64 %start, i64 %end)
+
+where `%args` points to the kernel's buffer pointers in parameter order (`DEFINE_GLOBAL.arg`), and the function runs
+iterations [start, end) of the outermost global range (a kernel without a global range runs once if start < end).
+The exported function loads the pointers and calls an `alwaysinline` body that takes each buffer as its own
+`ptr noalias` argument, so LLVM knows buffers don't alias and vectorises without runtime checks.
+
+How a kernel is linearised: every node is emitted at the innermost loop it depends on (`_Renderer.deps`), so work
+that does not depend on a loop's range is computed before the loop; the global ranges nest in ascending id order with
+the STOREs inside; a REDUCE opens its own loop nest, accumulates in an `alloca` (mem2reg turns it into phis) and its
+value is available after the loop. Values are memoised per loop scope: what a loop body computed is forgotten when
+the loop closes.
+
+Values live in registers in a "compute type": bool is i1, integers iN, float32 `float`, float64 `double`, and float16 /
+bfloat16 are `float` values that are exactly representable in the 16-bit type. Every op on them computes in float32
+and rounds once to the 16-bit type (correct rounding: float32 has more than 2p+2 bits for p = 11 and 8). In memory
+bool is i8 (0/1), float16 `half` and bfloat16 i16. bfloat16 <-> float32 is done with integer bit operations (no
+libcalls, which MCJIT can't resolve); float16 <-> float32 is `fptrunc`/`fpext`, which become F16C instructions.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import struct
+from typing import Callable, Iterator
+
+import ml_dtypes
+import numpy as np
+
+from tinyjax.uop import BOOL, Ops, UOp
+
+F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+INDEX_TYPE = "i64"
+
+# A float32 ADD reduction whose innermost loop runs more than SUM_BLOCK iterations is split into blocks of SUM_BLOCK:
+# each block is summed in float32 (the vectorised loop, which itself keeps 16-64 partial sums in its lanes) and the
+# block sums are added into a float64 accumulator. Error then grows like a sum of SUM_BLOCK elements, not like one
+# running float32 sum over millions (16M x 0.1 in one running sum is off by ~1e-2; blocked, ~5e-7). The block is long
+# enough that the horizontal reduction and the float64 add at its end cost nothing next to the vector loop.
+SUM_BLOCK = 4096
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# dtypes
+
+def _kind(dtype: np.dtype) -> str:
+  """'b' bool, 'i' signed int, 'u' unsigned int, 'f' float (float16 and bfloat16 included)."""
+  if dtype == BOOL: return "b"
+  if dtype.kind in "iu": return dtype.kind
+  if dtype in (F16, BF16, F32, F64): return "f"
+  raise NotImplementedError(f"codegen: unsupported dtype {dtype}")
+
+
+def compute_type(dtype: np.dtype) -> str:
+  """The LLVM type a value of `dtype` has in registers."""
+  kind = _kind(dtype)
+  if kind == "b": return "i1"
+  if kind in "iu": return f"i{dtype.itemsize * 8}"
+  return "double" if dtype == F64 else "float"
+
+
+def memory_type(dtype: np.dtype) -> str:
+  """The LLVM type of one element of a buffer of `dtype`."""
+  if dtype == BOOL: return "i8"
+  if dtype == F16: return "half"
+  if dtype == BF16: return "i16"
+  return compute_type(dtype)
+
+
+def _suffix(llvm_type: str) -> str:
+  """The overload suffix of an intrinsic for a type: float -> f32, i64 -> i64."""
+  return {"half": "f16", "float": "f32", "double": "f64"}.get(llvm_type, llvm_type)
+
+
+def _float_hex(value: float) -> str:
+  """An exact LLVM float literal (the double's bits in hex; for `float` the value must be exact in float32)."""
+  return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
+
+
+def literal(value, dtype: np.dtype) -> str:
+  """The LLVM literal of a constant of `dtype`, in its compute type (floats rounded to the dtype first)."""
+  kind = _kind(dtype)
+  if kind == "b": return "true" if value else "false"
+  if kind in "iu":
+    bits = dtype.itemsize * 8
+    wrapped = int(value) % (1 << bits)
+    return str(wrapped - (1 << bits) if wrapped >= 1 << (bits - 1) else wrapped)
+  return _float_hex(float(dtype.type(value)))
+
+
+def _min_value(dtype: np.dtype):
+  kind = _kind(dtype)
+  if kind == "f": return -math.inf
+  if kind == "i": return int(np.iinfo(dtype).min)
+  return 0  # unsigned and bool
+
+
+# identities of the REDUCE ops, per dtype
+_IDENTITY: dict[Ops, Callable[[np.dtype], object]] = {Ops.ADD: lambda dtype: 0, Ops.MUL: lambda dtype: 1,
+                                                      Ops.MAX: _min_value}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# op -> instruction tables
+
+_INT_BINARY = {Ops.ADD: "add", Ops.MUL: "mul", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}
+_BOOL_BINARY = {Ops.ADD: "or", Ops.MUL: "and", Ops.MAX: "or", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}
+_FLOAT_BINARY = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv", Ops.MOD: "frem"}
+_FLOAT_BINARY_INTRINSIC = {Ops.MAX: "llvm.maximum", Ops.POW: "llvm.pow"}  # llvm.maximum propagates NaN
+_INT_MAX_INTRINSIC = {"i": "llvm.smax", "u": "llvm.umax"}
+# Transcendentals are LLVM intrinsics (libm calls) for now, which keeps loops that use them scalar; decomposing them
+# into polynomials over float bits (as tinygrad does) is the planned step that lets them vectorise.
+_FLOAT_UNARY_INTRINSIC = {Ops.SQRT: "llvm.sqrt", Ops.EXP2: "llvm.exp2", Ops.LOG2: "llvm.log2", Ops.SIN: "llvm.sin",
+                          Ops.TRUNC: "llvm.trunc"}
+# float ops whose float32 result must be rounded again for float16 / bfloat16 (the others are exact)
+_ROUNDED_FLOAT_OPS = {Ops.ADD, Ops.MUL, Ops.FDIV, Ops.MOD, Ops.POW, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN}
+# comparisons: float LT is ordered (NaN -> false), NE unordered (NaN != NaN is true); false < true for bool
+_COMPARE = {(Ops.CMPLT, "i"): "icmp slt", (Ops.CMPLT, "u"): "icmp ult", (Ops.CMPLT, "b"): "icmp ult",
+            (Ops.CMPLT, "f"): "fcmp olt", (Ops.CMPNE, "i"): "icmp ne", (Ops.CMPNE, "u"): "icmp ne",
+            (Ops.CMPNE, "b"): "icmp ne", (Ops.CMPNE, "f"): "fcmp une"}
+# how a REDUCE folds a value into its accumulator. `reassoc` on float accumulation (and nothing else: no nnan/ninf,
+# NaN must propagate) lets the loop vectoriser keep partial results in vector lanes.
+_FLOAT_ACCUMULATE = {Ops.ADD: "fadd reassoc", Ops.MUL: "fmul reassoc"}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the renderer
+
+def _symbol(name: str) -> str:
+  return f"@{name}" if re.fullmatch(r"[A-Za-z_.$][\w.$]*", name) else f'@"{name}"'
+
+
+def _free_ranges(ast: UOp) -> dict[UOp, frozenset[UOp]]:
+  """For each node, the RANGEs whose loops it must be inside: its own and its sources', less those a REDUCE closes."""
+  deps: dict[UOp, frozenset[UOp]] = {}
+  for node in ast.toposort:
+    if node.op is Ops.RANGE: deps[node] = frozenset({node})
+    elif node.op is Ops.REDUCE:
+      value, *ranges = node.src
+      deps[node] = deps[value].difference(ranges).union(*(deps[r.src[0]] for r in ranges))
+    else: deps[node] = frozenset().union(*(deps[s] for s in node.src))
+  return deps
+
+
+class _Renderer:
+  """Emits the body function of one kernel: a list of IR lines, plus allocas for the entry block and declarations."""
+
+  def __init__(self, ast: UOp):
+    self.ast = ast
+    self.deps = _free_ranges(ast)
+    self.lines: list[str] = []
+    self.allocas: list[str] = []
+    self.declarations: set[str] = set()
+    self.scopes: list[dict[UOp, str]] = [{}]  # memo of emitted values, one dict per open loop (innermost last)
+    self.open_ranges: set[UOp] = set()
+    self.block = "entry"  # the basic block being emitted (phis name their predecessors)
+    self.counter = 0
+    self.stores_emitted = 0
+
+  # ---- low level: names, instructions, blocks
+
+  def fresh(self, hint: str = "v") -> str:
+    self.counter += 1
+    return f"%{hint}{self.counter}"
+
+  def emit(self, instruction: str, hint: str = "v") -> str:
+    """Append `<new name> = instruction` and return the new name."""
+    name = self.fresh(hint)
+    self.lines.append(f"  {name} = {instruction}")
+    return name
+
+  def line(self, text: str) -> None: self.lines.append(f"  {text}")
+
+  def label(self, block: str) -> None:
+    self.lines.append(f"{block}:")
+    self.block = block
+
+  def call(self, intrinsic: str, ret_type: str, args: list[tuple[str, str]], flags: str = "") -> str:
+    """Call an intrinsic by its full name (declared on first use); `args` are (type, value) pairs."""
+    self.declarations.add(f"declare {ret_type} @{intrinsic}({', '.join(t for t, _ in args)})")
+    flags = f"{flags} " if flags else ""
+    return self.emit(f"call {flags}{ret_type} @{intrinsic}({', '.join(f'{t} {v}' for t, v in args)})")
+
+  def alloca(self, llvm_type: str) -> str:
+    name = self.fresh("acc")
+    self.allocas.append(f"  {name} = alloca {llvm_type}")
+    return name
+
+  @contextlib.contextmanager
+  def loop(self, start: str, end: str, binds: UOp | None) -> Iterator[str]:
+    """A canonical counted loop `for (i = start; i < end; i++)` (i64, `icmp slt`, one latch). Code emitted inside the
+    `with` is the body; `binds` is the RANGE whose value is the induction variable. Yields the variable's name."""
+    self.counter += 1
+    loop_id = self.counter
+    header, body, latch, done = (f"loop{loop_id}", f"loop{loop_id}.body", f"loop{loop_id}.latch",
+                                 f"loop{loop_id}.end")
+    index, next_index = f"%i{loop_id}", f"%i{loop_id}.next"
+    preheader = self.block
+    self.line(f"br label %{header}")
+    self.label(header)
+    self.line(f"{index} = phi i64 [ {start}, %{preheader} ], [ {next_index}, %{latch} ]")
+    in_range = self.emit(f"icmp slt i64 {index}, {end}", "cond")
+    self.line(f"br i1 {in_range}, label %{body}, label %{done}")
+    self.label(body)
+    self.scopes.append({} if binds is None else {binds: index})
+    if binds is not None: self.open_ranges.add(binds)
+    yield index
+    if binds is not None: self.open_ranges.discard(binds)
+    self.scopes.pop()
+    self.line(f"br label %{latch}")
+    self.label(latch)
+    self.line(f"{next_index} = add nsw i64 {index}, 1")
+    self.line(f"br label %{header}")
+    self.label(done)
+
+  # ---- scheduling: which nodes are emitted where
+
+  def lookup(self, node: UOp) -> str | None:
+    for scope in reversed(self.scopes):
+      if (value := scope.get(node)) is not None: return value
+    return None
+
+  def value(self, node: UOp) -> str:
+    if (value := self.lookup(node)) is None: raise RuntimeError(f"codegen: {node.op.name} used before it is emitted")
+    return value
+
+  def emit_ready(self, root: UOp) -> None:
+    """Emit, at the current position, every node under `root` not yet emitted whose ranges are all open. Called
+    before a loop opens (so loop-invariant work lands outside it) and inside each loop body."""
+    for node in root.toposort:
+      if self.deps[node] <= self.open_ranges and self.lookup(node) is None:
+        self.scopes[-1][node] = self.render_node(node)
+
+  def render_kernel(self) -> None:
+    """Emit the whole kernel: the global loop nest (or a run-once guard) with everything inside it."""
+    sink = self.ast
+    global_ranges = sorted((n for n in sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"),
+                           key=lambda rng: rng.arg[0])
+    if not global_ranges:
+      run = self.emit("icmp slt i64 %start, %end", "run")
+      self.line(f"br i1 {run}, label %once, label %done")
+      self.label("once")
+      self.emit_ready(sink)
+      self.line("br label %done")
+      self.label("done")
+    else:
+      self.open_global_loops(global_ranges, 0)
+    self.line("ret void")
+    stores = sum(1 for n in sink.toposort if n.op is Ops.STORE)
+    if self.stores_emitted != stores:
+      raise ValueError(f"codegen: {stores - self.stores_emitted} STOREs depend on ranges that are never opened")
+
+  def open_global_loops(self, global_ranges: list[UOp], depth: int) -> None:
+    self.emit_ready(self.ast)
+    if depth == len(global_ranges): return
+    rng = global_ranges[depth]
+    start, end = ("%start", "%end") if depth == 0 else ("0", self.value(rng.src[0]))
+    with self.loop(start, end, binds=rng):
+      self.open_global_loops(global_ranges, depth + 1)
+
+  # ---- nodes
+
+  def render_node(self, node: UOp) -> str:
+    """Emit one node whose sources are emitted; return its value (an SSA name or a literal)."""
+    op = node.op
+    if op is Ops.CONST: return literal(node.arg, node.dtype)
+    if op is Ops.DEFINE_GLOBAL: return f"%buf{node.arg}"
+    if op is Ops.RANGE: raise RuntimeError("codegen: RANGE rendered outside its loop")
+    if op is Ops.SINK: return ""
+    if op is Ops.LOAD: return self.render_load(node)
+    if op is Ops.STORE: return self.render_store(node)
+    if op is Ops.REDUCE: return self.render_reduce(node)
+    if op is Ops.WHERE:
+      cond, if_true, if_false = (self.value(s) for s in node.src)
+      return self.emit(f"select i1 {cond}, {compute_type(node.dtype)} {if_true}, {compute_type(node.dtype)} {if_false}")
+    if op is Ops.CAST: return self.cast(self.value(node.src[0]), node.src[0].dtype, node.dtype)
+    if op is Ops.BITCAST: return self.bitcast(self.value(node.src[0]), node.src[0].dtype, node.dtype)
+    if len(node.src) == 1: return self.render_unary(node)
+    if len(node.src) == 2: return self.render_binary(node)
+    raise NotImplementedError(f"codegen: can't render {op.name}")
+
+  def address(self, buffer: UOp, index: UOp) -> str:
+    return self.emit(f"getelementptr inbounds {memory_type(buffer.dtype)}, ptr {self.value(buffer)}, "
+                     f"i64 {self.value(index)}", "addr")
+
+  def render_load(self, node: UOp) -> str:
+    buffer, index, *gate = node.src
+    if not gate: return self.from_memory(self.emit(f"load {memory_type(node.dtype)}, ptr {self.address(buffer, index)}"),
+                                         node.dtype)
+    # gated: branch around the load, so a false gate touches no memory (the vectoriser turns this into masked loads)
+    self.counter += 1
+    then_block, merge_block, before = f"gate{self.counter}", f"gate{self.counter}.end", self.block
+    self.line(f"br i1 {self.value(gate[0])}, label %{then_block}, label %{merge_block}")
+    self.label(then_block)
+    loaded = self.from_memory(self.emit(f"load {memory_type(node.dtype)}, ptr {self.address(buffer, index)}"),
+                              node.dtype)
+    loaded_block = self.block
+    self.line(f"br label %{merge_block}")
+    self.label(merge_block)
+    return self.emit(f"phi {compute_type(node.dtype)} [ {literal(0, node.dtype)}, %{before} ], "
+                     f"[ {loaded}, %{loaded_block} ]")
+
+  def render_store(self, node: UOp) -> str:
+    buffer, index, value = node.src
+    stored = self.to_memory(self.value(value), buffer.dtype)
+    self.line(f"store {memory_type(buffer.dtype)} {stored}, ptr {self.address(buffer, index)}")
+    self.stores_emitted += 1
+    return "store"
+
+  def render_unary(self, node: UOp) -> str:
+    (operand,) = node.src
+    value, kind, llvm_type, op = self.value(operand), _kind(node.dtype), compute_type(node.dtype), node.op
+    if op is Ops.NEG:
+      if kind == "f": return self.emit(f"fneg {llvm_type} {value}")
+      if kind == "b": return self.emit(f"xor i1 {value}, true")  # logical not
+      return self.emit(f"sub {llvm_type} 0, {value}")
+    if kind != "f":
+      if op is Ops.TRUNC: return value
+      raise NotImplementedError(f"codegen: {op.name} on {node.dtype}")
+    if op is Ops.RECIP: result = self.emit(f"fdiv {llvm_type} {_float_hex(1.0)}, {value}")
+    else: result = self.call(f"{_FLOAT_UNARY_INTRINSIC[op]}.{_suffix(llvm_type)}", llvm_type, [(llvm_type, value)])
+    return self.round(result, node.dtype) if op in _ROUNDED_FLOAT_OPS else result
+
+  def render_binary(self, node: UOp) -> str:
+    lhs, rhs = node.src
+    op, dtype = node.op, lhs.dtype
+    kind, llvm_type = _kind(dtype), compute_type(dtype)
+    left, right = self.value(lhs), self.value(rhs)
+    if op in (Ops.CMPLT, Ops.CMPNE): return self.emit(f"{_COMPARE[(op, kind)]} {llvm_type} {left}, {right}")
+    if kind == "b": return self.emit(f"{_BOOL_BINARY[op]} i1 {left}, {right}")
+    if kind == "f":
+      if op in _FLOAT_BINARY_INTRINSIC:
+        result = self.call(f"{_FLOAT_BINARY_INTRINSIC[op]}.{_suffix(llvm_type)}", llvm_type,
+                           [(llvm_type, left), (llvm_type, right)])
+      else: result = self.emit(f"{_FLOAT_BINARY[op]} {llvm_type} {left}, {right}")
+      return self.round(result, node.dtype) if op in _ROUNDED_FLOAT_OPS else result
+    if op in _INT_BINARY: return self.emit(f"{_INT_BINARY[op]} {llvm_type} {left}, {right}")
+    if op is Ops.MAX:
+      return self.call(f"{_INT_MAX_INTRINSIC[kind]}.{llvm_type}", llvm_type, [(llvm_type, left), (llvm_type, right)])
+    if op in (Ops.IDIV, Ops.MOD): return self.int_division(op, lhs, rhs)
+    if op in (Ops.SHL, Ops.SHR): return self.shift(op, lhs, rhs)
+    raise NotImplementedError(f"codegen: {op.name} on {dtype}")
+
+  def int_division(self, op: Ops, lhs: UOp, rhs: UOp) -> str:
+    """IDIV / MOD truncating toward zero with XLA's answers where C has UB: x / 0 = -1, x % 0 = x,
+    INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0."""
+    dtype, llvm_type = lhs.dtype, compute_type(lhs.dtype)
+    signed = _kind(dtype) == "i"
+    left, right = self.value(lhs), self.value(rhs)
+    instruction = {(Ops.IDIV, True): "sdiv", (Ops.IDIV, False): "udiv", (Ops.MOD, True): "srem",
+                   (Ops.MOD, False): "urem"}[(op, signed)]
+    if rhs.op is Ops.CONST:  # index arithmetic: a constant divisor needs no guards
+      divisor = int(rhs.arg)
+      if divisor == 0: return literal(-1, dtype) if op is Ops.IDIV else left
+      if signed and divisor == -1: return self.emit(f"sub {llvm_type} 0, {left}") if op is Ops.IDIV else "0"
+      if signed and divisor > 0 and lhs.vmin_vmax[0] >= 0: instruction = "u" + instruction[1:]  # shifts and masks
+      return self.emit(f"{instruction} {llvm_type} {left}, {right}")
+    by_zero = self.emit(f"icmp eq {llvm_type} {right}, 0")
+    unsafe = by_zero
+    if signed:
+      overflows = self.emit(f"and i1 {self.emit(f'icmp eq {llvm_type} {left}, {literal(_min_value(dtype), dtype)}')}, "
+                            f"{self.emit(f'icmp eq {llvm_type} {right}, -1')}")
+      unsafe = self.emit(f"or i1 {by_zero}, {overflows}")
+    safe_divisor = self.emit(f"select i1 {unsafe}, {llvm_type} 1, {llvm_type} {right}")  # INT_MIN / 1 = INT_MIN
+    result = self.emit(f"{instruction} {llvm_type} {left}, {safe_divisor}")
+    by_zero_result = "-1" if op is Ops.IDIV else left
+    return self.emit(f"select i1 {by_zero}, {llvm_type} {by_zero_result}, {llvm_type} {result}")
+
+  def shift(self, op: Ops, lhs: UOp, rhs: UOp) -> str:
+    """SHL / SHR (arithmetic for signed, logical for unsigned); amounts >= the bit width (or negative) shift
+    everything out: 0, or -1 for a negative signed SHR."""
+    dtype, llvm_type = lhs.dtype, compute_type(lhs.dtype)
+    bits = dtype.itemsize * 8
+    left, amount = self.value(lhs), self.cast(self.value(rhs), rhs.dtype, np.dtype(f"u{dtype.itemsize}"))
+    instruction = "shl" if op is Ops.SHL else ("ashr" if _kind(dtype) == "i" else "lshr")
+    if rhs.op is Ops.CONST and 0 <= int(rhs.arg) < bits: return self.emit(f"{instruction} {llvm_type} {left}, {amount}")
+    too_far = self.emit(f"icmp uge {llvm_type} {amount}, {bits}")
+    in_range = self.emit(f"select i1 {too_far}, {llvm_type} {bits - 1}, {llvm_type} {amount}")
+    shifted = self.emit(f"{instruction} {llvm_type} {left}, {in_range}")
+    if instruction == "ashr": return shifted  # shifting by bits - 1 already gives 0 or -1
+    return self.emit(f"select i1 {too_far}, {llvm_type} 0, {llvm_type} {shifted}")
+
+  # ---- reductions
+
+  def render_reduce(self, node: UOp) -> str:
+    """Accumulate the REDUCE's value over its loop nest; emitted here, its value is available after the loops.
+    Each loop level has its own accumulator (a float32 sum keeps its outer levels in float64), the innermost float32
+    sum is blocked by SUM_BLOCK, and float16 / bfloat16 accumulate in float32, rounded once at the end."""
+    value, *ranges = node.src
+    if not ranges: return self.value(value)
+    inner_dtype = F32 if node.dtype in (F16, BF16) else node.dtype
+    outer_dtype = F64 if node.arg is Ops.ADD and inner_dtype == F32 else inner_dtype
+
+    def over_ranges(depth: int) -> tuple[str, np.dtype]:
+      """The reduction of `value` over ranges[depth:], emitted at the current position, and its dtype."""
+      rng, innermost = ranges[depth], depth == len(ranges) - 1
+      bound = self.value(rng.src[0])
+
+      def body(index: str) -> tuple[str, np.dtype]:
+        self.emit_ready(value)
+        return (self.value(value), value.dtype) if innermost else over_ranges(depth + 1)
+
+      blocked = (innermost and outer_dtype == F64 and inner_dtype == F32 and rng.src[0].op is Ops.CONST
+                 and rng.src[0].arg > SUM_BLOCK)
+      if not blocked:
+        acc_dtype = inner_dtype if innermost else outer_dtype
+        return self.accumulate(node, acc_dtype, "0", bound, rng, body), acc_dtype
+
+      def block_sum(block: str) -> tuple[str, np.dtype]:
+        block_start = self.emit(f"mul nsw i64 {block}, {SUM_BLOCK}")
+        block_end = self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {block_start}, {SUM_BLOCK}")),
+                                                       ("i64", bound)])
+        return self.accumulate(node, inner_dtype, block_start, block_end, rng, body), inner_dtype
+
+      blocks = -(-rng.src[0].arg // SUM_BLOCK)
+      return self.accumulate(node, outer_dtype, "0", str(blocks), None, block_sum), outer_dtype
+
+    result, result_dtype = over_ranges(0)
+    return self.cast(result, result_dtype, node.dtype)
+
+  def accumulate(self, node: UOp, acc_dtype: np.dtype, start: str, end: str, binds: UOp | None,
+                 body: Callable[[str], tuple[str, np.dtype]]) -> str:
+    """One loop of a reduction: an accumulator of `acc_dtype` starts at the identity and folds in `body(index)`'s
+    value on each iteration; returns the accumulator's final value."""
+    llvm_type = compute_type(acc_dtype)
+    accumulator = self.alloca(llvm_type)
+    self.line(f"store {llvm_type} {literal(_IDENTITY[node.arg](acc_dtype), acc_dtype)}, ptr {accumulator}")
+    with self.loop(start, end, binds) as index:
+      part, part_dtype = body(index)
+      part = self.cast(part, part_dtype, acc_dtype)
+      current = self.emit(f"load {llvm_type}, ptr {accumulator}")
+      self.line(f"store {llvm_type} {self.combine(node.arg, acc_dtype, current, part)}, ptr {accumulator}")
+    return self.emit(f"load {llvm_type}, ptr {accumulator}")
+
+  def combine(self, op: Ops, dtype: np.dtype, acc: str, part: str) -> str:
+    kind, llvm_type = _kind(dtype), compute_type(dtype)
+    if kind == "b": return self.emit(f"{_BOOL_BINARY[op]} i1 {acc}, {part}")
+    if kind == "f":
+      if op is Ops.MAX: return self.call(f"llvm.maximum.{_suffix(llvm_type)}", llvm_type,
+                                         [(llvm_type, acc), (llvm_type, part)], flags="reassoc")
+      return self.emit(f"{_FLOAT_ACCUMULATE[op]} {llvm_type} {acc}, {part}")
+    if op is Ops.MAX: return self.call(f"{_INT_MAX_INTRINSIC[kind]}.{llvm_type}", llvm_type,
+                                       [(llvm_type, acc), (llvm_type, part)])
+    return self.emit(f"{_INT_BINARY[op]} {llvm_type} {acc}, {part}")
+
+  # ---- conversions
+
+  def round(self, value: str, dtype: np.dtype) -> str:
+    """Round a float32 value to `dtype` (float16 / bfloat16, nearest even, NaN stays NaN); the identity otherwise."""
+    if dtype == F16: return self.emit(f"fpext half {self.emit(f'fptrunc float {value} to half')} to float")
+    if dtype != BF16: return value
+    bits = self.emit(f"bitcast float {value} to i32")
+    lowest_kept_bit = self.emit(f"and i32 {self.emit(f'lshr i32 {bits}, 16')}, 1")
+    rounded = self.emit(f"add i32 {bits}, {self.emit(f'add i32 {lowest_kept_bit}, 32767')}")
+    is_nan = self.emit(f"fcmp uno float {value}, 0.0")
+    quiet_nan = self.emit(f"or i32 {bits}, 4194304")  # sets the quiet bit, so truncating keeps it a NaN
+    chosen = self.emit(f"select i1 {is_nan}, i32 {quiet_nan}, i32 {rounded}")
+    return self.emit(f"bitcast i32 {self.emit(f'and i32 {chosen}, -65536')} to float")
+
+  def double_to_float_round_to_odd(self, value: str) -> str:
+    """float64 -> float32 rounding to odd: rounding that to float16 / bfloat16 is then correctly rounded (a plain
+    float64 -> float32 -> 16-bit path rounds twice)."""
+    nearest = self.emit(f"fptrunc double {value} to float")
+    back = self.emit(f"fpext float {nearest} to double")
+    inexact = self.emit(f"fcmp one double {back}, {value}")  # false for NaN
+    bits = self.emit(f"bitcast float {nearest} to i32")
+    is_even = self.emit(f"icmp eq i32 {self.emit(f'and i32 {bits}, 1')}, 0")
+    abs_back = self.call("llvm.fabs.f64", "double", [("double", back)])
+    abs_value = self.call("llvm.fabs.f64", "double", [("double", value)])
+    rounded_away = self.emit(f"fcmp ogt double {abs_back}, {abs_value}")
+    # the odd neighbour is one step toward the value (bits of same-signed floats are monotone in the magnitude)
+    odd_bits = self.emit(f"add i32 {bits}, {self.emit(f'select i1 {rounded_away}, i32 -1, i32 1')}")
+    use_odd = self.emit(f"and i1 {inexact}, {is_even}")
+    return self.emit(f"bitcast i32 {self.emit(f'select i1 {use_odd}, i32 {odd_bits}, i32 {bits}')} to float")
+
+  def cast(self, value: str, src: np.dtype, dst: np.dtype) -> str:
+    """Value conversion with numpy / JAX semantics. float -> int truncates toward zero and saturates (NaN -> 0), as
+    XLA on CPU; float -> bool is x != 0 (NaN -> True); every conversion to a float rounds once."""
+    if src == dst: return value
+    src_kind, dst_kind = _kind(src), _kind(dst)
+    src_type, dst_type = compute_type(src), compute_type(dst)
+    if dst_kind == "b":
+      return self.emit(f"fcmp une {src_type} {value}, 0.0" if src_kind == "f" else f"icmp ne {src_type} {value}, 0")
+    if src_kind == "b": return self.emit(f"{'uitofp' if dst_kind == 'f' else 'zext'} i1 {value} to {dst_type}")
+    if src_kind in "iu" and dst_kind in "iu":
+      src_bits, dst_bits = src.itemsize * 8, dst.itemsize * 8
+      if src_bits == dst_bits: return value
+      if dst_bits < src_bits: return self.emit(f"trunc {src_type} {value} to {dst_type}")
+      return self.emit(f"{'sext' if src_kind == 'i' else 'zext'} {src_type} {value} to {dst_type}")
+    if dst_kind in "iu":
+      saturating = "llvm.fptosi.sat" if dst_kind == "i" else "llvm.fptoui.sat"
+      return self.call(f"{saturating}.{dst_type}.{_suffix(src_type)}", dst_type, [(src_type, value)])
+    if src_kind in "iu":
+      convert = "sitofp" if src_kind == "i" else "uitofp"
+      if dst in (F32, F64): return self.emit(f"{convert} {src_type} {value} to {dst_type}")
+      # float16: ints below 2**24 are exact in float32 and larger ones overflow float16 anyway, so one rounding.
+      # bfloat16: through float64 (exact for ints up to 2**53), then rounded once.
+      if dst == F16: return self.round(self.emit(f"{convert} {src_type} {value} to float"), F16)
+      return self.cast(self.emit(f"{convert} {src_type} {value} to double"), F64, dst)
+    # float -> float; float16 / bfloat16 / float32 values are all exact in `float`
+    if dst == F64: return self.emit(f"fpext float {value} to double")
+    if src == F64:
+      if dst == F32: return self.emit(f"fptrunc double {value} to float")
+      value = self.double_to_float_round_to_odd(value)
+    return self.round(value, dst)
+
+  def bitcast(self, value: str, src: np.dtype, dst: np.dtype) -> str:
+    """Reinterpret the bits (through the memory representation; itemsizes must match)."""
+    if src.itemsize != dst.itemsize: raise ValueError(f"codegen: BITCAST {src} -> {dst} changes the itemsize")
+    raw, src_memory, dst_memory = self.to_memory(value, src), memory_type(src), memory_type(dst)
+    if src_memory != dst_memory: raw = self.emit(f"bitcast {src_memory} {raw} to {dst_memory}")
+    return self.from_memory(raw, dst)
+
+  def from_memory(self, raw: str, dtype: np.dtype) -> str:
+    """A loaded element (memory type) -> its compute type."""
+    if dtype == BOOL: return self.emit(f"icmp ne i8 {raw}, 0")
+    if dtype == F16: return self.emit(f"fpext half {raw} to float")
+    if dtype == BF16:
+      widened = self.emit(f"zext i16 {raw} to i32")
+      return self.emit(f"bitcast i32 {self.emit(f'shl i32 {widened}, 16')} to float")
+    return raw
+
+  def to_memory(self, value: str, dtype: np.dtype) -> str:
+    """A value in its compute type -> the memory type (float16 / bfloat16 values are already rounded: exact)."""
+    if dtype == BOOL: return self.emit(f"zext i1 {value} to i8")
+    if dtype == F16: return self.emit(f"fptrunc float {value} to half")
+    if dtype == BF16:
+      bits = self.emit(f"bitcast float {value} to i32")
+      return self.emit(f"trunc i32 {self.emit(f'lshr i32 {bits}, 16')} to i16")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the module
+
+def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layout: str | None = None) -> str:
+  """Render kernel `ast` (a SINK of STOREs, see the module docstring) as a complete LLVM IR module defining
+  `void @<name>(ptr noalias %args, i64 %start, i64 %end)`. Triple and data layout are written only when given."""
+  if ast.op is not Ops.SINK: raise ValueError(f"codegen: a kernel AST is rooted at a SINK, got {ast.op.name}")
+  buffers = sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda buffer: buffer.arg)
+  if [buffer.arg for buffer in buffers] != list(range(len(buffers))):
+    raise ValueError(f"codegen: DEFINE_GLOBAL indices must be 0..n-1, got {[buffer.arg for buffer in buffers]}")
+  renderer = _Renderer(ast)
+  renderer.render_kernel()
+
+  symbol, body_symbol = _symbol(name), _symbol(f"{name}.body")
+  params = ", ".join(f"ptr noalias %buf{buffer.arg}" for buffer in buffers)
+  lines = []
+  if target_triple: lines.append(f'target triple = "{target_triple}"')
+  if data_layout: lines.append(f'target datalayout = "{data_layout}"')
+  lines += sorted(renderer.declarations)
+  lines += [f"define internal void {body_symbol}({params}{', ' if params else ''}i64 %start, i64 %end) "
+            "alwaysinline nounwind {", "entry:", *renderer.allocas, *renderer.lines, "}", ""]
+  lines += [f"define void {symbol}(ptr noalias %args, i64 %start, i64 %end) nounwind {{", "entry:"]
+  for buffer in buffers:
+    lines.append(f"  %slot{buffer.arg} = getelementptr inbounds ptr, ptr %args, i64 {buffer.arg}")
+    lines.append(f"  %buf{buffer.arg} = load ptr, ptr %slot{buffer.arg}")
+  call_args = "".join(f"ptr %buf{buffer.arg}, " for buffer in buffers)
+  lines += [f"  call void {body_symbol}({call_args}i64 %start, i64 %end)", "  ret void", "}", ""]
+  return "\n".join(lines)
