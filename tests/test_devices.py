@@ -152,6 +152,12 @@ def test_same_name_different_kernels_do_not_clash():
   np.testing.assert_array_equal(run_unary(second, a), a + 2)
 
 
+def test_call_to_unknown_function_raises():
+  ir = unary_kernel("calls_unknown", "%z = call float @tj_no_such_function(float %x)",
+                    "declare float @tj_no_such_function(float)")
+  with pytest.raises(ValueError, match="tj_no_such_function"): compile_cpu("calls_unknown", ir)
+
+
 def test_counters_and_memo(cache_dir):
   reset_cache_stats()
   ir = unary_kernel("counted", f"%z = fadd float %x, {time.time_ns() % 1000}.0")  # new IR: nothing cached

@@ -68,8 +68,13 @@ def _initialize_llvm() -> None:
   llvm.initialize_native_target()
   llvm.initialize_native_asmprinter()
   llvm.initialize_native_asmparser()
-  libm = ctypes.util.find_library("m")  # so relocations to expf & co resolve even if Python was linked without it
-  if libm: llvm.load_library_permanently(libm)
+  # Kernels call libm (expf, sinf, fmodf, ...) and the backend may emit compiler-runtime calls (__truncsfhf2,
+  # __udivti3, __powisf2, ...): make both searchable for relocations, whatever Python itself was linked with.
+  for library in ("m", "gcc_s"):
+    path = ctypes.util.find_library(library)
+    if path:
+      try: llvm.load_library_permanently(path)
+      except RuntimeError: pass
 
 
 @functools.cache
@@ -171,6 +176,7 @@ def _parse(name: str, llvm_ir: str, symbol: str | None) -> llvm.ModuleRef:
   module.verify()
   module.triple = cpu_target_triple()
   module.data_layout = cpu_data_layout()
+  _check_external_functions(name, module)
   if symbol is None: return module
   kernel = module.get_function(name)
   if kernel.is_declaration: raise ValueError(f"kernel module does not define @{name}")
@@ -180,6 +186,15 @@ def _parse(name: str, llvm_ir: str, symbol: str | None) -> llvm.ModuleRef:
     if not variable.is_declaration: variable.linkage = "internal"
   kernel.name = symbol
   return module
+
+
+def _check_external_functions(name: str, module: llvm.ModuleRef) -> None:
+  """Raise if the module calls a function this process can't provide (MCJIT would abort the process on load)."""
+  _engine()  # creating the engine makes the process's own symbols searchable
+  for function in module.functions:
+    if function.is_declaration and not function.name.startswith("llvm."):
+      if not llvm.address_of_symbol(function.name):
+        raise ValueError(f"kernel {name} calls @{function.name}, which is not defined in this process")
 
 
 def compile_object(name: str, llvm_ir: str, symbol: str | None, opt_level: int) -> bytes:
