@@ -48,7 +48,7 @@ _programs: dict[tuple[str, str, int], CPUProgram] = {}
 def cache_stats() -> dict:
   """Return counters of the kernel compile cache (a copy).
 
-  hits: kernels loaded from the disk cache; misses: kernels compiled; memory_hits: `compile_cpu` calls answered by
+  hits: kernels (and the runtime module) loaded from the disk cache; misses: kernels compiled; memory_hits: `compile_cpu` calls answered by
   the in-process memo (counted separately, not in hits); rejected: disk entries found corrupt or stored under
   another key (each is also a miss); compile_seconds: time spent compiling (parse, optimise, emit);
   load_seconds: time spent loading object code into the process (hits and misses).
@@ -70,10 +70,12 @@ def _initialize_llvm() -> None:
   llvm.initialize_native_asmparser()
   # Kernels call libm (expf, sinf, fmodf, ...) and the backend may emit compiler-runtime calls (__truncsfhf2,
   # __udivti3, __powisf2, ...): make both searchable for relocations, whatever Python itself was linked with.
-  for library in ("m", "gcc_s"):
-    path = ctypes.util.find_library(library)
-    if path:
-      try: llvm.load_library_permanently(path)
+  for library, soname in (("m", "libm.so.6"), ("gcc_s", "libgcc_s.so.1")):
+    try: llvm.load_library_permanently(soname)
+    except RuntimeError:  # not glibc's soname: ask ldconfig (slow, ~4 ms, so only as a fallback)
+      path = ctypes.util.find_library(library)
+      try:
+        if path: llvm.load_library_permanently(path)
       except RuntimeError: pass
 
 

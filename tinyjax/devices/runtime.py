@@ -15,7 +15,10 @@ Python makes one ctypes call per kernel launch (ctypes releases the GIL); everyt
   tj_install_sigint()  installs a SIGINT handler that sets the abort flag and chains to the previous handler
       (Python's, which then raises KeyboardInterrupt when the ctypes call returns). Chunks are skipped once the
       flag is set, so a launch ends within one chunk's time; it then returns 1 (else 0). The flag is cleared at the
-      start of each launch.
+      start of each launch. The new action copies the old one's flags and mask (Python's: no SA_RESTART), so
+      blocking calls elsewhere in Python still see EINTR as before.
+  tj_init(nworkers)  sets the pool size before the first parallel launch; tj_after_fork() (registered with
+      os.register_at_fork) lets a forked child start its own workers.
 
 `fn` is a kernel with the ABI `void fn(ptr args, i64 start, i64 end)`. One launch runs at a time on the pool; a
 second thread launching meanwhile runs its kernel serially instead of waiting. Workers block all signals, so
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import platform
 
-SPIN_ITERATIONS = 20000  # pause instructions an idle thread spins for before sleeping on a futex (~0.2-1 ms)
+SPIN_ITERATIONS = 8192  # pause instructions an idle thread spins for before sleeping on a futex (~0.1-0.3 ms)
 CHUNK_TARGET_NS = 2_000_000  # chunks grow while they run faster than this, and shrink when slower (Ctrl-C latency)
 MAX_THREADS = 256  # size of the pthread_t table; more cores than this get no extra workers
 _FUTEX_SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
