@@ -288,6 +288,17 @@ def test_shifts(op: Ops, dtype: np.dtype):
   assert_same(run_elementwise(op, dtype, lhs, rhs), shift_reference(op, lhs, rhs))
 
 
+def test_shift_amount_of_another_dtype():
+  """An int64 amount of 256 on int8 values shifts everything out (it must not be narrowed to 0 first)."""
+  values, amounts = np.array([-100, 100, 3, -3], np.int8), np.array([256, 1, -1, 2], np.int64)
+  for op in (Ops.SHL, Ops.SHR):
+    i = global_range(0, 4)
+    node = UOp(op, np.dtype(np.int8), (load(buffer(1, np.int8), i), load(buffer(2, np.int64), i)))
+    out = np.zeros(4, np.int8)
+    run(kernel(store(buffer(0, np.int8), i, node)), [out, values, amounts])
+    assert_same(out, shift_reference(op, values, amounts))
+
+
 _NUMPY_UNARY = {Ops.NEG: np.negative, Ops.RECIP: np.reciprocal, Ops.SQRT: np.sqrt, Ops.EXP2: np.exp2,
                 Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.TRUNC: np.trunc}
 
@@ -369,7 +380,7 @@ def test_cast(src: np.dtype, dst: np.dtype):
   out = np.zeros(len(values), dst)
   run(elementwise(Ops.CAST, [src], dst, len(values)), [out, values])
   expected = cast_reference(values, dst)
-  if dst.kind == "f":
+  if dst in FLOATS:
     np.testing.assert_array_equal(out.astype(F64), expected.astype(F64))
     np.testing.assert_array_equal(np.signbit(out.astype(F64)), np.signbit(expected.astype(F64)))
   else: assert_same(out, expected)
@@ -492,7 +503,7 @@ _NUMPY_REDUCE = {Ops.ADD: np.sum, Ops.MAX: np.max, Ops.MUL: np.prod}
 def test_row_reduce(op: Ops, dtype: np.dtype):
   rows, cols = 13, 67
   values = sample(dtype, n=rows * cols, seed=26)
-  if op is Ops.MUL and dtype.kind == "f": values = (1 + values.astype(F32) / 200).astype(dtype)
+  if op is Ops.MUL and dtype in FLOATS: values = (1 + values.astype(F32) / 200).astype(dtype)
   out = np.zeros(rows, dtype)
   run(row_reduce_kernel(op, dtype, rows, cols), [out, values])
   grid = values.reshape(rows, cols)
@@ -556,6 +567,22 @@ def test_nested_reduce():
   out = np.zeros(a, F32)
   run(ast, [out, values])
   assert_same(out, values.reshape(a, b, c).astype(F64).max(2).sum(1).astype(F32), 1e-5)
+
+
+def test_loop_invariant_reduce_inside_a_reduce_body():
+  """out[i] = sum_k x[i, k] * max_j y[i, j]: the max doesn't depend on k, so it is computed once, before the k loop."""
+  rows, cols = 6, 40
+  x, y = sample(F64, n=rows * cols, seed=34), sample(F64, n=rows * cols, seed=35)
+  i, j, k = global_range(0, rows), reduce_range(1, cols), reduce_range(2, cols)
+  row_max = reduce(Ops.MAX, load(buffer(2, F64), add(mul(i, const(cols)), j)), j)
+  ast = kernel(store(buffer(0, F64), i, reduce(Ops.ADD, mul(load(buffer(1, F64), add(mul(i, const(cols)), k)), row_max),
+                                               k)))
+  body = render_llvm("kernel", ast).split("define internal")[1]
+  sum_loop_header = body.rindex("phi i64", 0, body.index("fadd reassoc double"))
+  assert body.index("@llvm.maximum.f64(") < sum_loop_header  # the max loop runs before the k loop, not inside it
+  out = np.zeros(rows, F64)
+  run(ast, [out, x, y])
+  assert_same(out, (x.reshape(rows, cols) * y.reshape(rows, cols).max(1, keepdims=True)).sum(1), 1e-12)
 
 
 def test_reduce_over_two_ranges_and_invariant_operand():

@@ -36,14 +36,13 @@ from tinyjax.uop import BOOL, Ops, UOp
 
 F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
-INDEX_TYPE = "i64"
 
 # A float32 ADD reduction whose innermost loop runs more than SUM_BLOCK iterations is split into blocks of SUM_BLOCK:
-# each block is summed in float32 (the vectorised loop, which itself keeps 16-64 partial sums in its lanes) and the
-# block sums are added into a float64 accumulator. Error then grows like a sum of SUM_BLOCK elements, not like one
-# running float32 sum over millions (16M x 0.1 in one running sum is off by ~1e-2; blocked, ~5e-7). The block is long
-# enough that the horizontal reduction and the float64 add at its end cost nothing next to the vector loop.
-SUM_BLOCK = 4096
+# each block is summed in float32 (the vectorised loop, which keeps 16-64 partial sums in its lanes) and the block sums
+# are added into a float64 accumulator. Error then grows like a sum of SUM_BLOCK elements, not like one running float32
+# sum over millions: 16M x 0.1 summed as one (64-lane) running sum is off by 2.5e-3, blocked by 2048 by 3e-7 (4096:
+# 6e-7). A block is still long enough that its horizontal reduction and float64 add cost nothing next to the loop.
+SUM_BLOCK = 2048
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -289,17 +288,19 @@ class _Renderer:
     return self.emit(f"getelementptr inbounds {memory_type(buffer.dtype)}, ptr {self.value(buffer)}, "
                      f"i64 {self.value(index)}", "addr")
 
+  def load_element(self, buffer: UOp, index: UOp) -> str:
+    raw = self.emit(f"load {memory_type(buffer.dtype)}, ptr {self.address(buffer, index)}")
+    return self.from_memory(raw, buffer.dtype)
+
   def render_load(self, node: UOp) -> str:
     buffer, index, *gate = node.src
-    if not gate: return self.from_memory(self.emit(f"load {memory_type(node.dtype)}, ptr {self.address(buffer, index)}"),
-                                         node.dtype)
+    if not gate: return self.load_element(buffer, index)
     # gated: branch around the load, so a false gate touches no memory (the vectoriser turns this into masked loads)
     self.counter += 1
     then_block, merge_block, before = f"gate{self.counter}", f"gate{self.counter}.end", self.block
     self.line(f"br i1 {self.value(gate[0])}, label %{then_block}, label %{merge_block}")
     self.label(then_block)
-    loaded = self.from_memory(self.emit(f"load {memory_type(node.dtype)}, ptr {self.address(buffer, index)}"),
-                              node.dtype)
+    loaded = self.load_element(buffer, index)
     loaded_block = self.block
     self.line(f"br label %{merge_block}")
     self.label(merge_block)
@@ -333,8 +334,12 @@ class _Renderer:
     kind, llvm_type = _kind(dtype), compute_type(dtype)
     left, right = self.value(lhs), self.value(rhs)
     if op in (Ops.CMPLT, Ops.CMPNE): return self.emit(f"{_COMPARE[(op, kind)]} {llvm_type} {left}, {right}")
-    if kind == "b": return self.emit(f"{_BOOL_BINARY[op]} i1 {left}, {right}")
+    if kind == "b":
+      if op not in _BOOL_BINARY: raise NotImplementedError(f"codegen: {op.name} on bool")
+      return self.emit(f"{_BOOL_BINARY[op]} i1 {left}, {right}")
     if kind == "f":
+      if op not in _FLOAT_BINARY and op not in _FLOAT_BINARY_INTRINSIC:
+        raise NotImplementedError(f"codegen: {op.name} on {dtype}")
       if op in _FLOAT_BINARY_INTRINSIC:
         result = self.call(f"{_FLOAT_BINARY_INTRINSIC[op]}.{_suffix(llvm_type)}", llvm_type,
                            [(llvm_type, left), (llvm_type, right)])
@@ -377,10 +382,13 @@ class _Renderer:
     everything out: 0, or -1 for a negative signed SHR."""
     dtype, llvm_type = lhs.dtype, compute_type(lhs.dtype)
     bits = dtype.itemsize * 8
-    left, amount = self.value(lhs), self.cast(self.value(rhs), rhs.dtype, np.dtype(f"u{dtype.itemsize}"))
+    left, amount = self.value(lhs), self.value(rhs)
     instruction = "shl" if op is Ops.SHL else ("ashr" if _kind(dtype) == "i" else "lshr")
-    if rhs.op is Ops.CONST and 0 <= int(rhs.arg) < bits: return self.emit(f"{instruction} {llvm_type} {left}, {amount}")
-    too_far = self.emit(f"icmp uge {llvm_type} {amount}, {bits}")
+    constant_in_range = rhs.op is Ops.CONST and 0 <= int(rhs.arg) < bits
+    # compared in the amount's own type, before it is narrowed: a negative amount is a huge unsigned one
+    too_far = None if constant_in_range else self.emit(f"icmp uge {compute_type(rhs.dtype)} {amount}, {bits}")
+    amount = self.cast(amount, rhs.dtype, np.dtype(f"u{dtype.itemsize}"))
+    if too_far is None: return self.emit(f"{instruction} {llvm_type} {left}, {amount}")
     in_range = self.emit(f"select i1 {too_far}, {llvm_type} {bits - 1}, {llvm_type} {amount}")
     shifted = self.emit(f"{instruction} {llvm_type} {left}, {in_range}")
     if instruction == "ashr": return shifted  # shifting by bits - 1 already gives 0 or -1
@@ -395,7 +403,8 @@ class _Renderer:
     value, *ranges = node.src
     if not ranges: return self.value(value)
     inner_dtype = F32 if node.dtype in (F16, BF16) else node.dtype
-    outer_dtype = F64 if node.arg is Ops.ADD and inner_dtype == F32 else inner_dtype
+    float32_sum = node.arg is Ops.ADD and inner_dtype == F32
+    outer_dtype = F64 if float32_sum else inner_dtype
 
     def over_ranges(depth: int) -> tuple[str, np.dtype]:
       """The reduction of `value` over ranges[depth:], emitted at the current position, and its dtype."""
@@ -406,8 +415,7 @@ class _Renderer:
         self.emit_ready(value)
         return (self.value(value), value.dtype) if innermost else over_ranges(depth + 1)
 
-      blocked = (innermost and outer_dtype == F64 and inner_dtype == F32 and rng.src[0].op is Ops.CONST
-                 and rng.src[0].arg > SUM_BLOCK)
+      blocked = float32_sum and innermost and rng.src[0].op is Ops.CONST and rng.src[0].arg > SUM_BLOCK
       if not blocked:
         acc_dtype = inner_dtype if innermost else outer_dtype
         return self.accumulate(node, acc_dtype, "0", bound, rng, body), acc_dtype
