@@ -178,6 +178,18 @@ def test_noopt_compiles_and_runs():
   np.testing.assert_array_equal(run_unary(program, a), a * 2 + 1)
 
 
+def test_many_launches_of_random_sizes():
+  program = compile_cpu("axpb", AXPB_IR)
+  rng = np.random.default_rng(0)
+  a = rng.standard_normal(50_000).astype(np.float32)
+  expected = a * 2 + 1
+  out = np.zeros_like(a)
+  for n in rng.integers(1, a.size, size=500):
+    out[:] = 0
+    program([a.ctypes.data, out.ctypes.data], int(n))
+    assert np.array_equal(out[:n], expected[:n]) and not out[n:].any(), n
+
+
 def test_launches_from_several_threads():
   program = compile_cpu("axpb", AXPB_IR)
   errors = []

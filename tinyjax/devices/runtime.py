@@ -286,6 +286,8 @@ define void @tj_after_fork() {{
   store i32 0, ptr @tj_busy, align 4
   store i32 0, ptr @tj_sleepers, align 4
   store i32 0, ptr @tj_launcher_sleeping, align 4
+  store i64 0, ptr @tj_counter, align 8
+  store i32 0, ptr @tj_job_gen, align 4
   ret void
 }}
 
