@@ -37,6 +37,12 @@ class Counters:
 counters = Counters()
 
 
+def runtime_stats() -> dict:
+  """What realisation has done in this process: kernels launched, schedules lowered, schedule disk-cache hits and
+  seconds spent in kernel launches. `counters.reset()` starts over."""
+  return dict(counters.__dict__)
+
+
 @dataclass
 class CompiledSchedule:
   """A schedule whose kernels are compiled programs, ready to launch."""
