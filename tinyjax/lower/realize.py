@@ -69,14 +69,15 @@ def _code_fingerprint() -> str:
 _CODE_FINGERPRINT = _code_fingerprint()
 
 
-def normalize(roots: list[UOp]) -> tuple[UOp, list[Buffer]]:
-  """Replace BUFFER leaves by PARAMs numbered in order of first use; return the SINK and the buffers."""
+def normalize(roots: list[UOp], first_param: int = 0) -> tuple[UOp, list[Buffer]]:
+  """Replace BUFFER leaves by PARAMs numbered from `first_param` in order of first use; return the SINK and the
+  buffers. (jit numbers its arguments 0.. and the arrays it closed over after them.)"""
   sink = UOp(Ops.SINK, roots[0].dtype, tuple(roots))
   buffers: list[Buffer] = []
   replaced: dict[UOp, UOp] = {}
   for node in sink.toposort:
     if node.op is Ops.BUFFER:
-      replaced[node] = UOp(Ops.PARAM, node.dtype, (), (len(buffers), node.shape))
+      replaced[node] = UOp(Ops.PARAM, node.dtype, (), (first_param + len(buffers), node.shape))
       buffers.append(node.arg)
     elif node.src and any(replaced[s] is not s for s in node.src):
       replaced[node] = node.replace(src=tuple(replaced[s] for s in node.src))
@@ -125,7 +126,8 @@ def _print_schedule(sched: Schedule, sources: list[str], origin: str) -> None:
 def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer]) -> list[Buffer]:
   """Launch every kernel of a compiled schedule over `inputs` and new buffers; return the output buffers."""
   sched = compiled.schedule
-  buffers = list(inputs) + [Buffer(shape, dtype) for shape, dtype in sched.slot_specs]
+  # inputs past the last one the program reads (unused jit arguments) have no slot
+  buffers = list(inputs[:sched.n_inputs]) + [Buffer(shape, dtype) for shape, dtype in sched.slot_specs]
   for kernel, program in zip(sched.kernels, compiled.programs):
     addresses = [buffers[slot].address for slot in kernel.slots]
     start = time.perf_counter()
