@@ -1,0 +1,198 @@
+"""Plumbing shared by tinyjax.lax and tinyjax.numpy: host data to Arrays, scalar constants, broadcasting, casts.
+
+Everything here builds graphs through `bind` only; the one place that looks at host values is `host_to_array`
+(what `asarray` does with numpy arrays, Python scalars and lists).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from tinyjax import dtypes
+from tinyjax.array import Array
+from tinyjax.trace.core import bind
+from tinyjax.uop import Ops
+
+PYTHON_SCALARS = (bool, int, float)
+BOOL = np.dtype(np.bool_)
+FLOAT32 = np.dtype(np.float32)
+FLOAT64 = np.dtype(np.float64)
+LOW_PRECISION_FLOATS = (np.dtype(np.float16), np.dtype(dtypes.bfloat16))
+
+
+def is_array(x: Any) -> bool:
+  """True for tinyjax arrays (and, later, the tracers that stand in for them)."""
+  return isinstance(x, Array)
+
+
+def is_python_scalar(x: Any) -> bool:
+  """True for Python bool, int and float values (numpy scalars are not Python scalars)."""
+  return type(x) in PYTHON_SCALARS
+
+
+def canonicalize_axis(axis: int, ndim: int) -> int:
+  """`axis` in [-ndim, ndim) as a non-negative axis; ValueError (numpy's AxisError message) otherwise."""
+  axis = int(axis)
+  if not -ndim <= axis < ndim:
+    raise ValueError(f"axis {axis} is out of bounds for array of dimension {ndim}")
+  return axis % ndim if ndim else axis
+
+
+def canonicalize_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
+  """A tuple of distinct non-negative axes; None means all axes."""
+  if axis is None: return tuple(range(ndim))
+  axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+  normal = tuple(canonicalize_axis(a, ndim) for a in axes)
+  if len(set(normal)) != len(normal): raise ValueError(f"repeated axis in {axis}")
+  return normal
+
+
+# ---------------------------------------------------------------------------------------------------------- host data
+
+def _check_int_range(value: int, dtype: np.dtype) -> None:
+  info = np.iinfo(dtype)
+  if not info.min <= value <= info.max:
+    raise OverflowError(f"Python int {value} too large to convert to {dtype.name}")
+
+
+def scalar_value(value: Any, dtype: np.dtype) -> bool | int | float:
+  """A Python value exactly representable in `dtype` (floats rounded to it once), for a CONST node."""
+  if dtype == BOOL: return bool(value)
+  if dtype.kind in "iu":
+    if isinstance(value, float) and not float(value).is_integer():
+      raise TypeError(f"cannot represent {value!r} exactly as {dtype.name}")
+    value = int(value)
+    _check_int_range(value, dtype)
+    return value
+  return float(np.asarray(value, dtype=np.float64).astype(dtype).astype(np.float64))
+
+
+def _leaves(value: Any) -> list[Any]:
+  if isinstance(value, (list, tuple)): return [leaf for item in value for leaf in _leaves(item)]
+  return [value]
+
+
+def host_to_array(value: Any, dtype: Any = None, weak_type: bool | None = None) -> Array:
+  """A realised Array holding host data (numpy array or scalar, Python scalar, nested lists/tuples of those).
+
+  Without `dtype`: Python scalars get the default dtypes and are weakly typed; numpy data keeps its dtype,
+  canonicalised (float64 -> float32 unless x64, silently, as JAX); lists take the JAX result type of their leaves.
+  With `dtype`: the values are converted to it (a 64-bit request without x64 warns and gives the 32-bit type).
+  Unsupported dtypes (complex, object, strings) raise TypeError.
+  """
+  target = None if dtype is None else dtypes.check_user_dtype_supported(dtype, "asarray")
+  if is_python_scalar(value):
+    if weak_type is None: weak_type = target is None and type(value) is not bool
+    out_dtype = target if target is not None else dtypes.python_scalar_dtype(value)
+    if out_dtype.kind in "iu" and isinstance(value, int) and target is None: _check_int_range(value, out_dtype)
+    return Array.from_numpy(np.asarray(value).astype(out_dtype), bool(weak_type))
+  if isinstance(value, (list, tuple)):
+    leaves = _leaves(value)
+    if any(isinstance(leaf, complex) for leaf in leaves): raise TypeError("tinyjax does not support complex values")
+    if target is None:
+      target = dtypes.result_type(*leaves) if leaves else dtypes.default_float_dtype()
+    host = np.asarray(value)
+  else:
+    if not isinstance(value, (np.ndarray, np.generic)):
+      raise TypeError(f"cannot convert {type(value).__name__} to a tinyjax Array")
+    host = value
+    dtypes.dtype(host.dtype)  # TypeError for complex, object, strings, ...
+    if target is None: target = dtypes.canonicalize_dtype(host.dtype)
+  if host.dtype.kind in "OUSVc" and host.dtype not in dtypes.SUPPORTED_DTYPES:
+    raise TypeError(f"tinyjax does not support dtype {host.dtype}")
+  return Array.from_numpy(np.asarray(host).astype(target), bool(weak_type))
+
+
+def to_array(x: Any) -> Array:
+  """An Array for an operand: Arrays as they are, Python scalars weakly typed, numpy data strongly typed.
+
+  Lists and other objects are a TypeError (as JAX: convert with `asarray` first)."""
+  if is_array(x): return x
+  if is_python_scalar(x):
+    dtype = dtypes.python_scalar_dtype(x)
+    return full((), x, dtype, weak_type=type(x) is not bool)
+  if isinstance(x, (np.ndarray, np.generic)): return host_to_array(x)
+  if isinstance(x, complex): raise TypeError("tinyjax does not support complex values")
+  raise TypeError(f"expected an array or a scalar, got {type(x).__name__}: use tinyjax.numpy.asarray for lists")
+
+
+# ---------------------------------------------------------------------------------------------------------- shapes
+
+def reshape_raw(x: Array, shape: tuple[int, ...]) -> Array:
+  """RESHAPE to `shape` (same size), skipped when the shape does not change."""
+  shape = tuple(int(d) for d in shape)
+  return x if x.shape == shape else bind(Ops.RESHAPE, x, arg=shape, weak_type=x.weak_type)
+
+
+def expand_raw(x: Array, shape: tuple[int, ...]) -> Array:
+  """Broadcast `x` to `shape` by numpy's rules (leading axes added, size-1 axes stretched); no checks."""
+  shape = tuple(int(d) for d in shape)
+  if x.shape == shape: return x
+  x = reshape_raw(x, (1,) * (len(shape) - x.ndim) + x.shape)
+  return x if x.shape == shape else bind(Ops.EXPAND, x, arg=shape, weak_type=x.weak_type)
+
+
+def full(shape: Sequence[int], value: Any, dtype: Any, weak_type: bool = False) -> Array:
+  """An array of `shape` filled with the Python scalar `value` (a CONST broadcast: no memory, fuses anywhere)."""
+  dtype = np.dtype(dtype)
+  const = bind(Ops.CONST, arg=scalar_value(value, dtype), dtype=dtype, weak_type=weak_type)
+  return expand_raw(const, tuple(shape))
+
+
+def like(x: Array, value: Any, dtype: Any = None) -> Array:
+  """`value` filled to the shape of `x`, in x's dtype (or `dtype`) and weak type."""
+  return full(x.shape, value, x.dtype if dtype is None else dtype, x.weak_type and dtype is None)
+
+
+def cast(x: Array, dtype: Any, weak_type: bool | None = None) -> Array:
+  """Convert values to `dtype` (numbers to bool are `!= 0`, NaN included); no node when nothing changes."""
+  dtype = np.dtype(dtype)
+  weak = x.weak_type if weak_type is None else weak_type
+  if dtype == x.dtype:
+    return x if weak == x.weak_type else bind(Ops.CAST, x, dtype=dtype, weak_type=weak)
+  if dtype == BOOL: return bind(Ops.CMPNE, x, like(x, 0), dtype=BOOL)
+  return bind(Ops.CAST, x, dtype=dtype, weak_type=weak)
+
+
+def broadcast_shapes(name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+  """numpy's broadcast of `shapes`. Same-rank mismatch: TypeError naming the shapes (as JAX); else ValueError."""
+  ndim = max((len(s) for s in shapes), default=0)
+  padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+  out = []
+  for sizes in zip(*padded):
+    non_one = {d for d in sizes if d != 1}
+    if len(non_one) > 1:
+      listed = ", ".join(str(tuple(s)) for s in shapes)
+      if len({len(s) for s in shapes}) == 1: raise TypeError(f"{name} got incompatible shapes for broadcasting: {listed}.")
+      raise ValueError(f"Incompatible shapes for broadcasting: shapes=[{listed}]")
+    out.append(non_one.pop() if non_one else 1)
+  return tuple(out)
+
+
+def lax_operands(name: str, *operands: Any) -> list[Array]:
+  """Operands of a lax elementwise op: equal shapes and dtypes required (no promotion, TypeError otherwise).
+
+  Python scalars (and weakly typed arrays of shape ()) take the dtype and shape of the strongly typed operands,
+  provided that fits without widening (`lax.add(f32, 1.0)` is fine, `lax.add(i32, 1.5)` is a TypeError)."""
+  arrays = [to_array(x) for x in operands]
+  strong = [a for a in arrays if not (a.weak_type and a.ndim == 0)] or [arrays[0]]
+  dtype = strong[0].dtype
+  for a in strong:
+    if a.dtype != dtype:
+      got = ", ".join(a.dtype.name for a in arrays)
+      raise TypeError(f"lax.{name} requires arguments to have the same dtypes, got {got}.")
+  shape = strong[0].shape
+  for a in strong:
+    if a.shape != shape:
+      got = ", ".join(str(a.shape) for a in arrays)
+      raise TypeError(f"{name} got incompatible shapes for broadcasting: {got}.")
+  out = []
+  for a in arrays:
+    if a.dtype != dtype:
+      if dtypes.result_type(dtype, a) != dtype:
+        raise TypeError(f"lax.{name} requires arguments to have the same dtypes, got {dtype.name} and a weakly typed "
+                        f"{a.dtype.name} that does not fit in it.")
+      a = cast(a, dtype)
+    out.append(expand_raw(a, shape))
+  return out

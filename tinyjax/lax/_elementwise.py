@@ -1,0 +1,505 @@
+"""Elementwise lax operations: arithmetic, transcendental functions, comparisons, bitwise ops and conversions.
+
+Each one is a primitive (`bind(Ops.X, ...)`) or a short composition of primitives. Operands must have equal shapes
+and dtypes (weak Python scalars adopt the other operand's dtype); results keep the input shape. The transcendental
+compositions run in float32 for float16/bfloat16 inputs and round once at the end.
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from tinyjax import dtypes
+from tinyjax.array import Array
+from tinyjax.lax._base import BOOL, FLOAT32, LOW_PRECISION_FLOATS, cast, lax_operands, like, to_array
+from tinyjax.trace.core import bind
+from tinyjax.uop import Ops
+
+LOG2_E = 1.4426950408889634
+LN2 = 0.6931471805599453
+PI = math.pi
+
+
+# ------------------------------------------------------------------------------------------- primitives, unchecked
+
+def _unary(op: Ops, x: Array) -> Array:
+  return bind(op, x, weak_type=x.weak_type)
+
+
+def _binary(op: Ops, x: Array, y: Array) -> Array:
+  return bind(op, x, y, weak_type=x.weak_type and y.weak_type)
+
+
+def _compare(op: Ops, x: Array, y: Array) -> Array:
+  return bind(op, x, y, dtype=BOOL)
+
+
+def _where(condition: Array, on_true: Array, on_false: Array) -> Array:
+  return bind(Ops.WHERE, condition, on_true, on_false, dtype=on_true.dtype,
+              weak_type=on_true.weak_type and on_false.weak_type)
+
+
+def _not(x: Array) -> Array:
+  return _binary(Ops.XOR, x, like(x, True)) if x.dtype == BOOL else _binary(Ops.XOR, x, like(x, _all_ones(x.dtype)))
+
+
+def _all_ones(dtype: np.dtype) -> int:
+  return -1 if dtype.kind == "i" else int(np.iinfo(dtype).max)
+
+
+def _eq(x: Array, y: Array) -> Array: return _not(_compare(Ops.CMPNE, x, y))
+def _lt(x: Array, y: Array) -> Array: return _compare(Ops.CMPLT, x, y)
+def _and(x: Array, y: Array) -> Array: return _binary(Ops.AND, x, y)
+def _or(x: Array, y: Array) -> Array: return _binary(Ops.OR, x, y)
+def _add(x: Array, y: Array) -> Array: return _binary(Ops.ADD, x, y)
+def _mul(x: Array, y: Array) -> Array: return _binary(Ops.MUL, x, y)
+def _neg(x: Array) -> Array: return _unary(Ops.NEG, x)
+def _sub(x: Array, y: Array) -> Array: return _add(x, _neg(y))
+def _fdiv(x: Array, y: Array) -> Array: return _binary(Ops.FDIV, x, y)
+def _max(x: Array, y: Array) -> Array: return _binary(Ops.MAX, x, y)
+def _c(x: Array, value: Any) -> Array: return like(x, value)
+
+
+def _min(x: Array, y: Array) -> Array:
+  if x.dtype == BOOL: return _and(x, y)
+  if x.dtype.kind in "iu": return _not(_max(_not(x), _not(y)))  # ~ reverses the order and cannot overflow
+  return _neg(_max(_neg(x), _neg(y)))  # exact, and NaN propagates as through MAX
+
+
+def _le(x: Array, y: Array) -> Array:
+  if dtypes.is_floating(x.dtype): return _or(_lt(x, y), _eq(x, y))  # NaN compares false both ways
+  return _not(_lt(y, x))
+
+
+def _isnan(x: Array) -> Array: return _compare(Ops.CMPNE, x, x)
+def _abs_float(x: Array) -> Array: return _bits_op(x, lambda bits, mask: _and(bits, _not(mask)))
+
+
+def _unsigned_of(dtype: np.dtype) -> np.dtype:
+  return np.dtype(f"uint{dtype.itemsize * 8}")
+
+
+def _bits_op(x: Array, fn: Callable[[Array, Array], Array]) -> Array:
+  """Apply `fn(bits, sign_mask)` to the bits of a float array as unsigned ints and reinterpret back."""
+  unsigned = _unsigned_of(x.dtype)
+  bits = bind(Ops.BITCAST, x, dtype=unsigned, weak_type=x.weak_type)
+  sign_mask = like(bits, 1 << (8 * x.dtype.itemsize - 1))
+  return bind(Ops.BITCAST, fn(bits, sign_mask), dtype=x.dtype, weak_type=x.weak_type)
+
+
+def _signbit(x: Array) -> Array:
+  """True where the sign bit is set (-0.0 and negative NaNs included) for floats; x < 0 for ints."""
+  if x.dtype.kind == "u" or x.dtype == BOOL: return like(x, False, BOOL)
+  if x.dtype.kind == "i": return _lt(x, _c(x, 0))
+  unsigned = _unsigned_of(x.dtype)
+  bits = bind(Ops.BITCAST, x, dtype=unsigned)
+  return _compare(Ops.CMPNE, _and(bits, like(bits, 1 << (8 * x.dtype.itemsize - 1))), like(bits, 0))
+
+
+def _copysign(magnitude: Array, sign: Array) -> Array:
+  """|magnitude| with the sign bit of `sign` (floats of one dtype)."""
+  unsigned = _unsigned_of(magnitude.dtype)
+  sign_bits = bind(Ops.BITCAST, sign, dtype=unsigned)
+  return _bits_op(magnitude, lambda bits, mask: _or(_and(bits, _not(mask)), _and(sign_bits, mask)))
+
+
+def _in_float32(fn: Callable[..., Array]) -> Callable[..., Array]:
+  """Run a float composition in float32 for float16/bfloat16 operands and round the result once."""
+  @functools.wraps(fn)
+  def wrapped(*operands: Array) -> Array:
+    dtype = operands[0].dtype
+    if dtype not in LOW_PRECISION_FLOATS: return fn(*operands)
+    return cast(fn(*(cast(x, FLOAT32) for x in operands)), dtype)
+  return wrapped
+
+
+# -------------------------------------------------------------------------------------------- float compositions
+
+def _trunc(x: Array) -> Array: return _unary(Ops.TRUNC, x)
+
+
+def _floor(x: Array) -> Array:
+  truncated = _trunc(x)
+  return _where(_lt(x, truncated), _sub(truncated, _c(x, 1)), truncated)
+
+
+def _ceil(x: Array) -> Array:
+  truncated = _trunc(x)
+  return _where(_lt(truncated, x), _add(truncated, _c(x, 1)), truncated)
+
+
+def _round_half_even(x: Array) -> Array:
+  truncated = _trunc(x)
+  fraction = _abs_float(_sub(x, truncated))  # exact
+  step = _copysign(_c(x, 1), x)
+  is_odd = _compare(Ops.CMPNE, _sub(truncated, _mul(_trunc(_mul(truncated, _c(x, 0.5))), _c(x, 2))), _c(x, 0))
+  up = _or(_lt(_c(x, 0.5), fraction), _and(_eq(fraction, _c(x, 0.5)), is_odd))
+  return _where(up, _add(truncated, step), truncated)
+
+
+def _round_half_away(x: Array) -> Array:
+  truncated = _trunc(x)
+  up = _le(_c(x, 0.5), _abs_float(_sub(x, truncated)))
+  return _where(up, _add(truncated, _copysign(_c(x, 1), x)), truncated)
+
+
+def _exp(x: Array) -> Array:
+  """e**x with the exponent split as n*ln2 + r (Cody-Waite), so exp2 sees a small argument and large |x| stays
+  accurate; the clip keeps n finite (x = +-inf give inf and 0)."""
+  if x.dtype == FLOAT32: ln2_hi, ln2_lo, limit = 0.693359375, -2.12194440e-4, 200.0
+  else: ln2_hi, ln2_lo, limit = 6.93147180369123816490e-01, 1.90821492927058770002e-10, 2000.0
+  scaled = _mul(x, _c(x, LOG2_E))
+  n = _trunc(_min(_max(scaled, _c(x, -limit)), _c(x, limit)))
+  reduced = _sub(_sub(x, _mul(n, _c(x, ln2_hi))), _mul(n, _c(x, ln2_lo)))
+  return _mul(_unary(Ops.EXP2, _mul(reduced, _c(x, LOG2_E))), _unary(Ops.EXP2, n))
+
+
+def _log(x: Array) -> Array: return _mul(_unary(Ops.LOG2, x), _c(x, LN2))
+
+
+def _log1p(x: Array) -> Array:
+  """log(1 + x), accurate for small x: log(u) * x / (u - 1) with u = 1 + x corrects u's rounding."""
+  u = _add(x, _c(x, 1))
+  delta = _sub(u, _c(x, 1))
+  general = _mul(_log(u), _fdiv(x, delta))
+  return _where(_eq(delta, _c(x, 0)), x, _where(_eq(x, _c(x, math.inf)), x, general))
+
+
+def _expm1(x: Array) -> Array:
+  """e**x - 1, accurate for small x (Kahan): (u - 1) * x / log(u) with u = e**x."""
+  u = _exp(x)
+  delta = _sub(u, _c(x, 1))
+  general = _mul(delta, _fdiv(x, _log(u)))
+  result = _where(_eq(delta, _c(x, -1)), _c(x, -1), _where(_eq(u, _c(x, math.inf)), u, general))
+  return _where(_eq(u, _c(x, 1)), x, result)
+
+
+def _sin(x: Array) -> Array: return _unary(Ops.SIN, x)
+
+
+def _cos(x: Array) -> Array:
+  half_sine = _sin(_mul(x, _c(x, 0.5)))
+  return _sub(_c(x, 1), _mul(_c(x, 2), _mul(half_sine, half_sine)))
+
+
+# Cephes atan: a polynomial for float32, a rational function for float64, after reducing |x| to [0, 0.66].
+_ATAN_F32 = (8.05374449538e-2, -1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1)
+_ATAN_P = (-8.750608600031904122785e-1, -1.615753718733365076637e1, -7.500855792314704667340e1,
+           -1.228866684490136173410e2, -6.485021904942025371773e1)
+_ATAN_Q = (2.485846490142306297962e1, 1.650270098316988542046e2, 4.328810604912902668951e2,
+           4.853903996359136964868e2, 1.945506571482613964425e2)
+_TAN_3PI_8 = 2.41421356237309504880
+_ATAN_MOREBITS = 6.123233995736765886130e-17
+
+
+def _polynomial(z: Array, coefficients: tuple[float, ...], leading_one: bool = False) -> Array:
+  result = _add(z, _c(z, coefficients[0])) if leading_one else _c(z, coefficients[0])
+  for coefficient in coefficients[1:]: result = _add(_mul(result, z), _c(z, coefficient))
+  return result
+
+
+def _atan(x: Array) -> Array:
+  magnitude = _abs_float(x)
+  big = _lt(_c(x, _TAN_3PI_8), magnitude)
+  middle = _lt(_c(x, 0.66 if x.dtype != FLOAT32 else 0.4142135623730950), magnitude)
+  reduced = _where(big, _neg(_fdiv(_c(x, 1), magnitude)),
+                   _where(middle, _fdiv(_sub(magnitude, _c(x, 1)), _add(magnitude, _c(x, 1))), magnitude))
+  offset = _where(big, _c(x, PI / 2), _where(middle, _c(x, PI / 4), _c(x, 0)))
+  z = _mul(reduced, reduced)
+  if x.dtype == FLOAT32:
+    tail = _mul(_mul(_polynomial(z, _ATAN_F32), z), reduced)
+  else:
+    tail = _mul(reduced, _fdiv(_mul(z, _polynomial(z, _ATAN_P)), _polynomial(z, _ATAN_Q, leading_one=True)))
+    offset = _add(offset, _where(big, _c(x, _ATAN_MOREBITS), _where(middle, _c(x, 0.5 * _ATAN_MOREBITS), _c(x, 0))))
+  return _copysign(_add(offset, _add(tail, reduced)), x)
+
+
+def _atan2(y: Array, x: Array) -> Array:
+  abs_x, abs_y = _abs_float(x), _abs_float(y)
+  larger, smaller = _max(abs_x, abs_y), _min(abs_x, abs_y)
+  angle = _atan(_fdiv(smaller, larger))
+  angle = _where(_eq(larger, _c(x, 0)), _c(x, 0), angle)
+  both_inf = _and(_eq(abs_x, _c(x, math.inf)), _eq(abs_y, _c(x, math.inf)))
+  angle = _where(both_inf, _c(x, PI / 4), angle)
+  angle = _where(_lt(abs_x, abs_y), _sub(_c(x, PI / 2), angle), angle)
+  angle = _where(_signbit(x), _sub(_c(x, PI), angle), angle)
+  return _copysign(angle, y)
+
+
+def _sqrt(x: Array) -> Array: return _unary(Ops.SQRT, x)
+def _one_minus_square(x: Array) -> Array: return _mul(_sub(_c(x, 1), x), _add(_c(x, 1), x))
+
+
+def _large_threshold(x: Array) -> float:
+  return 1.0 / math.sqrt(float(dtypes.finfo(x.dtype).eps))
+
+
+def _asinh(x: Array) -> Array:
+  a = _abs_float(x)
+  big = _add(_log(a), _c(x, LN2))
+  small = _log1p(_add(a, _fdiv(_mul(a, a), _add(_c(x, 1), _sqrt(_add(_c(x, 1), _mul(a, a)))))))
+  return _copysign(_where(_lt(_c(x, _large_threshold(x)), a), big, small), x)
+
+
+def _acosh(x: Array) -> Array:
+  t = _sub(x, _c(x, 1))
+  small = _log1p(_add(t, _sqrt(_add(_mul(_c(x, 2), t), _mul(t, t)))))
+  return _where(_lt(_c(x, _large_threshold(x)), x), _add(_log(x), _c(x, LN2)), small)
+
+
+def _atanh(x: Array) -> Array:
+  return _mul(_c(x, 0.5), _log1p(_fdiv(_mul(_c(x, 2), x), _sub(_c(x, 1), x))))
+
+
+def _sinh(x: Array) -> Array:
+  em1 = _expm1(_abs_float(x))
+  value = _mul(_c(x, 0.5), _add(em1, _fdiv(em1, _add(em1, _c(x, 1)))))
+  return _copysign(_where(_eq(em1, _c(x, math.inf)), em1, value), x)
+
+
+def _cosh(x: Array) -> Array:
+  e = _exp(_abs_float(x))
+  return _add(_mul(_c(x, 0.5), e), _fdiv(_c(x, 0.5), e))
+
+
+def _tanh(x: Array) -> Array:
+  saturate = 10.0 if x.dtype == FLOAT32 else 20.0  # tanh rounds to 1 beyond this
+  em1 = _expm1(_mul(_c(x, 2), _min(_abs_float(x), _c(x, saturate))))
+  return _copysign(_fdiv(em1, _add(em1, _c(x, 2))), x)
+
+
+def _cbrt(x: Array) -> Array:
+  a = _abs_float(x)
+  guess = _unary(Ops.EXP2, _mul(_unary(Ops.LOG2, a), _c(x, 1 / 3)))
+  refined = _sub(guess, _mul(_sub(guess, _fdiv(a, _mul(guess, guess))), _c(x, 1 / 3)))  # one Newton step
+  special = _or(_eq(a, _c(x, 0)), _or(_eq(a, _c(x, math.inf)), _isnan(a)))
+  return _copysign(_where(special, a, refined), x)
+
+
+# ------------------------------------------------------------------------------------------------- public: checks
+
+def _require(name: str, x: Array, kinds: str) -> None:
+  kind = "f" if dtypes.is_floating(x.dtype) else x.dtype.kind
+  if kind not in kinds:
+    wanted = {"f": "floating", "i": "signed integer", "u": "unsigned integer", "b": "bool"}
+    allowed = ", ".join(wanted[k] for k in kinds)
+    raise TypeError(f"lax.{name} does not accept dtype {x.dtype.name}. Accepted dtypes are subtypes of {allowed}.")
+
+
+def _unary_op(name: str, kinds: str, fn: Callable[[Array], Array], doc: str) -> Callable[[Any], Array]:
+  def op(x: Any) -> Array:
+    x = to_array(x)
+    _require(name, x, kinds)
+    return fn(x)
+  op.__name__ = op.__qualname__ = name
+  op.__doc__ = doc
+  return op
+
+
+def _binary_op(name: str, kinds: str, fn: Callable[[Array, Array], Array], doc: str) -> Callable[[Any, Any], Array]:
+  def op(x: Any, y: Any) -> Array:
+    x, y = lax_operands(name, x, y)
+    _require(name, x, kinds)
+    return fn(x, y)
+  op.__name__ = op.__qualname__ = name
+  op.__doc__ = doc
+  return op
+
+
+NUMBER = "fiu"
+FLOAT = "f"
+INTEGER = "iub"
+
+# ---------------------------------------------------------------------------------------------- arithmetic
+
+
+def _sign(x: Array) -> Array:
+  if x.dtype.kind == "u": return cast(_compare(Ops.CMPNE, x, _c(x, 0)), x.dtype)
+  positive, negative = _lt(_c(x, 0), x), _lt(x, _c(x, 0))
+  if x.dtype.kind == "i": return _where(positive, _c(x, 1), _where(negative, _c(x, -1), _c(x, 0)))
+  return _where(positive, _c(x, 1), _where(negative, _c(x, -1), x))  # keeps +-0 and NaN
+
+
+def _abs(x: Array) -> Array:
+  if dtypes.is_floating(x.dtype): return _abs_float(x)
+  if x.dtype.kind == "u": return x
+  return _where(_lt(x, _c(x, 0)), _neg(x), x)
+
+
+def _div(x: Array, y: Array) -> Array:
+  return _fdiv(x, y) if dtypes.is_floating(x.dtype) else _binary(Ops.IDIV, x, y)
+
+
+def _rem(x: Array, y: Array) -> Array: return _binary(Ops.MOD, x, y)  # floats: C fmod, exact
+
+
+add = _binary_op("add", NUMBER, _add, "Elementwise x + y (same shapes and dtypes; integers wrap).")
+sub = _binary_op("sub", NUMBER, _sub, "Elementwise x - y (same shapes and dtypes).")
+mul = _binary_op("mul", NUMBER, _mul, "Elementwise x * y (same shapes and dtypes).")
+div = _binary_op("div", NUMBER, _div, "Elementwise x / y: float division, or integer division rounding toward zero.")
+rem = _binary_op("rem", NUMBER, _rem, "Elementwise remainder of `div` (C fmod: the sign of x).")
+max = _binary_op("max", NUMBER + "b", _max, "Elementwise maximum; NaN propagates.")  # noqa: A001
+min = _binary_op("min", NUMBER + "b", _min, "Elementwise minimum; NaN propagates.")  # noqa: A001
+neg = _unary_op("neg", NUMBER, _neg, "Elementwise -x.")
+abs = _unary_op("abs", NUMBER, _abs, "Elementwise |x| (|-0.0| is 0.0; integers wrap at the minimum).")  # noqa: A001
+sign = _unary_op("sign", NUMBER, _sign, "Elementwise sign: -1, 0 or 1 in x's dtype (floats keep -0.0 and NaN).")
+square = _unary_op("square", NUMBER, lambda x: _mul(x, x), "Elementwise x * x.")
+reciprocal = _unary_op("reciprocal", FLOAT, lambda x: _unary(Ops.RECIP, x), "Elementwise 1 / x.")
+
+exp = _unary_op("exp", FLOAT, _in_float32(_exp), "Elementwise e**x.")
+exp2 = _unary_op("exp2", FLOAT, _in_float32(lambda x: _unary(Ops.EXP2, x)), "Elementwise 2**x.")
+log = _unary_op("log", FLOAT, _in_float32(_log), "Elementwise natural logarithm.")
+log1p = _unary_op("log1p", FLOAT, _in_float32(_log1p), "Elementwise log(1 + x), accurate for small x.")
+expm1 = _unary_op("expm1", FLOAT, _in_float32(_expm1), "Elementwise e**x - 1, accurate for small x.")
+sin = _unary_op("sin", FLOAT, _in_float32(_sin), "Elementwise sine.")
+cos = _unary_op("cos", FLOAT, _in_float32(_cos), "Elementwise cosine.")
+tan = _unary_op("tan", FLOAT, _in_float32(lambda x: _fdiv(_sin(x), _cos(x))), "Elementwise tangent.")
+atan = _unary_op("atan", FLOAT, _in_float32(_atan), "Elementwise arc tangent, in (-pi/2, pi/2).")
+asin = _unary_op("asin", FLOAT, _in_float32(lambda x: _atan2(x, _sqrt(_one_minus_square(x)))),
+                 "Elementwise arc sine, in [-pi/2, pi/2] (NaN outside [-1, 1]).")
+acos = _unary_op("acos", FLOAT, _in_float32(lambda x: _atan2(_sqrt(_one_minus_square(x)), x)),
+                 "Elementwise arc cosine, in [0, pi] (NaN outside [-1, 1]).")
+atan2 = _binary_op("atan2", FLOAT, _in_float32(_atan2), "Elementwise arc tangent of y / x using both signs: atan2(y, x).")
+sinh = _unary_op("sinh", FLOAT, _in_float32(_sinh), "Elementwise hyperbolic sine.")
+cosh = _unary_op("cosh", FLOAT, _in_float32(_cosh), "Elementwise hyperbolic cosine.")
+tanh = _unary_op("tanh", FLOAT, _in_float32(_tanh), "Elementwise hyperbolic tangent.")
+asinh = _unary_op("asinh", FLOAT, _in_float32(_asinh), "Elementwise inverse hyperbolic sine.")
+acosh = _unary_op("acosh", FLOAT, _in_float32(_acosh), "Elementwise inverse hyperbolic cosine (NaN below 1).")
+atanh = _unary_op("atanh", FLOAT, _in_float32(_atanh), "Elementwise inverse hyperbolic tangent (NaN outside [-1, 1]).")
+logistic = _unary_op("logistic", FLOAT, _in_float32(lambda x: _unary(Ops.RECIP, _add(_c(x, 1), _exp(_neg(x))))),
+                     "Elementwise logistic sigmoid 1 / (1 + e**-x).")
+sqrt = _unary_op("sqrt", FLOAT, _sqrt, "Elementwise square root (NaN for negative x).")
+rsqrt = _unary_op("rsqrt", FLOAT, _in_float32(lambda x: _unary(Ops.RECIP, _sqrt(x))), "Elementwise 1 / sqrt(x).")
+cbrt = _unary_op("cbrt", FLOAT, _in_float32(_cbrt), "Elementwise real cube root (negative for negative x).")
+floor = _unary_op("floor", FLOAT, _floor, "Elementwise floor (round toward -inf).")
+ceil = _unary_op("ceil", FLOAT, _ceil, "Elementwise ceiling (round toward +inf).")
+is_finite = _unary_op("is_finite", FLOAT, lambda x: _lt(_abs_float(x), _c(x, math.inf)),
+                      "Elementwise test for finite values (bool; NaN and +-inf are False).")
+pow = _binary_op("pow", FLOAT, _in_float32(lambda x, y: _binary(Ops.POW, x, y)),  # noqa: A001
+                 "Elementwise x ** y for floats of one dtype (see `integer_pow` for static integer exponents).")
+
+
+class RoundingMethod:
+  """How `round` breaks ties: AWAY_FROM_ZERO (lax's default) or TO_NEAREST_EVEN (numpy's)."""
+  AWAY_FROM_ZERO = 0
+  TO_NEAREST_EVEN = 1
+
+
+def round(x: Any, rounding_method: int = RoundingMethod.AWAY_FROM_ZERO) -> Array:  # noqa: A001
+  """Elementwise rounding to the nearest integer value (same float dtype); ties away from zero by default."""
+  x = to_array(x)
+  _require("round", x, FLOAT)
+  return _round_half_even(x) if int(rounding_method) == RoundingMethod.TO_NEAREST_EVEN else _round_half_away(x)
+
+
+def integer_pow(x: Any, y: int) -> Array:
+  """Elementwise x ** y for a static Python int y, by repeated squaring (negative y: the reciprocal, floats only)."""
+  x = to_array(x)
+  _require("integer_pow", x, NUMBER)
+  exponent = int(y)
+  if exponent < 0 and not dtypes.is_floating(x.dtype):
+    raise TypeError(f"lax.integer_pow: negative exponent {exponent} needs a floating dtype, got {x.dtype.name}")
+  result, base, remaining = None, x, builtins.abs(exponent)
+  while remaining:
+    if remaining & 1: result = base if result is None else _mul(result, base)
+    remaining >>= 1
+    if remaining: base = _mul(base, base)
+  if result is None: result = _c(x, 1)
+  return _unary(Ops.RECIP, result) if exponent < 0 else result
+
+
+def integer_power_array(x: Array, y: Array) -> Array:
+  """x ** y for integer arrays of one dtype and shape, by binary exponentiation over the bits of y (y < 0 gives 0,
+  except for bases 1 and -1)."""
+  result, base, exponent = _c(x, 1), x, y
+  for _ in range(8 * x.dtype.itemsize):
+    odd = _compare(Ops.CMPNE, _and(exponent, _c(y, 1)), _c(y, 0))
+    result = _where(odd, _mul(result, base), result)
+    base = _mul(base, base)
+    exponent = _binary(Ops.SHR, exponent, _c(y, 1))
+  if x.dtype.kind == "i":
+    negative = _lt(y, _c(y, 0))
+    minus_one_result = _where(_eq(_and(y, _c(y, 1)), _c(y, 0)), _c(x, 1), _c(x, -1))
+    special = _where(_eq(x, _c(x, 1)), _c(x, 1), _where(_eq(x, _c(x, -1)), minus_one_result, _c(x, 0)))
+    result = _where(negative, special, result)
+  return result
+
+
+# ---------------------------------------------------------------------------------------------- comparisons
+
+eq = _binary_op("eq", NUMBER + "b", _eq, "Elementwise x == y (bool).")
+ne = _binary_op("ne", NUMBER + "b", lambda x, y: _compare(Ops.CMPNE, x, y), "Elementwise x != y (bool).")
+lt = _binary_op("lt", NUMBER + "b", _lt, "Elementwise x < y (bool).")
+gt = _binary_op("gt", NUMBER + "b", lambda x, y: _lt(y, x), "Elementwise x > y (bool).")
+le = _binary_op("le", NUMBER + "b", _le, "Elementwise x <= y (bool; False with NaN).")
+ge = _binary_op("ge", NUMBER + "b", lambda x, y: _le(y, x), "Elementwise x >= y (bool; False with NaN).")
+
+# ---------------------------------------------------------------------------------------------- bitwise
+
+bitwise_and = _binary_op("bitwise_and", INTEGER, _and, "Elementwise x & y for integers and bools.")
+bitwise_or = _binary_op("bitwise_or", INTEGER, _or, "Elementwise x | y for integers and bools.")
+bitwise_xor = _binary_op("bitwise_xor", INTEGER, lambda x, y: _binary(Ops.XOR, x, y),
+                         "Elementwise x ^ y for integers and bools.")
+bitwise_not = _unary_op("bitwise_not", INTEGER, _not, "Elementwise ~x for integers (logical not for bools).")
+
+
+def _shift_amount(x: Array, y: Array) -> tuple[Array, Array]:
+  """The shift clamped to [0, bits - 1] (so the primitive never sees an out-of-range shift) and whether it was in
+  range."""
+  bits = 8 * x.dtype.itemsize
+  in_range = _and(_le(_c(y, 0), y), _lt(y, _c(y, bits))) if y.dtype.kind == "i" else _lt(y, _c(y, bits))
+  clamped = _min(y, _c(y, bits - 1))
+  if y.dtype.kind == "i": clamped = _max(clamped, _c(y, 0))
+  return clamped, in_range
+
+
+def _shift_left(x: Array, y: Array) -> Array:
+  amount, in_range = _shift_amount(x, y)
+  return _where(in_range, _binary(Ops.SHL, x, amount), _c(x, 0))
+
+
+def _shift_right_arithmetic(x: Array, y: Array) -> Array:
+  if x.dtype.kind == "u": return _shift_right_logical(x, y)
+  amount, _ = _shift_amount(x, y)  # shifting by bits - 1 already gives 0 or -1, what a larger shift means
+  return _binary(Ops.SHR, x, amount)
+
+
+def _shift_right_logical(x: Array, y: Array) -> Array:
+  amount, in_range = _shift_amount(x, y)
+  if x.dtype.kind == "i":
+    unsigned = _unsigned_of(x.dtype)
+    shifted = _binary(Ops.SHR, bind(Ops.BITCAST, x, dtype=unsigned), bind(Ops.BITCAST, amount, dtype=unsigned))
+    shifted = bind(Ops.BITCAST, shifted, dtype=x.dtype, weak_type=x.weak_type)
+  else:
+    shifted = _binary(Ops.SHR, x, amount)
+  return _where(in_range, shifted, _c(x, 0))
+
+
+shift_left = _binary_op("shift_left", "iu", _shift_left, "Elementwise x << y (0 when y is out of [0, bits)).")
+shift_right_arithmetic = _binary_op("shift_right_arithmetic", "iu", _shift_right_arithmetic,
+                                    "Elementwise x >> y, filling with the sign bit.")
+shift_right_logical = _binary_op("shift_right_logical", "iu", _shift_right_logical,
+                                 "Elementwise x >> y, filling with zeros (0 when y is out of [0, bits)).")
+
+
+# ---------------------------------------------------------------------------------------------- conversions
+
+def convert_element_type(operand: Any, new_dtype: Any) -> Array:
+  """Elementwise conversion to `new_dtype` (same shape; a strongly typed result). Float to int truncates toward zero;
+  anything to bool is `!= 0`."""
+  x = to_array(operand)
+  return cast(x, dtypes.canonicalize_dtype(dtypes.dtype(new_dtype)), weak_type=False)
+
+
+def bitcast_convert_type(operand: Any, new_dtype: Any) -> Array:
+  """Reinterpret the bits of each element as `new_dtype` (same itemsize only; same shape)."""
+  x = to_array(operand)
+  target = dtypes.canonicalize_dtype(dtypes.dtype(new_dtype))
+  if target.itemsize != x.dtype.itemsize:
+    raise TypeError(f"lax.bitcast_convert_type between {x.dtype.name} and {target.name} (different itemsizes) is not "
+                    "supported yet")
+  return x if target == x.dtype else bind(Ops.BITCAST, x, dtype=target)

@@ -1,0 +1,56 @@
+"""tinyjax.numpy: jax.numpy's functions on tinyjax primitives, with JAX's type promotion (weak Python scalars,
+the JAX lattice, 32-bit defaults unless x64). Importing it also gives `tinyjax.Array` its operators and methods."""
+import numpy as _np
+
+from tinyjax.array import Array
+from tinyjax.dtypes import finfo, iinfo, issubdtype, promote_types, result_type
+from tinyjax.numpy import _array_methods
+from tinyjax.numpy._creation import (SCALAR_TYPES as _SCALAR_TYPES, arange, array, asarray, empty, empty_like, eye,
+                                     full, full_like, identity, linspace, ones, ones_like, zeros, zeros_like)
+from tinyjax.numpy._elementwise import (abs, absolute, add, arccos, arccosh, arcsin, arcsinh, arctan, arctan2,
+                                        arctanh, around, astype, bitwise_and, bitwise_not, bitwise_or, bitwise_xor,
+                                        cbrt, ceil, clip, copysign, cos, cosh, deg2rad, degrees, divide, equal, exp,
+                                        exp2, expm1, floor, floor_divide, fmax, fmin, fmod, greater, greater_equal,
+                                        heaviside, hypot, invert, isfinite, isinf, isnan, left_shift, less, less_equal,
+                                        log, log1p, log2, log10, logical_and, logical_not, logical_or, logical_xor,
+                                        maximum, minimum, mod, multiply, negative, not_equal, positive, power,
+                                        rad2deg, radians, reciprocal, remainder, right_shift, rint, round, sign,
+                                        signbit, sin, sinh, sqrt, square, subtract, tan, tanh, true_divide, trunc,
+                                        where)
+from tinyjax.numpy._indexing import getitem as _getitem  # noqa: F401
+from tinyjax.numpy._linalg import dot, inner, matmul, outer, tensordot, vdot
+from tinyjax.numpy._reductions import all, amax, amin, any, argmax, argmin, max, mean, min, prod, std, sum, var
+from tinyjax.numpy._shape import (broadcast_arrays, broadcast_shapes, broadcast_to, concatenate, expand_dims, flip,
+                                  fliplr, flipud, matrix_transpose, moveaxis, pad, ravel, reshape, squeeze, stack,
+                                  swapaxes, transpose)
+
+ndarray = Array
+dtype = _np.dtype
+pi, e, inf, nan, euler_gamma = _np.pi, _np.e, _np.inf, _np.nan, _np.euler_gamma
+newaxis = None
+
+bool_ = _SCALAR_TYPES["bool_"]
+int8, int16, int32, int64 = (_SCALAR_TYPES[name] for name in ("int8", "int16", "int32", "int64"))
+uint8, uint16, uint32, uint64 = (_SCALAR_TYPES[name] for name in ("uint8", "uint16", "uint32", "uint64"))
+float16, bfloat16, float32, float64 = (_SCALAR_TYPES[name] for name in ("float16", "bfloat16", "float32", "float64"))
+float8_e4m3fn = _SCALAR_TYPES["float8_e4m3fn"]
+
+_array_methods.attach()
+
+__all__ = [
+  "Array", "abs", "absolute", "add", "all", "amax", "amin", "any", "arange", "arccos", "arccosh", "arcsin", "arcsinh",
+  "arctan", "arctan2", "arctanh", "argmax", "argmin", "around", "array", "asarray", "astype", "bfloat16",
+  "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "bool_", "broadcast_arrays", "broadcast_shapes",
+  "broadcast_to", "cbrt", "ceil", "clip", "concatenate", "copysign", "cos", "cosh", "deg2rad", "degrees", "divide",
+  "dot", "dtype", "e", "empty", "empty_like", "equal", "euler_gamma", "exp", "exp2", "expand_dims", "expm1", "eye",
+  "finfo", "flip", "fliplr", "flipud", "float16", "float32", "float64", "float8_e4m3fn", "floor", "floor_divide",
+  "fmax", "fmin", "fmod", "full", "full_like", "greater", "greater_equal", "heaviside", "hypot", "identity", "iinfo",
+  "inf", "inner", "int16", "int32", "int64", "int8", "invert", "isfinite", "isinf", "isnan", "issubdtype",
+  "left_shift", "less", "less_equal", "linspace", "log", "log10", "log1p", "log2", "logical_and", "logical_not",
+  "logical_or", "logical_xor", "matmul", "matrix_transpose", "max", "maximum", "mean", "min", "minimum", "mod",
+  "moveaxis", "multiply", "nan", "ndarray", "negative", "newaxis", "not_equal", "ones", "ones_like", "outer", "pad",
+  "pi", "positive", "power", "prod", "promote_types", "rad2deg", "radians", "ravel", "reciprocal", "remainder",
+  "reshape", "result_type", "right_shift", "rint", "round", "sign", "signbit", "sin", "sinh", "sqrt", "square",
+  "squeeze", "stack", "std", "subtract", "sum", "swapaxes", "tan", "tanh", "tensordot", "transpose", "true_divide",
+  "trunc", "uint16", "uint32", "uint64", "uint8", "var", "vdot", "where", "zeros", "zeros_like",
+]

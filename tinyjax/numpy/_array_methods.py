@@ -1,0 +1,77 @@
+"""Python operators and methods of `tinyjax.Array`, set on the class when tinyjax.numpy is imported (the way
+jax.numpy sets them on jax.Array): `+ - * / // % ** @`, unary `- + abs ~`, `& | ^ << >>`, comparisons, reflected
+forms, `x[...]`, and `astype, reshape, transpose, T, mT, sum, ..., dot`."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tinyjax.array import Array
+from tinyjax.numpy import _elementwise as ew
+from tinyjax.numpy import _indexing, _linalg, _reductions, _shape
+
+
+def _defer_to_others(fn: Callable[[Any, Any], Array], reflected: bool) -> Callable[[Array, Any], Any]:
+  """A binary operator: NotImplemented for operand types we don't know, so Python tries the other side."""
+  def operator(self: Array, other: Any) -> Any:
+    if isinstance(other, (list, tuple, str, dict, set)) or other is None:
+      return NotImplemented if not isinstance(other, (list, tuple)) else _reject_sequence(other)
+    return fn(other, self) if reflected else fn(self, other)
+  return operator
+
+
+def _reject_sequence(other: Any) -> Array:
+  raise TypeError(f"unsupported operand type {type(other).__name__} for an Array operator: convert it with "
+                  "tinyjax.numpy.asarray first (as JAX requires)")
+
+
+_BINARY = {
+  "add": ew.add, "sub": ew.subtract, "mul": ew.multiply, "truediv": ew.true_divide, "floordiv": ew.floor_divide,
+  "mod": ew.remainder, "pow": ew.power, "matmul": _linalg.matmul, "and": ew.bitwise_and, "or": ew.bitwise_or,
+  "xor": ew.bitwise_xor, "lshift": ew.left_shift, "rshift": ew.right_shift,
+}
+_COMPARISONS = {"eq": ew.equal, "ne": ew.not_equal, "lt": ew.less, "le": ew.less_equal, "gt": ew.greater,
+                "ge": ew.greater_equal}
+
+
+def _reshape(self: Array, *shape: Any, order: str = "C") -> Array:
+  """x.reshape(2, 3) or x.reshape((2, 3))."""
+  if len(shape) == 1 and not isinstance(shape[0], int): shape = shape[0]
+  return _shape.reshape(self, shape, order)
+
+
+def _transpose(self: Array, *axes: Any) -> Array:
+  """x.transpose(), x.transpose(1, 0) or x.transpose((1, 0))."""
+  if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], int)): axes = axes[0]
+  return _shape.transpose(self, axes or None)
+
+
+def _divmod(self: Array, other: Any) -> tuple[Array, Array]:
+  return ew.floor_divide(self, other), ew.remainder(self, other)
+
+
+def _rdivmod(self: Array, other: Any) -> tuple[Array, Array]:
+  return ew.floor_divide(other, self), ew.remainder(other, self)
+
+
+def attach() -> None:
+  """Set the operators and methods on Array."""
+  for name, fn in _BINARY.items():
+    setattr(Array, f"__{name}__", _defer_to_others(fn, False))
+    setattr(Array, f"__r{name}__", _defer_to_others(fn, True))
+  for name, fn in _COMPARISONS.items(): setattr(Array, f"__{name}__", _defer_to_others(fn, False))
+  Array.__divmod__, Array.__rdivmod__ = _divmod, _rdivmod
+  Array.__neg__ = lambda self: ew.negative(self)
+  Array.__pos__ = lambda self: ew.positive(self)
+  Array.__abs__ = lambda self: ew.absolute(self)
+  Array.__invert__ = lambda self: ew.bitwise_not(self)
+  Array.__getitem__ = _indexing.getitem
+  methods = {
+    "astype": ew.astype, "reshape": _reshape, "transpose": _transpose, "sum": _reductions.sum,
+    "prod": _reductions.prod, "max": _reductions.max, "min": _reductions.min, "mean": _reductions.mean,
+    "var": _reductions.var, "std": _reductions.std, "argmax": _reductions.argmax, "argmin": _reductions.argmin,
+    "any": _reductions.any, "all": _reductions.all, "clip": ew.clip, "round": ew.round, "squeeze": _shape.squeeze,
+    "flatten": _shape.ravel, "ravel": _shape.ravel, "swapaxes": _shape.swapaxes, "dot": _linalg.dot,
+  }
+  for name, fn in methods.items(): setattr(Array, name, fn)
+  Array.T = property(lambda self: _shape.transpose(self), doc="The array with its axes reversed.")
+  Array.mT = property(_shape.matrix_transpose, doc="The array with its last two axes swapped.")

@@ -1,0 +1,358 @@
+"""Elementwise functions of tinyjax.numpy (numpy's ufuncs with JAX's promotion and weak types).
+
+Operands are promoted to one dtype (`tinyjax.dtypes.result_type`, weak Python scalars included) and broadcast to
+one shape (numpy's rules), then handed to the lax compositions; functions like `sin` or `/` first move integers to
+the default float dtype (`to_inexact_dtype`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from tinyjax import dtypes
+from tinyjax.array import Array
+from tinyjax.lax import _elementwise as ew
+from tinyjax.lax._base import (BOOL, broadcast_shapes, cast, expand_raw, full, host_to_array, is_array,
+                               is_python_scalar, like)
+from tinyjax.uop import Ops
+
+
+# ---------------------------------------------------------------------------------------------- promotion
+
+def _operand(x: Any, name: str) -> Any:
+  if is_array(x) or is_python_scalar(x): return x
+  if isinstance(x, (np.ndarray, np.generic)): return host_to_array(x)
+  if isinstance(x, complex): raise TypeError(f"{name}: tinyjax does not support complex values")
+  raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(x).__name__} (lists and tuples must be "
+                  "converted with tinyjax.numpy.asarray first)")
+
+
+def promote(name: str, *args: Any, inexact: bool = False) -> list[Array]:
+  """Arrays of one dtype (JAX's promotion of `args`, weak scalars included) broadcast to one shape.
+
+  With `inexact`, integer and bool results move to the default float dtype (as `true_divide`, `sin`, ...)."""
+  operands = [_operand(x, name) for x in args]
+  dtype, weak = dtypes.result_type(*operands, return_weak_type_flag=True)
+  if inexact and not dtypes.is_floating(dtype):
+    dtype = dtypes.to_inexact_dtype(dtype)
+  shape = broadcast_shapes(name, *(np.shape(x) if not is_array(x) else x.shape for x in operands))
+  arrays = []
+  for x in operands:
+    array = full((), x, dtype, weak) if is_python_scalar(x) else cast(x, dtype)
+    arrays.append(expand_raw(array, shape))
+  return arrays
+
+
+def as_array(x: Any, name: str = "function") -> Array:
+  """One operand as an Array (Python scalars weakly typed)."""
+  (array,) = promote(name, x)
+  return array
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+def _binary(name: str, fn: Callable[[Array, Array], Array], doc: str, inexact: bool = False,
+            kinds: str = "fiub") -> Callable[[Any, Any], Array]:
+  def ufunc(x1: Any, x2: Any, /) -> Array:
+    a, b = promote(name, x1, x2, inexact=inexact)
+    _check_kind(name, a.dtype, kinds)
+    return fn(a, b)
+  ufunc.__name__ = ufunc.__qualname__ = name
+  ufunc.__doc__ = doc
+  return ufunc
+
+
+def _unary(name: str, fn: Callable[[Array], Array], doc: str, inexact: bool = False,
+           kinds: str = "fiub") -> Callable[[Any], Array]:
+  def ufunc(x: Any, /) -> Array:
+    (a,) = promote(name, x, inexact=inexact)
+    _check_kind(name, a.dtype, kinds)
+    return fn(a)
+  ufunc.__name__ = ufunc.__qualname__ = name
+  ufunc.__doc__ = doc
+  return ufunc
+
+
+def _check_kind(name: str, dtype: np.dtype, kinds: str) -> None:
+  kind = "f" if dtypes.is_floating(dtype) else dtype.kind
+  if kind not in kinds: raise TypeError(f"{name} does not support dtype {dtype.name}")
+
+
+def _is_float(x: Array) -> bool: return dtypes.is_floating(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------- arithmetic
+
+def _add(a: Array, b: Array) -> Array: return ew._or(a, b) if a.dtype == BOOL else ew._add(a, b)
+def _multiply(a: Array, b: Array) -> Array: return ew._and(a, b) if a.dtype == BOOL else ew._mul(a, b)
+
+
+def _subtract(a: Array, b: Array) -> Array:
+  if a.dtype == BOOL: raise TypeError("subtract: numpy boolean subtract is not supported, use logical_xor")
+  return ew._sub(a, b)
+
+
+def _floor_divide(a: Array, b: Array) -> Array:
+  if a.dtype == BOOL: return ew._and(a, b)  # numpy: True // True is True; x // False is 0
+  if _is_float(a):
+    return ew._in_float32(lambda x, y: _float_divmod(x, y)[0])(a, b)
+  quotient = ew._binary(Ops.IDIV, a, b)
+  if a.dtype.kind == "u": return quotient
+  remainder = ew._binary(Ops.MOD, a, b)
+  adjust = ew._and(ew._compare(Ops.CMPNE, remainder, like(a, 0)),
+                   ew._compare(Ops.CMPNE, ew._lt(a, like(a, 0)), ew._lt(b, like(b, 0))))
+  return ew._where(adjust, ew._sub(quotient, like(a, 1)), quotient)
+
+
+def _float_divmod(x: Array, y: Array) -> tuple[Array, Array]:
+  """numpy's float floor_divide and remainder (sign of the divisor), from C fmod as numpy computes them."""
+  mod = ew._binary(Ops.MOD, x, y)
+  div = ew._fdiv(ew._sub(x, mod), y)
+  fix = ew._and(ew._compare(Ops.CMPNE, mod, like(x, 0)), ew._compare(Ops.CMPNE, ew._signbit(y), ew._signbit(mod)))
+  mod = ew._where(fix, ew._add(mod, y), mod)
+  div = ew._where(fix, ew._sub(div, like(x, 1)), div)
+  mod = ew._where(ew._eq(mod, like(x, 0)), ew._copysign(like(x, 0), y), mod)
+  floor_div = ew._floor(div)
+  floor_div = ew._where(ew._lt(like(x, 0.5), ew._sub(div, floor_div)), ew._add(floor_div, like(x, 1)), floor_div)
+  floor_div = ew._where(ew._eq(div, like(x, 0)), ew._copysign(like(x, 0), ew._fdiv(x, y)), floor_div)
+  return ew._where(ew._eq(y, like(y, 0)), ew._fdiv(x, y), floor_div), mod
+
+
+def _remainder(a: Array, b: Array) -> Array:
+  if a.dtype == BOOL: return ew._and(a, ew._not(b))
+  if _is_float(a): return _float_divmod(a, b)[1]
+  remainder = ew._binary(Ops.MOD, a, b)
+  if a.dtype.kind == "u": return remainder
+  fix = ew._and(ew._compare(Ops.CMPNE, remainder, like(a, 0)),
+                ew._compare(Ops.CMPNE, ew._lt(remainder, like(a, 0)), ew._lt(b, like(b, 0))))
+  return ew._where(fix, ew._add(remainder, b), remainder)
+
+
+def _fmod(a: Array, b: Array) -> Array:
+  return ew._binary(Ops.MOD, a, b) if a.dtype != BOOL else ew._and(a, ew._not(b))
+
+
+def _power_arrays(a: Array, b: Array) -> Array:
+  if _is_float(a): return ew._in_float32(lambda x, y: ew._binary(Ops.POW, x, y))(a, b)
+  if a.dtype == BOOL: return ew._or(a, ew._not(b))
+  return ew.integer_power_array(a, b)
+
+
+def power(x1: Any, x2: Any, /) -> Array:
+  """Elementwise x1 ** x2 with promotion. A static Python int exponent uses repeated multiplication (as JAX's
+  integer_pow); integer arrays use exact binary exponentiation; floats use pow."""
+  if type(x2) is int and not (is_array(x1) and x1.dtype == BOOL):
+    (a,) = promote("power", x1)
+    if x2 < 0 and not _is_float(a):
+      raise ValueError("Integers to negative integer powers are not allowed.")
+    return ew.integer_pow(a, x2)
+  a, b = promote("power", x1, x2)
+  return _power_arrays(a, b)
+
+
+def _true_divide(a: Array, b: Array) -> Array: return ew._fdiv(a, b)
+
+
+def _negative(a: Array) -> Array:
+  if a.dtype == BOOL: raise TypeError("negative: the numpy boolean negative, the `-` operator, is not supported, use "
+                                      "the `~` operator or the logical_not function instead")
+  return ew._neg(a)
+
+
+def _reciprocal(a: Array) -> Array:
+  if _is_float(a): return ew._unary(Ops.RECIP, a)
+  return ew._binary(Ops.IDIV, like(a, 1), a)
+
+
+def _sign(a: Array) -> Array:
+  if a.dtype == BOOL: return a
+  return ew._sign(a)
+
+
+def _fmax(a: Array, b: Array) -> Array:
+  if not _is_float(a): return ew._max(a, b)
+  return ew._where(ew._isnan(a), b, ew._where(ew._isnan(b), a, ew._max(a, b)))
+
+
+def _fmin(a: Array, b: Array) -> Array:
+  if not _is_float(a): return ew._min(a, b)
+  return ew._where(ew._isnan(a), b, ew._where(ew._isnan(b), a, ew._min(a, b)))
+
+
+def _maximum(a: Array, b: Array) -> Array: return ew._or(a, b) if a.dtype == BOOL else ew._max(a, b)
+
+
+def _hypot(a: Array, b: Array) -> Array:
+  def compute(x: Array, y: Array) -> Array:
+    x, y = ew._abs_float(x), ew._abs_float(y)
+    larger, smaller = ew._max(x, y), ew._min(x, y)
+    ratio = ew._fdiv(smaller, ew._where(ew._eq(larger, like(x, 0)), like(x, 1), larger))
+    result = ew._mul(larger, ew._sqrt(ew._add(like(x, 1), ew._mul(ratio, ratio))))
+    is_inf = ew._or(ew._eq(x, like(x, math.inf)), ew._eq(y, like(y, math.inf)))
+    return ew._where(is_inf, like(x, math.inf), result)
+  return ew._in_float32(compute)(a, b)
+
+
+def _heaviside(a: Array, b: Array) -> Array:
+  zero = like(a, 0)
+  result = ew._where(ew._lt(a, zero), zero, ew._where(ew._lt(zero, a), like(a, 1), b))
+  return ew._where(ew._isnan(a), a, result) if _is_float(a) else result
+
+
+def _float_only(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
+  return ew._in_float32(fn)
+
+
+def _integer_identity(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
+  """floor/ceil/trunc/round of integers and bools are the values themselves, as JAX."""
+  return lambda a: a if not _is_float(a) else fn(a)
+
+
+def _isnan(a: Array) -> Array: return ew._isnan(a) if _is_float(a) else like(a, False, BOOL)
+def _isinf(a: Array) -> Array:
+  return ew._eq(ew._abs_float(a), like(a, math.inf)) if _is_float(a) else like(a, False, BOOL)
+def _isfinite(a: Array) -> Array:
+  return ew._lt(ew._abs_float(a), like(a, math.inf)) if _is_float(a) else like(a, True, BOOL)
+
+
+def _logical(fn: Callable[[Array, Array], Array]) -> Callable[[Array, Array], Array]:
+  return lambda a, b: fn(cast(a, BOOL, False), cast(b, BOOL, False))
+
+
+def _bitwise_not(a: Array) -> Array:
+  return ew._not(a)
+
+
+add = _binary("add", _add, "Elementwise x1 + x2 (bools: logical or), with promotion and broadcasting.")
+subtract = _binary("subtract", _subtract, "Elementwise x1 - x2, with promotion and broadcasting.")
+multiply = _binary("multiply", _multiply, "Elementwise x1 * x2 (bools: logical and).")
+divide = _binary("divide", _true_divide, "Elementwise x1 / x2 in floating point (ints -> default float).", True)
+true_divide = divide
+floor_divide = _binary("floor_divide", _floor_divide, "Elementwise floor(x1 / x2) with numpy's sign rules.")
+remainder = _binary("remainder", _remainder, "Elementwise remainder with the sign of the divisor (numpy's %).")
+mod = remainder
+fmod = _binary("fmod", _fmod, "Elementwise C fmod: remainder with the sign of the dividend.")
+maximum = _binary("maximum", _maximum, "Elementwise maximum; NaN propagates.")
+minimum = _binary("minimum", lambda a, b: ew._min(a, b), "Elementwise minimum; NaN propagates.")
+fmax = _binary("fmax", _fmax, "Elementwise maximum ignoring NaN (NaN only if both are NaN).")
+fmin = _binary("fmin", _fmin, "Elementwise minimum ignoring NaN (NaN only if both are NaN).")
+arctan2 = _binary("arctan2", ew._in_float32(ew._atan2), "Elementwise atan2(x1, x2) (angle of (x2, x1)).", True, "f")
+hypot = _binary("hypot", _hypot, "Elementwise sqrt(x1**2 + x2**2) without undue overflow.", True, "f")
+copysign = _binary("copysign", ew._copysign, "Elementwise |x1| with the sign of x2 (floats).", True, "f")
+heaviside = _binary("heaviside", _heaviside, "Elementwise step: 0 for x1 < 0, x2 for x1 == 0, 1 for x1 > 0.")
+
+negative = _unary("negative", _negative, "Elementwise -x.")
+positive = _unary("positive", lambda a: a, "Elementwise +x (the input, promoted).")
+absolute = _unary("absolute", lambda a: a if a.dtype == BOOL else ew._abs(a), "Elementwise |x|.")
+abs = absolute  # noqa: A001
+sign = _unary("sign", _sign, "Elementwise sign: -1, 0, 1 (NaN for NaN).")
+reciprocal = _unary("reciprocal", _reciprocal, "Elementwise 1 / x (integer division for integers, as numpy).")
+square = _unary("square", lambda a: ew._and(a, a) if a.dtype == BOOL else ew._mul(a, a), "Elementwise x * x.")
+sqrt = _unary("sqrt", ew._sqrt, "Elementwise square root (ints -> default float).", True)
+cbrt = _unary("cbrt", _float_only(ew._cbrt), "Elementwise real cube root.", True)
+exp = _unary("exp", _float_only(ew._exp), "Elementwise e**x.", True)
+exp2 = _unary("exp2", _float_only(lambda a: ew._unary(Ops.EXP2, a)), "Elementwise 2**x.", True)
+expm1 = _unary("expm1", _float_only(ew._expm1), "Elementwise e**x - 1, accurate for small x.", True)
+log = _unary("log", _float_only(ew._log), "Elementwise natural logarithm.", True)
+log2 = _unary("log2", _float_only(lambda a: ew._unary(Ops.LOG2, a)), "Elementwise base-2 logarithm.", True)
+log10 = _unary("log10", _float_only(lambda a: ew._mul(ew._unary(Ops.LOG2, a), like(a, math.log10(2)))),
+               "Elementwise base-10 logarithm.", True)
+log1p = _unary("log1p", _float_only(ew._log1p), "Elementwise log(1 + x), accurate for small x.", True)
+sin = _unary("sin", _float_only(ew._sin), "Elementwise sine.", True)
+cos = _unary("cos", _float_only(ew._cos), "Elementwise cosine.", True)
+tan = _unary("tan", _float_only(lambda a: ew._fdiv(ew._sin(a), ew._cos(a))), "Elementwise tangent.", True)
+arcsin = _unary("arcsin", ew.asin, "Elementwise inverse sine.", True)
+arccos = _unary("arccos", ew.acos, "Elementwise inverse cosine.", True)
+arctan = _unary("arctan", _float_only(ew._atan), "Elementwise inverse tangent.", True)
+sinh = _unary("sinh", _float_only(ew._sinh), "Elementwise hyperbolic sine.", True)
+cosh = _unary("cosh", _float_only(ew._cosh), "Elementwise hyperbolic cosine.", True)
+tanh = _unary("tanh", _float_only(ew._tanh), "Elementwise hyperbolic tangent.", True)
+arcsinh = _unary("arcsinh", _float_only(ew._asinh), "Elementwise inverse hyperbolic sine.", True)
+arccosh = _unary("arccosh", _float_only(ew._acosh), "Elementwise inverse hyperbolic cosine.", True)
+arctanh = _unary("arctanh", _float_only(ew._atanh), "Elementwise inverse hyperbolic tangent.", True)
+floor = _unary("floor", _integer_identity(ew._floor), "Elementwise floor (integers unchanged).")
+ceil = _unary("ceil", _integer_identity(ew._ceil), "Elementwise ceiling (integers unchanged).")
+trunc = _unary("trunc", _integer_identity(ew._trunc), "Elementwise rounding toward zero (integers unchanged).")
+rint = _unary("rint", ew._round_half_even, "Elementwise rounding to the nearest integer, ties to even.", True)
+deg2rad = _unary("deg2rad", lambda a: ew._mul(a, like(a, math.pi / 180)), "Degrees to radians.", True)
+rad2deg = _unary("rad2deg", lambda a: ew._mul(a, like(a, 180 / math.pi)), "Radians to degrees.", True)
+radians, degrees = deg2rad, rad2deg
+signbit = _unary("signbit", ew._signbit, "Elementwise test of the sign bit (True for -0.0; bool result).")
+isnan = _unary("isnan", _isnan, "Elementwise test for NaN (bool).")
+isinf = _unary("isinf", _isinf, "Elementwise test for +-inf (bool).")
+isfinite = _unary("isfinite", _isfinite, "Elementwise test for finite values (bool).")
+
+equal = _binary("equal", ew._eq, "Elementwise x1 == x2 (bool).")
+not_equal = _binary("not_equal", lambda a, b: ew._compare(Ops.CMPNE, a, b), "Elementwise x1 != x2 (bool).")
+less = _binary("less", ew._lt, "Elementwise x1 < x2 (bool).")
+less_equal = _binary("less_equal", ew._le, "Elementwise x1 <= x2 (bool).")
+greater = _binary("greater", lambda a, b: ew._lt(b, a), "Elementwise x1 > x2 (bool).")
+greater_equal = _binary("greater_equal", lambda a, b: ew._le(b, a), "Elementwise x1 >= x2 (bool).")
+
+logical_and = _binary("logical_and", _logical(ew._and), "Elementwise truth of x1 and x2 (bool).")
+logical_or = _binary("logical_or", _logical(ew._or), "Elementwise truth of x1 or x2 (bool).")
+logical_xor = _binary("logical_xor", _logical(lambda a, b: ew._binary(Ops.XOR, a, b)),
+                      "Elementwise truth of x1 xor x2 (bool).")
+logical_not = _unary("logical_not", lambda a: ew._not(cast(a, BOOL, False)), "Elementwise not x (bool).")
+
+bitwise_and = _binary("bitwise_and", ew._and, "Elementwise x1 & x2 (integers and bools).", kinds="iub")
+bitwise_or = _binary("bitwise_or", ew._or, "Elementwise x1 | x2 (integers and bools).", kinds="iub")
+bitwise_xor = _binary("bitwise_xor", lambda a, b: ew._binary(Ops.XOR, a, b), "Elementwise x1 ^ x2.", kinds="iub")
+bitwise_not = _unary("bitwise_not", _bitwise_not, "Elementwise ~x (integers and bools).", kinds="iub")
+invert = bitwise_not
+left_shift = _binary("left_shift", ew._shift_left, "Elementwise x1 << x2 (0 when shifted out).", kinds="iu")
+right_shift = _binary("right_shift", ew._shift_right_arithmetic, "Elementwise x1 >> x2 (arithmetic for signed).",
+                      kinds="iu")
+
+
+def round(a: Any, decimals: int = 0, out: None = None) -> Array:  # noqa: A001
+  """Round to `decimals` decimal places, ties to even (as numpy); same dtype. Integers with decimals >= 0 are
+  unchanged; negative decimals round to multiples of 10**-decimals."""
+  if out is not None: raise NotImplementedError("round: the out argument is not supported (arrays are immutable)")
+  (x,) = promote("round", a)
+  decimals = int(decimals)
+  if not _is_float(x):
+    if decimals >= 0: return x
+    as_float = cast(x, dtypes.default_float_dtype(), weak_type=False)
+    return cast(_round_float(as_float, decimals), x.dtype, weak_type=x.weak_type)
+  return ew._in_float32(lambda v: _round_float(v, decimals))(x)
+
+
+def _round_float(x: Array, decimals: int) -> Array:
+  if decimals == 0: return ew._round_half_even(x)
+  factor = like(x, 10.0 ** (decimals if decimals > 0 else -decimals))
+  if decimals > 0: return ew._fdiv(ew._round_half_even(ew._mul(x, factor)), factor)
+  return ew._mul(ew._round_half_even(ew._fdiv(x, factor)), factor)
+
+
+around = round
+
+
+def clip(a: Any, a_min: Any = None, a_max: Any = None) -> Array:
+  """Elementwise min(max(a, a_min), a_max) with promotion (either bound may be None); NaN propagates."""
+  (x,) = promote("clip", a)
+  if a_min is not None: x = maximum(x, a_min)
+  if a_max is not None: x = minimum(x, a_max)
+  return x
+
+
+def where(condition: Any, x: Any = None, y: Any = None, /) -> Array:
+  """Elementwise `x` where `condition` is true, else `y` (promoted and broadcast together). The one-argument form
+  (nonzero) needs data-dependent shapes and is not supported."""
+  if x is None or y is None:
+    raise NotImplementedError("where(condition) with one argument (nonzero) is not supported: its shape depends on "
+                              "the data; pass x and y")
+  (cond,) = promote("where", condition)
+  a, b = promote("where", x, y)
+  shape = broadcast_shapes("where", cond.shape, a.shape)
+  cond, a, b = (expand_raw(v, shape) for v in (cast(cond, BOOL, False), a, b))
+  return ew._where(cond, a, b)
+
+
+def astype(x: Any, dtype: Any) -> Array:
+  """The values of x converted to `dtype` (a strongly typed result; float -> int truncates, -> bool is != 0)."""
+  (a,) = promote("astype", x)
+  target = dtypes.check_user_dtype_supported(dtype, "astype")
+  return cast(a, target, weak_type=False)

@@ -1,0 +1,109 @@
+"""Products of tinyjax.numpy: matmul (and `@`), dot, vdot, inner, outer, tensordot, with numpy's shape rules and
+JAX's dtype promotion. Each is one `dot_general` contraction: movement + MUL + REDUCE_AXIS(ADD), one kernel."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from tinyjax import dtypes
+from tinyjax.array import Array
+from tinyjax.lax import _reductions as lax_red
+from tinyjax.lax._base import broadcast_shapes, canonicalize_axis, cast, expand_raw, reshape_raw
+from tinyjax.numpy._elementwise import _operand, multiply
+
+
+def _promoted_pair(name: str, a: Any, b: Any) -> tuple[Array, Array]:
+  """Both operands as Arrays of their promoted dtype (shapes untouched)."""
+  from tinyjax.numpy._creation import asarray  # noqa: PLC0415
+  a, b = (asarray(_operand(x, name)) for x in (a, b))
+  dtype = dtypes.result_type(a, b)
+  return cast(a, dtype, False), cast(b, dtype, False)
+
+
+def _contract(a: Array, b: Array, contracting: tuple[Sequence[int], Sequence[int]],
+              batch: tuple[Sequence[int], Sequence[int]] = ((), ())) -> Array:
+  return lax_red.dot_general_raw(a, b, contracting, batch, a.dtype)
+
+
+def matmul(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
+  """Matrix product with numpy's rules: (..., m, k) @ (..., k, n) -> (..., m, n) with broadcast batch axes; a 1-D
+  operand is a row (left) or column (right) vector whose axis is removed from the result.
+  Inner dimension mismatch: TypeError naming both shapes."""
+  del precision
+  a, b = _promoted_pair("matmul", a, b)
+  if a.ndim == 0 or b.ndim == 0:
+    raise ValueError(f"matmul: operands must be at least 1-D, got shapes {a.shape} and {b.shape}")
+  a_vector, b_vector = a.ndim == 1, b.ndim == 1
+  if a_vector: a = reshape_raw(a, (1,) + a.shape)
+  if b_vector: b = reshape_raw(b, b.shape + (1,))
+  if a.shape[-1] != b.shape[-2]:
+    raise TypeError(f"matmul: inner dimensions differ for shapes {a.shape if not a_vector else a.shape[1:]} and "
+                    f"{b.shape if not b_vector else b.shape[:1]} ({a.shape[-1]} != {b.shape[-2]})")
+  batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+  a, b = expand_raw(a, batch + a.shape[-2:]), expand_raw(b, batch + b.shape[-2:])
+  n_batch = len(batch)
+  out_dtype = a.dtype if preferred_element_type is None else dtypes.canonicalize_dtype(
+    dtypes.dtype(preferred_element_type))
+  result = lax_red.dot_general_raw(a, b, ((n_batch + 1,), (n_batch,)), (tuple(range(n_batch)), tuple(range(n_batch))),
+                                   out_dtype)
+  if a_vector: result = reshape_raw(result, result.shape[:-2] + result.shape[-1:])
+  if b_vector: result = reshape_raw(result, result.shape[:-1])
+  return result
+
+
+def dot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
+  """numpy's dot: scalars multiply; 1-D·1-D is the inner product; otherwise the sum over the last axis of `a` and
+  the second-to-last of `b` (the last if b is 1-D): shape a.shape[:-1] + b.shape[:-2] + b.shape[-1:]."""
+  del precision
+  a, b = _promoted_pair("dot", a, b)
+  if a.ndim == 0 or b.ndim == 0: return multiply(a, b)
+  b_axis = 0 if b.ndim == 1 else b.ndim - 2
+  if a.shape[-1] != b.shape[b_axis]:
+    raise TypeError(f"dot: shapes {a.shape} and {b.shape} are not aligned: {a.shape[-1]} (dim {a.ndim - 1}) != "
+                    f"{b.shape[b_axis]} (dim {b_axis})")
+  out_dtype = a.dtype if preferred_element_type is None else dtypes.canonicalize_dtype(
+    dtypes.dtype(preferred_element_type))
+  result = lax_red.dot_general_raw(a, b, ((a.ndim - 1,), (b_axis,)), ((), ()), out_dtype)
+  return result
+
+
+def vdot(a: Any, b: Any, *, precision: Any = None) -> Array:
+  """The inner product of the flattened operands (no conjugation: tinyjax has no complex dtypes)."""
+  del precision
+  a, b = _promoted_pair("vdot", a, b)
+  if a.size != b.size: raise TypeError(f"vdot: operands have different sizes, shapes {a.shape} and {b.shape}")
+  return _contract(reshape_raw(a, (a.size,)), reshape_raw(b, (b.size,)), ((0,), (0,)))
+
+
+def inner(a: Any, b: Any, *, precision: Any = None) -> Array:
+  """Sum over the last axes of both: shape a.shape[:-1] + b.shape[:-1] (scalars multiply)."""
+  del precision
+  a, b = _promoted_pair("inner", a, b)
+  if a.ndim == 0 or b.ndim == 0: return multiply(a, b)
+  if a.shape[-1] != b.shape[-1]:
+    raise TypeError(f"inner: last dimensions differ for shapes {a.shape} and {b.shape}")
+  return _contract(a, b, ((a.ndim - 1,), (b.ndim - 1,)))
+
+
+def outer(a: Any, b: Any) -> Array:
+  """All products of the flattened operands: shape (a.size, b.size)."""
+  a, b = _promoted_pair("outer", a, b)
+  return multiply(reshape_raw(a, (a.size, 1)), reshape_raw(b, (1, b.size)))
+
+
+def tensordot(a: Any, b: Any, axes: int | Sequence[Any] = 2, *, precision: Any = None) -> Array:
+  """Sum over `axes` (an int n: the last n of a with the first n of b; or a pair of axis lists): shape
+  (a's other axes, b's other axes)."""
+  del precision
+  a, b = _promoted_pair("tensordot", a, b)
+  if isinstance(axes, int):
+    if axes < 0 or axes > min(a.ndim, b.ndim): raise TypeError(f"tensordot: axes={axes} out of range")
+    a_axes, b_axes = tuple(range(a.ndim - axes, a.ndim)), tuple(range(axes))
+  else:
+    a_axes, b_axes = axes
+    a_axes = (a_axes,) if isinstance(a_axes, int) else tuple(a_axes)
+    b_axes = (b_axes,) if isinstance(b_axes, int) else tuple(b_axes)
+  a_axes = tuple(canonicalize_axis(i, a.ndim) for i in a_axes)
+  b_axes = tuple(canonicalize_axis(i, b.ndim) for i in b_axes)
+  if [a.shape[i] for i in a_axes] != [b.shape[i] for i in b_axes]:
+    raise TypeError(f"tensordot: contracted dimensions differ for shapes {a.shape} and {b.shape}, axes {axes}")
+  return _contract(a, b, (a_axes, b_axes))

@@ -1,0 +1,232 @@
+"""Movement functions of tinyjax.numpy: reshape, ravel, transpose, moveaxis, swapaxes, broadcast_to,
+broadcast_arrays, expand_dims, squeeze, concatenate, stack, pad, flip. All are movement primitives (free until
+lowering), plus WHERE for pad values and concatenation."""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Sequence
+
+import numpy as np
+
+from tinyjax import dtypes
+from tinyjax.array import Array
+from tinyjax.lax import _shape as lax_shape
+from tinyjax.lax._base import canonicalize_axes, canonicalize_axis, cast, expand_raw, reshape_raw
+from tinyjax.numpy._creation import asarray
+from tinyjax.numpy._elementwise import as_array
+
+
+def _as_array(a: Any) -> Array:
+  return asarray(a) if isinstance(a, (list, tuple)) else as_array(a)
+
+
+def _resolve_shape(shape: Sequence[int], size: int, old_shape: tuple[int, ...]) -> tuple[int, ...]:
+  shape = tuple(operator.index(d) for d in shape)
+  unknown = [i for i, d in enumerate(shape) if d == -1]
+  if len(unknown) > 1: raise ValueError("can only specify one unknown dimension")
+  if any(d < -1 for d in shape): raise ValueError(f"negative dimensions not allowed in reshape: {shape}")
+  if unknown:
+    known = math.prod(d for d in shape if d != -1)
+    if known == 0 or size % known:
+      raise TypeError(f"cannot reshape array of shape {old_shape} (size {size}) into shape {shape}")
+    shape = tuple(size // known if d == -1 else d for d in shape)
+  if math.prod(shape) != size:
+    raise TypeError(f"cannot reshape array of shape {old_shape} (size {size}) into shape {shape} "
+                    f"(size {math.prod(shape)})")
+  return shape
+
+
+def reshape(a: Any, shape: int | Sequence[int] | None = None, order: str = "C", *,
+            newshape: int | Sequence[int] | None = None) -> Array:
+  """The elements of `a` in row-major order, in `shape` (one entry may be -1). TypeError if sizes differ."""
+  if shape is None: shape = newshape
+  if order != "C": raise NotImplementedError(f"reshape: only order='C' is supported, got {order!r}")
+  x = _as_array(a)
+  shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+  return reshape_raw(x, _resolve_shape(shape, x.size, x.shape))
+
+
+def ravel(a: Any, order: str = "C") -> Array:
+  """The elements of `a` as a 1-D array (row-major)."""
+  x = _as_array(a)
+  return reshape(x, (x.size,), order)
+
+
+def transpose(a: Any, axes: Sequence[int] | None = None) -> Array:
+  """Permute the axes (default: reverse them); output axis i is input axis axes[i]."""
+  x = _as_array(a)
+  if axes is None: return lax_shape.permute_raw(x, tuple(range(x.ndim))[::-1])
+  axes = tuple(canonicalize_axis(i, x.ndim) for i in axes)
+  if sorted(axes) != list(range(x.ndim)): raise ValueError(f"axes {axes} don't match array of shape {x.shape}")
+  return lax_shape.permute_raw(x, axes)
+
+
+def matrix_transpose(x: Any) -> Array:
+  """Swap the last two axes (arrays of rank >= 2)."""
+  x = _as_array(x)
+  if x.ndim < 2: raise ValueError(f"matrix_transpose requires at least 2 dimensions; got ndim={x.ndim}")
+  return swapaxes(x, -1, -2)
+
+
+def moveaxis(a: Any, source: int | Sequence[int], destination: int | Sequence[int]) -> Array:
+  """Move axes `source` to positions `destination`, keeping the order of the others."""
+  x = _as_array(a)
+  sources = canonicalize_axes(source, x.ndim)
+  targets = canonicalize_axes(destination, x.ndim)
+  if len(sources) != len(targets): raise ValueError("moveaxis: source and destination must have the same length")
+  order = [i for i in range(x.ndim) if i not in sources]
+  for target, src in sorted(zip(targets, sources)): order.insert(target, src)
+  return lax_shape.permute_raw(x, order)
+
+
+def swapaxes(a: Any, axis1: int, axis2: int) -> Array:
+  """Exchange two axes."""
+  x = _as_array(a)
+  order = list(range(x.ndim))
+  i, j = canonicalize_axis(axis1, x.ndim), canonicalize_axis(axis2, x.ndim)
+  order[i], order[j] = order[j], order[i]
+  return lax_shape.permute_raw(x, order)
+
+
+def broadcast_to(array: Any, shape: int | Sequence[int]) -> Array:
+  """`array` broadcast to `shape` by numpy's rules (ValueError if it does not fit)."""
+  x = _as_array(array)
+  shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(operator.index(d) for d in shape)
+  if len(shape) < x.ndim or any(d not in (1, t) for d, t in zip(x.shape[::-1], shape[::-1])):
+    raise ValueError(f"Incompatible shapes for broadcasting: {x.shape} and requested shape {shape}")
+  return expand_raw(x, shape)
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+  """The numpy broadcast of several shapes."""
+  from tinyjax.lax._base import broadcast_shapes as broadcast  # noqa: PLC0415
+  return broadcast("broadcast_shapes", *(tuple(s) for s in shapes))
+
+
+def broadcast_arrays(*args: Any) -> list[Array]:
+  """The arguments broadcast to their common shape (dtypes unchanged)."""
+  arrays = [_as_array(a) for a in args]
+  shape = broadcast_shapes(*(a.shape for a in arrays))
+  return [expand_raw(a, shape) for a in arrays]
+
+
+def expand_dims(a: Any, axis: int | Sequence[int]) -> Array:
+  """Insert size-1 axes at positions `axis` of the result."""
+  x = _as_array(a)
+  axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+  return lax_shape.expand_dims(x, axes)
+
+
+def squeeze(a: Any, axis: int | Sequence[int] | None = None) -> Array:
+  """Remove size-1 axes (all of them, or those in `axis`, which must have size 1: ValueError otherwise)."""
+  x = _as_array(a)
+  if axis is None: return reshape_raw(x, [d for d in x.shape if d != 1])
+  return lax_shape.squeeze(x, canonicalize_axes(axis, x.ndim))
+
+
+def flip(m: Any, axis: int | Sequence[int] | None = None) -> Array:
+  """Reverse the order of elements along `axis` (None: all axes)."""
+  x = _as_array(m)
+  return lax_shape.flip_raw(x, set(canonicalize_axes(axis, x.ndim)))
+
+
+def fliplr(m: Any) -> Array:
+  """Reverse along axis 1."""
+  return flip(m, 1)
+
+
+def flipud(m: Any) -> Array:
+  """Reverse along axis 0."""
+  return flip(m, 0)
+
+
+def concatenate(arrays: Sequence[Any], axis: int | None = 0, dtype: Any = None) -> Array:
+  """Join arrays along an existing `axis` (None: flatten first), promoting their dtypes together."""
+  if is_single_array(arrays): arrays = list(arrays)
+  if not len(arrays): raise ValueError("Need at least one array to concatenate.")
+  originals = [_as_array(a) for a in arrays]
+  if dtype is None: out_dtype, weak = dtypes.result_type(*originals, return_weak_type_flag=True)
+  else: out_dtype, weak = dtypes.check_user_dtype_supported(dtype, "concatenate"), False
+  promoted = [cast(a, out_dtype, weak) for a in originals]
+  if axis is None:
+    promoted = [ravel(a) for a in promoted]
+    axis = 0
+  if any(a.ndim == 0 for a in promoted): raise ValueError("Zero-dimensional arrays cannot be concatenated.")
+  return lax_shape.concatenate(promoted, canonicalize_axis(axis, promoted[0].ndim))
+
+
+def is_single_array(arrays: Any) -> bool:
+  return isinstance(arrays, Array)
+
+
+def stack(arrays: Sequence[Any], axis: int = 0, dtype: Any = None) -> Array:
+  """Join arrays of one shape along a new `axis`."""
+  if is_single_array(arrays): arrays = list(arrays)
+  if not len(arrays): raise ValueError("Need at least one array to stack.")
+  arrays = [_as_array(a) for a in arrays]
+  shapes = {a.shape for a in arrays}
+  if len(shapes) != 1: raise ValueError(f"All input arrays must have the same shape, got {[a.shape for a in arrays]}")
+  axis = canonicalize_axis(axis, arrays[0].ndim + 1)
+  return concatenate([expand_dims(a, axis) for a in arrays], axis, dtype)
+
+
+def _pad_widths(pad_width: Any, ndim: int) -> list[tuple[int, int]]:
+  widths = np.asarray(pad_width)
+  if widths.dtype.kind not in "iu": raise TypeError(f"pad_width must be integers, got {pad_width!r}")
+  widths = np.broadcast_to(widths, (ndim, 2)) if widths.ndim < 2 or widths.shape[0] == 1 else widths
+  if widths.shape != (ndim, 2): raise ValueError(f"pad_width {pad_width!r} does not fit an array of rank {ndim}")
+  if (widths < 0).any(): raise ValueError(f"index can't contain negative values: pad_width={pad_width!r}")
+  return [(int(lo), int(hi)) for lo, hi in widths]
+
+
+def pad(array: Any, pad_width: Any, mode: str = "constant", constant_values: Any = 0) -> Array:
+  """Pad each axis by (before, after) widths. Modes: 'constant' (scalar constant_values), 'edge', 'reflect',
+  'symmetric', 'wrap' (the last three for widths up to the axis size)."""
+  x = _as_array(array)
+  widths = _pad_widths(pad_width, x.ndim)
+  if mode == "constant":
+    if np.ndim(constant_values) != 0 and not (isinstance(constant_values, Array) and constant_values.ndim == 0):
+      raise NotImplementedError("pad: per-axis constant_values are not supported yet; pass a scalar")
+    value = constant_values
+    if isinstance(value, Array): value = cast(value, x.dtype, False)
+    elif isinstance(value, (np.ndarray, np.generic)): value = value.item()
+    if isinstance(value, (bool, int, float)) and value == 0 and not (isinstance(value, float) and
+                                                                      math.copysign(1, value) < 0):
+      return lax_shape.pad_raw(x, widths)
+    from tinyjax.lax._base import full  # noqa: PLC0415
+    if not isinstance(value, Array): value = full((), value if x.dtype.kind != "b" else bool(value), x.dtype)
+    return lax_shape.pad(x, value, [(lo, hi, 0) for lo, hi in widths])
+  for axis, (lo, hi) in enumerate(widths):
+    size = x.shape[axis]
+    if lo == hi == 0: continue
+    if size == 0: raise ValueError(f"pad: can't extend empty axis {axis} using mode {mode!r}")
+    pieces = [_edge_piece(x, axis, lo, True, mode), x, _edge_piece(x, axis, hi, False, mode)]
+    x = lax_shape.concatenate([p for p in pieces if p.shape[axis] > 0], axis)
+  return x
+
+
+def _take_range(x: Array, axis: int, start: int, stop: int) -> Array:
+  starts, limits = [0] * x.ndim, list(x.shape)
+  starts[axis], limits[axis] = start, stop
+  return lax_shape.shrink_raw(x, list(zip(starts, limits)))
+
+
+def _edge_piece(x: Array, axis: int, width: int, before: bool, mode: str) -> Array:
+  size = x.shape[axis]
+  if width == 0: return _take_range(x, axis, 0, 0)
+  if mode == "edge":
+    edge = _take_range(x, axis, 0, 1) if before else _take_range(x, axis, size - 1, size)
+    shape = list(x.shape)
+    shape[axis] = width
+    return expand_raw(edge, shape)
+  limit = {"reflect": size - 1, "symmetric": size, "wrap": size}.get(mode)
+  if limit is None: raise NotImplementedError(f"pad: mode {mode!r} is not supported")
+  if width > limit:
+    raise NotImplementedError(f"pad: mode {mode!r} with a width ({width}) larger than {limit} is not supported yet")
+  if mode == "wrap":
+    return _take_range(x, axis, size - width, size) if before else _take_range(x, axis, 0, width)
+  offset = 1 if mode == "reflect" else 0
+  piece = _take_range(x, axis, offset, offset + width) if before else _take_range(x, axis, size - offset - width,
+                                                                                   size - offset)
+  return lax_shape.flip_raw(piece, {axis})
