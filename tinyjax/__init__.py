@@ -4,3 +4,4 @@ __version__ = "0.1.0"
 
 from tinyjax.config import config  # noqa: E402
 from tinyjax.array import Array  # noqa: E402
+from tinyjax import lax, numpy  # noqa: E402  (numpy also attaches Array's operators and methods)
