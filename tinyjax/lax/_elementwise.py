@@ -255,15 +255,23 @@ def _atanh(x: Array) -> Array:
   return _mul(_c(x, 0.5), _log1p(_fdiv(_mul(_c(x, 2), x), _sub(_c(x, 1), x))))
 
 
+def _half_exp_large(a: Array) -> Array:
+  """e**a / 2 for large a >= 0 where e**a itself overflows but the half does not: (e**(a/2) / 2) * e**(a/2)."""
+  root = _exp(_mul(a, _c(a, 0.5)))
+  return _mul(_mul(root, _c(a, 0.5)), root)
+
+
 def _sinh(x: Array) -> Array:
-  em1 = _expm1(_abs_float(x))
+  a = _abs_float(x)
+  em1 = _expm1(a)
   value = _mul(_c(x, 0.5), _add(em1, _fdiv(em1, _add(em1, _c(x, 1)))))
-  return _copysign(_where(_eq(em1, _c(x, math.inf)), em1, value), x)
+  return _copysign(_where(_eq(em1, _c(x, math.inf)), _half_exp_large(a), value), x)
 
 
 def _cosh(x: Array) -> Array:
-  e = _exp(_abs_float(x))
-  return _add(_mul(_c(x, 0.5), e), _fdiv(_c(x, 0.5), e))
+  a = _abs_float(x)
+  e = _exp(a)
+  return _where(_eq(e, _c(x, math.inf)), _half_exp_large(a), _add(_mul(_c(x, 0.5), e), _fdiv(_c(x, 0.5), e)))
 
 
 def _tanh(x: Array) -> Array:

@@ -58,7 +58,7 @@ def _extreme(name: str, a: Any, axis: Axis, out: Any, keepdims: bool, initial: A
   _unsupported(out, where, name)
   x = as_array(a, name)
   axes = canonicalize_axes(axis, x.ndim)
-  if initial is None and any(x.shape[i] == 0 for i in axes):
+  if initial is None and builtins.any(x.shape[i] == 0 for i in axes):
     raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
   result = (lax_red.max_raw if find_max else lax_red.min_raw)(x, axes, keepdims)
   return _with_initial(result, initial, maximum if find_max else minimum)
