@@ -164,7 +164,8 @@ def broadcast_shapes(name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     non_one = {d for d in sizes if d != 1}
     if len(non_one) > 1:
       listed = ", ".join(str(tuple(s)) for s in shapes)
-      if len({len(s) for s in shapes}) == 1: raise TypeError(f"{name} got incompatible shapes for broadcasting: {listed}.")
+      if len({len(s) for s in shapes}) == 1:
+        raise TypeError(f"{name} got incompatible shapes for broadcasting: {listed}.")
       raise ValueError(f"Incompatible shapes for broadcasting: shapes=[{listed}]")
     out.append(non_one.pop() if non_one else 1)
   return tuple(out)

@@ -371,7 +371,7 @@ asin = _unary_op("asin", FLOAT, _in_float32(lambda x: _atan2(x, _sqrt(_one_minus
                  "Elementwise arc sine, in [-pi/2, pi/2] (NaN outside [-1, 1]).")
 acos = _unary_op("acos", FLOAT, _in_float32(lambda x: _atan2(_sqrt(_one_minus_square(x)), x)),
                  "Elementwise arc cosine, in [0, pi] (NaN outside [-1, 1]).")
-atan2 = _binary_op("atan2", FLOAT, _in_float32(_atan2), "Elementwise arc tangent of y / x using both signs: atan2(y, x).")
+atan2 = _binary_op("atan2", FLOAT, _in_float32(_atan2), "Elementwise arc tangent of y / x using both signs.")
 sinh = _unary_op("sinh", FLOAT, _in_float32(_sinh), "Elementwise hyperbolic sine.")
 cosh = _unary_op("cosh", FLOAT, _in_float32(_cosh), "Elementwise hyperbolic cosine.")
 tanh = _unary_op("tanh", FLOAT, _in_float32(_tanh), "Elementwise hyperbolic tangent.")

@@ -49,7 +49,7 @@ def asarray(a: Any, dtype: Any = None, order: str | None = None, copy: bool | No
     from tinyjax.numpy._shape import stack  # noqa: PLC0415 (stack is built on asarray)
     if not a: raise ValueError("cannot build an array from an empty sequence containing arrays")
     return stack([asarray(item, target) for item in a])
-  if isinstance(a, dtypes_scalar_types()):
+  if isinstance(a, ScalarType):
     raise TypeError(f"cannot convert the dtype {a!r} itself to an array; call it instead: {a!r}(value)")
   return host_to_array(a, target)
 
@@ -225,7 +225,3 @@ class ScalarType:
 SCALAR_TYPES = {name: ScalarType(getattr(dtypes, name)) for name in (
   "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
   "float32", "float64", "float8_e4m3fn")}
-
-
-def dtypes_scalar_types() -> tuple[type, ...]:
-  return (ScalarType,)

@@ -13,8 +13,10 @@ from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax import _elementwise as ew
 from tinyjax.lax import _reductions as lax_red
-from tinyjax.lax._base import BOOL, FLOAT32, LOW_PRECISION_FLOATS, canonicalize_axes, cast, expand_raw, like, reshape_raw
+from tinyjax.lax._base import (BOOL, FLOAT32, LOW_PRECISION_FLOATS, canonicalize_axes, cast, expand_raw, like,
+                               reshape_raw)
 from tinyjax.numpy._elementwise import add, as_array, maximum, minimum, multiply
+from tinyjax.uop import Ops
 
 Axis = int | Sequence[int] | None
 
@@ -92,11 +94,11 @@ def mean(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepdim
   out_dtype = _dtype_arg(dtype, "mean") or dtypes.mean_dtype(x.dtype)
   axes = canonicalize_axes(axis, x.ndim)
   compute = dtypes.accumulation_dtype(out_dtype) if dtypes.is_floating(out_dtype) else out_dtype
-  total = lax_red.reduce_raw(cast(x, compute), ew.Ops.ADD, axes, keepdims) if compute != BOOL else \
+  total = lax_red.reduce_raw(cast(x, compute), Ops.ADD, axes, keepdims) if compute != BOOL else \
     lax_red.sum_raw(cast(x, compute), axes, keepdims)
   count = _count(x.shape, axes)
   result = ew._fdiv(total, like(total, count)) if dtypes.is_floating(compute) else \
-    ew._binary(ew.Ops.IDIV, total, like(total, builtins.max(count, 1)))
+    ew._binary(Ops.IDIV, total, like(total, builtins.max(count, 1)))
   return cast(result, out_dtype, weak_type=x.weak_type and dtype is None)
 
 
@@ -113,10 +115,10 @@ def var(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, ddof: in
   axes = canonicalize_axes(axis, x.ndim)
   values = cast(x, compute)
   count = _count(x.shape, axes)
-  total = lax_red.reduce_raw(values, ew.Ops.ADD, axes, keepdims=True)
+  total = lax_red.reduce_raw(values, Ops.ADD, axes, keepdims=True)
   centre = ew._fdiv(total, like(total, count))
   deviations = ew._sub(values, expand_raw(centre, values.shape))
-  squares = lax_red.reduce_raw(ew._mul(deviations, deviations), ew.Ops.ADD, axes, keepdims)
+  squares = lax_red.reduce_raw(ew._mul(deviations, deviations), Ops.ADD, axes, keepdims)
   result = ew._fdiv(squares, like(squares, builtins.max(count - ddof, 0)))
   return cast(result, out_dtype, weak_type=False)
 

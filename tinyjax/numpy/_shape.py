@@ -143,7 +143,7 @@ def flipud(m: Any) -> Array:
 
 def concatenate(arrays: Sequence[Any], axis: int | None = 0, dtype: Any = None) -> Array:
   """Join arrays along an existing `axis` (None: flatten first), promoting their dtypes together."""
-  if is_single_array(arrays): arrays = list(arrays)
+  if isinstance(arrays, Array): arrays = list(arrays)  # iterating splits along axis 0
   if not len(arrays): raise ValueError("Need at least one array to concatenate.")
   originals = [_as_array(a) for a in arrays]
   if dtype is None: out_dtype, weak = dtypes.result_type(*originals, return_weak_type_flag=True)
@@ -156,13 +156,9 @@ def concatenate(arrays: Sequence[Any], axis: int | None = 0, dtype: Any = None) 
   return lax_shape.concatenate(promoted, canonicalize_axis(axis, promoted[0].ndim))
 
 
-def is_single_array(arrays: Any) -> bool:
-  return isinstance(arrays, Array)
-
-
 def stack(arrays: Sequence[Any], axis: int = 0, dtype: Any = None) -> Array:
   """Join arrays of one shape along a new `axis`."""
-  if is_single_array(arrays): arrays = list(arrays)
+  if isinstance(arrays, Array): arrays = list(arrays)  # iterating splits along axis 0
   if not len(arrays): raise ValueError("Need at least one array to stack.")
   arrays = [_as_array(a) for a in arrays]
   shapes = {a.shape for a in arrays}
