@@ -1,0 +1,164 @@
+"""jit and make_jaxpr: pytrees in and out, static arguments, retracing only on new signatures, closures over arrays,
+concretization and escaped-tracer errors, nested jit, and the kernels `lower().as_text()` prints."""
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as tnp
+from tinyjax.lower.realize import counters
+from tinyjax.trace.core import ConcretizationTypeError, UnexpectedTracerError
+
+
+def test_jit_matches_numpy_and_fuses():
+  @tj.jit
+  def f(x, y):
+    return (x * 2 + y).sum(axis=1)
+  x = np.random.default_rng(0).standard_normal((7, 13)).astype(np.float32)
+  y = np.random.default_rng(1).standard_normal((7, 13)).astype(np.float32)
+  np.testing.assert_allclose(np.asarray(f(x, y)), (x.astype(np.float64) * 2 + y).sum(1), rtol=1e-5)
+  counters.reset()
+  f(tnp.asarray(x), tnp.asarray(y))
+  assert counters.kernels_launched == 1
+
+
+def test_pytrees_in_and_out():
+  @tj.jit
+  def f(params, x):
+    hidden = tnp.tanh(x @ params["w"] + params["b"])
+    return {"out": hidden, "norm": (hidden * hidden).sum()}, [params["b"] * 0 + 1]
+  rng = np.random.default_rng(0)
+  params = {"w": rng.standard_normal((4, 3)).astype(np.float32), "b": rng.standard_normal(3).astype(np.float32)}
+  x = rng.standard_normal((5, 4)).astype(np.float32)
+  result, ones = f(params, x)
+  expected = np.tanh(x.astype(np.float64) @ params["w"] + params["b"])
+  np.testing.assert_allclose(np.asarray(result["out"]), expected, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(float(result["norm"]), (expected ** 2).sum(), rtol=1e-5)
+  np.testing.assert_array_equal(np.asarray(ones[0]), np.ones(3, np.float32))
+
+
+def test_retraces_only_on_new_signature():
+  traces = []
+
+  @tj.jit
+  def f(x):
+    traces.append(x.shape)
+    return x + 1
+  f(np.ones(3, np.float32))
+  f(np.zeros(3, np.float32))
+  f(tnp.ones(3))
+  assert len(traces) == 1
+  f(np.ones(4, np.float32))            # new shape
+  f(np.ones(3, np.int32))              # new dtype
+  f(1.0)                               # weak scalar
+  f(np.float32(1.0))                   # strong scalar: another signature
+  assert len(traces) == 5
+  f(2.0)
+  assert len(traces) == 5
+
+
+def test_static_argnums_and_argnames_retrace_per_value():
+  traces = []
+
+  def power(x, n, *, scale):
+    traces.append((n, scale))
+    out = x
+    for _ in range(n - 1): out = out * x
+    return out * scale
+  f = tj.jit(power, static_argnums=1, static_argnames="scale")
+  x = np.array([1.5, 2.0], np.float32)
+  np.testing.assert_allclose(np.asarray(f(x, 3, scale=2.0)), x.astype(np.float64) ** 3 * 2, rtol=1e-6)
+  f(x, 3, scale=2.0)
+  f(x, 2, scale=2.0)
+  assert traces == [(3, 2.0), (2, 2.0)]
+  with pytest.raises(ValueError, match="hashable"):
+    tj.jit(lambda x, shape: x, static_argnums=1)(x, [1, 2])
+
+
+def test_closure_over_array_is_an_input_not_a_retrace():
+  traces = []
+  table = tnp.asarray(np.arange(4, dtype=np.float32))
+
+  @tj.jit
+  def f(x):
+    traces.append(1)
+    return x * table
+  np.testing.assert_array_equal(np.asarray(f(np.ones(4, np.float32))), np.arange(4))
+  np.testing.assert_array_equal(np.asarray(f(np.full(4, 2, np.float32))), np.arange(4) * 2)
+  assert len(traces) == 1
+
+
+def test_concretization_error_names_the_argument_and_suggests_static():
+  @tj.jit
+  def f(x, flag):
+    return x + 1 if flag > 0 else x - 1
+  with pytest.raises(ConcretizationTypeError, match="argument 'flag'.*static_argnums") as info:
+    f(np.ones(2, np.float32), 1.0)
+  assert isinstance(info.value, TypeError)
+  g = tj.jit(lambda x: float(x.sum()))
+  with pytest.raises(ConcretizationTypeError): g(np.ones(2, np.float32))
+  # marked static, the same Python control flow works
+  f_static = tj.jit(f.__wrapped__, static_argnums=1)
+  np.testing.assert_array_equal(np.asarray(f_static(np.ones(2, np.float32), 1.0)), [2.0, 2.0])
+
+
+def test_escaped_tracer_raises_when_used():
+  leaked = []
+
+  @tj.jit
+  def f(x):
+    leaked.append(x * 2)
+    return x
+  f(np.ones(2, np.float32))
+  with pytest.raises(UnexpectedTracerError):
+    leaked[0] + 1
+  with pytest.raises(UnexpectedTracerError):
+    np.asarray(leaked[0])
+
+
+def test_nested_jit_and_jit_of_method():
+  inner = tj.jit(lambda x: x * 3)
+
+  @tj.jit
+  def outer(x):
+    return inner(x) + inner(x + 1)
+  x = np.arange(5, dtype=np.float32)
+  np.testing.assert_array_equal(np.asarray(outer(x)), x * 3 + (x + 1) * 3)
+
+  class Model:
+    def __init__(self, scale): self.scale = scale
+
+    @tj.jit(static_argnums=0)
+    def apply(self, x): return x * self.scale
+  np.testing.assert_array_equal(np.asarray(Model(2.0).apply(x)), x * 2)
+  np.testing.assert_array_equal(np.asarray(Model(3.0).apply(x)), x * 3)
+
+
+def test_make_jaxpr_prints_inputs_equations_outputs():
+  jaxpr = tj.make_jaxpr(lambda x, y: tnp.exp(x * y).sum())(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))
+  text = str(jaxpr)
+  assert text.startswith("{ lambda ; a:f32[2,3] b:f32[2,3]. let")
+  assert "mul a b" in text and "reduce_axis" in text and text.rstrip().endswith("}")
+
+
+def test_lower_as_text_prints_kernels():
+  text = tj.jit(lambda x: (x * 2 + 1).sum(axis=1)).lower(np.ones((4, 5), np.float32)).as_text()
+  assert "# 1 kernels" in text and "define void" in text
+
+
+def test_outputs_keep_weak_types_and_python_scalars_become_arrays():
+  f = tj.jit(lambda x: (x * 2, 3))
+  doubled, three = f(1.0)
+  assert doubled.weak_type and doubled.dtype == np.float32
+  assert int(three) == 3 and isinstance(three, tj.Array)
+
+
+def test_unused_argument_and_input_returned_as_is():
+  f = tj.jit(lambda x, unused: x)
+  np.testing.assert_array_equal(np.asarray(f(np.arange(3, dtype=np.float32), np.ones(5, np.float32))), [0, 1, 2])
+  g = tj.jit(lambda unused, x: x + 1)
+  np.testing.assert_array_equal(np.asarray(g(np.ones(5, np.float32), np.arange(3, dtype=np.float32))), [1, 2, 3])
+
+
+def test_bad_argument_type_is_a_type_error():
+  with pytest.raises(TypeError, match="not a valid tinyjax type"):
+    tj.jit(lambda x: x)("a string")

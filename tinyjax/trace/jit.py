@@ -1,0 +1,257 @@
+"""`jit` and `make_jaxpr`: trace a function over pytrees of arrays into a UOp program, lower it once per input
+signature, and replay the compiled kernels on later calls.
+
+Tracing runs the Python function once with `Tracer`s standing for its array arguments (PARAM leaves); whatever it
+builds through `bind` is the program. Arrays it closes over become extra inputs (never baked-in values), so calling
+again with other data, or after the closed-over array changes identity, never retraces. A signature is the tree
+structure, shapes, dtypes and weak types of the dynamic arguments plus the values of the static ones.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tinyjax import dtypes, tree_util
+from tinyjax.array import Array
+from tinyjax.devices.buffer import Buffer
+from tinyjax.lower.realize import CompiledSchedule, get_schedule, normalize, run_schedule
+from tinyjax.trace.core import EvalTrace, StagingTrace, Tracer, current_trace, new_trace
+from tinyjax.uop import Ops, UOp
+
+
+def _leaf_to_array(leaf: Any) -> Array:
+  """An argument leaf as an Array: Arrays as they are, numpy data and Python scalars converted as JAX does."""
+  if isinstance(leaf, Array): return leaf
+  if isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic):
+    dtype = dtypes.python_scalar_dtype(leaf)
+    return Array.from_numpy(np.asarray(leaf, dtype=dtype), weak_type=True)
+  if isinstance(leaf, (np.ndarray, np.generic)):
+    dtype = dtypes.canonicalize_dtype(dtypes.dtype(leaf.dtype))
+    return Array.from_numpy(np.asarray(leaf, dtype=dtype))
+  raise TypeError(f"Argument {leaf!r} of type {type(leaf).__name__} is not a valid tinyjax type: pass arrays, "
+                  "numpy arrays, Python scalars or pytrees of them, or mark the argument static with static_argnums")
+
+
+def _leaf_signature(leaf: Any) -> tuple:
+  if isinstance(leaf, Array): return (leaf.shape, leaf.dtype, leaf.weak_type)
+  if type(leaf) in (bool, int, float): return ((), dtypes.python_scalar_dtype(leaf), True)
+  if isinstance(leaf, (np.ndarray, np.generic)):
+    return (np.shape(leaf), dtypes.canonicalize_dtype(dtypes.dtype(leaf.dtype)), False)
+  return (type(leaf),)  # not an array: _leaf_to_array raises with a message when it is traced
+
+
+@dataclass
+class Jaxpr:
+  """A traced program: a SINK over its outputs, PARAM 0..n_args-1 for the flattened arguments and PARAM n_args..
+  for arrays the function closed over (`consts`). `str()` prints it one equation per line."""
+  sink: UOp
+  n_args: int
+  consts: list[Buffer]
+  out_weak_types: tuple[bool, ...]
+  out_tree: Any
+
+  def __str__(self) -> str:
+    names: dict[UOp, str] = {}
+
+    def name_of(node: UOp) -> str:
+      if node.op is Ops.CONST: return f"{node.arg!r}:{_short(node)}"
+      return names[node]
+
+    inputs, lines = [], []
+    for node in self.sink.toposort:
+      if node.op in (Ops.SINK, Ops.CONST): continue
+      names[node] = _var_name(len(names))
+      if node.op is Ops.PARAM:
+        inputs.append(f"{names[node]}:{_short(node)}")
+        continue
+      arg = "" if node.arg is None else f"[{_format_arg(node.arg)}]"
+      operands = " ".join(name_of(src) for src in node.src)
+      lines.append(f"    {names[node]}:{_short(node)} = {node.op.name.lower()}{arg} {operands}")
+    outputs = ", ".join(name_of(out) for out in self.sink.src)
+    n_consts = len(inputs) - self.n_args
+    header = " ".join(inputs[self.n_args:]) + " ; " + " ".join(inputs[:self.n_args]) if n_consts else \
+      "; " + " ".join(inputs)
+    return "{ lambda " + header + ". let\n" + "\n".join(lines) + ("\n" if lines else "") + f"  in ({outputs},) }}"
+
+  __repr__ = __str__
+
+
+def _var_name(index: int) -> str:
+  letters = "abcdefghijklmnopqrstuvwxyz"
+  name = ""
+  index += 1
+  while index:
+    index, rest = divmod(index - 1, 26)
+    name = letters[rest] + name
+  return name
+
+
+def _short(node: UOp) -> str:
+  kind = {"f": "f", "i": "i", "u": "u", "b": "bool"}.get(node.dtype.kind, node.dtype.kind)
+  short = "bf16" if node.dtype.name == "bfloat16" else ("bool" if kind == "bool" else f"{kind}{node.dtype.itemsize * 8}")
+  return f"{short}[{','.join(map(str, node.shape))}]"
+
+
+def _format_arg(arg: Any) -> str:
+  if isinstance(arg, Ops): return arg.name.lower()
+  if isinstance(arg, tuple) and arg and isinstance(arg[0], Ops): return f"{arg[0].name.lower()}, axes={arg[1]}"
+  return repr(arg)
+
+
+def _flat_arg_names(fun: Callable, args: tuple, kwargs: dict, dynamic: list[int]) -> list[str]:
+  """A readable name for each flattened dynamic argument leaf, e.g. "argument 'params'['w']"."""
+  try: parameters = list(inspect.signature(fun).parameters)
+  except (TypeError, ValueError): parameters = []
+  names = []
+  for position in dynamic:
+    label = f"argument '{parameters[position]}'" if position < len(parameters) else f"positional argument {position}"
+    for path, _ in tree_util.tree_flatten_with_path(args[position])[0]:
+      names.append(label + tree_util.keystr(path))
+  for key in sorted(kwargs):
+    for path, _ in tree_util.tree_flatten_with_path(kwargs[key])[0]:
+      names.append(f"argument '{key}'" + tree_util.keystr(path))
+  return names
+
+
+def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Sequence[int] = ()) -> Jaxpr:
+  """Run `fun` on tracers for its non-static arguments and return the traced program."""
+  dynamic = [i for i in range(len(args)) if i not in static_argnums]
+  leaves, in_tree = tree_util.tree_flatten(([args[i] for i in dynamic], kwargs))
+  arrays = [_leaf_to_array(leaf) for leaf in leaves]
+  trace = StagingTrace(current_trace.get(), _flat_arg_names(fun, args, kwargs, dynamic),
+                       getattr(fun, "__name__", "function"))
+  with new_trace(trace):
+    tracers = [trace.new_arg(i, a.shape, a.dtype, a.weak_type) for i, a in enumerate(arrays)]
+    dynamic_args, traced_kwargs = tree_util.tree_unflatten(in_tree, tracers)
+    call_args = list(args)
+    for position, value in zip(dynamic, dynamic_args): call_args[position] = value
+    out = fun(*call_args, **traced_kwargs)
+  out_leaves, out_tree = tree_util.tree_flatten(out)
+  out_arrays = [_leaf_to_array(leaf) for leaf in out_leaves]
+  for leaf in out_arrays:
+    if isinstance(leaf, Tracer) and leaf.trace is not trace: leaf.check_alive()
+  roots = [a.uop for a in out_arrays]
+  if roots:
+    sink, consts = normalize(roots, first_param=len(arrays))
+  else:
+    sink, consts = UOp(Ops.SINK, np.dtype(np.bool_), ()), []
+  return Jaxpr(sink, len(arrays), consts, tuple(a.weak_type for a in out_arrays), out_tree)
+
+
+def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable[..., Jaxpr]:
+  """`make_jaxpr(f)(*args)` returns the UOp program `jit(f)` would compile for these arguments."""
+  static = _normalize_argnums(static_argnums)
+
+  @functools.wraps(fun)
+  def traced(*args, **kwargs) -> Jaxpr:
+    return trace_to_jaxpr(fun, args, kwargs, tuple(i % len(args) for i in static if -len(args) <= i < len(args)))
+  return traced
+
+
+def _normalize_argnums(argnums: int | Sequence[int] | None) -> tuple[int, ...]:
+  if argnums is None: return ()
+  return (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+
+@dataclass
+class _Compiled:
+  jaxpr: Jaxpr
+  schedule: CompiledSchedule | None
+
+
+class Lowered:
+  """What `jit(f).lower(*args)` returns: the traced program and its kernels; `as_text()` prints them."""
+
+  def __init__(self, compiled: _Compiled):
+    self._compiled = compiled
+
+  def as_text(self) -> str:
+    parts = [f"# jaxpr\n{self._compiled.jaxpr}"]
+    if self._compiled.schedule is not None:
+      sched = self._compiled.schedule
+      parts.append(f"# {len(sched.schedule.kernels)} kernels")
+      for kernel, program in zip(sched.schedule.kernels, sched.programs):
+        parts.append(f"# kernel {kernel.name} buffers={list(kernel.slots)}\n{program.src}")
+    return "\n".join(parts)
+
+  def compile(self) -> Lowered: return self
+
+
+class JitWrapped:
+  """A jitted function: call it like the original. Retraces for a new signature (tree structure, shapes, dtypes,
+  weak types, static argument values) and never otherwise."""
+
+  def __init__(self, fun: Callable, static_argnums: tuple[int, ...], static_argnames: tuple[str, ...],
+               donate_argnums: tuple[int, ...]):
+    self.fun, self.static_argnums, self.static_argnames = fun, static_argnums, static_argnames
+    self.donate_argnums = donate_argnums  # accepted; buffer donation comes with memory planning
+    self._cache: dict[Any, _Compiled] = {}
+    functools.update_wrapper(self, fun)
+    if static_argnames:
+      try: parameters = list(inspect.signature(fun).parameters)
+      except (TypeError, ValueError): parameters = []
+      self.static_argnums = tuple(sorted(set(static_argnums) | {parameters.index(n) for n in static_argnames
+                                                                  if n in parameters}))
+
+  def __get__(self, instance: Any, owner: type | None = None):
+    return self if instance is None else functools.partial(self, instance)
+
+  def _split(self, args: tuple, kwargs: dict) -> tuple[tuple[int, ...], tuple, dict, dict]:
+    static = tuple(sorted({i % len(args) for i in self.static_argnums if -len(args) <= i < len(args)}))
+    static_kwargs = {k: v for k, v in kwargs.items() if k in self.static_argnames}
+    dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+    static_values = tuple(args[i] for i in static) + tuple(sorted(static_kwargs.items()))
+    try: hash(static_values)
+    except TypeError as error:
+      raise ValueError(f"Non-hashable static arguments are not supported: {error}. Static arguments (static_argnums="
+                       f"{self.static_argnums}, static_argnames={self.static_argnames}) must be hashable, e.g. a "
+                       "tuple instead of a list; pass arrays as non-static arguments") from None
+    return static, static_values, static_kwargs, dynamic_kwargs
+
+  def _lookup(self, args: tuple, kwargs: dict) -> tuple[_Compiled, list[Any]]:
+    static, static_values, static_kwargs, dynamic_kwargs = self._split(args, kwargs)
+    leaves, in_tree = tree_util.tree_flatten(([args[i] for i in range(len(args)) if i not in static], dynamic_kwargs))
+    key = (in_tree, tuple(_leaf_signature(leaf) for leaf in leaves), static, static_values)
+    compiled = self._cache.get(key)
+    if compiled is None:
+      fun = functools.partial(self.fun, **static_kwargs) if static_kwargs else self.fun
+      if static_kwargs: functools.update_wrapper(fun, self.fun)
+      jaxpr = trace_to_jaxpr(fun, args, dynamic_kwargs, static)
+      compiled = _Compiled(jaxpr, get_schedule(jaxpr.sink) if jaxpr.sink.src else None)
+      self._cache[key] = compiled
+    return compiled, leaves
+
+  def __call__(self, *args, **kwargs) -> Any:
+    if type(current_trace.get()) is not EvalTrace:
+      return self.fun(*args, **kwargs)  # inside another trace: inline (a nested jit traces into the outer program)
+    compiled, leaves = self._lookup(args, kwargs)
+    jaxpr = compiled.jaxpr
+    if compiled.schedule is None: return tree_util.tree_unflatten(jaxpr.out_tree, [])
+    inputs = [_leaf_to_array(leaf).realize().uop.arg for leaf in leaves] + jaxpr.consts
+    buffers = run_schedule(compiled.schedule, inputs)
+    outputs = [Array(UOp(Ops.BUFFER, b.dtype, (), b), weak) for b, weak in zip(buffers, jaxpr.out_weak_types)]
+    return tree_util.tree_unflatten(jaxpr.out_tree, outputs)
+
+  def lower(self, *args, **kwargs) -> Lowered:
+    """Trace and compile for these arguments without running; `.as_text()` prints the program and kernels."""
+    return Lowered(self._lookup(args, kwargs)[0])
+
+  def _cache_size(self) -> int: return len(self._cache)
+
+
+def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | None = None,
+        static_argnames: str | Sequence[str] | None = None,
+        donate_argnums: int | Sequence[int] | None = None) -> Any:
+  """Compile `fun` with tinyjax: trace once per input signature into a UOp program, fuse it into kernels, compile
+  them, and replay them on later calls. Usable as `jit(f)`, `@jit` and `@jit(static_argnums=...)`."""
+  if fun is None:
+    return lambda f: jit(f, static_argnums=static_argnums, static_argnames=static_argnames,
+                         donate_argnums=donate_argnums)
+  if not callable(fun): raise TypeError(f"Expected a callable value, got {fun!r}")
+  names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames or ())
+  return JitWrapped(fun, _normalize_argnums(static_argnums), names, _normalize_argnums(donate_argnums))
+
