@@ -32,6 +32,8 @@ from typing import Callable, Iterator
 import ml_dtypes
 import numpy as np
 
+from tinyjax.codegen.opt import VECTOR_BYTES, TilePlan, choose_opts
+from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.uop import BOOL, Ops, UOp
 
 F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
@@ -150,17 +152,18 @@ def _free_ranges(ast: UOp) -> dict[UOp, frozenset[UOp]]:
 class _Renderer:
   """Emits the body function of one kernel: a list of IR lines, plus allocas for the entry block and declarations."""
 
-  def __init__(self, ast: UOp):
-    self.ast = ast
+  def __init__(self, ast: UOp, plan: TilePlan | None = None):
+    self.ast, self.plan = ast, plan
     self.deps = _free_ranges(ast)
     self.lines: list[str] = []
     self.allocas: list[str] = []
     self.declarations: set[str] = set()
+    self.metadata: list[str] = []  # module-level metadata nodes (loop hints)
     self.scopes: list[dict[UOp, str]] = [{}]  # memo of emitted values, one dict per open loop (innermost last)
     self.open_ranges: set[UOp] = set()
     self.block = "entry"  # the basic block being emitted (phis name their predecessors)
     self.counter = 0
-    self.stores_emitted = 0
+    self.stores_emitted: set[UOp] = set()
 
   # ---- low level: names, instructions, blocks
 
@@ -186,15 +189,20 @@ class _Renderer:
     flags = f"{flags} " if flags else ""
     return self.emit(f"call {flags}{ret_type} @{intrinsic}({', '.join(f'{t} {v}' for t, v in args)})")
 
-  def alloca(self, llvm_type: str) -> str:
+  def alloca(self, llvm_type: str, align: int | None = None) -> str:
     name = self.fresh("acc")
-    self.allocas.append(f"  {name} = alloca {llvm_type}")
+    self.allocas.append(f"  {name} = alloca {llvm_type}{f', align {align}' if align else ''}")
     return name
 
   @contextlib.contextmanager
-  def loop(self, start: str, end: str, binds: UOp | None) -> Iterator[str]:
+  def loop(self, start: str, end: str, binds: UOp | None, step: int = 1, vectorize: bool = True,
+           whole: bool = True) -> Iterator[str]:
     """A canonical counted loop `for (i = start; i < end; i++)` (i64, `icmp slt`, one latch). Code emitted inside the
-    `with` is the body; `binds` is the RANGE whose value is the induction variable. Yields the variable's name."""
+    `with` is the body; `binds` is the RANGE whose value is the induction variable. Yields the variable's name.
+    With `step` > 1 it is `for (i = start; i + step <= end; i += step)`: whole steps only (`whole=False`: the last
+    step may be partial, `i < end`). After the loop the
+    variable's name holds where it stopped (the header dominates the exit), where a remainder loop starts.
+    `vectorize=False` tells the loop vectoriser to leave this loop alone (its body is vectorised already)."""
     self.counter += 1
     loop_id = self.counter
     header, body, latch, done = (f"loop{loop_id}", f"loop{loop_id}.body", f"loop{loop_id}.latch",
@@ -204,7 +212,8 @@ class _Renderer:
     self.line(f"br label %{header}")
     self.label(header)
     self.line(f"{index} = phi i64 [ {start}, %{preheader} ], [ {next_index}, %{latch} ]")
-    in_range = self.emit(f"icmp slt i64 {index}, {end}", "cond")
+    last = index if step == 1 or not whole else self.emit(f"add nsw i64 {index}, {step - 1}", "last")
+    in_range = self.emit(f"icmp slt i64 {last}, {end}", "cond")
     self.line(f"br i1 {in_range}, label %{body}, label %{done}")
     self.label(body)
     self.scopes.append({} if binds is None else {binds: index})
@@ -214,9 +223,28 @@ class _Renderer:
     self.scopes.pop()
     self.line(f"br label %{latch}")
     self.label(latch)
-    self.line(f"{next_index} = add nsw i64 {index}, 1")
-    self.line(f"br label %{header}")
+    self.line(f"{next_index} = add nsw i64 {index}, {step}")
+    self.line(f"br label %{header}{'' if vectorize else self.no_vectorize_hint()}")
     self.label(done)
+
+  def no_vectorize_hint(self) -> str:
+    """Loop metadata (for a latch's branch) that turns the loop vectoriser off for that loop."""
+    loop_node, hint_node = f"!{len(self.metadata)}", f"!{len(self.metadata) + 1}"
+    self.metadata += [f"{loop_node} = distinct !{{{loop_node}, {hint_node}}}",
+                      f'{hint_node} = !{{!"llvm.loop.vectorize.enable", i1 false}}']
+    return f", !llvm.loop {loop_node}"
+
+  @contextlib.contextmanager
+  def bound(self, rng: UOp | None, value: str) -> Iterator[None]:
+    """A scope in which RANGE `rng` has the value `value` (what it computes is forgotten after); None: no scope."""
+    if rng is None:
+      yield
+      return
+    self.scopes.append({rng: value})
+    self.open_ranges.add(rng)
+    yield
+    self.open_ranges.discard(rng)
+    self.scopes.pop()
 
   # ---- scheduling: which nodes are emitted where
 
@@ -252,13 +280,16 @@ class _Renderer:
       self.open_global_loops(global_ranges, 0)
     self.line("ret void")
     stores = sum(1 for n in sink.toposort if n.op is Ops.STORE)
-    if self.stores_emitted != stores:
-      raise ValueError(f"codegen: {stores - self.stores_emitted} STOREs depend on ranges that are never opened")
+    if len(self.stores_emitted) != stores:
+      raise ValueError(f"codegen: {stores - len(self.stores_emitted)} STOREs depend on ranges that are never opened")
 
   def open_global_loops(self, global_ranges: list[UOp], depth: int) -> None:
     self.emit_ready(self.ast)
     if depth == len(global_ranges): return
     rng = global_ranges[depth]
+    if self.plan is not None and rng in (self.plan.row, self.plan.column):
+      self.render_tiles(global_ranges, depth)
+      return
     start, end = ("%start", "%end") if depth == 0 else ("0", self.value(rng.src[0]))
     with self.loop(start, end, binds=rng):
       self.open_global_loops(global_ranges, depth + 1)
@@ -311,7 +342,7 @@ class _Renderer:
     buffer, index, value = node.src
     stored = self.to_memory(self.value(value), buffer.dtype)
     self.line(f"store {memory_type(buffer.dtype)} {stored}, ptr {self.address(buffer, index)}")
-    self.stores_emitted += 1
+    self.stores_emitted.add(node)
     return "store"
 
   def render_unary(self, node: UOp) -> str:
@@ -343,7 +374,10 @@ class _Renderer:
       if op in _FLOAT_BINARY_INTRINSIC:
         result = self.call(f"{_FLOAT_BINARY_INTRINSIC[op]}.{_suffix(llvm_type)}", llvm_type,
                            [(llvm_type, left), (llvm_type, right)])
-      else: result = self.emit(f"{_FLOAT_BINARY[op]} {llvm_type} {left}, {right}")
+      else:
+        # the product of a contraction may fuse with its accumulation into an FMA (one rounding instead of two)
+        contract = self.plan is not None and self.plan.contract and node is self.plan.reduce.src[0]
+        result = self.emit(f"{_FLOAT_BINARY[op]}{' contract' if contract else ''} {llvm_type} {left}, {right}")
       return self.round(result, node.dtype) if op in _ROUNDED_FLOAT_OPS else result
     if op in _INT_BINARY: return self.emit(f"{_INT_BINARY[op]} {llvm_type} {left}, {right}")
     if op is Ops.MAX:
@@ -397,62 +431,218 @@ class _Renderer:
   # ---- reductions
 
   def render_reduce(self, node: UOp) -> str:
-    """Accumulate the REDUCE's value over its loop nest; emitted here, its value is available after the loops.
-    Each loop level has its own accumulator (a float32 sum keeps its outer levels in float64), the innermost float32
-    sum is blocked by SUM_BLOCK, and float16 / bfloat16 accumulate in float32, rounded once at the end."""
+    """Accumulate the REDUCE's value over its loop nest; emitted here, its value is available after the loops."""
     value, *ranges = node.src
     if not ranges: return self.value(value)
+
+    def body() -> list[tuple[str, np.dtype]]:
+      self.emit_ready(value)
+      return [(self.value(value), value.dtype)]
+
+    return self.reduce_loops(node, 1, body)[0]
+
+  def reduce_loops(self, node: UOp, count: int, body: Callable[[], list[tuple[str, np.dtype]]],
+                   tiled: bool = False, contract: bool = False) -> list[str]:
+    """Emit the loop nest of REDUCE `node` over its ranges, folding the `count` values `body()` emits per innermost
+    iteration into `count` accumulators; return their final values in `node.dtype`. Each loop level has its own
+    accumulators (a float32 sum keeps its outer levels in float64), the innermost float32 sum is blocked by
+    SUM_BLOCK, and float16 / bfloat16 accumulate in float32, rounded once at the end. `tiled`: the accumulators
+    are a tile (vectorised across them by SLP), so the loops are not vectorised over the reduce range and float
+    accumulation keeps its order; `contract` lets a float product and its accumulation fuse into an FMA."""
+    ranges = node.src[1:]
     inner_dtype = F32 if node.dtype in (F16, BF16) else node.dtype
     float32_sum = node.arg is Ops.ADD and inner_dtype == F32
     outer_dtype = F64 if float32_sum else inner_dtype
 
-    def over_ranges(depth: int) -> tuple[str, np.dtype]:
-      """The reduction of `value` over ranges[depth:], emitted at the current position, and its dtype."""
+    def over_ranges(depth: int) -> tuple[list[str], np.dtype]:
+      """The reductions over ranges[depth:], emitted at the current position, and their dtype."""
       rng, innermost = ranges[depth], depth == len(ranges) - 1
       bound = self.value(rng.src[0])
 
-      def body(index: str) -> tuple[str, np.dtype]:
-        self.emit_ready(value)
-        return (self.value(value), value.dtype) if innermost else over_ranges(depth + 1)
+      def level_body(index: str) -> tuple[list[str], np.dtype]:
+        if not innermost: return over_ranges(depth + 1)
+        parts = body()
+        return [self.cast(part, part_dtype, inner_dtype) for part, part_dtype in parts], inner_dtype
 
       blocked = float32_sum and innermost and rng.src[0].op is Ops.CONST and rng.src[0].arg > SUM_BLOCK
       if not blocked:
         acc_dtype = inner_dtype if innermost else outer_dtype
-        return self.accumulate(node, acc_dtype, "0", bound, rng, body), acc_dtype
+        return self.accumulate(node, acc_dtype, count, "0", bound, rng, level_body, tiled, contract), acc_dtype
 
-      def block_sum(block: str) -> tuple[str, np.dtype]:
+      def block_sum(block: str) -> tuple[list[str], np.dtype]:
         block_start = self.emit(f"mul nsw i64 {block}, {SUM_BLOCK}")
         block_end = self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {block_start}, {SUM_BLOCK}")),
                                                        ("i64", bound)])
-        return self.accumulate(node, inner_dtype, block_start, block_end, rng, body), inner_dtype
+        accumulated = self.accumulate(node, inner_dtype, count, block_start, block_end, rng, level_body, tiled,
+                                      contract)
+        return accumulated, inner_dtype
 
       blocks = -(-rng.src[0].arg // SUM_BLOCK)
-      return self.accumulate(node, outer_dtype, "0", str(blocks), None, block_sum), outer_dtype
+      return self.accumulate(node, outer_dtype, count, "0", str(blocks), None, block_sum, tiled), outer_dtype
 
-    result, result_dtype = over_ranges(0)
-    return self.cast(result, result_dtype, node.dtype)
+    results, result_dtype = over_ranges(0)
+    return [self.cast(result, result_dtype, node.dtype) for result in results]
 
-  def accumulate(self, node: UOp, acc_dtype: np.dtype, start: str, end: str, binds: UOp | None,
-                 body: Callable[[str], tuple[str, np.dtype]]) -> str:
-    """One loop of a reduction: an accumulator of `acc_dtype` starts at the identity and folds in `body(index)`'s
-    value on each iteration; returns the accumulator's final value."""
+  def accumulate(self, node: UOp, acc_dtype: np.dtype, count: int, start: str, end: str, binds: UOp | None,
+                 body: Callable[[str], tuple[list[str], np.dtype]], tiled: bool = False,
+                 contract: bool = False) -> list[str]:
+    """One loop of a reduction: `count` accumulators of `acc_dtype` start at the identity and fold in the values of
+    `body(index)` on each iteration; returns the accumulators' final values (`tiled`, `contract`: see
+    `reduce_loops`)."""
     llvm_type = compute_type(acc_dtype)
-    accumulator = self.alloca(llvm_type)
-    self.line(f"store {llvm_type} {literal(_IDENTITY[node.arg](acc_dtype), acc_dtype)}, ptr {accumulator}")
-    with self.loop(start, end, binds) as index:
-      part, part_dtype = body(index)
-      part = self.cast(part, part_dtype, acc_dtype)
-      current = self.emit(f"load {llvm_type}, ptr {accumulator}")
-      self.line(f"store {llvm_type} {self.combine(node.arg, acc_dtype, current, part)}, ptr {accumulator}")
-    return self.emit(f"load {llvm_type}, ptr {accumulator}")
+    accumulators = [self.alloca(llvm_type) for _ in range(count)]
+    identity = literal(_IDENTITY[node.arg](acc_dtype), acc_dtype)
+    for accumulator in accumulators: self.line(f"store {llvm_type} {identity}, ptr {accumulator}")
+    with self.loop(start, end, binds, vectorize=not tiled) as index:
+      parts, part_dtype = body(index)
+      for accumulator, part in zip(accumulators, parts):
+        part = self.cast(part, part_dtype, acc_dtype)
+        current = self.emit(f"load {llvm_type}, ptr {accumulator}")
+        combined = self.combine(node.arg, acc_dtype, current, part, ordered=tiled, contract=contract)
+        self.line(f"store {llvm_type} {combined}, ptr {accumulator}")
+    return [self.emit(f"load {llvm_type}, ptr {accumulator}") for accumulator in accumulators]
 
-  def combine(self, op: Ops, dtype: np.dtype, acc: str, part: str) -> str:
+  # ---- tiles: the reduce loop outside a block of output elements (see opt.py)
+
+  def render_tiles(self, global_ranges: list[UOp], depth: int) -> None:
+    """Emit the plan's row and column loops (the last global ranges) as loops over tiles. Columns go in tiles of
+    `plan.columns`, then of one vector, then one by one; rows (inside) in tiles of `plan.rows`, then one by one. Each
+    tile is a block (`render_block`); the first global range runs [start, end) whatever its role, so a chunk that
+    is no multiple of a tile just ends in smaller tiles."""
+    plan = self.plan
+    assert plan is not None
+
+    def bounds(rng: UOp) -> tuple[str, str]:
+      return ("%start", "%end") if rng is global_ranges[0] else ("0", self.value(rng.src[0]))
+
+    column_start, column_end = bounds(plan.column)
+    if plan.stream:
+      with self.loop(column_start, column_end, None, step=plan.columns, whole=False) as tile_start:
+        width = self.call("llvm.smin.i64", "i64", [("i64", str(plan.columns)),
+                                                    ("i64", self.emit(f"sub nsw i64 {column_end}, {tile_start}"))])
+        self.render_stream_tile(tile_start, width)
+      return
+    column_widths = sorted({plan.columns, plan.lanes, 1}, reverse=True)
+    for width in column_widths:
+      with self.loop(column_start, column_end, None, step=width) as column_index:
+        if plan.row is None:
+          self.render_block(None, 1, column_index, width)
+        else:
+          row_start, row_end = bounds(plan.row)
+          for height in sorted({plan.rows, 1}, reverse=True):
+            with self.loop(row_start, row_end, None, step=height) as row_index:
+              self.render_block(row_index, height, column_index, width)
+            row_start = row_index
+      column_start = column_index
+
+  def render_block(self, row_start: str | None, rows: int, column_start: str, columns: int) -> None:
+    """One tile: rows x columns accumulators of the plan's REDUCE, updated in one pass of its loop nest (the body
+    fully unrolled: values that don't depend on the column are emitted once per row, those that depend on neither
+    once per step), then the epilogue and STORE of each element."""
+    plan = self.plan
+    assert plan is not None
+    value = plan.reduce.src[0]
+    row_values = [None] if row_start is None else self.offsets(row_start, rows)
+    column_values = self.offsets(column_start, columns)
+
+    def body() -> list[tuple[str, np.dtype]]:
+      self.emit_ready(value)
+      parts = []
+      for row_value in row_values:
+        with self.bound(plan.row, row_value):
+          self.emit_ready(value)
+          for column_value in column_values:
+            with self.bound(plan.column, column_value):
+              self.emit_ready(value)
+              parts.append((self.value(value), value.dtype))
+      return parts
+
+    results = iter(self.reduce_loops(plan.reduce, rows * columns, body, tiled=True, contract=plan.contract))
+    for row_value in row_values:
+      with self.bound(plan.row, row_value):
+        for column_value in column_values:
+          with self.bound(plan.column, column_value):
+            self.scopes[-1][plan.reduce] = next(results)
+            self.emit_ready(self.ast)
+
+  def render_stream_tile(self, tile_start: str, width: str) -> None:
+    """One stream tile: the plan's REDUCE (one reduce range) for `width` <= plan.columns consecutive columns, with
+    accumulators in an array: the reduce loop outside, a vectorisable loop over the columns inside (and the same
+    float32 blocking as `reduce_loops`, with an array of float64 block sums), then the epilogue per column."""
+    plan = self.plan
+    assert plan is not None
+    node = plan.reduce
+    value, rng = node.src
+    inner_dtype = F32 if node.dtype in (F16, BF16) else node.dtype
+    blocked = node.arg is Ops.ADD and inner_dtype == F32 and rng.src[0].arg > SUM_BLOCK
+
+    def columns(body: Callable[[str], None]) -> None:
+      """`body(slot)` for each column of the tile, the column range bound to its value."""
+      with self.loop("0", width, None) as slot:
+        with self.bound(plan.column, self.emit(f"add nsw i64 {tile_start}, {slot}", "idx")):
+          body(slot)
+
+    def accumulators(dtype: np.dtype) -> str:
+      array = self.alloca(f"[{plan.columns} x {compute_type(dtype)}]", align=VECTOR_BYTES)
+      identity = literal(_IDENTITY[node.arg](dtype), dtype)
+      columns(lambda slot: self.line(f"store {compute_type(dtype)} {identity}, ptr {self.slot(array, dtype, slot)}"))
+      return array
+
+    def fold(array: str, dtype: np.dtype, slot: str, part: str, part_dtype: np.dtype) -> None:
+      address, llvm_type = self.slot(array, dtype, slot), compute_type(dtype)
+      current = self.emit(f"load {llvm_type}, ptr {address}")
+      combined = self.combine(node.arg, dtype, current, self.cast(part, part_dtype, dtype), ordered=True)
+      self.line(f"store {llvm_type} {combined}, ptr {address}")
+
+    def reduce_range(array: str, start: str, end: str) -> None:
+      with self.loop(start, end, rng, vectorize=False):
+        self.emit_ready(value)  # what doesn't depend on the column, once per step
+
+        def step(slot: str) -> None:
+          self.emit_ready(value)
+          fold(array, inner_dtype, slot, self.value(value), value.dtype)
+        columns(step)
+
+    bound = self.value(rng.src[0])
+    if not blocked:
+      result, result_dtype = accumulators(inner_dtype), inner_dtype
+      reduce_range(result, "0", bound)
+    else:
+      result, result_dtype = accumulators(F64), F64
+      with self.loop("0", str(-(-rng.src[0].arg // SUM_BLOCK)), None, vectorize=False) as block:
+        block_start = self.emit(f"mul nsw i64 {block}, {SUM_BLOCK}")
+        block_end = self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {block_start}, {SUM_BLOCK}")),
+                                                       ("i64", bound)])
+        block_sums = accumulators(F32)
+        reduce_range(block_sums, block_start, block_end)
+        columns(lambda slot: fold(result, F64, slot, self.emit(f"load float, ptr {self.slot(block_sums, F32, slot)}"),
+                                  F32))
+
+    def epilogue(slot: str) -> None:
+      total = self.emit(f"load {compute_type(result_dtype)}, ptr {self.slot(result, result_dtype, slot)}")
+      self.scopes[-1][node] = self.cast(total, result_dtype, node.dtype)
+      self.emit_ready(self.ast)
+    columns(epilogue)
+
+  def slot(self, array: str, dtype: np.dtype, index: str) -> str:
+    """The address of element `index` of an accumulator array of `dtype`."""
+    return self.emit(f"getelementptr inbounds {compute_type(dtype)}, ptr {array}, i64 {index}", "addr")
+
+  def offsets(self, start: str, count: int) -> list[str]:
+    """`start + i` for i in [0, count)."""
+    return [start] + [self.emit(f"add nsw i64 {start}, {i}", "idx") for i in range(1, count)]
+
+  def combine(self, op: Ops, dtype: np.dtype, acc: str, part: str, ordered: bool = False,
+              contract: bool = False) -> str:
+    """Fold `part` into accumulator value `acc`. Float ADD / MUL are `reassoc` (vectorisable) unless `ordered`;
+    `contract` allows an FMA."""
     kind, llvm_type = _kind(dtype), compute_type(dtype)
     if kind == "b": return self.emit(f"{_BOOL_BINARY[op]} i1 {acc}, {part}")
     if kind == "f":
       if op is Ops.MAX: return self.call(f"llvm.maximum.{_suffix(llvm_type)}", llvm_type,
                                          [(llvm_type, acc), (llvm_type, part)], flags="reassoc")
-      return self.emit(f"{_FLOAT_ACCUMULATE[op]} {llvm_type} {acc}, {part}")
+      instruction = {Ops.ADD: "fadd", Ops.MUL: "fmul"}[op] if ordered else _FLOAT_ACCUMULATE[op]
+      return self.emit(f"{instruction}{' contract' if contract else ''} {llvm_type} {acc}, {part}")
     if op is Ops.MAX: return self.call(f"{_INT_MAX_INTRINSIC[kind]}.{llvm_type}", llvm_type,
                                        [(llvm_type, acc), (llvm_type, part)])
     return self.emit(f"{_INT_BINARY[op]} {llvm_type} {acc}, {part}")
@@ -547,14 +737,20 @@ class _Renderer:
 # ---------------------------------------------------------------------------------------------------------------------
 # the module
 
-def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layout: str | None = None) -> str:
+def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layout: str | None = None,
+                optimize: bool | None = None) -> str:
   """Render kernel `ast` (a SINK of STOREs, see the module docstring) as a complete LLVM IR module defining
-  `void @<name>(ptr noalias %args, i64 %start, i64 %end)`. Triple and data layout are written only when given."""
+  `void @<name>(ptr noalias %args, i64 %start, i64 %end)`. Triple and data layout are written only when given.
+  `optimize` applies the loop optimisations of opt.py (default: unless NOOPT=1); they are listed in a comment at the
+  top of the module and printed with DEBUG>=3."""
   if ast.op is not Ops.SINK: raise ValueError(f"codegen: a kernel AST is rooted at a SINK, got {ast.op.name}")
   buffers = sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda buffer: buffer.arg)
   if [buffer.arg for buffer in buffers] != list(range(len(buffers))):
     raise ValueError(f"codegen: DEFINE_GLOBAL indices must be 0..n-1, got {[buffer.arg for buffer in buffers]}")
-  renderer = _Renderer(ast)
+  plan = choose_opts(ast, enabled=not NOOPT if optimize is None else optimize)
+  opts = [] if plan is None else list(plan.opts)
+  if DEBUG >= 3: print(f"*** opts of {name}: {opts}")
+  renderer = _Renderer(ast, plan)
   renderer.render_kernel()
 
   symbol, body_symbol = _symbol(name), _symbol(f"{name}.body")
@@ -563,8 +759,10 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   if target_triple: lines.append(f'target triple = "{target_triple}"')
   if data_layout: lines.append(f'target datalayout = "{data_layout}"')
   lines += sorted(renderer.declarations)
+  lines.append(f"; opts: {opts}")
   lines += [f"define internal void {body_symbol}({params}{', ' if params else ''}i64 %start, i64 %end) "
             "alwaysinline nounwind {", "entry:", *renderer.allocas, *renderer.lines, "}", ""]
+  lines += renderer.metadata
   lines += [f"define void {symbol}(ptr noalias %args, i64 %start, i64 %end) nounwind {{", "entry:"]
   for buffer in buffers:
     lines.append(f"  %slot{buffer.arg} = getelementptr inbounds ptr, ptr %args, i64 {buffer.arg}")

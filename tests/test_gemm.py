@@ -1,0 +1,276 @@
+"""Kernel optimisations of codegen/opt.py (reduce outside, register tiles for contractions, stream tiles for sums
+over an outer axis) against numpy and against the plain loop nest of the same AST: odd shapes (tails in every
+direction), dtypes, epilogues, thread chunks that are no multiple of a tile, and the kernels they must not touch."""
+from __future__ import annotations
+
+import ctypes
+import re
+
+import numpy as np
+import pytest
+from test_codegen import (BF16, BOOL, F16, F32, F64, add, alu, assert_same, buffer, compile_kernel, const, global_range,
+                          kernel, load, mul, optimized_module, outer_bound, reduce, reduce_range, sample, store,
+                          target_machine)
+
+from tinyjax.array import Array
+from tinyjax.codegen.llvm import SUM_BLOCK, render_llvm
+from tinyjax.codegen.opt import STREAM_TILE, TILE_ROWS, applied_opts, choose_opts
+from tinyjax.trace.core import bind
+from tinyjax.uop import Ops, UOp
+
+I32 = np.dtype(np.int32)
+
+
+def run_kernel(ast: UOp, buffers: list[np.ndarray], optimize: bool, start: int = 0, end: int | None = None) -> None:
+  """Render (with or without the opts), compile and run `ast` over outer iterations [start, end)."""
+  function = compile_kernel(render_llvm("kernel", ast, optimize=optimize))
+  addresses = [b.ctypes.data for b in buffers]
+  function((ctypes.c_void_p * len(addresses))(*addresses), start, outer_bound(ast) if end is None else end)
+
+
+def matmul_kernel(m: int, k: int, n: int, dtype: np.dtype, epilogue=None, reduce_op: Ops = Ops.ADD) -> UOp:
+  """out[i, j] = epilogue(reduce_k a[i, k] * b[k, j], j), the kernel lower/ makes of a @ b (+ a bias)."""
+  dtype = np.dtype(dtype)
+  rows, cols, red = global_range(0, m), global_range(1, n), reduce_range(2, k)
+  a_element = load(buffer(1, dtype), add(mul(rows, const(k)), red))
+  b_element = load(buffer(2, dtype), add(mul(red, const(n)), cols))
+  product = mul(a_element, b_element)
+  result = reduce(reduce_op, product, red)
+  if epilogue is not None: result = epilogue(result, cols)
+  return kernel(store(buffer(0, dtype), add(mul(rows, const(n)), cols), result))
+
+
+def column_reduce_kernel(op: Ops, dtype: np.dtype, rows: int, cols: int) -> UOp:
+  """out[j] = reduce_i x[i, j]: x.sum(axis=0) and friends."""
+  col, red = global_range(0, cols), reduce_range(1, rows)
+  return kernel(store(buffer(0, dtype), col, reduce(op, load(buffer(1, dtype), add(mul(red, const(cols)), col)), red)))
+
+
+def matmul_inputs(m: int, k: int, n: int, dtype: np.dtype, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  rng = np.random.default_rng(seed)
+  if dtype == I32: return rng.integers(-50, 50, (m, k)).astype(dtype), rng.integers(-50, 50, (k, n)).astype(dtype)
+  return rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+
+
+TOLERANCE = {F32: 1e-5, F64: 1e-12, F16: 2e-3, BF16: 1e-2, I32: 0.0}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# which kernels get which opts
+
+def test_matmul_gets_a_register_tile():
+  opts = applied_opts(matmul_kernel(64, 64, 64, F32))
+  assert ("reduce_outside", 2) in opts and ("upcast", 1, 64) in opts and ("upcast", 0, TILE_ROWS) in opts
+
+
+def test_column_sum_gets_a_stream_tile():
+  assert applied_opts(column_reduce_kernel(Ops.ADD, F32, 64, 64)) == (("reduce_outside", 1), ("tile", 0, STREAM_TILE))
+
+
+def test_opts_off_when_disabled():
+  assert applied_opts(matmul_kernel(64, 64, 64, F32), enabled=False) == ()
+  assert "; opts: []" in render_llvm("kernel", matmul_kernel(8, 8, 8, F32), optimize=False)
+
+
+def test_plain_nest_kept_where_it_is_right():
+  i, k = global_range(0, 8), reduce_range(1, 16)
+  x = load(buffer(1, F32), add(mul(i, const(16)), k))
+  assert applied_opts(kernel(store(buffer(0, F32), i, reduce(Ops.ADD, x, k)))) == ()  # row reduction: stride 1
+  two_reduces = kernel(store(buffer(0, F32), i, add(reduce(Ops.ADD, x, k), reduce(Ops.MAX, x, k))))
+  assert applied_opts(two_reduces) == ()
+  col, red = global_range(0, 8), reduce_range(1, 16)
+  gated = load(buffer(1, F32), add(mul(red, const(8)), col), alu(Ops.CMPLT, col, const(5)))
+  assert applied_opts(kernel(store(buffer(0, F32), col, reduce(Ops.ADD, gated, red)))) == ()
+  elementwise = global_range(0, 100)
+  assert applied_opts(kernel(store(buffer(0, F32), elementwise, load(buffer(1, F32), elementwise)))) == ()
+
+
+def test_matmul_inner_loop_has_vector_fmas():
+  ir = render_llvm("kernel", matmul_kernel(256, 256, 256, F32))
+  optimized = str(optimized_module(ir))
+  assert re.search(r"fmul contract <(8|16) x float>", optimized) and re.search(r"fadd contract <(8|16) x float>",
+                                                                                 optimized)
+  assembly = target_machine().emit_assembly(optimized_module(ir))
+  assert re.search(r"vfmadd\d+ps\s+.*%[yz]mm", assembly)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# contractions against numpy and the plain nest
+
+MATMUL_SHAPES = [(1, 1, 1), (7, 13, 5), (7, 5, 13), (5, 3, 70), (9, 31, 81), (4, 64, 64), (33, 17, 100), (3, 200, 17)]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, F16, BF16, I32], ids=str)
+@pytest.mark.parametrize("shape", MATMUL_SHAPES, ids=str)
+def test_matmul(shape: tuple[int, int, int], dtype: np.dtype):
+  m, k, n = shape
+  a, b = matmul_inputs(m, k, n, dtype, seed=sum(shape))
+  ast = matmul_kernel(m, k, n, dtype)
+  outputs = {}
+  for optimize in (True, False):
+    outputs[optimize] = np.zeros(m * n, dtype)
+    run_kernel(ast, [outputs[optimize], a, b], optimize)
+  if dtype == I32:
+    expected = (a.astype(np.int64) @ b.astype(np.int64)).astype(dtype).reshape(-1)
+    assert_same(outputs[True], expected)
+    assert_same(outputs[False], expected)
+  elif dtype in (F16, BF16):  # each product is rounded to the dtype, then summed in float32: like the plain nest
+    assert_same(outputs[True], outputs[False], TOLERANCE[dtype] * np.sqrt(k))
+  else:  # the error of a dot product grows with its length
+    np.testing.assert_allclose(outputs[True].reshape(m, n), a.astype(F64) @ b.astype(F64),
+                               rtol=TOLERANCE[dtype] * np.sqrt(k), atol=TOLERANCE[dtype] * np.sqrt(k))
+
+
+@pytest.mark.parametrize("bounds", [(0, 1), (1, 6), (3, 4), (2, 31), (5, 33), (0, 33)], ids=str)
+def test_matmul_chunk_of_rows(bounds: tuple[int, int]):
+  """A thread runs rows [start, end): tiles of TILE_ROWS start at `start`, a short chunk ends in single rows, and
+  nothing outside the chunk is written."""
+  m, k, n = 33, 19, 37
+  start, end = bounds
+  a, b = matmul_inputs(m, k, n, F32, seed=3)
+  out = np.full(m * n, -7.0, F32)
+  run_kernel(matmul_kernel(m, k, n, F32), [out, a, b], True, start, end)
+  grid = out.reshape(m, n)
+  np.testing.assert_allclose(grid[start:end], (a.astype(F64) @ b)[start:end], rtol=1e-5, atol=1e-5)
+  assert (grid[:start] == -7.0).all() and (grid[end:] == -7.0).all()
+
+
+def test_matmul_epilogue_fused_at_the_store():
+  """relu(a @ b + bias[j]) in one kernel: the epilogue runs per element after the reduce loop."""
+  m, k, n = 11, 23, 45
+  a, b = matmul_inputs(m, k, n, F32, seed=4)
+  bias = sample(F32, n, seed=5)
+
+  def epilogue(total: UOp, col: UOp) -> UOp:
+    return alu(Ops.MAX, add(total, load(buffer(3, F32), col)), const(0.0, F32))
+
+  ast = matmul_kernel(m, k, n, F32, epilogue)
+  assert applied_opts(ast)
+  out = np.zeros(m * n, F32)
+  run_kernel(ast, [out, a, b, bias], True)
+  np.testing.assert_allclose(out.reshape(m, n), np.maximum(a.astype(F64) @ b + bias, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_max_contraction_propagates_nan():
+  m, k, n = 6, 9, 20
+  a, b = matmul_inputs(m, k, n, F32, seed=6)
+  a[2, 4] = np.nan
+  ast = matmul_kernel(m, k, n, F32, reduce_op=Ops.MAX)
+  assert applied_opts(ast)
+  out = np.zeros(m * n, F32)
+  run_kernel(ast, [out, a, b], True)
+  expected = (a[:, :, None] * b[None, :, :]).max(1)
+  np.testing.assert_array_equal(out.reshape(m, n), expected)
+  assert np.isnan(out.reshape(m, n)[2]).all()
+
+
+def test_batched_matmul():
+  """out[h, i, j] = sum_k a[h, i, k] * b[h, k, j]: the batch range loops outside the tiles, [start, end) over it."""
+  batch, m, k, n = 3, 9, 14, 21
+  rng = np.random.default_rng(7)
+  a, b = rng.standard_normal((batch, m, k)).astype(F32), rng.standard_normal((batch, k, n)).astype(F32)
+  h, rows, cols, red = global_range(0, batch), global_range(1, m), global_range(2, n), reduce_range(3, k)
+  a_index = add(add(mul(h, const(m * k)), mul(rows, const(k))), red)
+  b_index = add(add(mul(h, const(k * n)), mul(red, const(n))), cols)
+  out_index = add(add(mul(h, const(m * n)), mul(rows, const(n))), cols)
+  product = mul(load(buffer(1, F32), a_index), load(buffer(2, F32), b_index))
+  ast = kernel(store(buffer(0, F32), out_index, reduce(Ops.ADD, product, red)))
+  assert ("upcast", 1, TILE_ROWS) in applied_opts(ast)
+  out = np.zeros(batch * m * n, F32)
+  run_kernel(ast, [out, a, b], True, 1, 3)
+  np.testing.assert_allclose(out.reshape(batch, m, n)[1:], (a.astype(F64) @ b)[1:], rtol=1e-5, atol=1e-5)
+  assert (out.reshape(batch, m, n)[0] == 0).all()
+
+
+def test_long_contraction_is_blocked():
+  """k >> SUM_BLOCK: float32 sums are blocked (float64 between blocks) inside a tile too. Each accumulator of a tile
+  is one running float32 sum per block (no vector lanes to spread it), so the error is that of a SUM_BLOCK-long sum
+  (~1.6e-5 for 0.1s), where one running sum over all of k would be off by ~1e-3."""
+  m, k, n = 5, SUM_BLOCK * 16 + 37, 17
+  a = np.full((m, k), 0.1, F32)
+  b = np.ones((k, n), F32)
+  out = np.zeros(m * n, F32)
+  run_kernel(matmul_kernel(m, k, n, F32), [out, a, b], True)
+  exact = float(np.float32(0.1)) * k
+  assert np.abs(out.astype(F64) - exact).max() / exact < 4e-5
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# reductions over an outer axis (stream tiles)
+
+@pytest.mark.parametrize("dtype", [F32, F64, F16, BF16, I32, np.dtype(np.uint8), BOOL], ids=str)
+@pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX, Ops.MUL])
+def test_column_reduce(op: Ops, dtype: np.dtype):
+  rows, cols = 29, STREAM_TILE + 37  # a full tile and a short one
+  values = sample(dtype, n=rows * cols, seed=8)
+  if op is Ops.MUL and dtype.kind == "f": values = (1 + values.astype(F32) / 200).astype(dtype)
+  ast = column_reduce_kernel(op, dtype, rows, cols)
+  assert applied_opts(ast)
+  outputs = {}
+  for optimize in (True, False):
+    outputs[optimize] = np.zeros(cols, dtype)
+    run_kernel(ast, [outputs[optimize], values], optimize)
+  rtol = {F16: 2e-3, BF16: 1e-2, F32: 1e-5, F64: 1e-12}.get(dtype, 0.0) if op is not Ops.MAX else 0.0
+  assert_same(outputs[True], outputs[False], rtol)  # the plain nest is tested against numpy in test_codegen.py
+
+
+def test_column_sum_blocked_and_accurate():
+  rows, cols = SUM_BLOCK * 16 + 5, 19
+  values = np.full(rows * cols, 0.1, F32)
+  out = np.zeros(cols, F32)
+  run_kernel(column_reduce_kernel(Ops.ADD, F32, rows, cols), [out, values], True)
+  exact = float(np.float32(0.1)) * rows
+  assert np.abs(out.astype(F64) - exact).max() / exact < 4e-5
+
+
+def test_column_max_propagates_nan():
+  rows, cols = 7, 40
+  values = sample(F32, n=rows * cols, seed=9)
+  values[3 * cols + 11] = np.nan
+  out = np.zeros(cols, F32)
+  run_kernel(column_reduce_kernel(Ops.MAX, F32, rows, cols), [out, values], True)
+  expected = values.reshape(rows, cols).max(0)
+  np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("bounds", [(0, 1), (3, 20), (17, 18), (5, 40)], ids=str)
+def test_column_reduce_chunk(bounds: tuple[int, int]):
+  rows, cols = 13, 40
+  start, end = bounds
+  values = sample(F32, n=rows * cols, seed=10)
+  out = np.full(cols, -7.0, F32)
+  run_kernel(column_reduce_kernel(Ops.ADD, F32, rows, cols), [out, values], True, start, end)
+  np.testing.assert_allclose(out[start:end], values.reshape(rows, cols).astype(F64).sum(0)[start:end], rtol=1e-5,
+                             atol=1e-5)
+  assert (out[:start] == -7.0).all() and (out[end:] == -7.0).all()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# end to end: lower/ makes the kernels, the runtime splits them across threads
+
+def array_matmul(a: Array, b: Array) -> Array:
+  (m, k), (_, n) = a.shape, b.shape
+  a3 = bind(Ops.EXPAND, bind(Ops.RESHAPE, a, arg=(m, k, 1)), arg=(m, k, n))
+  b3 = bind(Ops.EXPAND, bind(Ops.RESHAPE, b, arg=(1, k, n)), arg=(m, k, n))
+  return bind(Ops.RESHAPE, bind(Ops.REDUCE_AXIS, bind(Ops.MUL, a3, b3), arg=(Ops.ADD, (1,))), arg=(m, n))
+
+
+@pytest.mark.parametrize("shape", [(7, 13, 5), (129, 67, 300), (1023, 65, 257), (300, 1023, 20)], ids=str)
+def test_matmul_end_to_end(shape: tuple[int, int, int]):
+  m, k, n = shape
+  a_host, b_host = matmul_inputs(m, k, n, F32, seed=11)
+  result = np.asarray(array_matmul(Array.from_numpy(a_host), Array.from_numpy(b_host)))
+  np.testing.assert_allclose(result, a_host.astype(F64) @ b_host, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_sum_end_to_end(axis: int):
+  host = np.random.default_rng(12).standard_normal((517, 1500)).astype(F32)
+  x = Array.from_numpy(host)
+  total = bind(Ops.RESHAPE, bind(Ops.REDUCE_AXIS, x, arg=(Ops.ADD, (axis,))), arg=(host.shape[1 - axis],))
+  np.testing.assert_allclose(np.asarray(total), host.astype(F64).sum(axis), rtol=1e-5, atol=1e-4)
+
+
+def test_opts_listed_in_the_module():
+  assert "; opts: [('reduce_outside', 2)" in render_llvm("kernel", matmul_kernel(16, 16, 16, F32))
+  assert choose_opts(matmul_kernel(16, 16, 16, F32)).contract

@@ -1,0 +1,134 @@
+"""Kernel optimisation choices: which loop transformations a kernel gets, decided from its AST and kept as data.
+
+The renderer's plain loop nest (global ranges outside in id order, each REDUCE's loop innermost with a scalar
+accumulator) is right for elementwise kernels and row reductions: the innermost loop walks memory with stride 1 and
+LLVM vectorises it. It is slow when the reduce range has a large stride in the loads, as in `x.sum(axis=0)` or a
+contraction `out[m, n] = sum_k a[m, k] * b[k, n]`. For those, `choose_opts` returns a `TilePlan`:
+
+  reduce_outside  the reduce loop moves outside a tile of output elements: one accumulator per element of the tile,
+                  each updated once per reduce iteration; the epilogue (whatever the kernel computes from the REDUCE)
+                  and the STORE run per element after the reduce loop.
+  upcast col N    the tile spans N consecutive elements of the innermost global range ("column"), which has stride 1
+                  in the STORE and stride 0 or 1 in every load under the REDUCE: the N accumulators are N / lanes
+                  vector registers and the loads are contiguous vectors (LLVM's SLP vectoriser packs the unrolled
+                  scalar code).
+  tile col N      without a row to tile (a sum over an outer axis, as sum(axis=0): a pure stream, nothing to reuse),
+                  the accumulators are an array of N elements of the column in memory (L1), updated by a loop over
+                  the column that LLVM's loop vectoriser vectorises; each reduce step then reads N contiguous elements
+                  (a wide tile: fewer pages and streams per step than a register tile would touch).
+  upcast row M    the tile also spans M consecutive values of the next global range ("row"), used when some load under
+                  the REDUCE does not depend on it (as b in a @ b): each such load is reused M times from a register.
+                  With both, the tile is the M x N register block of a GEMM microkernel: per reduce step, M broadcasts,
+                  N / lanes vector loads and M * N / lanes FMAs.
+
+Every choice is a plain tuple in `TilePlan.opts` (printed with DEBUG>=3, compared in tests) and NOOPT=1 turns them
+all off. A kernel that doesn't meet a precondition keeps the plain nest.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tinyjax.helpers import NOOPT
+from tinyjax.uop import Ops, UOp
+
+# The register budget of the tile, for x86-64 with AVX-512 (32 vector registers of 64 bytes). A tile of
+# TILE_ROWS x TILE_VECTORS accumulators (4 x 4 = 16 registers) leaves room for the TILE_VECTORS loaded vectors of the
+# reused operand and the broadcast values: no spills, and 16 independent FMA chains per reduce step hide FMA latency.
+VECTOR_BYTES = 64
+TILE_ROWS = 4
+TILE_VECTORS = 4
+# Without a row to tile, the accumulator array spans STREAM_TILE elements of the column: each reduce step reads that
+# many contiguous elements, so a 4096-wide row is read start to end, one sequential stream (1024 measured 1.8x slower
+# on sum(axis=0) of 4096x4096 float32). The float32 block sums (16 KB) stay in L1; the float64 array beside them is
+# touched once per SUM_BLOCK steps.
+STREAM_TILE = 4096
+
+Opt = tuple  # ("reduce_outside", range id) | ("upcast", range id, amount)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+  """How to render a kernel whose single REDUCE is computed for a tile of output elements at once."""
+  reduce: UOp              # the kernel's one REDUCE node
+  column: UOp              # the innermost global range: stride 1 in the STORE, vectorised
+  row: UOp | None          # the global range just outside it, tiled for reuse (None: not tiled)
+  columns: int             # tile width (elements of `column`), a multiple of `lanes`
+  stream: bool             # accumulators in a memory array of `columns` (tile col), not registers (upcast col)
+  rows: int                # tile height (values of `row`; 1 without a row)
+  lanes: int               # elements per vector register for the accumulator type
+  contract: bool           # a float product feeds the ADD reduce: multiply-add may fuse into an FMA
+  opts: tuple[Opt, ...]    # what was applied, as data
+
+
+def linear_strides(index: UOp) -> tuple[dict[UOp, int], set[UOp]]:
+  """The index as a linear form: {RANGE: coefficient}, plus the RANGEs it also depends on non-linearly (inside a
+  division, a modulo, a product of ranges, ...), whose strides are unknown."""
+  if index.op is Ops.CONST: return {}, set()
+  if index.op is Ops.RANGE: return {index: 1}, set()
+  if index.op is Ops.ADD:
+    (left, left_other), (right, right_other) = (linear_strides(src) for src in index.src)
+    strides = dict(left)
+    for rng, coefficient in right.items(): strides[rng] = strides.get(rng, 0) + coefficient
+    return {rng: c for rng, c in strides.items() if c != 0}, left_other | right_other
+  if index.op is Ops.MUL and index.src[1].op is Ops.CONST:
+    strides, other = linear_strides(index.src[0])
+    factor = index.src[1].arg
+    return {rng: c * factor for rng, c in strides.items() if c * factor != 0}, other
+  return {}, {node for node in index.toposort if node.op is Ops.RANGE}
+
+
+def _stride(index: UOp, rng: UOp) -> int | None:
+  """The stride of `rng` in `index`; None when the index depends on it non-linearly."""
+  strides, other = linear_strides(index)
+  return None if rng in other else strides.get(rng, 0)
+
+
+def _accumulator_bytes(reduce: UOp) -> int:
+  """Bytes of one accumulator in registers, at least 4: float16 / bfloat16 accumulate in float32, and narrower
+  integers and bool are counted as 4 so that a tile is never wider than 16 lanes x TILE_VECTORS (code size)."""
+  return max(4, reduce.dtype.itemsize)
+
+
+def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
+  """The tile plan for a kernel AST (a SINK of STOREs), or None for the plain loop nest."""
+  if not enabled: return None
+  nodes = ast.toposort
+  stores = [node for node in nodes if node.op is Ops.STORE]
+  reduces = [node for node in nodes if node.op is Ops.REDUCE]
+  # correctness preconditions: one STORE whose value uses the kernel's only REDUCE, constant global bounds
+  if len(stores) != 1 or len(reduces) != 1: return None
+  (store,), (reduce,) = stores, reduces
+  _, store_index, _ = store.src
+  value, *reduce_ranges = reduce.src
+  if not reduce_ranges or reduce not in store.src[2].toposort: return None
+  global_ranges = sorted((node for node in nodes if node.op is Ops.RANGE and node.arg[1] == "global"),
+                         key=lambda rng: rng.arg[0])
+  if not global_ranges or any(rng.src[0].op is not Ops.CONST for rng in global_ranges + reduce_ranges): return None
+  column = global_ranges[-1]
+  value_nodes = value.toposort
+  if column not in value_nodes: return None  # each output element reduces the same values: nothing to share
+  # profitability: the column is contiguous in the STORE and in every load (or not used), and the plain nest's inner
+  # loop (the innermost reduce range) is strided in some load; gated loads would put branches into the tile
+  loads = [node for node in value_nodes if node.op is Ops.LOAD]
+  if _stride(store_index, column) != 1: return None
+  if any(len(load.src) > 2 or _stride(load.src[1], column) not in (0, 1) for load in loads): return None
+  innermost = reduce_ranges[-1]
+  if all(_stride(load.src[1], innermost) in (0, 1) for load in loads): return None
+  lanes = max(1, VECTOR_BYTES // _accumulator_bytes(reduce))
+  row = global_ranges[-2] if len(global_ranges) >= 2 else None
+  reused = row is not None and row in value_nodes and any(row not in load.src[1].toposort for load in loads)
+  if not reused: row = None
+  stream = row is None
+  if stream and len(reduce_ranges) != 1: return None  # the stream tile handles one reduce range (and its blocking)
+  rows = 1 if stream else TILE_ROWS
+  columns = STREAM_TILE if stream else lanes * TILE_VECTORS
+  contract = (reduce.arg is Ops.ADD and value.op is Ops.MUL and value.dtype.kind == "f" and value.dtype.itemsize >= 4)
+  opts: list[Opt] = [("reduce_outside", innermost.arg[0]), ("tile" if stream else "upcast", column.arg[0], columns)]
+  if row is not None: opts.append(("upcast", row.arg[0], rows))
+  return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts))
+
+
+def applied_opts(ast: UOp, enabled: bool = not NOOPT) -> tuple[Opt, ...]:
+  """The optimisations `choose_opts` applies to a kernel, as data (empty for the plain nest)."""
+  plan = choose_opts(ast, enabled)
+  return () if plan is None else plan.opts
