@@ -7,8 +7,9 @@ from tinyjax.array import Array  # noqa: E402
 from tinyjax import lax, numpy, tree_util  # noqa: E402  (numpy also attaches Array's operators and methods)
 from tinyjax.trace.core import ConcretizationTypeError, UnexpectedTracerError  # noqa: E402
 from tinyjax.trace.jit import jit, make_jaxpr  # noqa: E402
+from tinyjax.trace.ad import grad, jvp, linearize, value_and_grad, vjp  # noqa: E402
 from tinyjax.lower.realize import runtime_stats  # noqa: E402
 from tinyjax import devices  # noqa: E402
 
-__all__ = ["Array", "ConcretizationTypeError", "UnexpectedTracerError", "config", "devices", "jit", "lax",
-           "make_jaxpr", "numpy", "runtime_stats", "tree_util"]
+__all__ = ["Array", "ConcretizationTypeError", "UnexpectedTracerError", "config", "devices", "grad", "jit", "jvp", "lax",
+           "linearize", "make_jaxpr", "numpy", "runtime_stats", "tree_util", "value_and_grad", "vjp"]

@@ -35,9 +35,9 @@ class Array:
   @property
   def dtype(self) -> np.dtype: return self.uop.dtype
   @property
-  def ndim(self) -> int: return len(self.uop.shape)
+  def ndim(self) -> int: return len(self.shape)
   @property
-  def size(self) -> int: return int(np.prod(self.uop.shape, dtype=np.int64))
+  def size(self) -> int: return int(np.prod(self.shape, dtype=np.int64))
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property

@@ -1,15 +1,23 @@
 """The trace machinery: every operation on arrays goes through `bind`, which hands it to the current trace.
 
-The bottom trace is the eager one: its rule builds a lazy UOp over its operands. `jit` traces with a `StagingTrace`,
-whose values are `Tracer`s: Arrays over PARAM leaves that must never be made concrete. Transformations (jvp, vmap)
-add traces here, each knowing its parent, with the current one in a context variable (the "stackless" design of
-Autodidax part 2 and of JAX today).
+The design is Autodidax part 2 / JAX's "stackless" core: the current trace lives in a context variable and each
+trace knows its parent. A transformation runs the user's function with its own trace current; its `process` rule
+computes with the parent trace current, so nested transformations compose in any order.
+
+- `EvalTrace` (the bottom): builds a lazy UOp over concrete arrays; nothing runs until a value is needed.
+- `StagingTrace` (jit, make_jaxpr): values are `StagingTracer`s over PARAM leaves that can never be made concrete.
+- `JVPTrace` and the linearize/transpose machinery live in trace/ad.py, `BatchTrace` in trace/batching.py.
+
+Two kinds of operations are bound: UOp `Ops` (the small primitive set lower/ understands) and `Primitive`s,
+named operations of tinyjax.lax (e.g. `abs`, `exp`) whose `impl` is a composition of Ops. A trace with a rule for
+a Primitive uses it (that is how `grad(abs)(0.) == 1` and `exp`'s derivative stay what JAX gives); any other trace
+just runs the impl, which binds Ops into the same trace.
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -25,80 +33,120 @@ class UnexpectedTracerError(TypeError):
   """A traced value was used after the transformation that made it had finished (it escaped, e.g. to a global)."""
 
 
+class Primitive:
+  """A named operation whose default meaning is `impl` (a function of arrays built from `bind`s of Ops). Traces
+  may have rules of their own for it, keyed by the Primitive object (e.g. `ad.jvp_rules[prim]`)."""
+
+  def __init__(self, name: str, impl: Callable[..., Any]):
+    self.name, self.impl = name, impl
+
+  def __repr__(self) -> str: return self.name
+
+  def bind(self, *operands: Any, **params: Any) -> Any:
+    return current_trace.get().process_primitive(self, operands, params)
+
+
 class Trace:
-  """A way of interpreting primitives. `parent` is the trace below this one."""
+  """A way of interpreting operations. `parent` is the trace below this one."""
   parent: Trace | None = None
+  active: bool = True
 
   def process(self, op: Ops, operands: tuple[Any, ...], arg: Any, dtype: np.dtype, weak_type: bool) -> Any:
     raise NotImplementedError
+
+  def process_primitive(self, prim: Primitive, operands: tuple[Any, ...], params: dict) -> Any:
+    return prim.impl(*operands, **params)
+
+
+class Tracer(Array):
+  """An abstract value of a trace: shape, dtype and weak type are known; whether values are depends on the trace
+  (`concrete()`). Subclasses say how they map to their trace's values."""
+  __slots__ = ("trace",)
+
+  def check_alive(self) -> None:
+    if not self.trace.active:
+      raise UnexpectedTracerError(
+        f"Encountered an unexpected tracer: a value traced by `{getattr(self.trace, 'fun_name', 'a transformation')}`"
+        f" ({self.aval_str()}) was used after that transformation finished. It escaped, for example through a global "
+        "variable or a closure that outlived the call. Return it as an output of the transformed function instead.")
+
+  def aval_str(self) -> str: return f"{self.dtype.name}{list(self.shape)}"
+
+  def concrete(self, what: str) -> Array:
+    """The concrete array this tracer stands for, or a ConcretizationTypeError saying why there is none."""
+    raise NotImplementedError
+
+  def realize(self) -> Array: return self.concrete("the values").realize()
+  def block_until_ready(self) -> Array: return self.realize()
+  def _value(self) -> np.ndarray: return self.concrete("the values")._value()
+  def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+    return self.concrete("np.asarray()").__array__(dtype, copy)
+  def __bool__(self) -> bool: return bool(self.concrete("bool()"))
+  def __float__(self) -> float: return float(self.concrete("float()"))
+  def __int__(self) -> int: return int(self.concrete("int()"))
+  def __complex__(self) -> complex: return complex(self.concrete("complex()"))
+  def __index__(self) -> int: return self.concrete("use as an index (__index__)").__index__()
+  def item(self, *args) -> Any: return self.concrete("item()").item(*args)
+  def tolist(self) -> Any: return self.concrete("tolist()").tolist()
+  def __repr__(self) -> str: return f"Traced<{self.aval_str()}{', weak_type' if self.weak_type else ''}>"
+  def __str__(self) -> str: return self.__repr__()
+  def __reduce__(self): return (Array.from_numpy, (self.concrete("pickling")._value(), self.weak_type))
 
 
 class EvalTrace(Trace):
   """The bottom trace: applies an op to concrete arrays by building a lazy UOp (nothing runs until needed)."""
 
   def process(self, op: Ops, operands: tuple[Array, ...], arg: Any, dtype: np.dtype, weak_type: bool) -> Array:
+    uops = []
     for operand in operands:
-      if isinstance(operand, Tracer) and operand.trace is not self: operand.check_alive()
-    return Array(UOp(op, dtype, tuple(operand.uop for operand in operands), arg), weak_type)
+      if isinstance(operand, Tracer):
+        operand.check_alive()
+        raise UnexpectedTracerError(f"a {type(operand).__name__} reached the eager evaluator: a traced value was used "
+                                    "outside the transformation that owns it")
+      uops.append(operand.uop)
+    return Array(UOp(op, dtype, tuple(uops), arg), weak_type)
 
 
-class StagingTrace(EvalTrace):
-  """The trace of `jit`/`make_jaxpr`: inputs are PARAM nodes, and every result is a `Tracer` of this trace.
-  `arg_names[i]` says which argument PARAM i came from, for error messages."""
-
-  def __init__(self, parent: Trace, arg_names: list[str], fun_name: str):
-    self.parent, self.arg_names, self.fun_name, self.active = parent, arg_names, fun_name, True
-
-  def process(self, op: Ops, operands: tuple[Array, ...], arg: Any, dtype: np.dtype, weak_type: bool) -> Tracer:
-    for operand in operands:
-      if isinstance(operand, Tracer) and operand.trace is not self: operand.check_alive()
-    return Tracer(UOp(op, dtype, tuple(operand.uop for operand in operands), arg), weak_type, self)
-
-  def new_arg(self, index: int, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool) -> Tracer:
-    return Tracer(UOp(Ops.PARAM, np.dtype(dtype), (), (index, tuple(shape))), weak_type, self)
-
-
-class Tracer(Array):
-  """An abstract value inside a transformation: shape, dtype and weak type are known, values are not."""
-  __slots__ = ("trace",)
+class StagingTracer(Tracer):
+  """A value of a StagingTrace: a UOp over the trace's PARAM leaves (and constants)."""
+  __slots__ = ()
 
   def __init__(self, uop: UOp, weak_type: bool, trace: StagingTrace):
     super().__init__(uop, weak_type)
     self.trace = trace
 
-  def check_alive(self) -> None:
-    if not self.trace.active:
-      raise UnexpectedTracerError(
-        f"Encountered an unexpected tracer: a value traced by `{self.trace.fun_name}` ({self.aval_str()}) was used "
-        "after that transformation finished. It escaped, for example through a global variable or a closure that "
-        "outlived the call. Return it as an output of the transformed function instead.")
-
-  def aval_str(self) -> str:
-    return f"{self.dtype.name}{list(self.shape)}"
-
-  def _concrete_error(self, what: str) -> TypeError:
+  def concrete(self, what: str) -> Array:
     self.check_alive()
     params = sorted({node.arg[0] for node in self.uop.toposort if node.op is Ops.PARAM})
     names = ", ".join(self.trace.arg_names[i] for i in params if i < len(self.trace.arg_names)) or "its inputs"
-    return ConcretizationTypeError(
+    raise ConcretizationTypeError(
       f"Abstract tracer value encountered where concrete value is expected: {what} of a traced array "
       f"{self.aval_str()} inside `{self.trace.fun_name}`. The value depends on {names}. "
       "If that argument is a static value (a flag, a size, a Python number used for control flow), mark it with "
       "static_argnums or static_argnames; otherwise use tinyjax.numpy.where or lax.cond instead of Python control "
       "flow on it.")
 
-  def realize(self) -> Array: raise self._concrete_error("the values")
-  def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray: raise self._concrete_error("np.asarray()")
-  def __bool__(self) -> bool: raise self._concrete_error("bool()")
-  def __float__(self) -> float: raise self._concrete_error("float()")
-  def __int__(self) -> int: raise self._concrete_error("int()")
-  def __complex__(self) -> complex: raise self._concrete_error("complex()")
-  def __index__(self) -> int: raise self._concrete_error("use as an index (__index__)")
-  def item(self, *args) -> Any: raise self._concrete_error("item()")
-  def tolist(self) -> Any: raise self._concrete_error("tolist()")
-  def __repr__(self) -> str: return f"Traced<{self.aval_str()}{', weak_type' if self.weak_type else ''}>"
-  def __str__(self) -> str: return self.__repr__()
-  def __reduce__(self): raise self._concrete_error("pickling")
+
+class StagingTrace(Trace):
+  """The trace of `jit`/`make_jaxpr`: inputs are PARAM nodes and every result is a StagingTracer; concrete arrays
+  the function closes over are embedded by their UOp (lower/ turns their buffers into inputs). `arg_names[i]` says
+  which argument PARAM i came from, for error messages."""
+
+  def __init__(self, parent: Trace, arg_names: list[str], fun_name: str):
+    self.parent, self.arg_names, self.fun_name, self.active = parent, arg_names, fun_name, True
+
+  def process(self, op: Ops, operands: tuple[Array, ...], arg: Any, dtype: np.dtype, weak_type: bool) -> Tracer:
+    uops = []
+    for operand in operands:
+      if isinstance(operand, Tracer) and operand.trace is not self:
+        operand.check_alive()
+        raise UnexpectedTracerError(f"a {type(operand).__name__} of another transformation reached the trace of "
+                                    f"`{self.fun_name}`: jit inside a transformation is inlined, so this value escaped")
+      uops.append(operand.uop)
+    return StagingTracer(UOp(op, dtype, tuple(uops), arg), weak_type, self)
+
+  def new_arg(self, index: int, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool) -> StagingTracer:
+    return StagingTracer(UOp(Ops.PARAM, np.dtype(dtype), (), (index, tuple(shape))), weak_type, self)
 
 
 _eval_trace = EvalTrace()
@@ -106,14 +154,23 @@ current_trace: contextvars.ContextVar[Trace] = contextvars.ContextVar("current_t
 
 
 @contextlib.contextmanager
-def new_trace(trace: Trace) -> Iterator[Trace]:
-  """Make `trace` current for the duration of the block; afterwards its tracers are dead."""
+def set_current_trace(trace: Trace) -> Iterator[Trace]:
+  """Make `trace` current for the duration of the block."""
   token = current_trace.set(trace)
   try:
     yield trace
   finally:
     current_trace.reset(token)
-    trace.active = False
+
+
+@contextlib.contextmanager
+def new_trace(trace: Trace) -> Iterator[Trace]:
+  """Run a transformation's trace: current for the block, and dead afterwards (its tracers must not be used)."""
+  with set_current_trace(trace):
+    try:
+      yield trace
+    finally:
+      trace.active = False
 
 
 def bind(op: Ops, *operands: Any, arg: Any = None, dtype: np.dtype | None = None, weak_type: bool = False) -> Any:

@@ -1,0 +1,491 @@
+"""Automatic differentiation: `jvp`, `linearize`, `vjp`, `grad`, `value_and_grad`, as in JAX.
+
+Forward mode is a `JVPTrace`: each value carries a primal and a tangent (None is a symbolic zero), and `jvp_rules`
+say how each operation maps them. Reverse mode is linearize + transpose, so both modes share the JVP rules:
+`vjp` runs the JVP trace with tangents that are *staged* on a `LinearTrace` (primal work runs concretely on the
+parent trace, as it happens, so Python control flow on concrete values works), which leaves a linear UOp program
+from tangent inputs to tangent outputs; `transpose` then walks that program backwards with `transpose_rules`, one
+per linear Op (about twenty), to turn output cotangents into input cotangents.
+
+Rules are written with `bind` on Ops, so they run on whatever trace is current when they are applied; that is
+what makes `grad(grad(f))`, `jit(grad(f))` and `grad` of a jitted function work.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tinyjax import dtypes, tree_util
+from tinyjax.array import Array
+from tinyjax.trace.core import (Primitive, StagingTrace, StagingTracer, Trace, Tracer, bind, current_trace, new_trace,
+                                set_current_trace)
+from tinyjax.uop import BOOL, MOVEMENT, Ops, UOp
+
+jvp_rules: dict[Ops | Primitive, Callable] = {}
+transpose_rules: dict[Ops, Callable] = {}
+
+LN2 = math.log(2.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# small Op-level helpers the rules are written with (the current trace decides what they do)
+
+def full_like(x: Any, value: Any, dtype: np.dtype | None = None) -> Any:
+  dtype = x.dtype if dtype is None else np.dtype(dtype)
+  value = bool(value) if dtype == BOOL else (int(value) if dtype.kind in "iu" else float(value))
+  const = bind(Ops.CONST, arg=value, dtype=dtype)
+  if not x.shape: return const
+  return bind(Ops.EXPAND, bind(Ops.RESHAPE, const, arg=(1,) * len(x.shape)), arg=tuple(x.shape))
+
+
+def zeros_like(x: Any) -> Any: return full_like(x, 0)
+def add(a: Any, b: Any) -> Any: return bind(Ops.ADD, a, b)
+def mul(a: Any, b: Any) -> Any: return bind(Ops.MUL, a, b)
+def neg(a: Any) -> Any: return bind(Ops.NEG, a)
+def div(a: Any, b: Any) -> Any: return bind(Ops.FDIV, a, b)
+def where(cond: Any, a: Any, b: Any) -> Any: return bind(Ops.WHERE, cond, a, b, dtype=a.dtype)
+def lt(a: Any, b: Any) -> Any: return bind(Ops.CMPLT, a, b, dtype=BOOL)
+def eq(a: Any, b: Any) -> Any: return bind(Ops.XOR, bind(Ops.CMPNE, a, b, dtype=BOOL), full_like(a, True, BOOL))
+def cast(a: Any, dtype: np.dtype) -> Any: return a if a.dtype == dtype else bind(Ops.CAST, a, dtype=dtype)
+
+
+def cos(x: Any) -> Any:
+  """cos(x) = 1 - 2 sin(x/2)^2, accurate where sin(x + pi/2) is not."""
+  half_sin = bind(Ops.SIN, mul(x, full_like(x, 0.5)))
+  return add(full_like(x, 1.0), neg(mul(full_like(x, 2.0), mul(half_sin, half_sin))))
+
+
+def is_float(x: Any) -> bool: return dtypes.is_floating(x.dtype)
+
+
+def sum_tangents(*tangents: Any) -> Any:
+  """The sum of the non-zero tangents (None if all are symbolic zeros)."""
+  present = [t for t in tangents if t is not None]
+  if not present: return None
+  total = present[0]
+  for t in present[1:]: total = add(total, t)
+  return total
+
+
+def instantiate(tangent: Any, primal: Any) -> Any:
+  return zeros_like(primal) if tangent is None else tangent
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# forward mode
+
+class JVPTracer(Tracer):
+  """A value of a JVPTrace: `primal` (a value of the parent trace) and `tangent` (None: a symbolic zero)."""
+  __slots__ = ("primal", "tangent")
+
+  def __init__(self, trace: JVPTrace, primal: Any, tangent: Any):
+    Array.__init__(self, None, primal.weak_type)
+    self.trace, self.primal, self.tangent = trace, primal, tangent
+
+  @property
+  def shape(self) -> tuple[int, ...]: return self.primal.shape
+  @property
+  def dtype(self) -> np.dtype: return self.primal.dtype
+
+  def concrete(self, what: str) -> Array:
+    self.check_alive()
+    return self.primal.concrete(what) if isinstance(self.primal, Tracer) else self.primal
+
+
+class JVPTrace(Trace):
+  """Forward-mode differentiation. Rules run with `tangent_trace` current: the parent itself for `jvp`, or a
+  LinearTrace for `linearize`/`vjp` (which runs primal work on the parent and stages tangent work)."""
+  fun_name = "jvp"
+
+  def __init__(self, parent: Trace, tangent_trace: Trace):
+    self.parent, self.tangent_trace, self.active = parent, tangent_trace, True
+
+  def unpack(self, operands: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
+    primals, tangents = [], []
+    for x in operands:
+      if isinstance(x, JVPTracer) and x.trace is self:
+        primals.append(x.primal)
+        tangents.append(x.tangent)
+      else:
+        if isinstance(x, Tracer): x.check_alive()
+        primals.append(x)
+        tangents.append(None)
+    return primals, tangents
+
+  def pack(self, primal: Any, tangent: Any) -> Any:
+    return primal if tangent is None else JVPTracer(self, primal, tangent)
+
+  def process(self, op: Ops, operands: tuple[Any, ...], arg: Any, dtype: np.dtype, weak_type: bool) -> Any:
+    primals, tangents = self.unpack(operands)
+    with set_current_trace(self.tangent_trace):
+      out = bind(op, *primals, arg=arg, dtype=dtype, weak_type=weak_type)
+      if all(t is None for t in tangents): return out
+      rule = jvp_rules.get(op)
+      if rule is None: raise NotImplementedError(f"differentiation rule for {op.name} is not implemented")
+      tangent = rule(primals, tangents, out, arg)
+    return self.pack(out, tangent)
+
+  def process_primitive(self, prim: Primitive, operands: tuple[Any, ...], params: dict) -> Any:
+    rule = jvp_rules.get(prim)
+    if rule is None: return prim.impl(*operands, **params)  # differentiate its decomposition
+    primals, tangents = self.unpack(operands)
+    with set_current_trace(self.tangent_trace):
+      out = prim.bind(*primals, **params)
+      if all(t is None for t in tangents): return out
+      tangent = rule(primals, tangents, out, **params)
+    return self.pack(out, tangent)
+
+
+class LinearTrace(StagingTrace):
+  """Partial evaluation for linearize: an operation whose operands are all known (values of the parent trace) runs
+  on the parent; one that touches a tangent is staged into a UOp program, with PARAM 0..n_inputs-1 for the tangent
+  inputs and PARAM n_inputs.. for the known values it reads (`consts`, kept by reference so they may themselves be
+  tracers of an outer transformation)."""
+
+  def __init__(self, parent: Trace, n_inputs: int):
+    super().__init__(parent, [], "linearize")
+    self.n_inputs, self.consts, self.const_params = n_inputs, [], {}
+
+  def is_mine(self, x: Any) -> bool: return isinstance(x, StagingTracer) and x.trace is self
+
+  def const_param(self, value: Any) -> UOp:
+    if id(value) not in self.const_params:
+      index = self.n_inputs + len(self.consts)
+      self.consts.append(value)
+      self.const_params[id(value)] = UOp(Ops.PARAM, value.dtype, (), (index, tuple(value.shape)))
+    return self.const_params[id(value)]
+
+  def process(self, op: Ops, operands: tuple[Any, ...], arg: Any, dtype: np.dtype, weak_type: bool) -> Any:
+    if not any(self.is_mine(x) for x in operands): return self.parent.process(op, operands, arg, dtype, weak_type)
+    uops = tuple(x.uop if self.is_mine(x) else self.const_param(x) for x in operands)
+    return StagingTracer(UOp(op, dtype, uops, arg), weak_type, self)
+
+  def process_primitive(self, prim: Primitive, operands: tuple[Any, ...], params: dict) -> Any:
+    if not any(self.is_mine(x) for x in operands): return self.parent.process_primitive(prim, operands, params)
+    return prim.impl(*operands, **params)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# JVP rules: rule(primals, tangents, out, arg) -> tangent of out (None for a symbolic zero)
+
+def _linear_rule(op: Ops) -> Callable:
+  """The tangent of a linear op is the op applied to the tangents (zeros filled in for missing ones)."""
+  def rule(primals, tangents, out, arg):
+    filled = [instantiate(t, p) for t, p in zip(tangents, primals)]
+    return bind(op, *filled, arg=arg, dtype=out.dtype)
+  return rule
+
+
+for _op in (*MOVEMENT, Ops.CONTIGUOUS, Ops.NEG, Ops.ADD):
+  jvp_rules[_op] = _linear_rule(_op)
+
+
+def _reduce_rule(primals, tangents, out, arg):
+  (x,), (t,) = primals, tangents
+  reduce_op, axes = arg
+  if reduce_op is Ops.ADD: return bind(Ops.REDUCE_AXIS, t, arg=arg)
+  expanded = bind(Ops.EXPAND, out, arg=tuple(x.shape))
+  if reduce_op is Ops.MAX:  # ties share the tangent evenly, as JAX
+    hits = cast(eq(x, expanded), x.dtype)
+    count = bind(Ops.REDUCE_AXIS, hits, arg=(Ops.ADD, axes))
+    return div(bind(Ops.REDUCE_AXIS, mul(t, hits), arg=(Ops.ADD, axes)), count)
+  # product: d prod = sum(t * prod / x); exact where no element is 0
+  return bind(Ops.REDUCE_AXIS, mul(t, div(expanded, x)), arg=(Ops.ADD, axes))
+
+
+def _max_rule(primals, tangents, out, arg):
+  x, y = primals
+  tx, ty = tangents
+  if not is_float(out): return None
+  greater, equal = cast(lt(y, x), x.dtype), cast(eq(x, y), x.dtype)
+  weight_x = add(greater, mul(equal, full_like(x, 0.5)))   # ties split 0.5 / 0.5, as JAX
+  weight_y = add(full_like(x, 1.0), neg(weight_x))
+  return sum_tangents(None if tx is None else mul(tx, weight_x), None if ty is None else mul(ty, weight_y))
+
+
+def _mul_rule(primals, tangents, out, arg):
+  (x, y), (tx, ty) = primals, tangents
+  return sum_tangents(None if tx is None else mul(tx, y), None if ty is None else mul(x, ty))
+
+
+def _fdiv_rule(primals, tangents, out, arg):
+  (x, y), (tx, ty) = primals, tangents
+  return sum_tangents(None if tx is None else div(tx, y), None if ty is None else neg(mul(ty, div(out, y))))
+
+
+def _mod_rule(primals, tangents, out, arg):
+  (x, y), (tx, ty) = primals, tangents
+  if not is_float(out): return None
+  quotient = bind(Ops.TRUNC, div(x, y))
+  return sum_tangents(tx, None if ty is None else neg(mul(ty, quotient)))
+
+
+def _pow_rule(primals, tangents, out, arg):
+  (x, y), (tx, ty) = primals, tangents
+  zero = full_like(x, 0.0)
+  d_x = None if tx is None else mul(tx, mul(y, bind(Ops.POW, x, add(y, full_like(y, -1.0)))))
+  log_x = mul(bind(Ops.LOG2, x), full_like(x, LN2))
+  d_y = None if ty is None else mul(ty, where(eq(x, zero), zero, mul(out, log_x)))  # JAX: 0 where x == 0
+  return sum_tangents(d_x, d_y)
+
+
+def _where_rule(primals, tangents, out, arg):
+  (cond, a, b), (_, ta, tb) = primals, tangents
+  if ta is None and tb is None: return None
+  return where(cond, instantiate(ta, a), instantiate(tb, b))
+
+
+def _cast_rule(primals, tangents, out, arg):
+  (x,), (t,) = primals, tangents
+  return cast(t, out.dtype) if is_float(x) and is_float(out) else None
+
+
+jvp_rules.update({
+  Ops.REDUCE_AXIS: _reduce_rule, Ops.MAX: _max_rule, Ops.MUL: _mul_rule, Ops.FDIV: _fdiv_rule, Ops.MOD: _mod_rule,
+  Ops.POW: _pow_rule, Ops.WHERE: _where_rule, Ops.CAST: _cast_rule,
+  Ops.RECIP: lambda p, t, out, arg: neg(mul(t[0], mul(out, out))),
+  Ops.SQRT: lambda p, t, out, arg: div(t[0], mul(out, full_like(out, 2.0))),
+  Ops.EXP2: lambda p, t, out, arg: mul(t[0], mul(out, full_like(out, LN2))),
+  Ops.LOG2: lambda p, t, out, arg: div(t[0], mul(p[0], full_like(out, LN2))),
+  Ops.SIN: lambda p, t, out, arg: mul(t[0], cos(p[0])),
+})
+# piecewise-constant, integer- or bool-valued ops have zero derivatives
+for _op in (Ops.TRUNC, Ops.BITCAST, Ops.IDIV, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR):
+  jvp_rules[_op] = lambda primals, tangents, out, arg: None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# reverse mode: transpose a linear program
+
+def _unexpand(ct: Any, shape: tuple[int, ...]) -> Any:
+  axes = tuple(i for i, (c, s) in enumerate(zip(ct.shape, shape)) if s == 1 and c != 1)
+  return bind(Ops.REDUCE_AXIS, ct, arg=(Ops.ADD, axes)) if axes else ct
+
+
+transpose_rules.update({
+  Ops.ADD: lambda ct, node, known: (ct, ct),
+  Ops.NEG: lambda ct, node, known: (neg(ct),),
+  Ops.MUL: lambda ct, node, known: (mul(ct, known[1]), None) if known[1] is not None else (None, mul(ct, known[0])),
+  Ops.FDIV: lambda ct, node, known: (div(ct, known[1]), None),
+  Ops.CAST: lambda ct, node, known: (cast(ct, node.src[0].dtype),),
+  Ops.WHERE: lambda ct, node, known: (None, where(known[0], ct, zeros_like(ct)), where(known[0], zeros_like(ct), ct)),
+  Ops.CONTIGUOUS: lambda ct, node, known: (ct,),
+  Ops.REDUCE_AXIS: lambda ct, node, known: (bind(Ops.EXPAND, ct, arg=node.src[0].shape),),
+  Ops.RESHAPE: lambda ct, node, known: (bind(Ops.RESHAPE, ct, arg=node.src[0].shape),),
+  Ops.PERMUTE: lambda ct, node, known: (bind(Ops.PERMUTE, ct, arg=tuple(np.argsort(node.arg).tolist())),),
+  Ops.EXPAND: lambda ct, node, known: (_unexpand(ct, node.src[0].shape),),
+  Ops.PAD: lambda ct, node, known: (bind(Ops.SHRINK, ct, arg=tuple(
+    (before, before + dim) for (before, _), dim in zip(node.arg, node.src[0].shape))),),
+  Ops.SHRINK: lambda ct, node, known: (bind(Ops.PAD, ct, arg=tuple(
+    (start, dim - end) for (start, end), dim in zip(node.arg, node.src[0].shape))),),
+  Ops.FLIP: lambda ct, node, known: (bind(Ops.FLIP, ct, arg=node.arg),),
+})
+
+
+def transpose(program: UOp, n_inputs: int, consts: list[Any], cotangents: list[Any]) -> list[Any]:
+  """Given a linear `program` (SINK over tangent outputs; PARAM i < n_inputs are tangent inputs, the other PARAMs
+  index `consts`) and a cotangent per output (None for zero), return the cotangent of each input (None for zero).
+  Runs on the current trace."""
+  linear: set[UOp] = set()
+  inputs: dict[int, UOp] = {}
+  for node in program.toposort:
+    if node.op is Ops.PARAM and node.arg[0] < n_inputs: inputs[node.arg[0]] = node
+    if node.op is Ops.PARAM and node.arg[0] < n_inputs or any(s in linear for s in node.src): linear.add(node)
+
+  def known_value(node: UOp) -> Any:
+    if node.op is Ops.PARAM: return consts[node.arg[0] - n_inputs]
+    if node.op is Ops.CONST: return bind(Ops.CONST, arg=node.arg, dtype=node.dtype)
+    raise AssertionError(f"a known value that is not a leaf: {node.op}")
+
+  accumulated: dict[UOp, Any] = {}
+
+  def accumulate(node: UOp, ct: Any) -> None:
+    accumulated[node] = ct if node not in accumulated else add(accumulated[node], ct)
+
+  for out, ct in zip(program.src, cotangents):
+    if ct is not None and out in linear: accumulate(out, cast(ct, out.dtype))
+  for node in reversed(program.toposort):
+    if node.op in (Ops.SINK, Ops.PARAM) or node not in accumulated: continue
+    ct = accumulated.pop(node)
+    known = [None if s in linear else known_value(s) for s in node.src]
+    rule = transpose_rules.get(node.op)
+    if rule is None: raise NotImplementedError(f"transpose rule for {node.op.name} (a non-linear op in a tangent)")
+    for src, contribution in zip(node.src, rule(ct, node, known)):
+      if contribution is not None and src in linear: accumulate(src, contribution)
+  return [accumulated.get(inputs[i]) if i in inputs else None for i in range(n_inputs)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the user-facing transformations
+
+def _to_array(x: Any) -> Any:
+  if isinstance(x, Array): return x
+  from tinyjax.trace.jit import _leaf_to_array  # host data -> Array, as jit converts arguments
+  return _leaf_to_array(x)
+
+
+def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False) -> Any:
+  """Forward-mode: `(fun(*primals), J(primals) @ tangents)`; primals and tangents are matching pytrees."""
+  if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+    raise TypeError("primal and tangent arguments to jvp must be tuples or lists; found "
+                    f"{type(primals).__name__} and {type(tangents).__name__}")
+  primal_leaves, in_tree = tree_util.tree_flatten(tuple(primals))
+  tangent_leaves, tangent_tree = tree_util.tree_flatten(tuple(tangents))
+  if in_tree != tangent_tree:
+    raise TypeError(f"primal and tangent arguments to jvp must have the same tree structure; got {in_tree} and "
+                    f"{tangent_tree}")
+  parent = current_trace.get()
+  trace = JVPTrace(parent, parent)
+  with new_trace(trace):
+    inputs = []
+    for p, t in zip(primal_leaves, tangent_leaves):
+      p, t = _to_array(p), _to_array(t)
+      if p.shape != t.shape:
+        raise ValueError(f"jvp called with different primal and tangent shapes: {p.shape} and {t.shape}")
+      inputs.append(JVPTracer(trace, p, cast(t, p.dtype)) if is_float(p) else p)
+    out = fun(*tree_util.tree_unflatten(in_tree, inputs))
+  out, aux = out if has_aux else (out, None)
+  out_leaves, out_tree = tree_util.tree_flatten(out)
+  primals_out, tangents_out = [], []
+  for leaf in out_leaves:
+    leaf = _to_array(leaf)
+    primal, tangent = (leaf.primal, leaf.tangent) if isinstance(leaf, JVPTracer) and leaf.trace is trace else (leaf, None)
+    primals_out.append(primal)
+    tangents_out.append(zeros_like(primal) if tangent is None else tangent)
+  result = (tree_util.tree_unflatten(out_tree, primals_out), tree_util.tree_unflatten(out_tree, tangents_out))
+  return (*result, aux) if has_aux else result
+
+
+def _linearize(fun: Callable, primal_leaves: list[Any], in_tree: Any, has_aux: bool):
+  """Run `fun` under JVP with staged tangents. Returns primal outputs, output tree, the linear program, its trace,
+  and aux."""
+  parent = current_trace.get()
+  arrays = [_to_array(p) for p in primal_leaves]
+  linear = LinearTrace(parent, len(arrays))
+  trace = JVPTrace(parent, linear)
+  with new_trace(trace):
+    inputs = [JVPTracer(trace, a, linear.new_arg(i, a.shape, a.dtype, a.weak_type)) if is_float(a) else a
+              for i, a in enumerate(arrays)]
+    out = fun(*tree_util.tree_unflatten(in_tree, inputs))
+  linear.active = False
+  out, aux = out if has_aux else (out, None)
+  out_leaves, out_tree = tree_util.tree_flatten(out)
+  primals_out, tangent_uops = [], []
+  for leaf in out_leaves:
+    leaf = _to_array(leaf)
+    is_jvp = isinstance(leaf, JVPTracer) and leaf.trace is trace
+    primal, tangent = (leaf.primal, leaf.tangent) if is_jvp else (leaf, None)
+    primals_out.append(primal)
+    tangent_uops.append(tangent.uop if linear.is_mine(tangent) else UOp.const(primal.dtype, 0))
+  program = UOp(Ops.SINK, BOOL, tuple(tangent_uops))
+  return arrays, primals_out, out_tree, program, linear, aux
+
+
+def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> Any:
+  """Reverse mode: `(fun(*primals), vjp_fn)` where `vjp_fn(cotangent)` returns the cotangent of each primal."""
+  primal_leaves, in_tree = tree_util.tree_flatten(primals)
+  arrays, primals_out, out_tree, program, linear, aux = _linearize(fun, primal_leaves, in_tree, has_aux)
+
+  def vjp_fn(*cotangents: Any) -> tuple:
+    cotangent = cotangents[0] if len(cotangents) == 1 else cotangents
+    ct_leaves, ct_tree = tree_util.tree_flatten(cotangent)
+    if ct_tree != out_tree:
+      raise ValueError(f"unexpected tree structure of cotangent input to vjp function: got {ct_tree}, expected "
+                       f"{out_tree}")
+    ct_arrays = []
+    for ct, primal in zip(ct_leaves, primals_out):
+      ct = _to_array(ct)
+      if ct.shape != primal.shape:
+        raise ValueError(f"unexpected shape of cotangent: got {ct.shape}, expected {primal.shape} for an output")
+      ct_arrays.append(ct)
+    grads = transpose(program, len(arrays), linear.consts, ct_arrays)
+    grads = [zeros_like(a) if g is None else cast(g, a.dtype) for g, a in zip(grads, arrays)]
+    return tree_util.tree_unflatten(in_tree, grads)
+
+  result = (tree_util.tree_unflatten(out_tree, primals_out), vjp_fn)
+  return (*result, aux) if has_aux else result
+
+
+def linearize(fun: Callable, *primals: Any) -> tuple[Any, Callable]:
+  """`(fun(*primals), f_jvp)` where `f_jvp(*tangents)` evaluates the linearised function (its JVP at primals)."""
+  primal_leaves, in_tree = tree_util.tree_flatten(primals)
+  arrays, primals_out, out_tree, program, linear, _ = _linearize(fun, primal_leaves, in_tree, False)
+
+  def f_jvp(*tangents: Any) -> Any:
+    tangent_leaves, tangent_tree = tree_util.tree_flatten(tangents)
+    if tangent_tree != in_tree: raise ValueError(f"linearized function expects tangents of structure {in_tree}")
+    env = [_to_array(t) for t in tangent_leaves] + list(linear.consts)
+    return tree_util.tree_unflatten(out_tree, evaluate(program, env))
+  return tree_util.tree_unflatten(out_tree, primals_out), f_jvp
+
+
+def evaluate(program: UOp, params: list[Any]) -> list[Any]:
+  """Interpret a UOp program (SINK over outputs, PARAM i = params[i]) with `bind` on the current trace."""
+  values: dict[UOp, Any] = {}
+  for node in program.toposort:
+    if node.op is Ops.SINK: continue
+    if node.op is Ops.PARAM: values[node] = params[node.arg[0]]
+    else: values[node] = bind(node.op, *(values[s] for s in node.src), arg=node.arg, dtype=node.dtype)
+  return [values[out] for out in program.src]
+
+
+def _argnums_tuple(argnums: int | Sequence[int]) -> tuple[int, ...]:
+  return (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+
+def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+                   allow_int: bool = False) -> Callable:
+  """`(fun(*args), gradient of fun at args)` with respect to the arguments `argnums` (an int or a tuple).
+  fun must return a scalar (with `has_aux`, a pair `(scalar, aux)`)."""
+  positions = _argnums_tuple(argnums)
+
+  def value_and_grad_f(*args: Any, **kwargs: Any) -> Any:
+    for p in positions:
+      if p >= len(args):
+        raise TypeError(f"differentiating with respect to argnums={argnums} requires at least {p + 1} positional "
+                        f"arguments to be passed by the caller, but got only {len(args)} positional arguments.")
+    diff_args = [args[p] for p in positions]
+    for leaf in tree_util.tree_leaves(diff_args):
+      dtype = _to_array(leaf).dtype
+      if not dtypes.is_floating(dtype) and not allow_int:
+        raise TypeError(f"grad requires real- or complex-valued inputs (input dtype that is a sub-dtype of "
+                        f"np.inexact), but got {dtype.name}. If you want to use Boolean- or integer-valued inputs, "
+                        "use vjp or set allow_int to True.")
+
+    def partial_fun(*diff_values: Any) -> Any:
+      call_args = list(args)
+      for p, value in zip(positions, diff_values): call_args[p] = value
+      return fun(*call_args, **kwargs)
+
+    out = vjp(partial_fun, *diff_args, has_aux=has_aux)
+    value, vjp_fn, aux = out if has_aux else (*out, None)
+    value_array = _to_array(value) if not isinstance(value, (tuple, list, dict)) else None
+    if value_array is None or value_array.shape != ():
+      shape = value_array.shape if value_array is not None else type(value).__name__
+      raise TypeError(f"Gradient only defined for scalar-output functions. Output had shape: {shape}.")
+    if not dtypes.is_floating(value_array.dtype):
+      raise TypeError(f"grad requires real-valued outputs (output dtype that is a sub-dtype of np.floating), but got "
+                      f"{value_array.dtype.name}.")
+    grads = vjp_fn(full_like(value_array, 1.0))
+    grads = grads[0] if isinstance(argnums, int) else tuple(grads)
+    return ((value, aux), grads) if has_aux else (value, grads)
+  return value_and_grad_f
+
+
+def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False, allow_int: bool = False) -> Callable:
+  """The gradient of scalar-valued `fun` with respect to the arguments `argnums`; with `has_aux`, `(grad, aux)`."""
+  value_and_grad_f = value_and_grad(fun, argnums, has_aux, allow_int)
+
+  def grad_f(*args: Any, **kwargs: Any) -> Any:
+    value, grads = value_and_grad_f(*args, **kwargs)
+    return (grads, value[1]) if has_aux else grads
+  return grad_f
+
+
+def _stop_gradient_impl(x: Any) -> Any: return x
+
+
+stop_gradient_p = Primitive("stop_gradient", _stop_gradient_impl)
+jvp_rules[stop_gradient_p] = lambda primals, tangents, out: None
