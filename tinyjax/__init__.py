@@ -8,8 +8,10 @@ from tinyjax import lax, numpy, tree_util  # noqa: E402  (numpy also attaches Ar
 from tinyjax.trace.core import ConcretizationTypeError, UnexpectedTracerError  # noqa: E402
 from tinyjax.trace.jit import jit, make_jaxpr  # noqa: E402
 from tinyjax.trace.ad import grad, jvp, linearize, value_and_grad, vjp  # noqa: E402
+from tinyjax.trace.custom import checkpoint, custom_jvp, custom_vjp, remat  # noqa: E402
 from tinyjax.lower.realize import runtime_stats  # noqa: E402
 from tinyjax import devices  # noqa: E402
 
-__all__ = ["Array", "ConcretizationTypeError", "UnexpectedTracerError", "config", "devices", "grad", "jit", "jvp", "lax",
-           "linearize", "make_jaxpr", "numpy", "runtime_stats", "tree_util", "value_and_grad", "vjp"]
+__all__ = ["Array", "ConcretizationTypeError", "UnexpectedTracerError", "checkpoint", "config", "custom_jvp", "custom_vjp",
+           "devices", "grad", "jit", "jvp", "lax", "linearize", "make_jaxpr", "numpy", "remat", "runtime_stats",
+           "tree_util", "value_and_grad", "vjp"]

@@ -53,6 +53,9 @@ class Ops(Enum):
   STORE = auto()      # src = (DEFINE_GLOBAL, index, value)
   REDUCE = auto()     # src = (value, *reduce RANGEs), arg = Ops.ADD | Ops.MAX | Ops.MUL
   SINK = auto()       # src = the STOREs of a kernel
+  # AD only (never lowered): a linear map known by its transpose, in the linear programs of vjp (custom_vjp,
+  # checkpoint). src = the tangent inputs, arg = (handle with a `transpose(cotangent) -> input cotangents`, index)
+  CUSTOM_LINEAR = auto()
 
 
 UNARY = {Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC, Ops.CAST, Ops.BITCAST}
@@ -139,6 +142,7 @@ def _shape(node: UOp) -> tuple[int, ...] | None:
   if op is Ops.CONST: return ()
   if op is Ops.BUFFER: return tuple(arg.shape)
   if op is Ops.PARAM: return tuple(arg[1])
+  if op is Ops.CUSTOM_LINEAR: return tuple(arg[0].out_shapes[arg[1]])
   if op in (Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS) or op in UNARY: return node.src[0].shape
   if op in BINARY or op is Ops.WHERE:
     if any(s.shape is None for s in node.src): return None
