@@ -10,6 +10,15 @@ from tinyjax.lax._reductions import (argmax, argmin, dot, dot_general, reduce_an
                                      reduce_prod, reduce_sum)
 from tinyjax.lax._shape import (broadcast_in_dim, clamp, concatenate, expand_dims, full, full_like, iota, pad,
                                 reshape, rev, select_n, slice, squeeze, stop_gradient, transpose)
+# the primitives (as jax.lax exposes them): Primitive objects with JAX's names and JVP rules
+from tinyjax.lax._elementwise import (abs_p, acos_p, acosh_p, asin_p, asinh_p, atan2_p, atan_p, atanh_p, cbrt_p,
+                                      ceil_p, cos_p, cosh_p, exp2_p, exp_p, expm1_p, floor_p, integer_pow_p,
+                                      is_finite_p, log1p_p, log_p, logistic_p, max_p, min_p, pow_p, rem_p, round_p,
+                                      rsqrt_p, sign_p, sin_p, sinh_p, sqrt_p, square_p, tan_p, tanh_p)
+from tinyjax.lax._reductions import (argmax_p, argmin_p, dot_general_p, reduce_max_p, reduce_min_p, reduce_prod_p,
+                                     reduce_sum_p)
+from tinyjax.lax._shape import clamp_p, select_n_p
+from tinyjax.trace.ad import stop_gradient_p
 
 __all__ = [
   "RoundingMethod", "abs", "acos", "acosh", "add", "argmax", "argmin", "asin", "asinh", "atan", "atan2", "atanh",

@@ -1,8 +1,11 @@
 """Elementwise lax operations: arithmetic, transcendental functions, comparisons, bitwise ops and conversions.
 
-Each one is a primitive (`bind(Ops.X, ...)`) or a short composition of primitives. Operands must have equal shapes
-and dtypes (weak Python scalars adopt the other operand's dtype); results keep the input shape. The transcendental
-compositions run in float32 for float16/bfloat16 inputs and round once at the end.
+Each one is an Op (`bind(Ops.X, ...)`) or a short composition of Ops. The operations JAX has as primitives (`exp`,
+`abs`, `max`, `pow`, ...) are `Primitive`s named as JAX's (`exp_p`, ...) whose `impl` is that composition, with a
+JVP rule of their own (`ad.jvp_rules`, at the end of this file) giving JAX's derivatives, kinks and ties included;
+the public function checks its arguments and binds the primitive, and tinyjax.numpy binds the same primitives.
+Operands must have equal shapes and dtypes (weak Python scalars adopt the other operand's dtype); results keep the
+input shape. The transcendental compositions run in float32 for float16/bfloat16 inputs and round once at the end.
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ import numpy as np
 from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax._base import BOOL, FLOAT32, LOW_PRECISION_FLOATS, cast, lax_operands, like, to_array
-from tinyjax.trace.core import bind
+from tinyjax.trace import ad
+from tinyjax.trace.core import Primitive, bind
 from tinyjax.uop import Ops
 
 LOG2_E = 1.4426950408889634
@@ -349,45 +353,77 @@ add = _binary_op("add", NUMBER, _add, "Elementwise x + y (same shapes and dtypes
 sub = _binary_op("sub", NUMBER, _sub, "Elementwise x - y (same shapes and dtypes).")
 mul = _binary_op("mul", NUMBER, _mul, "Elementwise x * y (same shapes and dtypes).")
 div = _binary_op("div", NUMBER, _div, "Elementwise x / y: float division, or integer division rounding toward zero.")
-rem = _binary_op("rem", NUMBER, _rem, "Elementwise remainder of `div` (C fmod: the sign of x).")
-max = _binary_op("max", NUMBER + "b", _max, "Elementwise maximum; NaN propagates.")  # noqa: A001
-min = _binary_op("min", NUMBER + "b", _min, "Elementwise minimum; NaN propagates.")  # noqa: A001
 neg = _unary_op("neg", NUMBER, _neg, "Elementwise -x.")
-abs = _unary_op("abs", NUMBER, _abs, "Elementwise |x| (|-0.0| is 0.0; integers wrap at the minimum).")  # noqa: A001
-sign = _unary_op("sign", NUMBER, _sign, "Elementwise sign: -1, 0 or 1 in x's dtype (floats keep -0.0 and NaN).")
-square = _unary_op("square", NUMBER, lambda x: _mul(x, x), "Elementwise x * x.")
 reciprocal = _unary_op("reciprocal", FLOAT, lambda x: _unary(Ops.RECIP, x), "Elementwise 1 / x.")
 
-exp = _unary_op("exp", FLOAT, _in_float32(_exp), "Elementwise e**x.")
-exp2 = _unary_op("exp2", FLOAT, _in_float32(lambda x: _unary(Ops.EXP2, x)), "Elementwise 2**x.")
-log = _unary_op("log", FLOAT, _in_float32(_log), "Elementwise natural logarithm.")
-log1p = _unary_op("log1p", FLOAT, _in_float32(_log1p), "Elementwise log(1 + x), accurate for small x.")
-expm1 = _unary_op("expm1", FLOAT, _in_float32(_expm1), "Elementwise e**x - 1, accurate for small x.")
-sin = _unary_op("sin", FLOAT, _in_float32(_sin), "Elementwise sine.")
-cos = _unary_op("cos", FLOAT, _in_float32(_cos), "Elementwise cosine.")
-tan = _unary_op("tan", FLOAT, _in_float32(lambda x: _fdiv(_sin(x), _cos(x))), "Elementwise tangent.")
-atan = _unary_op("atan", FLOAT, _in_float32(_atan), "Elementwise arc tangent, in (-pi/2, pi/2).")
-asin = _unary_op("asin", FLOAT, _in_float32(lambda x: _atan2(x, _sqrt(_one_minus_square(x)))),
-                 "Elementwise arc sine, in [-pi/2, pi/2] (NaN outside [-1, 1]).")
-acos = _unary_op("acos", FLOAT, _in_float32(lambda x: _atan2(_sqrt(_one_minus_square(x)), x)),
-                 "Elementwise arc cosine, in [0, pi] (NaN outside [-1, 1]).")
-atan2 = _binary_op("atan2", FLOAT, _in_float32(_atan2), "Elementwise arc tangent of y / x using both signs.")
-sinh = _unary_op("sinh", FLOAT, _in_float32(_sinh), "Elementwise hyperbolic sine.")
-cosh = _unary_op("cosh", FLOAT, _in_float32(_cosh), "Elementwise hyperbolic cosine.")
-tanh = _unary_op("tanh", FLOAT, _in_float32(_tanh), "Elementwise hyperbolic tangent.")
-asinh = _unary_op("asinh", FLOAT, _in_float32(_asinh), "Elementwise inverse hyperbolic sine.")
-acosh = _unary_op("acosh", FLOAT, _in_float32(_acosh), "Elementwise inverse hyperbolic cosine (NaN below 1).")
-atanh = _unary_op("atanh", FLOAT, _in_float32(_atanh), "Elementwise inverse hyperbolic tangent (NaN outside [-1, 1]).")
-logistic = _unary_op("logistic", FLOAT, _in_float32(lambda x: _unary(Ops.RECIP, _add(_c(x, 1), _exp(_neg(x))))),
-                     "Elementwise logistic sigmoid 1 / (1 + e**-x).")
-sqrt = _unary_op("sqrt", FLOAT, _sqrt, "Elementwise square root (NaN for negative x).")
-rsqrt = _unary_op("rsqrt", FLOAT, _in_float32(lambda x: _unary(Ops.RECIP, _sqrt(x))), "Elementwise 1 / sqrt(x).")
-cbrt = _unary_op("cbrt", FLOAT, _in_float32(_cbrt), "Elementwise real cube root (negative for negative x).")
-floor = _unary_op("floor", FLOAT, _floor, "Elementwise floor (round toward -inf).")
-ceil = _unary_op("ceil", FLOAT, _ceil, "Elementwise ceiling (round toward +inf).")
-is_finite = _unary_op("is_finite", FLOAT, lambda x: _lt(_abs_float(x), _c(x, math.inf)),
+# the primitives: impl = the composition of Ops that computes it
+rem_p = Primitive("rem", _rem)  # floats: C fmod, exact
+max_p = Primitive("max", _max)
+min_p = Primitive("min", _min)
+abs_p = Primitive("abs", _abs)
+sign_p = Primitive("sign", _sign)
+square_p = Primitive("square", lambda x: _mul(x, x))
+exp_p = Primitive("exp", _in_float32(_exp))
+exp2_p = Primitive("exp2", _in_float32(lambda x: _unary(Ops.EXP2, x)))
+log_p = Primitive("log", _in_float32(_log))
+log1p_p = Primitive("log1p", _in_float32(_log1p))
+expm1_p = Primitive("expm1", _in_float32(_expm1))
+sin_p = Primitive("sin", _in_float32(_sin))
+cos_p = Primitive("cos", _in_float32(_cos))
+tan_p = Primitive("tan", _in_float32(lambda x: _fdiv(_sin(x), _cos(x))))
+atan_p = Primitive("atan", _in_float32(_atan))
+asin_p = Primitive("asin", _in_float32(lambda x: _atan2(x, _sqrt(_one_minus_square(x)))))
+acos_p = Primitive("acos", _in_float32(lambda x: _atan2(_sqrt(_one_minus_square(x)), x)))
+atan2_p = Primitive("atan2", _in_float32(_atan2))
+sinh_p = Primitive("sinh", _in_float32(_sinh))
+cosh_p = Primitive("cosh", _in_float32(_cosh))
+tanh_p = Primitive("tanh", _in_float32(_tanh))
+asinh_p = Primitive("asinh", _in_float32(_asinh))
+acosh_p = Primitive("acosh", _in_float32(_acosh))
+atanh_p = Primitive("atanh", _in_float32(_atanh))
+logistic_p = Primitive("logistic", _in_float32(lambda x: _unary(Ops.RECIP, _add(_c(x, 1), _exp(_neg(x))))))
+sqrt_p = Primitive("sqrt", _sqrt)
+rsqrt_p = Primitive("rsqrt", _in_float32(lambda x: _unary(Ops.RECIP, _sqrt(x))))
+cbrt_p = Primitive("cbrt", _in_float32(_cbrt))
+floor_p = Primitive("floor", _floor)
+ceil_p = Primitive("ceil", _ceil)
+is_finite_p = Primitive("is_finite", lambda x: _lt(_abs_float(x), _c(x, math.inf)))
+pow_p = Primitive("pow", _in_float32(lambda x, y: _binary(Ops.POW, x, y)))
+
+rem = _binary_op("rem", NUMBER, rem_p.bind, "Elementwise remainder of `div` (C fmod: the sign of x).")
+max = _binary_op("max", NUMBER + "b", max_p.bind, "Elementwise maximum; NaN propagates.")  # noqa: A001
+min = _binary_op("min", NUMBER + "b", min_p.bind, "Elementwise minimum; NaN propagates.")  # noqa: A001
+abs = _unary_op("abs", NUMBER, abs_p.bind,  # noqa: A001
+                "Elementwise |x| (|-0.0| is 0.0; integers wrap at the minimum).")
+sign = _unary_op("sign", NUMBER, sign_p.bind, "Elementwise sign: -1, 0 or 1 in x's dtype (floats keep -0.0 and NaN).")
+square = _unary_op("square", NUMBER, square_p.bind, "Elementwise x * x.")
+exp = _unary_op("exp", FLOAT, exp_p.bind, "Elementwise e**x.")
+exp2 = _unary_op("exp2", FLOAT, exp2_p.bind, "Elementwise 2**x.")
+log = _unary_op("log", FLOAT, log_p.bind, "Elementwise natural logarithm.")
+log1p = _unary_op("log1p", FLOAT, log1p_p.bind, "Elementwise log(1 + x), accurate for small x.")
+expm1 = _unary_op("expm1", FLOAT, expm1_p.bind, "Elementwise e**x - 1, accurate for small x.")
+sin = _unary_op("sin", FLOAT, sin_p.bind, "Elementwise sine.")
+cos = _unary_op("cos", FLOAT, cos_p.bind, "Elementwise cosine.")
+tan = _unary_op("tan", FLOAT, tan_p.bind, "Elementwise tangent.")
+atan = _unary_op("atan", FLOAT, atan_p.bind, "Elementwise arc tangent, in (-pi/2, pi/2).")
+asin = _unary_op("asin", FLOAT, asin_p.bind, "Elementwise arc sine, in [-pi/2, pi/2] (NaN outside [-1, 1]).")
+acos = _unary_op("acos", FLOAT, acos_p.bind, "Elementwise arc cosine, in [0, pi] (NaN outside [-1, 1]).")
+atan2 = _binary_op("atan2", FLOAT, atan2_p.bind, "Elementwise arc tangent of y / x using both signs.")
+sinh = _unary_op("sinh", FLOAT, sinh_p.bind, "Elementwise hyperbolic sine.")
+cosh = _unary_op("cosh", FLOAT, cosh_p.bind, "Elementwise hyperbolic cosine.")
+tanh = _unary_op("tanh", FLOAT, tanh_p.bind, "Elementwise hyperbolic tangent.")
+asinh = _unary_op("asinh", FLOAT, asinh_p.bind, "Elementwise inverse hyperbolic sine.")
+acosh = _unary_op("acosh", FLOAT, acosh_p.bind, "Elementwise inverse hyperbolic cosine (NaN below 1).")
+atanh = _unary_op("atanh", FLOAT, atanh_p.bind, "Elementwise inverse hyperbolic tangent (NaN outside [-1, 1]).")
+logistic = _unary_op("logistic", FLOAT, logistic_p.bind, "Elementwise logistic sigmoid 1 / (1 + e**-x).")
+sqrt = _unary_op("sqrt", FLOAT, sqrt_p.bind, "Elementwise square root (NaN for negative x).")
+rsqrt = _unary_op("rsqrt", FLOAT, rsqrt_p.bind, "Elementwise 1 / sqrt(x).")
+cbrt = _unary_op("cbrt", FLOAT, cbrt_p.bind, "Elementwise real cube root (negative for negative x).")
+floor = _unary_op("floor", FLOAT, floor_p.bind, "Elementwise floor (round toward -inf).")
+ceil = _unary_op("ceil", FLOAT, ceil_p.bind, "Elementwise ceiling (round toward +inf).")
+is_finite = _unary_op("is_finite", FLOAT, is_finite_p.bind,
                       "Elementwise test for finite values (bool; NaN and +-inf are False).")
-pow = _binary_op("pow", FLOAT, _in_float32(lambda x, y: _binary(Ops.POW, x, y)),  # noqa: A001
+pow = _binary_op("pow", FLOAT, pow_p.bind,  # noqa: A001
                  "Elementwise x ** y for floats of one dtype (see `integer_pow` for static integer exponents).")
 
 
@@ -397,11 +433,31 @@ class RoundingMethod:
   TO_NEAREST_EVEN = 1
 
 
+def _round(x: Array, rounding_method: int) -> Array:
+  return _round_half_even(x) if rounding_method == RoundingMethod.TO_NEAREST_EVEN else _round_half_away(x)
+
+
+round_p = Primitive("round", _round)
+
+
 def round(x: Any, rounding_method: int = RoundingMethod.AWAY_FROM_ZERO) -> Array:  # noqa: A001
   """Elementwise rounding to the nearest integer value (same float dtype); ties away from zero by default."""
   x = to_array(x)
   _require("round", x, FLOAT)
-  return _round_half_even(x) if int(rounding_method) == RoundingMethod.TO_NEAREST_EVEN else _round_half_away(x)
+  return round_p.bind(x, rounding_method=int(rounding_method))
+
+
+def _integer_pow(x: Array, y: int) -> Array:
+  result, base, remaining = None, x, builtins.abs(y)
+  while remaining:
+    if remaining & 1: result = base if result is None else _mul(result, base)
+    remaining >>= 1
+    if remaining: base = _mul(base, base)
+  if result is None: result = _c(x, 1)
+  return _unary(Ops.RECIP, result) if y < 0 else result
+
+
+integer_pow_p = Primitive("integer_pow", _integer_pow)
 
 
 def integer_pow(x: Any, y: int) -> Array:
@@ -411,13 +467,7 @@ def integer_pow(x: Any, y: int) -> Array:
   exponent = int(y)
   if exponent < 0 and not dtypes.is_floating(x.dtype):
     raise TypeError(f"lax.integer_pow: negative exponent {exponent} needs a floating dtype, got {x.dtype.name}")
-  result, base, remaining = None, x, builtins.abs(exponent)
-  while remaining:
-    if remaining & 1: result = base if result is None else _mul(result, base)
-    remaining >>= 1
-    if remaining: base = _mul(base, base)
-  if result is None: result = _c(x, 1)
-  return _unary(Ops.RECIP, result) if exponent < 0 else result
+  return integer_pow_p.bind(x, y=exponent)
 
 
 def integer_power_array(x: Array, y: Array) -> Array:
@@ -511,3 +561,57 @@ def bitcast_convert_type(operand: Any, new_dtype: Any) -> Array:
     raise TypeError(f"lax.bitcast_convert_type between {x.dtype.name} and {target.name} (different itemsizes) is not "
                     "supported yet")
   return x if target == x.dtype else bind(Ops.BITCAST, x, dtype=target)
+
+
+# ---------------------------------------------------------------------------------------------- derivatives
+# One row per primitive, JAX's rules: `rule(t, out, *primals, **params)` is the output tangent contributed by
+# operand tangent t. Tangents enter only linearly (multiplied or divided by primal values, negated, added, selected
+# by a primal condition), so reverse mode can transpose them. Primal factors use the primitives (cos_p, rsqrt_p,
+# ...) so that higher derivatives use these rules too.
+
+def _one(x: Array) -> Array: return _c(x, 1)
+def _ge_zero(x: Array) -> Array: return _le(_c(x, 0), x)
+def _replace_zero(x: Array) -> Array: return _where(_eq(x, _c(x, 0)), _one(x), x)
+
+
+def _min_max_rule(this_operand: int) -> Callable[..., Array]:
+  def rule(t, out, x, y):
+    this, other = (x, y) if this_operand == 0 else (y, x)
+    return _mul(t, ad.balanced_eq(this, out, other))  # ties split 0.5 / 0.5; NaN results get 0
+  return rule
+
+
+ad.defjvp(abs_p, lambda t, out, x: _where(_ge_zero(x), t, _neg(t)))  # grad(abs)(0.) == 1, as JAX
+for _prim in (sign_p, floor_p, ceil_p, round_p, is_finite_p): ad.defjvp_zero(_prim)
+ad.defjvp(max_p, _min_max_rule(0), _min_max_rule(1))
+ad.defjvp(min_p, _min_max_rule(0), _min_max_rule(1))
+ad.defjvp(rem_p, lambda t, out, x, y: t,
+          lambda t, out, x, y: _mul(_neg(t), _mul(_sign(_fdiv(x, y)), _floor(_abs(_fdiv(x, y))))))
+ad.defjvp(square_p, lambda t, out, x: _mul(t, _mul(_c(x, 2), x)))
+ad.defjvp(integer_pow_p, lambda t, out, x, *, y: None if y == 0 else
+          _mul(t, _mul(_c(x, y), x if y == 2 else integer_pow_p.bind(x, y=y - 1))))
+ad.defjvp(exp_p, lambda t, out, x: _mul(t, out))
+ad.defjvp(exp2_p, lambda t, out, x: _mul(_c(x, LN2), _mul(t, out)))
+ad.defjvp(log_p, lambda t, out, x: _fdiv(t, x))
+ad.defjvp(log1p_p, lambda t, out, x: _fdiv(t, _add(x, _one(x))))
+ad.defjvp(expm1_p, lambda t, out, x: _mul(t, _add(out, _one(out))))
+ad.defjvp(sin_p, lambda t, out, x: _mul(t, cos_p.bind(x)))
+ad.defjvp(cos_p, lambda t, out, x: _neg(_mul(t, sin_p.bind(x))))
+ad.defjvp(tan_p, lambda t, out, x: _mul(t, _add(_one(x), _mul(out, out))))
+ad.defjvp(asin_p, lambda t, out, x: _mul(t, rsqrt_p.bind(_sub(_one(x), _mul(x, x)))))
+ad.defjvp(acos_p, lambda t, out, x: _mul(t, _neg(rsqrt_p.bind(_sub(_one(x), _mul(x, x))))))
+ad.defjvp(atan_p, lambda t, out, x: _fdiv(t, _add(_one(x), _mul(x, x))))
+ad.defjvp(atan2_p, lambda t, out, x, y: _mul(t, _fdiv(y, _add(_mul(x, x), _mul(y, y)))),
+          lambda t, out, x, y: _fdiv(_mul(t, _neg(x)), _add(_mul(x, x), _mul(y, y))))
+ad.defjvp(sinh_p, lambda t, out, x: _mul(t, cosh_p.bind(x)))
+ad.defjvp(cosh_p, lambda t, out, x: _mul(t, sinh_p.bind(x)))
+ad.defjvp(tanh_p, lambda t, out, x: _mul(_add(t, _mul(t, out)), _sub(_one(x), out)))
+ad.defjvp(asinh_p, lambda t, out, x: _mul(t, rsqrt_p.bind(_add(_mul(x, x), _one(x)))))
+ad.defjvp(acosh_p, lambda t, out, x: _mul(t, rsqrt_p.bind(_mul(_sub(x, _one(x)), _add(x, _one(x))))))
+ad.defjvp(atanh_p, lambda t, out, x: _mul(_unary(Ops.RECIP, _add(_one(x), x)), _fdiv(t, _sub(_one(x), x))))
+ad.defjvp(logistic_p, lambda t, out, x: _mul(t, _mul(out, _sub(_one(out), out))))
+ad.defjvp(sqrt_p, lambda t, out, x: _mul(t, _fdiv(_c(x, 0.5), out)))
+ad.defjvp(rsqrt_p, lambda t, out, x: _mul(t, _mul(_c(x, -0.5), _fdiv(out, x))))
+ad.defjvp(cbrt_p, lambda t, out, x: _mul(t, _mul(_c(x, 1 / 3), integer_pow_p.bind(out, y=-2))))
+ad.defjvp(pow_p, lambda t, out, x, y: _mul(t, _mul(y, pow_p.bind(x, _sub(y, _one(y))))),
+          lambda t, out, x, y: _mul(t, _mul(log_p.bind(_replace_zero(x)), out)))

@@ -3,6 +3,10 @@
 Each is REDUCE_AXIS (ADD, MAX or MUL) over axes, with elementwise work around it. A contraction is movement
 (PERMUTE + RESHAPE + EXPAND of both operands to one (batch, lhs free, rhs free, contracting) shape), MUL, and
 REDUCE_AXIS(ADD) over the contracting axes: lower/ sees one reduction and fuses it into one kernel.
+
+`reduce_sum/max/min/prod`, `argmax/argmin` and `dot_general` are Primitives (as in JAX) whose impl is that
+composition; their JVP rules (end of file) give JAX's derivatives: max/min ties share the tangent evenly, products
+are exact at zeros, `dot_general`'s tangent is two dot_generals (bilinear).
 """
 from __future__ import annotations
 
@@ -14,9 +18,10 @@ from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax._base import BOOL, FLOAT32, LOW_PRECISION_FLOATS, canonicalize_axes, canonicalize_axis, cast, \
   expand_raw, like, reshape_raw, to_array
-from tinyjax.lax._elementwise import _eq, _isnan, _neg, _not, _where
+from tinyjax.lax._elementwise import _and, _eq, _fdiv, _isnan, _mul, _neg, _not, _where
 from tinyjax.lax._shape import iota_along, permute_raw
-from tinyjax.trace.core import bind
+from tinyjax.trace import ad
+from tinyjax.trace.core import Primitive, bind
 from tinyjax.uop import Ops
 
 
@@ -33,32 +38,58 @@ def _require_nonempty(name: str, x: Array, axes: Sequence[int]) -> None:
     raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
 
 
+def _canonical_reduce_params(axes: Sequence[int], keepdims: bool) -> dict:
+  return {"axes": tuple(sorted({int(a) for a in axes})), "keepdims": bool(keepdims)}
+
+
 def sum_raw(x: Array, axes: Sequence[int], keepdims: bool = False) -> Array:
   """Sum over `axes`, accumulating float16/bfloat16 in float32 and rounding once; bools count as integers."""
+  return reduce_sum_p.bind(x, **_canonical_reduce_params(axes, keepdims))
+
+
+def prod_raw(x: Array, axes: Sequence[int], keepdims: bool = False) -> Array:
+  """Product over `axes` (float16/bfloat16 in float32)."""
+  return reduce_prod_p.bind(x, **_canonical_reduce_params(axes, keepdims))
+
+
+def max_raw(x: Array, axes: Sequence[int], keepdims: bool = False) -> Array:
+  """Maximum over `axes` (NaN propagates; bools: any)."""
+  return reduce_max_p.bind(x, **_canonical_reduce_params(axes, keepdims))
+
+
+def min_raw(x: Array, axes: Sequence[int], keepdims: bool = False) -> Array:
+  """Minimum over `axes`: -max(-x) for floats, ~max(~x) for integers (no overflow at the minimum)."""
+  return reduce_min_p.bind(x, **_canonical_reduce_params(axes, keepdims))
+
+
+def _sum_impl(x: Array, axes: Sequence[int], keepdims: bool = False) -> Array:
   if x.dtype in LOW_PRECISION_FLOATS:
     return cast(reduce_raw(cast(x, FLOAT32), Ops.ADD, axes, keepdims), x.dtype)
   if x.dtype == BOOL: return cast(reduce_raw(cast(x, np.int32), Ops.ADD, axes, keepdims), BOOL)
   return reduce_raw(x, Ops.ADD, axes, keepdims)
 
 
-def prod_raw(x: Array, axes: Sequence[int], keepdims: bool = False) -> Array:
-  """Product over `axes` (float16/bfloat16 in float32)."""
+def _prod_impl(x: Array, axes: Sequence[int], keepdims: bool = False) -> Array:
   if x.dtype in LOW_PRECISION_FLOATS:
     return cast(reduce_raw(cast(x, FLOAT32), Ops.MUL, axes, keepdims), x.dtype)
   if x.dtype == BOOL: return min_raw(x, axes, keepdims)
   return reduce_raw(x, Ops.MUL, axes, keepdims)
 
 
-def max_raw(x: Array, axes: Sequence[int], keepdims: bool = False) -> Array:
-  """Maximum over `axes` (NaN propagates; bools: any)."""
+def _max_impl(x: Array, axes: Sequence[int], keepdims: bool = False) -> Array:
   if x.dtype == BOOL: return cast(reduce_raw(cast(x, np.uint8), Ops.MAX, axes, keepdims), BOOL)
   return reduce_raw(x, Ops.MAX, axes, keepdims)
 
 
-def min_raw(x: Array, axes: Sequence[int], keepdims: bool = False) -> Array:
-  """Minimum over `axes`: -max(-x) for floats, ~max(~x) for integers (no overflow at the minimum)."""
+def _min_impl(x: Array, axes: Sequence[int], keepdims: bool = False) -> Array:
   if x.dtype == BOOL or x.dtype.kind in "iu": return _not(max_raw(_not(x), axes, keepdims))
   return _neg(max_raw(_neg(x), axes, keepdims))
+
+
+reduce_sum_p = Primitive("reduce_sum", _sum_impl)
+reduce_prod_p = Primitive("reduce_prod", _prod_impl)
+reduce_max_p = Primitive("reduce_max", _max_impl)
+reduce_min_p = Primitive("reduce_min", _min_impl)
 
 
 def _reduction(name: str, raw, needs_identity: bool):
@@ -97,6 +128,11 @@ def reduce_or(operand: Any, axes: Sequence[int]) -> Array:
 
 def arg_extreme_raw(x: Array, axis: int, find_max: bool, index_dtype: np.dtype, keepdims: bool = False) -> Array:
   """Index of the first maximum (or minimum) along `axis`; NaN counts as the extreme, as numpy."""
+  prim = argmax_p if find_max else argmin_p
+  return prim.bind(x, axes=(int(axis),), index_dtype=np.dtype(index_dtype), keepdims=bool(keepdims))
+
+
+def _arg_extreme_impl(x: Array, axis: int, find_max: bool, index_dtype: np.dtype, keepdims: bool) -> Array:
   if x.dtype == BOOL: x = cast(x, np.int32)
   extreme = (max_raw if find_max else min_raw)(x, (axis,), keepdims=True)
   extreme = expand_raw(extreme, x.shape)
@@ -110,6 +146,12 @@ def arg_extreme_raw(x: Array, axis: int, find_max: bool, index_dtype: np.dtype, 
   best = reduce_raw(scores, Ops.MAX, (axis,), keepdims)
   index = bind(Ops.ADD, _neg(best), like(best, size, count_dtype))
   return cast(index, index_dtype)
+
+
+argmax_p = Primitive("argmax", lambda x, *, axes, index_dtype, keepdims=False:
+                     _arg_extreme_impl(x, axes[0], True, index_dtype, keepdims))
+argmin_p = Primitive("argmin", lambda x, *, axes, index_dtype, keepdims=False:
+                     _arg_extreme_impl(x, axes[0], False, index_dtype, keepdims))
 
 
 def _arg_extreme(name: str, operand: Any, axis: int, index_dtype: Any, find_max: bool) -> Array:
@@ -134,7 +176,14 @@ def argmin(operand: Any, axis: int, index_dtype: Any) -> Array:
 def dot_general_raw(lhs: Array, rhs: Array, contracting: tuple[Sequence[int], Sequence[int]],
                     batch: tuple[Sequence[int], Sequence[int]], out_dtype: np.dtype) -> Array:
   """The contraction of `dot_general` for checked operands of one dtype; result (batch, lhs free, rhs free)."""
-  (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = contracting, batch
+  dimension_numbers = (tuple(tuple(int(a) for a in axes) for axes in contracting),
+                       tuple(tuple(int(a) for a in axes) for axes in batch))
+  return dot_general_p.bind(lhs, rhs, dimension_numbers=dimension_numbers, preferred_element_type=np.dtype(out_dtype))
+
+
+def _dot_general_impl(lhs: Array, rhs: Array, *, dimension_numbers: Any, preferred_element_type: np.dtype) -> Array:
+  (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+  out_dtype = preferred_element_type
   lhs_free = [i for i in range(lhs.ndim) if i not in lhs_contract and i not in lhs_batch]
   rhs_free = [i for i in range(rhs.ndim) if i not in rhs_contract and i not in rhs_batch]
   batch_shape = [lhs.shape[i] for i in lhs_batch]
@@ -154,6 +203,9 @@ def dot_general_raw(lhs: Array, rhs: Array, contracting: tuple[Sequence[int], Se
   first_contract = n_batch + n_lhs + n_rhs
   result = reduce_raw(product, Ops.ADD, range(first_contract, first_contract + n_contract))
   return cast(result, out_dtype, weak_type=False)
+
+
+dot_general_p = Primitive("dot_general", _dot_general_impl)
 
 
 def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, precision: Any = None,
@@ -193,3 +245,52 @@ def dot(lhs: Any, rhs: Any, precision: Any = None, preferred_element_type: Any =
   if lhs.ndim not in (1, 2) or rhs.ndim not in (1, 2):
     raise TypeError(f"dot accepts 1-D or 2-D operands, got shapes {lhs.shape} and {rhs.shape}")
   return dot_general(lhs, rhs, (((lhs.ndim - 1,), (0,)), ((), ())), precision, preferred_element_type)
+
+
+# ---------------------------------------------------------------------------------------------- derivatives
+
+def _expand_reduced(out: Array, x: Array, axes: tuple[int, ...], keepdims: bool) -> Array:
+  """A reduction's result broadcast back to the operand's shape."""
+  if not keepdims: out = reshape_raw(out, [1 if i in axes else d for i, d in enumerate(x.shape)])
+  return expand_raw(out, x.shape)
+
+
+def _chooser_rule(primals, tangents, out, *, axes, keepdims):
+  """reduce_max/min: the tangent at the chosen element; ties share it evenly (as JAX); a NaN result gets NaN."""
+  (x,), (t,) = primals, tangents
+  if not dtypes.is_floating(x.dtype): return None
+  hits = cast(_eq(x, _expand_reduced(out, x, axes, keepdims)), x.dtype)
+  counts = _sum_impl(hits, axes, keepdims)
+  return _fdiv(_sum_impl(_mul(t, hits), axes, keepdims), counts)
+
+
+def _prod_rule(primals, tangents, out, *, axes, keepdims):
+  """d prod = sum_i t_i * prod_{j != i} x_j, exact where x has zeros: with no zero in a row it is out / x_i; with
+  one zero it is the product of the others at the zero and 0 elsewhere; with two or more, 0."""
+  (x,), (t,) = primals, tangents
+  if not dtypes.is_floating(x.dtype): return None
+  zero, one = like(x, 0), like(x, 1)
+  is_zero = _eq(x, zero)
+  zeros_in_row = _expand_reduced(_sum_impl(cast(is_zero, x.dtype), axes, keepdims), x, axes, keepdims)
+  others_nonzero = _expand_reduced(_prod_impl(_where(is_zero, one, x), axes, keepdims), x, axes, keepdims)
+  no_zero_weight = _fdiv(_expand_reduced(out, x, axes, keepdims), _where(is_zero, one, x))
+  weight = _where(_eq(zeros_in_row, zero), no_zero_weight,
+                  _where(_and(is_zero, _eq(zeros_in_row, one)), others_nonzero, zero))
+  return _sum_impl(_mul(t, weight), axes, keepdims)
+
+
+def _dot_general_rule(primals, tangents, out, **params):
+  """Bilinear: d(lhs . rhs) = t_lhs . rhs + lhs . t_rhs, each again a dot_general."""
+  (lhs, rhs), (t_lhs, t_rhs) = primals, tangents
+  if not (dtypes.is_floating(lhs.dtype) and dtypes.is_floating(out.dtype)): return None
+  return ad.sum_tangents(None if t_lhs is None else dot_general_p.bind(t_lhs, rhs, **params),
+                         None if t_rhs is None else dot_general_p.bind(lhs, t_rhs, **params))
+
+
+ad.jvp_rules.update({
+  reduce_sum_p: lambda primals, tangents, out, **params: reduce_sum_p.bind(tangents[0], **params),
+  reduce_max_p: _chooser_rule, reduce_min_p: _chooser_rule, reduce_prod_p: _prod_rule,
+  dot_general_p: _dot_general_rule,
+})
+ad.defjvp_zero(argmax_p)
+ad.defjvp_zero(argmin_p)

@@ -11,12 +11,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tinyjax import dtypes
+from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
 from tinyjax.lax._base import (BOOL, canonicalize_axis, cast, expand_raw, full as _full_const, is_array,
                                lax_operands, reshape_raw, to_array)
-from tinyjax.lax._elementwise import _lt, _max, _min, _where
-from tinyjax.trace.core import bind
+from tinyjax.lax._elementwise import _and, _lt, _max, _min, _where
+from tinyjax.trace import ad
+from tinyjax.trace.core import Primitive, bind
 from tinyjax.uop import Ops
 
 
@@ -265,6 +266,17 @@ def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Sequence[int] |
   return full(out_shape, fill_value, dtype)
 
 
+def _select_n_impl(which: Array, *cases: Array) -> Array:
+  if which.dtype == BOOL: return _where(which, cases[-1], cases[0])
+  result = cases[-1]
+  for index in range(len(cases) - 2, -1, -1):
+    result = _where(_lt(which, _full_const(which.shape, index + 1, which.dtype)), cases[index], result)
+  return result
+
+
+select_n_p = Primitive("select_n", _select_n_impl)
+
+
 def select_n(which: Any, *cases: Any) -> Array:
   """cases[which] elementwise: `which` is bool (two cases) or int32 (any number of cases); same shapes."""
   if not cases: raise ValueError("select_n requires at least one case")
@@ -276,19 +288,19 @@ def select_n(which: Any, *cases: Any) -> Array:
   which = expand_raw(which, arrays[0].shape)
   if which.dtype == BOOL:
     if len(arrays) > 2: raise TypeError("select_n with a bool predicate takes at most 2 cases")
-    return _where(which, arrays[-1], arrays[0])
-  if which.dtype.kind not in "iu": raise TypeError(f"select_n: which must be bool or integer, got {which.dtype}")
-  result = arrays[-1]
-  for index in range(len(arrays) - 2, -1, -1):
-    result = _where(_lt(which, _full_const(which.shape, index + 1, which.dtype)), arrays[index], result)
-  return result
+  elif which.dtype.kind not in "iu": raise TypeError(f"select_n: which must be bool or integer, got {which.dtype}")
+  if len(arrays) == 1: return arrays[0]
+  return select_n_p.bind(which, *arrays)
+
+
+clamp_p = Primitive("clamp", lambda lo, x, hi: _min(_max(x, lo), hi))
 
 
 def clamp(min: Any, x: Any, max: Any) -> Array:  # noqa: A002
   """Elementwise min(max(x, min), max) (NaN propagates); min and max are scalars or have x's shape."""
   x = to_array(x)
   lo, x_, hi = lax_operands("clamp", _match_shape(min, x), x, _match_shape(max, x))
-  return _min(_max(x_, lo), hi)
+  return clamp_p.bind(lo, x_, hi)
 
 
 def _match_shape(bound: Any, x: Array) -> Any:
@@ -297,5 +309,32 @@ def _match_shape(bound: Any, x: Array) -> Any:
 
 
 def stop_gradient(x: Any) -> Any:
-  """The value of x, treated as a constant by differentiation (identity until grad lands)."""
-  return x
+  """The value of `x` (a pytree of arrays), treated as a constant by differentiation: its derivative is zero.
+  Integer and bool leaves are returned as they are."""
+  def stop(leaf: Any) -> Any:
+    leaf = to_array(leaf)
+    return ad.stop_gradient_p.bind(leaf) if dtypes.is_floating(leaf.dtype) else leaf
+  return tree_util.tree_map(stop, x)
+
+
+# ---------------------------------------------------------------------------------------------- derivatives
+
+def _select_n_rule(primals, tangents, out):
+  which, *cases = primals
+  if all(t is None for t in tangents[1:]): return None
+  return select_n_p.bind(which, *(ad.instantiate(t, case) for t, case in zip(tangents[1:], cases)))
+
+
+def _clamp_rule(primals, tangents, out):
+  """JAX's: the operand's tangent strictly inside (lo, hi), lo's below it, hi's above it (a bound tied with the
+  operand passes no tangent)."""
+  (lo, x, hi), (t_lo, t_x, t_hi) = primals, tangents
+  zero = ad.zeros_like(x)
+  return ad.sum_tangents(
+    None if t_lo is None else _where(_and(_lt(x, lo), _lt(lo, hi)), t_lo, zero),
+    None if t_x is None else _where(_and(_lt(lo, x), _lt(x, hi)), t_x, zero),
+    None if t_hi is None else _where(_lt(hi, x), t_hi, zero))
+
+
+ad.jvp_rules[select_n_p] = _select_n_rule
+ad.jvp_rules[clamp_p] = _clamp_rule

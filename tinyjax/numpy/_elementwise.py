@@ -135,7 +135,7 @@ def _fmod(a: Array, b: Array) -> Array:
 
 
 def _power_arrays(a: Array, b: Array) -> Array:
-  if _is_float(a): return ew._in_float32(lambda x, y: ew._binary(Ops.POW, x, y))(a, b)
+  if _is_float(a): return ew.pow_p.bind(a, b)
   if a.dtype == BOOL: return ew._or(a, ew._not(b))
   return ew.integer_power_array(a, b)
 
@@ -168,28 +168,29 @@ def _reciprocal(a: Array) -> Array:
 
 def _sign(a: Array) -> Array:
   if a.dtype == BOOL: return a
-  return ew._sign(a)
+  return ew.sign_p.bind(a)
 
 
 def _fmax(a: Array, b: Array) -> Array:
-  if not _is_float(a): return ew._max(a, b)
-  return ew._where(ew._isnan(a), b, ew._where(ew._isnan(b), a, ew._max(a, b)))
+  if not _is_float(a): return ew.max_p.bind(a, b)
+  return ew._where(ew._isnan(a), b, ew._where(ew._isnan(b), a, ew.max_p.bind(a, b)))
 
 
 def _fmin(a: Array, b: Array) -> Array:
-  if not _is_float(a): return ew._min(a, b)
-  return ew._where(ew._isnan(a), b, ew._where(ew._isnan(b), a, ew._min(a, b)))
+  if not _is_float(a): return ew.min_p.bind(a, b)
+  return ew._where(ew._isnan(a), b, ew._where(ew._isnan(b), a, ew.min_p.bind(a, b)))
 
 
-def _maximum(a: Array, b: Array) -> Array: return ew._or(a, b) if a.dtype == BOOL else ew._max(a, b)
+def _maximum(a: Array, b: Array) -> Array: return ew._or(a, b) if a.dtype == BOOL else ew.max_p.bind(a, b)
+def _minimum(a: Array, b: Array) -> Array: return ew._and(a, b) if a.dtype == BOOL else ew.min_p.bind(a, b)
 
 
 def _hypot(a: Array, b: Array) -> Array:
-  def compute(x: Array, y: Array) -> Array:
-    x, y = ew._abs_float(x), ew._abs_float(y)
-    larger, smaller = ew._max(x, y), ew._min(x, y)
+  def compute(x: Array, y: Array) -> Array:  # differentiable: abs, max, min and sqrt are the primitives
+    x, y = ew.abs_p.bind(x), ew.abs_p.bind(y)
+    larger, smaller = ew.max_p.bind(x, y), ew.min_p.bind(x, y)
     ratio = ew._fdiv(smaller, ew._where(ew._eq(larger, like(x, 0)), like(x, 1), larger))
-    result = ew._mul(larger, ew._sqrt(ew._add(like(x, 1), ew._mul(ratio, ratio))))
+    result = ew._mul(larger, ew.sqrt_p.bind(ew._add(like(x, 1), ew._mul(ratio, ratio))))
     is_inf = ew._or(ew._eq(x, like(x, math.inf)), ew._eq(y, like(y, math.inf)))
     return ew._where(is_inf, like(x, math.inf), result)
   return ew._in_float32(compute)(a, b)
@@ -199,6 +200,12 @@ def _heaviside(a: Array, b: Array) -> Array:
   zero = like(a, 0)
   result = ew._where(ew._lt(a, zero), zero, ew._where(ew._lt(zero, a), like(a, 1), b))
   return ew._where(ew._isnan(a), a, result) if _is_float(a) else result
+
+
+def _copysign(a: Array, b: Array) -> Array:
+  """|a| with the sign of b, as JAX: where(signbit(b), -abs(a), abs(a)) (so its derivative is abs's)."""
+  magnitude = ew.abs_p.bind(a)
+  return ew._where(ew._signbit(b), ew._neg(magnitude), magnitude)
 
 
 def _float_only(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
@@ -235,45 +242,45 @@ remainder = _binary("remainder", _remainder, "Elementwise remainder with the sig
 mod = remainder
 fmod = _binary("fmod", _fmod, "Elementwise C fmod: remainder with the sign of the dividend.")
 maximum = _binary("maximum", _maximum, "Elementwise maximum; NaN propagates.")
-minimum = _binary("minimum", lambda a, b: ew._min(a, b), "Elementwise minimum; NaN propagates.")
+minimum = _binary("minimum", _minimum, "Elementwise minimum; NaN propagates.")
 fmax = _binary("fmax", _fmax, "Elementwise maximum ignoring NaN (NaN only if both are NaN).")
 fmin = _binary("fmin", _fmin, "Elementwise minimum ignoring NaN (NaN only if both are NaN).")
-arctan2 = _binary("arctan2", ew._in_float32(ew._atan2), "Elementwise atan2(x1, x2) (angle of (x2, x1)).", True, "f")
+arctan2 = _binary("arctan2", ew.atan2_p.bind, "Elementwise atan2(x1, x2) (angle of (x2, x1)).", True, "f")
 hypot = _binary("hypot", _hypot, "Elementwise sqrt(x1**2 + x2**2) without undue overflow.", True, "f")
-copysign = _binary("copysign", ew._copysign, "Elementwise |x1| with the sign of x2 (floats).", True, "f")
+copysign = _binary("copysign", _copysign, "Elementwise |x1| with the sign of x2 (floats).", True, "f")
 heaviside = _binary("heaviside", _heaviside, "Elementwise step: 0 for x1 < 0, x2 for x1 == 0, 1 for x1 > 0.")
 
 negative = _unary("negative", _negative, "Elementwise -x.")
 positive = _unary("positive", lambda a: a, "Elementwise +x (the input, promoted).")
-absolute = _unary("absolute", lambda a: a if a.dtype == BOOL else ew._abs(a), "Elementwise |x|.")
+absolute = _unary("absolute", lambda a: a if a.dtype == BOOL else ew.abs_p.bind(a), "Elementwise |x|.")
 abs = absolute  # noqa: A001
 sign = _unary("sign", _sign, "Elementwise sign: -1, 0, 1 (NaN for NaN).")
 reciprocal = _unary("reciprocal", _reciprocal, "Elementwise 1 / x (integer division for integers, as numpy).")
 square = _unary("square", lambda a: ew._and(a, a) if a.dtype == BOOL else ew._mul(a, a), "Elementwise x * x.")
-sqrt = _unary("sqrt", ew._sqrt, "Elementwise square root (ints -> default float).", True)
-cbrt = _unary("cbrt", _float_only(ew._cbrt), "Elementwise real cube root.", True)
-exp = _unary("exp", _float_only(ew._exp), "Elementwise e**x.", True)
-exp2 = _unary("exp2", _float_only(lambda a: ew._unary(Ops.EXP2, a)), "Elementwise 2**x.", True)
-expm1 = _unary("expm1", _float_only(ew._expm1), "Elementwise e**x - 1, accurate for small x.", True)
-log = _unary("log", _float_only(ew._log), "Elementwise natural logarithm.", True)
+sqrt = _unary("sqrt", ew.sqrt_p.bind, "Elementwise square root (ints -> default float).", True)
+cbrt = _unary("cbrt", ew.cbrt_p.bind, "Elementwise real cube root.", True)
+exp = _unary("exp", ew.exp_p.bind, "Elementwise e**x.", True)
+exp2 = _unary("exp2", ew.exp2_p.bind, "Elementwise 2**x.", True)
+expm1 = _unary("expm1", ew.expm1_p.bind, "Elementwise e**x - 1, accurate for small x.", True)
+log = _unary("log", ew.log_p.bind, "Elementwise natural logarithm.", True)
 log2 = _unary("log2", _float_only(lambda a: ew._unary(Ops.LOG2, a)), "Elementwise base-2 logarithm.", True)
 log10 = _unary("log10", _float_only(lambda a: ew._mul(ew._unary(Ops.LOG2, a), like(a, math.log10(2)))),
                "Elementwise base-10 logarithm.", True)
-log1p = _unary("log1p", _float_only(ew._log1p), "Elementwise log(1 + x), accurate for small x.", True)
-sin = _unary("sin", _float_only(ew._sin), "Elementwise sine.", True)
-cos = _unary("cos", _float_only(ew._cos), "Elementwise cosine.", True)
-tan = _unary("tan", _float_only(lambda a: ew._fdiv(ew._sin(a), ew._cos(a))), "Elementwise tangent.", True)
-arcsin = _unary("arcsin", ew.asin, "Elementwise inverse sine.", True)
-arccos = _unary("arccos", ew.acos, "Elementwise inverse cosine.", True)
-arctan = _unary("arctan", _float_only(ew._atan), "Elementwise inverse tangent.", True)
-sinh = _unary("sinh", _float_only(ew._sinh), "Elementwise hyperbolic sine.", True)
-cosh = _unary("cosh", _float_only(ew._cosh), "Elementwise hyperbolic cosine.", True)
-tanh = _unary("tanh", _float_only(ew._tanh), "Elementwise hyperbolic tangent.", True)
-arcsinh = _unary("arcsinh", _float_only(ew._asinh), "Elementwise inverse hyperbolic sine.", True)
-arccosh = _unary("arccosh", _float_only(ew._acosh), "Elementwise inverse hyperbolic cosine.", True)
-arctanh = _unary("arctanh", _float_only(ew._atanh), "Elementwise inverse hyperbolic tangent.", True)
-floor = _unary("floor", _integer_identity(ew._floor), "Elementwise floor (integers unchanged).")
-ceil = _unary("ceil", _integer_identity(ew._ceil), "Elementwise ceiling (integers unchanged).")
+log1p = _unary("log1p", ew.log1p_p.bind, "Elementwise log(1 + x), accurate for small x.", True)
+sin = _unary("sin", ew.sin_p.bind, "Elementwise sine.", True)
+cos = _unary("cos", ew.cos_p.bind, "Elementwise cosine.", True)
+tan = _unary("tan", ew.tan_p.bind, "Elementwise tangent.", True)
+arcsin = _unary("arcsin", ew.asin_p.bind, "Elementwise inverse sine.", True)
+arccos = _unary("arccos", ew.acos_p.bind, "Elementwise inverse cosine.", True)
+arctan = _unary("arctan", ew.atan_p.bind, "Elementwise inverse tangent.", True)
+sinh = _unary("sinh", ew.sinh_p.bind, "Elementwise hyperbolic sine.", True)
+cosh = _unary("cosh", ew.cosh_p.bind, "Elementwise hyperbolic cosine.", True)
+tanh = _unary("tanh", ew.tanh_p.bind, "Elementwise hyperbolic tangent.", True)
+arcsinh = _unary("arcsinh", ew.asinh_p.bind, "Elementwise inverse hyperbolic sine.", True)
+arccosh = _unary("arccosh", ew.acosh_p.bind, "Elementwise inverse hyperbolic cosine.", True)
+arctanh = _unary("arctanh", ew.atanh_p.bind, "Elementwise inverse hyperbolic tangent.", True)
+floor = _unary("floor", _integer_identity(ew.floor_p.bind), "Elementwise floor (integers unchanged).")
+ceil = _unary("ceil", _integer_identity(ew.ceil_p.bind), "Elementwise ceiling (integers unchanged).")
 trunc = _unary("trunc", _integer_identity(ew._trunc), "Elementwise rounding toward zero (integers unchanged).")
 rint = _unary("rint", ew._round_half_even, "Elementwise rounding to the nearest integer, ties to even.", True)
 deg2rad = _unary("deg2rad", lambda a: ew._mul(a, like(a, math.pi / 180)), "Degrees to radians.", True)

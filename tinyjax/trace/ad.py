@@ -73,6 +73,21 @@ def instantiate(tangent: Any, primal: Any) -> Any:
   return zeros_like(primal) if tangent is None else tangent
 
 
+def defjvp(prim: Primitive, *rules: Callable | None) -> None:
+  """Register `prim`'s JVP from one rule per operand, as JAX's `defjvp2`: `rule(tangent, out, *primals, **params)`
+  is that operand's contribution to the output tangent (linear in `tangent`); None marks an operand with none.
+  Symbolic-zero tangents are skipped and the contributions summed."""
+  def jvp_rule(primals, tangents, out, **params):
+    return sum_tangents(*(None if t is None or rule is None else rule(t, out, *primals, **params)
+                          for rule, t in zip(rules, tangents)))
+  jvp_rules[prim] = jvp_rule
+
+
+def defjvp_zero(prim: Primitive) -> None:
+  """`prim` is piecewise constant (or integer valued): its output tangent is a symbolic zero."""
+  jvp_rules[prim] = lambda primals, tangents, out, **params: None
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # forward mode
 
@@ -195,14 +210,18 @@ def _reduce_rule(primals, tangents, out, arg):
   return bind(Ops.REDUCE_AXIS, mul(t, div(expanded, x)), arg=(Ops.ADD, axes))
 
 
+def balanced_eq(x: Any, out: Any, y: Any) -> Any:
+  """JAX's weight of operand x in max/min(x, y) = out: 1 where x alone is the result, 0.5 on ties, 0 otherwise
+  (NaN results give both operands 0)."""
+  one, zero = full_like(out, 1.0), full_like(out, 0.0)
+  return div(where(eq(x, out), one, zero), where(eq(y, out), full_like(out, 2.0), one))
+
+
 def _max_rule(primals, tangents, out, arg):
-  x, y = primals
-  tx, ty = tangents
+  (x, y), (tx, ty) = primals, tangents
   if not is_float(out): return None
-  greater, equal = cast(lt(y, x), x.dtype), cast(eq(x, y), x.dtype)
-  weight_x = add(greater, mul(equal, full_like(x, 0.5)))   # ties split 0.5 / 0.5, as JAX
-  weight_y = add(full_like(x, 1.0), neg(weight_x))
-  return sum_tangents(None if tx is None else mul(tx, weight_x), None if ty is None else mul(ty, weight_y))
+  return sum_tangents(None if tx is None else mul(tx, balanced_eq(x, out, y)),
+                      None if ty is None else mul(ty, balanced_eq(y, out, x)))
 
 
 def _mul_rule(primals, tangents, out, arg):
@@ -264,6 +283,12 @@ def _unexpand(ct: Any, shape: tuple[int, ...]) -> Any:
   return bind(Ops.REDUCE_AXIS, ct, arg=(Ops.ADD, axes)) if axes else ct
 
 
+def _reduce_transpose(ct: Any, node: UOp) -> Any:
+  if node.arg[0] is not Ops.ADD:
+    raise NotImplementedError(f"transpose of REDUCE_AXIS({node.arg[0].name}): not linear in its operand")
+  return bind(Ops.EXPAND, ct, arg=node.src[0].shape)
+
+
 transpose_rules.update({
   Ops.ADD: lambda ct, node, known: (ct, ct),
   Ops.NEG: lambda ct, node, known: (neg(ct),),
@@ -272,7 +297,7 @@ transpose_rules.update({
   Ops.CAST: lambda ct, node, known: (cast(ct, node.src[0].dtype),),
   Ops.WHERE: lambda ct, node, known: (None, where(known[0], ct, zeros_like(ct)), where(known[0], zeros_like(ct), ct)),
   Ops.CONTIGUOUS: lambda ct, node, known: (ct,),
-  Ops.REDUCE_AXIS: lambda ct, node, known: (bind(Ops.EXPAND, ct, arg=node.src[0].shape),),
+  Ops.REDUCE_AXIS: lambda ct, node, known: (_reduce_transpose(ct, node),),
   Ops.RESHAPE: lambda ct, node, known: (bind(Ops.RESHAPE, ct, arg=node.src[0].shape),),
   Ops.PERMUTE: lambda ct, node, known: (bind(Ops.PERMUTE, ct, arg=tuple(np.argsort(node.arg).tolist())),),
   Ops.EXPAND: lambda ct, node, known: (_unexpand(ct, node.src[0].shape),),
@@ -358,6 +383,13 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
   return (*result, aux) if has_aux else result
 
 
+def _zeros_uop(shape: tuple[int, ...], dtype: np.dtype) -> UOp:
+  """A zero tangent of `shape` as a program node (an output that does not depend on the inputs)."""
+  const = UOp.const(dtype, 0)
+  if not shape: return const
+  return UOp(Ops.EXPAND, dtype, (UOp(Ops.RESHAPE, dtype, (const,), (1,) * len(shape)),), tuple(shape))
+
+
 def _linearize(fun: Callable, primal_leaves: list[Any], in_tree: Any, has_aux: bool):
   """Run `fun` under JVP with staged tangents. Returns primal outputs, output tree, the linear program, its trace,
   and aux."""
@@ -378,7 +410,7 @@ def _linearize(fun: Callable, primal_leaves: list[Any], in_tree: Any, has_aux: b
     is_jvp = isinstance(leaf, JVPTracer) and leaf.trace is trace
     primal, tangent = (leaf.primal, leaf.tangent) if is_jvp else (leaf, None)
     primals_out.append(primal)
-    tangent_uops.append(tangent.uop if linear.is_mine(tangent) else UOp.const(primal.dtype, 0))
+    tangent_uops.append(tangent.uop if linear.is_mine(tangent) else _zeros_uop(primal.shape, primal.dtype))
   program = UOp(Ops.SINK, BOOL, tuple(tangent_uops))
   return arrays, primals_out, out_tree, program, linear, aux
 
@@ -488,4 +520,4 @@ def _stop_gradient_impl(x: Any) -> Any: return x
 
 
 stop_gradient_p = Primitive("stop_gradient", _stop_gradient_impl)
-jvp_rules[stop_gradient_p] = lambda primals, tangents, out: None
+defjvp_zero(stop_gradient_p)
