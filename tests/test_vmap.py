@@ -8,8 +8,9 @@ import tinyjax.numpy as tnp
 from tinyjax import lax
 from tinyjax.trace import ad
 from tinyjax.trace.ad import stop_gradient_p
-from tinyjax.trace.batching import axis_index, defelementwise, pmax, pmean, psum, vmap
-from tinyjax.trace.core import Primitive
+from tinyjax.trace.batching import axis_index, defelementwise, defreduction, pmax, pmean, psum, vmap
+from tinyjax.trace.core import Primitive, bind
+from tinyjax.uop import Ops
 
 B = 3  # batch size everywhere: kernels compile once per structure, so shared shapes keep the file fast
 rng = np.random.default_rng(0)
@@ -274,6 +275,18 @@ def test_primitives_keep_their_rules_under_vmap():
   ad.jvp_rules[plain_p] = lambda primals, tangents, out: tangents[0] * 3.0
   g = lambda c: vmap(lambda x: x + plain_p.bind(c))(XS[:, 0]).sum()
   np.testing.assert_allclose(float(tj.grad(g)(2.0)), 3.0 * B)
+
+
+def test_reduction_primitive_rule():
+  def impl(x, *, axes, keepdims=False):
+    out = bind(Ops.REDUCE_AXIS, x, arg=(Ops.ADD, tuple(axes)))
+    return out if keepdims else out.reshape(tuple(d for i, d in enumerate(x.shape) if i not in axes))
+  my_sum_p = Primitive("my_sum", impl)
+  defreduction(my_sum_p)
+  for axes, keepdims in [((0,), False), ((1,), True), ((0, 1), False), ((1,), False)]:
+    f = lambda x: my_sum_p.bind(tnp.asarray(x), axes=axes, keepdims=keepdims)
+    for in_axis in (0, 1, 2):
+      check(f, np.moveaxis(X, 0, in_axis), in_axes=in_axis, rtol=1e-5)
 
 
 def test_make_jaxpr_of_vmap_has_no_transposes_for_aligned_operands():

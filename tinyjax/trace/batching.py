@@ -211,6 +211,21 @@ def defelementwise(*prims: Primitive) -> None:
   for prim in prims: batch_rules[prim] = _elementwise_primitive_rule(prim)
 
 
+def _reduction_primitive_rule(prim: Primitive) -> Callable:
+  def rule(trace: BatchTrace, vals, dims, *, axes, keepdims=False, **params):
+    (x,), (dim,) = vals, dims
+    if dim is None: return prim.bind(x, axes=axes, keepdims=keepdims, **params), None
+    out_dim = dim if keepdims else dim - sum(a < dim for a in axes)
+    return prim.bind(x, axes=tuple(a + (a >= dim) for a in axes), keepdims=keepdims, **params), out_dim
+  return rule
+
+
+def defreduction(*prims: Primitive) -> None:
+  """Register the batching rule of reductions `prim(x, *, axes, keepdims=False, **params)` (axes non-negative): the
+  primitive itself over the same axes of the batched operand, the batch axis kept."""
+  for prim in prims: batch_rules[prim] = _reduction_primitive_rule(prim)
+
+
 defelementwise(ad.stop_gradient_p)
 
 
