@@ -205,6 +205,64 @@ def test_launches_from_several_threads():
   assert not errors
 
 
+# chunk_start[i] = start and chunk_end[i] = end for every i of a call [start, end): which chunk ran each iteration
+CHUNKS_IR = stamp_target("""
+define void @chunks(ptr noalias %args, i64 %start, i64 %end) {
+entry:
+  %starts = load ptr, ptr %args
+  %ends_slot = getelementptr ptr, ptr %args, i64 1
+  %ends = load ptr, ptr %ends_slot
+  %nonempty = icmp slt i64 %start, %end
+  br i1 %nonempty, label %loop, label %exit
+loop:
+  %i = phi i64 [ %start, %entry ], [ %i_next, %loop ]
+  %start_at = getelementptr i64, ptr %starts, i64 %i
+  store i64 %start, ptr %start_at
+  %end_at = getelementptr i64, ptr %ends, i64 %i
+  store i64 %end, ptr %end_at
+  %i_next = add i64 %i, 1
+  %more = icmp slt i64 %i_next, %end
+  br i1 %more, label %loop, label %exit
+exit:
+  ret void
+}
+""")
+
+
+def check_chunks(starts: np.ndarray, ends: np.ndarray, n: int, grain: int) -> None:
+  """Every iteration ran once, in a chunk that starts at a multiple of `grain` and ends at one (or at n)."""
+  assert (starts <= np.arange(n)).all() and (np.arange(n) < ends).all()
+  assert (starts % grain == 0).all() and ((ends % grain == 0) | (ends == n)).all()
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+@pytest.mark.parametrize("n, grain", [(1, 1), (4096, 4096), (4100, 4096), (12288, 4096), (1023, 4), (100_003, 4),
+                                      (100_003, 1), (7, 64)])
+def test_chunks_keep_grains_whole(n: int, grain: int, parallel: bool):
+  program = compile_cpu("chunks", CHUNKS_IR)
+  starts, ends = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+  program([starts.ctypes.data, ends.ctypes.data], n, parallel, grain=grain)
+  check_chunks(starts, ends, n, grain)
+  if n <= grain: assert (starts == 0).all() and (ends == n).all()  # one grain: one call
+
+
+def test_launch_list_runs_every_kernel_in_order():
+  """One runtime call runs several launches over a slot table; a later launch sees what an earlier one wrote."""
+  chunks, axpb = compile_cpu("chunks", CHUNKS_IR), compile_cpu("axpb", AXPB_IR)
+  n, grain = 10_007, 8
+  starts, ends = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+  a = np.arange(n, dtype=np.float32)
+  middle, out = np.zeros_like(a), np.zeros_like(a)
+  launches = cpu.LaunchList([(chunks, (0, 1), n, grain, True), (axpb, (2, 3), n, 1, True),
+                             (axpb, (3, 4), n, 1, False), (axpb, (2, 3), 0, 1, True)])
+  assert launches.count == 3  # empty launches are dropped
+  for _ in range(3):
+    starts[:], middle[:], out[:] = -1, 0, 0
+    launches([buffer.ctypes.data for buffer in (starts, ends, a, middle, out)])
+    check_chunks(starts, ends, n, grain)
+    np.testing.assert_array_equal(out, (a * 2 + 1) * 2 + 1)
+
+
 def test_slow_kernel_small_count_matches_numpy():
   program = compile_cpu("slow", SLOW_IR)
   a = np.linspace(0, 1, 33, dtype=np.float32)

@@ -23,6 +23,12 @@ contraction `out[m, n] = sum_k a[m, k] * b[k, n]`. For those, `choose_opts` retu
 
 Every choice is a plain tuple in `TilePlan.opts` (printed with DEBUG>=3, compared in tests) and NOOPT=1 turns them
 all off. A kernel that doesn't meet a precondition keeps the plain nest.
+
+A tile also constrains how a launch may be cut into chunks (`launch_grain`): when the row or the column is the
+kernel's outermost loop, a chunk [start, end) that is no multiple of the tile ends in slow partial tiles, and a stream
+tile cut into narrow column chunks reads each row in pieces far apart in memory (4096x4096 sum(axis=0) in 2048-column
+chunks measured 2x slower than in whole rows: the prefetchers fetch past each piece). The runtime then claims chunks
+of whole grains only.
 """
 from __future__ import annotations
 
@@ -58,6 +64,7 @@ class TilePlan:
   lanes: int               # elements per vector register for the accumulator type
   contract: bool           # a float product feeds the ADD reduce: multiply-add may fuse into an FMA
   opts: tuple[Opt, ...]    # what was applied, as data
+  grain: int = 1           # outer iterations a launch chunk keeps together (a tile's rows or columns; see launch_grain)
 
 
 def linear_strides(index: UOp) -> tuple[dict[UOp, int], set[UOp]]:
@@ -125,10 +132,19 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   contract = (reduce.arg is Ops.ADD and value.op is Ops.MUL and value.dtype.kind == "f" and value.dtype.itemsize >= 4)
   opts: list[Opt] = [("reduce_outside", innermost.arg[0]), ("tile" if stream else "upcast", column.arg[0], columns)]
   if row is not None: opts.append(("upcast", row.arg[0], rows))
-  return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts))
+  outermost = global_ranges[0]
+  grain = columns if outermost is column else rows if outermost is row else 1
+  return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain)
 
 
 def applied_opts(ast: UOp, enabled: bool = not NOOPT) -> tuple[Opt, ...]:
   """The optimisations `choose_opts` applies to a kernel, as data (empty for the plain nest)."""
   plan = choose_opts(ast, enabled)
   return () if plan is None else plan.opts
+
+
+def launch_grain(ast: UOp, enabled: bool = not NOOPT) -> int:
+  """How many consecutive iterations of the kernel's outermost loop a launch chunk must keep together (chunks start
+  at multiples of it): the tile's height when the tiled row is outermost, its width when the column is, else 1."""
+  plan = choose_opts(ast, enabled)
+  return 1 if plan is None else plan.grain

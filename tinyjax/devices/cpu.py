@@ -35,8 +35,7 @@ from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG, getenv
 
 TINYJAX_VERSION = "0.1.0"  # part of every object-code key; bump when the ABI or codegen contract changes
-PARALLEL_GRAINS = 65536  # a parallel launch splits [0, n) into min(n, this) grains, claimed in adaptive runs
-SERIAL_CHUNKS = 1024  # a serial launch starts with n // SERIAL_CHUNKS iterations per chunk (then adapts)
+PARALLEL_GRAINS, SERIAL_CHUNKS = runtime.PARALLEL_GRAINS, runtime.SERIAL_CHUNKS  # how launches are chunked
 
 _stats = {"hits": 0, "misses": 0, "memory_hits": 0, "rejected": 0, "compile_seconds": 0.0, "load_seconds": 0.0}
 _kernel_cache = DiskCache("kernels")
@@ -245,7 +244,10 @@ def load_or_compile(name: str, llvm_ir: str, opt_level: int, rename: bool = True
 
 # ---- the runtime (thread pool, Ctrl-C)
 
-_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+# tj_parallel_for / tj_serial_for (fn, args, n, max_grains or first_chunk, grain) and tj_run_launches (records, count)
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                           ctypes.c_int64)
+_RUN_LAUNCHES = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64)
 
 
 class Runtime:
@@ -261,6 +263,7 @@ class Runtime:
     self.abort_flag_address = engine.get_global_value_address("tj_abort")
     self.parallel_for = _LAUNCH(self.parallel_for_address)
     self.serial_for = _LAUNCH(self.serial_for_address)
+    self.run_launches = _RUN_LAUNCHES(engine.get_function_address("tj_run_launches"))
     ctypes.CFUNCTYPE(None, ctypes.c_int64)(engine.get_function_address("tj_init"))(nthreads - 1)
     self._install_sigint = ctypes.CFUNCTYPE(ctypes.c_int32)(engine.get_function_address("tj_install_sigint"))
     self.sigint_installed = False
@@ -315,23 +318,60 @@ class CPUProgram:
       _optimize(module, self.opt_level)
       return target_machine(self.opt_level).emit_assembly(module)
 
-  def __call__(self, buffers: list[int], n: int, parallel: bool = True, wait: bool = True) -> None:
+  def __call__(self, buffers: list[int], n: int, parallel: bool = True, wait: bool = True, grain: int = 1) -> None:
     """Run the kernel over outer iterations [0, n) with `buffers` (raw addresses, e.g. `array.ctypes.data`).
 
-    Splits the range across the runtime's threads when `parallel`, else runs it on the calling thread.
-    Runs synchronously (`wait` is accepted for API symmetry with asynchronous devices). The GIL is released.
-    Raises KeyboardInterrupt if SIGINT cut the launch short.
+    Splits the range across the runtime's threads when `parallel`, else runs it on the calling thread; either way
+    in chunks of a multiple of `grain` iterations starting at multiples of it (the kernel's tile, see
+    codegen/opt.py `launch_grain`). Runs synchronously (`wait` is accepted for API symmetry with asynchronous
+    devices). The GIL is released. Raises KeyboardInterrupt if SIGINT cut the launch short.
     """
     if n <= 0: return
     args = (ctypes.c_void_p * len(buffers))(*buffers)
-    if parallel: aborted = self._parallel_for(self.fn_addr, args, n, PARALLEL_GRAINS)  # serial inside if 1 thread
-    else: aborted = self._serial_for(self.fn_addr, args, n, n // SERIAL_CHUNKS)
+    if parallel: aborted = self._parallel_for(self.fn_addr, args, n, PARALLEL_GRAINS, grain)  # serial if 1 thread
+    else: aborted = self._serial_for(self.fn_addr, args, n, n // SERIAL_CHUNKS, grain)
     # Cut short by Ctrl-C: the outputs are partial. Python's own handler raises KeyboardInterrupt in the main thread
     # as the call returns; any other thread lands here, and must not carry on with partial results either.
     if aborted: raise KeyboardInterrupt(f"kernel {self.name} interrupted")
 
   def __repr__(self) -> str:
     return f"CPUProgram({self.name!r}, fn_addr=0x{self.fn_addr:x}, O{self.opt_level})"
+
+
+class LaunchList:
+  """The kernel launches of one program, run in order by one call into the runtime (`tj_run_launches`).
+
+  Built once per compiled program: `launches` are (program, parameter slots, n, grain, parallel). The launch
+  records and one table of argument pointers (every kernel's parameters, one after another) are ctypes arrays made
+  here; a run only writes the slots' addresses into the table and makes the call. A second thread running the same
+  program meanwhile gets arrays of its own (the records point into the table, which the first run is reading)."""
+
+  def __init__(self, launches: list[tuple[CPUProgram, tuple[int, ...], int, int, bool]]):
+    launches = [launch for launch in launches if launch[2] > 0]
+    self._launches = launches
+    self.programs = [program for program, *_ in launches]
+    self.count = len(launches)
+    self.slots = [slot for _, slots, *_ in launches for slot in slots]  # the table's entries, as buffer slots
+    self.table = (ctypes.c_void_p * max(1, len(self.slots)))()
+    fields, table_address, offset = [], ctypes.addressof(self.table), 0
+    pointer_bytes = ctypes.sizeof(ctypes.c_void_p)
+    for program, slots, n, grain, parallel in launches:
+      fields += [program.fn_addr, table_address + offset * pointer_bytes, n, grain, int(parallel)]
+      offset += len(slots)
+    self.records = (ctypes.c_int64 * max(1, len(fields)))(*fields)
+    self._run_launches = get_runtime().run_launches
+    self._lock = threading.Lock()
+
+  def __call__(self, addresses: list[int]) -> None:
+    """Run every launch with buffer slot i at `addresses[i]`. Raises KeyboardInterrupt if SIGINT cut one short."""
+    if not self._lock.acquire(False):  # another thread is running this program: use arrays of our own
+      return LaunchList(self._launches)(addresses)
+    try:
+      self.table[:len(self.slots)] = [addresses[slot] for slot in self.slots]
+      aborted = self._run_launches(self.records, self.count)
+    finally:
+      self._lock.release()
+    if aborted: raise KeyboardInterrupt(f"program of {self.count} kernels interrupted")
 
 
 def compile_cpu(name: str, llvm_ir: str, opt_level: int | None = None) -> CPUProgram:

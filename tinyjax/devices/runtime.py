@@ -1,17 +1,23 @@
 """The CPU runtime, written in LLVM IR: a thread pool that runs kernel chunks, and Ctrl-C handling.
 
-Python makes one ctypes call per kernel launch (ctypes releases the GIL); everything after that runs here:
+Python makes one ctypes call per program run (ctypes releases the GIL); everything after that runs here:
 
-  tj_parallel_for(fn, args, n, max_grains) -> aborted  splits [0, n) into min(n, max_grains) near-equal grains;
-      the caller thread and the worker threads (one per extra core, started by pthread_create on the first parallel
-      launch) claim runs of consecutive grains from one atomic counter until none are left, then the caller waits
-      for the last run to finish. A thread's first claim is one grain; later claims grow while runs take well under
-      CHUNK_TARGET_NS and shrink when over it, and never exceed 1/(2*threads) of what is left (guided scheduling),
-      so cheap kernels make a handful of claims and long ones check the abort flag every few ms.
+  tj_run_launches(launches, count) -> aborted  runs `count` kernel launches in order, each a record of five i64
+      {fn, args, n, grain, parallel}: parallel ones through tj_parallel_for (PARALLEL_GRAINS), the others through
+      tj_serial_for (first chunk n / SERIAL_CHUNKS). Stops at the first launch cut short by Ctrl-C. A jitted program
+      is one call of this, whatever its number of kernels.
+  tj_parallel_for(fn, args, n, max_grains, grain) -> aborted  splits [0, n) into grains of a multiple of `grain`
+      iterations (the kernel's own unit: a register tile of rows, a stream tile of columns, which a chunk must not
+      cut), at most `max_grains` of them, each starting at a multiple of `grain`; the caller thread and the worker
+      threads (one per extra core, started by pthread_create on the first parallel launch) claim runs of
+      consecutive grains from one atomic counter until none are left, then the caller waits for the last run to
+      finish. A thread's first claim is one grain; later claims grow while runs take well under CHUNK_TARGET_NS and
+      shrink when over it, and never exceed 1/(2*threads) of what is left (guided scheduling), so cheap kernels make
+      a handful of claims and long ones check the abort flag every few ms. One grain in all runs on the caller alone.
       Idle workers spin briefly (so back-to-back launches start fast), then sleep on a futex (so they burn no CPU).
-  tj_serial_for(fn, args, n, first_chunk) -> aborted  runs [0, n) on the calling thread in chunks that start at
-      `first_chunk` iterations and grow the same way, so even a serial kernel checks the abort flag at least every
-      outer iteration once iterations are slow, without slicing fast kernels thin.
+  tj_serial_for(fn, args, n, first_chunk, grain) -> aborted  runs [0, n) on the calling thread in chunks (multiples of
+      `grain`) that start at `first_chunk` iterations and grow the same way, so even a serial kernel checks the abort
+      flag at least every outer iteration once iterations are slow, without slicing fast kernels thin.
   tj_install_sigint()  installs a SIGINT handler that sets the abort flag and chains to the previous handler
       (Python's, which then raises KeyboardInterrupt when the ctypes call returns). Chunks are skipped once the
       flag is set, so a launch ends within one chunk's time; it then returns 1 (else 0). The flag is cleared at the
@@ -31,11 +37,14 @@ import platform
 SPIN_ITERATIONS = 8192  # pause instructions an idle thread spins for before sleeping on a futex (~0.1-0.3 ms)
 CHUNK_TARGET_NS = 2_000_000  # chunks grow while they run faster than this, and shrink when slower (Ctrl-C latency)
 MAX_THREADS = 256  # size of the pthread_t table; more cores than this get no extra workers
+PARALLEL_GRAINS = 65536  # a parallel launch splits [0, n) into at most this many grains, claimed in adaptive runs
+SERIAL_CHUNKS = 1024  # a serial launch starts with n // SERIAL_CHUNKS iterations per chunk (then adapts)
+LAUNCH_FIELDS = ("fn", "args", "n", "grain", "parallel")  # one record of tj_run_launches: that many i64
 _FUTEX_SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
 _SPIN_HINT = {"x86_64": "pause", "amd64": "pause", "aarch64": "yield", "arm64": "yield"}
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, SIGINT, SIG_BLOCK, CLOCK_MONOTONIC = 128, 129, 2, 0, 1
 
-RUNTIME_SYMBOLS = ("tj_parallel_for", "tj_serial_for", "tj_init", "tj_install_sigint", "tj_after_fork", "tj_abort")
+RUNTIME_SYMBOLS = ("tj_run_launches", "tj_parallel_for", "tj_serial_for", "tj_init", "tj_install_sigint", "tj_after_fork", "tj_abort")
 
 
 def runtime_ir(triple: str, data_layout: str, machine: str | None = None) -> str:
@@ -45,7 +54,8 @@ def runtime_ir(triple: str, data_layout: str, machine: str | None = None) -> str
   return _RUNTIME_TEMPLATE.format(
     triple=triple, data_layout=data_layout, futex=_FUTEX_SYSCALL[machine], spin_hint=_SPIN_HINT[machine],
     spin=SPIN_ITERATIONS, chunk_target_ns=CHUNK_TARGET_NS, max_threads=MAX_THREADS, wait=FUTEX_WAIT_PRIVATE,
-    wake=FUTEX_WAKE_PRIVATE, sigint=SIGINT, sig_block=SIG_BLOCK, clock=CLOCK_MONOTONIC)
+    wake=FUTEX_WAKE_PRIVATE, sigint=SIGINT, sig_block=SIG_BLOCK, clock=CLOCK_MONOTONIC,
+    parallel_grains=PARALLEL_GRAINS, serial_chunks=SERIAL_CHUNKS, launch_fields=len(LAUNCH_FIELDS))
 
 
 # Globals that threads write are each aligned to a 64-byte cache line so they don't share one.
@@ -67,6 +77,7 @@ target datalayout = "{data_layout}"
 @tj_job_args = global ptr null, align 8
 @tj_job_n = global i64 0, align 8
 @tj_job_nchunks = global i64 0, align 8
+@tj_job_grain_size = global i64 0, align 8
 @tj_nworkers = global i64 0, align 64
 @tj_started = global i32 0, align 8
 @tj_threads = global [{max_threads} x i64] zeroinitializer, align 64
@@ -109,14 +120,22 @@ define internal i64 @tj_now_ns() {{
   ret i64 %total
 }}
 
-; first iteration of grain g when [0, n) is split into ngrains near-equal grains: g*base + min(g, n mod ngrains)
-define internal i64 @tj_grain_start(i64 %n, i64 %ngrains, i64 %grain) {{
-  %base = udiv i64 %n, %ngrains
-  %rem = urem i64 %n, %ngrains
-  %offset = mul i64 %grain, %base
-  %extra_before = call i64 @llvm.umin.i64(i64 %grain, i64 %rem)
-  %start = add i64 %offset, %extra_before
+; first iteration of grain g when [0, n) is cut into grains of `grain_size` iterations (the last may be shorter)
+define internal i64 @tj_grain_start(i64 %n, i64 %grain_size, i64 %grain) {{
+  %offset = mul i64 %grain, %grain_size
+  %start = call i64 @llvm.umin.i64(i64 %offset, i64 %n)
   ret i64 %start
+}}
+
+; the smallest multiple of `unit` (at least 1) that is >= max(value, 1)
+define internal i64 @tj_round_up(i64 %value, i64 %unit) {{
+  %unit_positive = call i64 @llvm.smax.i64(i64 %unit, i64 1)
+  %value_positive = call i64 @llvm.smax.i64(i64 %value, i64 1)
+  %biased = add i64 %value_positive, %unit_positive
+  %biased_less_one = sub i64 %biased, 1
+  %units = udiv i64 %biased_less_one, %unit_positive
+  %rounded = mul i64 %units, %unit_positive
+  ret i64 %rounded
 }}
 
 ; how many grains the next claim takes, from how long the last claim of `take` grains ran: grow fast while far
@@ -186,9 +205,10 @@ call:
   %fn = load atomic ptr, ptr @tj_job_fn monotonic, align 8
   %args = load atomic ptr, ptr @tj_job_args monotonic, align 8
   %n = load atomic i64, ptr @tj_job_n monotonic, align 8
-  %start = call i64 @tj_grain_start(i64 %n, i64 %ngrains, i64 %grain)
+  %grain_size = load atomic i64, ptr @tj_job_grain_size monotonic, align 8
+  %start = call i64 @tj_grain_start(i64 %n, i64 %grain_size, i64 %grain)
   %grain_end = add i64 %grain, %take
-  %end = call i64 @tj_grain_start(i64 %n, i64 %ngrains, i64 %grain_end)
+  %end = call i64 @tj_grain_start(i64 %n, i64 %grain_size, i64 %grain_end)
   %time_before = call i64 @tj_now_ns()
   call void %fn(ptr %args, i64 %start, i64 %end)
   %time_after = call i64 @tj_now_ns()
@@ -308,10 +328,10 @@ declare i64 @llvm.smax.i64(i64, i64)
 declare i64 @llvm.smin.i64(i64, i64)
 declare i64 @llvm.umin.i64(i64, i64)
 
-define i32 @tj_serial_for(ptr %fn, ptr %args, i64 %n, i64 %first_chunk) {{
+define i32 @tj_serial_for(ptr %fn, ptr %args, i64 %n, i64 %first_chunk, i64 %grain) {{
 entry:
   store atomic i32 0, ptr @tj_abort seq_cst, align 4
-  %first = call i64 @llvm.smax.i64(i64 %first_chunk, i64 1)
+  %first = call i64 @tj_round_up(i64 %first_chunk, i64 %grain)
   br label %loop
 loop:
   %start = phi i64 [ 0, %entry ], [ %end, %ran ]
@@ -331,7 +351,8 @@ body:
   %time_after = call i64 @tj_now_ns()
   %elapsed = sub i64 %time_after, %time_before
   %size_adapted = call i64 @tj_next_take(i64 %size, i64 %elapsed)
-  %size_next = call i64 @llvm.umin.i64(i64 %size_adapted, i64 %n)
+  %size_capped = call i64 @llvm.umin.i64(i64 %size_adapted, i64 %n)
+  %size_next = call i64 @tj_round_up(i64 %size_capped, i64 %grain)
   br label %ran
 ran:
   br label %loop
@@ -340,11 +361,25 @@ exit:
   ret i32 %aborted_at_exit
 }}
 
-define i32 @tj_parallel_for(ptr %fn, ptr %args, i64 %n, i64 %max_grains) {{
+define i32 @tj_parallel_for(ptr %fn, ptr %args, i64 %n, i64 %max_grains, i64 %grain) {{
 entry:
   store atomic i32 0, ptr @tj_abort seq_cst, align 4
   %empty = icmp sle i64 %n, 0
-  br i1 %empty, label %exit, label %check_workers
+  br i1 %empty, label %exit, label %split
+split:
+  ; grains of a multiple of `grain` iterations, at most max_grains (and 2**30, the counter's width) of them
+  %grains_wanted = call i64 @llvm.smin.i64(i64 %max_grains, i64 1073741824)
+  %grains_at_least_one = call i64 @llvm.smax.i64(i64 %grains_wanted, i64 1)
+  %fair_size = add i64 %n, %grains_at_least_one
+  %fair_size_less_one = sub i64 %fair_size, 1
+  %smallest_size = udiv i64 %fair_size_less_one, %grains_at_least_one
+  %grain_size = call i64 @tj_round_up(i64 %smallest_size, i64 %grain)
+  %n_biased = add i64 %n, %grain_size
+  %n_biased_less_one = sub i64 %n_biased, 1
+  %nchunks = udiv i64 %n_biased_less_one, %grain_size
+  %nchunks32 = trunc i64 %nchunks to i32
+  %one_grain = icmp eq i64 %nchunks, 1
+  br i1 %one_grain, label %serial, label %check_workers
 check_workers:
   %nworkers = load i64, ptr @tj_nworkers, align 8
   %no_workers = icmp eq i64 %nworkers, 0
@@ -354,8 +389,8 @@ lock:
   %locked = extractvalue {{ i32, i1 }} %lock_pair, 1
   br i1 %locked, label %ensure_started, label %serial
 serial:
-  %first_chunk = udiv i64 %n, 1024
-  %serial_aborted = call i32 @tj_serial_for(ptr %fn, ptr %args, i64 %n, i64 %first_chunk)
+  %first_chunk = udiv i64 %n, {serial_chunks}
+  %serial_aborted = call i32 @tj_serial_for(ptr %fn, ptr %args, i64 %n, i64 %first_chunk, i64 %grain)
   ret i32 %serial_aborted
 ensure_started:
   %started = load i32, ptr @tj_started, align 4
@@ -365,10 +400,7 @@ start:
   call void @tj_start_workers()
   br label %publish
 publish:
-  %at_least_one = call i64 @llvm.smax.i64(i64 %max_grains, i64 1)
-  %at_most_n = call i64 @llvm.smin.i64(i64 %at_least_one, i64 %n)
-  %nchunks = call i64 @llvm.smin.i64(i64 %at_most_n, i64 1073741824)
-  %nchunks32 = trunc i64 %nchunks to i32
+  store atomic i64 %grain_size, ptr @tj_job_grain_size monotonic, align 8
   store atomic ptr %fn, ptr @tj_job_fn monotonic, align 8
   store atomic ptr %args, ptr @tj_job_args monotonic, align 8
   store atomic i64 %n, ptr @tj_job_n monotonic, align 8
@@ -416,6 +448,50 @@ unlock:
 exit:
   %aborted_at_exit = load atomic i32, ptr @tj_abort seq_cst, align 4
   ret i32 %aborted_at_exit
+}}
+
+; run `count` launch records of {launch_fields} i64 {{fn, args, n, grain, parallel}} in order; stop at one cut short
+define i32 @tj_run_launches(ptr %launches, i64 %count) {{
+entry:
+  br label %loop
+loop:
+  %index = phi i64 [ 0, %entry ], [ %index_next, %next ]
+  %more = icmp slt i64 %index, %count
+  br i1 %more, label %body, label %done
+body:
+  %record_offset = mul i64 %index, {launch_fields}
+  %record = getelementptr i64, ptr %launches, i64 %record_offset
+  %fn_int = load i64, ptr %record, align 8
+  %fn = inttoptr i64 %fn_int to ptr
+  %args_field = getelementptr i64, ptr %record, i64 1
+  %args_int = load i64, ptr %args_field, align 8
+  %args = inttoptr i64 %args_int to ptr
+  %n_field = getelementptr i64, ptr %record, i64 2
+  %n = load i64, ptr %n_field, align 8
+  %grain_field = getelementptr i64, ptr %record, i64 3
+  %grain = load i64, ptr %grain_field, align 8
+  %parallel_field = getelementptr i64, ptr %record, i64 4
+  %parallel = load i64, ptr %parallel_field, align 8
+  %is_parallel = icmp ne i64 %parallel, 0
+  br i1 %is_parallel, label %run_parallel, label %run_serial
+run_parallel:
+  %parallel_aborted = call i32 @tj_parallel_for(ptr %fn, ptr %args, i64 %n, i64 {parallel_grains}, i64 %grain)
+  br label %ran
+run_serial:
+  %first_chunk = udiv i64 %n, {serial_chunks}
+  %serial_aborted = call i32 @tj_serial_for(ptr %fn, ptr %args, i64 %n, i64 %first_chunk, i64 %grain)
+  br label %ran
+ran:
+  %aborted = phi i32 [ %parallel_aborted, %run_parallel ], [ %serial_aborted, %run_serial ]
+  %was_aborted = icmp ne i32 %aborted, 0
+  br i1 %was_aborted, label %stopped, label %next
+next:
+  %index_next = add i64 %index, 1
+  br label %loop
+stopped:
+  ret i32 1
+done:
+  ret i32 0
 }}
 
 ; SIGINT: set the abort flag, then chain to the previous handler (Python's C handler)

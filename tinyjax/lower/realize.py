@@ -2,20 +2,25 @@
 is the same graph), find its compiled schedule (in memory, else on disk, else lower + codegen + compile), then
 launch the kernels over freshly allocated buffers.
 
+A compiled schedule runs as one call into the runtime (`LaunchList`: every kernel in order, no Python per kernel),
+with its output buffers allocated from specs planned once. With DEBUG>=1 each kernel is launched and timed on its
+own instead, so the printed times are per kernel.
+
 Both caches are keyed by structure, so an eager Python loop of the same ops lowers and compiles once, and a second
 process running the same program neither lowers nor compiles (the disk cache holds the schedule and the machine
 code; the code itself goes through the device's compile cache).
 """
 from __future__ import annotations
 
+import math
 import pickle
 import time
 from dataclasses import dataclass, field
 
 from tinyjax import __version__
 from tinyjax.codegen.llvm import render_llvm
-from tinyjax.devices import compile_cpu
-from tinyjax.devices.buffer import Buffer
+from tinyjax.devices import LaunchList, compile_cpu
+from tinyjax.devices.buffer import Buffer, allocate_buffers
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
 from tinyjax.lower.schedule import Kernel, Schedule, schedule, structure_key
@@ -28,7 +33,7 @@ class Counters:
   kernels_launched: int = 0
   schedules_lowered: int = 0   # Python lowering actually ran (memory and disk cache missed)
   schedule_disk_hits: int = 0
-  launch_seconds: float = 0.0
+  launch_seconds: float = 0.0  # measured per kernel with DEBUG>=1 only (the fast path runs all kernels in one call)
 
   def reset(self) -> None:
     for name, value in Counters().__dict__.items(): setattr(self, name, value)
@@ -45,9 +50,18 @@ def runtime_stats() -> dict:
 
 @dataclass
 class CompiledSchedule:
-  """A schedule whose kernels are compiled programs, ready to launch."""
+  """A schedule whose kernels are compiled programs, ready to launch: `launches` runs them all in one call and
+  `slot_specs` are the (shape, dtype, nbytes) of the buffers a run allocates."""
   schedule: Schedule
   programs: list = field(default_factory=list)
+  launches: LaunchList | None = None
+  slot_specs: list = field(default_factory=list)
+
+  def __post_init__(self):
+    sched = self.schedule
+    self.launches = LaunchList([(program, kernel.slots, kernel.outer_size, kernel.grain, kernel.parallel)
+                                for kernel, program in zip(sched.kernels, self.programs)])
+    self.slot_specs = [(shape, dtype, math.prod(shape) * dtype.itemsize) for shape, dtype in sched.slot_specs]
 
 
 _memory_cache: dict[UOp, CompiledSchedule] = {}
@@ -118,7 +132,7 @@ def _print_schedule(sched: Schedule, sources: list[str], origin: str) -> None:
   print(f"*** schedule: {len(sched.kernels)} kernels, {sched.n_inputs} inputs, {origin}")
   for kernel, source in zip(sched.kernels, sources):
     print(f"  {kernel.name:40s} slots={list(kernel.slots)} outer={kernel.outer_size} work={kernel.work}"
-          f"{' parallel' if kernel.parallel else ''}")
+          f"{f' grain={kernel.grain}' if kernel.grain > 1 else ''}{' parallel' if kernel.parallel else ''}")
     if DEBUG >= 3: print(f"--- UOps of {kernel.name}\n{pretty(kernel.ast)}")
     if DEBUG >= 4: print(f"--- LLVM IR of {kernel.name}\n{source}")
 
@@ -127,16 +141,24 @@ def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer]) -> list[Buffe
   """Launch every kernel of a compiled schedule over `inputs` and new buffers; return the output buffers."""
   sched = compiled.schedule
   # inputs past the last one the program reads (unused jit arguments) have no slot
-  buffers = list(inputs[:sched.n_inputs]) + [Buffer(shape, dtype) for shape, dtype in sched.slot_specs]
-  for kernel, program in zip(sched.kernels, compiled.programs):
+  buffers = inputs[:sched.n_inputs] + allocate_buffers(compiled.slot_specs)
+  if DEBUG >= 1: _run_timed(compiled, buffers)
+  else:
+    compiled.launches([buffer._address for buffer in buffers])
+    counters.kernels_launched += compiled.launches.count
+  return [buffers[slot] for slot in sched.outputs]
+
+
+def _run_timed(compiled: CompiledSchedule, buffers: list[Buffer]) -> None:
+  """Launch the kernels one by one, timing and printing each (DEBUG>=1)."""
+  for kernel, program in zip(compiled.schedule.kernels, compiled.programs):
     addresses = [buffers[slot].address for slot in kernel.slots]
     start = time.perf_counter()
-    program(addresses, kernel.outer_size, kernel.parallel)
+    program(addresses, kernel.outer_size, kernel.parallel, grain=kernel.grain)
     elapsed = time.perf_counter() - start
     counters.kernels_launched += 1
     counters.launch_seconds += elapsed
-    if DEBUG >= 1: _print_launch(kernel, buffers, elapsed)
-  return [buffers[slot] for slot in sched.outputs]
+    _print_launch(kernel, buffers, elapsed)
 
 
 def _print_launch(kernel: Kernel, buffers: list[Buffer], seconds: float) -> None:

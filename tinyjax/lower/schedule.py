@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinyjax.codegen.opt import launch_grain
 from tinyjax.lower import symbolic
 from tinyjax.uop import BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, UOp
 
@@ -34,9 +35,10 @@ class Kernel:
   slots: tuple[int, ...]  # DEFINE_GLOBAL i reads/writes buffer slot slots[i]; parameter 0 is the output
   outer_size: int         # iterations of the outermost global range (1 when there is none)
   work: int               # loop iterations in all (outer x inner x reduce), to decide on threading
+  grain: int = 1          # launch chunks keep this many outer iterations together (the codegen's tile, opt.py)
 
   @property
-  def parallel(self) -> bool: return self.work >= PARALLEL_MIN_WORK and self.outer_size > 1
+  def parallel(self) -> bool: return self.work >= PARALLEL_MIN_WORK and self.outer_size > self.grain
 
 
 @dataclass(frozen=True)
@@ -238,6 +240,6 @@ def schedule(sink: UOp) -> Schedule:
     ast = symbolic.simplify(ast)
     kind = "r" if any(n.op is Ops.REDUCE for n in ast.toposort) else "e"
     name = f"{kind}_{'_'.join(map(str, node.shape)) or 'scalar'}_{structure_key(ast)[:8]}"
-    kernels.append(Kernel(name, ast, tuple(builder.params), outer, builder.work))
+    kernels.append(Kernel(name, ast, tuple(builder.params), outer, builder.work, launch_grain(ast)))
   outputs = tuple(slot_of[out] for out in sink.src)
   return Schedule(tuple(kernels), n_inputs, tuple(specs[len(params):]), outputs)
