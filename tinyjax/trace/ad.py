@@ -351,6 +351,12 @@ def _to_array(x: Any) -> Any:
   return _leaf_to_array(x)
 
 
+def _strip_tangents(tree: Any, trace: JVPTrace) -> Any:
+  """Auxiliary outputs (`has_aux`) are not differentiated: their leaves leave the trace as their primal values."""
+  return tree_util.tree_map(lambda leaf: leaf.primal if isinstance(leaf, JVPTracer) and leaf.trace is trace else leaf,
+                            tree)
+
+
 def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False) -> Any:
   """Forward-mode: `(fun(*primals), J(primals) @ tangents)`; primals and tangents are matching pytrees."""
   if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
@@ -372,6 +378,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
       inputs.append(JVPTracer(trace, p, cast(t, p.dtype)) if is_float(p) else p)
     out = fun(*tree_util.tree_unflatten(in_tree, inputs))
   out, aux = out if has_aux else (out, None)
+  aux = _strip_tangents(aux, trace)
   out_leaves, out_tree = tree_util.tree_flatten(out)
   primals_out, tangents_out = [], []
   for leaf in out_leaves:
@@ -403,6 +410,7 @@ def _linearize(fun: Callable, primal_leaves: list[Any], in_tree: Any, has_aux: b
     out = fun(*tree_util.tree_unflatten(in_tree, inputs))
   linear.active = False
   out, aux = out if has_aux else (out, None)
+  aux = _strip_tangents(aux, trace)
   out_leaves, out_tree = tree_util.tree_flatten(out)
   primals_out, tangent_uops = [], []
   for leaf in out_leaves:
