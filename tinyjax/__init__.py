@@ -9,9 +9,11 @@ from tinyjax.trace.core import ConcretizationTypeError, UnexpectedTracerError  #
 from tinyjax.trace.jit import jit, make_jaxpr  # noqa: E402
 from tinyjax.trace.ad import grad, jvp, linearize, value_and_grad, vjp  # noqa: E402
 from tinyjax.trace.custom import checkpoint, custom_jvp, custom_vjp, remat  # noqa: E402
+from tinyjax.trace.batching import vmap  # noqa: E402
+from tinyjax.trace.jacobian import hessian, jacfwd, jacrev  # noqa: E402
 from tinyjax.lower.realize import runtime_stats  # noqa: E402
 from tinyjax import devices  # noqa: E402
 
 __all__ = ["Array", "ConcretizationTypeError", "UnexpectedTracerError", "checkpoint", "config", "custom_jvp", "custom_vjp",
-           "devices", "grad", "jit", "jvp", "lax", "linearize", "make_jaxpr", "numpy", "remat", "runtime_stats",
-           "tree_util", "value_and_grad", "vjp"]
+           "devices", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax", "linearize", "make_jaxpr", "numpy",
+           "remat", "runtime_stats", "tree_util", "value_and_grad", "vjp", "vmap"]
