@@ -99,3 +99,11 @@ def test_checkpoint_matches_plain_gradients_at_every_order():
   np.testing.assert_allclose(np.asarray(remat_f(X)), np.asarray(f(X)), rtol=1e-6)
   static_remat = tj.remat(lambda x, power: x ** power, static_argnums=(1,))
   np.testing.assert_allclose(float(tj.grad(lambda x: static_remat(x, 3))(2.0)), 12.0, rtol=1e-6)
+
+
+def test_custom_jvp_rule_survives_vmap_in_every_order():
+  expected = 2 * np.cos(X)
+  np.testing.assert_allclose(np.asarray(tj.grad(lambda x: tj.vmap(scaled_sin)(x).sum())(X)), expected, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(tj.vmap(tj.grad(scaled_sin))(X)), expected, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(tj.jacfwd(tj.vmap(scaled_sin))(X)), np.diag(expected), rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(tj.vmap(scaled_sin)(X)), np.sin(X), rtol=1e-6)

@@ -12,7 +12,7 @@ import functools
 from typing import Any, Callable, Sequence
 
 from tinyjax import tree_util
-from tinyjax.trace import ad
+from tinyjax.trace import ad, batching
 from tinyjax.trace.core import StagingTracer, current_trace, set_current_trace
 from tinyjax.uop import Ops, UOp
 
@@ -51,6 +51,7 @@ class custom_jvp:  # noqa: N801  (JAX's name)
     if self.jvp is None:
       raise AttributeError(f"No JVP defined for custom_jvp function {self.__name__} using defjvp.")
     trace = current_trace.get()
+    if isinstance(trace, batching.BatchTrace): return self._call_batched(trace, args)
     if not isinstance(trace, ad.JVPTrace): return self.fun(*args)
     static, dynamic = _split_args(args, self.nondiff_argnums)
     leaves, in_tree = tree_util.tree_flatten(dynamic)
@@ -70,6 +71,30 @@ class custom_jvp:  # noqa: N801  (JAX's name)
     packed = [trace.pack(ad._to_array(o), ad.cast(ad._to_array(t), o.dtype) if ad.is_float(o) else None)
               for o, t in zip(out_leaves, tangent_leaves)]
     return tree_util.tree_unflatten(out_tree, packed)
+
+
+  def _call_batched(self, trace: batching.BatchTrace, args: tuple) -> Any:
+    """Under vmap, the rule must survive for transformations below the batching (`grad(vmap(f))`): call, on the
+    parent trace, a custom_jvp function whose body and rule are the batched body and rule."""
+    static, dynamic = _split_args(args, self.nondiff_argnums)
+    leaves, in_tree = tree_util.tree_flatten(dynamic)
+    vals, dims = trace.unpack([ad._to_array(leaf) for leaf in leaves])
+    if all(d is None for d in dims):
+      with set_current_trace(trace.parent): return self(*args)
+
+    def flat_fun(*flat: Any) -> Any:
+      return self.fun(*_merge(self.nondiff_argnums, static, tree_util.tree_unflatten(in_tree, list(flat))))
+
+    def flat_jvp(primals: list[Any], tangents: list[Any]) -> Any:
+      return self.jvp(*static, tuple(tree_util.tree_unflatten(in_tree, primals)),
+                      tuple(tree_util.tree_unflatten(in_tree, tangents)))
+
+    batched = custom_jvp(batching.vmap(flat_fun, in_axes=tuple(dims), axis_size=trace.axis_size))
+    batched.defjvp(lambda primals, tangents: batching.vmap(flat_jvp, in_axes=(list(dims), list(dims)),
+                                                           axis_size=trace.axis_size)(list(primals), list(tangents)))
+    with set_current_trace(trace.parent):
+      out = batched(*vals)
+    return tree_util.tree_map(lambda value: trace.pack(value, 0), out)
 
 
 class _CustomLinear:
