@@ -76,7 +76,8 @@ UNARY = [
 @pytest.mark.parametrize("name,fn,domain", UNARY, ids=[u[0] for u in UNARY])
 def test_unary_lax_primitive(name, fn, domain):
   # a float32 round trip is linear: larger steps keep its rounding out of the difference quotient
-  check_derivatives(fn, uniform(*domain), **({"eps": 1e-2, "rtol": 1e-4, "transpose_rtol": 1e-6} if name == "convert_element_type" else {}))
+  float32_round_trip = {"eps": 1e-2, "rtol": 1e-4, "transpose_rtol": 1e-6}
+  check_derivatives(fn, uniform(*domain), **(float32_round_trip if name == "convert_element_type" else {}))
 
 
 BINARY = [
@@ -102,7 +103,8 @@ OTHER = [
   ("reduce_prod", lambda x: lax.reduce_prod(x, (1,)), [(0.5, 2)]),
   ("argmax", lambda x: x * lax.argmax(x, 1, np.int32).astype(np.float64)[:, None], [(-1, 1)]),
   ("dot_general", lambda a, b: lax.dot_general(a, b, (((1,), (1,)), ((), ()))), [(-1, 1), (-1, 1)]),
-  ("dot_general_batch", lambda a, b: lax.dot_general(a.reshape(2, 3, 1), b.reshape(2, 3, 1), (((2,), (2,)), ((0,), (0,)))),
+  ("dot_general_batch",
+   lambda a, b: lax.dot_general(a.reshape(2, 3, 1), b.reshape(2, 3, 1), (((2,), (2,)), ((0,), (0,)))),
    [(-1, 1), (-1, 1)]),
   ("broadcast_in_dim", lambda x: lax.broadcast_in_dim(x, (4, 2, 3), (1, 2)), [(-1, 1)]),
   ("reshape_transpose", lambda x: lax.transpose(lax.reshape(x, (3, 2)), (1, 0)), [(-1, 1)]),
@@ -146,7 +148,8 @@ NUMPY_UNARY = [
   ("var", lambda x: tnp.var(x, axis=1)), ("std", lambda x: tnp.std(x)), ("argmax", lambda x: x[0] * tnp.argmax(x)),
   ("getitem", lambda x: x[1, ::-2] * x[:, None, 0:1].sum()), ("reshape_T", lambda x: x.reshape(3, 2).T * x),
   ("moveaxis_swapaxes", lambda x: tnp.moveaxis(x[None], 0, 2) + tnp.swapaxes(x, 0, 1)[None].transpose(2, 1, 0)),
-  ("flip_pad", lambda x: tnp.pad(tnp.flip(x, 1), ((1, 0), (0, 2)))), ("broadcast_to", lambda x: tnp.broadcast_to(x, (4, 2, 3))),
+  ("flip_pad", lambda x: tnp.pad(tnp.flip(x, 1), ((1, 0), (0, 2)))),
+  ("broadcast_to", lambda x: tnp.broadcast_to(x, (4, 2, 3))),
   ("expand_squeeze_ravel", lambda x: tnp.squeeze(tnp.expand_dims(x, 0)).ravel()),
   ("astype", lambda x: x.astype(np.float32).astype(np.float64) * x),
 ]

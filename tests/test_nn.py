@@ -1,0 +1,123 @@
+"""tinyjax.nn activations and helpers: values against numpy references, JAX's derivatives at kinks (relu at 0,
+softplus smooth), gradients against finite differences in float64, stability at large inputs."""
+import math
+
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as tnp
+from tinyjax import nn
+
+RNG = np.random.default_rng(0)
+X = RNG.uniform(-3, 3, (2, 5))
+
+
+def _np_sigmoid(x): return 1 / (1 + np.exp(-x))
+
+
+def _np_log_softmax(x, axis=-1):
+  shifted = x - x.max(axis, keepdims=True)
+  return shifted - np.log(np.exp(shifted).sum(axis, keepdims=True))
+
+
+REFERENCES = [
+  ("relu", nn.relu, lambda x: np.maximum(x, 0)),
+  ("relu6", nn.relu6, lambda x: np.minimum(np.maximum(x, 0), 6)),
+  ("sigmoid", nn.sigmoid, _np_sigmoid),
+  ("softplus", nn.softplus, lambda x: np.logaddexp(x, 0)),
+  ("silu", nn.silu, lambda x: x * _np_sigmoid(x)),
+  ("gelu", nn.gelu, lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))),
+  ("leaky_relu", nn.leaky_relu, lambda x: np.where(x >= 0, x, 0.01 * x)),
+  ("elu", nn.elu, lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0)))),
+  ("tanh", nn.tanh, np.tanh),
+  ("softmax", nn.softmax, lambda x: np.exp(_np_log_softmax(x))),
+  ("softmax_axis0", lambda x: nn.softmax(x, axis=0), lambda x: np.exp(_np_log_softmax(x, 0))),
+  ("log_softmax", nn.log_softmax, _np_log_softmax),
+  ("logsumexp", lambda x: nn.logsumexp(x, axis=1), lambda x: np.log(np.exp(x).sum(1))),
+  ("logsumexp_all_keepdims", lambda x: nn.logsumexp(x, keepdims=True), lambda x: np.log(np.exp(x).sum(keepdims=True))),
+  ("logsumexp_weighted", lambda x: nn.logsumexp(x, axis=0, b=tnp.arange(1.0, 6.0)),
+   lambda x: np.log((np.exp(x) * np.arange(1.0, 6.0)).sum(0))),
+  ("standardize", nn.standardize, lambda x: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)),
+]
+
+
+@pytest.mark.parametrize("name,fn,reference", REFERENCES, ids=[r[0] for r in REFERENCES])
+def test_values_against_numpy(name, fn, reference):
+  out = fn(tnp.asarray(X.astype(np.float32)))
+  assert out.dtype == np.float32
+  np.testing.assert_allclose(np.asarray(out), reference(X), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("name,fn,reference", REFERENCES, ids=[r[0] for r in REFERENCES])
+def test_gradients_against_finite_differences(name, fn, reference):
+  with tj.config.override("jax_enable_x64", True):
+    weights = RNG.standard_normal(np.shape(reference(X)))
+    loss = lambda x: tnp.sum(fn(x) * weights)  # noqa: E731
+    x = X + 0.01  # away from the kinks at 0 and 6 of the relus
+    g = tj.grad(loss)(tnp.asarray(x))
+    assert g.dtype == np.float64
+    direction = RNG.standard_normal(x.shape)
+    eps = 1e-6
+    plus, minus = (float(loss(tnp.asarray(x + sign * eps * direction))) for sign in (1, -1))
+    difference = (plus - minus) / (2 * eps)
+    assert float(np.vdot(np.asarray(g), direction)) == pytest.approx(difference, rel=1e-6, abs=1e-8)
+
+
+def test_derivatives_at_kinks_match_jax():
+  assert float(tj.grad(nn.relu)(0.0)) == 0.0
+  assert float(tj.grad(nn.relu)(-0.0)) == 0.0
+  assert float(tj.grad(nn.relu)(2.0)) == 1.0
+  assert float(tj.grad(nn.relu6)(0.0)) == 0.0 and float(tj.grad(nn.relu6)(6.0)) == 0.0
+  assert float(tj.grad(nn.relu6)(3.0)) == 1.0
+  assert float(tj.grad(nn.softplus)(0.0)) == 0.5
+  assert float(tj.grad(nn.leaky_relu)(0.0)) == 1.0
+  assert float(tj.grad(tj.grad(nn.relu))(1.0)) == 0.0
+  assert float(tj.grad(nn.elu)(-1.0)) == pytest.approx(math.exp(-1.0))
+
+
+def test_stability_at_large_inputs():
+  big = tnp.array([1000.0, 0.0, -1000.0])
+  np.testing.assert_allclose(np.asarray(nn.softmax(big)), [1.0, 0.0, 0.0])
+  np.testing.assert_allclose(np.asarray(nn.log_softmax(big)), [0.0, -1000.0, -2000.0])
+  assert float(nn.logsumexp(big)) == 1000.0
+  np.testing.assert_allclose(np.asarray(nn.softplus(big)), [1000.0, math.log(2.0), 0.0], atol=1e-30)
+  np.testing.assert_allclose(np.asarray(tj.grad(lambda x: nn.logsumexp(x))(big)), [1.0, 0.0, 0.0])
+  np.testing.assert_allclose(np.asarray(tj.grad(lambda x: tnp.sum(nn.softplus(x)))(big)), [1.0, 0.5, 0.0])
+  assert float(nn.logsumexp(tnp.array([-np.inf, -np.inf]))) == -np.inf
+  assert float(nn.logsumexp(tnp.array([np.inf, 1.0]))) == np.inf
+  assert not np.any(np.isnan(np.asarray(nn.elu(tnp.array([-1000.0, 1000.0])))))
+  with pytest.raises(NotImplementedError, match="erf"):
+    nn.gelu(1.0, approximate=False)
+
+
+def test_logsumexp_return_sign():
+  value, sign = nn.logsumexp(tnp.array([1.0, 2.0]), b=tnp.array([1.0, -2.0]), return_sign=True)
+  total = math.e - 2 * math.e ** 2
+  assert float(value) == pytest.approx(math.log(-total), rel=1e-6) and float(sign) == -1.0
+
+
+def test_one_hot():
+  labels = tnp.array([0, 2, 5, -1])
+  out = nn.one_hot(labels, 3)
+  assert out.dtype == np.float32 and out.shape == (4, 3)
+  np.testing.assert_array_equal(np.asarray(out), [[1, 0, 0], [0, 0, 1], [0, 0, 0], [0, 0, 0]])
+  np.testing.assert_array_equal(np.asarray(nn.one_hot(tnp.array([[1, 0]]), 2, axis=0)), [[[0, 1]], [[1, 0]]])
+  assert nn.one_hot(tnp.array([1]), 4, dtype=tnp.int32).dtype == np.int32
+
+
+def test_integer_inputs_become_floats():
+  assert nn.sigmoid(tnp.array([0, 1])).dtype == np.float32
+  np.testing.assert_allclose(np.asarray(nn.softmax(tnp.array([0, 0]))), [0.5, 0.5])
+  assert nn.relu(tnp.array([-2, 3])).dtype == np.int32
+
+
+def test_cross_entropy_training_step():
+  logits_w = tnp.asarray(RNG.standard_normal((4, 3)).astype(np.float32))
+  x = tnp.asarray(RNG.standard_normal((6, 4)).astype(np.float32))
+  labels = nn.one_hot(tnp.array([0, 1, 2, 0, 1, 2]), 3)
+
+  def loss(w):
+    return -tnp.mean(tnp.sum(labels * nn.log_softmax(nn.gelu(x @ w)), axis=-1))
+  value, g = tj.jit(tj.value_and_grad(loss))(logits_w)
+  assert float(loss(logits_w - 0.1 * g)) < float(value)

@@ -1,0 +1,170 @@
+"""Activations and helpers of jax.nn: relu, gelu, silu, sigmoid, softplus, softmax, log_softmax, logsumexp, one_hot,
+standardize and a few more, with JAX's values and derivatives.
+
+Built from tinyjax.numpy and tinyjax.lax. Where JAX attaches a derivative of its own (relu's 0 at 0, softplus's
+sigmoid), the function is a Primitive with that JVP rule; softmax and logsumexp subtract a `stop_gradient`ed maximum
+for stability, so their derivatives are those of the plain formulas.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from tinyjax import dtypes
+from tinyjax import numpy as tnp
+from tinyjax.array import Array
+from tinyjax.lax import _elementwise as ew
+from tinyjax.lax._base import like
+from tinyjax.lax._shape import iota_along, stop_gradient
+from tinyjax.trace import ad
+from tinyjax.trace.core import Primitive
+
+Axis = int | Sequence[int] | None
+
+
+def _float_operand(x: Any, name: str) -> Array:
+  """x as an array of a float dtype (integers and bools move to the default float dtype, as jax.nn does)."""
+  array = tnp.asarray(x)
+  if not dtypes.is_floating(array.dtype): array = array.astype(dtypes.to_inexact_dtype(array.dtype))
+  return array
+
+
+# ---------------------------------------------------------------------------------------------- activations
+
+relu_p = Primitive("relu", lambda x: ew.max_p.bind(x, like(x, 0)))
+ad.defjvp(relu_p, lambda t, out, x: ew._where(ew._lt(like(x, 0), x), t, like(t, 0)))  # 0 at x == 0, as JAX
+
+
+def relu(x: Any) -> Array:
+  """Rectified linear unit max(x, 0), elementwise. Its derivative at 0 is 0 (as JAX)."""
+  return relu_p.bind(tnp.asarray(x))
+
+
+def relu6(x: Any) -> Array:
+  """min(max(x, 0), 6), elementwise; as JAX, the derivative is 1 strictly inside (0, 6) and 0 elsewhere."""
+  x = tnp.asarray(x)
+  clipped = tnp.minimum(tnp.maximum(x, 0), 6)
+  return tnp.where(tnp.logical_and(x > 0, x < 6), x, stop_gradient(clipped))
+
+
+def sigmoid(x: Any) -> Array:
+  """Logistic sigmoid 1 / (1 + exp(-x)), elementwise (lax.logistic)."""
+  return ew.logistic_p.bind(_float_operand(x, "sigmoid"))
+
+
+def _softplus_impl(x: Array) -> Array:
+  """log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)) (NaN stays NaN)."""
+  return ew._add(ew.max_p.bind(x, like(x, 0)), ew.log1p_p.bind(ew.exp_p.bind(ew._neg(ew.abs_p.bind(x)))))
+
+
+softplus_p = Primitive("softplus", _softplus_impl)
+ad.defjvp(softplus_p, lambda t, out, x: ew._mul(t, ew.logistic_p.bind(x)))  # sigmoid, smooth at 0
+
+
+def softplus(x: Any) -> Array:
+  """log(1 + exp(x)), elementwise and stable for large |x|; its derivative is sigmoid(x)."""
+  return softplus_p.bind(_float_operand(x, "softplus"))
+
+
+def silu(x: Any) -> Array:
+  """x * sigmoid(x), elementwise (also called swish)."""
+  x = _float_operand(x, "silu")
+  return x * sigmoid(x)
+
+
+swish = silu
+
+
+def gelu(x: Any, approximate: bool = True) -> Array:
+  """Gaussian error linear unit. approximate=True (JAX's default) is the tanh form
+  x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+  x = _float_operand(x, "gelu")
+  if not approximate:
+    raise NotImplementedError("gelu(approximate=False) needs erf, which tinyjax does not have yet; use the default "
+                              "approximate=True")
+  inner = math.sqrt(2 / math.pi) * (x + 0.044715 * (x ** 3))
+  return x * (0.5 * (1.0 + tnp.tanh(inner)))
+
+
+def leaky_relu(x: Any, negative_slope: float = 1e-2) -> Array:
+  """x where x >= 0, else negative_slope * x."""
+  x = _float_operand(x, "leaky_relu")
+  return tnp.where(x >= 0, x, negative_slope * x)
+
+
+def elu(x: Any, alpha: float = 1.0) -> Array:
+  """x where x > 0, else alpha * (exp(x) - 1) (computed on the clipped input, so no overflow in the unused branch)."""
+  x = _float_operand(x, "elu")
+  safe = tnp.where(x > 0, 0.0, x)
+  return tnp.where(x > 0, x, alpha * tnp.expm1(safe))
+
+
+def tanh(x: Any) -> Array:
+  """Hyperbolic tangent, elementwise."""
+  return tnp.tanh(x)
+
+
+# ---------------------------------------------------------------------------------------------- normalisers
+
+def _stable_max(x: Array, axis: Axis) -> Array:
+  """The maximum along axis (kept), replaced by 0 where it is not finite, outside differentiation."""
+  x_max = tnp.max(x, axis=axis, keepdims=True)
+  return stop_gradient(tnp.where(tnp.isfinite(x_max), x_max, 0).astype(x.dtype))
+
+
+def logsumexp(a: Any, axis: Axis = None, b: Any = None, keepdims: bool = False, return_sign: bool = False) -> Any:
+  """log(sum(b * exp(a))) over `axis` (None: all), computed stably by subtracting the maximum. With `return_sign`,
+  returns (log|sum|, sign(sum)); otherwise a negative weighted sum gives NaN."""
+  a = _float_operand(a, "logsumexp")
+  if b is not None:
+    b = tnp.asarray(b)
+    a, b = tnp.broadcast_arrays(a, b.astype(a.dtype))
+  shift = _stable_max(a, axis)
+  exponentials = tnp.exp(a - shift)
+  if b is not None: exponentials = exponentials * b
+  total = tnp.sum(exponentials, axis=axis, keepdims=True)
+  sign = tnp.sign(total)
+  magnitude = tnp.abs(total) if return_sign else total
+  out = tnp.log(magnitude) + shift
+  if not keepdims:
+    axes = tuple(range(a.ndim)) if axis is None else (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out, sign = tnp.squeeze(out, axes), tnp.squeeze(sign, axes)
+  return (out, stop_gradient(sign)) if return_sign else out
+
+
+def log_softmax(x: Any, axis: Axis = -1) -> Array:
+  """x - logsumexp(x) along `axis`, stably: the shift by the maximum is outside differentiation."""
+  x = _float_operand(x, "log_softmax")
+  shifted = x - _stable_max(x, axis)
+  return shifted - tnp.log(tnp.sum(tnp.exp(shifted), axis=axis, keepdims=True))
+
+
+def softmax(x: Any, axis: Axis = -1) -> Array:
+  """exp(x) / sum(exp(x)) along `axis`, stably (the maximum is subtracted first)."""
+  x = _float_operand(x, "softmax")
+  unnormalized = tnp.exp(x - _stable_max(x, axis))
+  return unnormalized / tnp.sum(unnormalized, axis=axis, keepdims=True)
+
+
+def standardize(x: Any, axis: Axis = -1, mean: Any = None, variance: Any = None, epsilon: float = 1e-5) -> Array:
+  """(x - mean) / sqrt(variance + epsilon) along `axis`; mean and variance (E[x^2] - E[x]^2, as JAX) are computed
+  when not given."""
+  x = _float_operand(x, "standardize")
+  if mean is None: mean = tnp.mean(x, axis=axis, keepdims=True)
+  if variance is None: variance = tnp.mean(tnp.square(x), axis=axis, keepdims=True) - tnp.square(mean)
+  return (x - mean) * ew.rsqrt(tnp.asarray(variance) + epsilon)
+
+
+def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1) -> Array:
+  """A one-hot encoding of the integer array x: a new axis of size `num_classes` at `axis` holding 1 at index x and
+  0 elsewhere (all 0 for out-of-range values). dtype defaults to the default float dtype."""
+  x = tnp.asarray(x)
+  out_dtype = dtypes.default_float_dtype() if dtype is None else dtypes.check_user_dtype_supported(dtype, "one_hot")
+  num_classes = int(num_classes)
+  axis = axis % (x.ndim + 1)
+  expanded = tnp.expand_dims(x, axis)
+  out_shape = expanded.shape[:axis] + (num_classes,) + expanded.shape[axis + 1:]
+  classes = iota_along(x.dtype if x.dtype.kind in "iu" else dtypes.default_int_dtype(), out_shape, axis)
+  return (tnp.broadcast_to(expanded, out_shape) == classes.astype(x.dtype)).astype(out_dtype)
