@@ -153,3 +153,12 @@ def test_dot_general_gradient_of_low_precision_accumulates_in_float32():
   assert ga.dtype == gb.dtype == np.float16
   np.testing.assert_allclose(np.asarray(ga).astype(np.float64), np.full((4, 64), 0.3), rtol=1e-2)
   np.testing.assert_allclose(np.asarray(gb).astype(np.float64), np.full((64, 3), 0.4), rtol=1e-2)
+
+
+@pytest.mark.parametrize("x,y,expected", [(4.0, 2.0, (1.0, -2.0)), (-4.0, 2.0, (1.0, 2.0)), (5.0, 2.0, (1.0, -2.0)),
+                                          (-5.0, 2.0, (1.0, 3.0)), (5.0, -2.0, (1.0, 3.0))])
+def test_remainder_derivative_including_exact_multiples(x, y, expected):
+  assert grad_value(lambda a, b: a % b, x, y, argnums=(0, 1)) == expected
+  assert grad_value(tnp.fmod, x, y, argnums=(0, 1)) == (1.0, -float(int(x / y)))
+  assert grad_value(lax.rem, x, y, argnums=(0, 1)) == (1.0, -float(int(x / y)))
+  assert grad_value(lambda a, b: a // b, x, y, argnums=(0, 1)) == (0.0, 0.0)

@@ -16,6 +16,8 @@ from tinyjax.array import Array
 from tinyjax.lax import _elementwise as ew
 from tinyjax.lax._base import (BOOL, broadcast_shapes, cast, expand_raw, full, host_to_array, is_array,
                                is_python_scalar, like)
+from tinyjax.trace import ad
+from tinyjax.trace.core import Primitive
 from tinyjax.uop import Ops
 
 
@@ -120,9 +122,16 @@ def _float_divmod(x: Array, y: Array) -> tuple[Array, Array]:
   return ew._where(ew._eq(y, like(y, 0)), ew._fdiv(x, y), floor_div), mod
 
 
+# float remainder has JAX's derivative everywhere, exact multiples included (where the value is a signed zero):
+# d/dx = 1, d/dy = -floor(x / y)
+_float_remainder_p = Primitive("remainder", lambda a, b: _float_divmod(a, b)[1])
+ad.defjvp(_float_remainder_p, lambda t, out, x, y: t,
+          lambda t, out, x, y: ew._mul(ew._neg(t), ew.floor_p.bind(ew._fdiv(x, y))))
+
+
 def _remainder(a: Array, b: Array) -> Array:
   if a.dtype == BOOL: return ew._and(a, ew._not(b))
-  if _is_float(a): return _float_divmod(a, b)[1]
+  if _is_float(a): return _float_remainder_p.bind(a, b)
   remainder = ew._binary(Ops.MOD, a, b)
   if a.dtype.kind == "u": return remainder
   fix = ew._and(ew._compare(Ops.CMPNE, remainder, like(a, 0)),
