@@ -182,6 +182,15 @@ def test_python_control_flow_on_concrete_values():
   assert float(tj.grad(tj.grad(f))(3.0)) == pytest.approx(32 - 3 * math.sin(3.0), rel=1e-6)
 
 
+def test_traced_control_flow_under_jit_and_escaped_tracers():
+  with pytest.raises(tj.ConcretizationTypeError):
+    tj.jit(tj.grad(lambda x: x if x > 0 else -x))(1.0)
+  leaked = []
+  tj.grad(lambda x: leaked.append(x * 2) or x)(1.0)
+  with pytest.raises(tj.UnexpectedTracerError):
+    leaked[0] + 1
+
+
 # ---------------------------------------------------------------------------------------------- with jit
 
 def _loss(w, x):

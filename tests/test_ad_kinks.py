@@ -110,6 +110,9 @@ def test_nan_from_unused_where_branch_propagates():
   assert math.isnan(grad_value(lambda x: tnp.log(x) * 0.0, 0.0))
   assert math.isnan(grad_value(lambda x: tnp.sqrt(x) * 0.0, 0.0))
   assert grad_value(lambda x: tnp.where(x > 0, tnp.sqrt(x), 0.0), 4.0) == 0.25
+  # 0 * nan: the unused branch's derivative is NaN (sqrt of a negative number)
+  assert math.isnan(grad_value(lambda x: tnp.where(x < 0, tnp.sqrt(x - 2.0), x), 1.0))
+  assert math.isnan(grad_value(tj.jit(lambda x: tnp.where(x < 0, tnp.sqrt(x - 2.0), x)), 1.0))
   # forward mode selects the tangent itself: no NaN there
   _, tangent = tj.jvp(lambda x: tnp.where(x > 0, tnp.sqrt(x), 0.0), (0.0,), (1.0,))
   assert float(tangent) == 0.0

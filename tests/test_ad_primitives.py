@@ -1,9 +1,7 @@
 """Derivatives of every primitive: JVP against central finite differences in float64, VJP against JVP by the
 transposition identity <vjp(ct), t> == <ct, jvp(t)>, and JAX's values at kinks and ties (abs at 0, max ties,
 clamp bounds, reduce_max ties, sqrt/log/pow special points, NaN through unused `where` branches)."""
-import math
 
-import ml_dtypes
 import numpy as np
 import pytest
 
