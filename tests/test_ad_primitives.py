@@ -1,6 +1,6 @@
-"""Derivatives of every primitive: JVP against central finite differences in float64, VJP against JVP by the
-transposition identity <vjp(ct), t> == <ct, jvp(t)>, and JAX's values at kinks and ties (abs at 0, max ties,
-clamp bounds, reduce_max ties, sqrt/log/pow special points, NaN through unused `where` branches)."""
+"""Derivatives of every lax primitive and every tinyjax.numpy operation: JVP against central finite differences in
+float64 and VJP against JVP by the transposition identity <vjp(ct), t> == <ct, jvp(t)>. Kinks and ties are in
+test_ad_kinks.py."""
 
 import numpy as np
 import pytest
