@@ -162,3 +162,75 @@ def test_unused_argument_and_input_returned_as_is():
 def test_bad_argument_type_is_a_type_error():
   with pytest.raises(TypeError, match="not a valid tinyjax type"):
     tj.jit(lambda x: x)("a string")
+
+
+def test_cache_hit_takes_the_fast_path():
+  """A call with a cached signature flattens, looks up and runs: no retrace, no lowering, one runtime call."""
+  traces = []
+
+  @tj.jit
+  def f(x, pair):
+    traces.append(1)
+    return x + 1, pair[0] * pair[1]
+
+  x = tnp.asarray(np.arange(8, dtype=np.float32))
+  pair = (tnp.asarray(np.float32(2)), tnp.asarray(np.ones(8, np.float32)))
+  f(x, pair)
+  assert len(traces) == 1 and f._fast_calls == 0
+  counters.reset()
+  for step in range(5):
+    out, product = f(x, pair)
+    np.testing.assert_array_equal(np.asarray(out), np.arange(8) + 1)
+    np.testing.assert_array_equal(np.asarray(product), np.full(8, 2, np.float32))
+  assert len(traces) == 1 and f._fast_calls == 5 and counters.schedules_lowered == 0
+  assert counters.kernels_launched == 5 * 2
+  np.testing.assert_array_equal(np.asarray(f(x * 3, pair)[0]), np.arange(8) * 3 + 1)  # a lazy argument is realised
+  assert len(traces) == 1 and f._fast_calls == 6
+  f(x.astype(np.int32), pair)  # a new signature retraces (and is then fast too)
+  f(x.astype(np.int32), pair)
+  assert len(traces) == 2 and f._fast_calls == 7
+  f(np.arange(8, dtype=np.float32), pair)  # a numpy leaf: the general path, same signature, no retrace
+  assert len(traces) == 2 and f._fast_calls == 7
+
+
+def test_fast_path_outputs_are_fresh_or_shared_as_traced():
+  """Outputs that are inputs, or the same value twice, stay the same buffer; new outputs are new each call."""
+  f = tj.jit(lambda x: (x, x * 2, x * 2))
+  x = tnp.asarray(np.arange(4, dtype=np.float32))
+  first = f(x)
+  second = f(x)
+  assert second[0].uop is x.uop and second[1].uop is second[2].uop and second[1].uop is not first[1].uop
+  np.testing.assert_array_equal(np.asarray(first[1]), np.asarray(second[2]))
+
+
+def test_debug_prints_each_kernel_on_the_fast_path(tmp_path):
+  import subprocess
+  import sys
+  script = ("import numpy as np, tinyjax as tj, tinyjax.numpy as tnp\n"
+            "f = tj.jit(lambda x: (x + 1).sum())\n"
+            "x = tnp.asarray(np.ones(8, np.float32))\n"
+            "f(x); print('--- hit'); f(x)\n")
+  result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**__import__("os").environ, "DEBUG": "1", "TINYJAX_CACHE_DIR": str(tmp_path)})
+  assert result.returncode == 0, result.stderr
+  after_hit = result.stdout.split("--- hit", 1)[1]
+  assert "*** CPU" in after_hit and " us " in after_hit
+
+
+def test_same_program_from_several_threads():
+  """Concurrent calls of one jitted program each get correct results (a busy launch table is not shared)."""
+  import threading
+  f = tj.jit(lambda x: (x * 2 + 1).sum(axis=1))
+  errors = []
+
+  def call_many(seed):
+    host = np.random.default_rng(seed).standard_normal((64, 1024)).astype(np.float32)
+    x = tnp.asarray(host)
+    for _ in range(50):
+      if not np.allclose(np.asarray(f(x)), (host.astype(np.float64) * 2 + 1).sum(1), rtol=1e-4, atol=1e-3):
+        errors.append(seed)
+
+  threads = [threading.Thread(target=call_many, args=(seed,)) for seed in range(3)]
+  for thread in threads: thread.start()
+  for thread in threads: thread.join(timeout=60)
+  assert not errors

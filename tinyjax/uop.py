@@ -88,6 +88,15 @@ class UOp:
     UOp._cache[key] = node
     return node
 
+  @staticmethod
+  def new_buffer(dtype: np.dtype, buffer: Any) -> UOp:
+    """`UOp(Ops.BUFFER, dtype, (), buffer)` for a buffer that no node names yet (a kernel's fresh output), without
+    the lookup, which could only miss (jit's hot path; 0.6 of ~2 us)."""
+    node = object.__new__(UOp)
+    node.op, node.dtype, node.src, node.arg = Ops.BUFFER, dtype, (), buffer
+    UOp._cache[(Ops.BUFFER, dtype, (), buffer)] = node
+    return node
+
   def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg))
   def __repr__(self) -> str: return pretty(self)
   def replace(self, **kwargs) -> UOp:

@@ -86,15 +86,21 @@ class Buffer:
     view.flags.writeable = False
     return view
 
-  def __repr__(self) -> str: return f"Buffer({self.shape}, {self.dtype.name}, {'allocated' if self._host is not None else 'empty'})"
+  def __repr__(self) -> str:
+    return f"Buffer({self.shape}, {self.dtype.name}, {'allocated' if self._host is not None else 'empty'})"
 
 
 def allocate_buffers(specs: list[tuple[tuple[int, ...], np.dtype, int]]) -> list[Buffer]:
   """New allocated buffers for `(shape, dtype, nbytes)` specs already normalised (a schedule's planned slots)."""
+  global _pool_bytes
   buffers = []
   for shape, dtype, nbytes in specs:
     buffer = object.__new__(Buffer)
-    raw, buffer._address = _take_from_pool(nbytes)
+    if (free := _pool.get(nbytes)):  # _take_from_pool, inlined: this runs on every jitted call
+      _pool_bytes -= nbytes
+      raw, buffer._address = free.pop()
+    else:
+      raw, buffer._address = _take_from_pool(nbytes)
     buffer.shape, buffer.dtype, buffer.nbytes = shape, dtype, nbytes
     buffer._host = raw.view(dtype).reshape(shape)
     buffers.append(buffer)

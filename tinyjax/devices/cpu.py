@@ -22,6 +22,7 @@ import ctypes
 import ctypes.util
 import functools
 import hashlib
+import operator
 import os
 import signal
 import threading
@@ -352,7 +353,10 @@ class LaunchList:
     self.programs = [program for program, *_ in launches]
     self.count = len(launches)
     self.slots = [slot for _, slots, *_ in launches for slot in slots]  # the table's entries, as buffer slots
-    self.table = (ctypes.c_void_p * max(1, len(self.slots)))()
+    self.table = (ctypes.c_void_p * len(self.slots))()
+    # addresses -> the table's entries in one C call (itemgetter of one index returns the item, not a tuple)
+    self._gather = (operator.itemgetter(*self.slots) if len(self.slots) > 1 else
+                    (lambda addresses, slot=self.slots[0]: (addresses[slot],)) if self.slots else (lambda _: ()))
     fields, table_address, offset = [], ctypes.addressof(self.table), 0
     pointer_bytes = ctypes.sizeof(ctypes.c_void_p)
     for program, slots, n, grain, parallel in launches:
@@ -367,7 +371,7 @@ class LaunchList:
     if not self._lock.acquire(False):  # another thread is running this program: use arrays of our own
       return LaunchList(self._launches)(addresses)
     try:
-      self.table[:len(self.slots)] = [addresses[slot] for slot in self.slots]
+      self.table[:] = self._gather(addresses)
       aborted = self._run_launches(self.records, self.count)
     finally:
       self._lock.release()

@@ -44,7 +44,8 @@ _FUTEX_SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
 _SPIN_HINT = {"x86_64": "pause", "amd64": "pause", "aarch64": "yield", "arm64": "yield"}
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, SIGINT, SIG_BLOCK, CLOCK_MONOTONIC = 128, 129, 2, 0, 1
 
-RUNTIME_SYMBOLS = ("tj_run_launches", "tj_parallel_for", "tj_serial_for", "tj_init", "tj_install_sigint", "tj_after_fork", "tj_abort")
+RUNTIME_SYMBOLS = ("tj_run_launches", "tj_parallel_for", "tj_serial_for", "tj_init", "tj_install_sigint",
+                   "tj_after_fork", "tj_abort")
 
 
 def runtime_ir(triple: str, data_layout: str, machine: str | None = None) -> str:

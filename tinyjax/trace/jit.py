@@ -5,6 +5,11 @@ Tracing runs the Python function once with `Tracer`s standing for its array argu
 builds through `bind` is the program. Arrays it closes over become extra inputs (never baked-in values), so calling
 again with other data, or after the closed-over array changes identity, never retraces. A signature is the tree
 structure, shapes, dtypes and weak types of the dynamic arguments plus the values of the static ones.
+
+The hot path (a call with positional arguments only, no static ones, every leaf an Array): flatten the arguments once,
+key the signature on the treedef and each leaf's buffer shape, dtype and weak type, and run the cached program in
+one call into compiled code (`run_schedule`); nothing is traced, converted or lowered. Anything else takes the
+general path (`_lookup`), which also fills the hot path's cache.
 """
 from __future__ import annotations
 
@@ -159,8 +164,42 @@ def _normalize_argnums(argnums: int | Sequence[int] | None) -> tuple[int, ...]:
 
 @dataclass
 class _Compiled:
+  """A traced program and its compiled schedule (None: no outputs), with what a run needs planned: for each output
+  whether its buffer is new on every run (not an input, not an earlier output) and its weak type."""
   jaxpr: Jaxpr
   schedule: CompiledSchedule | None
+
+  def __post_init__(self):
+    self.single_leaf = self.jaxpr.out_tree.num_nodes == 1 and self.jaxpr.out_tree.num_leaves == 1
+    self.outputs: list[tuple[bool, bool]] = []
+    if self.schedule is None: return
+    sched, seen = self.schedule.schedule, set()
+    for slot, weak in zip(sched.outputs, self.jaxpr.out_weak_types):
+      self.outputs.append((slot >= sched.n_inputs and slot not in seen, weak))
+      seen.add(slot)
+
+  def run(self, inputs: list[Buffer]) -> Any:
+    """Run the program on the flattened arguments' buffers; return the outputs as the traced pytree."""
+    jaxpr = self.jaxpr
+    if self.schedule is None: return tree_util.tree_unflatten(jaxpr.out_tree, [])
+    buffers = run_schedule(self.schedule, inputs + jaxpr.consts)
+    outputs = [Array(UOp.new_buffer(b.dtype, b) if fresh else UOp(Ops.BUFFER, b.dtype, (), b), weak)
+               for b, (fresh, weak) in zip(buffers, self.outputs)]
+    return outputs[0] if self.single_leaf else tree_util.tree_unflatten(jaxpr.out_tree, outputs)
+
+
+def _fast_signature(leaves: list[Any]) -> tuple[tuple, list[Buffer]] | None:
+  """The hot path's signature of flattened arguments (shape, dtype, weak type of each leaf) and their buffers; None
+  unless every leaf is an Array (lazy ones are realised here)."""
+  signature, buffers = [], []
+  for leaf in leaves:
+    if type(leaf) is not Array: return None
+    uop = leaf.uop
+    if uop.op is not Ops.BUFFER: uop = leaf.realize().uop
+    buffer = uop.arg
+    signature += (buffer.shape, buffer.dtype, leaf.weak_type)
+    buffers.append(buffer)
+  return tuple(signature), buffers
 
 
 class Lowered:
@@ -190,6 +229,8 @@ class JitWrapped:
     self.fun, self.static_argnums, self.static_argnames = fun, static_argnums, static_argnames
     self.donate_argnums = donate_argnums  # accepted; buffer donation comes with memory planning
     self._cache: dict[Any, _Compiled] = {}
+    self._fast_cache: dict[Any, _Compiled] = {}  # (treedef of args, _fast_signature) -> the same programs
+    self._fast_calls = 0  # calls answered by the hot path (tests check it is taken)
     functools.update_wrapper(self, fun)
     if static_argnames:
       try: parameters = list(inspect.signature(fun).parameters)
@@ -228,13 +269,18 @@ class JitWrapped:
   def __call__(self, *args, **kwargs) -> Any:
     if type(current_trace.get()) is not EvalTrace:
       return self.fun(*args, **kwargs)  # inside another trace: inline (a nested jit traces into the outer program)
+    fast_key = None
+    if not kwargs and not self.static_argnums:
+      leaves, in_tree = tree_util.tree_flatten(args)
+      if (fast := _fast_signature(leaves)) is not None:
+        signature, inputs = fast
+        fast_key = (in_tree, signature)
+        if (compiled := self._fast_cache.get(fast_key)) is not None:
+          self._fast_calls += 1
+          return compiled.run(inputs)
     compiled, leaves = self._lookup(args, kwargs)
-    jaxpr = compiled.jaxpr
-    if compiled.schedule is None: return tree_util.tree_unflatten(jaxpr.out_tree, [])
-    inputs = [_leaf_to_array(leaf).realize().uop.arg for leaf in leaves] + jaxpr.consts
-    buffers = run_schedule(compiled.schedule, inputs)
-    outputs = [Array(UOp(Ops.BUFFER, b.dtype, (), b), weak) for b, weak in zip(buffers, jaxpr.out_weak_types)]
-    return tree_util.tree_unflatten(jaxpr.out_tree, outputs)
+    if fast_key is not None: self._fast_cache[fast_key] = compiled
+    return compiled.run([_leaf_to_array(leaf).realize().uop.arg for leaf in leaves])
 
   def lower(self, *args, **kwargs) -> Lowered:
     """Trace and compile for these arguments without running; `.as_text()` prints the program and kernels."""
