@@ -376,3 +376,18 @@ def test_escaped_batch_tracer():
   vmap(lambda x: leaked.append(x) or x)(X)
   with pytest.raises(tj.UnexpectedTracerError):
     leaked[0] + 1
+
+
+@pytest.mark.parametrize("name", ["tanh", "abs", "relu", "clip", "maximum", "sqrt", "logsumexp"])
+def test_grad_of_vmap_keeps_named_primitive_rules(name):
+  import tinyjax.nn as nn
+  fns = {"tanh": tnp.tanh, "abs": tnp.abs, "relu": nn.relu, "clip": lambda v: tnp.clip(v, 0.0, 0.5),
+         "maximum": lambda v: tnp.maximum(v, 0.5), "sqrt": lambda v: tnp.sqrt(v * v + 1.0),
+         "logsumexp": lambda v: nn.logsumexp(tnp.stack([v, v * 2.0]))}
+  f = fns[name]
+  x = np.array([-1.0, 0.0, 0.5, 2.0], np.float32)
+  through_vmap = tj.grad(lambda v: tj.vmap(f)(v).sum())(x)
+  per_example = tj.vmap(tj.grad(f))(x)
+  loop = np.array([float(tj.grad(f)(float(v))) for v in x], np.float32)
+  np.testing.assert_allclose(np.asarray(through_vmap), loop, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(per_example), loop, rtol=1e-6)

@@ -19,7 +19,7 @@ import numpy as np
 from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax._base import BOOL, FLOAT32, LOW_PRECISION_FLOATS, cast, lax_operands, like, to_array
-from tinyjax.trace import ad
+from tinyjax.trace import ad, batching
 from tinyjax.trace.core import Primitive, bind
 from tinyjax.uop import Ops
 
@@ -615,3 +615,10 @@ ad.defjvp(rsqrt_p, lambda t, out, x: _mul(t, _mul(_c(x, -0.5), _fdiv(out, x))))
 ad.defjvp(cbrt_p, lambda t, out, x: _mul(t, _mul(_c(x, 1 / 3), integer_pow_p.bind(out, y=-2))))
 ad.defjvp(pow_p, lambda t, out, x, y: _mul(t, _mul(y, pow_p.bind(x, _sub(y, _one(y))))),
           lambda t, out, x, y: _mul(t, _mul(log_p.bind(_replace_zero(x)), out)))
+
+
+# batching: every elementwise primitive stays one primitive under vmap (so grad(vmap(f)) sees its JVP rule)
+batching.defelementwise(
+  abs_p, acos_p, acosh_p, asin_p, asinh_p, atan2_p, atan_p, atanh_p, cbrt_p, ceil_p, cos_p, cosh_p, exp2_p, exp_p,
+  expm1_p, floor_p, integer_pow_p, is_finite_p, log1p_p, log_p, logistic_p, max_p, min_p, pow_p, rem_p, round_p,
+  rsqrt_p, sign_p, sin_p, sinh_p, sqrt_p, square_p, tan_p, tanh_p)

@@ -20,7 +20,7 @@ from tinyjax.lax._base import BOOL, FLOAT32, LOW_PRECISION_FLOATS, canonicalize_
   expand_raw, like, reshape_raw, to_array
 from tinyjax.lax._elementwise import _and, _eq, _fdiv, _isnan, _mul, _neg, _not, _where
 from tinyjax.lax._shape import iota_along, permute_raw
-from tinyjax.trace import ad
+from tinyjax.trace import ad, batching
 from tinyjax.trace.core import Primitive, bind
 from tinyjax.uop import Ops
 
@@ -294,3 +294,6 @@ ad.jvp_rules.update({
 })
 ad.defjvp_zero(argmax_p)
 ad.defjvp_zero(argmin_p)
+
+
+batching.defreduction(reduce_sum_p, reduce_prod_p, reduce_max_p, reduce_min_p, argmax_p, argmin_p)

@@ -16,7 +16,7 @@ from tinyjax.array import Array
 from tinyjax.lax._base import (BOOL, canonicalize_axis, cast, expand_raw, full as _full_const, is_array,
                                lax_operands, reshape_raw, to_array)
 from tinyjax.lax._elementwise import _and, _lt, _max, _min, _where
-from tinyjax.trace import ad
+from tinyjax.trace import ad, batching
 from tinyjax.trace.core import Primitive, bind
 from tinyjax.uop import Ops
 
@@ -338,3 +338,6 @@ def _clamp_rule(primals, tangents, out):
 
 ad.jvp_rules[select_n_p] = _select_n_rule
 ad.jvp_rules[clamp_p] = _clamp_rule
+
+
+batching.defelementwise(select_n_p, clamp_p)

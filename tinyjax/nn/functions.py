@@ -18,7 +18,7 @@ from tinyjax.array import Array
 from tinyjax.lax import _elementwise as ew
 from tinyjax.lax._base import like
 from tinyjax.lax._shape import iota_along, stop_gradient
-from tinyjax.trace import ad
+from tinyjax.trace import ad, batching
 from tinyjax.trace.core import Primitive
 
 Axis = int | Sequence[int] | None
@@ -168,3 +168,6 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1) -> A
   out_shape = expanded.shape[:axis] + (num_classes,) + expanded.shape[axis + 1:]
   classes = iota_along(x.dtype if x.dtype.kind in "iu" else dtypes.default_int_dtype(), out_shape, axis)
   return (tnp.broadcast_to(expanded, out_shape) == classes.astype(x.dtype)).astype(out_dtype)
+
+
+batching.defelementwise(relu_p, softplus_p)

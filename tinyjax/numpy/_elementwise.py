@@ -16,7 +16,7 @@ from tinyjax.array import Array
 from tinyjax.lax import _elementwise as ew
 from tinyjax.lax._base import (BOOL, broadcast_shapes, cast, expand_raw, full, host_to_array, is_array,
                                is_python_scalar, like)
-from tinyjax.trace import ad
+from tinyjax.trace import ad, batching
 from tinyjax.trace.core import Primitive
 from tinyjax.uop import Ops
 
@@ -372,3 +372,6 @@ def astype(x: Any, dtype: Any) -> Array:
   (a,) = promote("astype", x)
   target = dtypes.check_user_dtype_supported(dtype, "astype")
   return cast(a, target, weak_type=False)
+
+
+batching.defelementwise(_float_remainder_p)
