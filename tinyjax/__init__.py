@@ -6,7 +6,7 @@ from tinyjax.config import config  # noqa: E402
 from tinyjax.array import Array  # noqa: E402
 from tinyjax import lax, numpy, tree_util  # noqa: E402  (numpy also attaches Array's operators and methods)
 from tinyjax.trace.core import ConcretizationTypeError, UnexpectedTracerError  # noqa: E402
-from tinyjax.trace.jit import jit, make_jaxpr  # noqa: E402
+from tinyjax.trace.jit import ShapeDtypeStruct, eval_shape, jit, make_jaxpr  # noqa: E402
 from tinyjax.trace.ad import grad, jvp, linearize, value_and_grad, vjp  # noqa: E402
 from tinyjax.trace.custom import checkpoint, custom_jvp, custom_vjp, remat  # noqa: E402
 from tinyjax.trace.batching import vmap  # noqa: E402
@@ -14,6 +14,6 @@ from tinyjax.trace.jacobian import hessian, jacfwd, jacrev  # noqa: E402
 from tinyjax.lower.realize import runtime_stats  # noqa: E402
 from tinyjax import devices  # noqa: E402
 
-__all__ = ["Array", "ConcretizationTypeError", "UnexpectedTracerError", "checkpoint", "config", "custom_jvp", "custom_vjp",
+__all__ = ["Array", "ConcretizationTypeError", "ShapeDtypeStruct", "eval_shape", "UnexpectedTracerError", "checkpoint", "config", "custom_jvp", "custom_vjp",
            "devices", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax", "linearize", "make_jaxpr", "numpy",
            "remat", "runtime_stats", "tree_util", "value_and_grad", "vjp", "vmap"]

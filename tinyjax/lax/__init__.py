@@ -19,9 +19,11 @@ from tinyjax.lax._reductions import (argmax_p, argmin_p, dot_general_p, reduce_m
                                      reduce_sum_p)
 from tinyjax.lax._shape import clamp_p, select_n_p
 from tinyjax.trace.ad import stop_gradient_p
+# collectives over named axes (vmap's axis_name today; shard_map's mesh axes later)
+from tinyjax.trace.batching import axis_index, pmax, pmean, psum
 
 __all__ = [
-  "RoundingMethod", "abs", "acos", "acosh", "add", "argmax", "argmin", "asin", "asinh", "atan", "atan2", "atanh",
+  "axis_index", "pmax", "pmean", "psum", "RoundingMethod", "abs", "acos", "acosh", "add", "argmax", "argmin", "asin", "asinh", "atan", "atan2", "atanh",
   "bitcast_convert_type", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast_in_dim", "cbrt",
   "ceil", "clamp", "concatenate", "convert_element_type", "cos", "cosh", "div", "dot", "dot_general", "eq", "exp",
   "exp2", "expand_dims", "expm1", "floor", "full", "full_like", "ge", "gt", "integer_pow", "iota", "is_finite", "le",

@@ -37,16 +37,46 @@ def _leaf_to_array(leaf: Any) -> Array:
   if isinstance(leaf, (np.ndarray, np.generic)):
     dtype = dtypes.canonicalize_dtype(dtypes.dtype(leaf.dtype))
     return Array.from_numpy(np.asarray(leaf, dtype=dtype))
+  _leaf_aval(leaf)  # raises TypeError naming what is wrong
+  raise TypeError(f"Argument {leaf!r} of type {type(leaf).__name__} has no values to compute with")
+
+
+class ShapeDtypeStruct:
+  """An abstract array: a shape, a dtype and a weak type, no values (what `eval_shape` takes and returns)."""
+  __slots__ = ("shape", "dtype", "weak_type", "sharding")
+
+  def __init__(self, shape: Sequence[int], dtype: Any, weak_type: bool = False, sharding: Any = None):
+    self.shape, self.dtype = tuple(int(d) for d in shape), dtypes.dtype(dtype)
+    self.weak_type, self.sharding = weak_type, sharding
+
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  @property
+  def size(self) -> int: return int(np.prod(self.shape, dtype=np.int64))
+
+  def __eq__(self, other: Any) -> bool:
+    return (isinstance(other, ShapeDtypeStruct) and (self.shape, self.dtype, self.weak_type) ==
+            (other.shape, other.dtype, other.weak_type))
+
+  def __hash__(self) -> int: return hash((self.shape, self.dtype, self.weak_type))
+  def __repr__(self) -> str:
+    weak = ", weak_type=True" if self.weak_type else ""
+    return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{weak})"
+
+
+def _leaf_aval(leaf: Any) -> tuple[tuple[int, ...], np.dtype, bool]:
+  """(shape, dtype, weak_type) of an argument leaf, without converting its data; TypeError for non-arrays."""
+  if isinstance(leaf, (Array, ShapeDtypeStruct)): return (tuple(leaf.shape), leaf.dtype, leaf.weak_type)
+  if type(leaf) in (bool, int, float): return ((), dtypes.python_scalar_dtype(leaf), True)
+  if isinstance(leaf, (np.ndarray, np.generic)):
+    return (np.shape(leaf), dtypes.canonicalize_dtype(dtypes.dtype(leaf.dtype)), False)
   raise TypeError(f"Argument {leaf!r} of type {type(leaf).__name__} is not a valid tinyjax type: pass arrays, "
                   "numpy arrays, Python scalars or pytrees of them, or mark the argument static with static_argnums")
 
 
 def _leaf_signature(leaf: Any) -> tuple:
-  if isinstance(leaf, Array): return (leaf.shape, leaf.dtype, leaf.weak_type)
-  if type(leaf) in (bool, int, float): return ((), dtypes.python_scalar_dtype(leaf), True)
-  if isinstance(leaf, (np.ndarray, np.generic)):
-    return (np.shape(leaf), dtypes.canonicalize_dtype(dtypes.dtype(leaf.dtype)), False)
-  return (type(leaf),)  # not an array: _leaf_to_array raises with a message when it is traced
+  try: return _leaf_aval(leaf)
+  except TypeError: return (type(leaf),)  # not an array: tracing raises with a message
 
 
 @dataclass
@@ -126,11 +156,11 @@ def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Seq
   """Run `fun` on tracers for its non-static arguments and return the traced program."""
   dynamic = [i for i in range(len(args)) if i not in static_argnums]
   leaves, in_tree = tree_util.tree_flatten(([args[i] for i in dynamic], kwargs))
-  arrays = [_leaf_to_array(leaf) for leaf in leaves]
+  avals = [_leaf_aval(leaf) for leaf in leaves]
   trace = StagingTrace(current_trace.get(), _flat_arg_names(fun, args, kwargs, dynamic),
                        getattr(fun, "__name__", "function"))
   with new_trace(trace):
-    tracers = [trace.new_arg(i, a.shape, a.dtype, a.weak_type) for i, a in enumerate(arrays)]
+    tracers = [trace.new_arg(i, shape, dtype, weak) for i, (shape, dtype, weak) in enumerate(avals)]
     dynamic_args, traced_kwargs = tree_util.tree_unflatten(in_tree, tracers)
     call_args = list(args)
     for position, value in zip(dynamic, dynamic_args): call_args[position] = value
@@ -141,10 +171,10 @@ def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Seq
     if isinstance(leaf, Tracer) and leaf.trace is not trace: leaf.check_alive()
   roots = [a.uop for a in out_arrays]
   if roots:
-    sink, consts = normalize(roots, first_param=len(arrays))
+    sink, consts = normalize(roots, first_param=len(avals))
   else:
     sink, consts = UOp(Ops.SINK, np.dtype(np.bool_), ()), []
-  return Jaxpr(sink, len(arrays), consts, tuple(a.weak_type for a in out_arrays), out_tree)
+  return Jaxpr(sink, len(avals), consts, tuple(a.weak_type for a in out_arrays), out_tree)
 
 
 def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable[..., Jaxpr]:
@@ -155,6 +185,14 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Calla
   def traced(*args, **kwargs) -> Jaxpr:
     return trace_to_jaxpr(fun, args, kwargs, tuple(i % len(args) for i in static if -len(args) <= i < len(args)))
   return traced
+
+
+def eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
+  """The shapes and dtypes `fun(*args, **kwargs)` would return, as a pytree of ShapeDtypeStruct, computed by
+  tracing alone (nothing is compiled or run). Arguments may be arrays or ShapeDtypeStructs."""
+  jaxpr = trace_to_jaxpr(fun, args, kwargs)
+  outs = [ShapeDtypeStruct(node.shape, node.dtype, weak) for node, weak in zip(jaxpr.sink.src, jaxpr.out_weak_types)]
+  return tree_util.tree_unflatten(jaxpr.out_tree, outs)
 
 
 def _normalize_argnums(argnums: int | Sequence[int] | None) -> tuple[int, ...]:
