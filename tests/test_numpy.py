@@ -364,8 +364,8 @@ def test_reductions_dtypes(name, dtype):
     elif name in ("any", "all"): expected_dtype = BOOL
     else: expected_dtype = dtype
     assert got.dtype == expected_dtype, (name, dtype, got.dtype)
-    wide = host.astype(F64) if dtype.kind == "f" or dtype == BF16 else host.astype(np.int64) if name in ("sum",
-                                                                                                          "prod") else host
+    if dtype.kind == "f" or dtype == BF16: wide = host.astype(F64)
+    else: wide = host.astype(np.int64) if name in ("sum", "prod") else host
     if name in ("mean", "var", "std"): wide = host.astype(F64)
     expected = getattr(np, name)(wide, axis=axis, keepdims=keepdims)
     if expected_dtype.kind in "iu": expected = expected.astype(expected_dtype)

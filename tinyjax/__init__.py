@@ -14,6 +14,8 @@ from tinyjax.trace.jacobian import hessian, jacfwd, jacrev  # noqa: E402
 from tinyjax.lower.realize import runtime_stats  # noqa: E402
 from tinyjax import devices  # noqa: E402
 
-__all__ = ["Array", "ConcretizationTypeError", "ShapeDtypeStruct", "eval_shape", "UnexpectedTracerError", "checkpoint", "config", "custom_jvp", "custom_vjp",
-           "devices", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax", "linearize", "make_jaxpr", "numpy",
-           "remat", "runtime_stats", "tree_util", "value_and_grad", "vjp", "vmap"]
+__all__ = [
+  "Array", "checkpoint", "ConcretizationTypeError", "config", "custom_jvp", "custom_vjp", "devices", "eval_shape",
+  "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax", "linearize", "make_jaxpr", "numpy", "remat",
+  "runtime_stats", "ShapeDtypeStruct", "tree_util", "UnexpectedTracerError", "value_and_grad", "vjp", "vmap",
+]

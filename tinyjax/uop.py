@@ -59,8 +59,8 @@ class Ops(Enum):
 
 
 UNARY = {Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC, Ops.CAST, Ops.BITCAST}
-BINARY = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL,
-          Ops.SHR, Ops.POW}
+BINARY = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR,
+          Ops.SHL, Ops.SHR, Ops.POW}
 ELEMENTWISE = UNARY | BINARY | {Ops.WHERE}
 MOVEMENT = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
 COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}

@@ -48,7 +48,8 @@ _programs: dict[tuple[str, str, int], CPUProgram] = {}
 def cache_stats() -> dict:
   """Return counters of the kernel compile cache (a copy).
 
-  hits: kernels (and the runtime module) loaded from the disk cache; misses: kernels compiled; memory_hits: `compile_cpu` calls answered by
+  hits: kernels (and the runtime module) loaded from the disk cache; misses: kernels compiled; memory_hits:
+  `compile_cpu` calls answered by
   the in-process memo (counted separately, not in hits); rejected: disk entries found corrupt or stored under
   another key (each is also a miss); compile_seconds: time spent compiling (parse, optimise, emit);
   load_seconds: time spent loading object code into the process (hits and misses).

@@ -23,12 +23,17 @@ from tinyjax.trace.ad import stop_gradient_p
 from tinyjax.trace.batching import axis_index, pmax, pmean, psum
 
 __all__ = [
-  "axis_index", "pmax", "pmean", "psum", "RoundingMethod", "abs", "acos", "acosh", "add", "argmax", "argmin", "asin", "asinh", "atan", "atan2", "atanh",
+  "abs", "abs_p", "acos", "acos_p", "acosh", "acosh_p", "add", "argmax", "argmax_p", "argmin", "argmin_p", "asin",
+  "asin_p", "asinh", "asinh_p", "atan", "atan2", "atan2_p", "atan_p", "atanh", "atanh_p", "axis_index",
   "bitcast_convert_type", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast_in_dim", "cbrt",
-  "ceil", "clamp", "concatenate", "convert_element_type", "cos", "cosh", "div", "dot", "dot_general", "eq", "exp",
-  "exp2", "expand_dims", "expm1", "floor", "full", "full_like", "ge", "gt", "integer_pow", "iota", "is_finite", "le",
-  "log", "log1p", "logistic", "lt", "max", "min", "mul", "ne", "neg", "pad", "pow", "reciprocal", "reduce_and",
-  "reduce_max", "reduce_min", "reduce_or", "reduce_prod", "reduce_sum", "rem", "reshape", "rev", "round", "rsqrt",
-  "select_n", "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign", "sin", "sinh", "slice", "sqrt",
-  "square", "squeeze", "stop_gradient", "sub", "tan", "tanh", "transpose",
+  "cbrt_p", "ceil", "ceil_p", "clamp", "clamp_p", "concatenate", "convert_element_type", "cos", "cos_p", "cosh",
+  "cosh_p", "div", "dot", "dot_general", "dot_general_p", "eq", "exp", "exp2", "exp2_p", "exp_p", "expand_dims",
+  "expm1", "expm1_p", "floor", "floor_p", "full", "full_like", "ge", "gt", "integer_pow", "integer_pow_p", "iota",
+  "is_finite", "is_finite_p", "le", "log", "log1p", "log1p_p", "log_p", "logistic", "logistic_p", "lt", "max",
+  "max_p", "min", "min_p", "mul", "ne", "neg", "pad", "pmax", "pmean", "pow", "pow_p", "psum", "reciprocal",
+  "reduce_and", "reduce_max", "reduce_max_p", "reduce_min", "reduce_min_p", "reduce_or", "reduce_prod",
+  "reduce_prod_p", "reduce_sum", "reduce_sum_p", "rem", "rem_p", "reshape", "rev", "round", "round_p",
+  "RoundingMethod", "rsqrt", "rsqrt_p", "select_n", "select_n_p", "shift_left", "shift_right_arithmetic",
+  "shift_right_logical", "sign", "sign_p", "sin", "sin_p", "sinh", "sinh_p", "slice", "sqrt", "sqrt_p", "square",
+  "square_p", "squeeze", "stop_gradient", "stop_gradient_p", "sub", "tan", "tan_p", "tanh", "tanh_p", "transpose",
 ]

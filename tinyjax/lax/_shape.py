@@ -93,7 +93,7 @@ def broadcast_in_dim(operand: Any, shape: Sequence[int], broadcast_dimensions: S
   """Broadcast to `shape`: operand axis i becomes output axis broadcast_dimensions[i] (size equal or 1)."""
   x = to_array(operand)
   shape, dims = tuple(int(d) for d in shape), tuple(int(d) for d in broadcast_dimensions)
-  if len(dims) != x.ndim or any(not (x.shape[i] in (1, shape[d])) for i, d in enumerate(dims)) or \
+  if len(dims) != x.ndim or any(x.shape[i] not in (1, shape[d]) for i, d in enumerate(dims)) or \
       list(dims) != sorted(set(dims)):
     raise TypeError(f"broadcast_in_dim: cannot broadcast operand of shape {x.shape} to {shape} with "
                     f"broadcast_dimensions {dims}")

@@ -203,7 +203,8 @@ class _Rangeify:
       return UOp(Ops.WHERE, node.dtype, (condition, inner, UOp.const(node.dtype, 0)))
     if op is Ops.REDUCE_AXIS:
       reduce_op, axes = arg
-      if any(src.shape[axis] == 0 for axis in axes): return UOp.const(node.dtype, reduce_identity(reduce_op, node.dtype))
+      if any(src.shape[axis] == 0 for axis in axes):
+        return UOp.const(node.dtype, reduce_identity(reduce_op, node.dtype))
       src_idx, ranges = list(idx), []
       for axis in axes:
         if src.shape[axis] > 1:

@@ -230,7 +230,7 @@ def _mul_rule(primals, tangents, out, arg):
 
 
 def _fdiv_rule(primals, tangents, out, arg):
-  (x, y), (tx, ty) = primals, tangents
+  (_, y), (tx, ty) = primals, tangents
   return sum_tangents(None if tx is None else div(tx, y), None if ty is None else neg(mul(ty, div(out, y))))
 
 
@@ -383,7 +383,8 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
   primals_out, tangents_out = [], []
   for leaf in out_leaves:
     leaf = _to_array(leaf)
-    primal, tangent = (leaf.primal, leaf.tangent) if isinstance(leaf, JVPTracer) and leaf.trace is trace else (leaf, None)
+    is_jvp = isinstance(leaf, JVPTracer) and leaf.trace is trace
+    primal, tangent = (leaf.primal, leaf.tangent) if is_jvp else (leaf, None)
     primals_out.append(primal)
     tangents_out.append(zeros_like(primal) if tangent is None else tangent)
   result = (tree_util.tree_unflatten(out_tree, primals_out), tree_util.tree_unflatten(out_tree, tangents_out))

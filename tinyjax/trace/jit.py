@@ -127,7 +127,8 @@ def _var_name(index: int) -> str:
 
 def _short(node: UOp) -> str:
   kind = {"f": "f", "i": "i", "u": "u", "b": "bool"}.get(node.dtype.kind, node.dtype.kind)
-  short = "bf16" if node.dtype.name == "bfloat16" else ("bool" if kind == "bool" else f"{kind}{node.dtype.itemsize * 8}")
+  if node.dtype.name == "bfloat16": short = "bf16"
+  else: short = "bool" if kind == "bool" else f"{kind}{node.dtype.itemsize * 8}"
   return f"{short}[{','.join(map(str, node.shape))}]"
 
 
