@@ -234,3 +234,10 @@ def test_same_program_from_several_threads():
   for thread in threads: thread.start()
   for thread in threads: thread.join(timeout=60)
   assert not errors
+
+
+def test_make_jaxpr_lists_arguments_in_order_then_constants():
+  table = tnp.asarray(np.arange(3, dtype=np.float32))
+  text = str(tj.make_jaxpr(lambda w, x, unused: (x @ w) * table[0])(np.ones((4, 3), np.float32),
+                                                                  np.ones((2, 4), np.float32), 1))
+  assert text.startswith("{ lambda d:f32[3] ; a:f32[4,3] b:f32[2,4] c:i32[]. let"), text

@@ -88,6 +88,7 @@ class Jaxpr:
   consts: list[Buffer]
   out_weak_types: tuple[bool, ...]
   out_tree: Any
+  in_avals: tuple = ()  # (shape, dtype, weak_type) of each argument, for printing ones the program never reads
 
   def __str__(self) -> str:
     names: dict[UOp, str] = {}
@@ -96,20 +97,28 @@ class Jaxpr:
       if node.op is Ops.CONST: return f"{node.arg!r}:{_short(node)}"
       return names[node]
 
-    inputs, lines = [], []
+    # inputs first, in PARAM order (arguments, then the arrays closed over), then one name per equation
+    params = {node.arg[0]: node for node in self.sink.toposort if node.op is Ops.PARAM}
+    n_inputs = max([self.n_args, *(index + 1 for index in params)])
+    inputs = []
+    for index in range(n_inputs):
+      name = _var_name(index)
+      if index in params:
+        names[params[index]] = name
+        inputs.append(f"{name}:{_short(params[index])}")
+      else:  # an argument the program never reads
+        shape, dtype = self.in_avals[index][:2] if index < len(self.in_avals) else ((), np.dtype(np.float32))
+        inputs.append(f"{name}:{_short_aval(shape, np.dtype(dtype))}")
+    lines = []
     for node in self.sink.toposort:
-      if node.op in (Ops.SINK, Ops.CONST): continue
-      names[node] = _var_name(len(names))
-      if node.op is Ops.PARAM:
-        inputs.append(f"{names[node]}:{_short(node)}")
-        continue
+      if node.op in (Ops.SINK, Ops.CONST, Ops.PARAM): continue
+      names[node] = _var_name(len(names) + n_inputs - len(params))
       arg = "" if node.arg is None else f"[{_format_arg(node.arg)}]"
       operands = " ".join(name_of(src) for src in node.src)
       lines.append(f"    {names[node]}:{_short(node)} = {node.op.name.lower()}{arg} {operands}")
     outputs = ", ".join(name_of(out) for out in self.sink.src)
-    n_consts = len(inputs) - self.n_args
-    header = " ".join(inputs[self.n_args:]) + " ; " + " ".join(inputs[:self.n_args]) if n_consts else \
-      "; " + " ".join(inputs)
+    consts, args = inputs[self.n_args:], inputs[:self.n_args]
+    header = (" ".join(consts) + " ; " if consts else "; ") + " ".join(args)
     return "{ lambda " + header + ". let\n" + "\n".join(lines) + ("\n" if lines else "") + f"  in ({outputs},) }}"
 
   __repr__ = __str__
@@ -125,11 +134,14 @@ def _var_name(index: int) -> str:
   return name
 
 
-def _short(node: UOp) -> str:
-  kind = {"f": "f", "i": "i", "u": "u", "b": "bool"}.get(node.dtype.kind, node.dtype.kind)
-  if node.dtype.name == "bfloat16": short = "bf16"
-  else: short = "bool" if kind == "bool" else f"{kind}{node.dtype.itemsize * 8}"
-  return f"{short}[{','.join(map(str, node.shape))}]"
+def _short(node: UOp) -> str: return _short_aval(node.shape, node.dtype)
+
+
+def _short_aval(shape: tuple[int, ...], dtype: np.dtype) -> str:
+  kind = {"f": "f", "i": "i", "u": "u", "b": "bool"}.get(dtype.kind, dtype.kind)
+  if dtype.name == "bfloat16": short = "bf16"
+  else: short = "bool" if kind == "bool" else f"{kind}{dtype.itemsize * 8}"
+  return f"{short}[{','.join(map(str, shape))}]"
 
 
 def _format_arg(arg: Any) -> str:
@@ -175,7 +187,7 @@ def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Seq
     sink, consts = normalize(roots, first_param=len(avals))
   else:
     sink, consts = UOp(Ops.SINK, np.dtype(np.bool_), ()), []
-  return Jaxpr(sink, len(avals), consts, tuple(a.weak_type for a in out_arrays), out_tree)
+  return Jaxpr(sink, len(avals), consts, tuple(a.weak_type for a in out_arrays), out_tree, tuple(avals))
 
 
 def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable[..., Jaxpr]:
