@@ -107,3 +107,19 @@ def test_custom_jvp_rule_survives_vmap_in_every_order():
   np.testing.assert_allclose(np.asarray(tj.vmap(tj.grad(scaled_sin))(X)), expected, rtol=1e-6)
   np.testing.assert_allclose(np.asarray(tj.jacfwd(tj.vmap(scaled_sin))(X)), np.diag(expected), rtol=1e-6)
   np.testing.assert_allclose(np.asarray(tj.vmap(scaled_sin)(X)), np.sin(X), rtol=1e-6)
+
+
+def test_custom_vjp_rule_survives_vmap_and_sums_unbatched_cotangents():
+  np.testing.assert_array_equal(np.asarray(tj.grad(lambda x: (tj.vmap(clipped_identity)(x) * 3.0).sum())(X)),
+                                np.ones(4, np.float32))
+  np.testing.assert_array_equal(np.asarray(tj.vmap(tj.grad(lambda x: clipped_identity(x) * 3.0))(X)),
+                                np.ones(4, np.float32))
+
+  @tj.custom_vjp
+  def scale(w, x): return w * x
+  scale.defvjp(lambda w, x: (w * x, (w, x)), lambda res, g: (g * res[1] * 10.0, g * res[0]))
+  dw, dx = tj.grad(lambda w, x: tj.vmap(scale, in_axes=(None, 0))(w, x).sum(), argnums=(0, 1))(np.float32(2.0), X)
+  np.testing.assert_allclose(float(dw), 10 * X.sum(), rtol=1e-6)   # per-example cotangents of w, summed
+  np.testing.assert_array_equal(np.asarray(dx), np.full(4, 2.0, np.float32))
+  remat_grad = tj.grad(lambda x: tj.vmap(tj.checkpoint(lambda v: tnp.sin(v) * v))(x).sum())(X)
+  np.testing.assert_allclose(np.asarray(remat_grad), np.cos(X) * X + np.sin(X), rtol=1e-5, atol=1e-6)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 from tinyjax import tree_util
 from tinyjax.trace import ad, batching
 from tinyjax.trace.core import StagingTracer, current_trace, set_current_trace
+from tinyjax.trace.jit import ShapeDtypeStruct
 from tinyjax.uop import Ops, UOp
 
 
@@ -139,6 +140,7 @@ class custom_vjp:  # noqa: N801  (JAX's name)
     if self.fwd is None:
       raise AttributeError(f"No VJP defined for custom_vjp function {self.__name__} using defvjp.")
     trace = current_trace.get()
+    if isinstance(trace, batching.BatchTrace): return self._call_batched(trace, args)
     if not isinstance(trace, ad.JVPTrace): return self.fun(*args)
     static, dynamic = _split_args(args, self.nondiff_argnums)
     leaves, in_tree = tree_util.tree_flatten(tuple(dynamic))
@@ -162,6 +164,45 @@ class custom_vjp:  # noqa: N801  (JAX's name)
                                           linear) if ad.is_float(o) else None)
               for i, o in enumerate(out_leaves)]
     return tree_util.tree_unflatten(out_tree, packed)
+
+  def _call_batched(self, trace: batching.BatchTrace, args: tuple) -> Any:
+    """Under vmap, call on the parent trace a custom_vjp whose fun, fwd and bwd are batched: bwd runs per example
+    and the cotangent of an unbatched input is summed over the examples (so `grad(vmap(f))` keeps the rule)."""
+    static, dynamic = _split_args(args, self.nondiff_argnums)
+    leaves, in_tree = tree_util.tree_flatten(tuple(dynamic))
+    vals, dims = trace.unpack([ad._to_array(leaf) for leaf in leaves])
+    if all(d is None for d in dims):
+      with set_current_trace(trace.parent): return self(*args)
+    size = trace.axis_size
+
+    def full_args(flat: Sequence[Any]) -> list[Any]:
+      return _merge(self.nondiff_argnums, static, tree_util.tree_unflatten(in_tree, list(flat)))
+
+    def flat_bwd(residuals: Any, cotangent: Any) -> list[Any]:
+      grads = self.bwd(*static, residuals, cotangent)
+      grad_leaves = tree_util.tree_leaves(tuple(grads), is_leaf=lambda g: g is None)
+      return [ad.zeros_like(v) if g is None else ad._to_array(g) for g, v in zip(grad_leaves, example_vals)]
+
+    example_vals = [_unbatched_like(v, d) for v, d in zip(vals, dims)]
+    batched = custom_vjp(batching.vmap(lambda *flat: self.fun(*full_args(flat)), in_axes=tuple(dims), axis_size=size))
+
+    def batched_bwd(residuals: Any, cotangent: Any) -> tuple:
+      per_example = batching.vmap(flat_bwd, in_axes=(0, 0), axis_size=size)(residuals, cotangent)
+      return tuple(ad.bind(Ops.RESHAPE, ad.bind(Ops.REDUCE_AXIS, g, arg=(Ops.ADD, (0,))), arg=tuple(g.shape[1:]))
+                   if d is None else batching.move_axis(g, 0, d) for g, d in zip(per_example, dims))
+
+    batched.defvjp(batching.vmap(lambda *flat: self.fwd(*full_args(flat)), in_axes=tuple(dims), axis_size=size),
+                   batched_bwd)
+    with set_current_trace(trace.parent):
+      out = batched(*vals)
+    return tree_util.tree_map(lambda value: trace.pack(value, 0), out)
+
+
+def _unbatched_like(value: Any, batch_dim: int | None) -> Any:
+  """An abstract stand-in with one example's shape (only its shape and dtype are read)."""
+  if batch_dim is None: return value
+  shape = tuple(value.shape[:batch_dim]) + tuple(value.shape[batch_dim + 1:])
+  return ShapeDtypeStruct(shape, value.dtype)
 
 
 def _merge(nondiff_argnums: tuple[int, ...], static: Sequence[Any], dynamic: Sequence[Any]) -> list[Any]:
