@@ -49,6 +49,21 @@ def bench_elementwise_chain():
          "goal >= 3x numpy")
 
 
+def bench_transcendental():
+  rng = np.random.default_rng(0)
+  n = 16 * 1024 * 1024
+  for name, low, high in (("exp", -20.0, 20.0), ("sin", -100.0, 100.0), ("log", 1e-3, 1e3)):
+    host = rng.uniform(low, high, n).astype(np.float32)
+    x = tnp.asarray(host)
+    numpy_fn, tinyjax_fn = getattr(np, name), getattr(tnp, name)
+    def with_numpy(): return numpy_fn(host)
+    def with_tinyjax(): return tinyjax_fn(x).block_until_ready()
+    np.testing.assert_allclose(np.asarray(with_tinyjax()), with_numpy(), rtol=1e-6, atol=1e-6)
+    ours, theirs = best_of(with_tinyjax), best_of(with_numpy)
+    report(f"{name}, 16M float32", f"{ours * 1e3:.2f} ms vs numpy {theirs * 1e3:.2f} ms", theirs / ours,
+           "goal >= 1x numpy")
+
+
 def bench_sum_axis():
   host = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
   x = tnp.asarray(host)
@@ -103,8 +118,8 @@ def bench_jit_dispatch():
   report("jit(x + 1) on float32[8], cache hit", f"{step * 1e6:.1f} us per call", None, "goal < 10 us (JAX ~17 us)")
 
 
-BENCHMARKS = [bench_first_call_compile, bench_elementwise_chain, bench_sum_axis, bench_matmul, bench_eager_dispatch,
-              bench_jit_dispatch]
+BENCHMARKS = [bench_first_call_compile, bench_elementwise_chain, bench_transcendental, bench_sum_axis, bench_matmul,
+              bench_eager_dispatch, bench_jit_dispatch]
 
 if __name__ == "__main__":
   wanted = sys.argv[1:]

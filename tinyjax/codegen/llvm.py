@@ -32,6 +32,7 @@ from typing import Callable, Iterator
 import ml_dtypes
 import numpy as np
 
+from tinyjax.codegen import transcendental
 from tinyjax.codegen.opt import VECTOR_BYTES, TilePlan, choose_opts
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.uop import BOOL, Ops, UOp
@@ -121,11 +122,13 @@ _BOOL_BINARY = {Ops.ADD: "or", Ops.MUL: "and", Ops.MAX: "or", Ops.AND: "and", Op
 _FLOAT_BINARY = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv", Ops.MOD: "frem"}
 _FLOAT_BINARY_INTRINSIC = {Ops.MAX: "llvm.maximum", Ops.POW: "llvm.pow"}  # llvm.maximum propagates NaN
 _INT_MAX_INTRINSIC = {"i": "llvm.smax", "u": "llvm.umax"}
-# Transcendentals are LLVM intrinsics (libm calls) for now, which keeps loops that use them scalar; decomposing them
-# into polynomials over float bits (as tinygrad does) is the planned step that lets them vectorise.
+# Float64 transcendentals (and all of them with NOOPT=1) are LLVM intrinsics, libm calls that keep a loop scalar; for
+# float32 / float16 / bfloat16 the renderer emits the branch-free arithmetic of transcendental.py, which vectorises.
 _FLOAT_UNARY_INTRINSIC = {Ops.SQRT: "llvm.sqrt", Ops.EXP2: "llvm.exp2", Ops.LOG2: "llvm.log2", Ops.SIN: "llvm.sin",
                           Ops.TRUNC: "llvm.trunc"}
 # float ops whose float32 result must be rounded again for float16 / bfloat16 (the others are exact)
+_DECOMPOSED_FLOAT32 = {Ops.EXP2: transcendental.exp2_f32, Ops.LOG2: transcendental.log2_f32}  # float32 in, float32 out
+_DECOMPOSED_FLOAT64 = {Ops.SIN: transcendental.sin_f32}  # float32 in, computed and returned in float64
 _ROUNDED_FLOAT_OPS = {Ops.ADD, Ops.MUL, Ops.FDIV, Ops.MOD, Ops.POW, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN}
 # comparisons: float LT is ordered (NaN -> false), NE unordered (NaN != NaN is true); false < true for bool
 _COMPARE = {(Ops.CMPLT, "i"): "icmp slt", (Ops.CMPLT, "u"): "icmp ult", (Ops.CMPLT, "b"): "icmp ult",
@@ -158,8 +161,9 @@ def _free_ranges(ast: UOp) -> dict[UOp, frozenset[UOp]]:
 class _Renderer:
   """Emits the body function of one kernel: a list of IR lines, plus allocas for the entry block and declarations."""
 
-  def __init__(self, ast: UOp, plan: TilePlan | None = None):
+  def __init__(self, ast: UOp, plan: TilePlan | None = None, decompose: bool = True):
     self.ast, self.plan = ast, plan
+    self.decompose = decompose  # float32 transcendentals as polynomials (transcendental.py), not libm intrinsics
     self.deps = _free_ranges(ast)
     self.lines: list[str] = []
     self.allocas: list[str] = []
@@ -362,6 +366,10 @@ class _Renderer:
       if op is Ops.TRUNC: return value
       raise NotImplementedError(f"codegen: {op.name} on {node.dtype}")
     if op is Ops.RECIP: result = self.emit(f"fdiv {llvm_type} {_float_hex(1.0)}, {value}")
+    elif self.decompose and llvm_type == "float" and op in _DECOMPOSED_FLOAT64:
+      return self.cast(_DECOMPOSED_FLOAT64[op](self, value), F64, node.dtype)  # one rounding to the dtype
+    elif self.decompose and llvm_type == "float" and op in _DECOMPOSED_FLOAT32:
+      result = _DECOMPOSED_FLOAT32[op](self, value)
     else: result = self.call(f"{_FLOAT_UNARY_INTRINSIC[op]}.{_suffix(llvm_type)}", llvm_type, [(llvm_type, value)])
     return self.round(result, node.dtype) if op in _ROUNDED_FLOAT_OPS else result
 
@@ -749,15 +757,17 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   """Render kernel `ast` (a SINK of STOREs, see the module docstring) as a complete LLVM IR module defining
   `void @<name>(ptr noalias %args, i64 %start, i64 %end)`. Triple and data layout are written only when given.
   `optimize` applies the loop optimisations of opt.py (default: unless NOOPT=1); they are listed in a comment at the
-  top of the module and printed with DEBUG>=3."""
+  top of the module and printed with DEBUG>=3. It also turns float32 / 16-bit EXP2, LOG2 and SIN into the vectorisable
+  arithmetic of transcendental.py (without it they are libm intrinsics)."""
   if ast.op is not Ops.SINK: raise ValueError(f"codegen: a kernel AST is rooted at a SINK, got {ast.op.name}")
   buffers = sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda buffer: buffer.arg)
   if [buffer.arg for buffer in buffers] != list(range(len(buffers))):
     raise ValueError(f"codegen: DEFINE_GLOBAL indices must be 0..n-1, got {[buffer.arg for buffer in buffers]}")
-  plan = choose_opts(ast, enabled=not NOOPT if optimize is None else optimize)
+  enabled = not NOOPT if optimize is None else optimize
+  plan = choose_opts(ast, enabled=enabled)
   opts = [] if plan is None else list(plan.opts)
   if DEBUG >= 3: print(f"*** opts of {name}: {opts}")
-  renderer = _Renderer(ast, plan)
+  renderer = _Renderer(ast, plan, decompose=enabled)
   renderer.render_kernel()
 
   symbol, body_symbol = _symbol(name), _symbol(f"{name}.body")

@@ -1,0 +1,180 @@
+"""EXP2, LOG2 and SIN as the renderer decomposes them (codegen/transcendental.py): accuracy in ulps against numpy's
+float64 functions rounded to the dtype, special values, every float16 / bfloat16, vectorised code without libm calls,
+and the constants and polynomial fits the module states."""
+from __future__ import annotations
+
+import ctypes
+import math
+import re
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from test_codegen import BF16, F16, F32, F64, compile_kernel, elementwise, optimized_module, target_machine
+
+from tinyjax.codegen import transcendental
+from tinyjax.codegen.llvm import render_llvm
+from tinyjax.uop import Ops
+
+REFERENCE = {Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin}
+# how far (in steps of the dtype's ulp) a result may be from the correctly rounded one: float32 is within 1 ulp;
+# float16 / bfloat16 round the float32 result of EXP2 / LOG2 once more (1 step), SIN rounds its float64 result once
+MAX_STEPS = {(Ops.EXP2, F32): 1, (Ops.LOG2, F32): 1, (Ops.SIN, F32): 1, (Ops.EXP2, F16): 1, (Ops.LOG2, F16): 1,
+             (Ops.SIN, F16): 0, (Ops.EXP2, BF16): 1, (Ops.LOG2, BF16): 1, (Ops.SIN, BF16): 0}
+# the largest error measured against the exact value, in ulps of the float32 result (SIN: the float64 result rounded)
+MAX_ULPS_F32 = {Ops.EXP2: 1.0, Ops.LOG2: 1.02, Ops.SIN: 0.502}
+
+
+def run_elementwise(op: Ops, dtype: np.dtype, values: np.ndarray) -> np.ndarray:
+  """op(values) through the decomposition (rendered with `optimize=True`, whatever NOOPT says)."""
+  out = np.zeros(len(values), dtype)
+  kernel = compile_kernel(render_llvm("kernel", elementwise(op, [values.dtype], dtype, len(values)), optimize=True))
+  kernel((ctypes.c_void_p * 2)(out.ctypes.data, values.ctypes.data), 0, len(values))
+  return out
+
+
+def reference(op: Ops, values: np.ndarray) -> np.ndarray:
+  with np.errstate(all="ignore"): return REFERENCE[op](values.astype(F64))
+
+
+def ordered_bits(values: np.ndarray) -> np.ndarray:
+  """Float bits as integers that are consecutive for consecutive floats (-0 and +0 both 0)."""
+  bits = values.view(np.int16 if values.itemsize == 2 else np.int32).astype(np.int64)
+  magnitude = bits & (0x7FFF if values.itemsize == 2 else 0x7FFFFFFF)
+  return np.where(bits < 0, -magnitude, magnitude)
+
+
+def check(op: Ops, dtype: np.dtype, values: np.ndarray) -> float:
+  """Run `op` on `values`: NaN and infinities where the reference has them, finite results within MAX_STEPS of the
+  correctly rounded reference. Returns the largest error in ulps of the result against the exact value."""
+  actual = run_elementwise(op, dtype, values)
+  exact = reference(op, values)
+  with np.errstate(over="ignore"): rounded = exact.astype(dtype)
+  nan = np.isnan(rounded)
+  np.testing.assert_array_equal(np.isnan(actual), nan, err_msg=f"NaN mismatch for {op.name}")
+  infinite = np.isinf(rounded)
+  np.testing.assert_array_equal(actual[infinite], rounded[infinite])
+  finite = ~nan & ~infinite
+  steps = np.abs(ordered_bits(actual[finite]) - ordered_bits(rounded[finite]))
+  worst = int(np.argmax(steps)) if steps.size else 0
+  assert steps.size == 0 or steps[worst] <= MAX_STEPS[(op, dtype)], \
+    f"{op.name} {dtype}: {steps[worst]} ulp steps at x={values[finite][worst]!r}"
+  spacing = np.spacing(np.abs(rounded[finite])).astype(F64)
+  return float((np.abs(actual[finite].astype(F64) - exact[finite]) / spacing).max()) if steps.size else 0.0
+
+
+def float32_sweep(seed: int) -> np.ndarray:
+  """~1.3M float32s: every 4093rd bit pattern (all binades, both signs, NaNs, subnormals), a dense run around 1 and
+  random values of moderate size."""
+  rng = np.random.default_rng(seed)
+  strided = np.arange(0, 1 << 32, 4093, dtype=np.int64).astype(np.uint32).view(F32)
+  near_one = np.arange(0x3F000000, 0x40000000, 97, dtype=np.int64).astype(np.uint32).view(F32)
+  moderate = rng.uniform(-200, 200, 200_000).astype(F32)
+  return np.concatenate([strided, near_one, moderate])
+
+
+@pytest.mark.parametrize("op", list(REFERENCE), ids=lambda op: op.name)
+def test_float32_sweep(op: Ops):
+  assert check(op, F32, float32_sweep(seed=0)) <= MAX_ULPS_F32[op]
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
+@pytest.mark.parametrize("op", list(REFERENCE), ids=lambda op: op.name)
+def test_every_16_bit_value(op: Ops, dtype: np.dtype):
+  check(op, dtype, np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(dtype))
+
+
+def test_exp2_special_values():
+  integers = np.arange(-160, 161).astype(F32)
+  with np.errstate(over="ignore"): expected = np.exp2(integers.astype(F64)).astype(F32)
+  np.testing.assert_array_equal(run_elementwise(Ops.EXP2, F32, integers), expected)
+  values = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-38, 127.99999, 128.0, -149.0, -149.5,
+                     -150.0, -150.00002, 1e30, -1e30], F32)
+  expected = np.array([1.0, 1.0, np.inf, 0.0, np.nan, 1.0, 1.0, 1.0, np.exp2(np.float64(np.float32(127.99999))),
+                       np.inf, 2.0 ** -149, 2.0 ** -149, 0.0, 0.0, np.inf, 0.0], F32)
+  np.testing.assert_array_equal(run_elementwise(Ops.EXP2, F32, values), expected)
+
+
+def test_log2_special_values():
+  powers = np.ldexp(np.float32(1), np.arange(-149, 128)).astype(F32)
+  np.testing.assert_array_equal(run_elementwise(Ops.LOG2, F32, powers), np.arange(-149, 128).astype(F32))
+  values = np.array([0.0, -0.0, -1.0, -1e-45, -np.inf, np.inf, np.nan, 1.0, 3.4028235e38, 1e-45], F32)
+  expected = np.array([-np.inf, -np.inf, np.nan, np.nan, np.nan, np.inf, np.nan, 0.0, 128.0, -149.0], F32)
+  actual = run_elementwise(Ops.LOG2, F32, values)
+  np.testing.assert_array_equal(actual, expected)
+  assert not np.signbit(actual[7])  # log2(1) = +0
+
+
+def test_sin_special_values():
+  values = np.array([0.0, -0.0, 1e-45, -1e-45, 1e-30, -3e-8, np.inf, -np.inf, np.nan], F32)
+  actual = run_elementwise(Ops.SIN, F32, values)
+  np.testing.assert_array_equal(actual[:6], values[:6])
+  np.testing.assert_array_equal(np.signbit(actual[:6]), np.signbit(values[:6]))
+  assert np.isnan(actual[6:]).all()
+
+
+def test_sin_large_arguments():
+  """Every binade up to float32's largest value, near multiples of pi / 2 included (no bound where it degrades)."""
+  rng = np.random.default_rng(1)
+  exponents = rng.integers(0, 128, 200_000)
+  values = np.ldexp(rng.uniform(1, 2, exponents.size), exponents).astype(F32) * rng.choice([-1, 1], exponents.size)
+  multiples = (np.arange(1, 100_000) * (np.pi / 2)).astype(F32)  # float32 values closest to k pi / 2
+  extremes = np.array([np.finfo(F32).max, -np.finfo(F32).max, 2.0 ** 24, 2.0 ** 39, 2.0 ** 63, 1e5, 71476.0625], F32)
+  assert check(Ops.SIN, F32, np.concatenate([values.astype(F32), multiples, extremes])) <= MAX_ULPS_F32[Ops.SIN]
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=str)
+@pytest.mark.parametrize("op", list(REFERENCE), ids=lambda op: op.name)
+def test_vectorises_without_libm(op: Ops, dtype: np.dtype):
+  """out[i] = op(in[i]) becomes vector code (AVX2 or AVX-512) and calls nothing."""
+  module = optimized_module(render_llvm("kernel", elementwise(op, [dtype], dtype, 4096), optimize=True))
+  assert re.search(r"<(8|16|32) x float>", str(module))
+  assert not re.search(r"call\s", target_machine().emit_assembly(module))
+
+
+def test_float64_and_noopt_keep_libm():
+  assert "@llvm.sin.f64" in render_llvm("kernel", elementwise(Ops.SIN, [F64], F64, 64))
+  for op, intrinsic in ((Ops.EXP2, "llvm.exp2.f32"), (Ops.LOG2, "llvm.log2.f32"), (Ops.SIN, "llvm.sin.f32")):
+    assert intrinsic in render_llvm("kernel", elementwise(op, [F32], F32, 64), optimize=False)
+    assert intrinsic not in render_llvm("kernel", elementwise(op, [F32], F32, 64), optimize=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the constants
+
+def test_pi_and_reduction_constants():
+  pi = transcendental._machin_pi(400)
+  fifty_digits = Fraction(314159265358979323846264338327950288419716939937510, 10 ** 50)
+  assert float(pi) == math.pi and abs(pi - fifty_digits) < Fraction(1, 10 ** 50)
+  constants = transcendental.sin_constants()
+  parts = constants["half_pi"]
+  assert abs(sum(map(Fraction, parts)) - pi / 2) < Fraction(1, 2 ** 158)
+  for j, (hi, lo) in enumerate(zip(constants["table_hi"], constants["table_lo"])):
+    power = Fraction(2) ** (transcendental.SIN_SPLIT_BITS * j)
+    multiple = (power - Fraction(hi) - Fraction(lo)) / (2 * pi)  # 2^(16 j) - table value: a multiple of 2 pi
+    assert abs(multiple - round(multiple)) < Fraction(1, 2 ** 100) and 0 <= hi < 2 * math.pi
+
+
+# the stated error bound of each fit, and the function and variable it approximates on its interval
+FITS = {
+  "exp2": (transcendental.EXP2_POLY, 2 ** -28.3, -0.5, 0.5,
+           lambda f, poly: np.abs(1 + f * poly(f) - np.exp2(f)) / np.exp2(f)),
+  "log2": (transcendental.LOG2_POLY, 2 ** -27.1, math.sqrt(0.5) - 1, math.sqrt(2) - 1,
+           lambda t, poly: np.abs(poly(t) - (np.log2(1 + t) - np.float32(transcendental.LOG2_E_HI) * t) / t)),
+  "sin": (transcendental.SIN_POLY, 2 ** -37.2, 1e-3, 0.8,
+          lambda r, poly: np.abs(r + r ** 3 * poly(r * r) - np.sin(r)) / np.sin(r)),
+  "cos": (transcendental.COS_POLY, 2 ** -33.6, 1e-3, 0.8,
+          lambda r, poly: np.abs(1 + r * r * poly(r * r) - np.cos(r)) / np.cos(r)),
+}
+
+
+@pytest.mark.parametrize("name", list(FITS))
+def test_polynomial_fits(name: str):
+  """Each polynomial, with its coefficients as the renderer writes them (float32 for exp2 / log2), evaluated in
+  float64, stays within the error the module states (up to float64 evaluation noise)."""
+  coefficients, bound, low, high, error = FITS[name]
+  if name in ("exp2", "log2"): coefficients = tuple(float(np.float32(c)) for c in coefficients)
+  points = np.linspace(low, high, 200_001)
+  points = points[points != 0]
+  worst = error(points, lambda x: np.polynomial.polynomial.polyval(x, coefficients)).max()
+  assert worst <= bound * 1.02 + 1e-15
