@@ -5,9 +5,11 @@ module emits is plain arithmetic (`fmul`, `fadd`, `llvm.fma`), integer operation
 which the loop vectoriser turns into AVX2 / AVX-512 code like any other elementwise work. Used for float32 and for
 float16 / bfloat16 (which compute in float32); float64 keeps the intrinsics (libm accuracy).
 
-Accuracy (float32, measured over dense sweeps of every binade and the special values by tests/test_transcendental.py,
-against numpy's float64 functions): at most 1 ulp from the correctly rounded result for EXP2 and LOG2, 0.5 ulp plus
-a hair (the float64 result rounded once) for SIN over the whole float32 range, huge arguments included.
+Accuracy (float32, against numpy's float64 functions): at most 1 ulp from the correctly rounded result for EXP2 and
+LOG2, 0.5 ulp plus a hair (the float64 result rounded once) for SIN over the whole float32 range, huge arguments
+included. Measured once over all 2^32 inputs, as the largest error against the exact value in ulps of the result:
+EXP2 0.879 (0.28% of results not correctly rounded), LOG2 0.976 (0.54%), SIN 0.5013 (0.02%);
+tests/test_transcendental.py checks dense sweeps of every binade, the special values and every 16-bit input.
 
   exp2(x)  n = round(x), f = x - n in [-1/2, 1/2] (exact); 2^f by a degree-6 polynomial; 2^n built as exponent bits
            and applied in two halves, so results in the subnormal range round once and 2^128 overflows to inf.
