@@ -345,6 +345,32 @@ def result_type(*args: Any, return_weak_type_flag: bool = False) -> np.dtype | t
   """
   if not args:
     raise ValueError("at least one array or dtype is required")
+  key = _result_type_key(args)
+  if key is not None and (cached := _result_type_cache.get(key)) is not None:
+    return cached if return_weak_type_flag else cached[0]
+  result = _result_type(args)
+  if key is not None and len(_result_type_cache) < _RESULT_TYPE_CACHE_LIMIT: _result_type_cache[key] = result
+  return result if return_weak_type_flag else result[0]
+
+
+# result_type is on every eager operation's path: remember answers for arrays (dtype, weak_type) and Python scalars
+_result_type_cache: dict[tuple, tuple[np.dtype, bool]] = {}
+_RESULT_TYPE_CACHE_LIMIT = 4096
+
+
+def _result_type_key(args: tuple) -> tuple | None:
+  """A cache key for `result_type(*args)`, or None when an argument is not an array or Python scalar (dtypes named
+  explicitly may warn, so they always take the full path)."""
+  key: list[Any] = [config.jax_enable_x64]
+  for arg in args:
+    if type(arg) in (bool, int, float): key.append(type(arg))
+    elif isinstance(getattr(arg, "dtype", None), np.dtype) and not isinstance(arg, (np.ndarray, np.generic)):
+      key.append((arg.dtype, bool(getattr(arg, "weak_type", False))))
+    else: return None
+  return tuple(key)
+
+
+def _result_type(args: tuple) -> tuple[np.dtype, bool]:
   dtypes, weak_types = zip(*(dtype_and_weak_type(arg) for arg in args))
   if len(dtypes) == 1:
     out_dtype, out_weak = dtypes[0], weak_types[0]
@@ -364,7 +390,7 @@ def result_type(*args: Any, return_weak_type_flag: bool = False) -> np.dtype | t
   out_weak = out_weak and out_dtype != np.dtype(bool_)
   if out_weak:
     out_dtype = _default_for_kind(out_dtype)
-  return (out_dtype, out_weak) if return_weak_type_flag else out_dtype
+  return out_dtype, out_weak
 
 
 # ---------------------------------------------------------------- reductions
