@@ -377,18 +377,25 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
         raise ValueError(f"jvp called with different primal and tangent shapes: {p.shape} and {t.shape}")
       inputs.append(JVPTracer(trace, p, cast(t, p.dtype)) if is_float(p) else p)
     out = fun(*tree_util.tree_unflatten(in_tree, inputs))
+  aux, out_tree, primals_out, tangents_out = _unzip_outputs(out, has_aux, trace)
+  tangents_out = [zeros_like(p) if t is None else t for p, t in zip(primals_out, tangents_out)]
+  result = (tree_util.tree_unflatten(out_tree, primals_out), tree_util.tree_unflatten(out_tree, tangents_out))
+  return (*result, aux) if has_aux else result
+
+
+def _unzip_outputs(out: Any, has_aux: bool, trace: JVPTrace) -> tuple[Any, Any, list[Any], list[Any]]:
+  """Split what a function returned under `trace`: aux (tangents stripped), the output tree, and per output leaf its
+  primal and its tangent (None: zero)."""
   out, aux = out if has_aux else (out, None)
   aux = _strip_tangents(aux, trace)
   out_leaves, out_tree = tree_util.tree_flatten(out)
-  primals_out, tangents_out = [], []
+  primals, tangents = [], []
   for leaf in out_leaves:
     leaf = _to_array(leaf)
     is_jvp = isinstance(leaf, JVPTracer) and leaf.trace is trace
-    primal, tangent = (leaf.primal, leaf.tangent) if is_jvp else (leaf, None)
-    primals_out.append(primal)
-    tangents_out.append(zeros_like(primal) if tangent is None else tangent)
-  result = (tree_util.tree_unflatten(out_tree, primals_out), tree_util.tree_unflatten(out_tree, tangents_out))
-  return (*result, aux) if has_aux else result
+    primals.append(leaf.primal if is_jvp else leaf)
+    tangents.append(leaf.tangent if is_jvp else None)
+  return aux, out_tree, primals, tangents
 
 
 def _zeros_uop(shape: tuple[int, ...], dtype: np.dtype) -> UOp:
@@ -410,17 +417,10 @@ def _linearize(fun: Callable, primal_leaves: list[Any], in_tree: Any, has_aux: b
               for i, a in enumerate(arrays)]
     out = fun(*tree_util.tree_unflatten(in_tree, inputs))
   linear.active = False
-  out, aux = out if has_aux else (out, None)
-  aux = _strip_tangents(aux, trace)
-  out_leaves, out_tree = tree_util.tree_flatten(out)
-  primals_out, tangent_uops = [], []
-  for leaf in out_leaves:
-    leaf = _to_array(leaf)
-    is_jvp = isinstance(leaf, JVPTracer) and leaf.trace is trace
-    primal, tangent = (leaf.primal, leaf.tangent) if is_jvp else (leaf, None)
-    primals_out.append(primal)
-    tangent_uops.append(tangent.uop if linear.is_mine(tangent) else _zeros_uop(primal.shape, primal.dtype))
-  program = UOp(Ops.SINK, BOOL, tuple(tangent_uops))
+  aux, out_tree, primals_out, tangents_out = _unzip_outputs(out, has_aux, trace)
+  tangent_uops = tuple(t.uop if linear.is_mine(t) else _zeros_uop(p.shape, p.dtype)
+                       for p, t in zip(primals_out, tangents_out))
+  program = UOp(Ops.SINK, BOOL, tangent_uops)
   return arrays, primals_out, out_tree, program, linear, aux
 
 

@@ -46,10 +46,20 @@ def _split_last(jac: Any, leaves: list[Any], leading_shape: tuple[int, ...], bat
   return blocks
 
 
-def _diff_args(args: tuple, argnums: int | Sequence[int]) -> tuple[tuple[int, ...], Any]:
+def _diff_args(args: tuple, argnums: int | Sequence[int]) -> Any:
+  """The differentiated argument (or the tuple of them, for several argnums)."""
+  return args[argnums] if isinstance(argnums, int) else tuple(args[p] for p in argnums)
+
+
+def _with_diff_args(fun: Callable, args: tuple, argnums: int | Sequence[int]) -> Callable:
+  """`fun` as a function of the differentiated arguments only (one value, or a tuple for several argnums)."""
   positions = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-  chosen = args[positions[0]] if isinstance(argnums, int) else tuple(args[p] for p in positions)
-  return positions, chosen
+
+  def partial_fun(diff: Any) -> Any:
+    call_args = list(args)
+    for p, value in zip(positions, (diff,) if isinstance(argnums, int) else diff): call_args[p] = value
+    return fun(*call_args)
+  return partial_fun
 
 
 def _check_inexact(name: str, leaves: list[Any]) -> None:
@@ -62,18 +72,12 @@ def _check_inexact(name: str, leaves: list[Any]) -> None:
 def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
   """The Jacobian of `fun` by forward mode (one JVP per input element, batched with vmap)."""
   def jacfun(*args: Any) -> Any:
-    positions, chosen = _diff_args(args, argnums)
+    chosen = _diff_args(args, argnums)
     in_leaves, in_tree = tree_util.tree_flatten(chosen)
     in_leaves = [ad._to_array(x) for x in in_leaves]
     _check_inexact("jacfwd", in_leaves)
 
-    def partial_fun(diff: Any) -> Any:
-      call_args = list(args)
-      if isinstance(argnums, int): call_args[argnums] = diff
-      else:
-        for p, value in zip(positions, diff): call_args[p] = value
-      return fun(*call_args)
-
+    partial_fun = _with_diff_args(fun, args, argnums)
     chosen_arrays = tree_util.tree_unflatten(in_tree, in_leaves)
     basis, _ = _std_basis(in_leaves)
 
@@ -95,18 +99,12 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
   """The Jacobian of `fun` by reverse mode (one VJP per output element, batched with vmap)."""
   def jacfun(*args: Any) -> Any:
-    positions, chosen = _diff_args(args, argnums)
+    chosen = _diff_args(args, argnums)
     in_leaves, in_tree = tree_util.tree_flatten(chosen)
     in_leaves = [ad._to_array(x) for x in in_leaves]
     _check_inexact("jacrev", in_leaves)
 
-    def partial_fun(diff: Any) -> Any:
-      call_args = list(args)
-      if isinstance(argnums, int): call_args[argnums] = diff
-      else:
-        for p, value in zip(positions, diff): call_args[p] = value
-      return fun(*call_args)
-
+    partial_fun = _with_diff_args(fun, args, argnums)
     result = ad.vjp(partial_fun, tree_util.tree_unflatten(in_tree, in_leaves), has_aux=has_aux)
     out, vjp_fn, aux = result if has_aux else (*result, None)
     out_leaves, out_tree = tree_util.tree_flatten(out)
