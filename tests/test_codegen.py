@@ -619,6 +619,30 @@ def test_blocked_sum_with_remainder():
   assert_same(out, values.reshape(rows, cols).astype(F64).sum(1).astype(F32), 1e-5)
 
 
+def test_widening_float32_sum_is_stored_unrounded():
+  """A float32 sum into float64 (the partial sums of a split reduction): float32 blocks added in float64, and the
+  float64 total stored as is. 2**24 in one block and 1 in the next add up to 2**24 + 1, which float32 can't hold."""
+  n = 2 * SUM_BLOCK
+  values = np.zeros(n, F32)
+  values[0], values[SUM_BLOCK] = 2.0 ** 24, 1.0
+  k = reduce_range(0, n)
+  ast = kernel(store(buffer(0, F64), const(0), UOp(Ops.REDUCE, F64, (load(buffer(1, F32), k), k), Ops.ADD)))
+  out = np.zeros(1, F64)
+  run(ast, [out, values])
+  assert out[0] == 2.0 ** 24 + 1
+
+
+def test_sum_block_loop_stays_a_loop():
+  """The loop over a row's SUM_BLOCK blocks is not unrolled: unrolled, the blocks' loads interleave into several
+  memory streams (slower, see SUM_BLOCK)."""
+  source = render_llvm("kernel", row_reduce_kernel(Ops.ADD, F32, 64, 2 * SUM_BLOCK))
+  assert '!{!"llvm.loop.unroll.disable"}' in source
+  values = sample(F32, n=64 * 2 * SUM_BLOCK, seed=33)
+  out = np.zeros(64, F32)
+  run(row_reduce_kernel(Ops.ADD, F32, 64, 2 * SUM_BLOCK), [out, values])
+  assert_same(out, values.reshape(64, -1).astype(F64).sum(1).astype(F32), 1e-5)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # what LLVM makes of it: vectorised loops, F16C, no libcalls
 

@@ -36,7 +36,8 @@ class Ops(Enum):
   POW = auto()
   # ternary
   WHERE = auto()
-  # reduction over axes, keeping them as size 1: arg = (Ops.ADD | Ops.MAX | Ops.MUL, axes tuple)
+  # reduction over axes, keeping them as size 1: arg = (Ops.ADD | Ops.MAX | Ops.MUL, axes tuple). Its dtype is its
+  # operand's, except for the float64 partial sums of float32 / 16-bit floats that lower/split.py builds
   REDUCE_AXIS = auto()
   # movement: free until lowering
   RESHAPE = auto()    # arg = new shape

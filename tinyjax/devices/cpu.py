@@ -295,12 +295,19 @@ def _cpu_count() -> int:
 _runtime: Runtime | None = None
 
 
+def cpu_threads() -> int:
+  """The threads a parallel CPU launch runs on: TINYJAX_CPU_THREADS, default one per usable core; once the runtime
+  has started, its own count. Lowering reads it (without starting the runtime) to decide how to split work."""
+  if _runtime is not None: return max(1, _runtime.nthreads)
+  return max(1, getenv("TINYJAX_CPU_THREADS", _cpu_count()))
+
+
 def get_runtime() -> Runtime:
-  """The process's runtime (compiled, or loaded from the cache, on first use); one thread per usable core."""
+  """The process's runtime (compiled, or loaded from the cache, on first use); `cpu_threads()` threads."""
   global _runtime
   if _runtime is None:
     with _lock:
-      if _runtime is None: _runtime = Runtime(getenv("TINYJAX_CPU_THREADS", _cpu_count()))
+      if _runtime is None: _runtime = Runtime(cpu_threads())
   return _runtime
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from tinyjax import __version__
 from tinyjax.codegen.llvm import render_llvm
-from tinyjax.devices import LaunchList, compile_cpu
+from tinyjax.devices import LaunchList, compile_cpu, cpu_threads
 from tinyjax.devices.buffer import Buffer, allocate_buffers
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
@@ -104,7 +104,8 @@ def get_schedule(sink: UOp) -> CompiledSchedule:
   """The compiled schedule of a normalised program: from the memory cache, else from the disk cache (schedule and
   LLVM IR; the machine code then comes from the device's compile cache), else lowered and rendered now."""
   if (compiled := _memory_cache.get(sink)) is not None: return compiled
-  key = f"{_CODE_FINGERPRINT}|{structure_key(sink)}"
+  threads = cpu_threads()  # the schedule depends on it (split reductions), so the disk cache key does too
+  key = f"{_CODE_FINGERPRINT}|threads={threads}|{structure_key(sink)}"
   lowered = None
   if (payload := _disk_cache.get(key)) is not None:
     try:
@@ -115,7 +116,7 @@ def get_schedule(sink: UOp) -> CompiledSchedule:
   origin = "from the disk cache"
   if lowered is None:
     start = time.perf_counter()
-    sched = schedule(sink)
+    sched = schedule(sink, threads)
     lowered = (sched, [render_llvm(kernel.name, kernel.ast) for kernel in sched.kernels])
     counters.schedules_lowered += 1
     _disk_cache.put(key, pickle.dumps(lowered, protocol=pickle.HIGHEST_PROTOCOL))

@@ -1,7 +1,9 @@
 """Fusion and rangeify: an array-level UOp program becomes a list of kernels.
 
 The program is a SINK over its outputs, with PARAM leaves for its inputs (lazy arrays are normalised to this form
-by realize.py, jit traces straight into it). Fusion decides which nodes become buffers:
+by realize.py, jit traces straight into it). First, a long reduction with fewer outputs than threads becomes two
+stages, partial results then their reduction, so that it runs on every core (split.py). Fusion then decides which
+nodes become buffers:
   - every output, and every CONTIGUOUS node;
   - a reduction whose result is broadcast (EXPAND) before it is used: computing it inside its consumer would redo
     the whole reduction for every broadcast element.
@@ -18,7 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinyjax.codegen.opt import launch_grain
+from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
+from tinyjax.lower.split import split_reductions
 from tinyjax.uop import BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, UOp
 
 REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
@@ -225,8 +229,10 @@ def reduce_identity(reduce_op: Ops, dtype: np.dtype):
   return -float("inf")
 
 
-def schedule(sink: UOp) -> Schedule:
-  """Lower a program (SINK over outputs, PARAM inputs) to kernels over buffer slots."""
+def schedule(sink: UOp, threads: int | None = None) -> Schedule:
+  """Lower a program (SINK over outputs, PARAM inputs) to kernels over buffer slots, for a device that runs a parallel
+  launch on `threads` threads (default: `cpu_threads()`; long reductions with few outputs split for them, split.py)."""
+  sink = split_reductions(sink, cpu_threads() if threads is None else threads, set(find_buffers(sink)))
   params = sorted({node for node in sink.toposort if node.op is Ops.PARAM}, key=lambda node: node.arg[0])
   n_inputs = max((p.arg[0] + 1 for p in params), default=0)
   slot_of: dict[UOp, int] = {p: p.arg[0] for p in params}

@@ -1,0 +1,166 @@
+"""Split reductions (lower/split.py): a long reduction with few outputs runs as two kernels, a parallel first stage of
+partial results and a small second stage. Values against numpy in float64 (odd and empty sizes, every reduced-axes
+layout, the dtypes that split), accuracy of long float32 sums, NaN, and when a reduction splits (kernel counts).
+
+The schedule depends on the number of threads a launch uses; the `threads` fixture lowers as if there were
+SPLIT_THREADS of them (whatever this machine has), so the split is exercised on any machine. The kernels still run on
+the real thread pool: only how the work is cut changes."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as tnp
+from tinyjax.lower import realize, split
+from tinyjax.lower.realize import counters
+from tinyjax.lower.schedule import schedule
+from tinyjax.uop import Ops, UOp
+
+SPLIT_THREADS = 4
+F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+BF16, I32, BOOL = np.dtype(ml_dtypes.bfloat16), np.dtype(np.int32), np.dtype(np.bool_)
+RNG = np.random.default_rng(0)
+LONG = 1_000_003  # prime: the chunks never divide it, so there is always a tail
+
+
+@pytest.fixture
+def threads(monkeypatch):
+  """Lower as if launches ran on SPLIT_THREADS threads, with a memory cache of this test's own (the disk cache key
+  includes the thread count)."""
+  monkeypatch.setattr(realize, "cpu_threads", lambda: SPLIT_THREADS)
+  monkeypatch.setattr(realize, "_memory_cache", {})
+  return SPLIT_THREADS
+
+
+def make(shape, dtype: np.dtype) -> np.ndarray:
+  if dtype == BOOL: return RNG.random(shape) < 0.5
+  if dtype.kind in "iu": return RNG.integers(-1000, 1000, size=shape).astype(dtype)
+  if dtype == F16: return RNG.uniform(-1, 1, size=shape).astype(dtype)  # sums of a million stay finite
+  return RNG.uniform(-1, 3, size=shape).astype(dtype)
+
+
+def kernel_count(fn) -> int:
+  counters.reset()
+  np.asarray(fn())
+  return counters.kernels_launched
+
+
+def param(shape, dtype=F32) -> UOp: return UOp(Ops.PARAM, np.dtype(dtype), (), (0, tuple(shape)))
+
+
+def reduce_axis(x: UOp, op: Ops, axes: tuple[int, ...]) -> UOp: return UOp(Ops.REDUCE_AXIS, x.dtype, (x,), (op, axes))
+
+
+# ---------------------------------------------------------------------------------------------- when it splits
+
+def test_full_sum_is_two_kernels_only_with_threads():
+  x = param((LONG,))
+  sink = UOp(Ops.SINK, F32, (reduce_axis(x, Ops.ADD, (0,)),))
+  assert len(schedule(sink, threads=SPLIT_THREADS).kernels) == 2
+  first, second = schedule(sink, threads=SPLIT_THREADS).kernels
+  assert first.outer_size == SPLIT_THREADS * split.SPLIT_PARTIALS_PER_THREAD and first.parallel and not second.parallel
+  assert len(schedule(sink, threads=1).kernels) == 1  # one thread: nothing to gain
+
+
+def test_small_or_wide_reductions_stay_one_kernel():
+  small = param((7,))
+  assert len(schedule(UOp(Ops.SINK, F32, (reduce_axis(small, Ops.ADD, (0,)),)), threads=SPLIT_THREADS).kernels) == 1
+  rows = param((4096, 1024))  # enough outputs for every thread: the launch over the rows is parallel as it is
+  assert len(schedule(UOp(Ops.SINK, F32, (reduce_axis(rows, Ops.ADD, (1,)),)), threads=SPLIT_THREADS).kernels) == 1
+  product = param((LONG,))  # products don't split
+  assert len(schedule(UOp(Ops.SINK, F32, (reduce_axis(product, Ops.MUL, (0,)),)), threads=SPLIT_THREADS).kernels) == 1
+
+
+def test_partials_per_output():
+  """A multiple of the threads, fewer when the reduction is short (each partial at least SPLIT_MIN_CHUNK_WORK)."""
+  def partials(shape, axes, threads=SPLIT_THREADS):
+    return split.split_partials(reduce_axis(param(shape), Ops.ADD, axes), threads, set())
+  assert partials((LONG,), (0,)) == SPLIT_THREADS * split.SPLIT_PARTIALS_PER_THREAD
+  assert partials((LONG,), (0,), threads=3) == 3 * split.SPLIT_PARTIALS_PER_THREAD
+  assert partials((2, 1 << 17), (1,)) == 8  # 2^17 / SPLIT_MIN_CHUNK_WORK, a multiple of 4
+  assert partials((1 << 17,), (0,)) == 0  # below SPLIT_MIN_WORK
+  assert partials((2, 1024), (1,)) == 0
+  assert partials((LONG,), (0,), threads=1) == 0
+  nested = reduce_axis(reduce_axis(param((2048, 512)), Ops.ADD, (1,)), Ops.ADD, (0,))  # 1M iterations over 2048
+  assert split.split_partials(nested, SPLIT_THREADS, set()) == SPLIT_THREADS * split.SPLIT_PARTIALS_PER_THREAD
+
+
+def test_eager_kernel_counts(threads):
+  x = tnp.asarray(make((512, 1024), F32))
+  assert kernel_count(lambda: x.sum()) == 2
+  assert kernel_count(lambda: (x * 2 + 1).sum() * 3) == 2  # producer fused into the first stage, epilogue the second
+  assert kernel_count(lambda: (x * 2 + 1).sum(axis=1)) == 1
+  assert kernel_count(lambda: x[:2].max(axis=1)) == 1  # 2048 elements: not worth a second kernel
+  assert kernel_count(lambda: x.reshape(2, -1).max(axis=1)) == 2
+
+
+# ---------------------------------------------------------------------------------------------- values
+
+@pytest.mark.parametrize("dtype", [F32, I32, BOOL, F16, BF16], ids=str)
+@pytest.mark.parametrize("size", [0, 1, 7, LONG])
+def test_full_reductions_match_numpy(threads, size: int, dtype: np.dtype):
+  host = make((size,), dtype)
+  x = tnp.asarray(host)
+  wide = host.astype(F64)
+  got = x.sum()
+  expected = wide.sum()
+  if dtype == F32: np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-6)
+  elif dtype in (F16, BF16):  # accumulated in float64 partials, then rounded once to the dtype
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(expected, dtype))
+  else: np.testing.assert_array_equal(np.asarray(got), expected.astype(got.dtype))
+  if size:
+    np.testing.assert_array_equal(np.asarray(x.max()), host.max())
+    np.testing.assert_array_equal(np.asarray(x.min()), host.min())
+
+
+@pytest.mark.parametrize("dtype", [F32, I32, BOOL, F16], ids=str)
+@pytest.mark.parametrize("shape, axis", [((3, LONG), 1), ((3, LONG), None), ((LONG, 3), 0), ((2, 5, 100_003), (0, 2)),
+                                         ((4, 2, 65_537), (1, 2)), ((1, LONG), 1)])
+def test_reductions_over_axes_match_numpy(threads, shape, axis, dtype: np.dtype):
+  host = make(shape, dtype)
+  x = tnp.asarray(host)
+  expected = host.astype(F64).sum(axis=axis)
+  got = np.asarray(x.sum(axis=axis))
+  if dtype == F32: np.testing.assert_allclose(got, expected, rtol=1e-6)
+  elif dtype == F16: np.testing.assert_array_equal(got, expected.astype(F16))
+  else: np.testing.assert_array_equal(got, expected.astype(got.dtype))
+  np.testing.assert_array_equal(np.asarray(x.max(axis=axis)), host.max(axis=axis))
+  np.testing.assert_array_equal(np.asarray(x.min(axis=axis)), host.min(axis=axis))
+
+
+def test_long_float32_sum_stays_accurate(threads):
+  n = 1 << 24
+  x = tnp.asarray(np.full(n, 0.1, F32))
+  assert kernel_count(lambda: x.sum()) == 2
+  exact = float(np.float32(0.1)) * n
+  assert abs(float(np.asarray(x.sum())) - exact) / exact < 1e-6
+
+
+def test_nan_in_a_chunk_and_in_the_tail(threads):
+  for index in (5, LONG - 1):  # in the first stage, in the tail the second stage reduces
+    host = make((LONG,), F32)
+    host[index] = np.nan
+    x = tnp.asarray(host)
+    assert np.isnan(np.asarray(x.max())) and np.isnan(np.asarray(x.min())) and np.isnan(np.asarray(x.sum()))
+
+
+def test_split_reduction_broadcast_back(threads):
+  """A split reduction whose result is broadcast (softmax) stays a buffer of its own, and is right."""
+  host = make((2, 300_007), F32)
+  x = tnp.asarray(host)
+  shifted = x - x.max(axis=1, keepdims=True)
+  exps = tnp.exp(shifted)
+  wide = np.exp(host.astype(F64) - host.max(1, keepdims=True))
+  np.testing.assert_allclose(np.asarray(exps / exps.sum(axis=1, keepdims=True)), wide / wide.sum(1, keepdims=True),
+                             rtol=1e-5, atol=1e-12)
+
+
+def test_nested_and_jitted(threads):
+  host = make((2048, 512), F32)
+  x = tnp.asarray(host)
+  assert kernel_count(lambda: x.sum(axis=1).sum()) == 2  # the outer reduction splits, the inner fuses into it
+  np.testing.assert_allclose(np.asarray(x.sum(axis=1).sum()), host.astype(F64).sum(), rtol=1e-6)
+  squares = tj.jit(lambda a: (a * a).mean())
+  for _ in range(2):  # traced and lowered, then the cached schedule
+    np.testing.assert_allclose(np.asarray(squares(x)), (host.astype(F64) ** 2).mean(), rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(tj.grad(lambda a: (a * a).sum())(x)), 2 * host, rtol=1e-6)

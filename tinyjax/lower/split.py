@@ -1,0 +1,132 @@
+"""Split reductions: a long reduction with few outputs becomes two kernels, so that every core works on it.
+
+A kernel is parallel over its outermost global range, the output's first axis longer than 1. A reduction with fewer
+outputs than threads (`x.sum()`, a kernel with no global range at all; `sum(axis=1)` of a (2, 8M) array) would run on
+one or two threads however long it is, and a handful of outputs per thread leaves the threads unbalanced. Such a
+reduction of `length` elements is rewritten, at the array level, before fusion (the tinygrad split-reduce):
+
+    partials[p, kept...] = reduce(x[kept..., p * chunk : (p + 1) * chunk])      chunk = length // P, P partials
+    result[kept...]      = reduce(partials[:, kept...]) (+) reduce(x[kept..., P * chunk :])    the tail: < P elements
+
+The first stage is its own kernel (the partials are CONTIGUOUS), parallel over its P contiguous chunks (a multiple of
+the threads, a few per thread); the second is small and keeps the reduction's elementwise epilogue. The reduced axes
+are moved last and flattened first, so any set of axes splits the same way, and the tail needs no padding (no gated
+loads in the long loop). With one thread nothing splits; the schedule depends on the thread count, which is part of
+the schedule cache's key (realize.py).
+
+Accuracy: float32 (and float16 / bfloat16) sums keep their partials in float64, without rounding: the first stage is
+a REDUCE_AXIS whose dtype (float64) is wider than its operand's, which codegen accumulates like any float32 sum
+(float32 blocks added into float64) but stores unrounded; the second stage adds P float64 values and rounds once. So
+a split sum is as accurate as the single-kernel one. Integer sums (wrapping) and MAX are exact in any order.
+"""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from tinyjax.uop import BOOL, Ops, UOp
+
+# Split only when the reduction has fewer outputs than threads x SPLIT_OUTPUTS_PER_THREAD: with at least that many,
+# the launch over the outputs alone keeps every thread busy (at most 1 / SPLIT_OUTPUTS_PER_THREAD idle at the end).
+SPLIT_OUTPUTS_PER_THREAD = 8
+# The first stage is a launch over its P partial results per output (the outermost loop): P is a multiple of the
+# threads, up to threads x SPLIT_PARTIALS_PER_THREAD so that the runtime can still balance a thread slowed down by
+# other work (2 to 32 per thread measured the same on a 4096x4096 float32 sum on 2 cores) ...
+SPLIT_PARTIALS_PER_THREAD = 4
+# ... with at least SPLIT_MIN_CHUNK_WORK loop iterations per partial result, so that each is one long contiguous
+# stream (64 KB of float32) whose horizontal reduction and store cost nothing next to it ...
+SPLIT_MIN_CHUNK_WORK = 1 << 14
+# ... and only for reductions of at least SPLIT_MIN_WORK loop iterations in all: below it, a second kernel and its
+# launch cost about what the other cores would save (2^18 float32 elements are 1 MB, ~40 us on one thread).
+SPLIT_MIN_WORK = 1 << 18
+# The reductions that split: sums and maxima (min is max of a negation) of these dtypes.
+SPLIT_OPS = (Ops.ADD, Ops.MAX)
+_FLOAT16, _BFLOAT16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+SPLIT_DTYPES = frozenset({BOOL, _FLOAT16, _BFLOAT16, _F32, _F64} |
+                         {np.dtype(f"{kind}{size}") for kind in "iu" for size in (1, 2, 4, 8)})
+# A sum of these keeps its partial sums in float64 (see the module docstring).
+WIDE_SUM_DTYPES = frozenset({_FLOAT16, _BFLOAT16, _F32})
+
+
+def _element_cost(node: UOp, realized: set[UOp], memo: dict[UOp, int]) -> int:
+  """Loop iterations to compute one element of `node` inside a kernel: 1 for a load (a PARAM or a node that is a
+  buffer of its own), the reduced length times the operand's cost for a nested reduction, else its costliest source."""
+  if node in memo: return memo[node]
+  if node.op is Ops.PARAM or node in realized or not node.src: cost = 1
+  elif node.op is Ops.REDUCE_AXIS:
+    source = node.src[0]
+    cost = math.prod(source.shape[axis] for axis in node.arg[1]) * _element_cost(source, realized, memo)
+  else: cost = max(_element_cost(src, realized, memo) for src in node.src)
+  memo[node] = cost
+  return cost
+
+
+def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[UOp, int] | None = None) -> int:
+  """How many partial results per output REDUCE_AXIS `reduction` is split into on a machine running `threads`
+  threads per launch; 0 when it stays one kernel. `realized`: the nodes fusion makes buffers of."""
+  reduce_op, axes = reduction.arg
+  if threads < 2 or reduce_op not in SPLIT_OPS or reduction.dtype not in SPLIT_DTYPES: return 0
+  outputs = math.prod(reduction.shape)
+  if outputs >= threads * SPLIT_OUTPUTS_PER_THREAD: return 0
+  length = math.prod(reduction.src[0].shape[axis] for axis in axes)
+  per_output = length * _element_cost(reduction.src[0], realized, {} if memo is None else memo)
+  if outputs * per_output < SPLIT_MIN_WORK: return 0  # also an empty reduction
+  partials = min(threads * SPLIT_PARTIALS_PER_THREAD, per_output // SPLIT_MIN_CHUNK_WORK, length)
+  return partials // threads * threads
+
+
+def _node(op: Ops, src: UOp, arg=None, dtype: np.dtype | None = None) -> UOp:
+  return UOp(op, src.dtype if dtype is None else dtype, (src,), arg)
+
+
+def split_reduction(reduction: UOp, partials: int, contiguous: bool) -> UOp:
+  """The two-stage form of REDUCE_AXIS `reduction` (same shape, dtype and value, up to reassociation) with `partials`
+  partial results per output; CONTIGUOUS when the original was a buffer of its own (broadcast after it)."""
+  reduce_op, axes = reduction.arg
+  source = reduction.src[0]
+  kept = [axis for axis in range(len(source.shape)) if axis not in axes]
+  kept_shape = tuple(source.shape[axis] for axis in kept)
+  length = math.prod(source.shape[axis] for axis in axes)
+  chunk = length // partials
+  body_length = chunk * partials
+  wide = _F64 if reduce_op is Ops.ADD and reduction.dtype in WIDE_SUM_DTYPES else reduction.dtype
+  full = tuple((0, dim) for dim in kept_shape)
+  order = (*kept, *axes)
+  flat = _node(Ops.RESHAPE, source if order == tuple(range(len(order))) else _node(Ops.PERMUTE, source, order),
+               (*kept_shape, length))
+  # first stage: (P, kept...) partial results, P outermost so that the launch is parallel over the chunks
+  body = flat if body_length == length else _node(Ops.SHRINK, flat, (*full, (0, body_length)))
+  body = _node(Ops.RESHAPE, body, (*kept_shape, partials, chunk))
+  n_kept = len(kept_shape)
+  body = _node(Ops.PERMUTE, body, (n_kept, *range(n_kept), n_kept + 1))
+  stage1 = UOp(Ops.REDUCE_AXIS, wide, (body,), (reduce_op, (n_kept + 1,)))
+  partial_results = _node(Ops.CONTIGUOUS, _node(Ops.RESHAPE, stage1, (partials, *kept_shape)))
+  # second stage: the partial results, and the tail that no chunk covers
+  total = _node(Ops.RESHAPE, _node(Ops.REDUCE_AXIS, partial_results, (reduce_op, (0,))), kept_shape)
+  if body_length < length:
+    tail = _node(Ops.SHRINK, flat, (*full, (body_length, length)))
+    if wide != tail.dtype: tail = _node(Ops.CAST, tail, dtype=wide)
+    tail = _node(Ops.RESHAPE, _node(Ops.REDUCE_AXIS, tail, (reduce_op, (n_kept,))), kept_shape)
+    total = UOp(reduce_op, wide, (total, tail))
+  if wide != reduction.dtype: total = _node(Ops.CAST, total, dtype=reduction.dtype)
+  result = _node(Ops.RESHAPE, total, reduction.shape)
+  return _node(Ops.CONTIGUOUS, result) if contiguous else result
+
+
+def split_reductions(sink: UOp, threads: int, realized: set[UOp]) -> UOp:
+  """Rewrite every reduction of program `sink` that `split_partials` splits into its two-stage form. `realized`: the
+  nodes that fusion makes buffers of (`find_buffers` of the original program)."""
+  if threads < 2: return sink
+  replaced: dict[UOp, UOp] = {}
+  memo: dict[UOp, int] = {}
+  for node in sink.toposort:
+    new = node
+    if node.src and any(replaced[src] is not src for src in node.src):
+      new = node.replace(src=tuple(replaced[src] for src in node.src))
+    if node.op is Ops.REDUCE_AXIS and (partials := split_partials(node, threads, realized, memo)):
+      new = split_reduction(new, partials, contiguous=node in realized and node not in sink.src)
+    replaced[node] = new
+  return replaced[sink]
