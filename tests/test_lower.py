@@ -190,3 +190,36 @@ def test_graph_rewrite_handles_deep_graphs():
   for _ in range(5000): graph = node(Ops.MUL, graph, one)
   rules = PatternMatcher([(UPat(Ops.MUL, src=(UPat.var("a"), UPat.cvar("c"))), lambda a, c: a if c.arg == 1 else None)])
   assert graph_rewrite(graph, rules) is x
+
+
+def _matmul(lhs: UOp, rhs: UOp) -> UOp:
+  (m, k), (_, n) = lhs.shape, rhs.shape
+  lhs3 = node(Ops.EXPAND, node(Ops.RESHAPE, lhs, arg=(m, 1, k)), arg=(m, n, k))
+  rhs3 = node(Ops.EXPAND, node(Ops.RESHAPE, node(Ops.PERMUTE, rhs, arg=(1, 0)), arg=(1, n, k)), arg=(m, n, k))
+  return node(Ops.RESHAPE, node(Ops.REDUCE_AXIS, node(Ops.MUL, lhs3, rhs3), arg=(Ops.ADD, (2,))), arg=(m, n))
+
+
+def test_costly_operand_of_a_contraction_is_computed_once_into_a_buffer():
+  a_data, b_data = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), np.ones((4, 5), np.float32)
+  a, b = param(0, (3, 4)), param(1, (4, 5))
+  two = node(Ops.EXPAND, node(Ops.RESHAPE, UOp.const(F32, 2.0), arg=(1, 1)), arg=(3, 4))
+  cheap = node(Ops.SINK, _matmul(node(Ops.MUL, a, two), b))
+  costly = node(Ops.SINK, _matmul(node(Ops.EXP2, a), b))
+  assert len(schedule(cheap).kernels) == 1                 # a scaled operand stays fused
+  assert len(schedule(costly).kernels) == 2                # exp2(a): once per element of a, not per (m, n, k)
+  (out,) = interpret(costly, [a_data, b_data])
+  np.testing.assert_allclose(out, np.exp2(a_data) @ b_data, rtol=1e-6)
+
+
+def test_costly_epilogue_of_a_contraction_gets_its_own_kernel_but_not_of_a_row_reduction():
+  a_data, b_data = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), np.ones((4, 5), np.float32)
+  a, b = param(0, (3, 4)), param(1, (4, 5))
+  product = _matmul(a, b)
+  one = node(Ops.EXPAND, node(Ops.RESHAPE, UOp.const(F32, 1.0), arg=(1, 1)), arg=(3, 5))
+  assert len(schedule(node(Ops.SINK, node(Ops.ADD, product, one))).kernels) == 1   # bias-like epilogue fuses
+  costly = node(Ops.SINK, node(Ops.EXP2, product))
+  assert len(schedule(costly).kernels) == 2
+  (out,) = interpret(costly, [a_data, b_data])
+  np.testing.assert_allclose(out, np.exp2(a_data @ b_data), rtol=1e-6)
+  row_sum = node(Ops.REDUCE_AXIS, a, arg=(Ops.ADD, (1,)))
+  assert len(schedule(node(Ops.SINK, node(Ops.EXP2, row_sum))).kernels) == 1       # plain reductions keep it

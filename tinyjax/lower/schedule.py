@@ -70,25 +70,66 @@ def _is_expanding(node: UOp) -> bool:
   return node.op is Ops.EXPAND and node.src[0].shape != node.shape
 
 
+# An elementwise value read through a broadcast is computed once per broadcast element when fused: worth a buffer
+# of its own when it contains one of these (or more than RECOMPUTE_OP_LIMIT ops), e.g. tanh's derivative feeding the
+# contraction of a gradient, which would otherwise be evaluated M*N*K times instead of M*K (and unrolled into every
+# register tile of the contraction).
+COSTLY_OPS = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.FDIV, Ops.POW, Ops.IDIV, Ops.MOD}
+RECOMPUTE_OP_LIMIT = 8
+
+
+def _is_costly(node: UOp, realize: set[UOp], cost: dict[UOp, tuple[bool, int]]) -> bool:
+  """Whether the fused elementwise computation of `node` (down to buffers) is too expensive to redo per broadcast
+  element. `cost` memoises (has a costly op, op count) per node."""
+  stack = [node]
+  while stack:
+    current = stack[-1]
+    if current in cost: stack.pop(); continue
+    inputs = [s for s in current.src if s not in realize and s.op is not Ops.PARAM]
+    if missing := [s for s in inputs if s not in cost]: stack.extend(missing); continue
+    stack.pop()
+    is_op = current.op in ELEMENTWISE
+    has_costly = (current.op in COSTLY_OPS) or any(cost[s][0] for s in inputs)
+    cost[current] = (has_costly, int(is_op) + sum(cost[s][1] for s in inputs))
+  has_costly, count = cost[node]
+  return has_costly or count > RECOMPUTE_OP_LIMIT
+
+
+def _is_contraction(node: UOp, realize: set[UOp]) -> bool:
+  """Whether a reduction reads a broadcast (a matmul-like contraction, which codegen tiles into registers: an
+  expensive epilogue fused after it would be unrolled into every register of the tile, so it gets its own kernel)."""
+  stack, seen = [node.src[0]], set()
+  while stack:
+    current = stack.pop()
+    if current in seen or current in realize or current.op is Ops.PARAM: continue
+    seen.add(current)
+    if _is_expanding(current): return True
+    stack.extend(current.src)
+  return False
+
+
 def find_buffers(sink: UOp) -> list[UOp]:
   """The nodes that become buffers (kernel outputs), in an order where producers come before consumers."""
   realize = {out for out in sink.src if out.op is not Ops.PARAM}
   realize |= {node for node in sink.toposort if node.op is Ops.CONTIGUOUS}
-  pending, visited = list(realize), set()
+  pending, visited, cost = list(realize), set(), {}
   while pending:
     kernel_root = pending.pop()
-    stack = [(src, False) for src in kernel_root.src]
+    costly_root = kernel_root.op in COSTLY_OPS
+    stack = [(src, False, costly_root) for src in kernel_root.src]
     while stack:
-      node, expanded = stack.pop()
-      if (node, expanded) in visited or node.op is Ops.PARAM: continue
-      visited.add((node, expanded))
+      node, expanded, costly_above = stack.pop()
+      if (node, expanded, costly_above) in visited or node.op is Ops.PARAM: continue
+      visited.add((node, expanded, costly_above))
       if node in realize: continue
-      if node.op is Ops.REDUCE_AXIS and expanded:
+      if expanded and (node.op is Ops.REDUCE_AXIS or (node.op in ELEMENTWISE and _is_costly(node, realize, cost))) or \
+          (costly_above and node.op is Ops.REDUCE_AXIS and _is_contraction(node, realize)):
         realize.add(node)
         pending.append(node)
         continue
       expanded = expanded or _is_expanding(node)
-      stack.extend((src, expanded) for src in node.src)
+      costly_above = costly_above or node.op in COSTLY_OPS
+      stack.extend((src, expanded, costly_above) for src in node.src)
   return [node for node in sink.toposort if node in realize]
 
 
