@@ -115,7 +115,8 @@ def bench_jit_dispatch():
   x = tnp.asarray(np.ones(8, np.float32))
   f(x).block_until_ready()  # trace, lower and compile once: what follows are cache hits
   step = best_of(lambda: f(x), repeat=15, min_time=0.5)
-  report("jit(x + 1) on float32[8], cache hit", f"{step * 1e6:.1f} us per call", None, "goal < 10 us (JAX 0.10.2: 4.9 us on this machine)")
+  report("jit(x + 1) on float32[8], cache hit", f"{step * 1e6:.1f} us per call", None,
+         "goal < 10 us (JAX 0.10.2: 4.9 us on this machine)")
 
 
 BENCHMARKS = [bench_first_call_compile, bench_elementwise_chain, bench_transcendental, bench_sum_axis, bench_matmul,
