@@ -69,15 +69,18 @@ def _check_inexact(name: str, leaves: list[Any]) -> None:
                       f"{leaf.dtype.name}. For holomorphic differentiation, pass holomorphic=True.")
 
 
+def _differentiated(name: str, fun: Callable, args: tuple, argnums: int | Sequence[int]):
+  """`fun` as a function of the differentiated arguments, and those arguments as checked float array leaves."""
+  in_leaves, in_tree = tree_util.tree_flatten(_diff_args(args, argnums))
+  in_leaves = [ad._to_array(x) for x in in_leaves]
+  _check_inexact(name, in_leaves)
+  return _with_diff_args(fun, args, argnums), in_leaves, in_tree
+
+
 def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
   """The Jacobian of `fun` by forward mode (one JVP per input element, batched with vmap)."""
   def jacfun(*args: Any) -> Any:
-    chosen = _diff_args(args, argnums)
-    in_leaves, in_tree = tree_util.tree_flatten(chosen)
-    in_leaves = [ad._to_array(x) for x in in_leaves]
-    _check_inexact("jacfwd", in_leaves)
-
-    partial_fun = _with_diff_args(fun, args, argnums)
+    partial_fun, in_leaves, in_tree = _differentiated("jacfwd", fun, args, argnums)
     chosen_arrays = tree_util.tree_unflatten(in_tree, in_leaves)
     basis, _ = _std_basis(in_leaves)
 
@@ -99,12 +102,7 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
   """The Jacobian of `fun` by reverse mode (one VJP per output element, batched with vmap)."""
   def jacfun(*args: Any) -> Any:
-    chosen = _diff_args(args, argnums)
-    in_leaves, in_tree = tree_util.tree_flatten(chosen)
-    in_leaves = [ad._to_array(x) for x in in_leaves]
-    _check_inexact("jacrev", in_leaves)
-
-    partial_fun = _with_diff_args(fun, args, argnums)
+    partial_fun, in_leaves, in_tree = _differentiated("jacrev", fun, args, argnums)
     result = ad.vjp(partial_fun, tree_util.tree_unflatten(in_tree, in_leaves), has_aux=has_aux)
     out, vjp_fn, aux = result if has_aux else (*result, None)
     out_leaves, out_tree = tree_util.tree_flatten(out)
