@@ -506,13 +506,12 @@ bitwise_not = _unary_op("bitwise_not", INTEGER, _not, "Elementwise ~x for intege
 
 
 def _shift_amount(x: Array, y: Array) -> tuple[Array, Array]:
-  """The shift clamped to [0, bits - 1] (so the primitive never sees an out-of-range shift) and whether it was in
-  range."""
+  """The shift where it is in [0, bits) and bits - 1 elsewhere (so the primitive never sees an out-of-range shift,
+  and an arithmetic right shift by a negative or too large amount fills with the sign bit, as XLA), and whether it
+  was in range."""
   bits = 8 * x.dtype.itemsize
   in_range = _and(_le(_c(y, 0), y), _lt(y, _c(y, bits))) if y.dtype.kind == "i" else _lt(y, _c(y, bits))
-  clamped = _min(y, _c(y, bits - 1))
-  if y.dtype.kind == "i": clamped = _max(clamped, _c(y, 0))
-  return clamped, in_range
+  return _where(in_range, y, _c(y, bits - 1)), in_range
 
 
 def _shift_left(x: Array, y: Array) -> Array:
@@ -522,7 +521,7 @@ def _shift_left(x: Array, y: Array) -> Array:
 
 def _shift_right_arithmetic(x: Array, y: Array) -> Array:
   if x.dtype.kind == "u": return _shift_right_logical(x, y)
-  amount, _ = _shift_amount(x, y)  # shifting by bits - 1 already gives 0 or -1, what a larger shift means
+  amount, _ = _shift_amount(x, y)  # shifting by bits - 1 already gives 0 or -1, what an out-of-range shift means
   return _binary(Ops.SHR, x, amount)
 
 

@@ -84,7 +84,7 @@ def transpose(operand: Any, permutation: Sequence[int]) -> Array:
   x = to_array(operand)
   permutation = tuple(int(p) for p in permutation)
   if sorted(permutation) != list(range(x.ndim)):
-    raise ValueError(f"transpose permutation isn't a permutation of operand dimensions, got permutation "
+    raise TypeError(f"transpose permutation isn't a permutation of operand dimensions, got permutation "
                      f"{permutation} for operand shape {x.shape}")
   return permute_raw(x, permutation)
 

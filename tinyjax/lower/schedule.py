@@ -209,7 +209,9 @@ class _Rangeify:
   def emit(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool = False) -> UOp:
     key = (node, idx, valid)
     if key in self.memo: return self.memo[key]
-    if not top and (node.op is Ops.PARAM or node in self.slot_of):
+    if 0 in node.shape:  # an empty value is only ever read under a PAD condition that is false: any value will do
+      result = UOp.const(node.dtype, 0)
+    elif not top and (node.op is Ops.PARAM or node in self.slot_of):
       buffer = self.define_global(self.slot_of[node], node.dtype)
       index = _flat_index(idx, node.shape)
       result = UOp(Ops.LOAD, node.dtype, (buffer, index) if valid is None else (buffer, index, valid))
@@ -270,6 +272,18 @@ def reduce_identity(reduce_op: Ops, dtype: np.dtype):
   return -float("inf")
 
 
+def _drop_unread_buffers(ast: UOp, slots: list[int]) -> tuple[UOp, tuple[int, ...]]:
+  """Renumber the kernel's DEFINE_GLOBALs 0..n-1 after simplification removed some loads (`where(c, x, x)` no longer
+  reads `c`), and keep only the slots still read or written."""
+  used = sorted({node.arg for node in ast.toposort if node.op is Ops.DEFINE_GLOBAL})
+  if used == list(range(len(slots))): return ast, tuple(slots)
+  rebuilt: dict[UOp, UOp] = {}
+  for node in ast.toposort:
+    if node.op is Ops.DEFINE_GLOBAL: rebuilt[node] = node.replace(arg=used.index(node.arg))
+    else: rebuilt[node] = node.replace(src=tuple(rebuilt[src] for src in node.src)) if node.src else node
+  return rebuilt[ast], tuple(slots[index] for index in used)
+
+
 def schedule(sink: UOp, threads: int | None = None) -> Schedule:
   """Lower a program (SINK over outputs, PARAM inputs) to kernels over buffer slots, for a device that runs a parallel
   launch on `threads` threads (default: `cpu_threads()`; long reductions with few outputs split for them, split.py)."""
@@ -285,9 +299,9 @@ def schedule(sink: UOp, threads: int | None = None) -> Schedule:
     if 0 in node.shape: continue  # nothing to compute
     builder = _Rangeify(node, slot_of)
     ast, outer = builder.build()
-    ast = symbolic.simplify(ast)
+    ast, slots = _drop_unread_buffers(symbolic.simplify(ast), builder.params)
     kind = "r" if any(n.op is Ops.REDUCE for n in ast.toposort) else "e"
     name = f"{kind}_{'_'.join(map(str, node.shape)) or 'scalar'}_{structure_key(ast)[:8]}"
-    kernels.append(Kernel(name, ast, tuple(builder.params), outer, builder.work, launch_grain(ast)))
+    kernels.append(Kernel(name, ast, slots, outer, builder.work, launch_grain(ast)))
   outputs = tuple(slot_of[out] for out in sink.src)
   return Schedule(tuple(kernels), n_inputs, tuple(specs[len(params):]), outputs)

@@ -7,16 +7,15 @@ from tinyjax.dtypes import finfo, iinfo, issubdtype, promote_types, result_type
 from tinyjax.numpy import _array_methods
 from tinyjax.numpy._creation import (SCALAR_TYPES as _SCALAR_TYPES, arange, array, asarray, empty, empty_like, eye,
                                      full, full_like, identity, linspace, ones, ones_like, zeros, zeros_like)
-from tinyjax.numpy._elementwise import (abs, absolute, add, arccos, arccosh, arcsin, arcsinh, arctan, arctan2,
-                                        arctanh, around, astype, bitwise_and, bitwise_not, bitwise_or, bitwise_xor,
-                                        cbrt, ceil, clip, copysign, cos, cosh, deg2rad, degrees, divide, equal, exp,
-                                        exp2, expm1, floor, floor_divide, fmax, fmin, fmod, greater, greater_equal,
-                                        heaviside, hypot, invert, isfinite, isinf, isnan, left_shift, less, less_equal,
-                                        log, log1p, log2, log10, logical_and, logical_not, logical_or, logical_xor,
-                                        maximum, minimum, mod, multiply, negative, not_equal, positive, power,
-                                        rad2deg, radians, reciprocal, remainder, right_shift, rint, round, sign,
-                                        signbit, sin, sinh, sqrt, square, subtract, tan, tanh, true_divide, trunc,
-                                        where)
+from tinyjax.numpy._elementwise import (abs, absolute, add, arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh,
+                                        around, astype, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cbrt, ceil,
+                                        clip, copysign, cos, cosh, deg2rad, degrees, divide, equal, exp, exp2, expm1,
+                                        fabs, floor, floor_divide, fmax, fmin, fmod, greater, greater_equal, heaviside,
+                                        hypot, invert, isfinite, isinf, isnan, left_shift, less, less_equal, log,
+                                        log1p, log2, log10, logical_and, logical_not, logical_or, logical_xor, maximum,
+                                        minimum, mod, multiply, negative, not_equal, positive, power, rad2deg, radians,
+                                        reciprocal, remainder, right_shift, rint, round, sign, signbit, sin, sinh,
+                                        sqrt, square, subtract, tan, tanh, true_divide, trunc, where)
 from tinyjax.numpy._indexing import getitem as _getitem  # noqa: F401
 from tinyjax.numpy._linalg import dot, inner, matmul, outer, tensordot, vdot
 from tinyjax.numpy._reductions import all, amax, amin, any, argmax, argmin, max, mean, min, prod, std, sum, var
@@ -43,14 +42,14 @@ __all__ = [
   "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "bool_", "broadcast_arrays", "broadcast_shapes",
   "broadcast_to", "cbrt", "ceil", "clip", "concatenate", "copysign", "cos", "cosh", "deg2rad", "degrees", "divide",
   "dot", "dtype", "e", "empty", "empty_like", "equal", "euler_gamma", "exp", "exp2", "expand_dims", "expm1", "eye",
-  "finfo", "flip", "fliplr", "flipud", "float16", "float32", "float64", "float8_e4m3fn", "floor", "floor_divide",
-  "fmax", "fmin", "fmod", "full", "full_like", "greater", "greater_equal", "heaviside", "hypot", "identity", "iinfo",
-  "inf", "inner", "int16", "int32", "int64", "int8", "invert", "isfinite", "isinf", "isnan", "issubdtype",
-  "left_shift", "less", "less_equal", "linspace", "log", "log10", "log1p", "log2", "logical_and", "logical_not",
-  "logical_or", "logical_xor", "matmul", "matrix_transpose", "max", "maximum", "mean", "min", "minimum", "mod",
-  "moveaxis", "multiply", "nan", "ndarray", "negative", "newaxis", "not_equal", "ones", "ones_like", "outer", "pad",
-  "pi", "positive", "power", "prod", "promote_types", "rad2deg", "radians", "ravel", "reciprocal", "remainder",
-  "reshape", "result_type", "right_shift", "rint", "round", "sign", "signbit", "sin", "sinh", "sqrt", "square",
-  "squeeze", "stack", "std", "subtract", "sum", "swapaxes", "tan", "tanh", "tensordot", "transpose", "true_divide",
-  "trunc", "uint16", "uint32", "uint64", "uint8", "var", "vdot", "where", "zeros", "zeros_like",
+  "fabs", "finfo", "flip", "fliplr", "flipud", "float16", "float32", "float64", "float8_e4m3fn", "floor",
+  "floor_divide", "fmax", "fmin", "fmod", "full", "full_like", "greater", "greater_equal", "heaviside", "hypot",
+  "identity", "iinfo", "inf", "inner", "int16", "int32", "int64", "int8", "invert", "isfinite", "isinf", "isnan",
+  "issubdtype", "left_shift", "less", "less_equal", "linspace", "log", "log10", "log1p", "log2", "logical_and",
+  "logical_not", "logical_or", "logical_xor", "matmul", "matrix_transpose", "max", "maximum", "mean", "min",
+  "minimum", "mod", "moveaxis", "multiply", "nan", "ndarray", "negative", "newaxis", "not_equal", "ones", "ones_like",
+  "outer", "pad", "pi", "positive", "power", "prod", "promote_types", "rad2deg", "radians", "ravel", "reciprocal",
+  "remainder", "reshape", "result_type", "right_shift", "rint", "round", "sign", "signbit", "sin", "sinh", "sqrt",
+  "square", "squeeze", "stack", "std", "subtract", "sum", "swapaxes", "tan", "tanh", "tensordot", "transpose",
+  "true_divide", "trunc", "uint16", "uint32", "uint64", "uint8", "var", "vdot", "where", "zeros", "zeros_like",
 ]

@@ -31,18 +31,24 @@ def _operand(x: Any, name: str) -> Any:
                   "converted with tinyjax.numpy.asarray first)")
 
 
-def promote(name: str, *args: Any, inexact: bool = False) -> list[Array]:
-  """Arrays of one dtype (JAX's promotion of `args`, weak scalars included) broadcast to one shape.
+def promote(name: str, *args: Any, inexact: bool = False, numeric: bool = False) -> list[Array]:
+  """Arrays of one dtype and weak type (JAX's promotion of `args`, weak scalars included) broadcast to one shape.
 
-  With `inexact`, integer and bool results move to the default float dtype (as `true_divide`, `sin`, ...)."""
+  Every operand gets the result's weak type, so a weak result stays weak through the operation (`i32 * 1.5` is a
+  weak float32, and adding it to a bfloat16 array gives bfloat16). With `inexact`, integer and bool results move to
+  the default float dtype (as `true_divide`, `sin`, ...); with `numeric`, bools move to the default int dtype (as
+  `square`, `floor_divide`, `power`). A single operand without either is taken as it is."""
   operands = [_operand(x, name) for x in args]
+  if len(operands) == 1 and not (inexact or numeric):
+    (x,) = operands
+    return [x if is_array(x) else full((), x, dtypes.python_scalar_dtype(x), type(x) is not bool)]
   dtype, weak = dtypes.result_type(*operands, return_weak_type_flag=True)
-  if inexact and not dtypes.is_floating(dtype):
-    dtype = dtypes.to_inexact_dtype(dtype)
+  if inexact: dtype = dtypes.to_inexact_dtype(dtype)
+  if numeric and dtype == BOOL: dtype = dtypes.default_int_dtype()
   shape = broadcast_shapes(name, *(np.shape(x) if not is_array(x) else x.shape for x in operands))
   arrays = []
   for x in operands:
-    array = full((), x, dtype, weak) if is_python_scalar(x) else cast(x, dtype)
+    array = full((), x, dtype, weak) if is_python_scalar(x) else cast(x, dtype, weak)
     arrays.append(expand_raw(array, shape))
   return arrays
 
@@ -55,23 +61,33 @@ def as_array(x: Any, name: str = "function") -> Array:
 
 # ---------------------------------------------------------------------------------------------- helpers
 
-def _binary(name: str, fn: Callable[[Array, Array], Array], doc: str, inexact: bool = False,
-            kinds: str = "fiub") -> Callable[[Any, Any], Array]:
+def _all_weak(*args: Any) -> bool: return all(dtypes.is_weakly_typed(x) for x in args)
+def _never_weak(*args: Any) -> bool: return False
+
+
+def _binary(name: str, fn: Callable[[Array, Array], Array], doc: str, inexact: bool = False, kinds: str = "fiub",
+            numeric: bool = False, weak_if: Callable[..., bool] | None = None) -> Callable[[Any, Any], Array]:
+  """A binary ufunc: promote (see `promote`), check the dtype kind, apply `fn`. `weak_if(x1, x2)`, for the functions
+  JAX composes with strongly typed constants, says whether a weak result stays weak (e.g. only when every operand
+  was weak)."""
   def ufunc(x1: Any, x2: Any, /) -> Array:
-    a, b = promote(name, x1, x2, inexact=inexact)
+    a, b = promote(name, x1, x2, inexact=inexact, numeric=numeric)
     _check_kind(name, a.dtype, kinds)
-    return fn(a, b)
+    result = fn(a, b)
+    return result if weak_if is None or weak_if(x1, x2) else cast(result, result.dtype, False)
   ufunc.__name__ = ufunc.__qualname__ = name
   ufunc.__doc__ = doc
   return ufunc
 
 
-def _unary(name: str, fn: Callable[[Array], Array], doc: str, inexact: bool = False,
-           kinds: str = "fiub") -> Callable[[Any], Array]:
+def _unary(name: str, fn: Callable[[Array], Array], doc: str, inexact: bool = False, kinds: str = "fiub",
+           numeric: bool = False, weak_if: Callable[..., bool] | None = None) -> Callable[[Any], Array]:
+  """A unary ufunc, as `_binary`."""
   def ufunc(x: Any, /) -> Array:
-    (a,) = promote(name, x, inexact=inexact)
+    (a,) = promote(name, x, inexact=inexact, numeric=numeric)
     _check_kind(name, a.dtype, kinds)
-    return fn(a)
+    result = fn(a)
+    return result if weak_if is None or weak_if(x) else cast(result, result.dtype, False)
   ufunc.__name__ = ufunc.__qualname__ = name
   ufunc.__doc__ = doc
   return ufunc
@@ -97,14 +113,12 @@ def _subtract(a: Array, b: Array) -> Array:
 
 
 def _floor_divide(a: Array, b: Array) -> Array:
-  if a.dtype == BOOL: return ew._and(a, b)  # numpy: True // True is True; x // False is 0
   if _is_float(a):
     return ew._in_float32(lambda x, y: _float_divmod(x, y)[0])(a, b)
-  quotient = ew._binary(Ops.IDIV, a, b)
+  quotient = ew._binary(Ops.IDIV, a, b)  # x // 0 is -1 (all ones unsigned), as XLA
   if a.dtype.kind == "u": return quotient
   remainder = ew._binary(Ops.MOD, a, b)
-  adjust = ew._and(ew._compare(Ops.CMPNE, remainder, like(a, 0)),
-                   ew._compare(Ops.CMPNE, ew._lt(a, like(a, 0)), ew._lt(b, like(b, 0))))
+  adjust = ew._and(ew._compare(Ops.CMPNE, remainder, like(a, 0)), ew._compare(Ops.CMPNE, ew._sign(a), ew._sign(b)))
   return ew._where(adjust, ew._sub(quotient, like(a, 1)), quotient)
 
 
@@ -129,9 +143,14 @@ ad.defjvp(_float_remainder_p, lambda t, out, x, y: t,
           lambda t, out, x, y: ew._mul(ew._neg(t), ew.floor_p.bind(ew._fdiv(x, y))))
 
 
+def _nonzero_divisor(b: Array) -> Array:
+  """An integer divisor with zeros replaced by ones: integer `remainder` and `fmod` by zero are 0, as JAX."""
+  return ew._where(ew._eq(b, like(b, 0)), like(b, 1), b)
+
+
 def _remainder(a: Array, b: Array) -> Array:
-  if a.dtype == BOOL: return ew._and(a, ew._not(b))
   if _is_float(a): return _float_remainder_p.bind(a, b)
+  b = _nonzero_divisor(b)
   remainder = ew._binary(Ops.MOD, a, b)
   if a.dtype.kind == "u": return remainder
   fix = ew._and(ew._compare(Ops.CMPNE, remainder, like(a, 0)),
@@ -140,25 +159,24 @@ def _remainder(a: Array, b: Array) -> Array:
 
 
 def _fmod(a: Array, b: Array) -> Array:
-  return ew._binary(Ops.MOD, a, b) if a.dtype != BOOL else ew._and(a, ew._not(b))
-
-
-def _power_arrays(a: Array, b: Array) -> Array:
-  if _is_float(a): return ew.pow_p.bind(a, b)
-  if a.dtype == BOOL: return ew._or(a, ew._not(b))
-  return ew.integer_power_array(a, b)
+  return ew._binary(Ops.MOD, a, b if _is_float(a) else _nonzero_divisor(b))
 
 
 def power(x1: Any, x2: Any, /) -> Array:
-  """Elementwise x1 ** x2 with promotion. A static Python int exponent uses repeated multiplication (as JAX's
-  integer_pow); integer arrays use exact binary exponentiation; floats use pow."""
-  if type(x2) is int and not (is_array(x1) and x1.dtype == BOOL):
-    (a,) = promote("power", x1)
+  """Elementwise x1 ** x2 with promotion (bools count as ints). A static integer exponent (a Python or numpy int)
+  uses repeated multiplication in x1's dtype (as JAX's integer_pow); integer arrays use exact binary exponentiation;
+  floats use pow."""
+  if isinstance(x2, (int, np.integer)) and not is_array(x2):
+    (a,) = promote("power", x1, numeric=True)
     if x2 < 0 and not _is_float(a):
-      raise ValueError("Integers to negative integer powers are not allowed.")
-    return ew.integer_pow(a, x2)
-  a, b = promote("power", x1, x2)
-  return _power_arrays(a, b)
+      raise TypeError(f"Integers cannot be raised to negative powers, got integer_pow({a.dtype.name}{list(a.shape)}, "
+                      f"{int(x2)})")
+    return ew.integer_pow(a, int(x2))
+  a, b = promote("power", x1, x2, numeric=True)
+  result = ew.pow_p.bind(a, b) if _is_float(a) else ew.integer_power_array(a, b)
+  # as JAX's weak types: an integer result, or an integer exponent array, is weak only if both operands are weak
+  if _all_weak(x1, x2) or (_is_float(a) and dtypes.dtype(x2).kind not in "iu"): return result
+  return cast(result, result.dtype, False)
 
 
 def _true_divide(a: Array, b: Array) -> Array: return ew._fdiv(a, b)
@@ -168,16 +186,6 @@ def _negative(a: Array) -> Array:
   if a.dtype == BOOL: raise TypeError("negative: the numpy boolean negative, the `-` operator, is not supported, use "
                                       "the `~` operator or the logical_not function instead")
   return ew._neg(a)
-
-
-def _reciprocal(a: Array) -> Array:
-  if _is_float(a): return ew._unary(Ops.RECIP, a)
-  return ew._binary(Ops.IDIV, like(a, 1), a)
-
-
-def _sign(a: Array) -> Array:
-  if a.dtype == BOOL: return a
-  return ew.sign_p.bind(a)
 
 
 def _fmax(a: Array, b: Array) -> Array:
@@ -246,35 +254,43 @@ subtract = _binary("subtract", _subtract, "Elementwise x1 - x2, with promotion a
 multiply = _binary("multiply", _multiply, "Elementwise x1 * x2 (bools: logical and).")
 divide = _binary("divide", _true_divide, "Elementwise x1 / x2 in floating point (ints -> default float).", True)
 true_divide = divide
-floor_divide = _binary("floor_divide", _floor_divide, "Elementwise floor(x1 / x2) with numpy's sign rules.")
-remainder = _binary("remainder", _remainder, "Elementwise remainder with the sign of the divisor (numpy's %).")
+floor_divide = _binary("floor_divide", _floor_divide, "Elementwise floor(x1 / x2) with numpy's sign rules (bools "
+                       "count as ints).", numeric=True)
+remainder = _binary("remainder", _remainder, "Elementwise remainder with the sign of the divisor (numpy's %; bools "
+                    "count as ints).", numeric=True)
 mod = remainder
-fmod = _binary("fmod", _fmod, "Elementwise C fmod: remainder with the sign of the dividend.")
+fmod = _binary("fmod", _fmod, "Elementwise C fmod: remainder with the sign of the dividend.", numeric=True)
 maximum = _binary("maximum", _maximum, "Elementwise maximum; NaN propagates.")
 minimum = _binary("minimum", _minimum, "Elementwise minimum; NaN propagates.")
 fmax = _binary("fmax", _fmax, "Elementwise maximum ignoring NaN (NaN only if both are NaN).")
 fmin = _binary("fmin", _fmin, "Elementwise minimum ignoring NaN (NaN only if both are NaN).")
 arctan2 = _binary("arctan2", ew.atan2_p.bind, "Elementwise atan2(x1, x2) (angle of (x2, x1)).", True, "f")
-hypot = _binary("hypot", _hypot, "Elementwise sqrt(x1**2 + x2**2) without undue overflow.", True, "f")
+hypot = _binary("hypot", _hypot, "Elementwise sqrt(x1**2 + x2**2) without undue overflow.", True, "f",
+                weak_if=_all_weak)
 copysign = _binary("copysign", _copysign, "Elementwise |x1| with the sign of x2 (floats).", True, "f")
-heaviside = _binary("heaviside", _heaviside, "Elementwise step: 0 for x1 < 0, x2 for x1 == 0, 1 for x1 > 0.")
+heaviside = _binary("heaviside", _heaviside, "Elementwise step: 0 for x1 < 0, x2 for x1 == 0, 1 for x1 > 0 (ints "
+                    "-> default float).", True,
+                    weak_if=lambda x1, x2: dtypes.is_weakly_typed(x1))
 
 negative = _unary("negative", _negative, "Elementwise -x.")
 positive = _unary("positive", lambda a: a, "Elementwise +x (the input, promoted).")
 absolute = _unary("absolute", lambda a: a if a.dtype == BOOL else ew.abs_p.bind(a), "Elementwise |x|.")
 abs = absolute  # noqa: A001
-sign = _unary("sign", _sign, "Elementwise sign: -1, 0, 1 (NaN for NaN).")
-reciprocal = _unary("reciprocal", _reciprocal, "Elementwise 1 / x (integer division for integers, as numpy).")
-square = _unary("square", lambda a: ew._and(a, a) if a.dtype == BOOL else ew._mul(a, a), "Elementwise x * x.")
+fabs = _unary("fabs", lambda a: ew.abs_p.bind(a), "Elementwise |x| in floating point (ints -> default float).", True)
+sign = _unary("sign", ew.sign_p.bind, "Elementwise sign: -1, 0, 1 (NaN for NaN); not for bools.", kinds="fiu")
+reciprocal = _unary("reciprocal", lambda a: ew._unary(Ops.RECIP, a), "Elementwise 1 / x (ints -> default float).",
+                    True)
+square = _unary("square", ew.square_p.bind, "Elementwise x * x (bools count as ints).", numeric=True)
 sqrt = _unary("sqrt", ew.sqrt_p.bind, "Elementwise square root (ints -> default float).", True)
 cbrt = _unary("cbrt", ew.cbrt_p.bind, "Elementwise real cube root.", True)
 exp = _unary("exp", ew.exp_p.bind, "Elementwise e**x.", True)
 exp2 = _unary("exp2", ew.exp2_p.bind, "Elementwise 2**x.", True)
 expm1 = _unary("expm1", ew.expm1_p.bind, "Elementwise e**x - 1, accurate for small x.", True)
 log = _unary("log", ew.log_p.bind, "Elementwise natural logarithm.", True)
-log2 = _unary("log2", _float_only(lambda a: ew._unary(Ops.LOG2, a)), "Elementwise base-2 logarithm.", True)
+log2 = _unary("log2", _float_only(lambda a: ew._unary(Ops.LOG2, a)), "Elementwise base-2 logarithm.", True,
+              weak_if=_never_weak)
 log10 = _unary("log10", _float_only(lambda a: ew._mul(ew._unary(Ops.LOG2, a), like(a, math.log10(2)))),
-               "Elementwise base-10 logarithm.", True)
+               "Elementwise base-10 logarithm.", True, weak_if=_never_weak)
 log1p = _unary("log1p", ew.log1p_p.bind, "Elementwise log(1 + x), accurate for small x.", True)
 sin = _unary("sin", ew.sin_p.bind, "Elementwise sine.", True)
 cos = _unary("cos", ew.cos_p.bind, "Elementwise cosine.", True)
@@ -291,7 +307,9 @@ arctanh = _unary("arctanh", ew.atanh_p.bind, "Elementwise inverse hyperbolic tan
 floor = _unary("floor", _integer_identity(ew.floor_p.bind), "Elementwise floor (integers unchanged).")
 ceil = _unary("ceil", _integer_identity(ew.ceil_p.bind), "Elementwise ceiling (integers unchanged).")
 trunc = _unary("trunc", _integer_identity(ew._trunc), "Elementwise rounding toward zero (integers unchanged).")
-rint = _unary("rint", ew._round_half_even, "Elementwise rounding to the nearest integer, ties to even.", True)
+rint = _unary("rint", lambda a: ew._round_half_even(a) if _is_float(a) else
+              cast(a, dtypes.default_float_dtype(), False),
+              "Elementwise rounding to the nearest integer, ties to even (ints -> a strongly typed default float).")
 deg2rad = _unary("deg2rad", lambda a: ew._mul(a, like(a, math.pi / 180)), "Degrees to radians.", True)
 rad2deg = _unary("rad2deg", lambda a: ew._mul(a, like(a, 180 / math.pi)), "Radians to degrees.", True)
 radians, degrees = deg2rad, rad2deg
@@ -318,9 +336,10 @@ bitwise_or = _binary("bitwise_or", ew._or, "Elementwise x1 | x2 (integers and bo
 bitwise_xor = _binary("bitwise_xor", lambda a, b: ew._binary(Ops.XOR, a, b), "Elementwise x1 ^ x2.", kinds="iub")
 bitwise_not = _unary("bitwise_not", _bitwise_not, "Elementwise ~x (integers and bools).", kinds="iub")
 invert = bitwise_not
-left_shift = _binary("left_shift", ew._shift_left, "Elementwise x1 << x2 (0 when shifted out).", kinds="iu")
-right_shift = _binary("right_shift", ew._shift_right_arithmetic, "Elementwise x1 >> x2 (arithmetic for signed).",
-                      kinds="iu")
+left_shift = _binary("left_shift", ew._shift_left, "Elementwise x1 << x2 (0 when shifted out; bools count as ints).",
+                     kinds="iu", numeric=True)
+right_shift = _binary("right_shift", ew._shift_right_arithmetic, "Elementwise x1 >> x2 (arithmetic for signed; bools "
+                      "count as ints).", kinds="iu", numeric=True)
 
 
 def round(a: Any, decimals: int = 0, out: None = None) -> Array:  # noqa: A001

@@ -1,6 +1,6 @@
 """Reductions of tinyjax.numpy over any axes, with keepdims: sum, prod, max, min, mean, var, std, argmax, argmin,
 any, all. Result dtypes follow jax.numpy (`sum(u8) -> u32`, `sum(bool) -> i32`, `mean(int) -> f32`); float16 and
-bfloat16 accumulate in float32 and round once."""
+bfloat16 accumulate in float32 and round once. Results are strongly typed, as JAX's, even for weak inputs."""
 from __future__ import annotations
 
 import builtins
@@ -42,7 +42,7 @@ def sum(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepdims
   x = as_array(a, "sum")
   out_dtype = _dtype_arg(dtype, "sum") or dtypes.sum_dtype(x.dtype)
   axes = canonicalize_axes(axis, x.ndim)
-  result = lax_red.sum_raw(cast(x, out_dtype), axes, keepdims)
+  result = lax_red.sum_raw(cast(x, out_dtype, False), axes, keepdims)
   return _with_initial(result, initial, add)
 
 
@@ -52,7 +52,7 @@ def prod(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepdim
   _unsupported(out, where, "prod")
   x = as_array(a, "prod")
   out_dtype = _dtype_arg(dtype, "prod") or dtypes.sum_dtype(x.dtype)
-  result = lax_red.prod_raw(cast(x, out_dtype), canonicalize_axes(axis, x.ndim), keepdims)
+  result = lax_red.prod_raw(cast(x, out_dtype, False), canonicalize_axes(axis, x.ndim), keepdims)
   return _with_initial(result, initial, multiply)
 
 
@@ -62,7 +62,7 @@ def _extreme(name: str, a: Any, axis: Axis, out: Any, keepdims: bool, initial: A
   axes = canonicalize_axes(axis, x.ndim)
   if initial is None and builtins.any(x.shape[i] == 0 for i in axes):
     raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
-  result = (lax_red.max_raw if find_max else lax_red.min_raw)(x, axes, keepdims)
+  result = (lax_red.max_raw if find_max else lax_red.min_raw)(cast(x, x.dtype, False), axes, keepdims)
   return _with_initial(result, initial, maximum if find_max else minimum)
 
 
@@ -99,8 +99,7 @@ def mean(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepdim
   count = _count(x.shape, axes)
   result = ew._fdiv(total, like(total, count)) if dtypes.is_floating(compute) else \
     ew._binary(Ops.IDIV, total, like(total, builtins.max(count, 1)))
-  return cast(result, out_dtype, weak_type=x.weak_type and dtype is None)
-
+  return cast(result, out_dtype, weak_type=False)
 
 
 def var(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, ddof: int = 0, keepdims: bool = False,

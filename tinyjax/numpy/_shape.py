@@ -57,9 +57,7 @@ def transpose(a: Any, axes: Sequence[int] | None = None) -> Array:
   """Permute the axes (default: reverse them); output axis i is input axis axes[i]."""
   x = _as_array(a)
   if axes is None: return lax_shape.permute_raw(x, tuple(range(x.ndim))[::-1])
-  axes = tuple(canonicalize_axis(i, x.ndim) for i in axes)
-  if sorted(axes) != list(range(x.ndim)): raise ValueError(f"axes {axes} don't match array of shape {x.shape}")
-  return lax_shape.permute_raw(x, axes)
+  return lax_shape.transpose(x, tuple(canonicalize_axis(i, x.ndim) for i in axes))
 
 
 def matrix_transpose(x: Any) -> Array:

@@ -1,0 +1,159 @@
+"""Wrong answers found by random programs (issue 6 and `tests/fuzz`), one named test each.
+
+Every case runs three ways, eagerly, under `jit` and under `vmap`, and checks dtype, weak type and values against a
+float64 numpy reference and the answer JAX 0.10 gives.
+"""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as tnp
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F32, I32, BOOL = np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.bool_)
+
+
+def three_ways(fun, *args):
+  """fun(*args) eagerly, under jit, and as slice 1 of a vmap over two copies of the strongly typed array arguments
+  (weak arguments stay unbatched, so their weak type reaches `fun`)."""
+  batched = [isinstance(a, tj.Array) and not a.weak_type for a in args]
+  stacked = [tnp.stack([tnp.zeros_like(a), a]) if b else a for a, b in zip(args, batched)]
+  in_axes = tuple(0 if b else None for b in batched)
+  vmapped = tj.vmap(fun, in_axes=in_axes, axis_size=2)(*stacked)
+  return {"eager": fun(*args), "jit": tj.jit(fun)(*args), "vmap": vmapped[1]}
+
+
+def check(fun, args, dtype, weak, expected, rtol=1e-6):
+  for how, got in three_ways(fun, *args).items():
+    assert got.dtype == dtype, (how, got.dtype, dtype)
+    assert got.weak_type == weak, (how, got.weak_type, weak)
+    np.testing.assert_allclose(np.asarray(got).astype(np.float64), np.asarray(expected, np.float64), rtol=rtol,
+                               err_msg=how)
+
+
+INTS = np.array([3, -2, 7], np.int32)
+BOOLS = np.array([True, False, True])
+
+
+# ------------------------------------------------------------------------------------ float-only functions of ints
+
+FLOAT_ONLY = {
+  "reciprocal": lambda v: 1 / v, "sqrt": np.sqrt, "cbrt": np.cbrt, "exp": np.exp, "exp2": np.exp2,
+  "expm1": np.expm1, "log": np.log, "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "sin": np.sin,
+  "cos": np.cos, "tan": np.tan, "arctan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
+  "arcsinh": np.arcsinh, "deg2rad": np.deg2rad, "rad2deg": np.rad2deg, "fabs": np.fabs, "rint": np.rint,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT_ONLY))
+@pytest.mark.parametrize("host", [np.array([3, 2, 7], np.int32), np.array([1, 4, 9], np.uint8), BOOLS],
+                         ids=["int32", "uint8", "bool"])
+def test_float_only_functions_promote_ints_and_bools(name, host):
+  """reciprocal([3]) was [0] (int32): functions that are float-only in JAX promote ints and bools to float32."""
+  with np.errstate(divide="ignore"):
+    expected = FLOAT_ONLY[name](host.astype(np.float64))
+  check(getattr(tnp, name), [tnp.asarray(host)], F32, False, expected, rtol=3e-6)
+
+
+def test_float_only_functions_of_weak_ints_stay_weak():
+  check(tnp.reciprocal, [tnp.asarray(4)], F32, True, 0.25)
+  check(tnp.sqrt, [tnp.asarray(4)], F32, True, 2.0)
+  # except where JAX builds the result with a strongly typed constant
+  check(tnp.log2, [tnp.asarray(8)], F32, False, 3.0)
+  check(tnp.rint, [tnp.asarray(8)], F32, False, 8.0)
+
+
+# ------------------------------------------------------------------------------------ weak types flow through ops
+
+def test_int_times_python_float_is_weak_and_defers_to_bfloat16():
+  """(i32 * 1.5) + bf16 was float32: the weak float32 product must stay weak, so bfloat16 wins."""
+  ints, halves = tnp.asarray(INTS), tnp.asarray(np.array([0.5, 1.0, 2.0], BF16))
+  check(lambda i: i * 1.5, [ints], F32, True, INTS * 1.5)
+  check(lambda i, h: (i * 1.5) + h, [ints, halves], BF16, False, INTS * 1.5 + [0.5, 1.0, 2.0], rtol=4e-3)
+
+
+def test_weak_floats_from_bools_and_ints():
+  """maximum(0.5, b), where(c, 0.3, i) and sqrt(b + 3) lost their weak type."""
+  bools, ints = tnp.asarray(BOOLS), tnp.asarray(INTS)
+  check(lambda b: tnp.maximum(0.5, b), [bools], F32, True, [1.0, 0.5, 1.0])
+  check(lambda b, i: tnp.where(b, 0.3, i), [bools, ints], F32, True, [0.3, -2.0, 0.3])
+  check(lambda b: tnp.sqrt(b + 3), [bools], F32, True, np.sqrt([4.0, 3.0, 4.0]))
+  check(lambda b: b + 3, [bools], I32, True, [4, 3, 4])
+  # ... and the weak result then defers to a narrower array, as in JAX
+  check(lambda b: tnp.maximum(0.5, b) + tnp.ones(3, tnp.float16), [bools], np.dtype(np.float16), False,
+        [2.0, 1.5, 2.0])
+
+
+def test_reductions_of_weak_values_are_strong():
+  weak = tnp.asarray(3.0)
+  for reduce in (tnp.sum, tnp.mean, tnp.max, tnp.min, tnp.prod):
+    check(reduce, [weak], F32, False, 3.0)
+
+
+# ------------------------------------------------------------------------------------ bools count as ints
+
+def test_square_and_integer_powers_of_bools_are_int32():
+  bools = tnp.asarray(BOOLS)
+  check(tnp.square, [bools], I32, False, [1, 0, 1])
+  check(lambda b: b ** 2, [bools], I32, False, [1, 0, 1])
+  check(lambda b: b ** True, [bools], I32, False, [1, 0, 1])
+  check(lambda b: b ** b, [bools], I32, False, [1, 1, 1])
+  check(lambda b: -tnp.square(b), [bools], I32, False, [-1, 0, -1])
+  check(lambda b: b * b, [bools], BOOL, False, BOOLS)  # multiply stays logical
+
+
+def test_sign_and_negative_of_bools_raise_type_error():
+  bools = tnp.asarray(BOOLS)
+  for fun in (tnp.sign, tnp.negative, lambda b: b - b):
+    with pytest.raises(TypeError):
+      fun(bools)
+
+
+def test_floor_divide_remainder_and_shifts_of_bools_are_int32():
+  bools = tnp.asarray(BOOLS)
+  ones = tnp.asarray(np.array([True, True, True]))
+  check(lambda b, o: b // o, [bools, ones], I32, False, [1, 0, 1])
+  check(lambda b, o: b % o, [bools, ones], I32, False, [0, 0, 0])
+  check(lambda b, o: tnp.left_shift(b, o), [bools, ones], I32, False, [2, 0, 2])
+  check(lambda b, o: tnp.right_shift(b, o), [bools, ones], I32, False, [0, 0, 0])
+
+
+def test_integer_remainder_by_zero_is_zero_and_shifts_out_of_range_fill():
+  """JAX defines integer `%` and fmod by zero as 0; an arithmetic right shift by a negative amount fills with the
+  sign bit (it was the unshifted value)."""
+  ints, zeros = tnp.asarray(INTS), tnp.zeros(3, tnp.int32)
+  check(lambda x, y: x % y, [ints, zeros], I32, False, [0, 0, 0])
+  check(tnp.fmod, [ints, zeros], I32, False, [0, 0, 0])
+  check(lambda x: x >> tnp.asarray(np.array([-2, -2, 40], np.int32)), [ints], I32, False, [0, -1, 0])
+
+
+def test_integer_power_with_negative_static_exponent_is_a_type_error():
+  with pytest.raises(TypeError, match="negative powers"):
+    tnp.asarray(INTS) ** -1
+
+
+# ------------------------------------------------------------------------------------ lowering crashes
+
+def test_where_with_one_buffer_on_both_branches():
+  """where(c <= 1.0, s, s) crashed in codegen (DEFINE_GLOBAL indices [0, 2]): simplification removed the only load
+  of `c`, and the kernel's parameters kept a hole."""
+  c = tnp.asarray(np.array([[0.5, 2.0, 1.0]], np.float32))
+  s = tnp.asarray(np.float32(2.0))
+  check(lambda c, s: tnp.where(c <= 1.0, s, s), [c, s], F32, False, [[2.0, 2.0, 2.0]])
+  check(lambda c, s: tnp.where(c <= 1.0, s.reshape(1, 1), s.reshape(1)), [c, s], F32, False, [[2.0, 2.0, 2.0]])
+  check(lambda c, x: tnp.where(c > 0, x, x) + c, [c, c], F32, False, [[1.0, 4.0, 2.0]])
+
+
+def test_zero_size_values_inside_kernels():
+  """Index folding divided by a zero extent (ZeroDivisionError) when a kernel read an empty value through a pad."""
+  check(lambda z: tnp.pad(z.reshape(3, 0), ((1, 0), (0, 1))), [tnp.zeros((0, 1))], F32, False, np.zeros((4, 1)))
+  grad = tj.grad(lambda a: a[::2, 1:].sum())
+  check(grad, [tnp.ones((4, 1))], F32, False, np.zeros((4, 1)))
+  check(lambda x: tnp.concatenate([x[:, :0], x], axis=1) * 2, [tnp.ones((2, 3))], F32, False, 2 * np.ones((2, 3)))
+
+
+def test_transpose_with_a_repeated_axis_is_a_type_error():
+  for transpose in (tnp.transpose, tj.lax.transpose):
+    with pytest.raises(TypeError, match="permutation"):
+      transpose(tnp.ones((2, 2)), (0, 0))
