@@ -157,3 +157,11 @@ def test_transpose_with_a_repeated_axis_is_a_type_error():
   for transpose in (tnp.transpose, tj.lax.transpose):
     with pytest.raises(TypeError, match="permutation"):
       transpose(tnp.ones((2, 2)), (0, 0))
+
+
+def test_python_ints_wrap_into_narrow_integer_dtypes():
+  """uint8_array + 300 raised OverflowError; JAX checks the int fits int32, then wraps it into uint8 (300 -> 44)."""
+  small = tnp.asarray(np.array([1, 2, 250], np.uint8))
+  check(lambda x: x + 300, [small], np.dtype(np.uint8), False, [45, 46, 38])
+  check(lambda x: tnp.where(x > 1, x, -1), [small], np.dtype(np.uint8), False, [255, 2, 250])
+  check(lambda x: x < 300, [small], BOOL, False, [True, True, False])

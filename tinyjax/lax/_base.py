@@ -50,7 +50,7 @@ def canonicalize_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int,
 
 # ---------------------------------------------------------------------------------------------------------- host data
 
-def _check_int_range(value: int, dtype: np.dtype) -> None:
+def check_int_range(value: int, dtype: np.dtype) -> None:
   info = np.iinfo(dtype)
   if not info.min <= value <= info.max:
     raise OverflowError(f"Python int {value} too large to convert to {dtype.name}")
@@ -63,9 +63,10 @@ def scalar_value(value: Any, dtype: np.dtype) -> bool | int | float:
     if isinstance(value, float) and not float(value).is_integer():
       raise TypeError(f"cannot represent {value!r} exactly as {dtype.name}")
     value = int(value)
-    _check_int_range(value, dtype)
+    check_int_range(value, dtype)
     return value
-  return float(np.asarray(value, dtype=np.float64).astype(dtype).astype(np.float64))
+  with np.errstate(over="ignore"):  # out of range for a narrow float: inf, as JAX, without numpy's warning
+    return float(np.asarray(value, dtype=np.float64).astype(dtype).astype(np.float64))
 
 
 def _leaves(value: Any) -> list[Any]:
@@ -85,7 +86,7 @@ def host_to_array(value: Any, dtype: Any = None, weak_type: bool | None = None) 
   if is_python_scalar(value):
     if weak_type is None: weak_type = target is None and type(value) is not bool
     out_dtype = target if target is not None else dtypes.python_scalar_dtype(value)
-    if out_dtype.kind in "iu" and isinstance(value, int) and target is None: _check_int_range(value, out_dtype)
+    if out_dtype.kind in "iu" and isinstance(value, int) and target is None: check_int_range(value, out_dtype)
     return Array.from_numpy(np.asarray(value).astype(out_dtype), bool(weak_type))
   if isinstance(value, (list, tuple)):
     leaves = _leaves(value)

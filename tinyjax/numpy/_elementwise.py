@@ -14,8 +14,8 @@ import numpy as np
 from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax import _elementwise as ew
-from tinyjax.lax._base import (BOOL, broadcast_shapes, cast, expand_raw, full, host_to_array, is_array,
-                               is_python_scalar, like)
+from tinyjax.lax._base import (BOOL, broadcast_shapes, cast, check_int_range, expand_raw, full, host_to_array,
+                               is_array, is_python_scalar, like)
 from tinyjax.trace import ad, batching
 from tinyjax.trace.core import Primitive
 from tinyjax.uop import Ops
@@ -48,9 +48,19 @@ def promote(name: str, *args: Any, inexact: bool = False, numeric: bool = False)
   shape = broadcast_shapes(name, *(np.shape(x) if not is_array(x) else x.shape for x in operands))
   arrays = []
   for x in operands:
-    array = full((), x, dtype, weak) if is_python_scalar(x) else cast(x, dtype, weak)
+    array = _python_scalar(x, dtype, weak) if is_python_scalar(x) else cast(x, dtype, weak)
     arrays.append(expand_raw(array, shape))
   return arrays
+
+
+def _python_scalar(x: bool | int | float, dtype: np.dtype, weak: bool) -> Array:
+  """A Python scalar operand in the promoted dtype, as JAX converts it: a Python int must fit the default int dtype
+  (OverflowError otherwise) and then wraps into a narrower integer dtype (`uint8_array + 300` adds 44)."""
+  if type(x) is int:
+    default_int = dtypes.default_int_dtype()
+    check_int_range(x, default_int)
+    if dtype.kind in "iu": x = int(np.array(x, default_int).astype(dtype))
+  return full((), x, dtype, weak)
 
 
 def as_array(x: Any, name: str = "function") -> Array:
