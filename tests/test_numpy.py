@@ -271,7 +271,8 @@ def test_promotion_lattice_sharp_edges():
   # a Python int must fit the default int type, then wraps into a narrower one (JAX 0.10: u8 + 300 adds 44)
   np.testing.assert_array_equal(tnp.ones(2, U8) + 300, np.array([45, 45], U8))
   np.testing.assert_array_equal(tnp.ones(2, U8) == -1, [False, False])
-  for too_large in (lambda: tnp.ones(2, I32) + 2**31, lambda: tnp.ones(2, F16) + 2**40, lambda: tnp.ones(2, U8) < -2**40):
+  for too_large in (lambda: tnp.ones(2, I32) + 2**31, lambda: tnp.ones(2, F16) + 2**40,
+                    lambda: tnp.ones(2, U8) < -2**40):
     with pytest.raises(OverflowError):
       too_large()
 
