@@ -165,3 +165,18 @@ def test_python_ints_wrap_into_narrow_integer_dtypes():
   check(lambda x: x + 300, [small], np.dtype(np.uint8), False, [45, 46, 38])
   check(lambda x: tnp.where(x > 1, x, -1), [small], np.dtype(np.uint8), False, [255, 2, 250])
   check(lambda x: x < 300, [small], BOOL, False, [True, True, False])
+
+
+def test_gradients_and_products_keep_weak_types():
+  """grad of a Python float was a strong float32 (JAX: the cotangent has its primal's weak type); dot of weak
+  values was strong."""
+  grad = tj.grad(lambda x: x * 2.0)(3.0)
+  assert grad.dtype == F32 and grad.weak_type and float(grad) == 2.0
+  assert not tj.grad(lambda x: x * 2.0)(tnp.float32(3.0)).weak_type
+  weak = tnp.broadcast_to(tnp.asarray(2.0), (3,))
+  check(lambda w: tnp.dot(w, w), [weak], F32, True, 12.0)
+  check(lambda w: tnp.dot(w, w) + tnp.ones((), tnp.bfloat16), [weak], BF16, False, 13.0)
+
+
+def test_import_tinyjax_gives_nn():
+  assert tj.nn.relu(tnp.asarray(-1.0)) == 0.0

@@ -202,7 +202,7 @@ def _dot_general_impl(lhs: Array, rhs: Array, *, dimension_numbers: Any, preferr
   product = bind(Ops.MUL, expand_raw(lhs, full_shape), expand_raw(rhs, full_shape))
   first_contract = n_batch + n_lhs + n_rhs
   result = reduce_raw(product, Ops.ADD, range(first_contract, first_contract + n_contract))
-  return cast(result, out_dtype, weak_type=False)
+  return cast(result, out_dtype, weak_type=lhs.weak_type and rhs.weak_type)  # weak only from weak operands, as JAX
 
 
 dot_general_p = Primitive("dot_general", _dot_general_impl)

@@ -12,11 +12,11 @@ from tinyjax.numpy._elementwise import _operand, multiply
 
 
 def _promoted_pair(name: str, a: Any, b: Any) -> tuple[Array, Array]:
-  """Both operands as Arrays of their promoted dtype (shapes untouched)."""
+  """Both operands as Arrays of their promoted dtype and weak type (shapes untouched)."""
   from tinyjax.numpy._creation import asarray  # noqa: PLC0415
   a, b = (asarray(_operand(x, name)) for x in (a, b))
-  dtype = dtypes.result_type(a, b)
-  return cast(a, dtype, False), cast(b, dtype, False)
+  dtype, weak = dtypes.result_type(a, b, return_weak_type_flag=True)
+  return cast(a, dtype, weak), cast(b, dtype, weak)
 
 
 def _contract(a: Array, b: Array, contracting: tuple[Sequence[int], Sequence[int]],

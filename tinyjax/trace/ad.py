@@ -48,7 +48,10 @@ def div(a: Any, b: Any) -> Any: return bind(Ops.FDIV, a, b)
 def where(cond: Any, a: Any, b: Any) -> Any: return bind(Ops.WHERE, cond, a, b, dtype=a.dtype)
 def lt(a: Any, b: Any) -> Any: return bind(Ops.CMPLT, a, b, dtype=BOOL)
 def eq(a: Any, b: Any) -> Any: return bind(Ops.XOR, bind(Ops.CMPNE, a, b, dtype=BOOL), full_like(a, True, BOOL))
-def cast(a: Any, dtype: np.dtype) -> Any: return a if a.dtype == dtype else bind(Ops.CAST, a, dtype=dtype)
+def cast(a: Any, dtype: np.dtype, weak_type: bool | None = None) -> Any:
+  """`a` converted to `dtype` (strongly typed), or to the given weak type; no node when nothing changes."""
+  if a.dtype == dtype and weak_type in (None, a.weak_type): return a
+  return bind(Ops.CAST, a, dtype=dtype, weak_type=bool(weak_type))
 
 
 def cos(x: Any) -> Any:
@@ -442,7 +445,8 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> Any:
         raise ValueError(f"unexpected shape of cotangent: got {ct.shape}, expected {primal.shape} for an output")
       ct_arrays.append(ct)
     grads = transpose(program, len(arrays), linear.consts, ct_arrays)
-    grads = [zeros_like(a) if g is None else cast(g, a.dtype) for g, a in zip(grads, arrays)]
+    # each cotangent has its primal's dtype and weak type (grad of a Python float is a weak float32, as JAX)
+    grads = [zeros_like(a) if g is None else cast(g, a.dtype, a.weak_type) for g, a in zip(grads, arrays)]
     return tree_util.tree_unflatten(in_tree, grads)
 
   result = (tree_util.tree_unflatten(out_tree, primals_out), vjp_fn)
