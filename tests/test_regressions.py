@@ -180,3 +180,19 @@ def test_gradients_and_products_keep_weak_types():
 
 def test_import_tinyjax_gives_nn():
   assert tj.nn.relu(tnp.asarray(-1.0)) == 0.0
+
+
+def test_fill_values_convert_as_jax():
+  """full(2, 1.5, int32) raised TypeError and full(2, 300, int8) OverflowError: JAX converts fill values as
+  convert_element_type does (floats truncate and saturate, NaN is 0; ints wrap)."""
+  cases = [(1.5, np.int32, 1), (-2.7, np.uint8, 0), (float("nan"), np.int32, 0), (float("inf"), np.int8, 127),
+           (1e10, np.uint8, 255), (300, np.int8, 44), (-1, np.uint8, 255), (2**40, np.int32, 0)]
+  for value, dtype, expected in cases:
+    got = tnp.full((2,), value, dtype=dtype)
+    assert got.dtype == np.dtype(dtype) and np.asarray(got).tolist() == [expected] * 2, (value, dtype)
+  np.testing.assert_array_equal(tnp.full_like(tnp.ones(2, tnp.int8), 1.5), [1, 1])
+  np.testing.assert_array_equal(tnp.pad(tnp.ones(2, tnp.uint8), 1, constant_values=-1), [255, 1, 1, 255])
+  # ... while asarray of a Python int that does not fit the requested dtype is numpy's OverflowError
+  for value in (300, [300], [np.uint8(1), 300]):
+    with pytest.raises(OverflowError):
+      tnp.asarray(value, dtype=tnp.uint8 if not isinstance(value, list) or len(value) == 1 else None)

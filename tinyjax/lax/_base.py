@@ -5,6 +5,7 @@ Everything here builds graphs through `bind` only; the one place that looks at h
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -57,14 +58,18 @@ def check_int_range(value: int, dtype: np.dtype) -> None:
 
 
 def scalar_value(value: Any, dtype: np.dtype) -> bool | int | float:
-  """A Python value exactly representable in `dtype` (floats rounded to it once), for a CONST node."""
+  """`value` converted to `dtype` as JAX's convert_element_type does, as a Python value for a CONST node: floats
+  round once; a float becomes an int as XLA converts (truncated, NaN is 0, out of range saturates); an int wraps
+  into a narrower int dtype (`full(2, 300, int8)` is 44)."""
   if dtype == BOOL: return bool(value)
   if dtype.kind in "iu":
-    if isinstance(value, float) and not float(value).is_integer():
-      raise TypeError(f"cannot represent {value!r} exactly as {dtype.name}")
-    value = int(value)
-    check_int_range(value, dtype)
-    return value
+    info = np.iinfo(dtype)
+    if isinstance(value, float):
+      if math.isnan(value): return 0
+      return int(min(max(value, info.min), info.max))  # int() truncates toward zero; the clamp saturates +-inf too
+    bits = 8 * dtype.itemsize
+    wrapped = int(value) & ((1 << bits) - 1)
+    return wrapped - (1 << bits) if info.min < 0 and wrapped > info.max else wrapped
   with np.errstate(over="ignore"):  # out of range for a narrow float: inf, as JAX, without numpy's warning
     return float(np.asarray(value, dtype=np.float64).astype(dtype).astype(np.float64))
 
@@ -87,13 +92,13 @@ def host_to_array(value: Any, dtype: Any = None, weak_type: bool | None = None) 
     if weak_type is None: weak_type = target is None and type(value) is not bool
     out_dtype = target if target is not None else dtypes.python_scalar_dtype(value)
     if out_dtype.kind in "iu" and isinstance(value, int) and target is None: check_int_range(value, out_dtype)
-    return Array.from_numpy(np.asarray(value).astype(out_dtype), bool(weak_type))
+    return Array.from_numpy(np.asarray(value, dtype=out_dtype), bool(weak_type))  # OverflowError as numpy's
   if isinstance(value, (list, tuple)):
     leaves = _leaves(value)
     if any(isinstance(leaf, complex) for leaf in leaves): raise TypeError("tinyjax does not support complex values")
     if target is None:
       target = dtypes.result_type(*leaves) if leaves else dtypes.default_float_dtype()
-    host = np.asarray(value)
+    host = np.asarray(value, dtype=target)  # a Python int out of the dtype's range is an OverflowError, as JAX
   else:
     if not isinstance(value, (np.ndarray, np.generic)):
       raise TypeError(f"cannot convert {type(value).__name__} to a tinyjax Array")

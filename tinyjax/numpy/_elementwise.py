@@ -55,11 +55,8 @@ def promote(name: str, *args: Any, inexact: bool = False, numeric: bool = False)
 
 def _python_scalar(x: bool | int | float, dtype: np.dtype, weak: bool) -> Array:
   """A Python scalar operand in the promoted dtype, as JAX converts it: a Python int must fit the default int dtype
-  (OverflowError otherwise) and then wraps into a narrower integer dtype (`uint8_array + 300` adds 44)."""
-  if type(x) is int:
-    default_int = dtypes.default_int_dtype()
-    check_int_range(x, default_int)
-    if dtype.kind in "iu": x = int(np.array(x, default_int).astype(dtype))
+  (OverflowError otherwise), and then wraps into a narrower integer dtype (`uint8_array + 300` adds 44)."""
+  if type(x) is int: check_int_range(x, dtypes.default_int_dtype())
   return full((), x, dtype, weak)
 
 
