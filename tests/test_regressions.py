@@ -196,3 +196,11 @@ def test_fill_values_convert_as_jax():
   for value in (300, [300], [np.uint8(1), 300]):
     with pytest.raises(OverflowError):
       tnp.asarray(value, dtype=tnp.uint8 if not isinstance(value, list) or len(value) == 1 else None)
+
+
+def test_jvp_tangents_keep_weak_types_and_pow_derivative_at_zero_exponent():
+  primal, tangent = tj.jvp(lambda x: x * 2, (2.0,), (1.0,))
+  assert primal.weak_type and tangent.weak_type and float(tangent) == 2.0
+  # d/dx x**0 is 0, also at x == 0 (it was 0 * 0**-1 = NaN)
+  grad = tj.grad(lambda x: (x ** tnp.arange(2)).sum())
+  check(grad, [tnp.asarray(np.array([0.0, 2.0], np.float32))], F32, False, [0.0, 1.0])

@@ -180,9 +180,14 @@ def power(x1: Any, x2: Any, /) -> Array:
                       f"{int(x2)})")
     return ew.integer_pow(a, int(x2))
   a, b = promote("power", x1, x2, numeric=True)
-  result = ew.pow_p.bind(a, b) if _is_float(a) else ew.integer_power_array(a, b)
+  integer_exponent = dtypes.dtype(x2).kind in "iu"
+  if not _is_float(a): result = ew.integer_power_array(a, b)
+  elif integer_exponent:  # x**0 is 1 with derivative 0 (also at x == 0, where y * x**(y-1) is NaN), as JAX
+    is_zero = ew._eq(b, like(b, 0))
+    result = ew._where(is_zero, like(a, 1), ew.pow_p.bind(a, ew._where(is_zero, like(b, 1), b)))
+  else: result = ew.pow_p.bind(a, b)
   # as JAX's weak types: an integer result, or an integer exponent array, is weak only if both operands are weak
-  if _all_weak(x1, x2) or (_is_float(a) and dtypes.dtype(x2).kind not in "iu"): return result
+  if _all_weak(x1, x2) or (_is_float(a) and not integer_exponent): return result
   return cast(result, result.dtype, False)
 
 

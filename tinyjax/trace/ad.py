@@ -381,7 +381,9 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
       inputs.append(JVPTracer(trace, p, cast(t, p.dtype)) if is_float(p) else p)
     out = fun(*tree_util.tree_unflatten(in_tree, inputs))
   aux, out_tree, primals_out, tangents_out = _unzip_outputs(out, has_aux, trace)
-  tangents_out = [zeros_like(p) if t is None else t for p, t in zip(primals_out, tangents_out)]
+  # each tangent has its primal's dtype and weak type, as JAX
+  tangents_out = [zeros_like(p) if t is None else cast(t, p.dtype, p.weak_type)
+                  for p, t in zip(primals_out, tangents_out)]
   result = (tree_util.tree_unflatten(out_tree, primals_out), tree_util.tree_unflatten(out_tree, tangents_out))
   return (*result, aux) if has_aux else result
 
