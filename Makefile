@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test fuzz bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -16,6 +16,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest tests -q
+
+FUZZ_MINUTES ?= 10
+FUZZ_SEED ?= 1
+fuzz: $(STAMP)
+	$(VENV)/bin/python -m tests.fuzz --seed $(FUZZ_SEED) --minutes $(FUZZ_MINUTES)
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/run.py

@@ -10,6 +10,7 @@ division by zero, shifts out of range, negative integer powers) make the program
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -368,7 +369,8 @@ def _reduction(name: str, dtype_rule: Callable[[str], str], float_fn: Callable, 
     if name in ("any", "all"): compute = BOOL
     values = exact(convert(x, compute), compute)
     if kind(compute) == "f" or int_fn is None:
-      with np.errstate(all="ignore"):
+      with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's warning for the mean or variance of nothing
         out = float_fn(values.astype(np.float64), axis=axis, keepdims=keepdims)
     else:
       out = int_fn(values, axis=axis, keepdims=keepdims)

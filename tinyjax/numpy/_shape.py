@@ -150,7 +150,10 @@ def concatenate(arrays: Sequence[Any], axis: int | None = 0, dtype: Any = None) 
   if axis is None:
     promoted = [ravel(a) for a in promoted]
     axis = 0
-  if any(a.ndim == 0 for a in promoted): raise ValueError("Zero-dimensional arrays cannot be concatenated.")
+  if promoted[0].ndim == 0: raise ValueError("Zero-dimensional arrays cannot be concatenated.")
+  if any(a.ndim != promoted[0].ndim for a in promoted):  # a TypeError, as JAX's
+    raise TypeError("Cannot concatenate arrays with different numbers of dimensions: got "
+                    f"{', '.join(str(a.shape) for a in promoted)}.")
   return lax_shape.concatenate(promoted, canonicalize_axis(axis, promoted[0].ndim))
 
 
