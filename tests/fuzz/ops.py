@@ -50,8 +50,15 @@ class Operand:
   def is_scalar(self) -> bool: return self.aval.shape == () and self.scalar is not None
 
 
-def scalar_operand(value: bool | int | float) -> Operand:
-  """A Python scalar: bool is a strong bool, int and float are weak."""
+CANONICAL_NUMPY = {"int64": "int32", "uint64": "uint32", "float64": "float32"}
+
+
+def scalar_operand(value: Any) -> Operand:
+  """A scalar operand. Python: bool is a strong bool, int and float are weak. numpy scalars are strongly typed, in
+  their dtype narrowed to 32 bits (np.float64 acts as float32), as JAX's."""
+  if isinstance(value, np.generic):
+    dtype = CANONICAL_NUMPY.get(value.dtype.name, value.dtype.name)
+    return Operand(Aval((), dtype, False), np.asarray(value).astype(np_dtype(dtype)), value)
   dtype = BOOL if type(value) is bool else ("int32" if type(value) is int else "float32")
   return Operand(Aval((), dtype, type(value) is not bool), np.asarray(value, np_dtype(dtype)), value)
 
@@ -83,7 +90,7 @@ def convert(operand: Operand, dtype: str) -> np.ndarray:
   """The operand's values converted to `dtype` as JAX's convert_element_type: floats round, ints wrap, floats to
   ints truncate (NaN is 0, out of range saturates), anything to bool is != 0."""
   values = exact(operand.host, operand.aval.dtype)
-  if operand.scalar is not None and type(operand.scalar) is not bool:  # a Python scalar converts from its own value
+  if type(operand.scalar) in (int, float):  # a Python number converts from its own value
     values = np.asarray(float(operand.scalar)) if type(operand.scalar) is float else np.asarray(operand.scalar, object)
   if kind(dtype) in "iu" and kind(operand.aval.dtype) == "f":
     info = np.iinfo(np_dtype(dtype))
@@ -261,6 +268,11 @@ BINARY = [
 ]
 
 
+CLIP = elementwise("clip", "tnp.clip({0}, {1}, {2})",
+                   _arith(lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), lambda x, lo, hi: min(max(x, lo), hi)),
+                   3, bool_compute=lambda x, lo, hi: np.logical_and(np.logical_or(x, lo), hi))
+
+
 def _rint_aval_rule(*avals: Aval) -> bool: return kind(avals[0].dtype) == "f"  # rint of an int is strong
 
 
@@ -377,7 +389,7 @@ def _reduction(name: str, dtype_rule: Callable[[str], str], float_fn: Callable, 
     return round_to(out, result.dtype)
 
   code = "tnp." + name + "({0}, axis={axis}, keepdims={keepdims})"
-  scale = {"sum": _sum_scale, "mean": _sum_scale, "var": _var_scale}.get(name)
+  scale = {"sum": _sum_scale, "mean": _sum_scale, "var": _var_scale, "std": _std_scale}.get(name)
   return Op(name, 1, lambda tnp, x, **params: getattr(tnp, name)(x, **params), aval, reference, code,
             tolerance, scale, params=_reduction_params)
 
@@ -392,6 +404,11 @@ def _var_scale(result: Aval, x: Operand, *, axis: int | None, keepdims: bool) ->
   """A variance is accurate relative to the mean square (the two terms that cancel), not to the result."""
   values = exact(convert(x, result.dtype), result.dtype).astype(np.float64)
   return np.maximum(np.mean(values * values, axis=axis, keepdims=keepdims), 1e-30) if values.size else 1.0
+
+
+def _std_scale(result: Aval, x: Operand, *, axis: int | None, keepdims: bool) -> np.ndarray:
+  """A standard deviation is accurate relative to the root mean square."""
+  return np.sqrt(_var_scale(result, x, axis=axis, keepdims=keepdims))
 
 
 def _object_reduce(fn: Callable) -> Callable:
@@ -411,6 +428,8 @@ REDUCTIONS = [
   _reduction("max", lambda d: d, np.max, _object_reduce(np.max), 0, empty_error=True),
   _reduction("min", lambda d: d, np.min, _object_reduce(np.min), 0, empty_error=True),
   _reduction("argmax", lambda d: "int32", np.argmax, _object_reduce(np.argmax), 0, empty_error=True),
+  _reduction("argmin", lambda d: "int32", np.argmin, _object_reduce(np.argmin), 0, empty_error=True),
+  _reduction("std", _mean_dtype, np.std, None, 16),
   _reduction("any", lambda d: BOOL, np.any, _object_reduce(np.any), 0),
   _reduction("all", lambda d: BOOL, np.all, _object_reduce(np.all), 0),
 ]
@@ -466,6 +485,22 @@ def _pad_params(rng: Any, avals: tuple[Aval, ...]) -> dict:
   return {"widths": tuple((int(rng.integers(0, 3)), int(rng.integers(0, 3))) for _ in avals[0].shape)}
 
 
+def _squeeze_params(rng: Any, avals: tuple[Aval, ...]) -> dict:
+  ones = [i for i, d in enumerate(avals[0].shape) if d == 1]
+  if not ones: raise Invalid("no axis of size 1 to squeeze")
+  return {"axis": tuple(int(i) for i in ones if rng.random() < 0.7)}
+
+
+def _two_axes_params(rng: Any, avals: tuple[Aval, ...]) -> dict:
+  ndim = len(avals[0].shape)
+  if not ndim: raise Invalid("no axes to move")
+  return {"source": int(rng.integers(-ndim, ndim)), "destination": int(rng.integers(-ndim, ndim))}
+
+
+def _moved_shape(shape: tuple[int, ...], source: int, destination: int) -> tuple[int, ...]:
+  return np.moveaxis(np.empty(shape), source, destination).shape
+
+
 MOVEMENT = [
   _movement("reshape", "{0}.reshape({shape})", lambda s, shape: shape, lambda h, shape: h.reshape(shape),
             _reshape_params, lambda tnp, x, shape: x.reshape(shape)),
@@ -480,6 +515,11 @@ MOVEMENT = [
             lambda tnp, x, shape: tnp.broadcast_to(x, shape)),
   _movement("flip", "tnp.flip({0}, {axis})", lambda s, axis: s, lambda h, axis: np.flip(h, axis), _flip_params,
             lambda tnp, x, axis: tnp.flip(x, axis)),
+  _movement("squeeze", "tnp.squeeze({0}, {axis})", lambda s, axis: np.squeeze(np.empty(s), axis).shape,
+            lambda h, axis: np.squeeze(h, axis), _squeeze_params, lambda tnp, x, axis: tnp.squeeze(x, axis)),
+  _movement("moveaxis", "tnp.moveaxis({0}, {source}, {destination})", _moved_shape,
+            lambda h, source, destination: np.moveaxis(h, source, destination), _two_axes_params,
+            lambda tnp, x, source, destination: tnp.moveaxis(x, source, destination)),
   _movement("pad", "tnp.pad({0}, {widths})", lambda s, widths: tuple(d + lo + hi for d, (lo, hi) in zip(s, widths)),
             lambda h, widths: np.pad(h, widths), _pad_params, lambda tnp, x, widths: tnp.pad(x, widths)),
 ]
@@ -519,4 +559,4 @@ JOINS = [
 ]
 
 OPS: dict[str, Op] = {op.name: op for op in BINARY + UNARY + REDUCTIONS + MOVEMENT + JOINS +
-                      [WHERE, INTEGER_POW, ASTYPE]}
+                      [WHERE, CLIP, INTEGER_POW, ASTYPE]}

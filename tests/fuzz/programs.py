@@ -23,10 +23,10 @@ from tests.fuzz.promotion import BOOL, kind, np_dtype
 INPUT_DTYPES = (BOOL, "int8", "int16", "int32", "uint8", "uint32", "float16", "bfloat16", "float32")
 DIMS = (0, 1, 1, 2, 2, 3, 5, 7)
 MAX_ELEMENTS = 200
-# ops that take Python bool scalars as JAX does (hypot, heaviside and power give weak types that depend on how JAX
-# composes them for Python bools; they are left out there)
-BOOL_SCALAR_OPS = {"add", "multiply", "maximum", "minimum", "equal", "not_equal", "less", "logical_and",
-                   "logical_xor", "bitwise_and", "bitwise_or", "where"}
+# ops that also get strongly typed scalars (Python bools, numpy scalars); hypot, heaviside and power are left out:
+# JAX's weak types there depend on how it composes them
+STRONG_SCALAR_OPS = {"add", "multiply", "maximum", "minimum", "equal", "not_equal", "less", "logical_and",
+                     "logical_xor", "bitwise_and", "bitwise_or", "where"}
 
 
 @dataclass
@@ -96,9 +96,16 @@ def random_input(rng: np.random.Generator, shape: tuple[int, ...] | None = None)
   return Operand(Aval(shape, dtype, False), _random_values(rng, dtype, shape))
 
 
+NUMPY_SCALAR_TYPES = (np.int8, np.uint8, np.int16, np.int64, np.float16, np.float32, np.float64)
+
+
 def _random_scalar(rng: np.random.Generator, op: str) -> Any:
+  """A Python bool/int/float (weak, but for bool) or, now and then, a strongly typed numpy scalar."""
   choice = rng.random()
-  if choice < 0.15 and op in BOOL_SCALAR_OPS: return bool(rng.random() < 0.5)
+  if choice < 0.15 and op in STRONG_SCALAR_OPS: return bool(rng.random() < 0.5)
+  if choice < 0.25 and op in STRONG_SCALAR_OPS:
+    scalar_type = NUMPY_SCALAR_TYPES[int(rng.integers(len(NUMPY_SCALAR_TYPES)))]
+    return scalar_type(rng.choice([0, 1, 3, -2, 100]) if np.dtype(scalar_type).kind != "u" else rng.choice([0, 3]))
   if choice < 0.55: return int(rng.choice([0, 1, 2, 3, -1, 7, 100, 300]))
   return float(rng.choice([0.5, 1.5, -2.25, 0.1, 3.0, 1e3]))
 
@@ -164,6 +171,8 @@ def random_program(rng: np.random.Generator, max_steps: int = 6) -> Program:
           args.append(partners[int(rng.integers(len(partners)))] if partners else first_index)
       if op.arity > 1 and rng.random() < 0.5: args = args[::-1]
       if op.name == "power" and _concrete_integer_exponent(program, args[1]): continue
+      if op.name == "power" and not isinstance(args[1], int) and isinstance(args[1][1], (int, np.integer)):
+        op, args = OPS["integer_pow"], [args[0]]  # a static integer exponent: x ** 3 is integer_pow, as in JAX
       try:
         step = Step(op.name, tuple(args), op.params(rng, tuple(_arg_aval(program, a) for a in args)))
       except Invalid:
