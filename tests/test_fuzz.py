@@ -7,7 +7,7 @@ from tests.fuzz import programs
 from tests.fuzz.ops import Aval, Operand
 
 SEED = 20261123
-COUNT = 120
+COUNT = 200
 
 
 def test_random_programs_match_the_reference():

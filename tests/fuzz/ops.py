@@ -558,5 +558,32 @@ JOINS = [
      _join_reference("stack"), "tnp.stack([{0}, {1}], axis={axis})", params=_join_params),
 ]
 
+def _gram_aval(x: Aval) -> Aval:
+  """x @ swapaxes(x, -1, -2) (a vector: x @ x): a contraction of promoted (here: equal) dtypes."""
+  if not x.shape: raise ExpectedError(ValueError)
+  shape = () if len(x.shape) == 1 else x.shape[:-1] + (x.shape[-2],)
+  return Aval(shape, x.dtype, x.weak)
+
+
+def _gram_values(values: np.ndarray) -> np.ndarray:
+  other = values if values.ndim == 1 else np.swapaxes(values, -1, -2)
+  return np.matmul(values, other)
+
+
+def _gram_reference(result: Aval, x: Operand) -> np.ndarray:
+  values = exact(x.host, x.aval.dtype)
+  if kind(x.aval.dtype) == "f": return round_to(_gram_values(values.astype(np.float64)), result.dtype)
+  product = _gram_values(values)  # object arrays: exact Python ints
+  return round_to(product != 0 if x.aval.dtype == BOOL else product, result.dtype)
+
+
+def _gram_scale(result: Aval, x: Operand) -> np.ndarray:
+  """A contraction is accurate relative to the sum of the magnitudes of its products."""
+  return _gram_values(np.abs(exact(x.host, x.aval.dtype).astype(np.float64)))
+
+
+GRAM = Op("gram", 1, lambda tnp, x: tnp.matmul(x, x if x.ndim == 1 else tnp.swapaxes(x, -1, -2)), _gram_aval,
+          _gram_reference, "tnp.matmul({0}, tnp.swapaxes({0}, -1, -2))", tolerance=8, scale=_gram_scale)
+
 OPS: dict[str, Op] = {op.name: op for op in BINARY + UNARY + REDUCTIONS + MOVEMENT + JOINS +
-                      [WHERE, CLIP, INTEGER_POW, ASTYPE]}
+                      [WHERE, CLIP, INTEGER_POW, ASTYPE, GRAM]}

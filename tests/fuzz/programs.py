@@ -23,6 +23,9 @@ from tests.fuzz.promotion import BOOL, kind, np_dtype
 INPUT_DTYPES = (BOOL, "int8", "int16", "int32", "uint8", "uint32", "float16", "bfloat16", "float32")
 DIMS = (0, 1, 1, 2, 2, 3, 5, 7)
 MAX_ELEMENTS = 200
+# now and then a large input, so that threaded launches, split reductions and tiled contractions are exercised
+LARGE_SHAPES = ((40, 1031), (70001,), (3, 129, 130), (1, 4099), (257, 1))
+LARGE_ELEMENTS = 2 * 70001
 # ops that also get strongly typed scalars (Python bools, numpy scalars); hypot, heaviside and power are left out:
 # JAX's weak types there depend on how it composes them
 STRONG_SCALAR_OPS = {"add", "multiply", "maximum", "minimum", "equal", "not_equal", "less", "logical_and",
@@ -86,13 +89,18 @@ def _random_shape(rng: np.random.Generator) -> tuple[int, ...]:
     if math.prod(shape) <= MAX_ELEMENTS: return shape
 
 
+def _element_limit(program: Program) -> int:
+  return LARGE_ELEMENTS if any(math.prod(op.aval.shape) > MAX_ELEMENTS for op in program.inputs) else MAX_ELEMENTS
+
+
 def random_input(rng: np.random.Generator, shape: tuple[int, ...] | None = None) -> Operand:
   if rng.random() < 0.12:  # a weakly typed array made from a Python scalar
     value = float(np.round(rng.uniform(-4, 4), 1)) if rng.random() < 0.5 else int(rng.integers(-5, 9))
     return Operand(Aval((), "int32" if type(value) is int else "float32", True),
                    np.asarray(value, np.int32 if type(value) is int else np.float32), value)
   dtype = str(rng.choice(INPUT_DTYPES))
-  shape = _random_shape(rng) if shape is None else shape
+  if shape is None: shape = LARGE_SHAPES[int(rng.integers(len(LARGE_SHAPES)))] if rng.random() < 0.03 else \
+    _random_shape(rng)
   return Operand(Aval(shape, dtype, False), _random_values(rng, dtype, shape))
 
 
@@ -131,7 +139,7 @@ def _try_step(program: Program, step: Step) -> bool:
     step.error = error.kind
   except Exception:  # the op's parameters do not fit these operands (e.g. pad of a 0-d array)
     return False
-  if step.aval is not None and math.prod(step.aval.shape) > MAX_ELEMENTS: return False
+  if step.aval is not None and math.prod(step.aval.shape) > _element_limit(program): return False
   return True
 
 
@@ -177,7 +185,8 @@ def random_program(rng: np.random.Generator, max_steps: int = 6) -> Program:
         step = Step(op.name, tuple(args), op.params(rng, tuple(_arg_aval(program, a) for a in args)))
       except Invalid:
         continue
-      if _try_step(program, step): break
+      # most steps JAX rejects are retried, so that programs mostly run to their end
+      if _try_step(program, step) and (step.error is None or rng.random() < 0.3): break
     else:
       break
     program.steps.append(step)
