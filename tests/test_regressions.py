@@ -165,6 +165,9 @@ def test_python_ints_wrap_into_narrow_integer_dtypes():
   check(lambda x: x + 300, [small], np.dtype(np.uint8), False, [45, 46, 38])
   check(lambda x: tnp.where(x > 1, x, -1), [small], np.dtype(np.uint8), False, [255, 2, 250])
   check(lambda x: x < 300, [small], BOOL, False, [True, True, False])
+  for too_large in (lambda: tnp.negative(2**40), lambda: tnp.sqrt(2**40), lambda: tj.lax.add(small, 2**40)):
+    with pytest.raises(OverflowError):
+      too_large()
 
 
 def test_gradients_and_products_keep_weak_types():

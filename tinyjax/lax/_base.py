@@ -117,6 +117,7 @@ def to_array(x: Any) -> Array:
   if is_array(x): return x
   if is_python_scalar(x):
     dtype = dtypes.python_scalar_dtype(x)
+    if type(x) is int: check_int_range(x, dtype)  # OverflowError for a Python int beyond the default int type
     return full((), x, dtype, weak_type=type(x) is not bool)
   if isinstance(x, (np.ndarray, np.generic)): return host_to_array(x)
   if isinstance(x, complex): raise TypeError("tinyjax does not support complex values")

@@ -41,7 +41,7 @@ def promote(name: str, *args: Any, inexact: bool = False, numeric: bool = False)
   operands = [_operand(x, name) for x in args]
   if len(operands) == 1 and not (inexact or numeric):
     (x,) = operands
-    return [x if is_array(x) else full((), x, dtypes.python_scalar_dtype(x), type(x) is not bool)]
+    return [x if is_array(x) else _python_scalar(x, dtypes.python_scalar_dtype(x), type(x) is not bool)]
   dtype, weak = dtypes.result_type(*operands, return_weak_type_flag=True)
   if inexact: dtype = dtypes.to_inexact_dtype(dtype)
   if numeric and dtype == BOOL: dtype = dtypes.default_int_dtype()
