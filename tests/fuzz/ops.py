@@ -268,9 +268,22 @@ BINARY = [
 ]
 
 
-CLIP = elementwise("clip", "tnp.clip({0}, {1}, {2})",
-                   _arith(lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), lambda x, lo, hi: min(max(x, lo), hi)),
-                   3, bool_compute=lambda x, lo, hi: np.logical_and(np.logical_or(x, lo), hi))
+def _clip_aval(x: Aval, low: Aval, high: Aval) -> Aval:
+  """jnp.clip is minimum(maximum(x, low), high): two promotions in turn, not one of all three operands."""
+  raised = BINARY_BY_NAME["maximum"].aval(x, low)
+  return BINARY_BY_NAME["minimum"].aval(raised, high)
+
+
+def _clip_reference(result: Aval, x: Operand, low: Operand, high: Operand) -> np.ndarray:
+  maximum, minimum = BINARY_BY_NAME["maximum"], BINARY_BY_NAME["minimum"]
+  raised_aval = maximum.aval(x.aval, low.aval)
+  raised = Operand(raised_aval, maximum.reference(raised_aval, x, low))
+  return minimum.reference(result, raised, high)
+
+
+BINARY_BY_NAME = {op.name: op for op in BINARY}
+CLIP = Op("clip", 3, lambda tnp, x, low, high: tnp.clip(x, low, high), _clip_aval, _clip_reference,
+          "tnp.clip({0}, {1}, {2})")
 
 
 def _rint_aval_rule(*avals: Aval) -> bool: return kind(avals[0].dtype) == "f"  # rint of an int is strong
@@ -560,7 +573,7 @@ JOINS = [
 
 def _gram_aval(x: Aval) -> Aval:
   """x @ swapaxes(x, -1, -2) (a vector: x @ x): a contraction of promoted (here: equal) dtypes."""
-  if not x.shape: raise ExpectedError(ValueError)
+  if not x.shape: raise Invalid("swapaxes of a 0-d array")
   shape = () if len(x.shape) == 1 else x.shape[:-1] + (x.shape[-2],)
   return Aval(shape, x.dtype, x.weak)
 
