@@ -207,3 +207,31 @@ def test_jvp_tangents_keep_weak_types_and_pow_derivative_at_zero_exponent():
   # d/dx x**0 is 0, also at x == 0 (it was 0 * 0**-1 = NaN)
   grad = tj.grad(lambda x: (x ** tnp.arange(2)).sum())
   check(grad, [tnp.asarray(np.array([0.0, 2.0], np.float32))], F32, False, [0.0, 1.0])
+
+
+def test_transformations_of_a_jitted_function_keep_their_own_wrapper():
+  """jit(vmap(jit(f))) ran jit(f) unbatched (per-example gradients of JAX's README example came back summed): the
+  outer jit copied the inner jit's attributes, `fun` included, through functools.update_wrapper."""
+  def predict(params, inputs):
+    for weights, bias in params:
+      outputs = tnp.dot(inputs, weights) + bias
+      inputs = tnp.tanh(outputs)
+    return outputs
+
+  def loss(params, inputs, targets):
+    return tnp.sum((predict(params, inputs) - targets) ** 2)
+
+  rng = np.random.default_rng(0)
+  normal = lambda *shape: tnp.asarray(rng.normal(size=shape).astype(np.float32))  # noqa: E731
+  params = [(normal(m, n), normal(n)) for m, n in ((5, 7), (7, 3))]
+  inputs, targets = normal(4, 5), normal(4, 3)
+  grad_loss = tj.jit(tj.grad(loss))
+  per_example = tj.jit(tj.vmap(grad_loss, in_axes=(None, 0, 0)))(params, inputs, targets)
+  for i in range(4):
+    one = grad_loss(params, inputs[i], targets[i])
+    for got, want in zip(tj.tree_util.tree_leaves(per_example), tj.tree_util.tree_leaves(one)):
+      np.testing.assert_allclose(np.asarray(got)[i], np.asarray(want), rtol=1e-5, atol=1e-6)
+  assert tj.jit(tj.vmap(tj.jit(tnp.sum)))(tnp.ones((3, 2))).shape == (3,)
+  square = tj.custom_jvp(tj.jit(lambda x: x * x))
+  square.defjvp(lambda primals, tangents: (square(primals[0]), 2 * primals[0] * tangents[0]))
+  assert float(tj.grad(square)(3.0)) == 6.0

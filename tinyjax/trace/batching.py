@@ -441,7 +441,7 @@ def vmap(fun: Callable, in_axes: int | None | Sequence[Any] = 0, out_axes: Any =
   _check_axes_type("in_axes", in_axes)
   _check_axes_type("out_axes", out_axes)
 
-  @functools.wraps(fun)
+  @functools.wraps(fun, updated=())  # not a wrapped jit's attributes (its `fun` would replace vmap's)
   def vmap_f(*args: Any, **kwargs: Any) -> Any:
     if isinstance(in_axes, tuple) and len(in_axes) != len(args):
       raise ValueError("vmap in_axes must be an int, None, or a tuple of entries corresponding to the positional "

@@ -34,7 +34,7 @@ class custom_jvp:  # noqa: N801  (JAX's name)
 
   def __init__(self, fun: Callable, nondiff_argnums: int | Sequence[int] = ()):
     self.fun, self.nondiff_argnums, self.jvp = fun, _nondiff(nondiff_argnums), None
-    functools.update_wrapper(self, fun)
+    functools.update_wrapper(self, fun, updated=())  # not the attributes of a wrapped jit or custom rule
 
   def defjvp(self, jvp: Callable) -> Callable:
     self.jvp = jvp
@@ -131,7 +131,7 @@ class custom_vjp:  # noqa: N801  (JAX's name)
 
   def __init__(self, fun: Callable, nondiff_argnums: int | Sequence[int] = ()):
     self.fun, self.nondiff_argnums, self.fwd, self.bwd = fun, _nondiff(nondiff_argnums), None, None
-    functools.update_wrapper(self, fun)
+    functools.update_wrapper(self, fun, updated=())  # not the attributes of a wrapped jit or custom rule
 
   def defvjp(self, fwd: Callable, bwd: Callable) -> None:
     self.fwd, self.bwd = fwd, bwd

@@ -194,7 +194,7 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Calla
   """`make_jaxpr(f)(*args)` returns the UOp program `jit(f)` would compile for these arguments."""
   static = _normalize_argnums(static_argnums)
 
-  @functools.wraps(fun)
+  @functools.wraps(fun, updated=())
   def traced(*args, **kwargs) -> Jaxpr:
     return trace_to_jaxpr(fun, args, kwargs, tuple(i % len(args) for i in static if -len(args) <= i < len(args)))
   return traced
@@ -282,7 +282,7 @@ class JitWrapped:
     self._cache: dict[Any, _Compiled] = {}
     self._fast_cache: dict[Any, _Compiled] = {}  # (treedef of args, _fast_signature) -> the same programs
     self._fast_calls = 0  # calls answered by the hot path (tests check it is taken)
-    functools.update_wrapper(self, fun)
+    functools.update_wrapper(self, fun, updated=())  # the name and docstring, not another wrapper's attributes
     if static_argnames:
       try: parameters = list(inspect.signature(fun).parameters)
       except (TypeError, ValueError): parameters = []
