@@ -45,6 +45,7 @@ class Operand:
   aval: Aval
   host: np.ndarray | None = None
   scalar: Any = None
+  seed: int | None = None  # a large input's values are random_values(default_rng(seed), ...) (see programs.py)
 
   @property
   def is_scalar(self) -> bool: return self.aval.shape == () and self.scalar is not None
@@ -218,7 +219,7 @@ def _shift(left: bool) -> Callable[[str, np.ndarray, np.ndarray], Any]:
 
 
 def _all_weak(*avals: Aval) -> bool: return all(a.weak for a in avals)
-def _some_strong(*avals: Aval) -> bool: return not _all_weak(*avals)
+def _not_weak_scalars(*avals: Aval) -> bool: return not all(a.weak and a.shape == () for a in avals)
 
 
 def _trig_scale(result: Aval, *operands: Operand) -> np.ndarray:
@@ -247,10 +248,10 @@ BINARY = [
   elementwise("minimum", "tnp.minimum({0}, {1})", _arith(np.minimum, min), 2, bool_compute=np.logical_and),
   elementwise("arctan2", "tnp.arctan2({0}, {1})", _float_only(np.arctan2), 2, inexact=True, tolerance=4),
   elementwise("hypot", "tnp.hypot({0}, {1})", _float_only(np.hypot), 2, inexact=True, tolerance=2,
-              weak_unknown=_some_strong),
+              weak_unknown=_not_weak_scalars),
   elementwise("copysign", "tnp.copysign({0}, {1})", _float_only(np.copysign), 2, inexact=True),
   elementwise("heaviside", "tnp.heaviside({0}, {1})", _float_only(np.heaviside), 2, inexact=True,
-              weak_unknown=_some_strong),
+              weak_unknown=_not_weak_scalars),
   elementwise("equal", "{0} == {1}", _arith(np.equal, lambda a, b: a == b), 2, out=BOOL),
   elementwise("not_equal", "{0} != {1}", _arith(np.not_equal, lambda a, b: a != b), 2, out=BOOL),
   elementwise("less", "{0} < {1}", _arith(np.less, lambda a, b: a < b), 2, out=BOOL),

@@ -50,7 +50,10 @@ class Program:
     """The program as Python a person can run (tinyjax.numpy as tnp, numpy as np, ml_dtypes)."""
     lines = []
     for i, operand in enumerate(self.inputs):
-      if operand.scalar is not None:
+      if operand.seed is not None:
+        lines.append(f"v{i} = tnp.asarray(random_values(np.random.default_rng({operand.seed}), "
+                     f"{operand.aval.dtype!r}, {operand.aval.shape}))  # from tests.fuzz.programs import random_values")
+      elif operand.scalar is not None:
         lines.append(f"v{i} = tnp.asarray({operand.scalar!r})  # {operand.aval}")
       else:
         dtype = "ml_dtypes.bfloat16" if operand.aval.dtype == "bfloat16" else f"np.{operand.aval.dtype}"
@@ -66,7 +69,8 @@ class Program:
 
 # ---------------------------------------------------------------------------------------------- generation
 
-def _random_values(rng: np.random.Generator, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+def random_values(rng: np.random.Generator, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+  """Input values: small numbers and a few extremes (ints), moderate values, signed zeros, inf and NaN (floats)."""
   size = math.prod(shape)
   if kind(dtype) == "b": return (rng.random(size) < 0.5).reshape(shape)
   if kind(dtype) in "iu":
@@ -99,9 +103,11 @@ def random_input(rng: np.random.Generator, shape: tuple[int, ...] | None = None)
     return Operand(Aval((), "int32" if type(value) is int else "float32", True),
                    np.asarray(value, np.int32 if type(value) is int else np.float32), value)
   dtype = str(rng.choice(INPUT_DTYPES))
-  if shape is None: shape = LARGE_SHAPES[int(rng.integers(len(LARGE_SHAPES)))] if rng.random() < 0.03 else \
-    _random_shape(rng)
-  return Operand(Aval(shape, dtype, False), _random_values(rng, dtype, shape))
+  if shape is None and rng.random() < 0.03:  # a large input: its values come from a seed the repro can name
+    shape, seed = LARGE_SHAPES[int(rng.integers(len(LARGE_SHAPES)))], int(rng.integers(1 << 30))
+    return Operand(Aval(shape, dtype, False), random_values(np.random.default_rng(seed), dtype, shape), seed=seed)
+  shape = _random_shape(rng) if shape is None else shape
+  return Operand(Aval(shape, dtype, False), random_values(rng, dtype, shape))
 
 
 NUMPY_SCALAR_TYPES = (np.int8, np.uint8, np.int16, np.int64, np.float16, np.float32, np.float64)
@@ -352,7 +358,7 @@ def _host(array: Any) -> tuple[np.ndarray, str, bool]:
 
 
 def _random_like(rng: np.random.Generator, operand: Operand) -> np.ndarray:
-  return _random_values(rng, operand.aval.dtype, operand.aval.shape)
+  return random_values(rng, operand.aval.dtype, operand.aval.shape)
 
 
 def _ulp_scale(dtype: str) -> tuple[float, float]:
