@@ -581,7 +581,8 @@ def _gram_aval(x: Aval) -> Aval:
 
 def _gram_values(values: np.ndarray) -> np.ndarray:
   other = values if values.ndim == 1 else np.swapaxes(values, -1, -2)
-  return np.matmul(values, other)
+  with np.errstate(all="ignore"):  # inf * 0 is NaN, as in the product being checked
+    return np.matmul(values, other)
 
 
 def _gram_reference(result: Aval, x: Operand) -> np.ndarray:
