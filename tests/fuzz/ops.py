@@ -118,6 +118,7 @@ class Op:
   scale: Callable[..., np.ndarray] | None = None
   kinds: str = "biuf"
   params: Callable[[Any, tuple[Aval, ...]], dict] = field(default=lambda rng, avals: {})
+  reads_nan_sign: bool = False  # the result depends on the sign of a NaN operand, which fusion may change
 
 
 def broadcast(name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -168,7 +169,8 @@ def elementwise(name: str, code: str, compute: Callable[..., Any], arity: int, *
     return round_to(computed, result.dtype)
 
   def run(tnp: Any, *args: Any) -> Any: return getattr(tnp, name)(*args)
-  return Op(name, arity, call or run, aval, reference, code, tolerance, scale, kinds)
+  return Op(name, arity, call or run, aval, reference, code, tolerance, scale, kinds,
+            reads_nan_sign=name in ("signbit", "copysign"))
 
 
 def _ints(values: np.ndarray) -> list[int]: return [int(v) for v in np.asarray(values).ravel()]
