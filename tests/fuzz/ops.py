@@ -34,7 +34,7 @@ class ExpectedError(Exception):
 class Aval:
   shape: tuple[int, ...]
   dtype: str
-  weak: bool | None  # None: not checked (JAX's answer depends on how it composes the function, see `elementwise`)
+  weak: bool
 
   def __str__(self) -> str: return f"{self.dtype}{list(self.shape)}{' weak' if self.weak else ''}"
 
@@ -143,22 +143,20 @@ def _promoted(*avals: Aval, inexact: bool = False, numeric: bool = False) -> tup
 def elementwise(name: str, code: str, compute: Callable[..., Any], arity: int, *, inexact: bool = False,
                 numeric: bool = False, kinds: str = "biuf", out: str | None = None, tolerance: float = 0,
                 weak_rule: Callable[..., bool] | None = None, scale: Callable[..., Any] | None = None,
-                bool_compute: Callable[..., Any] | None = None, call: Callable[..., Any] | None = None,
-                weak_unknown: Callable[..., bool] | None = None) -> Op:
+                bool_compute: Callable[..., Any] | None = None, call: Callable[..., Any] | None = None) -> Op:
   """An elementwise jnp function: promote (JAX's rule; `inexact` moves ints/bools to float32, `numeric` bools to
   int32), check the dtype kind, compute in float64/exact ints on the promoted values, round to the result dtype
   (`out`: 'bool' for predicates). A single operand is not promoted unless `inexact`/`numeric` (as JAX).
-  `weak_rule(*avals)` says whether a weak promoted type stays weak; where JAX's weak type depends on operand ranks
-  in ways it does not document, `weak_unknown(*avals)` leaves it unchecked."""
+  `weak_rule(*avals)` says whether a weak promoted type stays weak (JAX composes some functions with strongly typed
+  constants)."""
   def aval(*avals: Aval) -> Aval:
     shape = broadcast(name, *(a.shape for a in avals))
     if arity == 1 and not (inexact or numeric): dtype, weak = avals[0].dtype, avals[0].weak
     else: dtype, weak = _promoted(*avals, inexact=inexact, numeric=numeric)
     _check_kinds(dtype, kinds)
     if weak_rule is not None: weak = weak and weak_rule(*avals)
-    if weak and weak_unknown is not None and weak_unknown(*avals): weak = None
     if out == BOOL: return Aval(shape, BOOL, False)
-    return Aval(shape, dtype, None if weak is None else weak and dtype != BOOL)
+    return Aval(shape, dtype, weak and dtype != BOOL)
 
   def reference(result: Aval, *operands: Operand) -> np.ndarray:
     if arity == 1 and not (inexact or numeric): dtype = operands[0].aval.dtype
@@ -221,7 +219,8 @@ def _shift(left: bool) -> Callable[[str, np.ndarray, np.ndarray], Any]:
 
 
 def _all_weak(*avals: Aval) -> bool: return all(a.weak for a in avals)
-def _not_weak_scalars(*avals: Aval) -> bool: return not all(a.weak and a.shape == () for a in avals)
+def _all_scalars(*avals: Aval) -> bool: return all(a.shape == () for a in avals)
+def _first_scalar(*avals: Aval) -> bool: return avals[0].shape == ()
 
 
 def _trig_scale(result: Aval, *operands: Operand) -> np.ndarray:
@@ -250,10 +249,11 @@ BINARY = [
   elementwise("minimum", "tnp.minimum({0}, {1})", _arith(np.minimum, min), 2, bool_compute=np.logical_and),
   elementwise("arctan2", "tnp.arctan2({0}, {1})", _float_only(np.arctan2), 2, inexact=True, tolerance=4),
   elementwise("hypot", "tnp.hypot({0}, {1})", _float_only(np.hypot), 2, inexact=True, tolerance=2,
-              weak_unknown=_not_weak_scalars),
+              weak_rule=_all_scalars),  # JAX's hypot is weak only for 0-d operands
+
   elementwise("copysign", "tnp.copysign({0}, {1})", _float_only(np.copysign), 2, inexact=True),
   elementwise("heaviside", "tnp.heaviside({0}, {1})", _float_only(np.heaviside), 2, inexact=True,
-              weak_unknown=_not_weak_scalars),
+              weak_rule=_first_scalar),  # ... heaviside only for a 0-d x1
   elementwise("equal", "{0} == {1}", _arith(np.equal, lambda a, b: a == b), 2, out=BOOL),
   elementwise("not_equal", "{0} != {1}", _arith(np.not_equal, lambda a, b: a != b), 2, out=BOOL),
   elementwise("less", "{0} < {1}", _arith(np.less, lambda a, b: a < b), 2, out=BOOL),

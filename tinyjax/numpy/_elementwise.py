@@ -278,11 +278,11 @@ fmax = _binary("fmax", _fmax, "Elementwise maximum ignoring NaN (NaN only if bot
 fmin = _binary("fmin", _fmin, "Elementwise minimum ignoring NaN (NaN only if both are NaN).")
 arctan2 = _binary("arctan2", ew.atan2_p.bind, "Elementwise atan2(x1, x2) (angle of (x2, x1)).", True, "f")
 hypot = _binary("hypot", _hypot, "Elementwise sqrt(x1**2 + x2**2) without undue overflow.", True, "f",
-                weak_if=_all_weak)
+                weak_if=lambda x1, x2: np.ndim(x1) == np.ndim(x2) == 0)  # JAX: weak only for scalars
 copysign = _binary("copysign", _copysign, "Elementwise |x1| with the sign of x2 (floats).", True, "f")
 heaviside = _binary("heaviside", _heaviside, "Elementwise step: 0 for x1 < 0, x2 for x1 == 0, 1 for x1 > 0 (ints "
                     "-> default float).", True,
-                    weak_if=lambda x1, x2: dtypes.is_weakly_typed(x1))
+                    weak_if=lambda x1, x2: np.ndim(x1) == 0)  # JAX: weak only for a scalar x1
 
 negative = _unary("negative", _negative, "Elementwise -x.")
 positive = _unary("positive", lambda a: a, "Elementwise +x (the input, promoted).")
