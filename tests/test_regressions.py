@@ -235,3 +235,14 @@ def test_transformations_of_a_jitted_function_keep_their_own_wrapper():
   square = tj.custom_jvp(tj.jit(lambda x: x * x))
   square.defjvp(lambda primals, tangents: (square(primals[0]), 2 * primals[0] * tangents[0]))
   assert float(tj.grad(square)(3.0)) == 6.0
+
+
+def test_weak_types_of_functions_jax_composes_with_constants():
+  """hypot is weak only for 0-d operands, heaviside only for a 0-d first operand, power with an integer exponent
+  array only when both operands are weak (JAX 0.10's answers; a weak result defers to a narrower float later)."""
+  ints = tnp.asarray(np.array([1, 2, 3], np.int8))
+  weak_vector = tnp.broadcast_to(tnp.asarray(2.0), (3,))
+  assert tnp.hypot(3, 4.0).weak_type and float(tnp.hypot(3, 4.0)) == 5.0
+  assert not tnp.hypot(weak_vector, weak_vector).weak_type
+  assert tnp.heaviside(0.5, ints).weak_type and not tnp.heaviside(ints, 0.5).weak_type
+  assert not (2.5 ** ints).weak_type and (ints ** 2.5).weak_type and (2.5 ** tnp.asarray(2)).weak_type
