@@ -241,3 +241,39 @@ def test_make_jaxpr_lists_arguments_in_order_then_constants():
   text = str(tj.make_jaxpr(lambda w, x, unused: (x @ w) * table[0])(np.ones((4, 3), np.float32),
                                                                   np.ones((2, 4), np.float32), 1))
   assert text.startswith("{ lambda d:f32[3] ; a:f32[4,3] b:f32[2,4] c:i32[]. let"), text
+
+
+def test_fresh_wrappers_of_one_function_share_its_programs():
+  """`jit(f)(x)` in a loop traces f once, as JAX (programs are cached per function and jit options, held weakly)."""
+  traces = []
+
+  def f(x, n=1):
+    traces.append(1)
+    return x * n
+
+  x = tnp.ones(3)
+  for _ in range(3): tj.jit(f)(x)
+  assert len(traces) == 1
+  tj.jit(f, static_argnums=1)(x, 2)  # other options: programs of their own
+  assert len(traces) == 2
+  tj.jit(lambda x: f(x))(x)  # another function object
+  assert len(traces) == 3
+
+
+def test_static_argnums_passed_by_keyword_are_static():
+  def f(x, n):
+    for _ in range(n): x = x * 2  # Python control flow on n: it must be a concrete value
+    return x
+  for call in (lambda: tj.jit(f, static_argnums=1)(tnp.ones(2), n=3), lambda: tj.jit(f, static_argnames="n")(
+      tnp.ones(2), 3)):
+    np.testing.assert_array_equal(call(), [8.0, 8.0])
+
+
+def test_block_until_ready_of_a_pytree_and_transformations_of_non_callables():
+  tree = {"a": tnp.ones(2) * 2, "b": [tnp.zeros(1) + 1, 3]}
+  assert tj.block_until_ready(tree) is tree and all(leaf.is_realized for leaf in (tree["a"], tree["b"][0]))
+  for transform in (tj.jit, tj.grad, tj.value_and_grad, tj.vmap, tj.jacfwd, tj.jacrev):
+    with pytest.raises(TypeError, match="Expected a callable value, got 3"):
+      transform(3)
+  with pytest.raises(TypeError, match="callable"):
+    tj.jvp(3, (1.0,), (1.0,))

@@ -697,3 +697,12 @@ def test_warnings_free_for_inputs():
     warnings.simplefilter("error")
     tnp.asarray(np.ones(3))  # float64 data: silently float32, no warning (only explicit dtype= requests warn)
     assert math.isclose(float(tnp.asarray(2.0) * 3), 6.0)
+
+
+def test_shape_error_kinds_as_jax():
+  with pytest.raises(ValueError, match="Incompatible shapes"):  # where: ValueError whatever the ranks
+    tnp.where(tnp.ones((2, 3)) > 0, tnp.ones((2, 3)), tnp.ones((2, 4)))
+  with pytest.raises(ValueError, match="Incompatible types for matmul"):  # batch dims that do not broadcast
+    tnp.ones((2, 3, 4)) @ tnp.ones((3, 4, 5))
+  with pytest.raises(TypeError, match="one unknown axis"):
+    tnp.ones(6).reshape(-1, -1)

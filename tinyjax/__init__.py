@@ -6,7 +6,7 @@ from tinyjax.config import config  # noqa: E402
 from tinyjax.array import Array  # noqa: E402
 from tinyjax import lax, numpy, tree_util  # noqa: E402  (numpy also attaches Array's operators and methods)
 from tinyjax.trace.core import ConcretizationTypeError, UnexpectedTracerError  # noqa: E402
-from tinyjax.trace.jit import ShapeDtypeStruct, eval_shape, jit, make_jaxpr  # noqa: E402
+from tinyjax.trace.jit import ShapeDtypeStruct, block_until_ready, eval_shape, jit, make_jaxpr  # noqa: E402
 from tinyjax.trace.ad import grad, jvp, linearize, value_and_grad, vjp  # noqa: E402
 from tinyjax.trace.custom import checkpoint, custom_jvp, custom_vjp, remat  # noqa: E402
 from tinyjax.trace.batching import vmap  # noqa: E402
@@ -15,7 +15,8 @@ from tinyjax.lower.realize import runtime_stats  # noqa: E402
 from tinyjax import devices, nn  # noqa: E402  (as `import jax` gives jax.nn)
 
 __all__ = [
-  "Array", "checkpoint", "ConcretizationTypeError", "config", "custom_jvp", "custom_vjp", "devices", "eval_shape",
-  "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax", "linearize", "make_jaxpr", "nn", "numpy", "remat",
-  "runtime_stats", "ShapeDtypeStruct", "tree_util", "UnexpectedTracerError", "value_and_grad", "vjp", "vmap",
+  "Array", "block_until_ready", "checkpoint", "ConcretizationTypeError", "config", "custom_jvp", "custom_vjp",
+  "devices", "eval_shape", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax", "linearize", "make_jaxpr",
+  "nn", "numpy", "remat", "runtime_stats", "ShapeDtypeStruct", "tree_util", "UnexpectedTracerError", "value_and_grad",
+  "vjp", "vmap",
 ]

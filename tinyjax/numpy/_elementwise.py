@@ -392,6 +392,10 @@ def where(condition: Any, x: Any = None, y: Any = None, /) -> Array:
     raise NotImplementedError("where(condition) with one argument (nonzero) is not supported: its shape depends on "
                               "the data; pass x and y")
   (cond,) = promote("where", condition)
+  shapes = [np.shape(v) if not is_array(v) else v.shape for v in (cond, x, y)]
+  try: np.broadcast_shapes(*shapes)
+  except ValueError:  # a ValueError whatever the ranks, as JAX's where
+    raise ValueError(f"Incompatible shapes for broadcasting: shapes={shapes}") from None
   a, b = promote("where", x, y)
   shape = broadcast_shapes("where", cond.shape, a.shape)
   cond, a, b = (expand_raw(v, shape) for v in (cast(cond, BOOL, False), a, b))

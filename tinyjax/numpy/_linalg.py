@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
 from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax import _reductions as lax_red
-from tinyjax.lax._base import broadcast_shapes, canonicalize_axis, cast, expand_raw, reshape_raw
+from tinyjax.lax._base import canonicalize_axis, cast, expand_raw, reshape_raw
 from tinyjax.numpy._elementwise import _operand, multiply
 
 
@@ -38,7 +40,10 @@ def matmul(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any
   if a.shape[-1] != b.shape[-2]:
     raise TypeError(f"matmul: inner dimensions differ for shapes {a.shape if not a_vector else a.shape[1:]} and "
                     f"{b.shape if not b_vector else b.shape[:1]} ({a.shape[-1]} != {b.shape[-2]})")
-  batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+  try: batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+  except ValueError:  # batch dimensions that do not broadcast: a ValueError, as JAX's
+    raise ValueError(f"Incompatible types for matmul arguments: {a.dtype.name}{list(a.shape)} and "
+                     f"{b.dtype.name}{list(b.shape)}") from None
   a, b = expand_raw(a, batch + a.shape[-2:]), expand_raw(b, batch + b.shape[-2:])
   n_batch = len(batch)
   out_dtype = a.dtype if preferred_element_type is None else dtypes.canonicalize_dtype(

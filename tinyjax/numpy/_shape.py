@@ -24,7 +24,7 @@ def _as_array(a: Any) -> Array:
 def _resolve_shape(shape: Sequence[int], size: int, old_shape: tuple[int, ...]) -> tuple[int, ...]:
   shape = tuple(operator.index(d) for d in shape)
   unknown = [i for i, d in enumerate(shape) if d == -1]
-  if len(unknown) > 1: raise ValueError("can only specify one unknown dimension")
+  if len(unknown) > 1: raise TypeError(f"can only specify one unknown axis size with a `-1` value, got {tuple(shape)}")
   if any(d < -1 for d in shape): raise ValueError(f"negative dimensions not allowed in reshape: {shape}")
   if unknown:
     known = math.prod(d for d in shape if d != -1)

@@ -19,8 +19,8 @@ import numpy as np
 
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
-from tinyjax.trace.core import (Primitive, StagingTrace, StagingTracer, Trace, Tracer, bind, current_trace, new_trace,
-                                set_current_trace)
+from tinyjax.trace.core import (Primitive, StagingTrace, StagingTracer, Trace, Tracer, bind, check_callable,
+                                current_trace, new_trace, set_current_trace)
 from tinyjax.uop import BOOL, MOVEMENT, Ops, UOp
 
 jvp_rules: dict[Ops | Primitive, Callable] = {}
@@ -362,6 +362,7 @@ def _strip_tangents(tree: Any, trace: JVPTrace) -> Any:
 
 def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False) -> Any:
   """Forward-mode: `(fun(*primals), J(primals) @ tangents)`; primals and tangents are matching pytrees."""
+  check_callable(fun)
   if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
     raise TypeError("primal and tangent arguments to jvp must be tuples or lists; found "
                     f"{type(primals).__name__} and {type(tangents).__name__}")
@@ -431,6 +432,7 @@ def _linearize(fun: Callable, primal_leaves: list[Any], in_tree: Any, has_aux: b
 
 def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> Any:
   """Reverse mode: `(fun(*primals), vjp_fn)` where `vjp_fn(cotangent)` returns the cotangent of each primal."""
+  check_callable(fun)
   primal_leaves, in_tree = tree_util.tree_flatten(primals)
   arrays, primals_out, out_tree, program, linear, aux = _linearize(fun, primal_leaves, in_tree, has_aux)
 
@@ -457,6 +459,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> Any:
 
 def linearize(fun: Callable, *primals: Any) -> tuple[Any, Callable]:
   """`(fun(*primals), f_jvp)` where `f_jvp(*tangents)` evaluates the linearised function (its JVP at primals)."""
+  check_callable(fun)
   primal_leaves, in_tree = tree_util.tree_flatten(primals)
   arrays, primals_out, out_tree, program, linear, _ = _linearize(fun, primal_leaves, in_tree, False)
 
@@ -486,6 +489,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
                    allow_int: bool = False) -> Callable:
   """`(fun(*args), gradient of fun at args)` with respect to the arguments `argnums` (an int or a tuple).
   fun must return a scalar (with `has_aux`, a pair `(scalar, aux)`)."""
+  check_callable(fun)
   positions = _argnums_tuple(argnums)
 
   def value_and_grad_f(*args: Any, **kwargs: Any) -> Any:

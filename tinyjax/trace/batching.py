@@ -24,8 +24,8 @@ import numpy as np
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
 from tinyjax.trace import ad
-from tinyjax.trace.core import (ConcretizationTypeError, Primitive, Trace, Tracer, bind, current_trace, new_trace,
-                                set_current_trace)
+from tinyjax.trace.core import (ConcretizationTypeError, Primitive, Trace, Tracer, bind, check_callable, current_trace,
+                                new_trace, set_current_trace)
 from tinyjax.uop import ELEMENTWISE, Ops
 
 batch_rules: dict[Ops | Primitive, Callable] = {}
@@ -433,7 +433,7 @@ def vmap(fun: Callable, in_axes: int | None | Sequence[Any] = 0, out_axes: Any =
   outputs that do not depend on a mapped input). `axis_size`: the size of the mapped axis, required when no input is
   mapped. `axis_name`: a name for the axis, for `psum`/`pmean`/`pmax`/`axis_index` inside `fun`.
   Mapped axes of different sizes are a ValueError naming them."""
-  if not callable(fun): raise TypeError(f"Expected a callable value, got {fun!r}")
+  check_callable(fun)
   if isinstance(in_axes, list): in_axes = tuple(in_axes)  # as JAX: lists and tuples are interchangeable here
   if not (in_axes is None or type(in_axes) in (int, tuple)):
     raise TypeError("vmap in_axes must be an int, None, or a tuple of entries corresponding to the positional "

@@ -33,6 +33,11 @@ class UnexpectedTracerError(TypeError):
   """A traced value was used after the transformation that made it had finished (it escaped, e.g. to a global)."""
 
 
+def check_callable(fun: Any) -> None:
+  """The TypeError JAX's transformations raise for something that is not a function (`grad(3)`)."""
+  if not callable(fun): raise TypeError(f"Expected a callable value, got {fun!r}")
+
+
 class Primitive:
   """A named operation whose default meaning is `impl` (a function of arrays built from `bind`s of Ops). Traces
   may have rules of their own for it, keyed by the Primitive object (e.g. `ad.jvp_rules[prim]`)."""

@@ -14,6 +14,7 @@ from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
 from tinyjax.trace import ad
 from tinyjax.trace.batching import vmap
+from tinyjax.trace.core import check_callable
 from tinyjax.uop import Ops
 
 
@@ -79,6 +80,7 @@ def _differentiated(name: str, fun: Callable, args: tuple, argnums: int | Sequen
 
 def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
   """The Jacobian of `fun` by forward mode (one JVP per input element, batched with vmap)."""
+  check_callable(fun)
   def jacfun(*args: Any) -> Any:
     partial_fun, in_leaves, in_tree = _differentiated("jacfwd", fun, args, argnums)
     chosen_arrays = tree_util.tree_unflatten(in_tree, in_leaves)
@@ -101,6 +103,7 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
   """The Jacobian of `fun` by reverse mode (one VJP per output element, batched with vmap)."""
+  check_callable(fun)
   def jacfun(*args: Any) -> Any:
     partial_fun, in_leaves, in_tree = _differentiated("jacrev", fun, args, argnums)
     result = ad.vjp(partial_fun, tree_util.tree_unflatten(in_tree, in_leaves), has_aux=has_aux)

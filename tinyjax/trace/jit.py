@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -24,7 +25,7 @@ from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
 from tinyjax.devices.buffer import Buffer
 from tinyjax.lower.realize import CompiledSchedule, get_schedule, normalize, run_schedule
-from tinyjax.trace.core import EvalTrace, StagingTrace, Tracer, current_trace, new_trace
+from tinyjax.trace.core import EvalTrace, StagingTrace, Tracer, check_callable, current_trace, new_trace
 from tinyjax.uop import Ops, UOp
 
 
@@ -190,6 +191,14 @@ def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Seq
   return Jaxpr(sink, len(avals), consts, tuple(a.weak_type for a in out_arrays), out_tree, tuple(avals))
 
 
+def block_until_ready(tree: Any) -> Any:
+  """Compute every array in the pytree now (tinyjax arrays are lazy) and return the pytree, as
+  `jax.block_until_ready`."""
+  for leaf in tree_util.tree_leaves(tree):
+    if isinstance(leaf, Array): leaf.block_until_ready()
+  return tree
+
+
 def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable[..., Jaxpr]:
   """`make_jaxpr(f)(*args)` returns the UOp program `jit(f)` would compile for these arguments."""
   static = _normalize_argnums(static_argnums)
@@ -271,23 +280,41 @@ class Lowered:
   def compile(self) -> Lowered: return self
 
 
+# The compiled programs of each function, per jit options, held as long as the function lives: `jit(f)` made twice
+# (e.g. `jit(f)(x)` in a loop) traces f once, as JAX. A function that cannot be weakly referenced gets caches of its
+# own per wrapper.
+_caches_by_function: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _function_caches(fun: Callable, options: tuple) -> tuple[dict, dict]:
+  """(signature -> program, hot-path signature -> program) shared by every jit of `fun` with these options."""
+  try:
+    per_options = _caches_by_function.setdefault(fun, {})
+  except TypeError:
+    return {}, {}
+  return per_options.setdefault(options, ({}, {}))
+
+
 class JitWrapped:
   """A jitted function: call it like the original. Retraces for a new signature (tree structure, shapes, dtypes,
-  weak types, static argument values) and never otherwise."""
+  weak types, static argument values) and never otherwise; wrappers of one function with the same options share
+  their programs."""
 
   def __init__(self, fun: Callable, static_argnums: tuple[int, ...], static_argnames: tuple[str, ...],
                donate_argnums: tuple[int, ...]):
     self.fun, self.static_argnums, self.static_argnames = fun, static_argnums, static_argnames
     self.donate_argnums = donate_argnums  # accepted; buffer donation comes with memory planning
-    self._cache: dict[Any, _Compiled] = {}
-    self._fast_cache: dict[Any, _Compiled] = {}  # (treedef of args, _fast_signature) -> the same programs
     self._fast_calls = 0  # calls answered by the hot path (tests check it is taken)
     functools.update_wrapper(self, fun, updated=())  # the name and docstring, not another wrapper's attributes
-    if static_argnames:
-      try: parameters = list(inspect.signature(fun).parameters)
-      except (TypeError, ValueError): parameters = []
-      self.static_argnums = tuple(sorted(set(static_argnums) | {parameters.index(n) for n in static_argnames
-                                                                  if n in parameters}))
+    try: parameters = list(inspect.signature(fun).parameters)
+    except (TypeError, ValueError): parameters = []
+    # static arguments by position and by name, whichever way the call passes them
+    self.static_argnums = tuple(sorted(set(static_argnums) | {parameters.index(n) for n in static_argnames
+                                                                if n in parameters}))
+    self.static_argnames = tuple(sorted(set(static_argnames) | {parameters[i] for i in static_argnums
+                                                                  if -len(parameters) <= i < len(parameters)}))
+    # (signature -> program) and the hot path's (treedef of args, _fast_signature) -> the same programs
+    self._cache, self._fast_cache = _function_caches(fun, (self.static_argnums, self.static_argnames))
 
   def __get__(self, instance: Any, owner: type | None = None):
     return self if instance is None else functools.partial(self, instance)
@@ -348,7 +375,7 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
   if fun is None:
     return lambda f: jit(f, static_argnums=static_argnums, static_argnames=static_argnames,
                          donate_argnums=donate_argnums)
-  if not callable(fun): raise TypeError(f"Expected a callable value, got {fun!r}")
+  check_callable(fun)
   names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames or ())
   return JitWrapped(fun, _normalize_argnums(static_argnums), names, _normalize_argnums(donate_argnums))
 
