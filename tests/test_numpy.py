@@ -706,3 +706,39 @@ def test_shape_error_kinds_as_jax():
     tnp.ones((2, 3, 4)) @ tnp.ones((3, 4, 5))
   with pytest.raises(TypeError, match="one unknown axis"):
     tnp.ones(6).reshape(-1, -1)
+
+
+@pytest.mark.parametrize("name", ["atleast_1d", "atleast_2d", "atleast_3d"])
+def test_atleast_nd_against_numpy(name):
+  for host in (np.float32(3.0), np.arange(3, dtype=np.int32), np.ones((2, 3), np.int8), np.ones((2, 1, 2), BOOL)):
+    got = getattr(tnp, name)(tnp.asarray(host))
+    np.testing.assert_array_equal(got, getattr(np, name)(host))
+    assert got.dtype == host.dtype
+  first, second = getattr(tnp, name)(tnp.asarray(1.0), tnp.arange(2))
+  assert first.shape == getattr(np, name)(1.0).shape and second.shape == getattr(np, name)(np.arange(2)).shape
+
+
+def test_stacking_helpers_against_numpy_and_under_transformations():
+  rows, ints = np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(3, dtype=np.int8)
+  for name, args in (("vstack", [rows, ints]), ("hstack", [ints, ints]), ("hstack", [rows, rows]),
+                     ("column_stack", [ints, ints]), ("column_stack", [rows.T, ints]), ("dstack", [rows, rows])):
+    got = getattr(tnp, name)([tnp.asarray(a) for a in args])
+    want = getattr(np, name)(args)
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == tnp.result_type(*[tnp.asarray(a) for a in args]), name
+  # they are concatenations: differentiable and batchable
+  grad = tj.grad(lambda x: (tnp.vstack([x, 2 * x]) ** 2).sum())(tnp.asarray(rows[0]))
+  np.testing.assert_allclose(grad, 10 * rows[0])
+  batched = tj.jit(tj.vmap(lambda x: tnp.hstack([x, x[::-1]])))(tnp.asarray(rows))
+  np.testing.assert_array_equal(batched, np.hstack([rows, rows[:, ::-1]]))
+  assert (tnp.ndim(rows), tnp.shape(rows), tnp.size(rows), tnp.size(rows, -1)) == (2, (2, 3), 6, 3)
+  assert tnp.isscalar(tnp.asarray(1.0)) and tnp.isscalar(2) and not tnp.isscalar(tnp.arange(2))
+
+
+def test_tree_namespace():
+  tree = {"b": [2, 3], "a": 1}
+  assert tj.tree.map(lambda x: x * 2, tree) == {"a": 2, "b": [4, 6]}
+  assert tj.tree.leaves(tree) == [1, 2, 3] and tj.tree.reduce(lambda x, y: x + y, tree) == 6
+  leaves, treedef = tj.tree.flatten(tree)
+  assert tj.tree.unflatten(treedef, leaves) == tree and tj.tree.structure(tree) == treedef
+  assert tj.tree.all({"a": True, "b": [1]}) and not tj.tree.all([True, 0])

@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 from tinyjax.config import config  # noqa: E402
 from tinyjax.array import Array  # noqa: E402
-from tinyjax import lax, numpy, tree_util  # noqa: E402  (numpy also attaches Array's operators and methods)
+from tinyjax import lax, numpy, tree, tree_util  # noqa: E402  (numpy also attaches Array's operators and methods)
 from tinyjax.trace.core import ConcretizationTypeError, UnexpectedTracerError  # noqa: E402
 from tinyjax.trace.jit import ShapeDtypeStruct, block_until_ready, eval_shape, jit, make_jaxpr  # noqa: E402
 from tinyjax.trace.ad import grad, jvp, linearize, value_and_grad, vjp  # noqa: E402
@@ -17,6 +17,6 @@ from tinyjax import devices, nn  # noqa: E402  (as `import jax` gives jax.nn)
 __all__ = [
   "Array", "block_until_ready", "checkpoint", "ConcretizationTypeError", "config", "custom_jvp", "custom_vjp",
   "devices", "eval_shape", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax", "linearize", "make_jaxpr",
-  "nn", "numpy", "remat", "runtime_stats", "ShapeDtypeStruct", "tree_util", "UnexpectedTracerError", "value_and_grad",
-  "vjp", "vmap",
+  "nn", "numpy", "remat", "runtime_stats", "ShapeDtypeStruct", "tree", "tree_util", "UnexpectedTracerError",
+  "value_and_grad", "vjp", "vmap",
 ]

@@ -19,9 +19,10 @@ from tinyjax.numpy._elementwise import (abs, absolute, add, arccos, arccosh, arc
 from tinyjax.numpy._indexing import getitem as _getitem  # noqa: F401
 from tinyjax.numpy._linalg import dot, inner, matmul, outer, tensordot, vdot
 from tinyjax.numpy._reductions import all, amax, amin, any, argmax, argmin, max, mean, min, prod, std, sum, var
-from tinyjax.numpy._shape import (broadcast_arrays, broadcast_shapes, broadcast_to, concatenate, expand_dims, flip,
-                                  fliplr, flipud, matrix_transpose, moveaxis, pad, ravel, reshape, squeeze, stack,
-                                  swapaxes, transpose)
+from tinyjax.numpy._shape import (atleast_1d, atleast_2d, atleast_3d, broadcast_arrays, broadcast_shapes, broadcast_to,
+                                  column_stack, concatenate, dstack, expand_dims, flip, fliplr, flipud, hstack,
+                                  isscalar, matrix_transpose, moveaxis, ndim, pad, ravel, reshape, shape, size,
+                                  squeeze, stack, swapaxes, transpose, vstack)
 
 ndarray = Array
 dtype = _np.dtype
@@ -37,19 +38,20 @@ float8_e4m3fn = _SCALAR_TYPES["float8_e4m3fn"]
 _array_methods.attach()
 
 __all__ = [
-  "Array", "abs", "absolute", "add", "all", "amax", "amin", "any", "arange", "arccos", "arccosh", "arcsin", "arcsinh",
-  "arctan", "arctan2", "arctanh", "argmax", "argmin", "around", "array", "asarray", "astype", "bfloat16",
-  "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "bool_", "broadcast_arrays", "broadcast_shapes",
-  "broadcast_to", "cbrt", "ceil", "clip", "concatenate", "copysign", "cos", "cosh", "deg2rad", "degrees", "divide",
-  "dot", "dtype", "e", "empty", "empty_like", "equal", "euler_gamma", "exp", "exp2", "expand_dims", "expm1", "eye",
-  "fabs", "finfo", "flip", "fliplr", "flipud", "float16", "float32", "float64", "float8_e4m3fn", "floor",
-  "floor_divide", "fmax", "fmin", "fmod", "full", "full_like", "greater", "greater_equal", "heaviside", "hypot",
-  "identity", "iinfo", "inf", "inner", "int16", "int32", "int64", "int8", "invert", "isfinite", "isinf", "isnan",
-  "issubdtype", "left_shift", "less", "less_equal", "linspace", "log", "log10", "log1p", "log2", "logical_and",
-  "logical_not", "logical_or", "logical_xor", "matmul", "matrix_transpose", "max", "maximum", "mean", "min",
-  "minimum", "mod", "moveaxis", "multiply", "nan", "ndarray", "negative", "newaxis", "not_equal", "ones", "ones_like",
-  "outer", "pad", "pi", "positive", "power", "prod", "promote_types", "rad2deg", "radians", "ravel", "reciprocal",
-  "remainder", "reshape", "result_type", "right_shift", "rint", "round", "sign", "signbit", "sin", "sinh", "sqrt",
-  "square", "squeeze", "stack", "std", "subtract", "sum", "swapaxes", "tan", "tanh", "tensordot", "transpose",
-  "true_divide", "trunc", "uint16", "uint32", "uint64", "uint8", "var", "vdot", "where", "zeros", "zeros_like",
+  "abs", "absolute", "add", "all", "amax", "amin", "any", "arange", "arccos", "arccosh", "arcsin", "arcsinh",
+  "arctan", "arctan2", "arctanh", "argmax", "argmin", "around", "array", "Array", "asarray", "astype", "atleast_1d",
+  "atleast_2d", "atleast_3d", "bfloat16", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "bool_",
+  "broadcast_arrays", "broadcast_shapes", "broadcast_to", "cbrt", "ceil", "clip", "column_stack", "concatenate",
+  "copysign", "cos", "cosh", "deg2rad", "degrees", "divide", "dot", "dstack", "dtype", "e", "empty", "empty_like",
+  "equal", "euler_gamma", "exp", "exp2", "expand_dims", "expm1", "eye", "fabs", "finfo", "flip", "fliplr", "flipud",
+  "float16", "float32", "float64", "float8_e4m3fn", "floor", "floor_divide", "fmax", "fmin", "fmod", "full",
+  "full_like", "greater", "greater_equal", "heaviside", "hstack", "hypot", "identity", "iinfo", "inf", "inner",
+  "int16", "int32", "int64", "int8", "invert", "isfinite", "isinf", "isnan", "isscalar", "issubdtype", "left_shift",
+  "less", "less_equal", "linspace", "log", "log10", "log1p", "log2", "logical_and", "logical_not", "logical_or",
+  "logical_xor", "matmul", "matrix_transpose", "max", "maximum", "mean", "min", "minimum", "mod", "moveaxis",
+  "multiply", "nan", "ndarray", "ndim", "negative", "newaxis", "not_equal", "ones", "ones_like", "outer", "pad", "pi",
+  "positive", "power", "prod", "promote_types", "rad2deg", "radians", "ravel", "reciprocal", "remainder", "reshape",
+  "result_type", "right_shift", "rint", "round", "shape", "sign", "signbit", "sin", "sinh", "size", "sqrt", "square",
+  "squeeze", "stack", "std", "subtract", "sum", "swapaxes", "tan", "tanh", "tensordot", "transpose", "true_divide",
+  "trunc", "uint16", "uint32", "uint64", "uint8", "var", "vdot", "vstack", "where", "zeros", "zeros_like",
 ]

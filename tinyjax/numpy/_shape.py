@@ -168,6 +168,81 @@ def stack(arrays: Sequence[Any], axis: int = 0, dtype: Any = None) -> Array:
   return concatenate([expand_dims(a, axis) for a in arrays], axis, dtype)
 
 
+def ndim(a: Any) -> int:
+  """The number of dimensions of an array, scalar or nested list."""
+  return a.ndim if isinstance(a, Array) else int(np.ndim(a))
+
+
+def shape(a: Any) -> tuple[int, ...]:
+  """The shape of an array, scalar or nested list."""
+  return a.shape if isinstance(a, Array) else tuple(np.shape(a))
+
+
+def size(a: Any, axis: int | None = None) -> int:
+  """The number of elements (along `axis`, if given)."""
+  dims = shape(a)
+  return math.prod(dims) if axis is None else dims[canonicalize_axis(axis, len(dims))]
+
+
+def isscalar(element: Any) -> bool:
+  """True for Python/numpy scalars (numpy's rule) and 0-d arrays (JAX counts a 0-d array as a scalar)."""
+  if isinstance(element, Array): return element.ndim == 0
+  return bool(np.isscalar(element))
+
+
+def _at_least(minimum: int, arrays: tuple[Any, ...], expand: Any) -> Any:
+  results = []
+  for a in arrays:
+    x = _as_array(a)
+    results.append(expand(x) if x.ndim < minimum else x)
+  return results[0] if len(results) == 1 else results
+
+
+def atleast_1d(*arys: Any) -> Any:
+  """Each argument as an array of at least one dimension (0-d becomes shape (1,)); one array, or a list of them."""
+  return _at_least(1, arys, lambda x: reshape(x, (1,)))
+
+
+def atleast_2d(*arys: Any) -> Any:
+  """Each argument with at least two dimensions: 0-d -> (1, 1), (n,) -> (1, n)."""
+  return _at_least(2, arys, lambda x: reshape(x, (1,) * (2 - x.ndim) + x.shape))
+
+
+def atleast_3d(*arys: Any) -> Any:
+  """Each argument with at least three dimensions: 0-d -> (1, 1, 1), (n,) -> (1, n, 1), (m, n) -> (m, n, 1)."""
+  def expand(x: Array) -> Array:
+    return reshape(x, {0: (1, 1, 1), 1: (1, x.size, 1)}.get(x.ndim, x.shape + (1,)))
+  return _at_least(3, arys, expand)
+
+
+def _as_list(tup: Any, name: str) -> list[Any]:
+  if isinstance(tup, Array): return list(tup)  # iterating splits along axis 0, as JAX
+  if not isinstance(tup, (list, tuple)): raise TypeError(f"{name} requires a sequence of arrays, got {type(tup)}")
+  return list(tup)
+
+
+def vstack(tup: Sequence[Any], dtype: Any = None) -> Array:
+  """Stack arrays vertically: 1-D arrays become rows (`atleast_2d`), then concatenate along axis 0."""
+  return concatenate([atleast_2d(a) for a in _as_list(tup, "vstack")], 0, dtype)
+
+
+def hstack(tup: Sequence[Any], dtype: Any = None) -> Array:
+  """Stack arrays horizontally: along axis 0 for 1-D arrays, along axis 1 otherwise."""
+  arrays = [atleast_1d(a) for a in _as_list(tup, "hstack")]
+  return concatenate(arrays, 0 if arrays and arrays[0].ndim == 1 else 1, dtype)
+
+
+def column_stack(tup: Sequence[Any]) -> Array:
+  """Stack 1-D arrays as columns of a 2-D array (2-D arrays are taken as they are), along axis 1."""
+  arrays = [_as_array(a) for a in _as_list(tup, "column_stack")]
+  return concatenate([reshape(a, (a.size, 1)) if a.ndim < 2 else a for a in arrays], 1)
+
+
+def dstack(tup: Sequence[Any], dtype: Any = None) -> Array:
+  """Stack arrays along a third axis (`atleast_3d`, then concatenate along axis 2)."""
+  return concatenate([atleast_3d(a) for a in _as_list(tup, "dstack")], 2, dtype)
+
+
 def _pad_widths(pad_width: Any, ndim: int) -> list[tuple[int, int]]:
   widths = np.asarray(pad_width)
   if widths.dtype.kind not in "iu": raise TypeError(f"pad_width must be integers, got {pad_width!r}")
