@@ -742,3 +742,55 @@ def test_tree_namespace():
   leaves, treedef = tj.tree.flatten(tree)
   assert tj.tree.unflatten(treedef, leaves) == tree and tj.tree.structure(tree) == treedef
   assert tj.tree.all({"a": True, "b": [1]}) and not tj.tree.all([True, 0])
+
+
+def test_tile_repeat_roll_diff_triangles_against_numpy():
+  host = np.arange(12, dtype=np.float32).reshape(3, 4)
+  x = tnp.asarray(host)
+  for reps in (2, (2, 1), (1, 3, 2), (0, 2)):
+    np.testing.assert_array_equal(tnp.tile(x, reps), np.tile(host, reps))
+  for repeats, axis in ((2, None), (3, 0), (1, 1), (0, -1)):
+    np.testing.assert_array_equal(tnp.repeat(x, repeats, axis), np.repeat(host, repeats, axis))
+  for shift, axis in ((1, None), (-5, 0), (2, 1), ((1, 2), (0, 1)), (7, -1)):
+    np.testing.assert_array_equal(tnp.roll(x, shift, axis), np.roll(host, shift, axis))
+  for n, axis in ((1, -1), (2, 0), (3, 1), (0, 1)):
+    np.testing.assert_array_equal(tnp.diff(x, n, axis), np.diff(host, n, axis=axis))
+  bools = np.array([True, True, False, True])
+  np.testing.assert_array_equal(tnp.diff(tnp.asarray(bools)), np.diff(bools))
+  for k in (-1, 0, 2):
+    np.testing.assert_array_equal(tnp.tril(x, k), np.tril(host, k))
+    np.testing.assert_array_equal(tnp.triu(x, k), np.triu(host, k))
+    np.testing.assert_array_equal(tnp.tri(3, 5, k), np.tri(3, 5, k))
+  assert tnp.tri(2, dtype=tnp.int32).dtype == np.int32 and tnp.tile(tnp.ones(2, tnp.int8), 2).dtype == np.int8
+  with pytest.raises(NotImplementedError, match="per-element"):
+    tnp.repeat(x, tnp.asarray([1, 2, 3]), 0)
+  with pytest.raises(ValueError):
+    tnp.tril(tnp.ones(3))
+  # they are movement and selection: batchable and differentiable
+  batched = tj.jit(tj.vmap(lambda row: tnp.roll(tnp.tile(row, 2), 1)))(x)
+  np.testing.assert_array_equal(batched, np.roll(np.tile(host, 2), 1, axis=1))
+  grad = tj.grad(lambda v: (tnp.repeat(v, 3) * tnp.arange(12.0)).sum())(tnp.ones(4))
+  np.testing.assert_array_equal(grad, np.arange(12.0).reshape(4, 3).sum(1))
+
+
+@pytest.mark.parametrize("name,reference", [("logaddexp", np.logaddexp), ("logaddexp2", np.logaddexp2)])
+def test_logaddexp_against_numpy_and_finite_differences(name, reference):
+  fun = getattr(tnp, name)
+  a = np.array([0.0, 1.0, -3.0, 100.0, -np.inf, np.inf, np.inf, 20.0, np.nan], np.float32)
+  b = np.array([0.0, 2.0, 50.0, 100.0, -np.inf, np.inf, -np.inf, -700.0, 1.0], np.float32)
+  got = fun(tnp.asarray(a), tnp.asarray(b))
+  with np.errstate(invalid="ignore"):  # inf - inf inside numpy's reference
+    np.testing.assert_allclose(got, reference(a.astype(np.float64), b.astype(np.float64)), rtol=2e-6)
+  assert fun(tnp.ones(2, tnp.bfloat16), 1).dtype == tnp.bfloat16 and fun(tnp.arange(3), 1).dtype == np.float32
+  assert fun(2.0, 3).weak_type
+  with config.override("jax_enable_x64", True):
+    for x, y in ((0.3, -1.2), (2.0, 2.0), (40.0, -3.0)):
+      dx, dy = tj.grad(fun, argnums=(0, 1))(np.float64(x), np.float64(y))
+      eps = 1e-6
+      at = lambda u, v: float(fun(np.float64(u), np.float64(v)))  # noqa: E731
+      fd_x, fd_y = (at(x + eps, y) - at(x - eps, y)) / (2 * eps), (at(x, y + eps) - at(x, y - eps)) / (2 * eps)
+      np.testing.assert_allclose([float(dx), float(dy)], [fd_x, fd_y], rtol=1e-6, atol=1e-9)
+  # the tie: d/dx logaddexp(x, x) is exactly 1/2 (the composition's max/abs kinks would give 0)
+  assert float(tj.grad(lambda v: fun(v, v * 1.0 + 0.0))(1.5)) == pytest.approx(1.0)
+  assert float(tj.grad(fun)(1.5, 1.5)) == pytest.approx(0.5)
+  np.testing.assert_allclose(tj.vmap(fun)(tnp.asarray(a[:4]), tnp.asarray(b[:4])), np.asarray(got)[:4])

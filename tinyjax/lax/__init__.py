@@ -9,7 +9,7 @@ from tinyjax.lax._elementwise import (RoundingMethod, abs, acos, add, asin, asin
 from tinyjax.lax._reductions import (argmax, argmin, dot, dot_general, reduce_and, reduce_max, reduce_min, reduce_or,
                                      reduce_prod, reduce_sum)
 from tinyjax.lax._shape import (broadcast_in_dim, clamp, concatenate, expand_dims, full, full_like, iota, pad,
-                                reshape, rev, select_n, slice, squeeze, stop_gradient, transpose)
+                                reshape, rev, select_n, slice, slice_in_dim, squeeze, stop_gradient, transpose)
 # the primitives (as jax.lax exposes them): Primitive objects with JAX's names and JVP rules
 from tinyjax.lax._elementwise import (abs_p, acos_p, acosh_p, asin_p, asinh_p, atan2_p, atan_p, atanh_p, cbrt_p,
                                       ceil_p, cos_p, cosh_p, exp2_p, exp_p, expm1_p, floor_p, integer_pow_p,
@@ -34,6 +34,7 @@ __all__ = [
   "reduce_and", "reduce_max", "reduce_max_p", "reduce_min", "reduce_min_p", "reduce_or", "reduce_prod",
   "reduce_prod_p", "reduce_sum", "reduce_sum_p", "rem", "rem_p", "reshape", "rev", "round", "round_p",
   "RoundingMethod", "rsqrt", "rsqrt_p", "select_n", "select_n_p", "shift_left", "shift_right_arithmetic",
-  "shift_right_logical", "sign", "sign_p", "sin", "sin_p", "sinh", "sinh_p", "slice", "sqrt", "sqrt_p", "square",
-  "square_p", "squeeze", "stop_gradient", "stop_gradient_p", "sub", "tan", "tan_p", "tanh", "tanh_p", "transpose",
+  "shift_right_logical", "sign", "sign_p", "sin", "sin_p", "sinh", "sinh_p", "slice", "slice_in_dim", "sqrt",
+  "sqrt_p", "square", "square_p", "squeeze", "stop_gradient", "stop_gradient_p", "sub", "tan", "tan_p", "tanh",
+  "tanh_p", "transpose",
 ]

@@ -168,6 +168,20 @@ def slice(operand: Any, start_indices: Sequence[int], limit_indices: Sequence[in
   return strided_slice_raw(x, starts, limits, strides)
 
 
+def slice_in_dim(operand: Any, start_index: int | None, limit_index: int | None, stride: int = 1,
+                 axis: int = 0) -> Array:
+  """`slice` along one axis: operand[..., start:limit:stride, ...] (None: the axis' start or end; negative indices
+  count from the end)."""
+  x = to_array(operand)
+  axis = canonicalize_axis(axis, x.ndim)
+  size = x.shape[axis]
+  start = 0 if start_index is None else int(start_index) + (size if int(start_index) < 0 else 0)
+  limit = size if limit_index is None else int(limit_index) + (size if int(limit_index) < 0 else 0)
+  starts, limits, strides = [0] * x.ndim, list(x.shape), [1] * x.ndim
+  starts[axis], limits[axis], strides[axis] = start, limit, int(stride)
+  return slice(x, starts, limits, strides)
+
+
 def rev(operand: Any, dimensions: Sequence[int]) -> Array:
   """Reverse the order of elements along `dimensions`."""
   x = to_array(operand)

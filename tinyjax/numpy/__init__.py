@@ -5,24 +5,26 @@ import numpy as _np
 from tinyjax.array import Array
 from tinyjax.dtypes import finfo, iinfo, issubdtype, promote_types, result_type
 from tinyjax.numpy import _array_methods
-from tinyjax.numpy._creation import (SCALAR_TYPES as _SCALAR_TYPES, arange, array, asarray, empty, empty_like, eye,
-                                     full, full_like, identity, linspace, ones, ones_like, zeros, zeros_like)
+from tinyjax.numpy._creation import (arange, array, asarray, empty, empty_like, eye, full, full_like, identity,
+                                     linspace, ones, ones_like, SCALAR_TYPES as _SCALAR_TYPES, tri, tril, triu, zeros,
+                                     zeros_like)
 from tinyjax.numpy._elementwise import (abs, absolute, add, arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh,
                                         around, astype, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cbrt, ceil,
                                         clip, copysign, cos, cosh, deg2rad, degrees, divide, equal, exp, exp2, expm1,
                                         fabs, floor, floor_divide, fmax, fmin, fmod, greater, greater_equal, heaviside,
                                         hypot, invert, isfinite, isinf, isnan, left_shift, less, less_equal, log,
-                                        log1p, log2, log10, logical_and, logical_not, logical_or, logical_xor, maximum,
-                                        minimum, mod, multiply, negative, not_equal, positive, power, rad2deg, radians,
-                                        reciprocal, remainder, right_shift, rint, round, sign, signbit, sin, sinh,
-                                        sqrt, square, subtract, tan, tanh, true_divide, trunc, where)
+                                        log10, log1p, log2, logaddexp, logaddexp2, logical_and, logical_not,
+                                        logical_or, logical_xor, maximum, minimum, mod, multiply, negative, not_equal,
+                                        positive, power, rad2deg, radians, reciprocal, remainder, right_shift, rint,
+                                        round, sign, signbit, sin, sinh, sqrt, square, subtract, tan, tanh,
+                                        true_divide, trunc, where)
 from tinyjax.numpy._indexing import getitem as _getitem  # noqa: F401
 from tinyjax.numpy._linalg import dot, inner, matmul, outer, tensordot, vdot
 from tinyjax.numpy._reductions import all, amax, amin, any, argmax, argmin, max, mean, min, prod, std, sum, var
 from tinyjax.numpy._shape import (atleast_1d, atleast_2d, atleast_3d, broadcast_arrays, broadcast_shapes, broadcast_to,
-                                  column_stack, concatenate, dstack, expand_dims, flip, fliplr, flipud, hstack,
-                                  isscalar, matrix_transpose, moveaxis, ndim, pad, ravel, reshape, shape, size,
-                                  squeeze, stack, swapaxes, transpose, vstack)
+                                  column_stack, concatenate, diff, dstack, expand_dims, flip, fliplr, flipud, hstack,
+                                  isscalar, matrix_transpose, moveaxis, ndim, pad, ravel, repeat, reshape, roll, shape,
+                                  size, squeeze, stack, swapaxes, tile, transpose, vstack)
 
 ndarray = Array
 dtype = _np.dtype
@@ -42,16 +44,17 @@ __all__ = [
   "arctan", "arctan2", "arctanh", "argmax", "argmin", "around", "array", "Array", "asarray", "astype", "atleast_1d",
   "atleast_2d", "atleast_3d", "bfloat16", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "bool_",
   "broadcast_arrays", "broadcast_shapes", "broadcast_to", "cbrt", "ceil", "clip", "column_stack", "concatenate",
-  "copysign", "cos", "cosh", "deg2rad", "degrees", "divide", "dot", "dstack", "dtype", "e", "empty", "empty_like",
-  "equal", "euler_gamma", "exp", "exp2", "expand_dims", "expm1", "eye", "fabs", "finfo", "flip", "fliplr", "flipud",
-  "float16", "float32", "float64", "float8_e4m3fn", "floor", "floor_divide", "fmax", "fmin", "fmod", "full",
-  "full_like", "greater", "greater_equal", "heaviside", "hstack", "hypot", "identity", "iinfo", "inf", "inner",
-  "int16", "int32", "int64", "int8", "invert", "isfinite", "isinf", "isnan", "isscalar", "issubdtype", "left_shift",
-  "less", "less_equal", "linspace", "log", "log10", "log1p", "log2", "logical_and", "logical_not", "logical_or",
-  "logical_xor", "matmul", "matrix_transpose", "max", "maximum", "mean", "min", "minimum", "mod", "moveaxis",
-  "multiply", "nan", "ndarray", "ndim", "negative", "newaxis", "not_equal", "ones", "ones_like", "outer", "pad", "pi",
-  "positive", "power", "prod", "promote_types", "rad2deg", "radians", "ravel", "reciprocal", "remainder", "reshape",
-  "result_type", "right_shift", "rint", "round", "shape", "sign", "signbit", "sin", "sinh", "size", "sqrt", "square",
-  "squeeze", "stack", "std", "subtract", "sum", "swapaxes", "tan", "tanh", "tensordot", "transpose", "true_divide",
-  "trunc", "uint16", "uint32", "uint64", "uint8", "var", "vdot", "vstack", "where", "zeros", "zeros_like",
+  "copysign", "cos", "cosh", "deg2rad", "degrees", "diff", "divide", "dot", "dstack", "dtype", "e", "empty",
+  "empty_like", "equal", "euler_gamma", "exp", "exp2", "expand_dims", "expm1", "eye", "fabs", "finfo", "flip",
+  "fliplr", "flipud", "float16", "float32", "float64", "float8_e4m3fn", "floor", "floor_divide", "fmax", "fmin",
+  "fmod", "full", "full_like", "greater", "greater_equal", "heaviside", "hstack", "hypot", "identity", "iinfo", "inf",
+  "inner", "int16", "int32", "int64", "int8", "invert", "isfinite", "isinf", "isnan", "isscalar", "issubdtype",
+  "left_shift", "less", "less_equal", "linspace", "log", "log10", "log1p", "log2", "logaddexp", "logaddexp2",
+  "logical_and", "logical_not", "logical_or", "logical_xor", "matmul", "matrix_transpose", "max", "maximum", "mean",
+  "min", "minimum", "mod", "moveaxis", "multiply", "nan", "ndarray", "ndim", "negative", "newaxis", "not_equal",
+  "ones", "ones_like", "outer", "pad", "pi", "positive", "power", "prod", "promote_types", "rad2deg", "radians",
+  "ravel", "reciprocal", "remainder", "repeat", "reshape", "result_type", "right_shift", "rint", "roll", "round",
+  "shape", "sign", "signbit", "sin", "sinh", "size", "sqrt", "square", "squeeze", "stack", "std", "subtract", "sum",
+  "swapaxes", "tan", "tanh", "tensordot", "tile", "transpose", "tri", "tril", "triu", "true_divide", "trunc",
+  "uint16", "uint32", "uint64", "uint8", "var", "vdot", "vstack", "where", "zeros", "zeros_like",
 ]

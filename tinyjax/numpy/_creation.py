@@ -194,6 +194,40 @@ def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:  
   return cast(on_diagonal, out_dtype, weak_type=False)
 
 
+def _lower_triangle(rows: int, cols: int, k: int) -> Array:
+  """Bool (rows, cols): True where column - row <= k."""
+  column = lax_shape.iota_along(np.int32, (rows, cols), 1)
+  row = lax_shape.iota_along(np.int32, (rows, cols), 0)
+  return ew._le(ew._sub(column, row), like(column, k))
+
+
+def tri(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:  # noqa: N803
+  """An (N, M) array with ones at and below the k-th diagonal (default dtype float32/64)."""
+  rows = operator.index(N)
+  cols = rows if M is None else operator.index(M)
+  if rows < 0 or cols < 0: raise ValueError(f"negative dimensions are not allowed: ({rows}, {cols})")
+  return cast(_lower_triangle(rows, cols, operator.index(k)), _requested(dtype, "tri") or
+              dtypes.default_float_dtype(), weak_type=False)
+
+
+def _triangle(m: Any, k: int, lower: bool, name: str) -> Array:
+  x = asarray(m)
+  if x.ndim < 2: raise ValueError(f"{name} requires an array of at least 2 dimensions, got shape {x.shape}")
+  k = operator.index(k)
+  keep = _lower_triangle(*x.shape[-2:], k) if lower else ew._not(_lower_triangle(*x.shape[-2:], k - 1))
+  return ew._where(expand_raw(keep, x.shape), x, like(x, 0))
+
+
+def tril(m: Any, k: int = 0) -> Array:
+  """`m` with the elements above the k-th diagonal of its last two axes set to 0."""
+  return _triangle(m, k, True, "tril")
+
+
+def triu(m: Any, k: int = 0) -> Array:
+  """`m` with the elements below the k-th diagonal of its last two axes set to 0."""
+  return _triangle(m, k, False, "triu")
+
+
 def identity(n: int, dtype: Any = None) -> Array:
   """The (n, n) identity matrix."""
   return eye(n, dtype=dtype)

@@ -155,6 +155,27 @@ def _nonzero_divisor(b: Array) -> Array:
   return ew._where(ew._eq(b, like(b, 0)), like(b, 1), b)
 
 
+def _log_add_exp(base_two: bool) -> Callable[[Array, Array], Array]:
+  """log(e**x + e**y) (or log2(2**x + 2**y)) without overflow: max(x, y) + log1p(e**-|x - y|); x + y where x - y is
+  NaN (equal infinities, NaN inputs)."""
+  def compute(x: Array, y: Array) -> Array:
+    larger, delta = ew._max(x, y), ew._sub(x, y)
+    smaller_part = ew._neg(ew._abs_float(delta))
+    if base_two: correction = ew._mul(ew._log1p(ew._unary(Ops.EXP2, smaller_part)), like(x, 1 / math.log(2)))
+    else: correction = ew._log1p(ew._exp(smaller_part))
+    return ew._where(ew._isnan(delta), ew._add(x, y), ew._add(larger, correction))
+  return ew._in_float32(compute)
+
+
+# JVP rules as JAX's: d/dx = e**(x - out) (2**(x - out) for base two), so ties and large gaps are exact
+_logaddexp_p = Primitive("logaddexp", _log_add_exp(False))
+_logaddexp2_p = Primitive("logaddexp2", _log_add_exp(True))
+ad.defjvp(_logaddexp_p, lambda t, out, x, y: ew._mul(t, ew.exp_p.bind(ew._sub(x, out))),
+          lambda t, out, x, y: ew._mul(t, ew.exp_p.bind(ew._sub(y, out))))
+ad.defjvp(_logaddexp2_p, lambda t, out, x, y: ew._mul(t, ew.exp2_p.bind(ew._sub(x, out))),
+          lambda t, out, x, y: ew._mul(t, ew.exp2_p.bind(ew._sub(y, out))))
+
+
 def _remainder(a: Array, b: Array) -> Array:
   if _is_float(a): return _float_remainder_p.bind(a, b)
   b = _nonzero_divisor(b)
@@ -284,6 +305,11 @@ heaviside = _binary("heaviside", _heaviside, "Elementwise step: 0 for x1 < 0, x2
                     "-> default float).", True,
                     weak_if=lambda x1, x2: np.ndim(x1) == 0)  # JAX: weak only for a scalar x1
 
+logaddexp = _binary("logaddexp", _logaddexp_p.bind, "Elementwise log(exp(x1) + exp(x2)), without overflow.", True,
+                    "f")
+logaddexp2 = _binary("logaddexp2", _logaddexp2_p.bind, "Elementwise log2(2**x1 + 2**x2), without overflow.", True,
+                     "f")
+
 negative = _unary("negative", _negative, "Elementwise -x.")
 positive = _unary("positive", lambda a: a, "Elementwise +x (the input, promoted).")
 absolute = _unary("absolute", lambda a: a if a.dtype == BOOL else ew.abs_p.bind(a), "Elementwise |x|.")
@@ -409,4 +435,4 @@ def astype(x: Any, dtype: Any) -> Array:
   return cast(a, target, weak_type=False)
 
 
-batching.defelementwise(_float_remainder_p)
+batching.defelementwise(_float_remainder_p, _logaddexp_p, _logaddexp2_p)

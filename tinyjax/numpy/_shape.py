@@ -243,6 +243,75 @@ def dstack(tup: Sequence[Any], dtype: Any = None) -> Array:
   return concatenate([atleast_3d(a) for a in _as_list(tup, "dstack")], 2, dtype)
 
 
+def tile(A: Any, reps: int | Sequence[int]) -> Array:  # noqa: N803
+  """`A` repeated `reps` times along each axis (reps longer than A.ndim adds leading axes; shorter applies to the
+  trailing axes): a broadcast and a reshape, no copy until used."""
+  x = _as_array(A)
+  reps = (operator.index(reps),) if not isinstance(reps, (tuple, list)) else tuple(operator.index(r) for r in reps)
+  if any(r < 0 for r in reps): raise ValueError(f"tile: negative repetitions are not allowed, got {reps}")
+  ndim = max(len(reps), x.ndim)
+  reps = (1,) * (ndim - len(reps)) + reps
+  x = reshape(x, (1,) * (ndim - x.ndim) + x.shape)
+  interleaved = tuple(d for pair in zip(reps, x.shape) for d in pair)
+  spread = expand_raw(reshape(x, tuple(d for dim in x.shape for d in (1, dim))), interleaved)
+  return reshape(spread, tuple(r * d for r, d in zip(reps, x.shape)))
+
+
+def repeat(a: Any, repeats: int, axis: int | None = None, *, total_repeat_length: int | None = None) -> Array:
+  """Each element repeated `repeats` times along `axis` (None: of the flattened array). Only a static int `repeats`
+  is built; per-element repeat counts need a gather (not built yet)."""
+  x = _as_array(a)
+  if not isinstance(repeats, (int, np.integer)):
+    raise NotImplementedError("repeat: per-element repeat counts (an array of repeats) are not supported yet; pass "
+                              "an int")
+  repeats = operator.index(repeats)
+  if repeats < 0: raise ValueError(f"repeat: repeats may not be negative, got {repeats}")
+  if axis is None: x, axis = ravel(x), 0
+  axis = canonicalize_axis(axis, x.ndim)
+  if total_repeat_length is not None and total_repeat_length != x.shape[axis] * repeats:
+    raise ValueError(f"repeat: total_repeat_length={total_repeat_length} does not match {x.shape[axis]} * {repeats}")
+  spread = expand_dims(x, axis + 1)
+  spread = broadcast_to(spread, spread.shape[:axis + 1] + (repeats,) + spread.shape[axis + 2:])
+  return reshape(spread, x.shape[:axis] + (x.shape[axis] * repeats,) + x.shape[axis + 1:])
+
+
+def roll(a: Any, shift: int | Sequence[int], axis: int | Sequence[int] | None = None) -> Array:
+  """Elements shifted by `shift` along `axis` (None: of the flattened array, reshaped back), wrapping around."""
+  x = _as_array(a)
+  if axis is None: return reshape(roll(ravel(x), shift, 0), x.shape)
+  shifts = (shift,) if not isinstance(shift, (tuple, list)) else tuple(shift)
+  axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
+  if len(shifts) == 1: shifts = shifts * len(axes)
+  if len(axes) == 1: axes = axes * len(shifts)
+  if len(shifts) != len(axes): raise ValueError(f"roll: shift {shift} and axis {axis} have different lengths")
+  for step, ax in zip(shifts, axes):
+    ax = canonicalize_axis(ax, x.ndim)
+    size = x.shape[ax]
+    if size == 0: continue
+    cut = (-operator.index(step)) % size
+    if cut == 0: continue
+    head = lax_shape.slice_in_dim(x, cut, size, axis=ax)
+    tail = lax_shape.slice_in_dim(x, 0, cut, axis=ax)
+    x = lax_shape.concatenate([head, tail], ax)
+  return x
+
+
+def diff(a: Any, n: int = 1, axis: int = -1) -> Array:
+  """The n-th discrete difference along `axis`: a[1:] - a[:-1], n times (bools: a[1:] != a[:-1])."""
+  from tinyjax.numpy._elementwise import not_equal, subtract  # noqa: PLC0415
+  x = _as_array(a)
+  n = operator.index(n)
+  if n < 0: raise ValueError(f"diff: order must be non-negative, got {n}")
+  if x.ndim == 0: raise ValueError("diff requires input that is at least one dimensional")
+  axis = canonicalize_axis(axis, x.ndim)
+  for _ in range(n):
+    size = x.shape[axis]
+    upper = lax_shape.slice_in_dim(x, min(1, size), size, axis=axis)
+    lower = lax_shape.slice_in_dim(x, 0, max(size - 1, 0), axis=axis)
+    x = not_equal(upper, lower) if x.dtype == np.dtype(np.bool_) else subtract(upper, lower)
+  return x
+
+
 def _pad_widths(pad_width: Any, ndim: int) -> list[tuple[int, int]]:
   widths = np.asarray(pad_width)
   if widths.dtype.kind not in "iu": raise TypeError(f"pad_width must be integers, got {pad_width!r}")
