@@ -248,6 +248,7 @@ BINARY = [
   elementwise("maximum", "tnp.maximum({0}, {1})", _arith(np.maximum, max), 2, bool_compute=np.logical_or),
   elementwise("minimum", "tnp.minimum({0}, {1})", _arith(np.minimum, min), 2, bool_compute=np.logical_and),
   elementwise("arctan2", "tnp.arctan2({0}, {1})", _float_only(np.arctan2), 2, inexact=True, tolerance=4),
+  elementwise("logaddexp", "tnp.logaddexp({0}, {1})", _float_only(np.logaddexp), 2, inexact=True, tolerance=4),
   elementwise("hypot", "tnp.hypot({0}, {1})", _float_only(np.hypot), 2, inexact=True, tolerance=2,
               weak_rule=_all_scalars),  # JAX's hypot is weak only for 0-d operands
 
@@ -501,6 +502,22 @@ def _pad_params(rng: Any, avals: tuple[Aval, ...]) -> dict:
   return {"widths": tuple((int(rng.integers(0, 3)), int(rng.integers(0, 3))) for _ in avals[0].shape)}
 
 
+def _tile_params(rng: Any, avals: tuple[Aval, ...]) -> dict:
+  return {"reps": tuple(int(r) for r in rng.integers(0, 3, int(rng.integers(1, len(avals[0].shape) + 2))))}
+
+
+def _repeat_params(rng: Any, avals: tuple[Aval, ...]) -> dict:
+  ndim = len(avals[0].shape)
+  return {"repeats": int(rng.integers(0, 4)), "axis": None if not ndim or rng.random() < 0.3 else
+          int(rng.integers(-ndim, ndim))}
+
+
+def _roll_params(rng: Any, avals: tuple[Aval, ...]) -> dict:
+  ndim = len(avals[0].shape)
+  return {"shift": int(rng.integers(-7, 8)), "axis": None if not ndim or rng.random() < 0.3 else
+          int(rng.integers(-ndim, ndim))}
+
+
 def _squeeze_params(rng: Any, avals: tuple[Aval, ...]) -> dict:
   ones = [i for i, d in enumerate(avals[0].shape) if d == 1]
   if not ones: raise Invalid("no axis of size 1 to squeeze")
@@ -536,6 +553,15 @@ MOVEMENT = [
   _movement("moveaxis", "tnp.moveaxis({0}, {source}, {destination})", _moved_shape,
             lambda h, source, destination: np.moveaxis(h, source, destination), _two_axes_params,
             lambda tnp, x, source, destination: tnp.moveaxis(x, source, destination)),
+  _movement("tile", "tnp.tile({0}, {reps})", lambda s, reps: np.tile(np.empty(s), reps).shape,
+            lambda h, reps: np.tile(h, reps), _tile_params, lambda tnp, x, reps: tnp.tile(x, reps)),
+  _movement("repeat", "tnp.repeat({0}, {repeats}, {axis})",
+            lambda s, repeats, axis: np.repeat(np.empty(s), repeats, axis).shape,
+            lambda h, repeats, axis: np.repeat(h, repeats, axis), _repeat_params,
+            lambda tnp, x, repeats, axis: tnp.repeat(x, repeats, axis)),
+  _movement("roll", "tnp.roll({0}, {shift}, {axis})", lambda s, shift, axis: s,
+            lambda h, shift, axis: np.roll(h, shift, axis), _roll_params,
+            lambda tnp, x, shift, axis: tnp.roll(x, shift, axis)),
   _movement("pad", "tnp.pad({0}, {widths})", lambda s, widths: tuple(d + lo + hi for d, (lo, hi) in zip(s, widths)),
             lambda h, widths: np.pad(h, widths), _pad_params, lambda tnp, x, widths: tnp.pad(x, widths)),
 ]
