@@ -1,10 +1,10 @@
 """The operations random programs are made of: one row each, with JAX's result-dtype rule and a float64 numpy
 reference.
 
-An operand is a `Value`: its host data in its own dtype plus (dtype name, weak type), or a Python scalar. Each row
-says what the operation gives (`aval`: shape, dtype, weak type, or the error kind JAX raises) and computes the
-expected values from the operands' values: exactly for integers and bools (wrapping as the dtype does), in float64
-rounded once to the result dtype for floats. Operations whose JAX result is undefined or backend-specific (integer
+An `Operand` is a value of the program (its host data in its own dtype, with dtype name and weak type) or a scalar
+(Python or numpy). Each row says what the operation gives (`aval`: shape, dtype, weak type, or the error kind JAX
+raises) and computes the expected values from the operands' values: exactly for integers and bools (wrapping as the
+dtype does), in float64 rounded once to the result dtype for floats. Operations whose JAX result is undefined or backend-specific (integer
 division by zero, shifts out of range, negative integer powers) make the program invalid rather than expected.
 """
 from __future__ import annotations
@@ -116,7 +116,6 @@ class Op:
   code: str
   tolerance: float = 0
   scale: Callable[..., np.ndarray] | None = None
-  kinds: str = "biuf"
   params: Callable[[Any, tuple[Aval, ...]], dict] = field(default=lambda rng, avals: {})
   reads_nan_sign: bool = False  # the result depends on the sign of a NaN operand, which fusion may change
 
@@ -167,7 +166,7 @@ def elementwise(name: str, code: str, compute: Callable[..., Any], arity: int, *
     return round_to(computed, result.dtype)
 
   def run(tnp: Any, *args: Any) -> Any: return getattr(tnp, name)(*args)
-  return Op(name, arity, call or run, aval, reference, code, tolerance, scale, kinds,
+  return Op(name, arity, call or run, aval, reference, code, tolerance, scale,
             reads_nan_sign=name in ("signbit", "copysign"))
 
 
@@ -434,19 +433,16 @@ def _object_reduce(fn: Callable) -> Callable:
   return reduce
 
 
-def _mean_dtype(dtype: str) -> str: return to_inexact(dtype)
-
-
 REDUCTIONS = [
   _reduction("sum", sum_dtype, np.sum, _object_reduce(np.sum), 4),
   _reduction("prod", sum_dtype, np.prod, _object_reduce(np.prod), 8),
-  _reduction("mean", _mean_dtype, np.mean, None, 4),
-  _reduction("var", _mean_dtype, np.var, None, 16),
+  _reduction("mean", to_inexact, np.mean, None, 4),
+  _reduction("var", to_inexact, np.var, None, 16),
   _reduction("max", lambda d: d, np.max, _object_reduce(np.max), 0, empty_error=True),
   _reduction("min", lambda d: d, np.min, _object_reduce(np.min), 0, empty_error=True),
   _reduction("argmax", lambda d: "int32", np.argmax, _object_reduce(np.argmax), 0, empty_error=True),
   _reduction("argmin", lambda d: "int32", np.argmin, _object_reduce(np.argmin), 0, empty_error=True),
-  _reduction("std", _mean_dtype, np.std, None, 16),
+  _reduction("std", to_inexact, np.std, None, 16),
   _reduction("any", lambda d: BOOL, np.any, _object_reduce(np.any), 0),
   _reduction("all", lambda d: BOOL, np.all, _object_reduce(np.all), 0),
 ]
