@@ -4,8 +4,9 @@ reference.
 An `Operand` is a value of the program (its host data in its own dtype, with dtype name and weak type) or a scalar
 (Python or numpy). Each row says what the operation gives (`aval`: shape, dtype, weak type, or the error kind JAX
 raises) and computes the expected values from the operands' values: exactly for integers and bools (wrapping as the
-dtype does), in float64 rounded once to the result dtype for floats. Operations whose JAX result is undefined or backend-specific (integer
-division by zero, shifts out of range, negative integer powers) make the program invalid rather than expected.
+dtype does), in float64 rounded once to the result dtype for floats. Operations whose JAX result is undefined or
+backend-specific (integer division by zero, shifts out of range, negative integer powers) make the program invalid
+rather than expected.
 """
 from __future__ import annotations
 
