@@ -110,15 +110,19 @@ def host_to_array(value: Any, dtype: Any = None, weak_type: bool | None = None) 
   return Array.from_numpy(np.asarray(host).astype(target), bool(weak_type))
 
 
+def python_scalar(x: bool | int | float, dtype: np.dtype, weak_type: bool) -> Array:
+  """A Python scalar operand as a 0-d array of `dtype`, as JAX converts it: a Python int must fit the default int
+  dtype (OverflowError otherwise), and then wraps into a narrower integer dtype (`uint8_array + 300` adds 44)."""
+  if type(x) is int: check_int_range(x, dtypes.default_int_dtype())
+  return full((), x, dtype, weak_type)
+
+
 def to_array(x: Any) -> Array:
   """An Array for an operand: Arrays as they are, Python scalars weakly typed, numpy data strongly typed.
 
   Lists and other objects are a TypeError (as JAX: convert with `asarray` first)."""
   if is_array(x): return x
-  if is_python_scalar(x):
-    dtype = dtypes.python_scalar_dtype(x)
-    if type(x) is int: check_int_range(x, dtype)  # OverflowError for a Python int beyond the default int type
-    return full((), x, dtype, weak_type=type(x) is not bool)
+  if is_python_scalar(x): return python_scalar(x, dtypes.python_scalar_dtype(x), type(x) is not bool)
   if isinstance(x, (np.ndarray, np.generic)): return host_to_array(x)
   if isinstance(x, complex): raise TypeError("tinyjax does not support complex values")
   raise TypeError(f"expected an array or a scalar, got {type(x).__name__}: use tinyjax.numpy.asarray for lists")

@@ -14,8 +14,8 @@ import numpy as np
 from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax import _elementwise as ew
-from tinyjax.lax._base import (BOOL, broadcast_shapes, cast, check_int_range, expand_raw, full, host_to_array,
-                               is_array, is_python_scalar, like)
+from tinyjax.lax._base import (BOOL, broadcast_shapes, cast, expand_raw, host_to_array, is_array, is_python_scalar,
+                               like, python_scalar)
 from tinyjax.trace import ad, batching
 from tinyjax.trace.core import Primitive
 from tinyjax.uop import Ops
@@ -41,23 +41,16 @@ def promote(name: str, *args: Any, inexact: bool = False, numeric: bool = False)
   operands = [_operand(x, name) for x in args]
   if len(operands) == 1 and not (inexact or numeric):
     (x,) = operands
-    return [x if is_array(x) else _python_scalar(x, dtypes.python_scalar_dtype(x), type(x) is not bool)]
+    return [x if is_array(x) else python_scalar(x, dtypes.python_scalar_dtype(x), type(x) is not bool)]
   dtype, weak = dtypes.result_type(*operands, return_weak_type_flag=True)
   if inexact: dtype = dtypes.to_inexact_dtype(dtype)
   if numeric and dtype == BOOL: dtype = dtypes.default_int_dtype()
   shape = broadcast_shapes(name, *(np.shape(x) if not is_array(x) else x.shape for x in operands))
   arrays = []
   for x in operands:
-    array = _python_scalar(x, dtype, weak) if is_python_scalar(x) else cast(x, dtype, weak)
+    array = python_scalar(x, dtype, weak) if is_python_scalar(x) else cast(x, dtype, weak)
     arrays.append(expand_raw(array, shape))
   return arrays
-
-
-def _python_scalar(x: bool | int | float, dtype: np.dtype, weak: bool) -> Array:
-  """A Python scalar operand in the promoted dtype, as JAX converts it: a Python int must fit the default int dtype
-  (OverflowError otherwise), and then wraps into a narrower integer dtype (`uint8_array + 300` adds 44)."""
-  if type(x) is int: check_int_range(x, dtypes.default_int_dtype())
-  return full((), x, dtype, weak)
 
 
 def as_array(x: Any, name: str = "function") -> Array:
@@ -314,7 +307,7 @@ negative = _unary("negative", _negative, "Elementwise -x.")
 positive = _unary("positive", lambda a: a, "Elementwise +x (the input, promoted).")
 absolute = _unary("absolute", lambda a: a if a.dtype == BOOL else ew.abs_p.bind(a), "Elementwise |x|.")
 abs = absolute  # noqa: A001
-fabs = _unary("fabs", lambda a: ew.abs_p.bind(a), "Elementwise |x| in floating point (ints -> default float).", True)
+fabs = _unary("fabs", ew.abs_p.bind, "Elementwise |x| in floating point (ints -> default float).", True)
 sign = _unary("sign", ew.sign_p.bind, "Elementwise sign: -1, 0, 1 (NaN for NaN); not for bools.", kinds="fiu")
 reciprocal = _unary("reciprocal", lambda a: ew._unary(Ops.RECIP, a), "Elementwise 1 / x (ints -> default float).",
                     True)
