@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tinyjax import dtypes, tree_util
-from tinyjax.array import Array
+from tinyjax.array import Array, realize_arrays
 from tinyjax.devices.buffer import Buffer
 from tinyjax.lower.realize import CompiledSchedule, get_schedule, normalize, run_schedule
 from tinyjax.trace.core import EvalTrace, StagingTrace, Tracer, check_callable, current_trace, new_trace
@@ -192,10 +192,10 @@ def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Seq
 
 
 def block_until_ready(tree: Any) -> Any:
-  """Compute every array in the pytree now (tinyjax arrays are lazy) and return the pytree, as
-  `jax.block_until_ready`."""
-  for leaf in tree_util.tree_leaves(tree):
-    if isinstance(leaf, Array): leaf.block_until_ready()
+  """Compute every array in the pytree now, in one schedule (tinyjax arrays are lazy; work they share is done
+  once), and return the pytree, as `jax.block_until_ready`. Traced values are left alone, as in JAX."""
+  realize_arrays([leaf for leaf in tree_util.tree_leaves(tree) if isinstance(leaf, Array) and
+                  not isinstance(leaf, Tracer)])
   return tree
 
 
