@@ -13,7 +13,7 @@ import functools
 import math
 import weakref
 from enum import Enum, auto
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -47,6 +47,15 @@ class Ops(Enum):
   SHRINK = auto()     # arg = ((start, end), ...)
   FLIP = auto()       # arg = tuple of bool, one per axis
   CONTIGUOUS = auto()  # explicit materialisation point
+  # data-dependent memory access. src = (operand, indices): indices are integers of shape (*batch, k) holding, for each
+  # batch element, the start of a window of sizes arg (k of them) in the operand's first k axes; the result has shape
+  # (*batch, *arg, *operand.shape[k:]) and copies each window. Starts are clamped so the window fits (as XLA).
+  GATHER = auto()
+  # src = (operand, indices, updates), arg = ScatterArg: the operand with each window of `updates` (shape
+  # (*batch, *window sizes, *operand.shape[k:])) combined into it at its start, in order (a later update sees the
+  # earlier ones: duplicates accumulate). A window that does not fit is dropped (as XLA's FILL_OR_DROP), or with
+  # `clip` its start is clamped as GATHER's.
+  SCATTER = auto()
   # kernel level (built by lower/, rendered by codegen/)
   DEFINE_GLOBAL = auto()  # a kernel parameter: dtype = element dtype, arg = parameter index
   RANGE = auto()      # a loop index: dtype int64, src = (bound,), arg = (id, "global" | "reduce")
@@ -57,6 +66,16 @@ class Ops(Enum):
   # AD only (never lowered): a linear map known by its transpose, in the linear programs of vjp (custom_vjp,
   # checkpoint). src = the tangent inputs, arg = (handle with a `transpose(cotangent) -> input cotangents`, index)
   CUSTOM_LINEAR = auto()
+
+
+class ScatterArg(NamedTuple):
+  """The arg of a SCATTER: how updates combine (`mode`: "set", "add", "mul", "min", "max"), the window sizes (one per
+  indexed leading axis of the operand), whether the caller promised no two updates hit one element, and whether starts
+  that do not fit are clamped (`clip`) instead of dropped."""
+  mode: str
+  window: tuple[int, ...]
+  unique_indices: bool = False
+  clip: bool = False
 
 
 UNARY = {Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC, Ops.CAST, Ops.BITCAST}
@@ -165,6 +184,10 @@ def _shape(node: UOp) -> tuple[int, ...] | None:
   if op is Ops.PAD: return tuple(d + lo + hi for d, (lo, hi) in zip(node.src[0].shape, arg))
   if op is Ops.SHRINK: return tuple(end - start for start, end in arg)
   if op is Ops.FLIP: return node.src[0].shape
+  if op is Ops.GATHER:
+    operand, indices = node.src
+    return tuple(indices.shape[:-1]) + tuple(arg) + tuple(operand.shape[len(arg):])
+  if op is Ops.SCATTER: return node.src[0].shape
   return None  # kernel-level nodes are scalars
 
 
@@ -193,7 +216,9 @@ def _bounds(node: UOp) -> tuple[Any, Any]:
     (a0, a1), (b0, b1) = node.src[0].vmin_vmax, node.src[1].vmin_vmax
     return max(a0, b0), max(a1, b1)
   if op is Ops.WHERE:
-    (a0, a1), (b0, b1) = node.src[1].vmin_vmax, node.src[2].vmin_vmax
+    cond, if_true, if_false = node.src
+    (a0, a1), (b0, b1) = if_true.vmin_vmax, if_false.vmin_vmax
+    if cond.op is Ops.CMPLT and cond.src == (if_true, if_false): return min(a0, b0), min(a1, b1)  # a minimum
     return min(a0, b0), max(a1, b1)
   if node.dtype == BOOL: return False, True
   return -math.inf, math.inf

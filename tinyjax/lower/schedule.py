@@ -4,13 +4,17 @@ The program is a SINK over its outputs, with PARAM leaves for its inputs (lazy a
 by realize.py, jit traces straight into it). First, a long reduction with fewer outputs than threads becomes two
 stages, partial results then their reduction, so that it runs on every core (split.py). Fusion then decides which
 nodes become buffers:
-  - every output, and every CONTIGUOUS node;
-  - a reduction whose result is broadcast (EXPAND) before it is used: computing it inside its consumer would redo
-    the whole reduction for every broadcast element.
-Everything else (elementwise chains, movement, reductions consumed without a broadcast) fuses into the kernel of
-the buffer that consumes it. Rangeify then turns each kernel into scalar code: the output's index space becomes
-RANGE loops, movement ops become index arithmetic (lower/symbolic.py folds it), reductions become REDUCE loops,
-and reads of buffers become LOADs.
+  - every output, every CONTIGUOUS node and every SCATTER;
+  - a reduction whose result is broadcast (EXPAND) before it is used, or read by a GATHER (whose reads may repeat):
+    computing it inside its consumer would redo the whole reduction for every element that reads it.
+Everything else (elementwise chains, movement, gathers, reductions consumed without a broadcast) fuses into the
+kernel of the buffer that consumes it. Rangeify then turns each kernel into scalar code: the output's index space
+becomes RANGE loops, movement ops become index arithmetic (lower/symbolic.py folds it), reductions become REDUCE
+loops, reads of buffers become LOADs, and a GATHER's indices are loaded values in the index of its operand's loads.
+
+A SCATTER is two kernels over its buffer: a copy of the operand, then one sequential loop over the updates that
+loads each target element, combines the update into it and stores it back (in order, so duplicate indices accumulate
+and the last `set` wins, deterministically).
 """
 from __future__ import annotations
 
@@ -40,9 +44,11 @@ class Kernel:
   outer_size: int         # iterations of the outermost global range (1 when there is none)
   work: int               # loop iterations in all (outer x inner x reduce), to decide on threading
   grain: int = 1          # launch chunks keep this many outer iterations together (the codegen's tile, opt.py)
+  sequential: bool = False  # iterations must run in order on one thread (a scatter's read-modify-write loop)
 
   @property
-  def parallel(self) -> bool: return self.work >= PARALLEL_MIN_WORK and self.outer_size > self.grain
+  def parallel(self) -> bool:
+    return not self.sequential and self.work >= PARALLEL_MIN_WORK and self.outer_size > self.grain
 
 
 @dataclass(frozen=True)
@@ -111,7 +117,7 @@ def _is_contraction(node: UOp, realize: set[UOp]) -> bool:
 def find_buffers(sink: UOp) -> list[UOp]:
   """The nodes that become buffers (kernel outputs), in an order where producers come before consumers."""
   realize = {out for out in sink.src if out.op is not Ops.PARAM}
-  realize |= {node for node in sink.toposort if node.op is Ops.CONTIGUOUS}
+  realize |= {node for node in sink.toposort if node.op in (Ops.CONTIGUOUS, Ops.SCATTER)}
   pending, visited, cost = list(realize), set(), {}
   while pending:
     kernel_root = pending.pop()
@@ -129,7 +135,11 @@ def find_buffers(sink: UOp) -> list[UOp]:
         continue
       expanded = expanded or _is_expanding(node)
       costly_above = costly_above or node.op in COSTLY_OPS
-      stack.extend((src, expanded, costly_above) for src in node.src)
+      if node.op is Ops.GATHER:  # its operand is read at data-dependent places, possibly many times: as a broadcast
+        operand, indices = node.src
+        stack.extend([(operand, True, costly_above), (indices, expanded, costly_above)])
+      else:
+        stack.extend((src, expanded, costly_above) for src in node.src)
   return [node for node in sink.toposort if node in realize]
 
 
@@ -158,14 +168,16 @@ def _in_bounds(index: UOp, low: int, high: int) -> UOp | None:
   return symbolic.logical_and(symbolic.ge(index, low), symbolic.lt(index, high))
 
 
-def _has_reduce(root: UOp, loads: set[UOp]) -> bool:
-  """Whether the kernel computing `root` (reading `loads` from buffers) contains a reduction."""
+def _needs_loop_nest(root: UOp, loads: set[UOp]) -> bool:
+  """Whether the kernel computing `root` (reading `loads` from buffers) contains a reduction or a gather: then its
+  output gets one loop per axis (a reduction's loop goes inside them; a gathered row is one contiguous inner loop),
+  not one flat loop."""
   stack, seen = [root], set()
   while stack:
     node = stack.pop()
     if node in seen or node in loads: continue
     seen.add(node)
-    if node.op is Ops.REDUCE_AXIS: return True
+    if node.op in (Ops.REDUCE_AXIS, Ops.GATHER): return True
     stack.extend(node.src)
   return False
 
@@ -191,19 +203,56 @@ class _Rangeify:
     if slot not in self.params: self.params.append(slot)
     return UOp(Ops.DEFINE_GLOBAL, dtype, (), self.params.index(slot))
 
+  def loop_nest(self, shape: tuple[int, ...]) -> tuple[tuple[UOp, ...], UOp, int]:
+    """One global range per axis of `shape` longer than 1: the index per axis, the flat index and the outer size."""
+    idx = tuple(self.new_range(dim, "global") if dim > 1 else symbolic.const(0) for dim in shape)
+    return idx, _flat_index(idx, shape), next((dim for dim in shape if dim > 1), 1)
+
   def build(self) -> tuple[UOp, int]:
+    """The kernel that computes the root's value (for a CONTIGUOUS or a SCATTER: its operand's) into its buffer."""
     root, shape = self.root, self.root.shape
+    value_node = root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.SCATTER) else root
     loads = {node for node in self.slot_of if node is not root}
-    if not _has_reduce(root, loads):  # elementwise: one flat loop, the best shape for threads and vectors
+    if not _needs_loop_nest(value_node, loads):  # elementwise: one flat loop, the best shape for threads and vectors
       size = int(np.prod(shape, dtype=np.int64))
       flat = self.new_range(size, "global") if size > 1 else symbolic.const(0)
       idx, out_index, outer = _unflatten(flat, shape), flat, size
     else:
-      idx = tuple(self.new_range(dim, "global") if dim > 1 else symbolic.const(0) for dim in shape)
-      out_index = _flat_index(idx, shape)
-      outer = next((dim for dim in shape if dim > 1), 1)
-    value = self.emit(root if root.op is not Ops.CONTIGUOUS else root.src[0], idx, None, top=True)
+      idx, out_index, outer = self.loop_nest(shape)
+    value = self.emit(value_node, idx, None, top=value_node is root)
     store = UOp(Ops.STORE, root.dtype, (self.define_global(self.slot_of[root], root.dtype), out_index, value))
+    return UOp(Ops.SINK, root.dtype, (store,)), outer
+
+  def window_starts(self, indices: UOp, batch_idx: tuple[UOp, ...], window: tuple[int, ...]) -> list[UOp]:
+    """The loaded window starts of a GATHER / SCATTER for one batch element, as int64 index expressions."""
+    starts = []
+    for axis in range(len(window)):
+      start = self.emit(indices, (*batch_idx, symbolic.const(axis)), None)
+      starts.append(start if start.dtype == INDEX_DTYPE else UOp(Ops.CAST, INDEX_DTYPE, (start,)))
+    return starts
+
+  def build_scatter(self) -> tuple[UOp, int]:
+    """The second kernel of a SCATTER: for each update element in order, load the target element of the buffer,
+    combine and store it back (a window that does not fit rewrites its target unchanged: dropped)."""
+    root = self.root
+    operand, indices, updates = root.src
+    mode, window, _, clip = root.arg
+    idx, _, outer = self.loop_nest(updates.shape)
+    n_batch = len(indices.shape) - 1
+    starts = self.window_starts(indices, idx[:n_batch], window)
+    fits, position = None, []
+    for start, size, dim, offset in zip(starts, window, operand.shape, idx[n_batch:]):
+      if not clip:
+        inside = symbolic.logical_and(symbolic.ge(start, 0), symbolic.lt(start, dim - size + 1))
+        fits = symbolic.logical_and(fits, inside)
+      position.append(symbolic.add(symbolic.clamp(start, 0, dim - size), offset))
+    position += idx[n_batch + len(window):]
+    buffer = self.define_global(self.slot_of[root], root.dtype)
+    target = _flat_index(tuple(position), root.shape)
+    old = UOp(Ops.LOAD, root.dtype, (buffer, target))
+    new = _combine(mode, old, self.emit(updates, idx, None))
+    if fits is not None: new = UOp(Ops.WHERE, root.dtype, (fits, new, old))
+    store = UOp(Ops.STORE, root.dtype, (buffer, target, new))
     return UOp(Ops.SINK, root.dtype, (store,)), outer
 
   def emit(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool = False) -> UOp:
@@ -248,6 +297,13 @@ class _Rangeify:
       inner = self.emit(src, tuple(src_idx), symbolic.logical_and(valid, condition))
       if condition is None: return inner
       return UOp(Ops.WHERE, node.dtype, (condition, inner, UOp.const(node.dtype, 0)))
+    if op is Ops.GATHER:
+      operand, indices = node.src
+      n_batch = len(indices.shape) - 1
+      starts = self.window_starts(indices, idx[:n_batch], arg)
+      position = [symbolic.add(symbolic.clamp(start, 0, dim - size), offset)
+                  for start, size, dim, offset in zip(starts, arg, operand.shape, idx[n_batch:])]
+      return self.emit(operand, (*position, *idx[n_batch + len(arg):]), valid)
     if op is Ops.REDUCE_AXIS:
       reduce_op, axes = arg
       if any(src.shape[axis] == 0 for axis in axes):
@@ -262,6 +318,17 @@ class _Rangeify:
       value = self.emit(src, tuple(src_idx), valid)
       return UOp(Ops.REDUCE, node.dtype, (value, *ranges), reduce_op) if ranges else value
     raise NotImplementedError(f"rangeify: no rule for {op.name}")
+
+
+def _combine(mode: str, old: UOp, update: UOp) -> UOp:
+  """A scatter's new value of an element from its old value and an update."""
+  if mode == "set": return update
+  if mode == "add": return old.alu(Ops.ADD, update)
+  if mode == "mul": return old.alu(Ops.MUL, update)
+  if mode == "max": return old.alu(Ops.MAX, update)
+  if old.dtype == BOOL: return old.alu(Ops.AND, update)  # min
+  if old.dtype.kind == "f": return old.alu(Ops.NEG).alu(Ops.MAX, update.alu(Ops.NEG)).alu(Ops.NEG)  # NaN propagates
+  return UOp(Ops.WHERE, old.dtype, (update.alu(Ops.CMPLT, old), update, old))
 
 
 def reduce_identity(reduce_op: Ops, dtype: np.dtype):
@@ -297,11 +364,14 @@ def schedule(sink: UOp, threads: int | None = None) -> Schedule:
     slot_of[node] = n_inputs + len(specs) - len(params)
     specs.append((node.shape, node.dtype))
     if 0 in node.shape: continue  # nothing to compute
-    builder = _Rangeify(node, slot_of)
-    ast, outer = builder.build()
-    ast, slots = _drop_unread_buffers(symbolic.simplify(ast), builder.params)
-    kind = "r" if any(n.op is Ops.REDUCE for n in ast.toposort) else "e"
-    name = f"{kind}_{'_'.join(map(str, node.shape)) or 'scalar'}_{structure_key(ast)[:8]}"
-    kernels.append(Kernel(name, ast, slots, outer, builder.work, launch_grain(ast)))
+    builders = [(_Rangeify(node, slot_of), False)]
+    if node.op is Ops.SCATTER and 0 not in node.src[2].shape: builders.append((_Rangeify(node, slot_of), True))
+    for builder, is_scatter in builders:
+      ast, outer = builder.build_scatter() if is_scatter else builder.build()
+      ast, slots = _drop_unread_buffers(symbolic.simplify(ast), builder.params)
+      kind = "s" if is_scatter else "r" if any(n.op is Ops.REDUCE for n in ast.toposort) else "e"
+      name = f"{kind}_{'_'.join(map(str, node.shape)) or 'scalar'}_{structure_key(ast)[:8]}"
+      kernels.append(Kernel(name, ast, slots, outer, builder.work, 1 if is_scatter else launch_grain(ast),
+                            sequential=is_scatter))
   outputs = tuple(slot_of[out] for out in sink.src)
   return Schedule(tuple(kernels), n_inputs, tuple(specs[len(params):]), outputs)

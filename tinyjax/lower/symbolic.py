@@ -154,6 +154,15 @@ def ge(node: UOp, bound: int) -> UOp:
   return UOp(Ops.CMPLT, BOOL, (const(bound - 1), node))
 
 
+def clamp(node: UOp, low: int, high: int) -> UOp:
+  """`node` clamped into [low, high] (high >= low), as `min(max(node, low), high)`; no ops where the bounds allow."""
+  node_low, node_high = node.vmin_vmax
+  if node_low < low: node = UOp(Ops.MAX, INDEX_DTYPE, (node, const(low)))
+  if node_high > high:
+    node = UOp(Ops.WHERE, INDEX_DTYPE, (UOp(Ops.CMPLT, BOOL, (node, const(high))), node, const(high)))
+  return node
+
+
 def logical_and(lhs: UOp | None, rhs: UOp | None) -> UOp | None:
   """Conjunction of optional validity conditions (None means always valid)."""
   if lhs is None or (lhs.op is Ops.CONST and lhs.arg is True): return rhs

@@ -18,7 +18,7 @@ from tinyjax.numpy._elementwise import (abs, absolute, add, arccos, arccosh, arc
                                         positive, power, rad2deg, radians, reciprocal, remainder, right_shift, rint,
                                         round, sign, signbit, sin, sinh, sqrt, square, subtract, tan, tanh,
                                         true_divide, trunc, where)
-from tinyjax.numpy._indexing import getitem as _getitem  # noqa: F401
+from tinyjax.numpy._indexing import take, take_along_axis
 from tinyjax.numpy._linalg import dot, inner, matmul, outer, tensordot, vdot
 from tinyjax.numpy._reductions import all, amax, amin, any, argmax, argmin, max, mean, min, prod, std, sum, var
 from tinyjax.numpy._shape import (atleast_1d, atleast_2d, atleast_3d, broadcast_arrays, broadcast_shapes, broadcast_to,
@@ -55,6 +55,7 @@ __all__ = [
   "ones", "ones_like", "outer", "pad", "pi", "positive", "power", "prod", "promote_types", "rad2deg", "radians",
   "ravel", "reciprocal", "remainder", "repeat", "reshape", "result_type", "right_shift", "rint", "roll", "round",
   "shape", "sign", "signbit", "sin", "sinh", "size", "sqrt", "square", "squeeze", "stack", "std", "subtract", "sum",
-  "swapaxes", "tan", "tanh", "tensordot", "tile", "transpose", "tri", "tril", "triu", "true_divide", "trunc",
+  "swapaxes", "take",
+  "take_along_axis", "tan", "tanh", "tensordot", "tile", "transpose", "tri", "tril", "triu", "true_divide", "trunc",
   "uint16", "uint32", "uint64", "uint8", "var", "vdot", "vstack", "where", "zeros", "zeros_like",
 ]

@@ -64,7 +64,8 @@ def attach() -> None:
   Array.__pos__ = lambda self: ew.positive(self)
   Array.__abs__ = lambda self: ew.absolute(self)
   Array.__invert__ = lambda self: ew.bitwise_not(self)
-  Array.__getitem__ = _indexing.getitem
+  Array.__getitem__ = lambda self, index: _indexing.getitem(self, index)
+  Array.at = property(_indexing._IndexUpdateHelper, doc="`x.at[index].set(v)`, `.add(v)`, ...: pure indexed updates.")
   methods = {
     "astype": ew.astype, "reshape": _reshape, "transpose": _transpose, "sum": _reductions.sum,
     "prod": _reductions.prod, "max": _reductions.max, "min": _reductions.min, "mean": _reductions.mean,
