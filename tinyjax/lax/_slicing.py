@@ -143,13 +143,14 @@ def _scatter_transpose(ct, node, known):
   if arg.mode != "add":
     raise NotImplementedError(f"transpose of scatter-{arg.mode}: it is not linear (its JVP is built from gathers and "
                               "scatter-adds)")
-  if known[0] is not None or known[2] is not None:
-    raise NotImplementedError("transpose of a scatter-add with a known operand or known updates")
-  ct_updates = gather_raw(ct, known[1], arg.window)
-  if not arg.clip:
-    fits = _expand_batch(window_fits(known[1], operand.shape, arg.window), updates.shape)
-    ct_updates = _where(fits, ct_updates, _zeros(updates.shape, ct.dtype))
-  return ct, None, ct_updates
+  # a known operand or known updates are zeros here (the JVP rules above scatter tangents into zeros)
+  ct_updates = None
+  if known[2] is None:
+    ct_updates = gather_raw(ct, known[1], arg.window)
+    if not arg.clip:
+      fits = _expand_batch(window_fits(known[1], operand.shape, arg.window), updates.shape)
+      ct_updates = _where(fits, ct_updates, _zeros(updates.shape, ct.dtype))
+  return (ct if known[0] is None else None), None, ct_updates
 
 
 ad.jvp_rules[Ops.GATHER] = _gather_jvp

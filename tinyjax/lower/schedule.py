@@ -5,8 +5,8 @@ by realize.py, jit traces straight into it). First, a long reduction with fewer 
 stages, partial results then their reduction, so that it runs on every core (split.py). Fusion then decides which
 nodes become buffers:
   - every output, every CONTIGUOUS node and every SCATTER;
-  - a reduction whose result is broadcast (EXPAND) before it is used, or read by a GATHER (whose reads may repeat):
-    computing it inside its consumer would redo the whole reduction for every element that reads it.
+  - a reduction whose result is broadcast (EXPAND) before it is used, or read by a GATHER that reads more elements
+    than it has (so some repeat): computing it inside its consumer would redo it for every element that reads it.
 Everything else (elementwise chains, movement, gathers, reductions consumed without a broadcast) fuses into the
 kernel of the buffer that consumes it. Rangeify then turns each kernel into scalar code: the output's index space
 becomes RANGE loops, movement ops become index arithmetic (lower/symbolic.py folds it), reductions become REDUCE
@@ -19,6 +19,7 @@ and the last `set` wins, deterministically).
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -135,9 +136,12 @@ def find_buffers(sink: UOp) -> list[UOp]:
         continue
       expanded = expanded or _is_expanding(node)
       costly_above = costly_above or node.op in COSTLY_OPS
-      if node.op is Ops.GATHER:  # its operand is read at data-dependent places, possibly many times: as a broadcast
+      if node.op is Ops.GATHER:
+        # its operand is read at data-dependent places, possibly many times: as through a broadcast, unless the gather
+        # reads fewer elements than the operand has (then computing them where they are read costs less in any case)
         operand, indices = node.src
-        stack.extend([(operand, True, costly_above), (indices, expanded, costly_above)])
+        rereads = math.prod(node.shape) > math.prod(operand.shape)
+        stack.extend([(operand, expanded or rereads, costly_above), (indices, expanded, costly_above)])
       else:
         stack.extend((src, expanded, costly_above) for src in node.src)
   return [node for node in sink.toposort if node in realize]
