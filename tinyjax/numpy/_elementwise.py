@@ -404,12 +404,14 @@ def clip(a: Any, a_min: Any = None, a_max: Any = None) -> Array:
   return x
 
 
-def where(condition: Any, x: Any = None, y: Any = None, /) -> Array:
-  """Elementwise `x` where `condition` is true, else `y` (promoted and broadcast together). The one-argument form
-  (nonzero) needs data-dependent shapes and is not supported."""
-  if x is None or y is None:
-    raise NotImplementedError("where(condition) with one argument (nonzero) is not supported: its shape depends on "
-                              "the data; pass x and y")
+def where(condition: Any, x: Any = None, y: Any = None, /, *, size: int | None = None,
+          fill_value: Any = None) -> Array:
+  """Elementwise `x` where `condition` is true, else `y` (promoted and broadcast together). With only `condition`:
+  `nonzero(condition, size=size, fill_value=fill_value)`."""
+  if x is None and y is None:
+    from tinyjax.numpy._searching import nonzero
+    return nonzero(condition, size=size, fill_value=fill_value)
+  if x is None or y is None: raise ValueError("Either both or neither of the x and y arguments should be provided.")
   (cond,) = promote("where", condition)
   shapes = [np.shape(v) if not is_array(v) else v.shape for v in (cond, x, y)]
   try: np.broadcast_shapes(*shapes)
