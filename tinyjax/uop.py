@@ -56,6 +56,13 @@ class Ops(Enum):
   # earlier ones: duplicates accumulate). A window that does not fit is dropped (as XLA's FILL_OR_DROP), or with
   # `clip` its start is clamped as GATHER's.
   SCATTER = auto()
+  # structured control flow, holding sub-programs (SINKs over PARAMs). Multi-output: each result is a PROJECT of the
+  # node, arg = (index, shape). SCAN: src = (*carry inits, *xs, *consts), arg = ScanArg; the body maps (carries,
+  # x slices, consts) to (new carries, y slices); results: final carries, then the stacked ys. WHILE: src = (*carry
+  # inits, *consts), arg = WhileArg; runs body (carries, consts) -> carries while cond (carries, consts) -> bool.
+  SCAN = auto()
+  WHILE = auto()
+  PROJECT = auto()
   # kernel level (built by lower/, rendered by codegen/)
   DEFINE_GLOBAL = auto()  # a kernel parameter: dtype = element dtype, arg = parameter index
   RANGE = auto()      # a loop index: dtype int64, src = (bound,), arg = (id, "global" | "reduce")
@@ -76,6 +83,23 @@ class ScatterArg(NamedTuple):
   window: tuple[int, ...]
   unique_indices: bool = False
   clip: bool = False
+
+
+class ScanArg(NamedTuple):
+  """The arg of a SCAN: its body program, the number of iterations, whether xs/ys run from the end, and how many of
+  its operands are carries and xs (the rest are loop-invariant consts)."""
+  body: Any
+  length: int
+  reverse: bool
+  n_carry: int
+  n_xs: int
+
+
+class WhileArg(NamedTuple):
+  """The arg of a WHILE: its condition and body programs and how many of its operands are carries."""
+  cond: Any
+  body: Any
+  n_carry: int
 
 
 UNARY = {Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC, Ops.CAST, Ops.BITCAST}
@@ -188,6 +212,7 @@ def _shape(node: UOp) -> tuple[int, ...] | None:
     operand, indices = node.src
     return tuple(indices.shape[:-1]) + tuple(arg) + tuple(operand.shape[len(arg):])
   if op is Ops.SCATTER: return node.src[0].shape
+  if op is Ops.PROJECT: return tuple(arg[1])
   return None  # kernel-level nodes are scalars
 
 

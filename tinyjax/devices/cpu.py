@@ -246,10 +246,11 @@ def load_or_compile(name: str, llvm_ir: str, opt_level: int, rename: bool = True
 
 # ---- the runtime (thread pool, Ctrl-C)
 
-# tj_parallel_for / tj_serial_for (fn, args, n, max_grains or first_chunk, grain) and tj_run_launches (records, count)
+# tj_parallel_for / tj_serial_for (fn, args, n, max_grains or first_chunk, grain) and tj_run_launches (records, count,
+# launched)
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                            ctypes.c_int64)
-_RUN_LAUNCHES = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64)
+_RUN_LAUNCHES = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
 
 
 class Runtime:
@@ -350,40 +351,72 @@ class CPUProgram:
 class LaunchList:
   """The kernel launches of one program, run in order by one call into the runtime (`tj_run_launches`).
 
-  Built once per compiled program: `launches` are (program, parameter slots, n, grain, parallel). The launch
-  records and one table of argument pointers (every kernel's parameters, one after another) are ctypes arrays made
-  here; a run only writes the slots' addresses into the table and makes the call. A second thread running the same
-  program meanwhile gets arrays of its own (the records point into the table, which the first run is reading)."""
+  Built once per compiled program from `items`: kernel launches (program, parameter slots, n, grain, parallel) and
+  loops ("loop", trip or None, flag slot, condition items, body items) whose launches the runtime repeats. The launch
+  records and one table of argument pointers (every kernel's parameters, one after another, and each while loop's
+  flag buffer) are ctypes arrays made here; a run only writes the slots' addresses into the table and makes the call.
+  A second thread running the same program meanwhile gets arrays of its own (the records point into the table, which
+  the first run is reading). `launched` is how many kernels the last run launched."""
 
-  def __init__(self, launches: list[tuple[CPUProgram, tuple[int, ...], int, int, bool]]):
-    launches = [launch for launch in launches if launch[2] > 0]
-    self._launches = launches
-    self.programs = [program for program, *_ in launches]
-    self.count = len(launches)
-    self.slots = [slot for _, slots, *_ in launches for slot in slots]  # the table's entries, as buffer slots
-    self.table = (ctypes.c_void_p * len(self.slots))()
+  def __init__(self, items: list):
+    self._items = items
+    self.slots: list[int] = []  # the table's entries, as buffer slots
+    self.programs: list[CPUProgram] = []
+    fields: list[tuple] = []  # records, with table offsets where the table's address goes
+    self._flatten(items, fields)
+    self.count = len(fields)
+    self.table = (ctypes.c_void_p * max(1, len(self.slots)))()
     # addresses -> the table's entries in one C call (itemgetter of one index returns the item, not a tuple)
     self._gather = (operator.itemgetter(*self.slots) if len(self.slots) > 1 else
                     (lambda addresses, slot=self.slots[0]: (addresses[slot],)) if self.slots else (lambda _: ()))
-    fields, table_address, offset = [], ctypes.addressof(self.table), 0
-    pointer_bytes = ctypes.sizeof(ctypes.c_void_p)
-    for program, slots, n, grain, parallel in launches:
-      fields += [program.fn_addr, table_address + offset * pointer_bytes, n, grain, int(parallel)]
-      offset += len(slots)
-    self.records = (ctypes.c_int64 * max(1, len(fields)))(*fields)
+    table_address, pointer_bytes = ctypes.addressof(self.table), ctypes.sizeof(ctypes.c_void_p)
+    values = []
+    for fn, table_offset, n, grain, parallel in fields:
+      values += [fn, 0 if table_offset is None else table_address + table_offset * pointer_bytes, n, grain, parallel]
+    self.records = (ctypes.c_int64 * max(1, len(values)))(*values)
+    self._launched = ctypes.c_int64(0)
+    self.launched = 0
     self._run_launches = get_runtime().run_launches
     self._lock = threading.Lock()
+
+  def _flatten(self, items: list, fields: list[tuple]) -> None:
+    for item in items:
+      if item[0] == "loop":
+        _, trip, flag_slot, cond, body = item
+        header = len(fields)
+        fields.append(None)
+        flag_offset = None
+        if trip is None:
+          flag_offset = len(self.slots)
+          self.slots.append(flag_slot)
+        cond_start = len(fields)
+        self._flatten(cond, fields)
+        body_start = len(fields)
+        self._flatten(body, fields)
+        n_cond, n_body = body_start - cond_start, len(fields) - body_start
+        fields[header] = (0, flag_offset, -1 if trip is None else trip, n_body, n_cond)
+        continue
+      program, slots, n, grain, parallel = item
+      if n <= 0: continue
+      fields.append((program.fn_addr, len(self.slots), n, grain, int(parallel)))
+      self.slots += list(slots)
+      self.programs.append(program)
 
   def __call__(self, addresses: list[int]) -> None:
     """Run every launch with buffer slot i at `addresses[i]`. Raises KeyboardInterrupt if SIGINT cut one short."""
     if not self._lock.acquire(False):  # another thread is running this program: use arrays of our own
-      return LaunchList(self._launches)(addresses)
+      other = LaunchList(self._items)
+      other(addresses)
+      self.launched = other.launched
+      return
     try:
-      self.table[:] = self._gather(addresses)
-      aborted = self._run_launches(self.records, self.count)
+      self.table[:len(self.slots)] = self._gather(addresses)
+      self._launched.value = 0
+      aborted = self._run_launches(self.records, self.count, ctypes.addressof(self._launched))
+      self.launched = self._launched.value
     finally:
       self._lock.release()
-    if aborted: raise KeyboardInterrupt(f"program of {self.count} kernels interrupted")
+    if aborted: raise KeyboardInterrupt(f"program of {self.count} launch records interrupted")
 
 
 def compile_cpu(name: str, llvm_ir: str, opt_level: int | None = None) -> CPUProgram:

@@ -2,10 +2,12 @@
 
 Python makes one ctypes call per program run (ctypes releases the GIL); everything after that runs here:
 
-  tj_run_launches(launches, count) -> aborted  runs `count` kernel launches in order, each a record of five i64
-      {fn, args, n, grain, parallel}: parallel ones through tj_parallel_for (PARALLEL_GRAINS), the others through
-      tj_serial_for (first chunk n / SERIAL_CHUNKS). Stops at the first launch cut short by Ctrl-C. A jitted program
-      is one call of this, whatever its number of kernels.
+  tj_run_launches(launches, count, launched) -> aborted  runs `count` records in order, each five i64: a kernel
+      launch {fn, args, n, grain, parallel} (parallel ones through tj_parallel_for (PARALLEL_GRAINS), the others
+      through tj_serial_for (first chunk n / SERIAL_CHUNKS)), or the header of a loop over the records after it (a
+      counted loop, or a while loop whose condition kernels leave a flag in a buffer: lax.scan / while_loop run
+      here, not in Python). Counts the kernel launches into *launched. Stops at the first launch cut short by
+      Ctrl-C. A jitted program is one call of this, whatever its number of kernels and loop iterations.
   tj_parallel_for(fn, args, n, max_grains, grain) -> aborted  splits [0, n) into grains of a multiple of `grain`
       iterations (the kernel's own unit: a register tile of rows, a stream tile of columns, which a chunk must not
       cut), at most `max_grains` of them, each starting at a multiple of `grain`; the caller thread and the worker
@@ -451,12 +453,16 @@ exit:
   ret i32 %aborted_at_exit
 }}
 
-; run `count` launch records of {launch_fields} i64 {{fn, args, n, grain, parallel}} in order; stop at one cut short
-define i32 @tj_run_launches(ptr %launches, i64 %count) {{
+; run `count` records of {launch_fields} i64 in order; stop at one cut short. A record is a kernel launch
+; {{fn, args, n, grain, parallel}}, or (fn = 0) the header of a block of the records after it: n >= 0 runs the next
+; `grain` records n times; n = -1 runs the next `parallel` records (a condition), then, while the i8 flag at the buffer
+; whose address is at `args` is non-zero, the `grain` records after them and the condition again. Each kernel launch
+; adds 1 to the i64 at %launched.
+define i32 @tj_run_launches(ptr %launches, i64 %count, ptr %launched) {{
 entry:
   br label %loop
 loop:
-  %index = phi i64 [ 0, %entry ], [ %index_next, %next ]
+  %index = phi i64 [ 0, %entry ], [ %index_next, %next ], [ %after_block, %block_done ]
   %more = icmp slt i64 %index, %count
   br i1 %more, label %body, label %done
 body:
@@ -473,6 +479,12 @@ body:
   %grain = load i64, ptr %grain_field, align 8
   %parallel_field = getelementptr i64, ptr %record, i64 4
   %parallel = load i64, ptr %parallel_field, align 8
+  %is_header = icmp eq i64 %fn_int, 0
+  br i1 %is_header, label %header, label %launch
+launch:
+  %launched_before = load i64, ptr %launched, align 8
+  %launched_after = add i64 %launched_before, 1
+  store i64 %launched_after, ptr %launched, align 8
   %is_parallel = icmp ne i64 %parallel, 0
   br i1 %is_parallel, label %run_parallel, label %run_serial
 run_parallel:
@@ -489,10 +501,60 @@ ran:
 next:
   %index_next = add i64 %index, 1
   br label %loop
+header:
+  %block = getelementptr i64, ptr %record, i64 {launch_fields}
+  %block_aborted = call i32 @tj_run_block(ptr %block, ptr %args, i64 %n, i64 %grain, i64 %parallel, ptr %launched)
+  %is_while = icmp eq i64 %n, -1
+  %while_records = add i64 %grain, %parallel
+  %block_records = select i1 %is_while, i64 %while_records, i64 %grain
+  %block_span = add i64 %block_records, 1
+  %after_block = add i64 %index, %block_span
+  %block_stopped = icmp ne i32 %block_aborted, 0
+  br i1 %block_stopped, label %stopped, label %block_done
+block_done:
+  br label %loop
 stopped:
   ret i32 1
 done:
   ret i32 0
+}}
+
+; the block after a header record (see tj_run_launches): a counted loop or a while loop over records
+define internal i32 @tj_run_block(ptr %block, ptr %flag_entry, i64 %n, i64 %body_count, i64 %cond_count,
+                                  ptr %launched) {{
+entry:
+  %is_while = icmp eq i64 %n, -1
+  br i1 %is_while, label %while_cond, label %repeat
+repeat:
+  %trip = phi i64 [ 0, %entry ], [ %trip_next, %repeat_next ]
+  %more = icmp slt i64 %trip, %n
+  br i1 %more, label %repeat_body, label %finished
+repeat_body:
+  %repeat_status = call i32 @tj_run_launches(ptr %block, i64 %body_count, ptr %launched)
+  %repeat_stopped = icmp ne i32 %repeat_status, 0
+  br i1 %repeat_stopped, label %aborted, label %repeat_next
+repeat_next:
+  %trip_next = add i64 %trip, 1
+  br label %repeat
+while_cond:
+  %cond_status = call i32 @tj_run_launches(ptr %block, i64 %cond_count, ptr %launched)
+  %cond_stopped = icmp ne i32 %cond_status, 0
+  br i1 %cond_stopped, label %aborted, label %while_test
+while_test:
+  %flag_buffer = load ptr, ptr %flag_entry, align 8
+  %flag = load volatile i8, ptr %flag_buffer, align 1
+  %go_on = icmp ne i8 %flag, 0
+  br i1 %go_on, label %while_body, label %finished
+while_body:
+  %body_offset = mul i64 %cond_count, {launch_fields}
+  %body_records = getelementptr i64, ptr %block, i64 %body_offset
+  %body_status = call i32 @tj_run_launches(ptr %body_records, i64 %body_count, ptr %launched)
+  %body_stopped = icmp ne i32 %body_status, 0
+  br i1 %body_stopped, label %aborted, label %while_cond
+finished:
+  ret i32 0
+aborted:
+  ret i32 1
 }}
 
 ; SIGINT: set the abort flag, then chain to the previous handler (Python's C handler)

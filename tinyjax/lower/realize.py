@@ -23,7 +23,7 @@ from tinyjax.devices import LaunchList, compile_cpu, cpu_threads
 from tinyjax.devices.buffer import Buffer, allocate_buffers
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
-from tinyjax.lower.schedule import Kernel, Schedule, schedule, structure_key
+from tinyjax.lower.schedule import Kernel, Loop, Schedule, kernels_of, schedule, structure_key
 from tinyjax.uop import Ops, UOp, pretty
 
 
@@ -59,9 +59,20 @@ class CompiledSchedule:
 
   def __post_init__(self):
     sched = self.schedule
-    self.launches = LaunchList([(program, kernel.slots, kernel.outer_size, kernel.grain, kernel.parallel)
-                                for kernel, program in zip(sched.kernels, self.programs)])
+    self.launches = LaunchList(_launch_items(sched.kernels, iter(self.programs)))
     self.slot_specs = [(shape, dtype, math.prod(shape) * dtype.itemsize) for shape, dtype in sched.slot_specs]
+
+
+def _launch_items(steps: tuple, programs) -> list:
+  """The LaunchList items of a schedule's steps, with the compiled programs in `kernels_of` order."""
+  items = []
+  for step in steps:
+    if isinstance(step, Loop):
+      cond = _launch_items(step.cond, programs)
+      items.append(("loop", step.trip, step.flag_slot, cond, _launch_items(step.body, programs)))
+    else:
+      items.append((next(programs), step.slots, step.outer_size, step.grain, step.parallel))
+  return items
 
 
 _memory_cache: dict[UOp, CompiledSchedule] = {}
@@ -117,25 +128,40 @@ def get_schedule(sink: UOp) -> CompiledSchedule:
   if lowered is None:
     start = time.perf_counter()
     sched = schedule(sink, threads)
-    lowered = (sched, [render_llvm(kernel.name, kernel.ast) for kernel in sched.kernels])
+    lowered = (sched, [render_llvm(kernel.name, kernel.ast) for kernel in kernels_of(sched.kernels)])
     counters.schedules_lowered += 1
     _disk_cache.put(key, pickle.dumps(lowered, protocol=pickle.HIGHEST_PROTOCOL))
     origin = f"lowered in {(time.perf_counter() - start) * 1e3:.2f} ms"
   sched, sources = lowered
   if DEBUG >= 2: _print_schedule(sched, sources, origin)
-  compiled = CompiledSchedule(sched, [compile_cpu(k.name, src) for k, src in zip(sched.kernels, sources)])
+  compiled = CompiledSchedule(sched, [compile_cpu(k.name, src) for k, src in zip(kernels_of(sched.kernels), sources)])
   if len(_memory_cache) >= _MEMORY_CACHE_LIMIT: del _memory_cache[next(iter(_memory_cache))]
   _memory_cache[sink] = compiled
   return compiled
 
 
 def _print_schedule(sched: Schedule, sources: list[str], origin: str) -> None:
-  print(f"*** schedule: {len(sched.kernels)} kernels, {sched.n_inputs} inputs, {origin}")
-  for kernel, source in zip(sched.kernels, sources):
-    print(f"  {kernel.name:40s} slots={list(kernel.slots)} outer={kernel.outer_size} work={kernel.work}"
-          f"{f' grain={kernel.grain}' if kernel.grain > 1 else ''}{' parallel' if kernel.parallel else ''}")
-    if DEBUG >= 3: print(f"--- UOps of {kernel.name}\n{pretty(kernel.ast)}")
-    if DEBUG >= 4: print(f"--- LLVM IR of {kernel.name}\n{source}")
+  kernels = kernels_of(sched.kernels)
+  print(f"*** schedule: {len(kernels)} kernels, {sched.n_inputs} inputs, {origin}")
+  sources_of = dict(zip((id(kernel) for kernel in kernels), sources))
+
+  def show(steps: tuple, indent: str) -> None:
+    for step in steps:
+      if isinstance(step, Loop):
+        repeat = f"x{step.trip}" if step.trip is not None else f"while slot {step.flag_slot}"
+        print(f"{indent}  loop {repeat}:")
+        if step.cond:
+          print(f"{indent}    condition:")
+          show(step.cond, indent + "    ")
+          print(f"{indent}    body:")
+        show(step.body, indent + "    ")
+        continue
+      print(f"{indent}  {step.name:40s} slots={list(step.slots)} outer={step.outer_size} work={step.work}"
+            f"{f' grain={step.grain}' if step.grain > 1 else ''}{' parallel' if step.parallel else ''}"
+            f"{' sequential' if step.sequential else ''}")
+      if DEBUG >= 3: print(f"--- UOps of {step.name}\n{pretty(step.ast)}")
+      if DEBUG >= 4: print(f"--- LLVM IR of {step.name}\n{sources_of[id(step)]}")
+  show(sched.kernels, "")
 
 
 def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer]) -> list[Buffer]:
@@ -143,23 +169,36 @@ def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer]) -> list[Buffe
   sched = compiled.schedule
   # inputs past the last one the program reads (unused jit arguments) have no slot
   buffers = inputs[:sched.n_inputs] + allocate_buffers(compiled.slot_specs)
-  if DEBUG >= 1: _run_timed(compiled, buffers)
+  if DEBUG >= 1: _run_timed(sched.kernels, iter(compiled.programs), buffers)
   else:
     compiled.launches([buffer._address for buffer in buffers])
-    counters.kernels_launched += compiled.launches.count
+    counters.kernels_launched += compiled.launches.launched
   return [buffers[slot] for slot in sched.outputs]
 
 
-def _run_timed(compiled: CompiledSchedule, buffers: list[Buffer]) -> None:
-  """Launch the kernels one by one, timing and printing each (DEBUG>=1)."""
-  for kernel, program in zip(compiled.schedule.kernels, compiled.programs):
-    addresses = [buffers[slot].address for slot in kernel.slots]
+def _run_timed(steps: tuple, programs, buffers: list[Buffer]) -> None:
+  """Launch the kernels one by one (loops run from Python here), timing and printing each (DEBUG>=1)."""
+  for step in steps:
+    if isinstance(step, Loop):
+      cond, body = list(step.cond), list(step.body)
+      cond_programs = [next(programs) for _ in kernels_of(step.cond)]
+      body_programs = [next(programs) for _ in kernels_of(step.body)]
+      passes = 0
+      while step.trip is None or passes < step.trip:
+        if step.trip is None:
+          _run_timed(tuple(cond), iter(cond_programs), buffers)
+          if not bool(buffers[step.flag_slot].numpy()): break
+        _run_timed(tuple(body), iter(body_programs), buffers)
+        passes += 1
+      continue
+    program = next(programs)
+    addresses = [buffers[slot].address for slot in step.slots]
     start = time.perf_counter()
-    program(addresses, kernel.outer_size, kernel.parallel, grain=kernel.grain)
+    if step.outer_size > 0: program(addresses, step.outer_size, step.parallel, grain=step.grain)
     elapsed = time.perf_counter() - start
     counters.kernels_launched += 1
     counters.launch_seconds += elapsed
-    _print_launch(kernel, buffers, elapsed)
+    _print_launch(step, buffers, elapsed)
 
 
 def _print_launch(kernel: Kernel, buffers: list[Buffer], seconds: float) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -28,9 +28,11 @@ from tinyjax.codegen.opt import launch_grain
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import split_reductions
-from tinyjax.uop import BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, UOp
+from tinyjax.uop import BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, ScatterArg, UOp
 
 REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
+LOOPS = (Ops.SCAN, Ops.WHILE)
+COUNTER_DTYPE = np.dtype(np.int32)
 # a kernel is split across threads only when it does at least this many loop iterations in all: below it, waking
 # the workers costs more than the work
 PARALLEL_MIN_WORK = 1 << 15
@@ -53,10 +55,30 @@ class Kernel:
 
 
 @dataclass(frozen=True)
+class Loop:
+  """Steps the runtime runs repeatedly, inside the one call that runs the program: `body` `trip` times, or (`trip`
+  None) while the bool scalar in slot `flag_slot`, which the `cond` steps compute before each pass, is true."""
+  body: tuple[Kernel | Loop, ...]
+  trip: int | None = None
+  cond: tuple[Kernel | Loop, ...] = ()
+  flag_slot: int = -1
+
+
+def kernels_of(steps: tuple[Kernel | Loop, ...]) -> list[Kernel]:
+  """Every kernel of a schedule's steps, loops' conditions and bodies included, in order."""
+  out: list[Kernel] = []
+  for step in steps:
+    if isinstance(step, Loop): out += kernels_of(step.cond) + kernels_of(step.body)
+    else: out.append(step)
+  return out
+
+
+@dataclass(frozen=True)
 class Schedule:
-  """A program's kernels over numbered buffer slots: slots [0, n_inputs) are the inputs in PARAM order, the rest
-  are allocated per run with `slot_specs` (shape, dtype). `outputs` names the slot of each program output."""
-  kernels: tuple[Kernel, ...]
+  """A program's steps (kernels and loops of steps) over numbered buffer slots: slots [0, n_inputs) are the inputs
+  in PARAM order, the rest are allocated per run with `slot_specs` (shape, dtype). `outputs` names the slot of each
+  program output."""
+  kernels: tuple[Kernel | Loop, ...]
   n_inputs: int
   slot_specs: tuple[tuple[tuple[int, ...], np.dtype], ...]
   outputs: tuple[int, ...]
@@ -118,10 +140,13 @@ def _is_contraction(node: UOp, realize: set[UOp]) -> bool:
 def find_buffers(sink: UOp) -> list[UOp]:
   """The nodes that become buffers (kernel outputs), in an order where producers come before consumers."""
   realize = {out for out in sink.src if out.op is not Ops.PARAM}
-  realize |= {node for node in sink.toposort if node.op in (Ops.CONTIGUOUS, Ops.SCATTER)}
+  realize |= {node for node in sink.toposort if node.op in (Ops.CONTIGUOUS, Ops.SCATTER, Ops.PROJECT)}
+  # a loop reads its operands from buffers
+  realize |= {src for node in sink.toposort if node.op in LOOPS for src in node.src if src.op is not Ops.PARAM}
   pending, visited, cost = list(realize), set(), {}
   while pending:
     kernel_root = pending.pop()
+    if kernel_root.op is Ops.PROJECT: continue  # written by its loop, not by a kernel
     costly_root = kernel_root.op in COSTLY_OPS
     stack = [(src, False, costly_root) for src in kernel_root.src]
     while stack:
@@ -358,18 +383,54 @@ def _drop_unread_buffers(ast: UOp, slots: list[int]) -> tuple[UOp, tuple[int, ..
 def schedule(sink: UOp, threads: int | None = None) -> Schedule:
   """Lower a program (SINK over outputs, PARAM inputs) to kernels over buffer slots, for a device that runs a parallel
   launch on `threads` threads (default: `cpu_threads()`; long reductions with few outputs split for them, split.py)."""
-  sink = split_reductions(sink, cpu_threads() if threads is None else threads, set(find_buffers(sink)))
+  threads = cpu_threads() if threads is None else threads
+  sink = split_reductions(sink, threads, set(find_buffers(sink)))
   params = sorted({node for node in sink.toposort if node.op is Ops.PARAM}, key=lambda node: node.arg[0])
   n_inputs = max((p.arg[0] + 1 for p in params), default=0)
-  slot_of: dict[UOp, int] = {p: p.arg[0] for p in params}
-  specs: list[tuple[tuple[int, ...], np.dtype]] = [(tuple(p.arg[1]), p.dtype) for p in params]
-  kernels = []
+  builder = _Scheduler(n_inputs, threads)
+  builder.slot_of.update({p: p.arg[0] for p in params})
+  projections: dict[UOp, list[UOp]] = {}
+  for node in sink.toposort:
+    if node.op is Ops.PROJECT: projections.setdefault(node.src[0], []).append(node)
   for node in find_buffers(sink):
-    slot_of[node] = n_inputs + len(specs) - len(params)
-    specs.append((node.shape, node.dtype))
-    if 0 in node.shape: continue  # nothing to compute
-    builders = [(_Rangeify(node, slot_of), False)]
-    if node.op is Ops.SCATTER and 0 not in node.src[2].shape: builders.append((_Rangeify(node, slot_of), True))
+    if node.op is Ops.PROJECT:
+      if node not in builder.slot_of: builder.steps += builder.loop(node.src[0], projections[node.src[0]])
+      continue
+    builder.slot_of[node] = builder.new_slot(node.shape, node.dtype)
+    builder.steps += builder.kernels(node)
+  outputs = tuple(builder.slot_of[out] for out in sink.src)
+  return Schedule(tuple(builder.steps), n_inputs, tuple(builder.specs), outputs)
+
+
+class _Scheduler:
+  """The steps of one program over its slots: kernels for buffer nodes, loops for SCAN / WHILE nodes (whose bodies
+  are scheduled as programs of their own and linked in: their input slots are the loop's slots, their other slots
+  new slots of this program)."""
+
+  def __init__(self, n_inputs: int, threads: int):
+    self.n_inputs, self.threads = n_inputs, threads
+    self.slot_of: dict[UOp, int] = {}
+    self.specs: list[tuple[tuple[int, ...], np.dtype]] = []
+    self.steps: list[Kernel | Loop] = []
+
+  def new_slot(self, shape: tuple[int, ...], dtype: np.dtype) -> int:
+    self.specs.append((tuple(shape), np.dtype(dtype)))
+    return self.n_inputs + len(self.specs) - 1
+
+  def placeholder(self, slot: int, shape: tuple[int, ...], dtype: np.dtype) -> UOp:
+    """A leaf node that reads slot `slot` (in kernels built here)."""
+    node = UOp(Ops.PARAM, np.dtype(dtype), (), (("slot", slot), tuple(shape)))
+    self.slot_of[node] = slot
+    return node
+
+  def kernels(self, node: UOp, out_slot: int | None = None, scatter_only: bool = False) -> list[Kernel]:
+    """The kernels that compute buffer node `node` into its slot (or `out_slot`): one, or a SCATTER's two (the
+    copy of its operand, then the scatter; only the scatter with `scatter_only`, for an update in place)."""
+    if out_slot is not None: self.slot_of[node] = out_slot
+    if 0 in node.shape: return []  # nothing to compute
+    builders = [] if scatter_only else [(_Rangeify(node, self.slot_of), False)]
+    if node.op is Ops.SCATTER and 0 not in node.src[2].shape: builders.append((_Rangeify(node, self.slot_of), True))
+    kernels = []
     for builder, is_scatter in builders:
       ast, outer = builder.build_scatter() if is_scatter else builder.build()
       ast, slots = _drop_unread_buffers(symbolic.simplify(ast), builder.params)
@@ -377,5 +438,104 @@ def schedule(sink: UOp, threads: int | None = None) -> Schedule:
       name = f"{kind}_{'_'.join(map(str, node.shape)) or 'scalar'}_{structure_key(ast)[:8]}"
       kernels.append(Kernel(name, ast, slots, outer, builder.work, 1 if is_scatter else launch_grain(ast),
                             sequential=is_scatter))
-  outputs = tuple(slot_of[out] for out in sink.src)
-  return Schedule(tuple(kernels), n_inputs, tuple(specs[len(params):]), outputs)
+    return kernels
+
+  def copy(self, source: UOp, out_slot: int) -> list[Kernel]:
+    """Kernels writing the value of `source` into slot `out_slot` (a CONTIGUOUS whose arg names the slot, so that it
+    is never the same node as one of the program's own)."""
+    return self.kernels(UOp(Ops.CONTIGUOUS, source.dtype, (source,), ("into", out_slot)), out_slot)
+
+  def link(self, program: UOp, input_slots: list[int]) -> tuple[list[Kernel | Loop], list[int]]:
+    """Schedule sub-program `program` (a loop's body or condition) and map it into this program's slots: its input
+    i reads slot input_slots[i], its own buffers get new slots. Returns its steps and its outputs' slots."""
+    sub = schedule(program, self.threads)
+    mapping = {i: input_slots[i] for i in range(sub.n_inputs)}
+    for index, (shape, dtype) in enumerate(sub.slot_specs): mapping[sub.n_inputs + index] = self.new_slot(shape, dtype)
+    return _remap(sub.kernels, mapping), [mapping[slot] for slot in sub.outputs]
+
+  def operand_slot(self, node: UOp) -> int: return self.slot_of[node]
+
+  def init_carries(self, loop_node: UOp, n_carry: int) -> tuple[list[Kernel], list[int]]:
+    """New slots for a loop's carries, and the kernels that copy the initial values into them."""
+    steps, slots = [], []
+    for init in loop_node.src[:n_carry]:
+      slots.append(self.new_slot(init.shape, init.dtype))
+      steps += self.copy(init, slots[-1])
+    return steps, slots
+
+  def update_carries(self, carry_slots: list[int], new_slots: list[int]) -> list[Kernel]:
+    """Kernels that copy a pass's new carries into the carry slots (through a temporary where a new carry is
+    another carry's slot, which the copies may overwrite first)."""
+    steps, moves = [], []
+    for slot, new in zip(carry_slots, new_slots):
+      if slot == new: continue
+      shape, dtype = self.spec(slot)
+      if new in carry_slots:
+        temporary = self.new_slot(shape, dtype)
+        steps += self.copy(self.placeholder(new, shape, dtype), temporary)
+        new = temporary
+      moves.append((slot, new, shape, dtype))
+    for slot, new, shape, dtype in moves: steps += self.copy(self.placeholder(new, shape, dtype), slot)
+    return steps
+
+  def spec(self, slot: int) -> tuple[tuple[int, ...], np.dtype]: return self.specs[slot - self.n_inputs]
+
+  def loop(self, node: UOp, projections: list[UOp]) -> list[Kernel | Loop]:
+    """The steps of a SCAN or WHILE node; assigns its PROJECT nodes their slots."""
+    return self.scan(node, projections) if node.op is Ops.SCAN else self.while_loop(node, projections)
+
+  def scan(self, node: UOp, projections: list[UOp]) -> list[Kernel | Loop]:
+    body, length, reverse, n_carry, n_xs = node.arg
+    xs, consts = node.src[n_carry:n_carry + n_xs], node.src[n_carry + n_xs:]
+    steps, carry_slots = self.init_carries(node, n_carry)
+    y_nodes = body.src[n_carry:]
+    ys_slots = [self.new_slot((length, *y.shape), y.dtype) for y in y_nodes]
+    for projection in projections:
+      index = projection.arg[0]
+      self.slot_of[projection] = carry_slots[index] if index < n_carry else ys_slots[index - n_carry]
+    if length == 0: return steps
+    counter_slot = self.new_slot((), COUNTER_DTYPE)
+    steps += self.copy(UOp.const(COUNTER_DTYPE, 0), counter_slot)
+    counter = self.placeholder(counter_slot, (), COUNTER_DTYPE)
+    position = counter if not reverse else \
+      UOp(Ops.ADD, COUNTER_DTYPE, (UOp.const(COUNTER_DTYPE, length - 1), UOp(Ops.NEG, COUNTER_DTYPE, (counter,))))
+    index = UOp(Ops.RESHAPE, COUNTER_DTYPE, (position,), (1,))
+    body_steps: list[Kernel | Loop] = []
+    slice_slots = []
+    for x in xs:  # this pass's slice of each x
+      slice_slots.append(self.new_slot(x.shape[1:], x.dtype))
+      gathered = UOp(Ops.GATHER, x.dtype, (self.placeholder(self.operand_slot(x), x.shape, x.dtype), index), (1,))
+      body_steps += self.copy(UOp(Ops.RESHAPE, x.dtype, (gathered,), x.shape[1:]), slice_slots[-1])
+    linked, out_slots = self.link(body, carry_slots + slice_slots + [self.operand_slot(c) for c in consts])
+    body_steps += linked
+    for ys_slot, y_slot, y in zip(ys_slots, out_slots[n_carry:], y_nodes):  # this pass's y, written in place
+      ys = self.placeholder(ys_slot, (length, *y.shape), y.dtype)
+      update = UOp(Ops.RESHAPE, y.dtype, (self.placeholder(y_slot, y.shape, y.dtype),), (1, *y.shape))
+      write = UOp(Ops.SCATTER, y.dtype, (ys, index, update), ScatterArg("set", (1,), True, True))
+      body_steps += self.kernels(write, ys_slot, scatter_only=True)
+    body_steps += self.update_carries(carry_slots, out_slots[:n_carry])
+    step = UOp(Ops.ADD, COUNTER_DTYPE, (counter, UOp.const(COUNTER_DTYPE, 1)))
+    body_steps += self.copy(step, counter_slot)
+    return steps + [Loop(tuple(body_steps), trip=length)]
+
+  def while_loop(self, node: UOp, projections: list[UOp]) -> list[Kernel | Loop]:
+    cond, body, n_carry = node.arg
+    steps, carry_slots = self.init_carries(node, n_carry)
+    for projection in projections: self.slot_of[projection] = carry_slots[projection.arg[0]]
+    inputs = carry_slots + [self.operand_slot(c) for c in node.src[n_carry:]]
+    cond_steps, (flag_slot,) = self.link(cond, inputs)
+    body_steps, out_slots = self.link(body, inputs)
+    body_steps += self.update_carries(carry_slots, out_slots)
+    return steps + [Loop(tuple(body_steps), None, tuple(cond_steps), flag_slot)]
+
+
+def _remap(steps: tuple[Kernel | Loop, ...], mapping: dict[int, int]) -> list[Kernel | Loop]:
+  """Steps of a sub-program with their slots renamed by `mapping`."""
+  out: list[Kernel | Loop] = []
+  for step in steps:
+    if isinstance(step, Loop):
+      out.append(Loop(tuple(_remap(step.body, mapping)), step.trip, tuple(_remap(step.cond, mapping)),
+                      mapping[step.flag_slot] if step.flag_slot >= 0 else -1))
+    else:
+      out.append(replace(step, slots=tuple(mapping[slot] for slot in step.slots)))
+  return out

@@ -25,6 +25,7 @@ from tinyjax import dtypes, tree_util
 from tinyjax.array import Array, realize_arrays
 from tinyjax.devices.buffer import Buffer
 from tinyjax.lower.realize import CompiledSchedule, get_schedule, normalize, run_schedule
+from tinyjax.lower.schedule import kernels_of
 from tinyjax.trace.core import EvalTrace, StagingTrace, Tracer, check_callable, current_trace, new_trace
 from tinyjax.uop import Ops, UOp
 
@@ -272,8 +273,10 @@ class Lowered:
     parts = [f"# jaxpr\n{self._compiled.jaxpr}"]
     if self._compiled.schedule is not None:
       sched = self._compiled.schedule
-      parts.append(f"# {len(sched.schedule.kernels)} kernels")
-      for kernel, program in zip(sched.schedule.kernels, sched.programs):
+      kernels = kernels_of(sched.schedule.kernels)
+      loops = len(kernels) - len(sched.schedule.kernels) if len(kernels) > len(sched.schedule.kernels) else 0
+      parts.append(f"# {len(kernels)} kernels" + (" (some inside loops)" if loops else ""))
+      for kernel, program in zip(kernels, sched.programs):
         parts.append(f"# kernel {kernel.name} buffers={list(kernel.slots)}\n{program.src}")
     return "\n".join(parts)
 
