@@ -63,6 +63,10 @@ class Ops(Enum):
   SCAN = auto()
   WHILE = auto()
   PROJECT = auto()
+  # a named primitive (tanh, dot_general, scan, ...) kept whole in a loop body's program, so that differentiating or
+  # batching the body applies the primitive's own rules: arg = a `PrimitiveCall` (trace/core.py) that knows the
+  # output avals and expands the call into Ops for lowering (`arg.expand(operands)`). Multi-output: PROJECTs.
+  PRIMITIVE = auto()
   # kernel level (built by lower/, rendered by codegen/)
   DEFINE_GLOBAL = auto()  # a kernel parameter: dtype = element dtype, arg = parameter index
   RANGE = auto()      # a loop index: dtype int64, src = (bound,), arg = (id, "global" | "reduce")
@@ -213,6 +217,7 @@ def _shape(node: UOp) -> tuple[int, ...] | None:
     return tuple(indices.shape[:-1]) + tuple(arg) + tuple(operand.shape[len(arg):])
   if op is Ops.SCATTER: return node.src[0].shape
   if op is Ops.PROJECT: return tuple(arg[1])
+  if op is Ops.PRIMITIVE: return None if arg.prim.multiple_results else tuple(arg.out_avals[0][0])
   return None  # kernel-level nodes are scalars
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -384,6 +385,7 @@ def schedule(sink: UOp, threads: int | None = None) -> Schedule:
   """Lower a program (SINK over outputs, PARAM inputs) to kernels over buffer slots, for a device that runs a parallel
   launch on `threads` threads (default: `cpu_threads()`; long reductions with few outputs split for them, split.py)."""
   threads = cpu_threads() if threads is None else threads
+  sink = expand_primitives(sink)
   sink = split_reductions(sink, threads, set(find_buffers(sink)))
   params = sorted({node for node in sink.toposort if node.op is Ops.PARAM}, key=lambda node: node.arg[0])
   n_inputs = max((p.arg[0] + 1 for p in params), default=0)
@@ -400,6 +402,21 @@ def schedule(sink: UOp, threads: int | None = None) -> Schedule:
     builder.steps += builder.kernels(node)
   outputs = tuple(builder.slot_of[out] for out in sink.src)
   return Schedule(tuple(builder.steps), n_inputs, tuple(builder.specs), outputs)
+
+
+def expand_primitives(sink: UOp) -> UOp:
+  """The program with each named PRIMITIVE call (kept whole in loop bodies) replaced by its Ops."""
+  if not any(node.op is Ops.PRIMITIVE for node in sink.toposort): return sink
+  done: dict[UOp, Any] = {}
+  for node in sink.toposort:
+    sources = [done[src] for src in node.src]
+    if node.op is Ops.PRIMITIVE:
+      results = node.arg.expand(tuple(sources))
+      done[node] = results if node.arg.prim.multiple_results else results[0]
+    elif node.op is Ops.PROJECT and isinstance(sources[0], list): done[node] = sources[0][node.arg[0]]
+    elif node.src and any(a is not b for a, b in zip(sources, node.src)): done[node] = node.replace(src=tuple(sources))
+    else: done[node] = node
+  return done[sink]
 
 
 class _Scheduler:

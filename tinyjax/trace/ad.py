@@ -150,6 +150,10 @@ class JVPTrace(Trace):
     if rule is None: return prim.impl(*operands, **params)  # differentiate its decomposition
     primals, tangents = self.unpack(operands)
     with set_current_trace(self.tangent_trace):
+      if prim.multiple_results:  # its rule computes the outputs too: (outputs, their tangents)
+        if all(t is None for t in tangents): return prim.bind(*primals, **params)
+        outs, out_tangents = rule(primals, tangents, **params)
+        return [self.pack(o, t) for o, t in zip(outs, out_tangents)]
       out = prim.bind(*primals, **params)
       if all(t is None for t in tangents): return out
       tangent = rule(primals, tangents, out, **params)
@@ -322,10 +326,16 @@ def transpose(program: UOp, n_inputs: int, consts: list[Any], cotangents: list[A
     if node.op is Ops.PARAM and node.arg[0] < n_inputs: inputs[node.arg[0]] = node
     if node.op is Ops.PARAM and node.arg[0] < n_inputs or any(s in linear for s in node.src): linear.add(node)
 
+  known_values: dict[UOp, Any] = {}
+
   def known_value(node: UOp) -> Any:
-    if node.op is Ops.PARAM: return consts[node.arg[0] - n_inputs]
-    if node.op is Ops.CONST: return bind(Ops.CONST, arg=node.arg, dtype=node.dtype)
-    raise AssertionError(f"a known value that is not a leaf: {node.op}")
+    """The value of a node that does not depend on the tangent inputs (a const, or an expression of consts, as loop
+    bodies have), computed on the current trace."""
+    if node not in known_values:
+      if node.op is Ops.PARAM: known_values[node] = consts[node.arg[0] - n_inputs]
+      else: known_values[node] = evaluate(UOp(Ops.SINK, BOOL, (node,)), [consts[i - n_inputs] if i >= n_inputs else None
+                                                                       for i in range(n_inputs + len(consts))])[0]
+    return known_values[node]
 
   accumulated: dict[UOp, Any] = {}
 
@@ -337,6 +347,10 @@ def transpose(program: UOp, n_inputs: int, consts: list[Any], cotangents: list[A
   for node in reversed(program.toposort):
     if node.op in (Ops.SINK, Ops.PARAM) or node not in accumulated: continue
     ct = accumulated.pop(node)
+    if node.op is Ops.PROJECT:  # one output of a multi-output node: its rule gets {output index: cotangent}
+      outputs = accumulated.setdefault(node.src[0], {})
+      outputs[node.arg[0]] = ct
+      continue
     known = [None if s in linear else known_value(s) for s in node.src]
     rule = transpose_rules.get(node.op)
     if rule is None: raise NotImplementedError(f"transpose rule for {node.op.name} (a non-linear op in a tangent)")
@@ -476,8 +490,11 @@ def evaluate(program: UOp, params: list[Any]) -> list[Any]:
   values: dict[UOp, Any] = {}
   for node in program.toposort:
     if node.op is Ops.SINK: continue
+    operands = [values[s] for s in node.src]
     if node.op is Ops.PARAM: values[node] = params[node.arg[0]]
-    else: values[node] = bind(node.op, *(values[s] for s in node.src), arg=node.arg, dtype=node.dtype)
+    elif node.op is Ops.PRIMITIVE: values[node] = node.arg.prim.bind(*operands, **dict(node.arg.params))
+    elif node.op is Ops.PROJECT and isinstance(operands[0], list): values[node] = operands[0][node.arg[0]]
+    else: values[node] = bind(node.op, *operands, arg=node.arg, dtype=node.dtype)
   return [values[out] for out in program.src]
 
 

@@ -102,6 +102,7 @@ class BatchTrace(Trace):
     with set_current_trace(self.parent):
       if rule is None: return prim.bind(*vals, **params)
       out, out_dim = rule(self, vals, dims, **params)
+    if prim.multiple_results: return [self.pack(o, d) for o, d in zip(out, out_dim)]
     return self.pack(out, out_dim)
 
 

@@ -40,10 +40,11 @@ def check_callable(fun: Any) -> None:
 
 class Primitive:
   """A named operation whose default meaning is `impl` (a function of arrays built from `bind`s of Ops). Traces
-  may have rules of their own for it, keyed by the Primitive object (e.g. `ad.jvp_rules[prim]`)."""
+  may have rules of their own for it, keyed by the Primitive object (e.g. `ad.jvp_rules[prim]`). A primitive with
+  `multiple_results` returns a list of arrays (the control-flow primitives)."""
 
-  def __init__(self, name: str, impl: Callable[..., Any]):
-    self.name, self.impl = name, impl
+  def __init__(self, name: str, impl: Callable[..., Any], multiple_results: bool = False):
+    self.name, self.impl, self.multiple_results = name, impl, multiple_results
 
   def __repr__(self) -> str: return self.name
 
@@ -152,6 +153,34 @@ class StagingTrace(Trace):
 
   def new_arg(self, index: int, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool) -> StagingTracer:
     return StagingTracer(UOp(Ops.PARAM, np.dtype(dtype), (), (index, tuple(shape))), weak_type, self)
+
+
+class PrimitiveCall:
+  """The arg of a PRIMITIVE node: the primitive, its params (a sorted tuple of items, hashable) and its outputs'
+  avals ((shape, dtype, weak_type) each). `expand` turns the call into Ops for lowering, by running the primitive's
+  impl on a staging trace over the operands' nodes."""
+  __slots__ = ("prim", "params", "out_avals")
+
+  def __init__(self, prim: Primitive, params: tuple, out_avals: tuple):
+    self.prim, self.params, self.out_avals = prim, params, out_avals
+
+  def _key(self) -> tuple: return (self.prim.name, id(self.prim), self.params, self.out_avals)
+  def __hash__(self) -> int: return hash(self._key())
+  def __eq__(self, other: Any) -> bool: return isinstance(other, PrimitiveCall) and self._key() == other._key()
+  def __reduce__(self): return (PrimitiveCall, (self.prim, self.params, self.out_avals))
+
+  def __repr__(self) -> str:
+    shown = [f"{name}={value!r}" for name, value in self.params if name != "out_avals"]
+    return f"{self.prim.name}" + (f"[{', '.join(shown)}]" if shown else "")
+
+  def expand(self, operands: tuple[UOp, ...]) -> list[UOp]:
+    """The call's results as Ops over the operand nodes (one per output)."""
+    trace = StagingTrace(current_trace.get(), [], f"lowering of {self.prim.name}")
+    with new_trace(trace):
+      args = [StagingTracer(uop, False, trace) for uop in operands]
+      out = self.prim.impl(*args, **dict(self.params))
+    outs = out if self.prim.multiple_results else [out]
+    return [o.uop for o in outs]
 
 
 _eval_trace = EvalTrace()

@@ -112,11 +112,27 @@ class Jaxpr:
         shape, dtype = self.in_avals[index][:2] if index < len(self.in_avals) else ((), np.dtype(np.float32))
         inputs.append(f"{name}:{_short_aval(shape, np.dtype(dtype))}")
     lines = []
+    projections: dict[UOp, dict[int, UOp]] = {}
     for node in self.sink.toposort:
-      if node.op in (Ops.SINK, Ops.CONST, Ops.PARAM): continue
+      if node.op is Ops.PROJECT: projections.setdefault(node.src[0], {})[node.arg[0]] = node
+    for node in self.sink.toposort:
+      if node.op in (Ops.SINK, Ops.CONST, Ops.PARAM, Ops.PROJECT): continue
+      operands = " ".join(name_of(src) for src in node.src)
+      if node.op in (Ops.SCAN, Ops.WHILE) or node.op is Ops.PRIMITIVE and node.arg.prim.multiple_results:
+        outs = []
+        for index, aval in enumerate(_loop_out_avals(node)):
+          projection = projections.get(node, {}).get(index)
+          name = _var_name(len(names) + n_inputs - len(params))
+          names[projection if projection is not None else UOp(Ops.PROJECT, aval[1], (node,), (index, aval[0]))] = name
+          outs.append(f"{name}:{_short_aval(*aval)}")
+        if node.op is Ops.PRIMITIVE: lines.append(f"    {' '.join(outs)} = {node.arg.prim.name} {operands}")
+        else: lines.append(f"    {' '.join(outs)} = {node.op.name.lower()}[{_loop_params(node)}] {operands}")
+        continue
       names[node] = _var_name(len(names) + n_inputs - len(params))
       arg = "" if node.arg is None else f"[{_format_arg(node.arg)}]"
-      operands = " ".join(name_of(src) for src in node.src)
+      if node.op is Ops.PRIMITIVE:
+        lines.append(f"    {names[node]}:{_short(node)} = {node.arg!r} {operands}")
+        continue
       lines.append(f"    {names[node]}:{_short(node)} = {node.op.name.lower()}{arg} {operands}")
     outputs = ", ".join(name_of(out) for out in self.sink.src)
     consts, args = inputs[self.n_args:], inputs[:self.n_args]
@@ -124,6 +140,27 @@ class Jaxpr:
     return "{ lambda " + header + ". let\n" + "\n".join(lines) + ("\n" if lines else "") + f"  in ({outputs},) }}"
 
   __repr__ = __str__
+
+
+def _loop_out_avals(node: UOp) -> list[tuple[tuple[int, ...], np.dtype]]:
+  """(shape, dtype) of each output of a SCAN (final carries, stacked ys) or WHILE (final carries)."""
+  if node.op is Ops.WHILE: return [(tuple(c.shape), c.dtype) for c in node.src[:node.arg.n_carry]]
+  if node.op is Ops.PRIMITIVE: return [(tuple(shape), dtype) for shape, dtype, _ in node.arg.out_avals]
+  body, length, _, n_carry, _ = node.arg
+  return [(tuple(out.shape), out.dtype) if i < n_carry else ((length, *out.shape), out.dtype)
+          for i, out in enumerate(body.src)]
+
+
+def _loop_params(node: UOp) -> str:
+  """A loop's parameters and sub-programs, indented under its equation."""
+  def program(sink: UOp) -> str:
+    n_params = max((n.arg[0] + 1 for n in sink.toposort if n.op is Ops.PARAM), default=0)
+    text = str(Jaxpr(sink, n_params, [], (False,) * len(sink.src), None))
+    return text.replace("\n", "\n      ")
+  if node.op is Ops.WHILE:
+    return f"n_carry={node.arg.n_carry}\n      cond={program(node.arg.cond)}\n      body={program(node.arg.body)}"
+  body, length, reverse, n_carry, n_xs = node.arg
+  return f"length={length} reverse={reverse} n_carry={n_carry} n_xs={n_xs}\n      body={program(body)}"
 
 
 def _var_name(index: int) -> str:

@@ -1,0 +1,222 @@
+"""Control flow as JAX's lax has it: `scan`, `fori_loop`, `while_loop`, `map`, `cond`, `switch`.
+
+`scan` and `while_loop` are primitives holding their traced bodies (tinyjax/trace/control_flow.py): under `jit` the
+whole loop runs inside the compiled program (the runtime repeats the body's kernels), so a jitted scan of 1000 steps
+is one call from Python. `fori_loop` with concrete bounds is a scan (so it is reverse-differentiable, as JAX), with
+traced bounds a while loop. `map` is a scan without a carry.
+
+`cond` and `switch` with a concrete predicate or index run only the chosen branch (both are still traced, to check
+that their output types agree, as JAX does). With a traced one (under `jit` or `vmap`) every branch is computed and
+the result selected with `select_n`, which is what JAX does under `vmap`; values are the same as JAX's, but a NaN or
+infinite derivative inside a branch that was not taken can reach the gradient (as with `where`).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tinyjax import dtypes, tree_util
+from tinyjax.array import Array
+from tinyjax.lax._base import cast, to_array
+from tinyjax.lax._shape import select_n
+from tinyjax.trace.control_flow import aval_of, bind_scan, bind_while, trace_program
+from tinyjax.trace.core import Tracer, check_callable
+
+
+def _leaf_array(x: Any) -> Array:
+  if isinstance(x, Array): return x
+  if isinstance(x, (bool, int, float, np.ndarray, np.generic)): return to_array(x)
+  raise TypeError(f"Value {x!r} of type {type(x).__name__} is not a valid JAX type: loop carries, xs and branch "
+                  "operands must be arrays or Python scalars")
+
+
+def _type_string(avals: Sequence[tuple]) -> str:
+  return ", ".join(f"{np.dtype(dtype).name}{list(shape)}{'{weak_type=True}' if weak else ''}"
+                   for shape, dtype, weak in avals)
+
+
+def _check_carry(name: str, in_tree: Any, out_tree: Any, in_avals: list[tuple], out_avals: list[tuple]) -> bool:
+  """JAX's checks of a loop body's carry output against its input: same tree, shapes and dtypes (TypeError
+  otherwise). Returns whether only weak types differ (the caller then retraces with strongly typed carries)."""
+  if in_tree != out_tree:
+    raise TypeError(f"{name} body function carry input and carry output must have the same pytree structure, but "
+                    f"they differ:\n  the input carry has structure {in_tree}\n  the output carry has structure "
+                    f"{out_tree}")
+  for index, (a, b) in enumerate(zip(in_avals, out_avals)):
+    if a[0] != b[0] or a[1] != b[1]:
+      raise TypeError(f"{name} body function carry input and carry output must have equal types, but they differ: "
+                      f"the input carry component {index} has type {_type_string([a])} but the corresponding output "
+                      f"carry component has type {_type_string([b])}, so the "
+                      f"{'shapes do not match' if a[0] != b[0] else 'dtypes do not match'}.")
+  return any(a[2] != b[2] for a, b in zip(in_avals, out_avals))
+
+
+def _strong(arrays: list[Array]) -> list[Array]:
+  return [cast(a, a.dtype, False) if a.weak_type else a for a in arrays]
+
+
+def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reverse: bool = False,
+         unroll: int | bool = 1, _split_transpose: bool = False) -> tuple[Any, Any]:
+  """Loop `f(carry, x) -> (carry, y)` over the leading axis of `xs` (pytrees), returning the final carry and the
+  stacked ys: `for x in xs: carry, y = f(carry, x); ys.append(y)`. `length` is needed when xs is None; `reverse`
+  runs from the end (ys keep their positions); `unroll` is accepted (the loop runs inside the compiled program)."""
+  check_callable(f)
+  carry_leaves, carry_tree = tree_util.tree_flatten(init)
+  x_leaves, x_tree = tree_util.tree_flatten(xs)
+  carries = [_leaf_array(c) for c in carry_leaves]
+  xs_arrays = [_leaf_array(x) for x in x_leaves]
+  for x in xs_arrays:
+    if x.ndim == 0: raise ValueError("scan got value with no leading axis to scan over: xs leaves must have ndim >= 1")
+  lengths = {x.shape[0] for x in xs_arrays}
+  if length is not None:
+    length = int(length)
+    if lengths and lengths != {length}:
+      raise ValueError(f"scan got `length` argument of {length} which disagrees with leading axis sizes "
+                       f"{sorted(lengths)}.")
+  elif len(lengths) > 1:
+    raise ValueError(f"scan got values with different leading axis sizes: {', '.join(map(str, sorted(lengths)))}.")
+  elif not lengths:
+    raise ValueError("scan got no values to scan over and `length` not provided.")
+  else:
+    length = lengths.pop()
+  for attempt in range(2):
+    carry_avals = [aval_of(c) for c in carries]
+    x_avals = [(tuple(x.shape[1:]), x.dtype, x.weak_type) for x in xs_arrays]
+
+    def body(*args: Any) -> Any:
+      carry = tree_util.tree_unflatten(carry_tree, list(args[:len(carries)]))
+      x = tree_util.tree_unflatten(x_tree, list(args[len(carries):]))
+      out = f(carry, x)
+      if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"scan body output must be a pair (carry, y), got {type(out).__name__}")
+      return tuple(out)
+
+    program, out_avals, consts, out_tree = trace_program(body, carry_avals + x_avals, "scan")
+    pair_children = tree_util.treedef_children(out_tree)
+    new_carry_tree, y_tree = pair_children
+    n_carry = len(carries)
+    if not _check_carry("scan", carry_tree, new_carry_tree, carry_avals, out_avals[:n_carry]) or attempt: break
+    carries = _strong(carries)
+  outs = bind_scan(carries, xs_arrays, consts, program, out_avals, length, bool(reverse))
+  return (tree_util.tree_unflatten(new_carry_tree, outs[:n_carry]),
+          tree_util.tree_unflatten(y_tree, outs[n_carry:]))
+
+
+def map(f: Callable, xs: Any, *, batch_size: int | None = None) -> Any:  # noqa: A001
+  """`f` applied to each slice of `xs` along its leading axis, stacked: a scan without a carry."""
+  check_callable(f)
+  _, ys = scan(lambda carry, x: (carry, f(x)), (), xs)
+  return ys
+
+
+def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
+  """`while cond_fun(val): val = body_fun(val)`, as one loop inside the compiled program. Forward-mode
+  differentiable; reverse mode raises a ValueError (use scan or fori_loop with static bounds), as JAX."""
+  check_callable(cond_fun)
+  check_callable(body_fun)
+  leaves, tree = tree_util.tree_flatten(init_val)
+  carries = [_leaf_array(c) for c in leaves]
+  for attempt in range(2):
+    avals = [aval_of(c) for c in carries]
+    def as_tree(*args: Any) -> Any: return tree_util.tree_unflatten(tree, list(args))
+    cond_program, cond_avals, cond_consts, _ = trace_program(lambda *a: cond_fun(as_tree(*a)), avals, "while_loop")
+    if len(cond_avals) != 1 or cond_avals[0][0] != () or cond_avals[0][1] != np.dtype(bool):
+      raise TypeError(f"cond_fun must return a boolean scalar, but got output type(s) [{_type_string(cond_avals)}].")
+    body_program, body_avals, body_consts, body_tree = trace_program(lambda *a: body_fun(as_tree(*a)), avals,
+                                                                     "while_loop")
+    if not _check_carry("while_loop", tree, body_tree, avals, body_avals) or attempt: break
+    carries = _strong(carries)
+  outs = bind_while(carries, [], cond_program, cond_consts, body_program, body_consts, body_avals)
+  return tree_util.tree_unflatten(tree, outs)
+
+
+def _concrete_int(x: Any) -> int | None:
+  """A loop bound's Python value, or None when it is traced."""
+  if isinstance(x, Tracer): return None
+  if isinstance(x, (int, np.integer)): return int(x)
+  if isinstance(x, (Array, np.ndarray)) and np.ndim(x) == 0: return int(np.asarray(x))
+  return None
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *, unroll: int | bool | None = None) -> Any:
+  """`for i in range(lower, upper): val = body_fun(i, val)`. With concrete bounds a scan (reverse-differentiable),
+  else a while loop (forward-mode only), as JAX."""
+  check_callable(body_fun)
+  for name, bound in (("lower", lower), ("upper", upper)):
+    bound_dtype = bound.dtype if isinstance(bound, (Array, np.ndarray, np.generic)) else np.asarray(bound).dtype
+    if not dtypes.issubdtype(bound_dtype, np.integer):
+      raise TypeError(f"fori_loop {name} bound must be an integer, got {bound_dtype}")
+  index_dtype = dtypes.result_type(lower, upper)
+  start, stop = _concrete_int(lower), _concrete_int(upper)
+  if start is not None and stop is not None:
+    def step(carry: Any, _: Any) -> Any:
+      i, val = carry
+      return (i + 1, body_fun(i, val)), None
+    first = to_array(np.asarray(start, index_dtype))
+    (_, result), _ = scan(step, (first, init_val), None, length=max(stop - start, 0))
+    return result
+  lower_array, upper_array = cast(to_array(lower), index_dtype, False), cast(to_array(upper), index_dtype, False)
+  _, _, result = while_loop(lambda carry: carry[0] < carry[1],
+                            lambda carry: (carry[0] + 1, carry[1], body_fun(carry[0], carry[2])),
+                            (lower_array, upper_array, init_val))
+  return result
+
+
+def _branch_outputs(branches: Sequence[Callable], operands: tuple) -> list[tuple[Any, list[tuple]]]:
+  """The output tree and avals of each branch at these operands (traced, not run), checked equal as JAX."""
+  from tinyjax.trace.jit import eval_shape
+  results = []
+  for branch in branches:
+    shapes = eval_shape(branch, *operands)
+    leaves, tree = tree_util.tree_flatten(shapes)
+    results.append((tree, [(tuple(leaf.shape), np.dtype(leaf.dtype)) for leaf in leaves]))
+  first_tree, first_avals = results[0]
+  for tree, avals in results[1:]:
+    if tree != first_tree:
+      raise TypeError(f"branch outputs must have the same pytree structure, got {first_tree} and {tree}")
+    if avals != first_avals:
+      raise TypeError(f"branch outputs must have identical types, got {first_avals} and {avals}")
+  return results
+
+
+def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
+  """`branches[index](*operands)`, the index clamped into range. A concrete index runs one branch; a traced one
+  computes every branch and selects (see the module docstring)."""
+  branches = list(branches)
+  if not branches: raise ValueError("Empty branch sequence")
+  for branch in branches: check_callable(branch)
+  index_array = index if isinstance(index, Array) else to_array(index)
+  if index_array.ndim != 0:
+    raise TypeError(f"Branch index must be scalar, got {index_array.dtype.name}{list(index_array.shape)}")
+  if not dtypes.issubdtype(index_array.dtype, np.integer) and index_array.dtype != np.bool_:
+    raise TypeError(f"Index type must be an integer, got {index_array.dtype.name}.")
+  _branch_outputs(branches, operands)
+  concrete = _concrete_int(index_array) if not isinstance(index_array, Tracer) else None
+  if concrete is not None: return branches[min(max(concrete, 0), len(branches) - 1)](*operands)
+  from tinyjax.lax._elementwise import max as lax_max, min as lax_min
+  clamped = lax_min(lax_max(cast(index_array, np.int32, False), 0), len(branches) - 1)
+  outputs = [tree_util.tree_flatten(branch(*operands)) for branch in branches]
+  tree = outputs[0][1]
+  columns = zip(*(leaves for leaves, _ in outputs))
+  selected = []
+  for cases in columns:
+    cases = [_leaf_array(c) for c in cases]
+    selected.append(select_n(clamped, *cases) if len(cases) > 1 else cases[0])
+  return tree_util.tree_unflatten(tree, selected)
+
+
+def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
+  """`true_fun(*operands)` if `pred` else `false_fun(*operands)`. A concrete predicate runs one branch; a traced one
+  computes both and selects (see the module docstring)."""
+  check_callable(true_fun)
+  check_callable(false_fun)
+  pred_array = pred if isinstance(pred, Array) else to_array(pred)
+  if pred_array.ndim != 0:
+    raise TypeError(f"Pred must be a scalar, got {pred_array.dtype.name}{list(pred_array.shape)}.")
+  if not (pred_array.dtype == np.bool_ or dtypes.issubdtype(pred_array.dtype, np.number)):
+    raise TypeError(f"Pred type must be either boolean or number, got {pred_array.dtype.name}.")
+  if pred_array.dtype != np.bool_:
+    from tinyjax.lax._elementwise import ne
+    pred_array = ne(pred_array, 0)
+  return switch(cast(pred_array, np.int32, False), [false_fun, true_fun], *operands)
