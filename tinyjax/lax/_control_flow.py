@@ -75,7 +75,8 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
       raise ValueError(f"scan got `length` argument of {length} which disagrees with leading axis sizes "
                        f"{sorted(lengths)}.")
   elif len(lengths) > 1:
-    raise ValueError(f"scan got values with different leading axis sizes: {', '.join(map(str, sorted(lengths)))}.")
+    sizes = ", ".join(str(size) for size in sorted(lengths))
+    raise ValueError(f"scan got values with different leading axis sizes: {sizes}.")
   elif not lengths:
     raise ValueError("scan got no values to scan over and `length` not provided.")
   else:

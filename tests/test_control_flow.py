@@ -1,0 +1,252 @@
+"""Control flow: lax.scan, fori_loop, while_loop, map, cond and switch against Python loops (numpy references),
+gradients against finite differences and unrolled loops, vmap against Python loops, composed transformations, the
+one-call property of a jitted loop, and JAX's errors."""
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as tnp
+from tinyjax import lax
+from tinyjax.devices import LaunchList
+
+RNG = np.random.default_rng(11)
+
+
+def test_scan_matches_a_python_loop_with_pytrees():
+  xs = {"a": RNG.standard_normal((7, 3)).astype(np.float32), "b": np.arange(7, dtype=np.int32)}
+
+  def step(carry, x):
+    total, count = carry
+    total = total * 0.5 + x["a"] * x["b"]
+    return (total, count + x["b"]), {"sum": total.sum(), "twice": 2 * x["b"]}
+
+  (total, count), ys = lax.scan(step, (tnp.zeros(3), tnp.asarray(np.int32(0))), {k: tnp.asarray(v) for k, v in
+                                                                               xs.items()})
+  want_total, want_count, sums = np.zeros(3, np.float64), 0, []
+  for t in range(7):
+    want_total = want_total * 0.5 + xs["a"][t] * xs["b"][t]
+    want_count += xs["b"][t]
+    sums.append(want_total.sum())
+  np.testing.assert_allclose(np.asarray(total), want_total, rtol=1e-5)
+  assert int(count) == want_count and count.dtype == np.int32
+  np.testing.assert_allclose(np.asarray(ys["sum"]), sums, rtol=1e-5)
+  np.testing.assert_array_equal(np.asarray(ys["twice"]), 2 * xs["b"])
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("jit", [False, True])
+def test_scan_reverse_length_and_empty(reverse, jit):
+  def run(xs):
+    return lax.scan(lambda c, x: (c + x, c * 2), 0.0, xs, reverse=reverse)
+  run = tj.jit(run) if jit else run
+  xs = np.arange(5.0, dtype=np.float32)
+  carry, ys = run(tnp.asarray(xs))
+  order = range(4, -1, -1) if reverse else range(5)
+  c, want = 0.0, np.zeros(5)
+  for t in order:
+    want[t] = 2 * c
+    c += xs[t]
+  assert float(carry) == c
+  np.testing.assert_array_equal(np.asarray(ys), want)
+  carry, ys = run(tnp.zeros((0,)))
+  assert float(carry) == 0.0 and ys.shape == (0,)
+  count, none = lax.scan(lambda c, _: (c + 1, None), 0, None, length=4, unroll=2)
+  assert int(count) == 4 and none is None
+
+
+def test_loops_fori_while_map():
+  assert int(lax.fori_loop(0, 10, lambda i, v: v + i, 0)) == 45
+  assert int(tj.jit(lambda n: lax.fori_loop(0, n, lambda i, v: v + i, 0))(10)) == 45  # traced bounds: a while loop
+  assert int(lax.fori_loop(5, 2, lambda i, v: v + i, 7)) == 7
+  count, value = lax.while_loop(lambda c: c[0] < 10, lambda c: (c[0] + 1, c[1] * 2.0), (0, 1.0))
+  assert int(count) == 10 and float(value) == 1024.0
+  collatz = tj.jit(lambda n: lax.while_loop(lambda c: c[0] != 1, lambda c: (
+    tnp.where(c[0] % 2 == 0, c[0] // 2, 3 * c[0] + 1), c[1] + 1), (n, 0))[1])
+  assert int(collatz(27)) == 111
+  np.testing.assert_array_equal(np.asarray(lax.map(lambda x: x ** 2, tnp.arange(5.0))), np.arange(5.0) ** 2)
+  assert int(lax.while_loop(lambda c: c < 0, lambda c: c + 1, 5)) == 5  # zero passes
+
+
+def test_cond_and_switch():
+  assert float(lax.cond(True, lambda x: x + 1, lambda x: x - 1, 3.0)) == 4.0
+  branch = tj.jit(lambda p, x: lax.cond(p, lambda x: x + 1, lambda x: x - 1, x))
+  assert float(branch(False, 3.0)) == 2.0 and float(branch(True, 3.0)) == 4.0
+  assert float(lax.cond(2, lambda: 1.0, lambda: 0.0)) == 1.0
+  branches = [lambda x: x, lambda x: x * 10, lambda x: -x]
+  for index, want in [(-3, 2.0), (0, 2.0), (1, 20.0), (2, -2.0), (9, -2.0)]:  # the index is clamped
+    assert float(lax.switch(index, branches, 2.0)) == want
+    assert float(tj.jit(lambda i, x: lax.switch(i, branches, x))(index, 2.0)) == want
+  batched = tj.vmap(lambda p, x: lax.cond(p, lambda v: v * 2, lambda v: v + 100, x))(
+    tnp.asarray([True, False, True]), tnp.asarray([1.0, 2.0, 3.0]))
+  np.testing.assert_array_equal(np.asarray(batched), [2.0, 102.0, 6.0])
+
+
+def test_jitted_scan_of_1000_steps_is_one_call(monkeypatch):
+  calls = []
+  original = LaunchList.__call__
+
+  def counting(self, addresses):
+    calls.append(self)
+    return original(self, addresses)
+  monkeypatch.setattr(LaunchList, "__call__", counting)
+  w = tnp.asarray(RNG.standard_normal((16, 16)).astype(np.float32) * 0.1)
+  xs = tnp.asarray(RNG.standard_normal((1000, 16)).astype(np.float32))
+  run = tj.jit(lambda w, xs: lax.scan(lambda h, x: (tnp.tanh(h @ w + x), h.sum()), tnp.zeros(16), xs))
+  h, ys = run(w, xs)
+  h.block_until_ready()
+  calls.clear()
+  before = tj.runtime_stats()["kernels_launched"]
+  h, ys = run(w, xs)
+  h.block_until_ready()
+  assert len(calls) == 1  # one call from Python for the whole loop
+  launched = tj.runtime_stats()["kernels_launched"] - before
+  assert launched >= 1000 and launched == calls[0].launched
+  host_w, host_xs, want = np.asarray(w, np.float64), np.asarray(xs, np.float64), np.zeros(16)
+  for t in range(1000): want = np.tanh(want @ host_w + host_xs[t])
+  np.testing.assert_allclose(np.asarray(h), want, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------- differentiation
+
+W = tnp.asarray(RNG.standard_normal((4, 4)).astype(np.float32) * 0.5)
+XS = tnp.asarray(RNG.standard_normal((6, 4)).astype(np.float32))
+H0 = tnp.asarray(RNG.standard_normal(4).astype(np.float32))
+
+
+def rnn(w, h0, xs):
+  def step(h, x):
+    h = tnp.tanh(h @ w + x)
+    return h, tnp.sin(h).sum()
+  h, ys = lax.scan(step, h0, xs)
+  return (h ** 2).sum() + (ys ** 2).sum()
+
+
+def rnn_unrolled(w, h0, xs):
+  h, ys = h0, []
+  for t in range(xs.shape[0]):
+    h = tnp.tanh(h @ w + xs[t])
+    ys.append(tnp.sin(h).sum())
+  return (h ** 2).sum() + (tnp.stack(ys) ** 2).sum()
+
+
+def numerical_grad(fn, host, eps=1e-3):
+  host = np.asarray(host, np.float64)
+  grad = np.zeros_like(host)
+  for position in np.ndindex(host.shape):
+    step = np.zeros_like(host)
+    step[position] = eps
+    grad[position] = (float(fn(tnp.asarray((host + step).astype(np.float32)))) -
+                      float(fn(tnp.asarray((host - step).astype(np.float32))))) / (2 * eps)
+  return grad
+
+
+def test_scan_gradients_match_unrolled_loop_and_finite_differences():
+  grads = tj.grad(rnn, argnums=(0, 1, 2))(W, H0, XS)
+  unrolled = tj.grad(rnn_unrolled, argnums=(0, 1, 2))(W, H0, XS)
+  for got, want in zip(grads, unrolled): np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+  np.testing.assert_allclose(np.asarray(grads[0]), numerical_grad(lambda w: rnn(w, H0, XS), W), atol=5e-3)
+  jitted = tj.jit(tj.grad(rnn, argnums=(0, 2)))(W, H0, XS)
+  np.testing.assert_allclose(np.asarray(jitted[0]), np.asarray(unrolled[0]), atol=1e-5)
+  np.testing.assert_allclose(np.asarray(jitted[1]), np.asarray(unrolled[2]), atol=1e-5)
+  _, tangent = tj.jvp(lambda w: rnn(w, H0, XS), (W,), (tnp.ones((4, 4)),))
+  _, want_tangent = tj.jvp(lambda w: rnn_unrolled(w, H0, XS), (W,), (tnp.ones((4, 4)),))
+  np.testing.assert_allclose(float(tangent), float(want_tangent), rtol=1e-5)
+
+
+def test_reverse_scan_and_fori_loop_gradients():
+  def reverse_product(x): return lax.scan(lambda c, v: (c * v + 1.0, c), 1.0, x, reverse=True)[1].sum()
+  host = RNG.standard_normal(5).astype(np.float32)
+  np.testing.assert_allclose(np.asarray(tj.grad(reverse_product)(tnp.asarray(host))),
+                             numerical_grad(reverse_product, host), atol=2e-3)
+  assert float(tj.grad(lambda x: lax.fori_loop(0, 5, lambda i, v: v * x, 1.0))(2.0)) == 80.0
+  assert float(tj.hessian(lambda x: lax.scan(lambda c, _: (c * x, None), 1.0, None, length=3)[0])(2.0)) == 12.0
+
+
+def test_while_loop_is_forward_differentiable_only():
+  def power(x): return lax.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * x), (0, 1.0))[1]
+  value, tangent = tj.jvp(power, (2.0,), (1.0,))
+  assert float(value) == 32.0 and float(tangent) == 80.0
+  assert float(tj.jacfwd(power)(2.0)) == 80.0
+  with pytest.raises(ValueError, match="Reverse-mode differentiation does not work for lax.while_loop"):
+    tj.grad(power)(2.0)
+  with pytest.raises(ValueError, match="Reverse-mode"):
+    tj.jit(tj.grad(lambda x, n: lax.fori_loop(0, n, lambda i, v: v * x, 1.0)))(2.0, 3)  # traced bounds
+
+
+def test_cond_gradient_takes_the_branch():
+  def f(x): return lax.cond(x > 0, lambda v: v ** 2, lambda v: -v, x)
+  assert float(tj.grad(f)(3.0)) == 6.0 and float(tj.grad(f)(-3.0)) == -1.0
+  assert float(tj.jit(tj.grad(f))(3.0)) == 6.0 and float(tj.jit(tj.grad(f))(-3.0)) == -1.0
+
+
+# ------------------------------------------------------------------------------------------- vmap and composition
+
+def test_vmap_of_scan_matches_python_loops():
+  ws = tnp.stack([W, W * 0.5, W * 2])
+  got = tj.vmap(rnn, in_axes=(0, None, None))(ws, H0, XS)
+  np.testing.assert_allclose(np.asarray(got), [float(rnn(ws[i], H0, XS)) for i in range(3)], rtol=1e-5)
+  xs2 = tnp.stack([XS, XS * 2], axis=1)  # the batch axis in the middle of xs
+  got = tj.vmap(rnn, in_axes=(None, None, 1))(W, H0, xs2)
+  np.testing.assert_allclose(np.asarray(got), [float(rnn(W, H0, XS)), float(rnn(W, H0, XS * 2))], rtol=1e-5)
+  h0s = tnp.stack([H0, -H0])
+  got = tj.vmap(rnn, in_axes=(None, 0, None))(W, h0s, XS)  # only the carry batched
+  np.testing.assert_allclose(np.asarray(got), [float(rnn(W, H0, XS)), float(rnn(W, -H0, XS))], rtol=1e-5)
+  grads = tj.jit(tj.vmap(tj.grad(rnn), in_axes=(0, None, None)))(ws, H0, XS)
+  for i in range(3):
+    np.testing.assert_allclose(np.asarray(grads[i]), np.asarray(tj.grad(rnn_unrolled)(ws[i], H0, XS)), atol=1e-5)
+  per_example = tj.vmap(tj.jit(rnn), in_axes=(0, None, None))(ws, H0, XS)
+  np.testing.assert_allclose(np.asarray(per_example), [float(rnn(ws[i], H0, XS)) for i in range(3)], rtol=1e-5)
+
+
+def test_vmap_of_while_with_a_batched_predicate_runs_until_all_are_done():
+  def doubling(n): return lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, c[1] * 2.0), (0, 1.0))
+  counts, values = tj.vmap(doubling)(tnp.asarray([1, 3, 0, 5]))
+  np.testing.assert_array_equal(np.asarray(counts), [1, 3, 0, 5])
+  np.testing.assert_array_equal(np.asarray(values), [2.0, 8.0, 1.0, 32.0])
+  jitted = tj.jit(tj.vmap(doubling))(tnp.asarray([2, 4]))
+  np.testing.assert_array_equal(np.asarray(jitted[1]), [4.0, 16.0])
+  scaled = tj.vmap(lambda x: lax.while_loop(lambda c: c < 10.0, lambda c: c * x, 1.0))(tnp.asarray([2.0, 3.0]))
+  np.testing.assert_array_equal(np.asarray(scaled), [16.0, 27.0])
+
+
+def test_nested_loops_and_their_gradients():
+  def nested(x):
+    def outer(c, row):
+      inner, _ = lax.scan(lambda a, v: (a * 0.9 + tnp.sin(v * c), None), c, row)
+      return inner, inner
+    return lax.scan(outer, 0.5, x)[1].sum()
+  host = RNG.standard_normal((3, 4)).astype(np.float32)
+  np.testing.assert_allclose(np.asarray(tj.grad(nested)(tnp.asarray(host))), numerical_grad(nested, host), atol=3e-3)
+  counted = lax.scan(lambda c, x: (c + lax.while_loop(lambda v: v < x, lambda v: v + 1, 0), None), 0,
+                     tnp.asarray([3, 1, 4]))[0]
+  assert int(counted) == 8
+
+
+def test_make_jaxpr_shows_the_loop_and_its_body():
+  text = str(tj.make_jaxpr(lambda xs: lax.scan(lambda c, x: (c + x, tnp.tanh(c)), 0.0, xs))(tnp.arange(3.0)))
+  assert "scan[length=3" in text and "body={ lambda" in text and "tanh" in text
+
+
+# ------------------------------------------------------------------------------------------- errors
+
+def test_loop_errors():
+  with pytest.raises(TypeError, match="carry input and carry output must have equal types"):
+    lax.scan(lambda c, x: (c.astype(np.int32), x), tnp.zeros(2), tnp.ones((3, 2)))
+  with pytest.raises(TypeError, match="same pytree structure"):
+    lax.scan(lambda c, x: ((c, c), x), tnp.zeros(2), tnp.ones((3, 2)))
+  with pytest.raises(ValueError, match="different leading axis sizes"):
+    lax.scan(lambda c, x: (c, x), 0.0, (tnp.ones(3), tnp.ones(4)))
+  with pytest.raises(ValueError, match="length"):
+    lax.scan(lambda c, x: (c, x), 0.0, None)
+  with pytest.raises(TypeError, match="boolean scalar"):
+    lax.while_loop(lambda c: c, lambda c: c + 1.0, 0.0)
+  with pytest.raises(TypeError, match="equal types"):
+    lax.while_loop(lambda c: c < 3, lambda c: tnp.ones(2), 0.0)
+  with pytest.raises(TypeError, match="identical types"):
+    lax.cond(True, lambda: tnp.zeros(2), lambda: tnp.zeros(3))
+  with pytest.raises(TypeError, match="scalar"):
+    lax.cond(tnp.asarray([True, False]), lambda: 1.0, lambda: 0.0)
+  with pytest.raises(TypeError, match="integer"):
+    lax.fori_loop(0.0, 3, lambda i, v: v, 0.0)
+  with pytest.raises(TypeError, match="callable"):
+    lax.scan(3, 0.0, tnp.ones(3))
