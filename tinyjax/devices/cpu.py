@@ -351,7 +351,7 @@ class CPUProgram:
 class LaunchList:
   """The kernel launches of one program, run in order by one call into the runtime (`tj_run_launches`).
 
-  Built once per compiled program from `items`: kernel launches (program, parameter slots, n, grain, parallel) and
+  Built once per compiled program from `items`: kernel launches (program, parameter slots, n, grain, mode) and
   loops ("loop", trip or None, flag slot, condition items, body items) whose launches the runtime repeats. The launch
   records and one table of argument pointers (every kernel's parameters, one after another, and each while loop's
   flag buffer) are ctypes arrays made here; a run only writes the slots' addresses into the table and makes the call.
@@ -371,8 +371,8 @@ class LaunchList:
                     (lambda addresses, slot=self.slots[0]: (addresses[slot],)) if self.slots else (lambda _: ()))
     table_address, pointer_bytes = ctypes.addressof(self.table), ctypes.sizeof(ctypes.c_void_p)
     values = []
-    for fn, table_offset, n, grain, parallel in fields:
-      values += [fn, 0 if table_offset is None else table_address + table_offset * pointer_bytes, n, grain, parallel]
+    for fn, table_offset, n, grain, mode in fields:
+      values += [fn, 0 if table_offset is None else table_address + table_offset * pointer_bytes, n, grain, mode]
     self.records = (ctypes.c_int64 * max(1, len(values)))(*values)
     self._launched = ctypes.c_int64(0)
     self.launched = 0
@@ -396,9 +396,9 @@ class LaunchList:
         n_cond, n_body = body_start - cond_start, len(fields) - body_start
         fields[header] = (0, flag_offset, -1 if trip is None else trip, n_body, n_cond)
         continue
-      program, slots, n, grain, parallel = item
+      program, slots, n, grain, mode = item
       if n <= 0: continue
-      fields.append((program.fn_addr, len(self.slots), n, grain, int(parallel)))
+      fields.append((program.fn_addr, len(self.slots), n, grain, int(mode)))
       self.slots += list(slots)
       self.programs.append(program)
 

@@ -3,11 +3,12 @@
 Python makes one ctypes call per program run (ctypes releases the GIL); everything after that runs here:
 
   tj_run_launches(launches, count, launched) -> aborted  runs `count` records in order, each five i64: a kernel
-      launch {fn, args, n, grain, parallel} (parallel ones through tj_parallel_for (PARALLEL_GRAINS), the others
-      through tj_serial_for (first chunk n / SERIAL_CHUNKS)), or the header of a loop over the records after it (a
-      counted loop, or a while loop whose condition kernels leave a flag in a buffer: lax.scan / while_loop run
-      here, not in Python). Counts the kernel launches into *launched. Stops at the first launch cut short by
-      Ctrl-C. A jitted program is one call of this, whatever its number of kernels and loop iterations.
+      launch {fn, args, n, grain, mode} (mode 1: as tj_parallel_for (PARALLEL_GRAINS); 0: as tj_serial_for
+      (first chunk n / SERIAL_CHUNKS); 2: one call of the kernel, for kernels too small to need chunks), or the
+      header of a loop over the records after it (a counted loop, or a while loop whose condition kernels leave a
+      flag in a buffer: lax.scan / while_loop run here, not in Python). Counts the kernel launches into *launched.
+      Clears the abort flag once, then stops at the first launch or loop pass that Ctrl-C cut short. A jitted
+      program is one call of this, whatever its number of kernels and loop iterations.
   tj_parallel_for(fn, args, n, max_grains, grain) -> aborted  splits [0, n) into grains of a multiple of `grain`
       iterations (the kernel's own unit: a register tile of rows, a stream tile of columns, which a chunk must not
       cut), at most `max_grains` of them, each starting at a multiple of `grain`; the caller thread and the worker
@@ -41,7 +42,8 @@ CHUNK_TARGET_NS = 2_000_000  # chunks grow while they run faster than this, and 
 MAX_THREADS = 256  # size of the pthread_t table; more cores than this get no extra workers
 PARALLEL_GRAINS = 65536  # a parallel launch splits [0, n) into at most this many grains, claimed in adaptive runs
 SERIAL_CHUNKS = 1024  # a serial launch starts with n // SERIAL_CHUNKS iterations per chunk (then adapts)
-LAUNCH_FIELDS = ("fn", "args", "n", "grain", "parallel")  # one record of tj_run_launches: that many i64
+LAUNCH_FIELDS = ("fn", "args", "n", "grain", "mode")  # one record of tj_run_launches: that many i64
+MODE_SERIAL, MODE_PARALLEL, MODE_WHOLE = 0, 1, 2  # how a record's kernel runs (see tj_run_launches)
 _FUTEX_SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
 _SPIN_HINT = {"x86_64": "pause", "amd64": "pause", "aarch64": "yield", "arm64": "yield"}
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, SIGINT, SIG_BLOCK, CLOCK_MONOTONIC = 128, 129, 2, 0, 1
@@ -331,9 +333,22 @@ declare i64 @llvm.smax.i64(i64, i64)
 declare i64 @llvm.smin.i64(i64, i64)
 declare i64 @llvm.umin.i64(i64, i64)
 
+; the exported entries clear the abort flag first; inside a program run (tj_run_launches) it is cleared once, at
+; the start, so that a Ctrl-C during any launch or loop pass stops the whole run
 define i32 @tj_serial_for(ptr %fn, ptr %args, i64 %n, i64 %first_chunk, i64 %grain) {{
-entry:
   store atomic i32 0, ptr @tj_abort seq_cst, align 4
+  %aborted = call i32 @tj_serial_run(ptr %fn, ptr %args, i64 %n, i64 %first_chunk, i64 %grain)
+  ret i32 %aborted
+}}
+
+define i32 @tj_parallel_for(ptr %fn, ptr %args, i64 %n, i64 %max_grains, i64 %grain) {{
+  store atomic i32 0, ptr @tj_abort seq_cst, align 4
+  %aborted = call i32 @tj_parallel_run(ptr %fn, ptr %args, i64 %n, i64 %max_grains, i64 %grain)
+  ret i32 %aborted
+}}
+
+define internal i32 @tj_serial_run(ptr %fn, ptr %args, i64 %n, i64 %first_chunk, i64 %grain) {{
+entry:
   %first = call i64 @tj_round_up(i64 %first_chunk, i64 %grain)
   br label %loop
 loop:
@@ -364,9 +379,8 @@ exit:
   ret i32 %aborted_at_exit
 }}
 
-define i32 @tj_parallel_for(ptr %fn, ptr %args, i64 %n, i64 %max_grains, i64 %grain) {{
+define internal i32 @tj_parallel_run(ptr %fn, ptr %args, i64 %n, i64 %max_grains, i64 %grain) {{
 entry:
-  store atomic i32 0, ptr @tj_abort seq_cst, align 4
   %empty = icmp sle i64 %n, 0
   br i1 %empty, label %exit, label %split
 split:
@@ -393,7 +407,7 @@ lock:
   br i1 %locked, label %ensure_started, label %serial
 serial:
   %first_chunk = udiv i64 %n, {serial_chunks}
-  %serial_aborted = call i32 @tj_serial_for(ptr %fn, ptr %args, i64 %n, i64 %first_chunk, i64 %grain)
+  %serial_aborted = call i32 @tj_serial_run(ptr %fn, ptr %args, i64 %n, i64 %first_chunk, i64 %grain)
   ret i32 %serial_aborted
 ensure_started:
   %started = load i32, ptr @tj_started, align 4
@@ -454,11 +468,18 @@ exit:
 }}
 
 ; run `count` records of {launch_fields} i64 in order; stop at one cut short. A record is a kernel launch
-; {{fn, args, n, grain, parallel}}, or (fn = 0) the header of a block of the records after it: n >= 0 runs the next
+; {{fn, args, n, grain, mode}} (mode 1: parallel; 0: serial in adaptive chunks; 2: serial in one call, for kernels too
+; small to need chunks), or (fn = 0) the header of a block of the records after it: n >= 0 runs the next
 ; `grain` records n times; n = -1 runs the next `parallel` records (a condition), then, while the i8 flag at the buffer
 ; whose address is at `args` is non-zero, the `grain` records after them and the condition again. Each kernel launch
 ; adds 1 to the i64 at %launched.
 define i32 @tj_run_launches(ptr %launches, i64 %count, ptr %launched) {{
+  store atomic i32 0, ptr @tj_abort seq_cst, align 4
+  %aborted = call i32 @tj_run_records(ptr %launches, i64 %count, ptr %launched)
+  ret i32 %aborted
+}}
+
+define internal i32 @tj_run_records(ptr %launches, i64 %count, ptr %launched) {{
 entry:
   br label %loop
 loop:
@@ -485,17 +506,25 @@ launch:
   %launched_before = load i64, ptr %launched, align 8
   %launched_after = add i64 %launched_before, 1
   store i64 %launched_after, ptr %launched, align 8
-  %is_parallel = icmp ne i64 %parallel, 0
-  br i1 %is_parallel, label %run_parallel, label %run_serial
+  %is_parallel = icmp eq i64 %parallel, 1
+  br i1 %is_parallel, label %run_parallel, label %check_whole
+check_whole:
+  %is_whole = icmp eq i64 %parallel, 2
+  br i1 %is_whole, label %run_whole, label %run_serial
 run_parallel:
-  %parallel_aborted = call i32 @tj_parallel_for(ptr %fn, ptr %args, i64 %n, i64 {parallel_grains}, i64 %grain)
+  %parallel_aborted = call i32 @tj_parallel_run(ptr %fn, ptr %args, i64 %n, i64 {parallel_grains}, i64 %grain)
   br label %ran
 run_serial:
   %first_chunk = udiv i64 %n, {serial_chunks}
-  %serial_aborted = call i32 @tj_serial_for(ptr %fn, ptr %args, i64 %n, i64 %first_chunk, i64 %grain)
+  %serial_aborted = call i32 @tj_serial_run(ptr %fn, ptr %args, i64 %n, i64 %first_chunk, i64 %grain)
+  br label %ran
+run_whole:
+  call void %fn(ptr %args, i64 0, i64 %n)
+  %whole_abort = load atomic i32, ptr @tj_abort monotonic, align 4
   br label %ran
 ran:
-  %aborted = phi i32 [ %parallel_aborted, %run_parallel ], [ %serial_aborted, %run_serial ]
+  %aborted = phi i32 [ %parallel_aborted, %run_parallel ], [ %serial_aborted, %run_serial ],
+                     [ %whole_abort, %run_whole ]
   %was_aborted = icmp ne i32 %aborted, 0
   br i1 %was_aborted, label %stopped, label %next
 next:
@@ -530,14 +559,16 @@ repeat:
   %more = icmp slt i64 %trip, %n
   br i1 %more, label %repeat_body, label %finished
 repeat_body:
-  %repeat_status = call i32 @tj_run_launches(ptr %block, i64 %body_count, ptr %launched)
+  %repeat_status = call i32 @tj_run_records(ptr %block, i64 %body_count, ptr %launched)
   %repeat_stopped = icmp ne i32 %repeat_status, 0
   br i1 %repeat_stopped, label %aborted, label %repeat_next
 repeat_next:
   %trip_next = add i64 %trip, 1
-  br label %repeat
+  %repeat_abort = load atomic i32, ptr @tj_abort monotonic, align 4
+  %repeat_interrupted = icmp ne i32 %repeat_abort, 0
+  br i1 %repeat_interrupted, label %aborted, label %repeat
 while_cond:
-  %cond_status = call i32 @tj_run_launches(ptr %block, i64 %cond_count, ptr %launched)
+  %cond_status = call i32 @tj_run_records(ptr %block, i64 %cond_count, ptr %launched)
   %cond_stopped = icmp ne i32 %cond_status, 0
   br i1 %cond_stopped, label %aborted, label %while_test
 while_test:
@@ -548,9 +579,13 @@ while_test:
 while_body:
   %body_offset = mul i64 %cond_count, {launch_fields}
   %body_records = getelementptr i64, ptr %block, i64 %body_offset
-  %body_status = call i32 @tj_run_launches(ptr %body_records, i64 %body_count, ptr %launched)
+  %body_status = call i32 @tj_run_records(ptr %body_records, i64 %body_count, ptr %launched)
   %body_stopped = icmp ne i32 %body_status, 0
-  br i1 %body_stopped, label %aborted, label %while_cond
+  br i1 %body_stopped, label %aborted, label %while_check
+while_check:
+  %while_abort = load atomic i32, ptr @tj_abort monotonic, align 4
+  %while_interrupted = icmp ne i32 %while_abort, 0
+  br i1 %while_interrupted, label %aborted, label %while_cond
 finished:
   ret i32 0
 aborted:

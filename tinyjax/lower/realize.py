@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from tinyjax import __version__
 from tinyjax.codegen.llvm import render_llvm
 from tinyjax.devices import LaunchList, compile_cpu, cpu_threads
+from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
 from tinyjax.devices.buffer import Buffer, allocate_buffers
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
@@ -71,8 +72,15 @@ def _launch_items(steps: tuple, programs) -> list:
       cond = _launch_items(step.cond, programs)
       items.append(("loop", step.trip, step.flag_slot, cond, _launch_items(step.body, programs)))
     else:
-      items.append((next(programs), step.slots, step.outer_size, step.grain, step.parallel))
+      mode = MODE_PARALLEL if step.parallel else MODE_WHOLE if step.work < WHOLE_LAUNCH_WORK else MODE_SERIAL
+      items.append((next(programs), step.slots, step.outer_size, step.grain, mode))
   return items
+
+
+# A serial kernel of fewer loop iterations than this runs as one call, without the runtime's adaptive chunks (which
+# time each chunk so that Ctrl-C is seen within milliseconds of a long kernel): a loop body's tiny kernels, run
+# thousands of times, then cost a function call each.
+WHOLE_LAUNCH_WORK = 1 << 16
 
 
 _memory_cache: dict[UOp, CompiledSchedule] = {}

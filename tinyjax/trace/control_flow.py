@@ -28,7 +28,7 @@ from tinyjax.array import Array
 from tinyjax.trace import ad, batching
 from tinyjax.trace.core import (Primitive, PrimitiveCall, StagingTrace, StagingTracer, Tracer, bind, current_trace,
                                 new_trace)
-from tinyjax.uop import BOOL, Ops, ScanArg, UOp, WhileArg
+from tinyjax.uop import BOOL, MOVEMENT, Ops, ScanArg, UOp, WhileArg
 
 Aval = tuple  # (shape, dtype, weak_type)
 
@@ -211,19 +211,26 @@ def _scan_jvp(primals, tangents, *, body, length, reverse, n_carry, n_xs, out_av
     grown = [nonzero[i] or (tangent_outs[i] is not None and floating[i]) for i in range(n_carry)]
     if grown == nonzero[:n_carry]: break
     nonzero[:n_carry] = grown
-  # residuals: a const input is passed as a const, an x input as that x, a value that depends on no input is inlined
-  # into the linear body, anything else is stacked by the primal scan as an extra y
-  kinds, stacked_uops = [], []
+  # residuals: each is stored as the value under its movement ops (a broadcast operand of a matmul costs its source,
+  # not the broadcast). A const input is passed as a const, an x input as that x, a value that depends on no input
+  # is inlined into the linear body, anything else is stacked by the primal scan as an extra y
+  sources: list[tuple] = []  # ("xs", k) | ("const", k) | ("stacked", node)
+  residuals: list[tuple[UOp, UOp | None, tuple | None]] = []  # (expression, its base, the base's source)
   for value in linear.consts:
     uop = primal_trace.output(value)
-    if uop.op is Ops.PARAM and n_carry <= uop.arg[0] < n_in:
-      index = uop.arg[0] - n_carry
-      kinds.append(("xs", index) if index < n_xs else ("const", index - n_xs))
-    elif not any(n.op is Ops.PARAM for n in uop.toposort):
-      kinds.append(("inline", uop))
+    if not any(n.op is Ops.PARAM for n in uop.toposort):
+      residuals.append((uop, None, None))
+      continue
+    base = uop
+    while base.op in MOVEMENT: base = base.src[0]
+    if base.op is Ops.PARAM and n_carry <= base.arg[0] < n_in:
+      index = base.arg[0] - n_carry
+      source = ("xs", index) if index < n_xs else ("const", index - n_xs)
     else:
-      kinds.append(("stacked", len(stacked_uops)))
-      stacked_uops.append(uop)
+      source = ("stacked", base)
+    if source not in sources: sources.append(source)
+    residuals.append((uop, base, source))
+  stacked_uops = [source[1] for source in sources if source[0] == "stacked"]
   # the primal scan, with the stacked residuals as extra ys (and the body's own consts, if linearizing added any)
   primal_body = UOp(Ops.SINK, BOOL, tuple(primal_uops) + tuple(stacked_uops))
   body_avals = [aval_of(p) for p in primal_outs] + [_uop_aval(u) for u in stacked_uops]
@@ -231,31 +238,33 @@ def _scan_jvp(primals, tangents, *, body, length, reverse, n_carry, n_xs, out_av
   outs = bind_scan(carries, xs, list(consts) + list(primal_trace.consts), primal_body, body_avals, length, reverse)
   n_out = len(out_avals)
   primal_results, stacked = outs[:n_out], outs[n_out:]
-  # the tangent scan: carries = nonzero carry tangents; xs = nonzero x tangents, stacked residuals, x residuals;
-  # consts = nonzero const tangents, const residuals
+  # the tangent scan: carries = nonzero carry tangents; xs = nonzero x tangents, then the residuals that change per
+  # iteration (stacked, or xs); consts = nonzero const tangents, then the const residuals
   tangent_inputs = [i for i in range(n_in) if nonzero[i]]
   lin_carries = [i for i in tangent_inputs if i < n_carry]
   lin_xs = [i for i in tangent_inputs if n_carry <= i < n_carry + n_xs]
   lin_consts = [i for i in tangent_inputs if i >= n_carry + n_xs]
-  xs_residuals = [k for k in kinds if k[0] in ("stacked", "xs")]
-  const_residuals = [k for k in kinds if k[0] == "const"]
-  t_xs_count = len(lin_xs) + len(xs_residuals)
+  xs_sources = [source for source in sources if source[0] != "const"]
+  const_sources = [source for source in sources if source[0] == "const"]
+  t_xs_count = len(lin_xs) + len(xs_sources)
   mapping: dict[int, UOp] = {}
   for position, i in enumerate(tangent_inputs):
     if i < n_carry: new_index = lin_carries.index(i)
     elif i < n_carry + n_xs: new_index = len(lin_carries) + lin_xs.index(i)
     else: new_index = len(lin_carries) + t_xs_count + lin_consts.index(i)
     mapping[position] = param(new_index, in_avals[i])
-  for r, kind in enumerate(kinds):
+  for r, (expression, base, source) in enumerate(residuals):
     index = len(tangent_inputs) + r
-    if kind[0] == "inline": mapping[index] = kind[1]
-    elif kind[0] == "const":
-      new_index = len(lin_carries) + t_xs_count + len(lin_consts) + const_residuals.index(kind)
-      mapping[index] = param(new_index, in_avals[n_carry + n_xs + kind[1]])
+    if base is None:
+      mapping[index] = expression
+      continue
+    if source[0] == "const":
+      new_index = len(lin_carries) + t_xs_count + len(lin_consts) + const_sources.index(source)
+      aval = in_avals[n_carry + n_xs + source[1]]
     else:
-      new_index = len(lin_carries) + len(lin_xs) + xs_residuals.index(kind)
-      aval = _uop_aval(stacked_uops[kind[1]]) if kind[0] == "stacked" else in_avals[n_carry + kind[1]]
-      mapping[index] = param(new_index, aval)
+      new_index = len(lin_carries) + len(lin_xs) + xs_sources.index(source)
+      aval = _uop_aval(base) if source[0] == "stacked" else in_avals[n_carry + source[1]]
+    mapping[index] = _substitute(expression, base, param(new_index, aval))
   tangent_uops = []
   for i, t in enumerate(tangent_outs):
     if i < n_carry and not nonzero[i]: continue
@@ -263,8 +272,9 @@ def _scan_jvp(primals, tangents, *, body, length, reverse, n_carry, n_xs, out_av
   linear_body = renumber(UOp(Ops.SINK, BOOL, tuple(tangent_uops)), mapping)
   t_carries = [ad.instantiate(tangents[i], primals[i]) for i in lin_carries]
   t_xs = [ad.instantiate(tangents[i], primals[i]) for i in lin_xs]
-  t_xs += [stacked[k[1]] if k[0] == "stacked" else xs[k[1]] for k in xs_residuals]
-  t_consts = [ad.instantiate(tangents[i], primals[i]) for i in lin_consts] + [consts[k[1]] for k in const_residuals]
+  t_xs += [stacked[stacked_uops.index(source[1])] if source[0] == "stacked" else xs[source[1]]
+           for source in xs_sources]
+  t_consts = [ad.instantiate(tangents[i], primals[i]) for i in lin_consts] + [consts[s[1]] for s in const_sources]
   t_avals = [aval_of(primal_outs[i]) for i in range(n_carry) if nonzero[i]] + \
     [aval_of(p) for p in primal_outs[n_carry:]]
   t_outs = bind_scan(t_carries, t_xs, t_consts, linear_body, t_avals, length, reverse)
@@ -280,6 +290,16 @@ def _scan_jvp(primals, tangents, *, body, length, reverse, n_carry, n_xs, out_av
 
 
 def _uop_aval(uop: UOp) -> Aval: return (tuple(uop.shape), uop.dtype, False)
+
+
+def _substitute(expression: UOp, old: UOp, new: UOp) -> UOp:
+  """`expression` with node `old` replaced by `new`."""
+  done: dict[UOp, UOp] = {}
+  for node in expression.toposort:
+    if node is old: done[node] = new
+    elif node.src: done[node] = node.replace(src=tuple(done[s] for s in node.src))
+    else: done[node] = node
+  return done[expression]
 
 
 def _scan_transpose(cts: dict[int, Any], node: UOp, known: list[Any]):
