@@ -29,7 +29,7 @@ from tinyjax.codegen.opt import launch_grain
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import split_reductions
-from tinyjax.uop import BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, ScatterArg, UOp
+from tinyjax.uop import BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, PatternMatcher, ScatterArg, UOp, UPat, graph_rewrite
 
 REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
 LOOPS = (Ops.SCAN, Ops.WHILE)
@@ -480,9 +480,16 @@ class _Scheduler:
       steps += self.copy(init, slots[-1])
     return steps, slots
 
-  def update_carries(self, carry_slots: list[int], new_slots: list[int]) -> list[Kernel]:
+  def update_carries(self, carry_slots: list[int], new_slots: list[int], body_steps: list[Kernel | Loop],
+                     input_slots: list[int]) -> list[Kernel]:
     """Kernels that copy a pass's new carries into the carry slots (through a temporary where a new carry is
-    another carry's slot, which the copies may overwrite first)."""
+    another carry's slot, which the copies may overwrite first). A new carry computed elementwise from the old one
+    needs no copy: its kernel writes the carry slot itself (`_write_in_place`, which edits `body_steps`)."""
+    new_slots = list(new_slots)
+    for k, (carry, new) in enumerate(zip(carry_slots, new_slots)):
+      if new != carry and new not in input_slots and new_slots.count(new) == 1 and \
+          _write_in_place(body_steps, new, carry):
+        new_slots[k] = carry
     steps, moves = [], []
     for slot, new in zip(carry_slots, new_slots):
       if slot == new: continue
@@ -517,20 +524,27 @@ class _Scheduler:
     position = counter if not reverse else \
       UOp(Ops.ADD, COUNTER_DTYPE, (UOp.const(COUNTER_DTYPE, length - 1), UOp(Ops.NEG, COUNTER_DTYPE, (counter,))))
     index = UOp(Ops.RESHAPE, COUNTER_DTYPE, (position,), (1,))
-    body_steps: list[Kernel | Loop] = []
-    slice_slots = []
-    for x in xs:  # this pass's slice of each x
-      slice_slots.append(self.new_slot(x.shape[1:], x.dtype))
-      gathered = UOp(Ops.GATHER, x.dtype, (self.placeholder(self.operand_slot(x), x.shape, x.dtype), index), (1,))
-      body_steps += self.copy(UOp(Ops.RESHAPE, x.dtype, (gathered,), x.shape[1:]), slice_slots[-1])
-    linked, out_slots = self.link(body, carry_slots + slice_slots + [self.operand_slot(c) for c in consts])
-    body_steps += linked
+    # the body reads this pass's slice of each x straight from xs (a GATHER at the counter, fused into its kernels)
+    n_in = n_carry + n_xs + len(consts)
+    counter_param = UOp(Ops.PARAM, COUNTER_DTYPE, (), (n_in + n_xs, ()))
+    body_position = counter_param if not reverse else UOp(Ops.ADD, COUNTER_DTYPE, (
+      UOp.const(COUNTER_DTYPE, length - 1), UOp(Ops.NEG, COUNTER_DTYPE, (counter_param,))))
+    body_index = UOp(Ops.RESHAPE, COUNTER_DTYPE, (body_position,), (1,))
+    slices = {}
+    for j, x in enumerate(xs):
+      full = UOp(Ops.PARAM, x.dtype, (), (n_in + j, x.shape))
+      gathered = UOp(Ops.GATHER, x.dtype, (full, body_index), (1,))
+      slices[n_carry + j] = UOp(Ops.RESHAPE, x.dtype, (gathered,), x.shape[1:])
+    body = _replace_params(body, slices)
+    inputs = carry_slots + [self.operand_slot(x) for x in xs] + [self.operand_slot(c) for c in consts]
+    body_steps, out_slots = self.link(body, inputs + [self.operand_slot(x) for x in xs] + [counter_slot])
     for ys_slot, y_slot, y in zip(ys_slots, out_slots[n_carry:], y_nodes):  # this pass's y, written in place
       ys = self.placeholder(ys_slot, (length, *y.shape), y.dtype)
       update = UOp(Ops.RESHAPE, y.dtype, (self.placeholder(y_slot, y.shape, y.dtype),), (1, *y.shape))
       write = UOp(Ops.SCATTER, y.dtype, (ys, index, update), ScatterArg("set", (1,), True, True))
       body_steps += self.kernels(write, ys_slot, scatter_only=True)
-    body_steps += self.update_carries(carry_slots, out_slots[:n_carry])
+    body_steps += self.update_carries(carry_slots, out_slots[:n_carry], body_steps,
+                                      inputs + [self.operand_slot(x) for x in xs] + [counter_slot])
     step = UOp(Ops.ADD, COUNTER_DTYPE, (counter, UOp.const(COUNTER_DTYPE, 1)))
     body_steps += self.copy(step, counter_slot)
     return steps + [Loop(tuple(body_steps), trip=length)]
@@ -542,8 +556,43 @@ class _Scheduler:
     inputs = carry_slots + [self.operand_slot(c) for c in node.src[n_carry:]]
     cond_steps, (flag_slot,) = self.link(cond, inputs)
     body_steps, out_slots = self.link(body, inputs)
-    body_steps += self.update_carries(carry_slots, out_slots)
+    body_steps += self.update_carries(carry_slots, out_slots, body_steps, inputs)
     return steps + [Loop(tuple(body_steps), None, tuple(cond_steps), flag_slot)]
+
+
+def _write_in_place(steps: list[Kernel | Loop], new: int, carry: int) -> bool:
+  """Make the kernel that writes slot `new` (a loop pass's new carry) write slot `carry` instead, when that is safe:
+  it is the last writer of `new`, reads `carry` only at the element it writes, and no later step reads `carry` (the
+  old value). Later steps then read `carry` for `new`. Returns whether it did."""
+  writers = [i for i, step in enumerate(steps) if isinstance(step, Kernel) and step.slots[0] == new]
+  if not writers: return False
+  position = writers[-1]
+  writer, later = steps[position], steps[position + 1:]
+  if writer.sequential or any(isinstance(step, Loop) or carry in step.slots for step in later): return False
+  sink = writer.ast
+  (store,) = [node for node in sink.toposort if node.op is Ops.STORE]
+  reads = [j for j, slot in enumerate(writer.slots) if slot == carry]
+  for node in sink.toposort:
+    if node.op is Ops.LOAD and node.src[0].arg in reads and (len(node.src) > 2 or node.src[1] is not store.src[1]):
+      return False
+  output = store.src[0]
+  ast = graph_rewrite(sink, PatternMatcher([(UPat(Ops.DEFINE_GLOBAL, name="g"),
+                                             lambda g: output if g.arg in reads else None)]))
+  ast, slots = _drop_unread_buffers(ast, [carry] + list(writer.slots[1:]))
+  steps[position] = replace(writer, ast=ast, slots=slots)
+  for i in range(position + 1, len(steps)):
+    steps[i] = replace(steps[i], slots=tuple(carry if slot == new else slot for slot in steps[i].slots))
+  return True
+
+
+def _replace_params(program: UOp, replacements: dict[int, UOp]) -> UOp:
+  """`program` with PARAM i replaced by the node replacements[i] (others kept)."""
+  done: dict[UOp, UOp] = {}
+  for node in program.toposort:
+    if node.op is Ops.PARAM and node.arg[0] in replacements: done[node] = replacements[node.arg[0]]
+    elif node.src: done[node] = node.replace(src=tuple(done[s] for s in node.src))
+    else: done[node] = node
+  return done[program]
 
 
 def _remap(steps: tuple[Kernel | Loop, ...], mapping: dict[int, int]) -> list[Kernel | Loop]:
