@@ -250,3 +250,40 @@ def test_loop_errors():
     lax.fori_loop(0.0, 3, lambda i, v: v, 0.0)
   with pytest.raises(TypeError, match="callable"):
     lax.scan(3, 0.0, tnp.ones(3))
+
+
+CHILD_ENDLESS_LOOP = """
+import signal; signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
+import sys; sys.path.insert(0, {root!r})
+import tinyjax as tj
+from tinyjax import lax
+endless = tj.jit(lambda x: lax.while_loop(lambda c: c >= 0.0, lambda c: c + 1.0, x))  # stops growing at 2**24
+endless(-1.0).block_until_ready()  # compiled, and run once
+print("RUNNING", flush=True)
+endless(0.0).block_until_ready()
+print("FINISHED", flush=True)
+"""
+
+
+def test_ctrl_c_stops_an_endless_while_loop(tmp_path):
+  import os
+  import signal
+  import subprocess
+  import sys
+  import time
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, TINYJAX_CACHE_DIR=str(tmp_path))
+  child = subprocess.Popen([sys.executable, "-c", CHILD_ENDLESS_LOOP.format(root=root)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env)
+  try:
+    assert child.stdout.readline().strip() == "RUNNING"
+    time.sleep(0.3)
+    interrupted_at = time.perf_counter()
+    child.send_signal(signal.SIGINT)
+    stdout, stderr = child.communicate(timeout=20)
+    exit_seconds = time.perf_counter() - interrupted_at
+  finally:
+    if child.poll() is None: child.kill()
+  assert "FINISHED" not in stdout
+  assert "KeyboardInterrupt" in stderr, stderr
+  assert exit_seconds < 2.0
