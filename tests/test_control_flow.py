@@ -177,6 +177,38 @@ def test_cond_gradient_takes_the_branch():
   def f(x): return lax.cond(x > 0, lambda v: v ** 2, lambda v: -v, x)
   assert float(tj.grad(f)(3.0)) == 6.0 and float(tj.grad(f)(-3.0)) == -1.0
   assert float(tj.jit(tj.grad(f))(3.0)) == 6.0 and float(tj.jit(tj.grad(f))(-3.0)) == -1.0
+  # only the taken branch is differentiated, also under jit: no NaN from log's derivative at -1
+  def safe_log(x): return lax.cond(x > 0, lambda v: tnp.log(v), lambda v: 0.0 * v, x)
+  assert float(tj.jit(tj.grad(safe_log))(-1.0)) == 0.0 and float(tj.jit(tj.grad(safe_log))(2.0)) == 0.5
+  np.testing.assert_array_equal(np.asarray(tj.jit(tj.vmap(tj.grad(safe_log)))(tnp.asarray([-1.0, 2.0]))), [0, 0.5])
+  weights = tnp.asarray([1.0, 2.0])
+  branches = [lambda v: (v * weights).sum(), lambda v: tnp.sin(v).sum(), lambda v: (v ** 3).sum()]
+  x = tnp.asarray([0.5, 1.5])
+  for index, want in enumerate([np.array([1.0, 2.0]), np.cos([0.5, 1.5]), 3 * np.array([0.5, 1.5]) ** 2]):
+    got = tj.jit(tj.grad(lambda v, i: lax.switch(i, branches, v)))(x, index)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+  assert float(tj.hessian(lambda v: lax.cond(v > 0, lambda a: a ** 3, lambda a: -a, v))(2.0)) == 12.0
+  inside_scan = tj.grad(lambda xs: lax.scan(lambda c, v: (lax.cond(v > 0, lambda a: a * v, lambda a: a - v, c),
+                                                          None), 1.0, xs)[0])
+  np.testing.assert_array_equal(np.asarray(inside_scan(tnp.asarray([2.0, -1.0, 3.0]))), [3.0, -3.0, 3.0])
+
+
+def test_only_the_chosen_branch_runs():
+  text = str(tj.make_jaxpr(lambda p, x: lax.cond(p, tnp.sin, tnp.cos, x))(True, 1.0))
+  assert "cond[branch0=" in text and "branch1=" in text
+  run = tj.jit(lambda i, x: lax.switch(i, [lambda v: v + 1, lambda v: v * 2], x))
+  assert float(run(0, 3.0)) == 4.0 and float(run(1, 3.0)) == 6.0
+  def slow(v): return lax.fori_loop(0, 50, lambda i, a: tnp.sin(a), v).sum()  # 50 passes of kernels
+  expensive = tj.jit(lambda p, x: lax.cond(p, slow, lambda v: v[0], x))
+  x = tnp.ones(64)
+  expensive(False, x).block_until_ready()
+  expensive(True, x).block_until_ready()
+  before = tj.runtime_stats()["kernels_launched"]
+  assert float(expensive(False, x)) == 1.0
+  cheap = tj.runtime_stats()["kernels_launched"] - before
+  before = tj.runtime_stats()["kernels_launched"]
+  assert float(expensive(True, x)) == pytest.approx(float(slow(x)), rel=1e-6)
+  assert cheap + 50 < tj.runtime_stats()["kernels_launched"] - before  # the untaken branch's loop did not run
 
 
 # ------------------------------------------------------------------------------------------- vmap and composition

@@ -62,6 +62,9 @@ class Ops(Enum):
   # inits, *consts), arg = WhileArg; runs body (carries, consts) -> carries while cond (carries, consts) -> bool.
   SCAN = auto()
   WHILE = auto()
+  # COND: src = (int32 index, *operands), arg = the branch programs (a tuple of SINKs over the operands); runs the
+  # branch the index picks (clamped into range)
+  COND = auto()
   PROJECT = auto()
   # a named primitive (tanh, dot_general, scan, ...) kept whole in a loop body's program, so that differentiating or
   # batching the body applies the primitive's own rules: arg = a `PrimitiveCall` (trace/core.py) that knows the

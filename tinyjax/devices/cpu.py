@@ -351,8 +351,9 @@ class CPUProgram:
 class LaunchList:
   """The kernel launches of one program, run in order by one call into the runtime (`tj_run_launches`).
 
-  Built once per compiled program from `items`: kernel launches (program, parameter slots, n, grain, mode) and
-  loops ("loop", trip or None, flag slot, condition items, body items) whose launches the runtime repeats. The launch
+  Built once per compiled program from `items`: kernel launches (program, parameter slots, n, grain, mode), loops
+  ("loop", trip or None, flag slot, condition items, body items) whose launches the runtime repeats, and switches
+  ("switch", index slot, [items of each branch]) of which the runtime runs the branch the index picks. The launch
   records and one table of argument pointers (every kernel's parameters, one after another, and each while loop's
   flag buffer) are ctypes arrays made here; a run only writes the slots' addresses into the table and makes the call.
   A second thread running the same program meanwhile gets arrays of its own (the records point into the table, which
@@ -381,6 +382,15 @@ class LaunchList:
 
   def _flatten(self, items: list, fields: list[tuple]) -> None:
     for item in items:
+      if item[0] == "switch":  # ("switch", index slot, [items of each branch])
+        _, index_slot, branches = item
+        header = len(fields)
+        fields.append(None)
+        index_offset = len(self.slots)
+        self.slots.append(index_slot)
+        for branch in branches: self._flatten([("loop", 1, -1, [], branch)], fields)
+        fields[header] = (0, index_offset, -2, len(branches), len(fields) - header - 1)
+        continue
       if item[0] == "loop":
         _, trip, flag_slot, cond, body = item
         header = len(fields)

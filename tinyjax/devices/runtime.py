@@ -471,8 +471,9 @@ exit:
 ; {{fn, args, n, grain, mode}} (mode 1: parallel; 0: serial in adaptive chunks; 2: serial in one call, for kernels too
 ; small to need chunks), or (fn = 0) the header of a block of the records after it: n >= 0 runs the next
 ; `grain` records n times; n = -1 runs the next `parallel` records (a condition), then, while the i8 flag at the buffer
-; whose address is at `args` is non-zero, the `grain` records after them and the condition again. Each kernel launch
-; adds 1 to the i64 at %launched.
+; whose address is at `args` is non-zero, the `grain` records after them and the condition again; n = -2 is a switch:
+; `grain` one-pass blocks (`parallel` records in all) follow, and the one the i32 at the buffer at `args` picks runs.
+; Each kernel launch adds 1 to the i64 at %launched.
 define i32 @tj_run_launches(ptr %launches, i64 %count, ptr %launched) {{
   store atomic i32 0, ptr @tj_abort seq_cst, align 4
   %aborted = call i32 @tj_run_records(ptr %launches, i64 %count, ptr %launched)
@@ -534,8 +535,10 @@ header:
   %block = getelementptr i64, ptr %record, i64 {launch_fields}
   %block_aborted = call i32 @tj_run_block(ptr %block, ptr %args, i64 %n, i64 %grain, i64 %parallel, ptr %launched)
   %is_while = icmp eq i64 %n, -1
+  %is_switch = icmp eq i64 %n, -2
   %while_records = add i64 %grain, %parallel
-  %block_records = select i1 %is_while, i64 %while_records, i64 %grain
+  %loop_records = select i1 %is_while, i64 %while_records, i64 %grain
+  %block_records = select i1 %is_switch, i64 %parallel, i64 %loop_records
   %block_span = add i64 %block_records, 1
   %after_block = add i64 %index, %block_span
   %block_stopped = icmp ne i32 %block_aborted, 0
@@ -553,9 +556,37 @@ define internal i32 @tj_run_block(ptr %block, ptr %flag_entry, i64 %n, i64 %body
                                   ptr %launched) {{
 entry:
   %is_while = icmp eq i64 %n, -1
-  br i1 %is_while, label %while_cond, label %repeat
+  br i1 %is_while, label %while_cond, label %check_switch
+check_switch:
+  %is_switch = icmp eq i64 %n, -2
+  br i1 %is_switch, label %switch, label %repeat
+switch:
+  ; %body_count branches follow, each a one-pass block (header and records); run the one the i32 index picks
+  %index_buffer = load ptr, ptr %flag_entry, align 8
+  %index32 = load volatile i32, ptr %index_buffer, align 4
+  %index64 = sext i32 %index32 to i64
+  %last_branch = sub i64 %body_count, 1
+  %index_low = call i64 @llvm.smax.i64(i64 %index64, i64 0)
+  %chosen = call i64 @llvm.smin.i64(i64 %index_low, i64 %last_branch)
+  br label %find
+find:
+  %branch = phi i64 [ 0, %switch ], [ %branch_next, %find_next ]
+  %branch_header = phi ptr [ %block, %switch ], [ %next_header, %find_next ]
+  %found = icmp eq i64 %branch, %chosen
+  br i1 %found, label %run_branch, label %find_next
+find_next:
+  %branch_count_field = getelementptr i64, ptr %branch_header, i64 3
+  %branch_count = load i64, ptr %branch_count_field, align 8
+  %branch_span = add i64 %branch_count, 1
+  %branch_words = mul i64 %branch_span, {launch_fields}
+  %next_header = getelementptr i64, ptr %branch_header, i64 %branch_words
+  %branch_next = add i64 %branch, 1
+  br label %find
+run_branch:
+  %branch_status = call i32 @tj_run_records(ptr %branch_header, i64 1, ptr %launched)
+  ret i32 %branch_status
 repeat:
-  %trip = phi i64 [ 0, %entry ], [ %trip_next, %repeat_next ]
+  %trip = phi i64 [ 0, %check_switch ], [ %trip_next, %repeat_next ]
   %more = icmp slt i64 %trip, %n
   br i1 %more, label %repeat_body, label %finished
 repeat_body:

@@ -5,10 +5,10 @@ whole loop runs inside the compiled program (the runtime repeats the body's kern
 is one call from Python. `fori_loop` with concrete bounds is a scan (so it is reverse-differentiable, as JAX), with
 traced bounds a while loop. `map` is a scan without a carry.
 
-`cond` and `switch` with a concrete predicate or index run only the chosen branch (both are still traced, to check
-that their output types agree, as JAX does). With a traced one (under `jit` or `vmap`) every branch is computed and
-the result selected with `select_n`, which is what JAX does under `vmap`; values are the same as JAX's, but a NaN or
-infinite derivative inside a branch that was not taken can reach the gradient (as with `where`).
+`cond` and `switch` trace every branch (their output types must agree, as JAX) and run only the chosen one: with a
+concrete index it is called directly; with a traced one the COND primitive holds the branches as programs and the
+runtime runs the one the index picks. Only the taken branch is differentiated. Under `vmap` with a batched index
+every branch runs and each example selects its own (as JAX).
 """
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ import numpy as np
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
 from tinyjax.lax._base import cast, to_array
-from tinyjax.lax._shape import select_n
-from tinyjax.trace.control_flow import aval_of, bind_scan, bind_while, trace_program
+from tinyjax.trace.control_flow import aval_of, bind_cond, bind_scan, bind_while, trace_program
 from tinyjax.trace.core import Tracer, check_callable
 
 
@@ -164,26 +163,9 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *, unro
   return result
 
 
-def _branch_outputs(branches: Sequence[Callable], operands: tuple) -> list[tuple[Any, list[tuple]]]:
-  """The output tree and avals of each branch at these operands (traced, not run), checked equal as JAX."""
-  from tinyjax.trace.jit import eval_shape
-  results = []
-  for branch in branches:
-    shapes = eval_shape(branch, *operands)
-    leaves, tree = tree_util.tree_flatten(shapes)
-    results.append((tree, [(tuple(leaf.shape), np.dtype(leaf.dtype)) for leaf in leaves]))
-  first_tree, first_avals = results[0]
-  for tree, avals in results[1:]:
-    if tree != first_tree:
-      raise TypeError(f"branch outputs must have the same pytree structure, got {first_tree} and {tree}")
-    if avals != first_avals:
-      raise TypeError(f"branch outputs must have identical types, got {first_avals} and {avals}")
-  return results
-
-
 def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
-  """`branches[index](*operands)`, the index clamped into range. A concrete index runs one branch; a traced one
-  computes every branch and selects (see the module docstring)."""
+  """`branches[index](*operands)`, the index clamped into range. Every branch is traced (their outputs must have
+  the same types, as JAX); only the chosen one runs, also under `jit`, and only it is differentiated."""
   branches = list(branches)
   if not branches: raise ValueError("Empty branch sequence")
   for branch in branches: check_callable(branch)
@@ -192,24 +174,32 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     raise TypeError(f"Branch index must be scalar, got {index_array.dtype.name}{list(index_array.shape)}")
   if not dtypes.issubdtype(index_array.dtype, np.integer) and index_array.dtype != np.bool_:
     raise TypeError(f"Index type must be an integer, got {index_array.dtype.name}.")
-  _branch_outputs(branches, operands)
-  concrete = _concrete_int(index_array) if not isinstance(index_array, Tracer) else None
+  leaves, in_tree = tree_util.tree_flatten(operands)
+  arrays = [_leaf_array(leaf) for leaf in leaves]
+  in_avals = [aval_of(a) for a in arrays]
+  traced = []
+  for branch in branches:
+    def flat(*args: Any, branch=branch) -> Any: return branch(*tree_util.tree_unflatten(in_tree, list(args)))
+    traced.append(trace_program(flat, in_avals, "switch"))
+  _, first_avals, _, first_tree = traced[0]
+  for _, avals, _, tree in traced[1:]:
+    if tree != first_tree:
+      raise TypeError(f"branch outputs must have the same pytree structure, got {first_tree} and {tree}")
+    if [a[:2] for a in avals] != [a[:2] for a in first_avals]:
+      raise TypeError(f"branch outputs must have identical types, got [{_type_string(first_avals)}] and "
+                      f"[{_type_string(avals)}]")
+  concrete = _concrete_int(index_array) if index_array.dtype != np.bool_ else \
+    (None if isinstance(index_array, Tracer) else int(bool(index_array)))
   if concrete is not None: return branches[min(max(concrete, 0), len(branches) - 1)](*operands)
-  from tinyjax.lax._elementwise import max as lax_max, min as lax_min
-  clamped = lax_min(lax_max(cast(index_array, np.int32, False), 0), len(branches) - 1)
-  outputs = [tree_util.tree_flatten(branch(*operands)) for branch in branches]
-  tree = outputs[0][1]
-  columns = zip(*(leaves for leaves, _ in outputs))
-  selected = []
-  for cases in columns:
-    cases = [_leaf_array(c) for c in cases]
-    selected.append(select_n(clamped, *cases) if len(cases) > 1 else cases[0])
-  return tree_util.tree_unflatten(tree, selected)
+  out_avals = [(shape, dtype, all(t[1][k][2] for t in traced)) for k, (shape, dtype, _) in enumerate(first_avals)]
+  outs = bind_cond(cast(index_array, np.int32, False), arrays, [(program, consts) for program, _, consts, _ in traced],
+                   out_avals)
+  return tree_util.tree_unflatten(first_tree, outs)
 
 
 def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
-  """`true_fun(*operands)` if `pred` else `false_fun(*operands)`. A concrete predicate runs one branch; a traced one
-  computes both and selects (see the module docstring)."""
+  """`true_fun(*operands)` if `pred` else `false_fun(*operands)`: only the chosen branch runs (also under `jit`)
+  and only it is differentiated; under `vmap` with a batched predicate both run and each example selects."""
   check_callable(true_fun)
   check_callable(false_fun)
   pred_array = pred if isinstance(pred, Array) else to_array(pred)

@@ -24,7 +24,7 @@ from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
 from tinyjax.devices.buffer import Buffer, allocate_buffers
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
-from tinyjax.lower.schedule import Kernel, Loop, Schedule, kernels_of, schedule, structure_key
+from tinyjax.lower.schedule import Kernel, Loop, Schedule, Switch, kernels_of, schedule, structure_key
 from tinyjax.uop import Ops, UOp, pretty
 
 
@@ -68,7 +68,9 @@ def _launch_items(steps: tuple, programs) -> list:
   """The LaunchList items of a schedule's steps, with the compiled programs in `kernels_of` order."""
   items = []
   for step in steps:
-    if isinstance(step, Loop):
+    if isinstance(step, Switch):
+      items.append(("switch", step.index_slot, [_launch_items(branch, programs) for branch in step.branches]))
+    elif isinstance(step, Loop):
       cond = _launch_items(step.cond, programs)
       items.append(("loop", step.trip, step.flag_slot, cond, _launch_items(step.body, programs)))
     else:
@@ -155,6 +157,11 @@ def _print_schedule(sched: Schedule, sources: list[str], origin: str) -> None:
 
   def show(steps: tuple, indent: str) -> None:
     for step in steps:
+      if isinstance(step, Switch):
+        for number, branch in enumerate(step.branches):
+          print(f"{indent}  branch {number} (index in slot {step.index_slot}):")
+          show(branch, indent + "    ")
+        continue
       if isinstance(step, Loop):
         repeat = f"x{step.trip}" if step.trip is not None else f"while slot {step.flag_slot}"
         print(f"{indent}  loop {repeat}:")
@@ -187,6 +194,11 @@ def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer]) -> list[Buffe
 def _run_timed(steps: tuple, programs, buffers: list[Buffer]) -> None:
   """Launch the kernels one by one (loops run from Python here), timing and printing each (DEBUG>=1)."""
   for step in steps:
+    if isinstance(step, Switch):
+      branch_programs = [[next(programs) for _ in kernels_of(branch)] for branch in step.branches]
+      chosen = min(max(int(buffers[step.index_slot].numpy()), 0), len(step.branches) - 1)
+      _run_timed(step.branches[chosen], iter(branch_programs[chosen]), buffers)
+      continue
     if isinstance(step, Loop):
       cond, body = list(step.cond), list(step.body)
       cond_programs = [next(programs) for _ in kernels_of(step.cond)]

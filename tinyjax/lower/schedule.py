@@ -32,7 +32,7 @@ from tinyjax.lower.split import split_reductions
 from tinyjax.uop import BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, PatternMatcher, ScatterArg, UOp, UPat, graph_rewrite
 
 REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
-LOOPS = (Ops.SCAN, Ops.WHILE)
+LOOPS = (Ops.SCAN, Ops.WHILE, Ops.COND)  # control flow: nodes whose operands are read from buffers
 COUNTER_DTYPE = np.dtype(np.int32)
 # a kernel is split across threads only when it does at least this many loop iterations in all: below it, waking
 # the workers costs more than the work
@@ -65,11 +65,20 @@ class Loop:
   flag_slot: int = -1
 
 
-def kernels_of(steps: tuple[Kernel | Loop, ...]) -> list[Kernel]:
-  """Every kernel of a schedule's steps, loops' conditions and bodies included, in order."""
+@dataclass(frozen=True)
+class Switch:
+  """Steps of which the runtime runs one: the branch whose number is the int32 scalar in slot `index_slot`
+  (clamped into range)."""
+  index_slot: int
+  branches: tuple[tuple[Kernel | Loop | Switch, ...], ...]
+
+
+def kernels_of(steps: tuple) -> list[Kernel]:
+  """Every kernel of a schedule's steps, loops' conditions and bodies and every branch included, in order."""
   out: list[Kernel] = []
   for step in steps:
     if isinstance(step, Loop): out += kernels_of(step.cond) + kernels_of(step.body)
+    elif isinstance(step, Switch): out += [kernel for branch in step.branches for kernel in kernels_of(branch)]
     else: out.append(step)
   return out
 
@@ -504,9 +513,25 @@ class _Scheduler:
 
   def spec(self, slot: int) -> tuple[tuple[int, ...], np.dtype]: return self.specs[slot - self.n_inputs]
 
-  def loop(self, node: UOp, projections: list[UOp]) -> list[Kernel | Loop]:
-    """The steps of a SCAN or WHILE node; assigns its PROJECT nodes their slots."""
+  def loop(self, node: UOp, projections: list[UOp]) -> list[Kernel | Loop | Switch]:
+    """The steps of a SCAN, WHILE or COND node; assigns its PROJECT nodes their slots."""
+    if node.op is Ops.COND: return self.cond(node, projections)
     return self.scan(node, projections) if node.op is Ops.SCAN else self.while_loop(node, projections)
+
+  def cond(self, node: UOp, projections: list[UOp]) -> list[Kernel | Switch]:
+    index, *operands = node.src
+    branches = node.arg
+    outs = branches[0].src
+    out_slots = [self.new_slot(out.shape, out.dtype) for out in outs]
+    for projection in projections: self.slot_of[projection] = out_slots[projection.arg[0]]
+    inputs = [self.operand_slot(o) for o in operands]
+    branch_steps = []
+    for branch in branches:
+      steps, results = self.link(branch, inputs)
+      for out_slot, result, out in zip(out_slots, results, outs):
+        steps += self.copy(self.placeholder(result, out.shape, out.dtype), out_slot)
+      branch_steps.append(tuple(steps))
+    return [Switch(self.operand_slot(index), tuple(branch_steps))]
 
   def scan(self, node: UOp, projections: list[UOp]) -> list[Kernel | Loop]:
     body, length, reverse, n_carry, n_xs = node.arg
@@ -565,6 +590,7 @@ def _write_in_place(steps: list[Kernel | Loop], new: int, carry: int) -> bool:
   it is the last writer of `new`, reads `carry` only at the element it writes, and no later step reads `carry` (the
   old value). Later steps then read `carry` for `new`. Returns whether it did."""
   writers = [i for i, step in enumerate(steps) if isinstance(step, Kernel) and step.slots[0] == new]
+  if any(isinstance(step, Switch) for step in steps): return False
   if not writers: return False
   position = writers[-1]
   writer, later = steps[position], steps[position + 1:]
@@ -597,11 +623,13 @@ def _replace_params(program: UOp, replacements: dict[int, UOp]) -> UOp:
 
 def _remap(steps: tuple[Kernel | Loop, ...], mapping: dict[int, int]) -> list[Kernel | Loop]:
   """Steps of a sub-program with their slots renamed by `mapping`."""
-  out: list[Kernel | Loop] = []
+  out: list[Kernel | Loop | Switch] = []
   for step in steps:
     if isinstance(step, Loop):
       out.append(Loop(tuple(_remap(step.body, mapping)), step.trip, tuple(_remap(step.cond, mapping)),
                       mapping[step.flag_slot] if step.flag_slot >= 0 else -1))
+    elif isinstance(step, Switch):
+      out.append(Switch(mapping[step.index_slot], tuple(tuple(_remap(b, mapping)) for b in step.branches)))
     else:
       out.append(replace(step, slots=tuple(mapping[slot] for slot in step.slots)))
   return out

@@ -529,3 +529,164 @@ def _while_batch(trace, vals, dims, *, cond, body, n_carry, out_avals):
 
 ad.jvp_rules[while_p] = _while_jvp
 batching.batch_rules[while_p] = _while_batch
+
+
+# ------------------------------------------------------------------------------------------------------------ cond
+
+def _cond_impl(index: Any, *operands: Any, branches: tuple[UOp, ...], out_avals: tuple[Aval, ...]) -> list[Any]:
+  node = bind(Ops.COND, index, *operands, arg=tuple(branches), dtype=BOOL)
+  return _project_all(node, out_avals)
+
+
+cond_p = Primitive("cond", _cond_impl, multiple_results=True)
+
+
+def bind_cond(index: Any, operands: Sequence[Any], branches: Sequence[tuple[UOp, Sequence[Any]]],
+              out_avals: Sequence[Aval]) -> list[Any]:
+  """Bind the cond primitive: `branches` are (program over the operands then its own consts, those consts); the
+  consts of all branches become further operands, each branch's renumbered to where its own are."""
+  n = len(operands)
+  programs, consts = [], []
+  for program, own in branches:
+    offset = n + len(consts)
+    shift = {i: param(i if i < n else offset + i - n, aval) for i, aval in _param_avals(program).items()}
+    programs.append(renumber(program, shift))
+    consts += list(own)
+  return cond_p.bind(index, *operands, *consts, branches=tuple(programs), out_avals=tuple(out_avals))
+
+
+def _residual_sources(linear, primal_trace, n_operands: int) -> list[tuple[UOp, UOp | None, tuple | None]]:
+  """Each residual of a linearized branch as (expression, base under its movement ops, source): an operand
+  ("operand", k), a value the branch outputs ("out", base), or None for an expression of constants."""
+  out = []
+  for value in linear.consts:
+    uop = primal_trace.output(value)
+    if not any(n.op is Ops.PARAM for n in uop.toposort):
+      out.append((uop, None, None))
+      continue
+    base = uop
+    while base.op in MOVEMENT: base = base.src[0]
+    is_operand = base.op is Ops.PARAM and base.arg[0] < n_operands
+    out.append((uop, base, ("operand", base.arg[0]) if is_operand else ("out", base)))
+  return out
+
+
+def _cond_jvp(primals, tangents, *, branches, out_avals):
+  index, operands, op_tangents = primals[0], list(primals[1:]), list(tangents[1:])
+  n = len(operands)
+  in_avals = [aval_of(o) for o in operands]
+  nonzero = [t is not None and ad.is_float(o) for t, o in zip(op_tangents, operands)]
+  linearized = [_linearize_body(branch, in_avals, nonzero) for branch in branches]
+  n_out = len(out_avals)
+  out_nonzero = [any(lin[2][k] is not None for lin in linearized) and np.dtype(out_avals[k][1]).kind == "f"
+                 for k in range(n_out)]
+  residuals = [_residual_sources(lin[3], lin[4], n) for lin in linearized]
+  bases: list[UOp] = []  # every branch's per-call residual values, outputs of the primal cond
+  for branch_residuals in residuals:
+    for _, base, source in branch_residuals:
+      if source is not None and source[0] == "out" and base not in bases: bases.append(base)
+  # the primal cond: each branch outputs its results and its own residuals (zeros for the other branches')
+  primal_branches = []
+  for b, (lin, branch_residuals) in enumerate(zip(linearized, residuals)):
+    own = {base for _, base, source in branch_residuals if source is not None and source[0] == "out"}
+    extra = [base if base in own else ad._zeros_uop(base.shape, base.dtype) for base in bases]
+    primal_branches.append((UOp(Ops.SINK, BOOL, tuple(lin[1]) + tuple(extra)), lin[4].consts))
+  residual_avals = [_uop_aval(base) for base in bases]
+  outs = bind_cond(index, operands, primal_branches, list(out_avals) + residual_avals)
+  primal_outs, residual_values = outs[:n_out], outs[n_out:]
+  # the tangent cond over (nonzero tangents, operands, residual values)
+  tangent_inputs = [i for i in range(n) if nonzero[i]]
+  n_t = len(tangent_inputs)
+  t_avals = [aval_of(primal_outs[k]) for k in range(n_out) if out_nonzero[k]]
+  linear_branches = []
+  for lin, branch_residuals in zip(linearized, residuals):
+    mapping = {p: param(p, in_avals[i]) for p, i in enumerate(tangent_inputs)}
+    for r, (expression, base, source) in enumerate(branch_residuals):
+      if source is None: mapping[n_t + r] = expression
+      elif source[0] == "operand":
+        mapping[n_t + r] = _substitute(expression, base, param(n_t + source[1], in_avals[source[1]]))
+      else: mapping[n_t + r] = _substitute(expression, base, param(n_t + n + bases.index(base), _uop_aval(base)))
+    tangent_uops = [lin[2][k].uop if lin[2][k] is not None else ad._zeros_uop(out_avals[k][0], out_avals[k][1])
+                    for k in range(n_out) if out_nonzero[k]]
+    linear_branches.append((renumber(UOp(Ops.SINK, BOOL, tuple(tangent_uops)), mapping), []))
+  t_operands = [ad.instantiate(op_tangents[i], operands[i]) for i in tangent_inputs] + operands + residual_values
+  t_outs = bind_cond(index, t_operands, linear_branches, t_avals) if t_avals else []
+  out_tangents, position = [], 0
+  for k in range(n_out):
+    if out_nonzero[k]:
+      out_tangents.append(t_outs[position])
+      position += 1
+    else:
+      out_tangents.append(None)
+  return primal_outs, out_tangents
+
+
+def _cond_transpose(cts: dict[int, Any], node: UOp, known: list[Any]):
+  index, operands, branches = known[0], node.src[1:], node.arg
+  linear = [k is None for k in known[1:]]
+  lin_ops = [i for i in range(len(operands)) if linear[i]]
+  if not lin_ops: return [None] * (1 + len(operands))
+  known_ops = [i for i in range(len(operands)) if not linear[i]]
+  in_avals = [_uop_aval(o) for o in operands]
+  out_avals = [_uop_aval(out) for out in branches[0].src]
+  order = lin_ops + known_ops
+  t_in_avals = out_avals + [in_avals[i] for i in known_ops]
+  transposed = []
+  for branch in branches:
+    linear_branch = renumber(branch, {old: param(new, in_avals[old]) for new, old in enumerate(order)})
+
+    def transpose_branch(args: list[Any], linear_branch=linear_branch) -> list[Any]:
+      cts_in = ad.transpose(linear_branch, len(lin_ops), args[len(out_avals):], args[:len(out_avals)])
+      return [ad.zeros_like(_Shape(*in_avals[i][:2])) if c is None else c for i, c in zip(lin_ops, cts_in)]
+    program, _, consts = evaluate_into_program(branch, t_in_avals, transpose_branch, "transpose of cond")
+    transposed.append((program, consts))
+  ct_outs = [cts[k] if cts.get(k) is not None else _zeros(out_avals[k]) for k in range(len(out_avals))]
+  results = bind_cond(index, ct_outs + [known[1 + i] for i in known_ops], transposed, [in_avals[i] for i in lin_ops])
+  contributions: list[Any] = [None] * (1 + len(operands))
+  for i, value in zip(lin_ops, results): contributions[1 + i] = value
+  return contributions
+
+
+def _cond_batch(trace, vals, dims, *, branches, out_avals):
+  size = trace.axis_size
+  index, operands, op_dims = vals[0], list(vals[1:]), list(dims[1:])
+  plain_avals = []
+  for v, d in zip(operands, op_dims):
+    shape = tuple(v.shape) if d is None else tuple(v.shape[:d]) + tuple(v.shape[d + 1:])
+    plain_avals.append((shape, np.dtype(v.dtype), bool(v.weak_type)))
+  batched = [d is not None for d in op_dims]
+  n_out = len(out_avals)
+  if dims[0] is not None:  # a batched index: every branch runs, each example selects its own branch's results
+    results = []
+    for branch in branches:
+      program, _, consts, _ = _batch_body(branch, plain_avals, batched, [True] * n_out, size, trace.axis_name)
+      args = [batching.move_axis(v, d, 0) if d is not None else v for v, d in zip(operands, op_dims)]
+      results.append(ad.evaluate(program, args + list(consts)))
+    which = batching.move_axis(index, dims[0], 0)
+    outs = []
+    for k in range(n_out):
+      out = results[0][k]
+      for b in range(1, len(branches)):
+        chosen = bind(Ops.CMPLT, ad.full_like(which, b - 1), which, dtype=BOOL)  # index >= b
+        mask = bind(Ops.EXPAND, bind(Ops.RESHAPE, chosen, arg=(size,) + (1,) * (len(out.shape) - 1)),
+                    arg=tuple(out.shape))
+        out = ad.where(mask, results[b][k], out)
+      outs.append(out)
+    return outs, [0] * n_out
+  out_batched = [False] * n_out
+  for branch in branches:
+    _, _, _, branch_batched = _batch_body(branch, plain_avals, batched, None, size, trace.axis_name)
+    out_batched = [a or b for a, b in zip(out_batched, branch_batched)]
+  programs, avals = [], None
+  for branch in branches:
+    program, branch_avals, consts, _ = _batch_body(branch, plain_avals, batched, out_batched, size, trace.axis_name)
+    programs.append((program, consts))
+    avals = branch_avals
+  args = [batching.move_axis(v, d, 0) if d is not None else v for v, d in zip(operands, op_dims)]
+  avals = [(shape, dtype, weak and out_avals[k][2]) for k, (shape, dtype, weak) in enumerate(avals)]
+  return bind_cond(index, args, programs, avals), [0 if b else None for b in out_batched]
+
+
+ad.jvp_rules[cond_p] = _cond_jvp
+ad.transpose_rules[Ops.COND] = _cond_transpose
+batching.batch_rules[cond_p] = _cond_batch

@@ -118,7 +118,7 @@ class Jaxpr:
     for node in self.sink.toposort:
       if node.op in (Ops.SINK, Ops.CONST, Ops.PARAM, Ops.PROJECT): continue
       operands = " ".join(name_of(src) for src in node.src)
-      if node.op in (Ops.SCAN, Ops.WHILE) or node.op is Ops.PRIMITIVE and node.arg.prim.multiple_results:
+      if node.op in (Ops.SCAN, Ops.WHILE, Ops.COND) or node.op is Ops.PRIMITIVE and node.arg.prim.multiple_results:
         outs = []
         for index, aval in enumerate(_loop_out_avals(node)):
           projection = projections.get(node, {}).get(index)
@@ -143,8 +143,9 @@ class Jaxpr:
 
 
 def _loop_out_avals(node: UOp) -> list[tuple[tuple[int, ...], np.dtype]]:
-  """(shape, dtype) of each output of a SCAN (final carries, stacked ys) or WHILE (final carries)."""
+  """(shape, dtype) of each output of a SCAN (final carries, stacked ys), WHILE (final carries) or COND."""
   if node.op is Ops.WHILE: return [(tuple(c.shape), c.dtype) for c in node.src[:node.arg.n_carry]]
+  if node.op is Ops.COND: return [(tuple(out.shape), out.dtype) for out in node.arg[0].src]
   if node.op is Ops.PRIMITIVE: return [(tuple(shape), dtype) for shape, dtype, _ in node.arg.out_avals]
   body, length, _, n_carry, _ = node.arg
   return [(tuple(out.shape), out.dtype) if i < n_carry else ((length, *out.shape), out.dtype)
@@ -157,6 +158,8 @@ def _loop_params(node: UOp) -> str:
     n_params = max((n.arg[0] + 1 for n in sink.toposort if n.op is Ops.PARAM), default=0)
     text = str(Jaxpr(sink, n_params, [], (False,) * len(sink.src), None))
     return text.replace("\n", "\n      ")
+  if node.op is Ops.COND:
+    return "\n      ".join(f"branch{number}={program(branch)}" for number, branch in enumerate(node.arg))
   if node.op is Ops.WHILE:
     return f"n_carry={node.arg.n_carry}\n      cond={program(node.arg.cond)}\n      body={program(node.arg.body)}"
   body, length, reverse, n_carry, n_xs = node.arg
