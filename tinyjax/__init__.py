@@ -12,11 +12,11 @@ from tinyjax.trace.custom import checkpoint, custom_jvp, custom_vjp, remat  # no
 from tinyjax.trace.batching import vmap  # noqa: E402
 from tinyjax.trace.jacobian import hessian, jacfwd, jacrev  # noqa: E402
 from tinyjax.lower.realize import runtime_stats  # noqa: E402
-from tinyjax import devices, nn  # noqa: E402  (as `import jax` gives jax.nn)
+from tinyjax import devices, nn, random  # noqa: E402  (as `import jax` gives jax.nn, jax.random)
 
 __all__ = [
   "Array", "block_until_ready", "checkpoint", "ConcretizationTypeError", "config", "custom_jvp", "custom_vjp",
   "devices", "eval_shape", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax", "linearize", "make_jaxpr",
-  "nn", "numpy", "remat", "runtime_stats", "ShapeDtypeStruct", "tree", "tree_util", "UnexpectedTracerError",
+  "nn", "numpy", "random", "remat", "runtime_stats", "ShapeDtypeStruct", "tree", "tree_util", "UnexpectedTracerError",
   "value_and_grad", "vjp", "vmap",
 ]

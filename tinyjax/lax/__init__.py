@@ -9,10 +9,11 @@ from tinyjax.lax._elementwise import (RoundingMethod, abs, acos, add, asin, asin
 from tinyjax.lax._reductions import (argmax, argmin, dot, dot_general, reduce_and, reduce_max, reduce_min, reduce_or,
                                      reduce_prod, reduce_sum)
 from tinyjax.lax._control_flow import cond, fori_loop, map, scan, switch, while_loop
+from tinyjax.lax._special import erf, erf_inv, erf_inv_p, erf_p, erfc, erfc_p
 from tinyjax.lax._slicing import (dynamic_index_in_dim, dynamic_slice, dynamic_slice_in_dim,
                                   dynamic_update_index_in_dim, dynamic_update_slice, dynamic_update_slice_in_dim)
 from tinyjax.lax._shape import (broadcast_in_dim, clamp, concatenate, expand_dims, full, full_like, iota, pad,
-                                reshape, rev, select_n, slice, slice_in_dim, squeeze, stop_gradient, transpose)
+                                reshape, rev, select, select_n, slice, slice_in_dim, squeeze, stop_gradient, transpose)
 # the primitives (as jax.lax exposes them): Primitive objects with JAX's names and JVP rules
 from tinyjax.lax._elementwise import (abs_p, acos_p, acosh_p, asin_p, asinh_p, atan2_p, atan_p, atanh_p, cbrt_p,
                                       ceil_p, cos_p, cosh_p, exp2_p, exp_p, expm1_p, floor_p, integer_pow_p,
@@ -32,13 +33,14 @@ __all__ = [
   "cbrt_p", "ceil", "ceil_p", "clamp", "clamp_p", "concatenate", "cond", "convert_element_type", "cos", "cos_p", "cosh",
   "cosh_p", "div", "dot", "dot_general", "dot_general_p", "dynamic_index_in_dim", "dynamic_slice",
   "dynamic_slice_in_dim", "dynamic_update_index_in_dim", "dynamic_update_slice", "dynamic_update_slice_in_dim", "eq",
-  "exp", "exp2", "exp2_p", "exp_p", "expand_dims", "expm1", "expm1_p", "floor", "floor_p", "fori_loop", "full",
-  "full_like", "ge", "gt", "integer_pow", "integer_pow_p", "iota", "is_finite", "is_finite_p", "le", "log", "log1p",
-  "log1p_p", "log_p", "logistic", "logistic_p", "lt", "map", "max", "max_p", "min", "min_p", "mul", "ne", "neg", "pad",
-  "pmax", "pmean", "pow", "pow_p", "psum", "reciprocal", "reduce_and", "reduce_max", "reduce_max_p", "reduce_min",
-  "reduce_min_p", "reduce_or", "reduce_prod", "reduce_prod_p", "reduce_sum", "reduce_sum_p", "rem", "rem_p", "reshape",
-  "rev", "round", "round_p", "RoundingMethod", "rsqrt", "rsqrt_p", "scan", "select_n", "select_n_p", "shift_left",
-  "shift_right_arithmetic", "shift_right_logical", "sign", "sign_p", "sin", "sin_p", "sinh", "sinh_p", "slice",
-  "slice_in_dim", "sqrt", "sqrt_p", "square", "square_p", "squeeze", "stop_gradient", "stop_gradient_p", "sub",
-  "switch", "tan", "tan_p", "tanh", "tanh_p", "transpose", "while_loop",
+  "erf", "erf_inv", "erf_inv_p", "erf_p", "erfc", "erfc_p", "exp", "exp2", "exp2_p", "exp_p", "expand_dims", "expm1",
+  "expm1_p", "floor", "floor_p", "fori_loop", "full", "full_like", "ge", "gt", "integer_pow", "integer_pow_p", "iota",
+  "is_finite", "is_finite_p", "le", "log", "log1p", "log1p_p", "log_p", "logistic", "logistic_p", "lt", "map", "max",
+  "max_p", "min", "min_p", "mul", "ne", "neg", "pad", "pmax", "pmean", "pow", "pow_p", "psum", "reciprocal",
+  "reduce_and", "reduce_max", "reduce_max_p", "reduce_min", "reduce_min_p", "reduce_or", "reduce_prod", "reduce_prod_p",
+  "reduce_sum", "reduce_sum_p", "rem", "rem_p", "reshape", "rev", "round", "round_p", "RoundingMethod", "rsqrt",
+  "rsqrt_p", "scan", "select", "select_n", "select_n_p", "shift_left", "shift_right_arithmetic", "shift_right_logical",
+  "sign", "sign_p", "sin", "sin_p", "sinh", "sinh_p", "slice", "slice_in_dim", "sqrt", "sqrt_p", "square", "square_p",
+  "squeeze", "stop_gradient", "stop_gradient_p", "sub", "switch", "tan", "tan_p", "tanh", "tanh_p", "transpose",
+  "while_loop",
 ]

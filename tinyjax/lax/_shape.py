@@ -291,6 +291,11 @@ def _select_n_impl(which: Array, *cases: Array) -> Array:
 select_n_p = Primitive("select_n", _select_n_impl)
 
 
+def select(pred: Any, on_true: Any, on_false: Any) -> Array:
+  """`on_true` where the bool `pred` holds, else `on_false` (elementwise; same shapes and dtypes)."""
+  return select_n(pred, on_false, on_true)
+
+
 def select_n(which: Any, *cases: Any) -> Array:
   """cases[which] elementwise: `which` is bool (two cases) or int32 (any number of cases); same shapes."""
   if not cases: raise ValueError("select_n requires at least one case")
