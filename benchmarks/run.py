@@ -165,8 +165,21 @@ def bench_scan_rnn():
          "goal >= 20x a Python loop of jitted steps")
 
 
+def bench_random_normal():
+  import tinyjax
+  n = 16 * 1024 * 1024
+  key = tinyjax.random.PRNGKey(0)
+  sample = tinyjax.jit(lambda k: tinyjax.random.normal(k, (n,)))
+  generator = np.random.default_rng(0)
+  ours = best_of(lambda: sample(key).block_until_ready(), repeat=5)
+  theirs = best_of(lambda: generator.standard_normal(n, dtype=np.float32), repeat=5)
+  report("random.normal 16M float32", f"{n * 4 / ours / 1e9:.2f} GB/s vs numpy {n * 4 / theirs / 1e9:.2f} GB/s",
+         theirs / ours, "numpy: default_rng().standard_normal")
+
+
 BENCHMARKS = [bench_first_call_compile, bench_elementwise_chain, bench_transcendental, bench_sum_axis, bench_matmul,
-              bench_eager_dispatch, bench_jit_dispatch, bench_embedding_gather, bench_scan_rnn]
+              bench_eager_dispatch, bench_jit_dispatch, bench_embedding_gather, bench_scan_rnn,
+              bench_random_normal]
 
 if __name__ == "__main__":
   wanted = sys.argv[1:]

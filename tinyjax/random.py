@@ -289,7 +289,10 @@ def _float_dtype(name: str, dtype: Any) -> np.dtype:
 
 def _check_shape(name: str, shape: tuple[int, ...], *param_shapes: tuple[int, ...]) -> None:
   if param_shapes:
-    combined = np.broadcast_shapes(shape, *param_shapes)
+    try:
+      combined = np.broadcast_shapes(shape, *param_shapes)
+    except ValueError:
+      combined = None
     if combined != shape:
       raise ValueError(f"{name} parameter shapes must be broadcast-compatible with shape argument, and the result of "
                        f"broadcasting the shapes must equal the shape argument, but got result {combined} for shape "
@@ -318,7 +321,14 @@ def _uniform(data: Array, shape: tuple[int, ...], dtype: np.dtype, minval: Any, 
   floats = lax.sub(floats, full(shape, 1.0, dtype))
   low = expand_raw(cast(to_array(minval), dtype, False), shape)
   high = expand_raw(cast(to_array(maxval), dtype, False), shape)
-  return lax.max(low, lax.add(lax.mul(floats, lax.sub(high, low)), low))
+  span = lax.sub(high, low)
+  if dtype == np.float32:  # floats * span + low rounded once, as XLA's fused multiply-add (exact product in float64)
+    f64 = np.dtype(np.float64)
+    scaled = cast(lax.add(lax.mul(cast(floats, f64, False), cast(span, f64, False)), cast(low, f64, False)), dtype,
+                  False)
+  else:
+    scaled = lax.add(lax.mul(floats, span), low)
+  return lax.max(low, scaled)
 
 
 def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = None, minval: Any = 0.0, maxval: Any = 1.0) -> Array:
@@ -330,8 +340,8 @@ def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = None, minval: Any 
 
 
 def _normal(data: Array, shape: tuple[int, ...], dtype: np.dtype) -> Array:
-  low = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
-  u = _uniform(data, shape, dtype, float(low), 1.0)
+  low = -1.0 + float(dtypes.finfo(dtype).epsneg)  # nextafter(-1, 0)
+  u = _uniform(data, shape, dtype, low, 1.0)
   return lax.mul(full(shape, math.sqrt(2), dtype), lax.erf_inv(u))
 
 
@@ -365,6 +375,12 @@ def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any, dtype: Any
     array = jnp.asarray(value)
     return array if dtypes.issubdtype(array.dtype, np.integer) else cast(array, dtypes.default_int_dtype(), False)
   minval, maxval = as_int(minval), as_int(maxval)
+  if np.iinfo(dtype).bits < 32:  # narrow dtypes sample in int32 (less biased), then convert (as JAX)
+    info, int32 = np.iinfo(dtype), np.dtype(np.int32)
+    low, high = cast(minval, int32, False), cast(maxval, int32, False)
+    low = lax.min(lax.max(low, full(low.shape, int(info.min), int32)), full(low.shape, int(info.max), int32))
+    high = lax.min(lax.max(high, full(high.shape, int(info.min), int32)), full(high.shape, int(info.max) + 1, int32))
+    return cast(randint(key, shape, low, high, int32), dtype, False)
   wide = np.dtype(np.int64)
   top = full((), int(np.iinfo(dtype).max), dtype)
   out_of_range = lax.gt(cast(maxval, wide, False), cast(_clip_integer(top, maxval.dtype), wide, False))

@@ -427,6 +427,24 @@ pow = _binary_op("pow", FLOAT, pow_p.bind,  # noqa: A001
                  "Elementwise x ** y for floats of one dtype (see `integer_pow` for static integer exponents).")
 
 
+def _nextafter(x: Array, y: Array) -> Array:
+  """The float next to x in the direction of y: one step of x's bit pattern (away from or towards zero), the
+  smallest subnormal with y's sign from zero, y itself when equal, NaN when either is."""
+  unsigned = _unsigned_of(x.dtype)
+  bits = bind(Ops.BITCAST, x, dtype=unsigned)
+  one = like(bits, 1)
+  away = _eq(_lt(x, y), _lt(_c(x, 0), x))  # a step up in magnitude (the bit pattern grows), or down
+  stepped = bind(Ops.BITCAST, _where(away, _add(bits, one), _sub(bits, one)), dtype=x.dtype)
+  tiny = _copysign(bind(Ops.BITCAST, one, dtype=x.dtype), y)
+  result = _where(_eq(x, _c(x, 0)), tiny, stepped)
+  result = _where(_eq(x, y), y, result)
+  nan = _or(_isnan(x), _isnan(y))
+  return _where(nan, _add(x, y), result)
+
+
+nextafter = _binary_op("nextafter", FLOAT, _nextafter, "Elementwise next float after x1 towards x2.")
+
+
 class RoundingMethod:
   """How `round` breaks ties: AWAY_FROM_ZERO (lax's default) or TO_NEAREST_EVEN (numpy's)."""
   AWAY_FROM_ZERO = 0

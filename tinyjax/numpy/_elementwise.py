@@ -291,6 +291,7 @@ minimum = _binary("minimum", _minimum, "Elementwise minimum; NaN propagates.")
 fmax = _binary("fmax", _fmax, "Elementwise maximum ignoring NaN (NaN only if both are NaN).")
 fmin = _binary("fmin", _fmin, "Elementwise minimum ignoring NaN (NaN only if both are NaN).")
 arctan2 = _binary("arctan2", ew.atan2_p.bind, "Elementwise atan2(x1, x2) (angle of (x2, x1)).", True, "f")
+nextafter = _binary("nextafter", ew._nextafter, "Elementwise next float after x1 in the direction of x2.", True, "f")
 hypot = _binary("hypot", _hypot, "Elementwise sqrt(x1**2 + x2**2) without undue overflow.", True, "f",
                 weak_if=lambda x1, x2: np.ndim(x1) == np.ndim(x2) == 0)  # JAX: weak only for scalars
 copysign = _binary("copysign", _copysign, "Elementwise |x1| with the sign of x2 (floats).", True, "f")
