@@ -42,10 +42,20 @@ def run_case(case):
   if fn == "categorical": return random.categorical(key, tnp.asarray(np.array(args["logits"], np.float32)))
   if fn == "truncated_normal": return random.truncated_normal(key, args["lower"], args["upper"], shape)
   if fn == "vmap_normal": return tj.vmap(lambda k: random.normal(k, shape))(random.split(key, args["num"]))
+  if fn == "permutation": return random.permutation(key, args["n"])
+  if fn == "permutation_rows": return random.permutation(key, tnp.arange(15.0).reshape(5, 3))
+  if fn == "permutation_independent":
+    return random.permutation(key, tnp.arange(18.0).reshape(3, 6), axis=1, independent=True)
+  if fn == "choice": return random.choice(key, args["n"], shape, replace=args["replace"])
+  if fn == "choice_p":
+    return random.choice(key, args["n"], shape, replace=args["replace"], p=tnp.asarray(np.array(args["p"], np.float32)))
+  if fn == "categorical_without":
+    return random.categorical(key, tnp.asarray(np.array(args["logits"], np.float32)), shape=shape, replace=False)
   raise AssertionError(fn)
 
 
-EXACT = {"PRNGKey", "split", "fold_in", "bits", "uniform", "randint", "bernoulli", "categorical"}
+EXACT = {"PRNGKey", "split", "fold_in", "bits", "uniform", "randint", "bernoulli", "categorical", "permutation",
+         "permutation_rows", "permutation_independent", "choice", "choice_p", "categorical_without"}
 
 
 def ulp_distance(got, want):

@@ -440,11 +440,17 @@ def categorical(key: Any, logits: Any, axis: int = -1, shape: Sequence[int] | No
   batch_shape = tuple(np.delete(np.array(logits.shape, dtype=np.int64), axis).tolist())
   shape = batch_shape if shape is None else _shape(shape)
   _check_shape("categorical", shape, batch_shape)
-  if not replace:
-    raise NotImplementedError("categorical(replace=False) needs top_k, which tinyjax does not have yet")
   if mode not in (None, "low"):
     raise NotImplementedError(f"categorical mode={mode!r} is not implemented in tinyjax (only 'low')")
   prefix = shape[:len(shape) - len(batch_shape)]
+  if not replace:  # the Gumbel top-k trick
+    noisy = lax.add(logits, _gumbel(data, tuple(logits.shape), logits.dtype))
+    k = math.prod(prefix)
+    if k > logits.shape[axis]:
+      raise ValueError(f"Number of samples without replacement ({k}) cannot exceed number of categories "
+                       f"({logits.shape[axis]}).")
+    _, indices = lax.top_k(jnp.moveaxis(noisy, axis, -1), k)
+    return jnp.reshape(jnp.moveaxis(indices, -1, 0), shape)
   relative = axis - logits.ndim
   logits_shape = list(shape[len(shape) - len(batch_shape):])
   logits_shape.insert(relative % logits.ndim, logits.shape[axis])
@@ -538,9 +544,76 @@ def _cholesky(a: Array) -> Array:
   return jnp.stack(columns, axis=-1)
 
 
+def _shuffle(data: Array, x: Array, axis: int) -> Array:
+  """x shuffled along `axis` by sorting on random 32-bit keys, in as many rounds as JAX takes (3 log(size) /
+  log(2**32 - 1), so that ties are unlikely to leave a bias)."""
+  rounds = int(np.ceil(3 * np.log(max(1, x.size)) / np.log(np.iinfo(np.uint32).max)))
+  for _ in range(rounds):
+    halves = _split_data(data, (2,))
+    data, subkey = halves[0], halves[1]
+    _, x = lax.sort_key_val(_random_bits(subkey, 32, tuple(x.shape)), x, axis)
+  return x
+
+
 def permutation(key: Any, x: Any, axis: int = 0, independent: bool = False) -> Array:
-  raise NotImplementedError("random.permutation needs a sort, which tinyjax does not have yet")
+  """A random permutation of `x` along `axis` (of range(x) for an integer x); rows permuted together unless
+  `independent` (then each 1-D slice along `axis` on its own)."""
+  data, _ = _key("permutation", key)
+  if isinstance(x, (list, tuple)): raise TypeError("permutation requires an array or an integer x, not a list")
+  array = jnp.asarray(x)
+  if array.ndim == 0:
+    if not dtypes.issubdtype(array.dtype, np.integer):
+      raise TypeError("x must be an integer or at least 1-dimensional")
+    if isinstance(array, Tracer): array.concrete("argument x of tinyjax.random.permutation()")
+    return _shuffle(data, jnp.arange(int(array)), 0)
+  axis = axis % array.ndim
+  if independent or array.ndim == 1: return _shuffle(data, array, axis)
+  order = _shuffle(data, jnp.arange(array.shape[axis]), 0)
+  return jnp.take(array, order, axis=axis, unique_indices=True)
 
 
-def choice(key: Any, a: Any, shape: Sequence[int] = (), replace: bool = True, p: Any = None, axis: int = 0) -> Array:
-  raise NotImplementedError("random.choice needs cumsum/sort, which tinyjax does not have yet")
+def choice(key: Any, a: Any, shape: Sequence[int] = (), replace: bool = True, p: Any = None, axis: int = 0,
+           mode: str | None = None) -> Array:
+  """Random samples of `a` (or of range(a) for an integer a) along `axis`: uniform, or with probabilities `p`;
+  without replacement a permutation's head (uniform) or the Gumbel top-k (with p), as JAX."""
+  data, _ = _key("choice", key)
+  if not isinstance(shape, Sequence):
+    raise TypeError(f"shape argument of tinyjax.random.choice must be a sequence, got {shape}")
+  array = jnp.asarray(a)
+  if array.ndim == 0:
+    if isinstance(array, Tracer): array.concrete("argument a of tinyjax.random.choice()")
+    n_inputs = int(array)
+  else:
+    axis = axis % array.ndim
+    n_inputs = array.shape[axis]
+  shape = _shape(shape)
+  n_draws = math.prod(shape)
+  if n_draws == 0: return jnp.zeros(shape, dtype=array.dtype)
+  if n_inputs <= 0: raise ValueError("a must be greater than 0 unless no samples are taken")
+  if not replace and n_draws > n_inputs:
+    raise ValueError(f"Cannot take a larger sample (size {n_draws}) than population (size {n_inputs}) when "
+                     "'replace=False'")
+  if p is None:
+    if replace:
+      indices = randint(PRNGKeyArray(data), shape, 0, n_inputs)
+      result = indices if array.ndim == 0 else jnp.take(array, indices, axis=axis)
+    else:
+      source = n_inputs if array.ndim == 0 else array
+      result = permutation(PRNGKeyArray(data), source, axis)[(slice(None),) * axis + (slice(n_draws),)]
+  else:
+    weights = jnp.asarray(p)
+    if not dtypes.issubdtype(weights.dtype, np.floating): weights = cast(weights, dtypes.default_float_dtype(), False)
+    if weights.shape != (n_inputs,):
+      raise ValueError(f"p must be None or a 1D vector with the same size as a.shape[axis]. p has shape "
+                       f"{weights.shape} and a.shape[axis] is {n_inputs}.")
+    if replace:
+      cumulative = jnp.cumsum(weights)
+      u = _uniform(data, shape, cumulative.dtype, 0.0, 1.0)
+      r = lax.mul(expand_raw(cumulative[-1], shape), lax.sub(full(shape, 1.0, cumulative.dtype), u))
+      indices = jnp.searchsorted(cumulative, r).astype(dtypes.default_int_dtype())
+    else:
+      noise = lax.add(_gumbel(data, (n_inputs,), weights.dtype), jnp.log(weights))
+      indices = lax.top_k(noise, n_draws)[1].astype(dtypes.default_int_dtype())
+    result = indices if array.ndim == 0 else jnp.take(array, indices, axis=axis)
+  final = shape if array.ndim == 0 else tuple(array.shape[:axis]) + shape + tuple(array.shape[axis + 1:])
+  return jnp.reshape(result, final)

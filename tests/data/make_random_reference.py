@@ -62,6 +62,21 @@ add("categorical", {"seed": 7, "logits": [[0.1, 2.0, -1.0, 0.5], [3.0, 0.0, 0.0,
     random.categorical(k, jnp.array([[0.1, 2.0, -1.0, 0.5], [3.0, 0.0, 0.0, 0.0]])))
 add("truncated_normal", {"seed": 7, "lower": -1.5, "upper": 0.5, "shape": [20]},
     random.truncated_normal(k, -1.5, 0.5, (20,)))
+for seed, n in [(0, 10), (3, 1), (5, 100), (9, 1000)]:
+  add("permutation", {"seed": seed, "n": n}, random.permutation(random.PRNGKey(seed), n))
+add("permutation_rows", {"seed": 4, "shape": [5, 3]},
+    random.permutation(random.PRNGKey(4), jnp.arange(15.0).reshape(5, 3)))
+add("permutation_independent", {"seed": 4, "shape": [3, 6]},
+    random.permutation(random.PRNGKey(4), jnp.arange(18.0).reshape(3, 6), axis=1, independent=True))
+add("choice", {"seed": 8, "n": 10, "shape": [6], "replace": True}, random.choice(random.PRNGKey(8), 10, (6,)))
+add("choice", {"seed": 8, "n": 10, "shape": [6], "replace": False}, random.choice(random.PRNGKey(8), 10, (6,),
+                                                                                    replace=False))
+add("choice_p", {"seed": 8, "n": 4, "shape": [12], "replace": True, "p": [0.1, 0.2, 0.3, 0.4]},
+    random.choice(random.PRNGKey(8), 4, (12,), p=jnp.array([0.1, 0.2, 0.3, 0.4])))
+add("choice_p", {"seed": 8, "n": 4, "shape": [3], "replace": False, "p": [0.1, 0.2, 0.3, 0.4]},
+    random.choice(random.PRNGKey(8), 4, (3,), replace=False, p=jnp.array([0.1, 0.2, 0.3, 0.4])))
+add("categorical_without", {"seed": 7, "logits": [0.1, 2.0, -1.0, 0.5, 0.0], "shape": [3]},
+    random.categorical(k, jnp.array([0.1, 2.0, -1.0, 0.5, 0.0]), shape=(3,), replace=False))
 add("vmap_normal", {"seed": 7, "num": 4, "shape": [3]},
     jax.vmap(lambda kk: random.normal(kk, (3,)))(random.split(k, 4)))
 

@@ -1,0 +1,134 @@
+"""Sorting (lax.sort, sort_key_val, top_k; jnp sort, argsort, lexsort) and cumulative reductions (cumsum, cumprod,
+cummax, cummin, cumulative_sum/prod; lax forms) against numpy, with gradients, vmap, jit and errors."""
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as tnp
+from tinyjax import lax
+
+RNG = np.random.default_rng(5)
+
+
+CASES = [(n, np.float32) for n in (1, 2, 3, 7, 16, 33, 300)] + [(n, dtype) for n in (5, 33)
+                                                                 for dtype in (np.int32, np.uint8, np.int8, np.float16)]
+
+
+@pytest.mark.parametrize("n,dtype", CASES, ids=[f"{n}-{np.dtype(d).name}" for n, d in CASES])
+def test_sort_and_argsort_match_numpy(n, dtype):
+  if np.dtype(dtype).kind == "f":
+    host = RNG.standard_normal((3, n)).astype(dtype)
+    host[0, ::3] = np.nan
+    host[1, ::2] = 0.5  # ties
+    host[2, :2] = [-0.0, 0.0][:min(n, 2)]
+  else:
+    host = RNG.integers(0, 6, (3, n)).astype(dtype)
+  x = tnp.asarray(host)
+  np.testing.assert_array_equal(np.asarray(tnp.sort(x)), np.sort(host, axis=-1))
+  np.testing.assert_array_equal(np.asarray(tnp.argsort(x)), np.argsort(host, axis=-1, kind="stable"))
+  np.testing.assert_array_equal(np.asarray(tnp.sort(x, axis=0)), np.sort(host, axis=0))
+  np.testing.assert_array_equal(np.asarray(tnp.argsort(x, axis=None)), np.argsort(host, axis=None, kind="stable"))
+  descending = np.asarray(tnp.argsort(x, descending=True))
+  # stable descending (as JAX): ties keep their original order
+  np.testing.assert_array_equal(descending, np.stack([np.lexsort((np.arange(n), -_rank(row))) for row in host]))
+
+
+def _rank(row):
+  """Dense ranks with NaN largest, for building the descending reference."""
+  order = np.argsort(row, kind="stable")
+  ranks = np.empty(len(row))
+  sorted_row = row[order]
+  current = 0
+  for i in range(len(row)):
+    if i and not (sorted_row[i] == sorted_row[i - 1] or (np.isnan(sorted_row[i]) and np.isnan(sorted_row[i - 1]))):
+      current += 1
+    ranks[order[i]] = current
+  return ranks
+
+
+def test_multi_operand_sort_top_k_lexsort():
+  keys = RNG.integers(0, 4, 50).astype(np.int32)
+  values = RNG.standard_normal(50).astype(np.float32)
+  sorted_keys, sorted_values = lax.sort_key_val(tnp.asarray(keys), tnp.asarray(values))
+  order = np.argsort(keys, kind="stable")
+  np.testing.assert_array_equal(np.asarray(sorted_keys), keys[order])
+  np.testing.assert_array_equal(np.asarray(sorted_values), values[order])
+  second = RNG.integers(0, 3, 50).astype(np.int32)
+  by_two = lax.sort((tnp.asarray(keys), tnp.asarray(second), tnp.asarray(values)), num_keys=2)
+  order = np.lexsort((second, keys))
+  np.testing.assert_array_equal(np.asarray(by_two[2]), values[order])
+  np.testing.assert_array_equal(np.asarray(tnp.lexsort((tnp.asarray(second), tnp.asarray(keys)))), order)
+  host = np.array([[1.0, 3.0, 3.0, np.nan, 2.0], [0.0, -1.0, 5.0, 5.0, 4.0]], np.float32)
+  top, indices = lax.top_k(tnp.asarray(host), 3)
+  np.testing.assert_array_equal(np.asarray(indices), [[3, 1, 2], [2, 3, 4]])  # NaN largest, ties in order
+  np.testing.assert_array_equal(np.asarray(top)[1], [5.0, 5.0, 4.0])
+
+
+def test_sorting_gradients_vmap_and_jit():
+  host = RNG.standard_normal((4, 9)).astype(np.float32)
+  weights = tnp.asarray(np.arange(9.0, dtype=np.float32))
+  grad = tj.grad(lambda v: (tnp.sort(v) * weights).sum())(tnp.asarray(host[0]))
+  np.testing.assert_array_equal(np.asarray(grad), np.argsort(np.argsort(host[0])).astype(np.float32))  # the rank
+  batched = tj.jit(tj.vmap(tj.grad(lambda v: (lax.top_k(v, 3)[0] ** 2).sum())))(tnp.asarray(host))
+  for row, got in zip(host, np.asarray(batched)):
+    want = np.zeros(9, np.float32)
+    top3 = np.argsort(-row, kind="stable")[:3]
+    want[top3] = 2 * row[top3]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+  np.testing.assert_array_equal(np.asarray(tj.vmap(tnp.argsort)(tnp.asarray(host))), np.argsort(host, axis=1,
+                                                                                                 kind="stable"))
+
+
+@pytest.mark.parametrize("fn", ["cumsum", "cumprod", "cummax", "cummin"])
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_cumulative_reductions_match_numpy(fn, axis):
+  host = RNG.uniform(0.5, 1.5, (5, 37)).astype(np.float32)
+  host[2, 7] = np.nan
+  reference = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.fmax.accumulate,
+               "cummin": np.fmin.accumulate}[fn]
+  got = np.asarray(getattr(tnp, fn)(tnp.asarray(host), axis=axis))
+  if fn in ("cummax", "cummin"):  # NaN propagates (as JAX), numpy's fmax ignores it: compare before the NaN
+    want = reference(host.ravel() if axis is None else host, axis=0 if axis is None else axis)
+    mask = ~np.isnan(np.cumsum(host.ravel() if axis is None else host, axis=0 if axis is None else axis))
+    np.testing.assert_array_equal(got[mask], want[mask])
+    assert np.isnan(got[~mask]).all()
+  else:
+    want = reference(host.astype(np.float64), axis=axis)
+    np.testing.assert_allclose(got, want, rtol=2e-6, equal_nan=True)
+
+
+def test_cumulative_dtypes_forms_and_gradients():
+  assert tnp.cumsum(np.array([True, True, False])).dtype == np.int32
+  assert tnp.cumsum(np.arange(5, dtype=np.uint8)).dtype == np.uint32
+  assert tnp.cumsum(np.arange(5, dtype=np.int8)).dtype == np.int32
+  assert tnp.cumsum(tnp.ones(3, tnp.bfloat16)).dtype == tnp.bfloat16
+  np.testing.assert_array_equal(np.asarray(tnp.cumsum(np.arange(300, dtype=np.int32))), np.cumsum(np.arange(300)))
+  np.testing.assert_array_equal(np.asarray(lax.cumsum(tnp.arange(5.0), reverse=True)), [10, 10, 9, 7, 4])
+  np.testing.assert_array_equal(np.asarray(lax.cummax(tnp.asarray([1, 3, 2, 5, 4]), axis=0)), [1, 3, 3, 5, 5])
+  np.testing.assert_array_equal(np.asarray(tnp.cumulative_sum(tnp.arange(4), include_initial=True)), [0, 0, 1, 3, 6])
+  np.testing.assert_array_equal(np.asarray(tnp.cumulative_prod(tnp.arange(1, 4), include_initial=True)), [1, 1, 2, 6])
+  grad = tj.grad(lambda v: (tnp.cumsum(v) ** 2).sum())(tnp.arange(4.0))
+  np.testing.assert_array_equal(np.asarray(grad), [20, 20, 18, 12])
+  host = RNG.uniform(0.5, 1.5, 6).astype(np.float32)
+  grad = tj.grad(lambda v: tnp.cumprod(v).sum())(tnp.asarray(host))
+  eps, numeric = 1e-3, []
+  for i in range(6):
+    step = np.zeros(6, np.float64)
+    step[i] = eps
+    numeric.append((np.cumprod(host + step).sum() - np.cumprod(host - step).sum()) / (2 * eps))
+  np.testing.assert_allclose(np.asarray(grad), numeric, rtol=1e-3)
+  batched = tj.vmap(tnp.cumsum)(tnp.asarray(np.arange(12.0).reshape(3, 4)))
+  np.testing.assert_array_equal(np.asarray(batched), np.cumsum(np.arange(12.0).reshape(3, 4), axis=1))
+
+
+def test_sorting_errors():
+  with pytest.raises(ValueError, match="k argument"):
+    lax.top_k(tnp.ones(3), 4)
+  with pytest.raises(TypeError, match="same shape"):
+    lax.sort((tnp.ones(3), tnp.ones(4)))
+  with pytest.raises(ValueError, match="num_keys"):
+    lax.sort((tnp.ones(3), tnp.ones(3)), num_keys=3)
+  with pytest.raises(ValueError, match="out of bounds"):
+    tnp.sort(tnp.ones(3), axis=2)
+  with pytest.raises(ValueError, match="axis must be specified"):
+    tnp.cumulative_sum(tnp.ones((2, 2)))

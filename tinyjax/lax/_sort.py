@@ -1,0 +1,162 @@
+"""Sorting: `lax.sort` (several operands, `num_keys`), `sort_key_val` and `top_k`, as a bitonic sorting network.
+
+There is no sort Op: the network is built from what exists, so sorting is differentiable (values move with the
+selects that move them), batchable and works under jit with no rule of its own. The sorted axis is padded to a power
+of two n = 2**m; the network's m(m+1)/2 stages are one `lax.scan` over a table of (block, distance): a stage reads
+each element's partner (index XOR distance, a gather) and keeps the one its place should hold for its block's
+direction. So a sort compiles one small loop body whatever n (not m(m+1)/2 kernels), and runs O(n log^2 n) work
+inside one compiled loop.
+
+Order: numbers ascending with NaN last (NaNs equal to each other; -0.0 equal to 0.0), as numpy and JAX; ties keep
+their original order (the original position is the last key, so the sort is stable), and the padding sorts after
+everything.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from tinyjax import dtypes
+from tinyjax.array import Array
+from tinyjax.lax._base import canonicalize_axis, expand_raw, full, reshape_raw, to_array
+from tinyjax.lax._elementwise import _and, _eq, _isnan, _lt, _not, _or, _where
+from tinyjax.lax._shape import iota_along, pad_raw, permute_raw, shrink_raw
+from tinyjax.trace.core import bind
+from tinyjax.uop import Ops
+
+
+def _less(x: Array, y: Array) -> Array:
+  """x < y in numpy's sort order (NaN after every number)."""
+  if not dtypes.is_floating(x.dtype): return _lt(x, y)
+  return _or(_lt(x, y), _and(_isnan(y), _not(_isnan(x))))
+
+
+def _lexicographic_less(a: list[Array], b: list[Array], descending: bool) -> Array:
+  """Whether key tuple a sorts before key tuple b (the last key, the original position, always ascending)."""
+  result = None
+  equal_so_far = None
+  for position, (x, y) in enumerate(zip(a, b)):
+    last = position == len(a) - 1
+    before = _less(y, x) if descending and not last else _less(x, y)
+    term = before if equal_so_far is None else _and(equal_so_far, before)
+    result = term if result is None else _or(result, term)
+    if not last:
+      same = _and(_not(_less(x, y)), _not(_less(y, x)))
+      equal_so_far = same if equal_so_far is None else _and(equal_so_far, same)
+  return result
+
+
+def _sort_last_axis(operands: list[Array], num_keys: int, descending: bool = False) -> list[Array]:
+  """Sort `operands` (one shape, sorted along the last axis) by their first `num_keys`, stably."""
+  from tinyjax.lax._control_flow import scan
+  from tinyjax.lax._slicing import gather_raw
+  length = operands[0].shape[-1]
+  if length <= 1: return operands
+  batch = tuple(operands[0].shape[:-1])
+  size = 1 << (length - 1).bit_length()
+  # each element's original position comes along as the last operand (and key); the padding's positions are
+  # `length` and beyond, which is how a stage tells padding from real elements
+  arrays = [pad_raw(x, [(0, 0)] * len(batch) + [(0, size - length)]) for x in operands]
+  arrays.append(iota_along(np.int32, (*batch, size), len(batch)))
+  # the network's stages: (block, distance) for block = 2, 4, ..., size and distance = block / 2, ..., 1
+  stages = [(1 << stage, 1 << sub) for stage in range(1, size.bit_length()) for sub in range(stage - 1, -1, -1)]
+  table = to_array(np.array(stages, np.int32))
+  shape = (*batch, size)
+  index = iota_along(np.int32, (size,), 0)
+  move_last_first = (len(batch), *range(len(batch)))
+
+  def stage(carry: list[Array], block_distance: Array) -> tuple[list[Array], None]:
+    block = expand_raw(reshape_raw(shrink_raw(block_distance, [(0, 1)]), ()), (size,))
+    distance = expand_raw(reshape_raw(shrink_raw(block_distance, [(1, 2)]), ()), (size,))
+    partner = bind(Ops.XOR, index, distance)
+    # every operand read at the partner's place (along the last axis, the same for every batch row)
+    gathered = []
+    for x in carry:
+      rows = gather_raw(permute_raw(x, (len(batch), *range(len(batch)))), reshape_raw(partner, (size, 1)), (1,))
+      gathered.append(permute_raw(reshape_raw(rows, (size, *batch)), list(np.argsort(move_last_first))))
+    real_self = _lt(carry[-1], full(shape, length, np.int32))
+    real_partner = _lt(gathered[-1], full(shape, length, np.int32))
+    keys_self = [real_self] + list(carry[:num_keys]) + [carry[-1]]
+    keys_partner = [real_partner] + gathered[:num_keys] + [gathered[-1]]
+    self_first = _lexicographic_less_with_pad(keys_self, keys_partner, descending)
+    is_lower = expand_raw(_lt(index, partner), shape)
+    ascending = expand_raw(_lt(bind(Ops.AND, index, block), full((size,), 1, np.int32)), shape)
+    keep = _where(_eq(is_lower, ascending), self_first, _not(self_first))
+    return [_where(keep, x, other) for x, other in zip(carry, gathered)], None
+
+  arrays, _ = scan(stage, arrays, table)
+  return [shrink_raw(x, [(0, d) for d in batch] + [(0, length)]) for x in arrays[:-1]]
+
+
+def _lexicographic_less_with_pad(a: list[Array], b: list[Array], descending: bool) -> Array:
+  """a before b: a real element before padding, then the keys, then the original position."""
+  real_a, real_b = a[0], b[0]
+  before_by_pad = _and(real_a, _not(real_b))
+  same_pad = _not(_or(before_by_pad, _and(real_b, _not(real_a))))
+  return _or(before_by_pad, _and(same_pad, _lexicographic_less(a[1:], b[1:], descending)))
+
+
+def sort(operand: Any, dimension: int = -1, is_stable: bool = True, num_keys: int = 1) -> Any:
+  """Sort `operand` (an array, or a sequence of arrays of one shape sorted together by the first `num_keys`) along
+  `dimension`: ascending, NaN last, stable."""
+  single = not isinstance(operand, (tuple, list))
+  arrays = [to_array(operand)] if single else [to_array(x) for x in operand]
+  if not arrays: raise TypeError("sort requires at least one operand")
+  shape = arrays[0].shape
+  for a in arrays:
+    if a.shape != shape: raise TypeError(f"sort operands must have the same shape, got {[x.shape for x in arrays]}")
+  if not 1 <= num_keys <= len(arrays):
+    raise ValueError(f"num_keys={num_keys} must be between 1 and the number of operands {len(arrays)}")
+  if not shape: raise TypeError("sort of a 0-dimensional array: give it an axis to sort")
+  axis = canonicalize_axis(dimension, len(shape))
+  order = [i for i in range(len(shape)) if i != axis] + [axis]
+  inverse = list(np.argsort(order))
+  moved = [permute_raw(a, order) for a in arrays]
+  result = [permute_raw(a, inverse) for a in _sort_last_axis(moved, num_keys)]
+  return result[0] if single else tuple(result)
+
+
+def sort_key_val(keys: Any, values: Any, dimension: int = -1, is_stable: bool = True) -> tuple[Array, Array]:
+  """`values` reordered as `keys` sort along `dimension`, and the sorted keys."""
+  return sort((keys, values), dimension, is_stable, num_keys=1)
+
+
+def top_k(operand: Any, k: int) -> tuple[Array, Array]:
+  """The `k` largest entries along the last axis, largest first (NaN counts as the largest, ties keep their order),
+  and their int32 indices."""
+  x = to_array(operand)
+  if x.ndim == 0: raise TypeError("top_k operand must have at least one dimension")
+  k = int(k)
+  if not 0 <= k <= x.shape[-1]:
+    raise ValueError(f"k argument to top_k must be nonnegative and at most the last dimension {x.shape[-1]}, got {k}")
+  positions = iota_along(np.int32, x.shape, x.ndim - 1)
+  values, indices = _sort_last_axis([x, positions], 1, descending=True)
+  bounds = [(0, d) for d in x.shape[:-1]] + [(0, k)]
+  return shrink_raw(values, bounds), shrink_raw(indices, bounds)
+
+
+def argsort_raw(x: Array, axis: int, descending: bool = False) -> Array:
+  """Stable int32 indices that sort `x` along `axis` (descending keeps ties in their original order)."""
+  order = [i for i in range(x.ndim) if i != axis] + [axis]
+  moved = permute_raw(x, order)
+  positions = iota_along(np.int32, moved.shape, moved.ndim - 1)
+  _, indices = _sort_last_axis([moved, positions], 1, descending)
+  return permute_raw(indices, list(np.argsort(order)))
+
+
+def sort_raw(x: Array, axis: int, descending: bool = False) -> Array:
+  order = [i for i in range(x.ndim) if i != axis] + [axis]
+  (values,) = _sort_last_axis([permute_raw(x, order)], 1, descending)
+  return permute_raw(values, list(np.argsort(order)))
+
+
+def lexsort_raw(keys: Sequence[Array], axis: int) -> Array:
+  """Indices sorting by the last key, then the one before, ..., as numpy's lexsort."""
+  ordered = list(reversed(keys))
+  order = [i for i in range(ordered[0].ndim) if i != axis] + [axis]
+  moved = [permute_raw(k, order) for k in ordered]
+  positions = iota_along(np.int32, moved[0].shape, moved[0].ndim - 1)
+  *_, indices = _sort_last_axis([*moved, positions], len(moved))
+  return permute_raw(indices, list(np.argsort(order)))
+
