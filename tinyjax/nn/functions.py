@@ -79,13 +79,59 @@ swish = silu
 
 def gelu(x: Any, approximate: bool = True) -> Array:
   """Gaussian error linear unit. approximate=True (JAX's default) is the tanh form
-  x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+  x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); approximate=False the exact x/2 (1 + erf(x / sqrt(2)))."""
   x = _float_operand(x, "gelu")
   if not approximate:
-    raise NotImplementedError("gelu(approximate=False) needs erf, which tinyjax does not have yet; use the default "
-                              "approximate=True")
+    from tinyjax.lax._special import erf
+    return x * (0.5 * (1.0 + erf(x * np.array(1 / math.sqrt(2), x.dtype))))
   inner = math.sqrt(2 / math.pi) * (x + 0.044715 * (x ** 3))
   return x * (0.5 * (1.0 + tnp.tanh(inner)))
+
+
+def selu(x: Any) -> Array:
+  """Scaled ELU: scale * elu(x, alpha) with the self-normalising constants (alpha 1.6733, scale 1.0507)."""
+  alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+  return scale * elu(x, alpha)
+
+
+def celu(x: Any, alpha: float = 1.0) -> Array:
+  """Continuously differentiable ELU: max(x, 0) + alpha * min(expm1(x / alpha), 0)."""
+  x = _float_operand(x, "celu")
+  return tnp.maximum(x, 0.0) + alpha * tnp.expm1(tnp.minimum(x, 0.0) / alpha)
+
+
+def log_sigmoid(x: Any) -> Array:
+  """log(sigmoid(x)) = -softplus(-x), stable for large |x|."""
+  return -softplus(-_float_operand(x, "log_sigmoid"))
+
+
+def hard_tanh(x: Any) -> Array:
+  """-1 below -1, 1 above 1, x between."""
+  x = _float_operand(x, "hard_tanh")
+  return tnp.where(x > 1, 1.0, tnp.where(x < -1, -1.0, x))
+
+
+def hard_sigmoid(x: Any) -> Array:
+  """relu6(x + 3) / 6."""
+  return relu6(_float_operand(x, "hard_sigmoid") + 3.0) / 6.0
+
+
+def hard_silu(x: Any) -> Array:
+  """x * hard_sigmoid(x) (also called hard_swish)."""
+  x = _float_operand(x, "hard_silu")
+  return x * hard_sigmoid(x)
+
+
+hard_swish = hard_silu
+
+
+def glu(x: Any, axis: int = -1) -> Array:
+  """Gated linear unit: the first half of `axis` times the sigmoid of the second half."""
+  x = tnp.asarray(x)
+  size = x.shape[axis]
+  if size % 2: raise ValueError(f"glu requires an even size along axis {axis}, got {size}")
+  first, second = tnp.split(x, 2, axis=axis)
+  return first * sigmoid(second)
 
 
 def leaky_relu(x: Any, negative_slope: float = 1e-2) -> Array:

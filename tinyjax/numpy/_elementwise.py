@@ -397,11 +397,17 @@ def _round_float(x: Array, decimals: int) -> Array:
 around = round
 
 
-def clip(a: Any, a_min: Any = None, a_max: Any = None) -> Array:
-  """Elementwise min(max(a, a_min), a_max) with promotion (either bound may be None); NaN propagates."""
-  (x,) = promote("clip", a)
-  if a_min is not None: x = maximum(x, a_min)
-  if a_max is not None: x = minimum(x, a_max)
+def clip(arr: Any = None, /, min: Any = None, max: Any = None, *, a: Any = None,  # noqa: A002
+         a_min: Any = None, a_max: Any = None) -> Array:
+  """Elementwise min(max(arr, min), max) with promotion (either bound may be None); NaN propagates. numpy's older
+  names `a`, `a_min`, `a_max` are accepted too."""
+  if arr is None: arr = a
+  if arr is None: raise TypeError("clip() missing the array argument")
+  low = min if min is not None else a_min
+  high = max if max is not None else a_max
+  (x,) = promote("clip", arr)
+  if low is not None: x = maximum(x, low)
+  if high is not None: x = minimum(x, high)
   return x
 
 
