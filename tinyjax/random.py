@@ -523,25 +523,9 @@ def multivariate_normal(key: Any, mean: Any, cov: Any, shape: Sequence[int] | No
   batch = np.broadcast_shapes(mean.shape[:-1], cov.shape[:-2])
   shape = tuple(batch) if shape is None else _shape(shape)
   _check_shape("multivariate_normal", shape, mean.shape[:-1], cov.shape[:-2])
-  factor = _cholesky(cov)
+  factor = jnp.linalg.cholesky(cov)
   z = _normal(data, (*shape, n), dtype)
   return lax.add(expand_raw(mean, (*shape, n)), jnp.matmul(expand_raw(factor, (*shape, n, n)), z[..., None])[..., 0])
-
-
-def _cholesky(a: Array) -> Array:
-  """The lower Cholesky factor of symmetric positive-definite matrices (..., n, n): the column-by-column
-  Cholesky-Banachiewicz recurrence, unrolled over the static n (O(n^3) work, fine for the small n of covariances)."""
-  n = a.shape[-1]
-  columns: list[Array] = []
-  for j in range(n):
-    column = a[..., :, j]
-    for k, previous in enumerate(columns):
-      column = lax.sub(column, lax.mul(previous, expand_raw(previous[..., j:j + 1], previous.shape)))
-    pivot = lax.sqrt(column[..., j:j + 1])
-    below = lax.div(column, expand_raw(pivot, column.shape))
-    mask = jnp.arange(n) >= j
-    columns.append(jnp.where(mask, below, jnp.zeros_like(below)))
-  return jnp.stack(columns, axis=-1)
 
 
 def _shuffle(data: Array, x: Array, axis: int) -> Array:

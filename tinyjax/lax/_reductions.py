@@ -10,6 +10,8 @@ are exact at zeros, `dot_general`'s tangent is two dot_generals (bilinear).
 """
 from __future__ import annotations
 
+import enum
+
 from typing import Any, Sequence
 
 import numpy as np
@@ -297,3 +299,14 @@ ad.defjvp_zero(argmin_p)
 
 
 batching.defreduction(reduce_sum_p, reduce_prod_p, reduce_max_p, reduce_min_p, argmax_p, argmin_p)
+
+
+class Precision(enum.Enum):
+  """Precision requests of dot/matmul/einsum/conv (as jax.lax.Precision). tinyjax computes float32 products in
+  float32 with float32 accumulation at every level, so DEFAULT, HIGH and HIGHEST give the same (full float32)
+  results: a precision request never changes float32 results."""
+  DEFAULT = 0
+  HIGH = 1
+  HIGHEST = 2
+
+  def __str__(self) -> str: return self.name

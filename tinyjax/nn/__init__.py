@@ -1,7 +1,10 @@
 """tinyjax.nn: jax.nn's activations and helpers (relu, gelu, silu, sigmoid, softplus, softmax, log_softmax,
-logsumexp, one_hot, standardize, ...)."""
-from tinyjax.nn.functions import (elu, gelu, leaky_relu, log_softmax, logsumexp, one_hot, relu, relu6, sigmoid, silu,
+logsumexp, one_hot, standardize, ...) and `initializers`."""
+from tinyjax.nn import initializers
+from tinyjax.nn.functions import (celu, elu, gelu, glu, hard_sigmoid, hard_silu, hard_swish, hard_tanh, leaky_relu,
+                                  log_sigmoid, log_softmax, logsumexp, one_hot, relu, relu6, selu, sigmoid, silu,
                                   softmax, softplus, standardize, swish, tanh)
 
-__all__ = ["elu", "gelu", "leaky_relu", "log_softmax", "logsumexp", "one_hot", "relu", "relu6", "sigmoid", "silu",
-           "softmax", "softplus", "standardize", "swish", "tanh"]
+__all__ = ["celu", "elu", "gelu", "glu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh", "initializers",
+           "leaky_relu", "log_sigmoid", "log_softmax", "logsumexp", "one_hot", "relu", "relu6", "selu", "sigmoid",
+           "silu", "softmax", "softplus", "standardize", "swish", "tanh"]

@@ -438,3 +438,9 @@ def astype(x: Any, dtype: Any) -> Array:
 
 
 batching.defelementwise(_float_remainder_p, _logaddexp_p, _logaddexp2_p)
+
+
+def swap_last(x: Array) -> Array:
+  """x with its last two axes swapped (the matrix transpose of a batch)."""
+  from tinyjax.lax._shape import permute_raw
+  return permute_raw(x, (*range(x.ndim - 2), x.ndim - 1, x.ndim - 2))

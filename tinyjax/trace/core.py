@@ -155,6 +155,35 @@ class StagingTrace(Trace):
     return StagingTracer(UOp(Ops.PARAM, np.dtype(dtype), (), (index, tuple(shape))), weak_type, self)
 
 
+class ShapedArray:
+  """An abstract value: shape, dtype and weak type (what `typeof` returns; prints like JAX's, `float32[3]`)."""
+  __slots__ = ("shape", "dtype", "weak_type")
+
+  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool = False):
+    self.shape, self.dtype, self.weak_type = tuple(shape), np.dtype(dtype), bool(weak_type)
+
+  @property
+  def ndim(self) -> int: return len(self.shape)
+
+  def str_short(self) -> str:
+    return f"{self.dtype.name}[{','.join(map(str, self.shape))}]"
+
+  def __str__(self) -> str: return self.str_short()
+  def __repr__(self) -> str: return f"ShapedArray({self.str_short()}{', weak_type=True' if self.weak_type else ''})"
+  def __eq__(self, other: Any) -> bool:
+    return isinstance(other, ShapedArray) and (self.shape, self.dtype, self.weak_type) == (
+      other.shape, other.dtype, other.weak_type)
+  def __hash__(self) -> int: return hash((self.shape, self.dtype, self.weak_type))
+
+
+def typeof(x: Any) -> ShapedArray:
+  """The abstract value (shape, dtype, weak type) of an array, tracer or Python scalar."""
+  if not isinstance(x, Array):
+    from tinyjax.lax._base import to_array
+    x = to_array(x)
+  return ShapedArray(x.shape, x.dtype, x.weak_type)
+
+
 class PrimitiveCall:
   """The arg of a PRIMITIVE node: the primitive, its params (a sorted tuple of items, hashable) and its outputs'
   avals ((shape, dtype, weak_type) each). `expand` turns the call into Ops for lowering, by running the primitive's

@@ -124,3 +124,6 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
   """The Hessian of scalar `fun`: `jacfwd(jacrev(fun))`."""
   return jacfwd(jacrev(fun, argnums, has_aux), argnums, has_aux)
+
+
+jacobian = jacrev  # JAX's name for the reverse-mode Jacobian
