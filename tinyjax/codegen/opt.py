@@ -49,6 +49,10 @@ TILE_VECTORS = 4
 # touched once per SUM_BLOCK steps.
 STREAM_TILE = 4096
 
+# An innermost reduce loop shorter than this is not worth vectorising on its own (a 3x3 convolution's window row):
+# such kernels get the tile plan even when every load is contiguous along it.
+SHORT_REDUCE = 16
+
 Opt = tuple  # ("reduce_outside", range id) | ("upcast", range id, amount)
 
 
@@ -120,7 +124,10 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   if _stride(store_index, column) != 1: return None
   if any(len(load.src) > 2 or _stride(load.src[1], column) not in (0, 1) for load in loads): return None
   innermost = reduce_ranges[-1]
-  if all(_stride(load.src[1], innermost) in (0, 1) for load in loads): return None
+  # the plain nest is right when its inner loop (the innermost reduce range) is contiguous and long enough to
+  # vectorise; a short one (a convolution's kernel width) leaves it a scalar loop of a few iterations per output
+  short = innermost.src[0].arg < SHORT_REDUCE
+  if all(_stride(load.src[1], innermost) in (0, 1) for load in loads) and not short: return None
   lanes = max(1, VECTOR_BYTES // _accumulator_bytes(reduce))
   row = global_ranges[-2] if len(global_ranges) >= 2 else None
   reused = row is not None and row in value_nodes and any(row not in load.src[1].toposort for load in loads)

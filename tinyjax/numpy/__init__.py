@@ -20,6 +20,7 @@ from tinyjax.numpy._elementwise import (abs, absolute, add, arccos, arccosh, arc
                                         round, sign, signbit, sin, sinh, sqrt, square, subtract, tan, tanh,
                                         true_divide, trunc, where)
 from tinyjax.numpy._indexing import take, take_along_axis
+from tinyjax.numpy._einsum import einsum
 from tinyjax.numpy._more import (allclose, array_equal, array_split, diag, diagonal, hsplit, indices, isclose, kron,
                                  meshgrid, rot90, split, trace, vsplit)
 from tinyjax.numpy._reductions import (count_nonzero, nanargmax, nanargmin, nanmax, nanmean, nanmin, nanprod, nanstd,
@@ -55,8 +56,8 @@ __all__ = [
   "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "bool_", "broadcast_arrays", "broadcast_shapes",
   "broadcast_to", "cbrt", "ceil", "clip", "column_stack", "concatenate", "copysign", "cos", "cosh", "count_nonzero",
   "cummax", "cummin", "cumprod", "cumsum", "cumulative_prod", "cumulative_sum", "deg2rad", "degrees", "diag",
-  "diagonal", "diff", "divide", "dot", "dstack", "dtype", "e", "empty", "empty_like", "equal", "euler_gamma", "exp",
-  "exp2", "expand_dims", "expm1", "eye", "fabs", "finfo", "flatnonzero", "flip", "fliplr", "flipud", "float16",
+  "diagonal", "diff", "divide", "dot", "dstack", "dtype", "e", "einsum", "empty", "empty_like", "equal", "euler_gamma",
+  "exp", "exp2", "expand_dims", "expm1", "eye", "fabs", "finfo", "flatnonzero", "flip", "fliplr", "flipud", "float16",
   "float32", "float64", "float8_e4m3fn", "floor", "floor_divide", "fmax", "fmin", "fmod", "full", "full_like",
   "greater", "greater_equal", "heaviside", "histogram", "hsplit", "hstack", "hypot", "identity", "iinfo", "indices",
   "inf", "inner", "int16", "int32", "int64", "int8", "invert", "isclose", "isfinite", "isinf", "isnan", "isscalar",
