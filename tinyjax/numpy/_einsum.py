@@ -1,5 +1,6 @@
-"""`einsum`: Einstein summation over any valid subscripts (explicit or implicit output, `...`, repeated indices within
-an operand, traces, sums over indices of one operand, outer products, any number of operands).
+"""`einsum`, `convolve`, `correlate`. Einstein summation over any valid subscripts (explicit or implicit output,
+`...`, repeated indices within an operand, traces, sums over indices of one operand, outer products, any number of
+operands); `convolve` and `correlate` are 1-D convolutions (tinyjax/lax/_conv.py).
 
 Each operand first loses its repeated indices (diagonals) and the indices no one else needs (summed); then operands
 are contracted pairwise with `lax.dot_general`, always the pair whose result is smallest next (greedy), so a chain
@@ -11,6 +12,8 @@ from __future__ import annotations
 import math
 import string
 from typing import Any
+
+import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
@@ -141,3 +144,35 @@ def einsum(subscripts: str, *operands: Any, out: None = None, optimize: Any = "a
   result, term = _sum_out(result, term, set(output))
   return permute_raw(result, [term.index(c) for c in output])
 
+
+
+def convolve(a: Any, v: Any, mode: str = "full", *, precision: Any = None, preferred_element_type: Any = None
+             ) -> Array:
+  """The discrete linear convolution of 1-D arrays (numpy's modes 'full', 'same', 'valid')."""
+  x, kernel = asarray(a), asarray(v)
+  if x.ndim != 1 or kernel.ndim != 1: raise ValueError("convolve() only supports 1-dimensional inputs.")
+  if x.size == 0 or kernel.size == 0: raise ValueError("convolve: inputs cannot be empty")
+  if kernel.size > x.size: x, kernel = kernel, x
+  common = dtypes.result_type(x, kernel)
+  if not dtypes.is_floating(common): common = dtypes.default_float_dtype() if common == np.bool_ else common
+  x, kernel = cast(x, common, False), cast(kernel, common, False)
+  n = kernel.size
+  if mode == "full": padding = [(n - 1, n - 1)]
+  elif mode == "same": padding = [(n // 2, (n - 1) // 2)]  # the centre of 'full', as numpy
+  elif mode == "valid": padding = [(0, 0)]
+  else: raise ValueError(f"mode must be one of ['full', 'same', 'valid'], got {mode!r}")
+  from tinyjax.lax._conv import conv_general_dilated
+  from tinyjax.lax._shape import flip_raw
+  flipped = reshape_raw(flip_raw(kernel, [0]), (1, 1, n))
+  out = conv_general_dilated(reshape_raw(x, (1, 1, x.size)), flipped, (1,), padding, precision=precision,
+                             preferred_element_type=preferred_element_type)
+  return reshape_raw(out, (out.shape[-1],))
+
+
+def correlate(a: Any, v: Any, mode: str = "valid", *, precision: Any = None, preferred_element_type: Any = None
+              ) -> Array:
+  """The cross-correlation of 1-D arrays: convolve(a, v[::-1], mode)."""
+  kernel = asarray(v)
+  if kernel.ndim != 1: raise ValueError("correlate() only supports 1-dimensional inputs.")
+  from tinyjax.lax._shape import flip_raw
+  return convolve(a, flip_raw(kernel, [0]), mode, precision=precision, preferred_element_type=preferred_element_type)

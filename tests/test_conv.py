@@ -1,0 +1,104 @@
+"""Convolution and windowed reductions: JAX 0.10's outputs for 17 configurations (dimension numbers, strides, SAME /
+VALID / explicit and negative padding, lhs and rhs dilation, feature and batch groups, 1-D, conv_transpose, pooling and
+gradients; tests/data/conv_reference.npz), a numpy float64 im2col reference, finite differences, vmap and errors."""
+import os
+
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as tnp
+from tests.data.make_conv_reference import conv_cases
+from tinyjax import lax
+
+REFERENCE = np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "conv_reference.npz"))
+OURS = {}
+
+
+def _ours():
+  if not OURS: OURS.update({name: np.asarray(value) for name, value in conv_cases(lax, tnp, tj.grad).items()})
+  return OURS
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE.files))
+def test_matches_jax(name):
+  got, want = _ours()[name], REFERENCE[name]
+  assert got.shape == want.shape and got.dtype == want.dtype
+  np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def numpy_conv(x, w, stride, padding, dilation=(1, 1)):
+  """NCHW / OIHW cross-correlation in float64 by im2col."""
+  x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), padding[0], padding[1]))
+  kh, kw = w.shape[2:]
+  (sh, sw), (dh, dw) = stride, dilation
+  oh = (x.shape[2] - (kh - 1) * dh - 1) // sh + 1
+  ow = (x.shape[3] - (kw - 1) * dw - 1) // sw + 1
+  out = np.zeros((x.shape[0], w.shape[0], oh, ow))
+  for a in range(kh):
+    for b in range(kw):
+      window = x[:, :, a * dh:a * dh + (oh - 1) * sh + 1:sh, b * dw:b * dw + (ow - 1) * sw + 1:sw]
+      out += np.einsum("nchw,oc->nohw", window, w[:, :, a, b].astype(np.float64))
+  return out
+
+
+@pytest.mark.parametrize("stride,padding,dilation", [((1, 1), ((1, 1), (1, 1)), (1, 1)),
+                                                     ((2, 3), ((0, 2), (1, 0)), (1, 1)),
+                                                     ((1, 1), ((2, 2), (2, 2)), (2, 2))])
+def test_matches_numpy_im2col(stride, padding, dilation):
+  rng = np.random.default_rng(1)
+  x = rng.standard_normal((2, 5, 11, 10)).astype(np.float32)
+  w = rng.standard_normal((7, 5, 3, 3)).astype(np.float32)
+  got = lax.conv_general_dilated(x, w, stride, padding, rhs_dilation=dilation)
+  np.testing.assert_allclose(np.asarray(got), numpy_conv(x, w, stride, padding, dilation), rtol=1e-4, atol=1e-4)
+  jitted = tj.jit(lambda a, b: lax.conv_general_dilated(a, b, stride, padding, rhs_dilation=dilation))(x, w)
+  np.testing.assert_allclose(np.asarray(jitted), np.asarray(got), rtol=1e-6, atol=1e-6)
+
+
+def test_gradients_vmap_and_pooling_helpers():
+  rng = np.random.default_rng(2)
+  x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+  w = rng.standard_normal((3, 2, 2, 2)).astype(np.float32)
+
+  def loss(w):
+    return (tnp.tanh(lax.conv_general_dilated(x, w, (1, 2), "SAME")) ** 2).sum()
+  grad = np.asarray(tj.grad(loss)(tnp.asarray(w)))
+  eps, numeric = 1e-2, np.zeros_like(w, dtype=np.float64)
+  for index in np.ndindex(w.shape):
+    step = np.zeros_like(w)
+    step[index] = eps
+    numeric[index] = (float(loss(tnp.asarray(w + step))) - float(loss(tnp.asarray(w - step)))) / (2 * eps)
+  np.testing.assert_allclose(grad, numeric, rtol=2e-2, atol=2e-2)
+  xs = rng.standard_normal((4, 2, 5, 5)).astype(np.float32)
+  batched = tj.vmap(lambda image: lax.conv(image[None], w, (1, 1), "VALID")[0])(xs)
+  np.testing.assert_allclose(np.asarray(batched), np.asarray(lax.conv(xs, w, (1, 1), "VALID")), rtol=1e-5, atol=1e-5)
+  ws = np.stack([w, 2 * w])
+  per_kernel = tj.jit(tj.vmap(lambda k: lax.conv(x, k, (1, 1), "VALID")))(ws)
+  np.testing.assert_allclose(np.asarray(per_kernel)[1], 2 * np.asarray(per_kernel)[0], rtol=1e-5, atol=1e-5)
+  nhwc = np.transpose(xs, (0, 2, 3, 1))
+  pooled = lax.reduce_window(nhwc, 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "VALID") / 4
+  want = nhwc[:, :4, :4].reshape(4, 2, 2, 2, 2, 2).mean(axis=(2, 4))
+  np.testing.assert_allclose(np.asarray(pooled), want, rtol=1e-5, atol=1e-6)
+  grad = tj.grad(lambda v: lax.reduce_window(v, -tnp.inf, lax.max, (2, 2), (2, 2), "VALID").sum())(
+    tnp.asarray(np.array([[1.0, 5.0], [2.0, 3.0]], np.float32)))
+  np.testing.assert_array_equal(np.asarray(grad), [[0, 1], [0, 0]])
+  np.testing.assert_allclose(np.asarray(tnp.convolve(np.arange(5.0), np.array([1.0, 2.0, 0.5]), mode="same")),
+                             np.convolve(np.arange(5.0), [1.0, 2.0, 0.5], mode="same"), rtol=1e-6)
+
+
+def test_conv_errors():
+  x, w = tnp.ones((1, 4, 5, 5)), tnp.ones((2, 4, 3, 3))
+  with pytest.raises(TypeError, match="same dtypes"):
+    lax.conv(x, w.astype(tnp.int32), (1, 1), "SAME")
+  with pytest.raises(TypeError, match="feature"):
+    lax.conv(x, tnp.ones((2, 3, 3, 3)), (1, 1), "SAME")
+  with pytest.raises(ValueError, match="feature_group_count"):
+    lax.conv_general_dilated(x, tnp.ones((3, 2, 3, 3)), (1, 1), "SAME", feature_group_count=3)
+  with pytest.raises(ValueError, match="padding"):
+    lax.conv(x, w, (1, 1), "FULL")
+  with pytest.raises(ValueError, match="spec"):
+    lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NCHW", "OIHX", "NNHW"))
+  with pytest.raises(ValueError, match="does not fit"):
+    lax.conv(x, tnp.ones((2, 4, 7, 7)), (1, 1), "VALID")
+  with pytest.raises(NotImplementedError, match="computation"):
+    lax.reduce_window(x, 0.0, lambda a, b: a - b, (1, 1, 2, 2), (1, 1, 1, 1), "VALID")
