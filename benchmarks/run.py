@@ -177,9 +177,34 @@ def bench_random_normal():
          theirs / ours, "numpy: default_rng().standard_normal")
 
 
+def bench_conv():
+  import tinyjax
+  from tinyjax import lax
+  rng = np.random.default_rng(0)
+  x_host = rng.standard_normal((32, 64, 56, 56)).astype(np.float32)
+  w_host = (rng.standard_normal((64, 64, 3, 3)) * 0.1).astype(np.float32)
+  x, w = tnp.asarray(x_host), tnp.asarray(w_host)
+  flops = 2 * 32 * 64 * 56 * 56 * 64 * 9
+  forward = tinyjax.jit(lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME"))
+  backward = tinyjax.jit(tinyjax.grad(lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME").sum(),
+                                      argnums=(0, 1)))
+
+  def with_numpy():  # im2col + one contraction (BLAS)
+    padded = np.pad(x_host, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    columns = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+    return np.einsum("nchwij,ocij->nohw", columns, w_host, optimize=True)
+  ours = best_of(lambda: forward(x, w).block_until_ready(), repeat=3)
+  ours_backward = best_of(lambda: [g.block_until_ready() for g in backward(x, w)], repeat=3)
+  theirs = best_of(with_numpy, repeat=3)
+  report("conv 3x3 32x64x56x56 -> 64, SAME, forward", f"{flops / ours / 1e9:.1f} vs numpy {flops / theirs / 1e9:.1f} "
+         "GFLOP/s", theirs / ours, "goal >= 1x numpy im2col + matmul")
+  report("conv 3x3 backward (dx and dw)", f"{2 * flops / ours_backward / 1e9:.1f} GFLOP/s",
+         2 * theirs / ours_backward, "ratio vs 2 numpy forward convs")
+
+
 BENCHMARKS = [bench_first_call_compile, bench_elementwise_chain, bench_transcendental, bench_sum_axis, bench_matmul,
               bench_eager_dispatch, bench_jit_dispatch, bench_embedding_gather, bench_scan_rnn,
-              bench_random_normal]
+              bench_random_normal, bench_conv]
 
 if __name__ == "__main__":
   wanted = sys.argv[1:]

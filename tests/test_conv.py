@@ -102,3 +102,53 @@ def test_conv_errors():
     lax.conv(x, tnp.ones((2, 4, 7, 7)), (1, 1), "VALID")
   with pytest.raises(NotImplementedError, match="computation"):
     lax.reduce_window(x, 0.0, lambda a, b: a - b, (1, 1, 2, 2), (1, 1, 1, 1), "VALID")
+
+
+@pytest.mark.parametrize("config", [
+  dict(window_strides=(2, 1), padding="SAME"),
+  dict(window_strides=(1, 1), padding=[(2, 0), (1, 1)], rhs_dilation=(2, 1)),
+  dict(window_strides=(1, 2), padding=[(1, 1), (0, 2)], lhs_dilation=(2, 2)),
+  dict(window_strides=(1, 1), padding="VALID", feature_group_count=2),
+  dict(window_strides=(2, 2), padding="SAME", batch_group_count=2),
+  dict(window_strides=(1, 1), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
+], ids=["stride", "rhs_dilation", "lhs_dilation", "feature_groups", "batch_groups", "nhwc"])
+def test_convolution_transposes_match_the_decomposition(config):
+  """The gradients are JAX's transposed convolutions; they must equal the derivative of the movement-op
+  decomposition itself (differentiated op by op)."""
+  from tinyjax.lax._conv import _conv_impl, conv_general_dilated_p
+  rng = np.random.default_rng(6)
+  nhwc = "dimension_numbers" in config
+  x = rng.standard_normal((4, 7, 6, 4) if nhwc else (4, 4, 7, 6)).astype(np.float32)
+  groups = config.get("feature_group_count", 1)
+  w = rng.standard_normal((3, 2, 4, 6) if nhwc else (6, 4 // groups, 3, 2)).astype(np.float32)
+  out = lax.conv_general_dilated(x, w, **config)
+  weights = tnp.asarray(rng.standard_normal(out.shape).astype(np.float32))
+  captured = {}
+  original = conv_general_dilated_p.bind
+
+  def capture(*operands, **params):
+    captured.update(params)
+    return original(*operands, **params)
+  conv_general_dilated_p.bind = capture
+  try:
+    lax.conv_general_dilated(x, w, **config)
+  finally:
+    conv_general_dilated_p.bind = original
+
+  def by_primitive(a, b): return (lax.conv_general_dilated(a, b, **config) * weights).sum()
+  def by_decomposition(a, b): return (_conv_impl(a, b, **captured) * weights).sum()
+  got = tj.grad(by_primitive, argnums=(0, 1))(tnp.asarray(x), tnp.asarray(w))
+  want = tj.grad(by_decomposition, argnums=(0, 1))(tnp.asarray(x), tnp.asarray(w))
+  for g, v in zip(got, want): np.testing.assert_allclose(np.asarray(g), np.asarray(v), rtol=1e-4, atol=1e-4)
+  tangent = tj.jvp(lambda b: by_primitive(tnp.asarray(x), b), (tnp.asarray(w),), (tnp.ones(w.shape),))[1]
+  assert float(tangent) == pytest.approx(float(tnp.sum(got[1])), rel=1e-4)
+
+
+def test_convolution_inside_a_scan_differentiates():
+  rng = np.random.default_rng(7)
+  x = tnp.asarray(rng.standard_normal((3, 1, 2, 6, 6)).astype(np.float32))
+  w = tnp.asarray(rng.standard_normal((2, 2, 3, 3)).astype(np.float32))
+
+  def scanned(k): return lax.scan(lambda c, xi: (c + (lax.conv(xi, k, (1, 1), "SAME") ** 2).sum(), None), 0.0, x)[0]
+  def unrolled(k): return sum((lax.conv(x[i], k, (1, 1), "SAME") ** 2).sum() for i in range(3))
+  np.testing.assert_allclose(np.asarray(tj.grad(scanned)(w)), np.asarray(tj.grad(unrolled)(w)), rtol=1e-5)

@@ -21,8 +21,10 @@ from tinyjax.lax._base import expand_raw, like, reshape_raw, to_array
 from tinyjax.lax._reductions import dot_general_raw, reduce_raw, sum_raw
 from tinyjax.lax._elementwise import _neg, add, max as lax_max, min as lax_min, mul
 from tinyjax.lax._shape import flip_raw, pad, permute_raw, shrink_raw
-from tinyjax.trace.core import bind
-from tinyjax.uop import Ops
+from tinyjax.trace import ad
+from tinyjax.trace.control_flow import BodyTrace
+from tinyjax.trace.core import Primitive, StagingTracer, bind, current_trace
+from tinyjax.uop import Ops, UOp
 
 
 class ConvDimensionNumbers(NamedTuple):
@@ -127,15 +129,13 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int], padd
   n_spatial = lhs.ndim - 2
   if n_spatial < 1: raise TypeError(f"convolution needs at least one spatial dimension, got lhs shape {lhs.shape}")
   strides = tuple(int(s) for s in window_strides)
-  lhs_dilation = tuple(lhs_dilation or (1,) * n_spatial)
-  rhs_dilation = tuple(rhs_dilation or (1,) * n_spatial)
+  lhs_dilation = tuple(int(d) for d in (lhs_dilation or (1,) * n_spatial))
+  rhs_dilation = tuple(int(d) for d in (rhs_dilation or (1,) * n_spatial))
   for name, values in (("window_strides", strides), ("lhs_dilation", lhs_dilation), ("rhs_dilation", rhs_dilation)):
     if len(values) != n_spatial or any(v < 1 for v in values):
       raise ValueError(f"{name} must have {n_spatial} positive entries, got {values}")
-  x = permute_raw(lhs, numbers.lhs_spec)  # (N, C, spatial...)
-  w = permute_raw(rhs, numbers.rhs_spec)  # (O, I, spatial...)
-  batch, channels = x.shape[:2]
-  out_features, in_features = w.shape[:2]
+  batch, channels = (lhs.shape[i] for i in numbers.lhs_spec[:2])
+  out_features, in_features = (rhs.shape[i] for i in numbers.rhs_spec[:2])
   groups, batch_groups = int(feature_group_count), int(batch_group_count)
   if groups < 1 or channels % groups or out_features % groups:
     raise ValueError(f"feature_group_count={groups} must divide the input features {channels} and the output "
@@ -146,27 +146,50 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int], padd
   if batch_groups < 1 or batch % batch_groups or out_features % batch_groups:
     raise ValueError(f"batch_group_count={batch_groups} must divide the batch {batch} and the output features "
                      f"{out_features}")
+  if groups > 1 and batch_groups > 1: raise ValueError("at most one of feature_group_count and batch_group_count > 1")
   if isinstance(padding, str) and any(d != 1 for d in lhs_dilation):
     raise ValueError("String padding is not implemented for transposed convolution using this op. Please either "
                      "exactly specify the required padding or use conv_transpose.")
+  kernel = [rhs.shape[i] for i in numbers.rhs_spec[2:]]
+  effective = [(k - 1) * d + 1 for k, d in zip(kernel, rhs_dilation)]
+  in_sizes = [lhs.shape[i] for i in numbers.lhs_spec[2:]]
+  pads = padtype_to_pads(in_sizes, effective, strides, padding) if isinstance(padding, str) else \
+    tuple(tuple(int(v) for v in pair) for pair in padding)
+  if len(pads) != n_spatial: raise ValueError(f"padding must have {n_spatial} (low, high) pairs, got {padding}")
+  out_dtype = lhs.dtype if preferred_element_type is None else dtypes.canonicalize_dtype(
+    dtypes.dtype(preferred_element_type))
+  return conv_general_dilated_p.bind(lhs, rhs, window_strides=strides, padding=tuple(tuple(p) for p in pads),
+                                     lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation, dimension_numbers=numbers,
+                                     feature_group_count=groups, batch_group_count=batch_groups,
+                                     preferred_element_type=out_dtype)
+
+
+def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], padding: tuple[tuple[int, int], ...],
+               lhs_dilation: tuple[int, ...], rhs_dilation: tuple[int, ...], dimension_numbers: ConvDimensionNumbers,
+               feature_group_count: int, batch_group_count: int, preferred_element_type: np.dtype) -> Array:
+  """The convolution as movement ops and one dot_general (arguments checked and resolved by the caller)."""
+  numbers, out_dtype, strides = dimension_numbers, preferred_element_type, window_strides
+  n_spatial = lhs.ndim - 2
+  x = permute_raw(lhs, numbers.lhs_spec)  # (N, C, spatial...)
+  w = permute_raw(rhs, numbers.rhs_spec)  # (O, I, spatial...)
+  batch, channels = x.shape[:2]
+  out_features, in_features = w.shape[:2]
+  groups, batch_groups = feature_group_count, batch_group_count
   if any(d != 1 for d in lhs_dilation):  # transposed convolution: zeros between input elements
     x = pad(x, 0, [(0, 0, 0), (0, 0, 0)] + [(0, 0, d - 1) for d in lhs_dilation])
   kernel = w.shape[2:]
-  effective = [(k - 1) * d + 1 for k, d in zip(kernel, rhs_dilation)]
-  pads = padtype_to_pads(x.shape[2:], effective, strides, padding) if isinstance(padding, str) else \
-    [tuple(int(v) for v in pair) for pair in padding]
-  if len(pads) != n_spatial: raise ValueError(f"padding must have {n_spatial} (low, high) pairs, got {padding}")
-  if any(p != (0, 0) for p in pads):
-    x = _materialize(pad(x, 0, [(0, 0, 0), (0, 0, 0)] + [(lo, hi, 0) for lo, hi in pads]))
+  if any(p != (0, 0) for p in padding):
+    x = _materialize(pad(x, 0, [(0, 0, 0), (0, 0, 0)] + [(lo, hi, 0) for lo, hi in padding]))
   patches, out_sizes = _windows(x, range(2, 2 + n_spatial), kernel, strides, rhs_dilation)
   # patches: (N, C, o1, k1, o2, k2, ...); kernel w: (O, I, k1, k2, ...)
   spatial_k = [3 + 2 * i for i in range(n_spatial)]
-  out_dtype = lhs.dtype if preferred_element_type is None else dtypes.canonicalize_dtype(
-    dtypes.dtype(preferred_element_type))
   if groups == 1 and batch_groups == 1:
-    result = dot_general_raw(patches, w, ((1, *spatial_k), (1, *range(2, 2 + n_spatial))), ((), ()), out_dtype)
-    # (N, o..., O) -> (N, O, o...)
-    result = permute_raw(result, (0, n_spatial + 1, *range(1, n_spatial + 1)))
+    # a GEMM (N o...) x (C k...) @ (C k...) x O: the kernel goes first into (C, k..., O) and the product is computed
+    # as (N, o..., O), so that the output channels are the contiguous, vectorised axis of the tile (codegen/opt.py)
+    w = _materialize(permute_raw(w, (*range(1, n_spatial + 2), 0)))
+    result = dot_general_raw(patches, w, ((1, *spatial_k), tuple(range(n_spatial + 1))), ((), ()), out_dtype)
+    result = _materialize(result)
+    result = permute_raw(result, (0, n_spatial + 1, *range(1, n_spatial + 1)))  # (N, o..., O) -> (N, O, o...)
   elif batch_groups == 1:
     per_group = channels // groups
     patches = reshape_raw(patches, (batch, groups, per_group, *patches.shape[2:]))
@@ -186,6 +209,141 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int], padd
     result = permute_raw(result, (1, 0, n_spatial + 2, *range(2, n_spatial + 2)))
     result = reshape_raw(result, (per_batch, out_features, *out_sizes))
   return permute_raw(result, list(np.argsort(numbers.out_spec)))
+
+
+conv_general_dilated_p = Primitive("conv_general_dilated", _conv_impl)
+
+
+# -- differentiation: JAX's transposes, themselves convolutions (so the backward pass is as fast as the forward)
+
+def _dilate_shape(shape: Sequence[int], dilation: Sequence[int]) -> list[int]:
+  return [0 if d == 0 else 1 + r * (d - 1) for d, r in zip(shape, dilation)]
+
+
+def _spec_transpose(spec: tuple[int, ...]) -> tuple[int, ...]: return (spec[1], spec[0], *spec[2:])
+
+
+def _reshape_axis_out_of(source: int, size: int, x: Array) -> Array:
+  shape = list(x.shape)
+  shape[source:source + 1] = [size, shape[source] // size]
+  return reshape_raw(x, tuple(shape))
+
+
+def _reshape_axis_into(source: int, destination: int, x: Array) -> Array:
+  """Merge axis `source` into axis `destination` (numbered without `source`), as its major part."""
+  perm = [i for i in range(x.ndim) if i != source]
+  perm.insert(destination, source)
+  shape = [d for i, d in enumerate(x.shape) if i != source]
+  shape[destination] *= x.shape[source]
+  return reshape_raw(permute_raw(x, perm), tuple(shape))
+
+
+def _transpose_lhs(ct: Array, rhs: Array, lhs_shape: tuple[int, ...], params: dict) -> Array:
+  numbers = params["dimension_numbers"]
+  groups, batch_groups = params["feature_group_count"], params["batch_group_count"]
+  lhs_spec, rhs_spec, out_spec = numbers
+  if groups > 1:
+    rhs = _reshape_axis_into(rhs_spec[0], rhs_spec[1], _reshape_axis_out_of(rhs_spec[0], groups, rhs))
+  elif batch_groups > 1:
+    rhs = _reshape_axis_into(rhs_spec[0], rhs_spec[1], _reshape_axis_out_of(rhs_spec[0], batch_groups, rhs))
+    groups = batch_groups
+  in_shape = [lhs_shape[i] for i in lhs_spec[2:]]
+  window = [rhs.shape[i] for i in rhs_spec[2:]]
+  out_shape = [ct.shape[i] for i in out_spec[2:]]
+  lhs_dilated = _dilate_shape(in_shape, params["lhs_dilation"])
+  rhs_dilated = _dilate_shape(window, params["rhs_dilation"])
+  out_dilated = _dilate_shape(out_shape, params["window_strides"])
+  before = [r - lo - 1 for r, (lo, _) in zip(rhs_dilated, params["padding"])]
+  after = [l + r - 1 - o - b for l, r, o, b in zip(lhs_dilated, rhs_dilated, out_dilated, before)]
+  flipped = flip_raw(rhs, list(rhs_spec[2:]))
+  result = conv_general_dilated(ct, flipped, params["lhs_dilation"], list(zip(before, after)),
+                                params["window_strides"], params["rhs_dilation"],
+                                ConvDimensionNumbers(out_spec, _spec_transpose(rhs_spec), lhs_spec), groups, 1,
+                                preferred_element_type=ct.dtype)
+  if batch_groups > 1:
+    result = _reshape_axis_into(lhs_spec[1], lhs_spec[0], _reshape_axis_out_of(lhs_spec[1], batch_groups, result))
+  return result
+
+
+def _transpose_rhs(ct: Array, lhs: Array, rhs_shape: tuple[int, ...], params: dict) -> Array:
+  numbers = params["dimension_numbers"]
+  groups, batch_groups = params["feature_group_count"], params["batch_group_count"]
+  lhs_spec, rhs_spec, out_spec = numbers
+  if batch_groups > 1: groups, batch_groups = batch_groups, 1
+  elif groups > 1: groups, batch_groups = 1, groups
+  in_shape = [lhs.shape[i] for i in lhs_spec[2:]]
+  window = [rhs_shape[i] for i in rhs_spec[2:]]
+  out_shape = [ct.shape[i] for i in out_spec[2:]]
+  lhs_dilated = _dilate_shape(in_shape, params["lhs_dilation"])
+  rhs_dilated = _dilate_shape(window, params["rhs_dilation"])
+  out_dilated = _dilate_shape(out_shape, params["window_strides"])
+  lows = [lo for lo, _ in params["padding"]]
+  highs = [(o - l) + (r - lo - 1) for o, l, r, lo in zip(out_dilated, lhs_dilated, rhs_dilated, lows)]
+  numbers_t = ConvDimensionNumbers(_spec_transpose(lhs_spec), _spec_transpose(out_spec), _spec_transpose(rhs_spec))
+  return conv_general_dilated(lhs, ct, params["rhs_dilation"], list(zip(lows, highs)), params["lhs_dilation"],
+                              params["window_strides"], numbers_t, groups, batch_groups,
+                              preferred_element_type=ct.dtype)
+
+
+class _ConvLinear:
+  """A convolution as a linear map of one operand (the other known), staged in a linear program: its transpose is
+  the convolution JAX uses for that operand's gradient."""
+
+  def __init__(self, known: Any, which: str, params: dict, operand_shape: tuple[int, ...], out_shape: tuple):
+    self.known, self.which, self.params = known, which, params
+    self.operand_shape, self.out_shapes = operand_shape, [tuple(out_shape)]
+
+  def transpose(self, index: int, ct: Any) -> tuple[Any]:
+    if self.which == "lhs": return (_transpose_lhs(ct, self.known, self.operand_shape, self.params),)
+    return (_transpose_rhs(ct, self.known, self.operand_shape, self.params),)
+
+  __hash__ = object.__hash__
+
+
+def _linear_conv(tangent: Any, known: Any, which: str, params: dict) -> Any:
+  """The convolution of a tangent with the known other operand: a CUSTOM_LINEAR node in a linear program (so its
+  transpose is a convolution), or the convolution itself under plain forward mode."""
+  trace = current_trace.get()
+  operands = (tangent, known) if which == "lhs" else (known, tangent)
+  if isinstance(trace, ad.LinearTrace) and isinstance(trace.parent, BodyTrace):
+    # inside a loop body being linearized, the known operand must be a residual of the body's program: stage the
+    # decomposition, whose known operands the linear trace records as residuals
+    return _conv_impl(*operands, **params)
+  if isinstance(trace, ad.LinearTrace) and trace.is_mine(tangent):
+    lhs_shape, rhs_shape = (tangent.shape, known.shape) if which == "lhs" else (known.shape, tangent.shape)
+    shape = _conv_out_shape(lhs_shape, rhs_shape, params)
+    handle = _ConvLinear(known, which, params, tuple(tangent.shape), shape)
+    node = UOp(Ops.CUSTOM_LINEAR, np.dtype(params["preferred_element_type"]), (tangent.uop,), (handle, 0))
+    return StagingTracer(node, False, trace)
+  return conv_general_dilated_p.bind(*operands, **params)
+
+
+def _conv_out_shape(lhs_shape: Sequence[int], rhs_shape: Sequence[int], params: dict) -> tuple[int, ...]:
+  lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
+  batch = lhs_shape[lhs_spec[0]] // params["batch_group_count"]
+  features = rhs_shape[rhs_spec[0]]
+  spatial = []
+  for axis, k_axis, stride, (lo, hi), base, dilation in zip(lhs_spec[2:], rhs_spec[2:], params["window_strides"],
+                                                            params["padding"], params["lhs_dilation"],
+                                                            params["rhs_dilation"]):
+    size = _dilate_shape([lhs_shape[axis]], [base])[0] + lo + hi
+    effective = (rhs_shape[k_axis] - 1) * dilation + 1
+    spatial.append((size - effective) // stride + 1)
+  logical = [batch, features, *spatial]
+  shape = [0] * len(logical)
+  for position, axis in enumerate(out_spec): shape[axis] = logical[position]
+  return tuple(shape)
+
+
+def _conv_jvp(primals, tangents, out, **params):
+  (lhs, rhs), (t_lhs, t_rhs) = primals, tangents
+  terms = []
+  if t_lhs is not None: terms.append(_linear_conv(t_lhs, rhs, "lhs", params))
+  if t_rhs is not None: terms.append(_linear_conv(t_rhs, lhs, "rhs", params))
+  return ad.sum_tangents(*terms)
+
+
+ad.jvp_rules[conv_general_dilated_p] = _conv_jvp
 
 
 def conv(lhs: Any, rhs: Any, window_strides: Sequence[int], padding: Any, precision: Any = None,
