@@ -107,3 +107,23 @@ def test_histogram_matches_numpy():
   np.testing.assert_array_equal(np.asarray(jitted), np.histogram(data, 6)[0])
   with pytest.raises(ValueError, match="positive"):
     tnp.histogram(data, 0)
+
+
+def test_traced_nonzero_unique_and_repeat_with_static_sizes():
+  mask = np.array([[0, 3, 0], [1, 0, 2]])
+  rows, cols = tj.jit(lambda v: tnp.nonzero(v, size=5, fill_value=-1))(mask)
+  np.testing.assert_array_equal(np.asarray(rows), [0, 1, 1, -1, -1])
+  np.testing.assert_array_equal(np.asarray(cols), [1, 0, 2, -1, -1])
+  np.testing.assert_array_equal(np.asarray(tj.jit(lambda v: tnp.argwhere(v, size=2))(mask)), [[0, 1], [1, 0]])
+  np.testing.assert_array_equal(np.asarray(tj.jit(lambda v: tnp.flatnonzero(v, size=4))(mask)), [1, 3, 5, 0])
+  np.testing.assert_array_equal(np.asarray(tj.vmap(lambda v: tnp.nonzero(v, size=2)[0])(mask)), [[1, 0], [0, 2]])
+  np.testing.assert_array_equal(np.asarray(tj.jit(lambda v: tnp.where(v > 0, size=3)[1])(mask)), [1, 0, 2])
+  unique = tj.jit(lambda v: tnp.unique(v, size=5))(np.array([3, 1, 3, 2, 1]))
+  np.testing.assert_array_equal(np.asarray(unique), [1, 2, 3, 1, 1])  # padded with the smallest, as JAX
+  floats = tj.jit(lambda v: tnp.unique(v, size=3, fill_value=-1.0))(np.array([2.0, np.nan, 2.0, np.nan], np.float32))
+  np.testing.assert_array_equal(np.asarray(floats), [2.0, np.nan, -1.0])
+  np.testing.assert_array_equal(np.asarray(tnp.repeat(np.arange(3), np.array([2, 0, 3]))), [0, 0, 2, 2, 2])
+  got = tj.jit(lambda r: tnp.repeat(tnp.arange(6).reshape(3, 2), r, axis=0, total_repeat_length=5))(np.array([1, 2, 1]))
+  np.testing.assert_array_equal(np.asarray(got), [[0, 1], [2, 3], [2, 3], [4, 5], [4, 5]])  # the last one repeats
+  with pytest.raises(tj.ConcretizationTypeError, match="total_repeat_length"):
+    tj.jit(lambda r: tnp.repeat(tnp.arange(3), r))(np.array([1, 2, 1]))

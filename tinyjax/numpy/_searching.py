@@ -17,8 +17,8 @@ import numpy as np
 from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax._base import cast, expand_raw, full, reshape_raw, to_array
-from tinyjax.lax._elementwise import _add, _and, _fdiv, _isnan, _lt, _mul, _not, _or, _sub, _where
-from tinyjax.lax._shape import iota, shrink_raw
+from tinyjax.lax._elementwise import _add, _and, _eq, _fdiv, _isnan, _lt, _mul, _not, _or, _sub, _where
+from tinyjax.lax._shape import iota, pad_raw, shrink_raw
 from tinyjax.lax._slicing import gather_raw
 from tinyjax.numpy._indexing import scatter_update
 from tinyjax.trace.core import Tracer, bind
@@ -40,9 +40,40 @@ def _sized(positions: np.ndarray, size: int | None, fill_value: Any) -> np.ndarr
                                             positions.dtype)])
 
 
+def _traced_nonzero(x: Array, size: int, fill_value: Any) -> tuple[Array, ...]:
+  """nonzero of a traced array with a static `size`: each non-zero element's rank among them (a cumulative sum)
+  is where its flat index goes (a scatter); the rest is `fill_value`. Works under jit and vmap."""
+  from tinyjax.numpy._sorting import cumsum
+  flat = reshape_raw(x, (x.size,))
+  mask = _not(_eq(flat, full(flat.shape, 0, flat.dtype))) if flat.dtype != np.bool_ else flat
+  rank = _add(cumsum(mask), full(flat.shape, -1, np.int32))
+  # elements that are zero, or beyond `size`, go to the dropped position `size`
+  target = _where(_and(mask, _lt(rank, full(flat.shape, size, np.int32))), rank, full(flat.shape, size, np.int32))
+  flat_index = iota(np.int32, flat.size)
+  sentinel = -1
+  positions = scatter_update(full((size,), sentinel, np.int32), target, flat_index, "set")
+  fills = fill_value if isinstance(fill_value, (tuple, list)) else (0 if fill_value is None else fill_value,) * x.ndim
+  found = _not(_eq(positions, full((size,), sentinel, np.int32)))
+  out, remaining = [], positions
+  strides = [int(np.prod(x.shape[i + 1:])) for i in range(x.ndim)]
+  for stride, dim, fill in zip(strides, x.shape, fills):
+    coordinate = _floor_div(remaining, stride) if stride > 1 else remaining
+    coordinate = lax_rem(coordinate, dim) if dim else coordinate
+    out.append(_where(found, coordinate, full((size,), fill, np.int32)))
+  return tuple(out)
+
+
+def _floor_div(x: Array, divisor: int) -> Array: return bind(Ops.IDIV, x, full(x.shape, divisor, x.dtype))
+def lax_rem(x: Array, divisor: int) -> Array: return bind(Ops.MOD, x, full(x.shape, divisor, x.dtype))
+
+
 def nonzero(a: Any, *, size: int | None = None, fill_value: Any = None) -> tuple[Array, ...]:
   """The indices of the non-zero elements, one int32 array per axis (numpy's order). `size=` pads (with
-  `fill_value`, default 0) or truncates to that many."""
+  `fill_value`, default 0) or truncates to that many; with `size=` it works on traced values too (under jit)."""
+  if isinstance(a, Tracer) and size is not None:
+    if a.ndim == 0:
+      raise ValueError("Calling nonzero on 0d arrays is not allowed. Use jnp.atleast_1d(scalar) instead.")
+    return _traced_nonzero(a, int(size), fill_value)
   host = _concrete("nonzero", a)
   if host.ndim == 0:
     raise ValueError("Calling nonzero on 0d arrays is not allowed. Use jnp.atleast_1d(scalar) instead.")
@@ -53,11 +84,16 @@ def nonzero(a: Any, *, size: int | None = None, fill_value: Any = None) -> tuple
 
 def flatnonzero(a: Any, *, size: int | None = None, fill_value: Any = None) -> Array:
   """The indices of the non-zero elements of the flattened array."""
+  if isinstance(a, Tracer) and size is not None: return nonzero(reshape_raw(a, (a.size,)), size=size,
+                                                                fill_value=fill_value)[0]
   return nonzero(np.ravel(_concrete("flatnonzero", a)), size=size, fill_value=fill_value)[0]
 
 
 def argwhere(a: Any, *, size: int | None = None, fill_value: Any = None) -> Array:
-  """The indices of the non-zero elements as a (count, ndim) int32 array."""
+  """The indices of the non-zero elements as a (count, ndim) int32 array (traced values need `size=`)."""
+  if isinstance(a, Tracer) and size is not None and a.ndim:
+    from tinyjax.numpy._shape import stack
+    return stack(_traced_nonzero(a, int(size), fill_value), axis=1)
   host = _concrete("argwhere", a)
   if host.ndim == 0: return to_array(np.zeros((int(bool(host)), 0), np.int32))
   columns = [np.asarray(c) for c in nonzero(host, size=size, fill_value=fill_value)]
@@ -69,6 +105,25 @@ def unique(ar: Any, return_index: bool = False, return_inverse: bool = False, re
            fill_value: Any = None) -> Any:
   """The sorted unique values of a concrete array (as numpy; NaNs compared equal), with the optional indices, inverse
   and counts; `size=` pads with `fill_value` (default: the smallest unique value) or truncates."""
+  if isinstance(ar, Tracer) and size is not None:
+    if return_index or return_inverse or return_counts or axis is not None:
+      raise NotImplementedError("unique of a traced array with size= supports neither return_index, return_inverse, "
+                                "return_counts nor axis yet")
+    from tinyjax.numpy._sorting import sort
+    ordered = sort(reshape_raw(ar, (ar.size,)))
+    if ordered.size == 0: return full((int(size),), 0 if fill_value is None else fill_value, ordered.dtype)
+    previous = pad_raw(shrink_raw(ordered, [(0, ordered.size - 1)]), [(1, 0)])
+    same = _eq(ordered, previous)
+    if equal_nan and dtypes.is_floating(ordered.dtype): same = _or(same, _and(_isnan(ordered), _isnan(previous)))
+    first = _or(_not(same), _lt(iota(np.int32, ordered.size), full((ordered.size,), 1, np.int32)))
+    (positions,) = _traced_nonzero(first, int(size), -1)
+    found = _not(_eq(positions, full(positions.shape, -1, np.int32)))
+    values = gather_raw(ordered, reshape_raw(_where(found, positions, full(positions.shape, 0, np.int32)),
+                                             (int(size), 1)), (1,))
+    values = reshape_raw(values, (int(size),))
+    fill = expand_raw(reshape_raw(shrink_raw(ordered, [(0, 1)]), ()), (int(size),)) if fill_value is None else \
+      full((int(size),), fill_value, ordered.dtype)
+    return _where(found, values, fill)
   host = _concrete("unique", ar)
   results = np.unique(host, return_index=return_index, return_inverse=return_inverse, return_counts=return_counts,
                       axis=axis, equal_nan=equal_nan)

@@ -257,13 +257,29 @@ def tile(A: Any, reps: int | Sequence[int]) -> Array:  # noqa: N803
   return reshape(spread, tuple(r * d for r, d in zip(reps, x.shape)))
 
 
-def repeat(a: Any, repeats: int, axis: int | None = None, *, total_repeat_length: int | None = None) -> Array:
-  """Each element repeated `repeats` times along `axis` (None: of the flattened array). Only a static int `repeats`
-  is built; per-element repeat counts need a gather (not built yet)."""
+def repeat(a: Any, repeats: Any, axis: int | None = None, *, total_repeat_length: int | None = None) -> Array:
+  """Each element repeated `repeats` times along `axis` (None: of the flattened array). `repeats` may be an array of
+  per-element counts: then output position j takes the element whose cumulative count first exceeds j (a binary
+  search and a gather); traced counts need `total_repeat_length` (the output length), as JAX."""
   x = _as_array(a)
   if not isinstance(repeats, (int, np.integer)):
-    raise NotImplementedError("repeat: per-element repeat counts (an array of repeats) are not supported yet; pass "
-                              "an int")
+    from tinyjax.numpy._indexing import take
+    from tinyjax.numpy._searching import searchsorted
+    from tinyjax.numpy._sorting import cumsum
+    from tinyjax.trace.core import Tracer
+    counts = asarray(repeats)
+    if axis is None: x, axis = ravel(x), 0
+    axis = canonicalize_axis(axis, x.ndim)
+    if counts.ndim == 0: counts = broadcast_to(counts, (x.shape[axis],))
+    if counts.shape != (x.shape[axis],):
+      raise ValueError(f"repeat: repeats of shape {counts.shape} must match the axis length {x.shape[axis]}")
+    if total_repeat_length is None:
+      if isinstance(counts, Tracer):
+        counts.concrete("repeat with traced repeats (pass total_repeat_length=)")
+      total_repeat_length = int(np.asarray(counts).sum())
+    ends = cumsum(counts)
+    source = searchsorted(ends, lax_shape.iota(np.int32, int(total_repeat_length)), side="right")
+    return take(x, source, axis=axis, mode="clip")
   repeats = operator.index(repeats)
   if repeats < 0: raise ValueError(f"repeat: repeats may not be negative, got {repeats}")
   if axis is None: x, axis = ravel(x), 0
