@@ -192,3 +192,18 @@ def test_check_grads_typeof_jacobian_precision():
   np.testing.assert_array_equal(np.asarray(jax.jacobian(lambda v: v ** 2)(jnp.arange(3.0))), np.diag([0.0, 2, 4]))
   product = jnp.dot(jnp.ones(3), jnp.ones(3), precision=jax.lax.Precision.HIGHEST)
   assert float(product) == 3.0 and str(jax.lax.Precision.HIGH) == "HIGH"
+
+
+def test_debug_nans_names_the_operation():
+  with jax.config.override("jax_debug_nans", True):
+    with pytest.raises(FloatingPointError, match="nan.*log"):
+      jnp.log(jnp.asarray([-1.0, 1.0]))
+    with pytest.raises(FloatingPointError, match="div"):
+      jnp.zeros(3) / jnp.zeros(3)
+    with pytest.raises(FloatingPointError, match="sqrt"):  # under jit: re-run op by op to find the operation
+      jax.jit(lambda v: jnp.sqrt(v) * 2)(jnp.asarray([-1.0, 4.0]))
+    with pytest.raises(FloatingPointError):
+      jax.grad(lambda v: jnp.sqrt(v).sum())(jnp.asarray([-1.0, 4.0]))
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: jnp.sqrt(v))(jnp.asarray([4.0]))), [2.0])
+    assert float(jnp.exp(0.0)) == 1.0
+  assert np.isnan(np.asarray(jnp.log(jnp.asarray([-1.0])))).all()  # off again: NaN flows

@@ -96,3 +96,13 @@ class Config:
 
 
 config = Config()
+
+
+def _sync_debug_nans(name: str, value: Any) -> None:
+  """Keep the trace machinery's jax_debug_nans switch (a plain list read on every eager op) in step."""
+  if name == "jax_debug_nans":
+    from tinyjax.trace.core import debug_nans
+    debug_nans[0] = bool(value)
+
+
+config.on_change(_sync_debug_nans)

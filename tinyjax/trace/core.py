@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from tinyjax.array import Array
-from tinyjax.uop import Ops, UOp
+from tinyjax.uop import ELEMENTWISE, Ops, UOp
 
 
 class ConcretizationTypeError(TypeError):
@@ -99,8 +99,32 @@ class Tracer(Array):
   def __reduce__(self): return (Array.from_numpy, (self.concrete("pickling")._value(), self.weak_type))
 
 
+# jax_debug_nans: check each eager operation's result for NaN (set by the config option; see `check_nans`)
+debug_nans = [False]
+# operations whose results are checked: those that compute values (movement and constants only move them)
+_CHECKED = ELEMENTWISE | {Ops.REDUCE_AXIS}
+
+
+def _jax_name(op: Ops, arg: Any) -> str:
+  """The name JAX gives the operation an Op performs (for error messages)."""
+  if op is Ops.REDUCE_AXIS: return {Ops.ADD: "reduce_sum", Ops.MAX: "reduce_max", Ops.MUL: "reduce_prod"}[arg[0]]
+  names = {Ops.FDIV: "div", Ops.IDIV: "div", Ops.MOD: "rem", Ops.RECIP: "div", Ops.CMPLT: "lt", Ops.CMPNE: "ne",
+           Ops.WHERE: "select_n", Ops.CAST: "convert_element_type", Ops.EXP2: "exp2", Ops.LOG2: "log2"}
+  return names.get(op, op.name.lower())
+
+
+def check_nans(name: str, values: Any) -> None:
+  """FloatingPointError if a float result of operation `name` holds a NaN (jax_debug_nans)."""
+  for value in values if isinstance(values, (list, tuple)) else (values,):
+    if isinstance(value, Array) and not isinstance(value, Tracer) and value.dtype.kind == "f":
+      if np.isnan(np.asarray(value._value(), dtype=np.float64)).any():
+        raise FloatingPointError(f"invalid value (nan) encountered in {name}")
+
+
 class EvalTrace(Trace):
-  """The bottom trace: applies an op to concrete arrays by building a lazy UOp (nothing runs until needed)."""
+  """The bottom trace: applies an op to concrete arrays by building a lazy UOp (nothing runs until needed). With
+  jax_debug_nans, each named primitive's (or bare Op's) float result is computed at once and checked for NaN."""
+  in_primitive = 0  # > 0 while a primitive's impl runs: its Ops are checked as the primitive
 
   def process(self, op: Ops, operands: tuple[Array, ...], arg: Any, dtype: np.dtype, weak_type: bool) -> Array:
     uops = []
@@ -110,7 +134,19 @@ class EvalTrace(Trace):
         raise UnexpectedTracerError(f"a {type(operand).__name__} reached the eager evaluator: a traced value was used "
                                     "outside the transformation that owns it")
       uops.append(operand.uop)
-    return Array(UOp(op, dtype, tuple(uops), arg), weak_type)
+    result = Array(UOp(op, dtype, tuple(uops), arg), weak_type)
+    if debug_nans[0] and not self.in_primitive and op in _CHECKED: check_nans(_jax_name(op, arg), result)
+    return result
+
+  def process_primitive(self, prim: Primitive, operands: tuple[Any, ...], params: dict) -> Any:
+    if not debug_nans[0]: return prim.impl(*operands, **params)
+    self.in_primitive += 1
+    try:
+      result = prim.impl(*operands, **params)
+    finally:
+      self.in_primitive -= 1
+    if not self.in_primitive: check_nans(prim.name, result)
+    return result
 
 
 class StagingTracer(Tracer):

@@ -26,7 +26,8 @@ from tinyjax.array import Array, realize_arrays
 from tinyjax.devices.buffer import Buffer
 from tinyjax.lower.realize import CompiledSchedule, get_schedule, normalize, run_schedule
 from tinyjax.lower.schedule import kernels_of
-from tinyjax.trace.core import EvalTrace, StagingTrace, Tracer, check_callable, current_trace, new_trace
+from tinyjax.trace.core import (EvalTrace, StagingTrace, Tracer, check_callable, check_nans, current_trace, debug_nans,
+                                new_trace)
 from tinyjax.uop import Ops, UOp
 
 
@@ -396,12 +397,23 @@ class JitWrapped:
       if (fast := _fast_signature(leaves)) is not None:
         signature, inputs = fast
         fast_key = (in_tree, signature)
-        if (compiled := self._fast_cache.get(fast_key)) is not None:
+        if (compiled := self._fast_cache.get(fast_key)) is not None and not debug_nans[0]:
           self._fast_calls += 1
           return compiled.run(inputs)
     compiled, leaves = self._lookup(args, kwargs)
     if fast_key is not None: self._fast_cache[fast_key] = compiled
-    return compiled.run([_leaf_to_array(leaf).realize().uop.arg for leaf in leaves])
+    result = compiled.run([_leaf_to_array(leaf).realize().uop.arg for leaf in leaves])
+    if debug_nans[0]: self._check_nans(result, args, kwargs)
+    return result
+
+  def _check_nans(self, result: Any, args: tuple, kwargs: dict) -> None:
+    """jax_debug_nans: a NaN in the outputs re-runs the function without jit, op by op, to name the operation that
+    made it (as JAX does); if that finds none (NaN came in), the error names the jitted function."""
+    try:
+      check_nans(f"jit({getattr(self.fun, '__name__', 'fun')})", tree_util.tree_leaves(result))
+    except FloatingPointError as error:
+      self.fun(*args, **kwargs)
+      raise error
 
   def lower(self, *args, **kwargs) -> Lowered:
     """Trace and compile for these arguments without running; `.as_text()` prints the program and kernels."""
