@@ -207,3 +207,26 @@ def test_debug_nans_names_the_operation():
     np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: jnp.sqrt(v))(jnp.asarray([4.0]))), [2.0])
     assert float(jnp.exp(0.0)) == 1.0
   assert np.isnan(np.asarray(jnp.log(jnp.asarray([-1.0])))).all()  # off again: NaN flows
+
+
+def _full_convolution(a, b):
+  out = np.zeros(tuple(n + k - 1 for n, k in zip(a.shape, b.shape)))
+  for index in np.ndindex(b.shape):
+    out[tuple(slice(i, i + n) for i, n in zip(index, a.shape))] += b[index] * a
+  return out
+
+
+def test_scipy_signal_convolve_and_correlate():
+  from tinyjax.scipy import signal
+  a = RNG.standard_normal((7, 6))
+  b = RNG.standard_normal((3, 4))
+  for kernel, fn in ((b, signal.convolve), (b[::-1, ::-1], signal.correlate)):
+    full = _full_convolution(a, kernel)
+    starts = [(k - 1) // 2 for k in b.shape]
+    same = full[tuple(slice(s, s + n) for s, n in zip(starts, a.shape))]
+    valid = full[tuple(slice(k - 1, n) for k, n in zip(b.shape, a.shape))]
+    for mode, want in (("full", full), ("same", same), ("valid", valid)):
+      got = np.asarray(fn(a.astype(np.float32), b.astype(np.float32), mode))
+      np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{fn.__name__} {mode}")
+  with pytest.raises(ValueError, match="dimensionality"):
+    signal.convolve(np.ones(3), np.ones((2, 2)))
