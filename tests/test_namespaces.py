@@ -230,3 +230,21 @@ def test_scipy_signal_convolve_and_correlate():
       np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{fn.__name__} {mode}")
   with pytest.raises(ValueError, match="dimensionality"):
     signal.convolve(np.ones(3), np.ones((2, 2)))
+
+
+def test_debug_print_prints_at_run_time(capsys):
+  def f(x):
+    y = jnp.sin(x) * 2
+    jax.debug.print("y = {}, total = {total}", y, total=x.sum())
+    return y.sum()
+  f(jnp.arange(3.0))
+  compiled = jax.jit(f)
+  compiled(jnp.arange(3.0))
+  compiled(jnp.ones(3))  # the second call prints its own values: not traced again
+  jax.vmap(f)(jnp.arange(6.0).reshape(2, 3))
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines[0] == lines[1] and lines[0].startswith("y = [0.") and lines[0].endswith("total = 3.0")
+  assert lines[2].startswith("y = [1.682") and lines[2].endswith("total = 3.0")
+  assert lines[-1].endswith("total = [ 3. 12.]")
+  with pytest.raises(NotImplementedError, match="scan"):
+    jax.lax.scan(lambda c, x: (jax.debug.print("{}", x) or c, None), 0.0, jnp.arange(2.0))

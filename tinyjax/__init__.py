@@ -12,11 +12,11 @@ from tinyjax.trace.custom import checkpoint, custom_jvp, custom_vjp, remat  # no
 from tinyjax.trace.batching import vmap  # noqa: E402
 from tinyjax.trace.jacobian import hessian, jacfwd, jacobian, jacrev  # noqa: E402
 from tinyjax.lower.realize import runtime_stats  # noqa: E402
-from tinyjax import devices, nn, random, scipy, test_util  # noqa: E402  (`import jax` gives jax.nn, jax.random...)
+from tinyjax import debug, devices, nn, random, scipy, test_util  # noqa: E402  (`import jax` gives jax.nn, jax.random...)
 from tinyjax.trace.core import ShapedArray, typeof  # noqa: E402
 
 __all__ = [
-  "Array", "block_until_ready", "checkpoint", "ConcretizationTypeError", "config", "custom_jvp", "custom_vjp",
+  "Array", "block_until_ready", "checkpoint", "ConcretizationTypeError", "config", "custom_jvp", "custom_vjp", "debug",
   "devices", "eval_shape", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax", "linearize",
   "make_jaxpr", "nn", "numpy", "random", "remat", "runtime_stats", "scipy", "ShapedArray", "ShapeDtypeStruct",
   "test_util", "tree", "tree_util", "typeof", "UnexpectedTracerError", "value_and_grad", "vjp", "vmap",

@@ -92,6 +92,7 @@ class Jaxpr:
   out_weak_types: tuple[bool, ...]
   out_tree: Any
   in_avals: tuple = ()  # (shape, dtype, weak_type) of each argument, for printing ones the program never reads
+  prints: tuple = ()  # debug.print calls: (format, tree, [("output", index) or ("static", value) per value])
 
   def __str__(self) -> str:
     names: dict[UOp, str] = {}
@@ -226,11 +227,29 @@ def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Seq
   for leaf in out_arrays:
     if isinstance(leaf, Tracer) and leaf.trace is not trace: leaf.check_alive()
   roots = [a.uop for a in out_arrays]
+  # tinyjax.debug.print calls: their array values become extra outputs, printed after each run
+  prints = []
+  for fmt, tree, values in getattr(trace, "prints", []):
+    slots = []
+    for value in values:
+      if isinstance(value, Array):
+        slots.append(("output", len(roots)))
+        roots.append(value.uop)
+      else:
+        slots.append(("static", value))
+    prints.append((fmt, tree, slots))
   if roots:
     sink, consts = normalize(roots, first_param=len(avals))
   else:
     sink, consts = UOp(Ops.SINK, np.dtype(np.bool_), ()), []
-  return Jaxpr(sink, len(avals), consts, tuple(a.weak_type for a in out_arrays), out_tree, tuple(avals))
+  return Jaxpr(sink, len(avals), consts, tuple(a.weak_type for a in out_arrays), out_tree, tuple(avals),
+               tuple(prints))
+
+
+def format_values(fmt: str, tree: Any, values: list[Any]) -> str:
+  """`fmt.format(*args, **kwargs)` for the flattened (args, kwargs) of a debug.print call."""
+  args, kwargs = tree_util.tree_unflatten(tree, values)
+  return fmt.format(*args, **kwargs)
 
 
 def block_until_ready(tree: Any) -> Any:
@@ -285,6 +304,9 @@ class _Compiled:
     jaxpr = self.jaxpr
     if self.schedule is None: return tree_util.tree_unflatten(jaxpr.out_tree, [])
     buffers = run_schedule(self.schedule, inputs + jaxpr.consts)
+    for fmt, tree, slots in jaxpr.prints:  # debug.print: the values of this run
+      shown = [buffers[value].numpy() if kind == "output" else value for kind, value in slots]
+      print(format_values(fmt, tree, shown))
     outputs = [Array(UOp.new_buffer(b.dtype, b) if fresh else UOp(Ops.BUFFER, b.dtype, (), b), weak)
                for b, (fresh, weak) in zip(buffers, self.outputs)]
     return outputs[0] if self.single_leaf else tree_util.tree_unflatten(jaxpr.out_tree, outputs)
