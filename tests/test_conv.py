@@ -90,7 +90,7 @@ def test_conv_errors():
   x, w = tnp.ones((1, 4, 5, 5)), tnp.ones((2, 4, 3, 3))
   with pytest.raises(TypeError, match="same dtypes"):
     lax.conv(x, w.astype(tnp.int32), (1, 1), "SAME")
-  with pytest.raises(TypeError, match="feature"):
+  with pytest.raises(ValueError, match="feature"):  # a channel mismatch is a ValueError in JAX
     lax.conv(x, tnp.ones((2, 3, 3, 3)), (1, 1), "SAME")
   with pytest.raises(ValueError, match="feature_group_count"):
     lax.conv_general_dilated(x, tnp.ones((3, 2, 3, 3)), (1, 1), "SAME", feature_group_count=3)
@@ -98,8 +98,8 @@ def test_conv_errors():
     lax.conv(x, w, (1, 1), "FULL")
   with pytest.raises(ValueError, match="spec"):
     lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NCHW", "OIHX", "NNHW"))
-  with pytest.raises(ValueError, match="does not fit"):
-    lax.conv(x, tnp.ones((2, 4, 7, 7)), (1, 1), "VALID")
+  with pytest.raises(TypeError, match="window_dimensions"):
+    lax.reduce_window(x, 0.0, lax.add, (2, 2), (1, 1), "VALID")
   with pytest.raises(NotImplementedError, match="computation"):
     lax.reduce_window(x, 0.0, lambda a, b: a - b, (1, 1, 2, 2), (1, 1, 1, 1), "VALID")
 
@@ -152,3 +152,37 @@ def test_convolution_inside_a_scan_differentiates():
   def scanned(k): return lax.scan(lambda c, xi: (c + (lax.conv(xi, k, (1, 1), "SAME") ** 2).sum(), None), 0.0, x)[0]
   def unrolled(k): return sum((lax.conv(x[i], k, (1, 1), "SAME") ** 2).sum() for i in range(3))
   np.testing.assert_allclose(np.asarray(tj.grad(scanned)(w)), np.asarray(tj.grad(unrolled)(w)), rtol=1e-5)
+
+
+def test_jax_edge_cases():
+  rng = np.random.default_rng(5)
+  # the spatial axes are ordered by the kernel spec (JAX): lhs 'NWHC' with kernel 'WHIO' and output 'CNHW' puts W
+  # first in the output's 'HW' positions
+  x = rng.standard_normal((2, 7, 5, 3)).astype(np.float32)  # N W H C
+  w = rng.standard_normal((3, 2, 3, 4)).astype(np.float32)  # W H I O
+  got = lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NWHC", "WHIO", "CNHW"))
+  want = numpy_conv(np.transpose(x, (0, 3, 1, 2)), np.transpose(w, (3, 2, 0, 1)), (1, 1), ((0, 0), (0, 0)))
+  assert got.shape == (4, 2, 4, 5)  # (C, N, H, W)
+  np.testing.assert_allclose(np.asarray(got), np.transpose(want, (1, 0, 3, 2)), rtol=1e-5, atol=1e-5)
+  # a window that never fits gives an empty result (and its gradient is zero)
+  empty = lax.conv(tnp.ones((1, 3, 2, 5)), tnp.ones((6, 3, 3, 3)), (1, 1), "VALID")
+  assert empty.shape == (1, 6, 0, 3)
+  zero = tj.grad(lambda v: lax.conv(v, tnp.ones((6, 3, 3, 3)), (1, 1), "VALID").sum())(tnp.ones((1, 3, 2, 5)))
+  np.testing.assert_array_equal(np.asarray(zero), np.zeros((1, 3, 2, 5)))
+  assert lax.reduce_window(tnp.ones((2, 5)), 0.0, lax.add, (3, 2), (1, 1), "VALID").shape == (0, 4)
+  # integer inputs to jnp.convolve/correlate give float32, as JAX
+  a, v = np.arange(5, dtype=np.int32), np.array([1, 3, -2], np.int32)
+  for fn, mode in ((tnp.convolve, "full"), (tnp.correlate, "valid")):
+    out = fn(a, v, mode=mode)
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(out), getattr(np, fn.__name__)(a, v, mode=mode))
+
+
+@pytest.mark.parametrize("a,b", [((2, 3), (4, 5)), ((3,), (2, 2)), ((2, 1, 3), (3,)), ((), (3,)), ((2, 2), ())])
+def test_kron_shapes(a, b):
+  x = np.arange(1, 1 + int(np.prod(a)), dtype=np.float32).reshape(a)
+  y = np.arange(2, 2 + int(np.prod(b)), dtype=np.float32).reshape(b)
+  got = tnp.kron(x, y)
+  want = np.kron(x.astype(np.float64), y.astype(np.float64))
+  assert got.shape == want.shape
+  np.testing.assert_array_equal(np.asarray(got), want)

@@ -17,7 +17,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.lax._base import expand_raw, like, reshape_raw, to_array
+from tinyjax.lax._base import expand_raw, full, like, reshape_raw, to_array
 from tinyjax.lax._reductions import dot_general_raw, reduce_raw, sum_raw
 from tinyjax.lax._elementwise import _neg, add, max as lax_max, min as lax_min, mul
 from tinyjax.lax._shape import flip_raw, pad, permute_raw, shrink_raw
@@ -35,12 +35,13 @@ class ConvDimensionNumbers(NamedTuple):
   out_spec: tuple[int, ...]
 
 
-def _spec_from_string(spec: str, first: str, second: str) -> tuple[int, ...]:
-  if sorted(spec) != sorted(set(spec)) or first not in spec or second not in spec:
-    raise ValueError(f"invalid convolution dimension spec {spec!r}: it needs {first!r}, {second!r} and spatial "
-                     "letters, each once")
-  spatial = [i for i, c in enumerate(spec) if c not in (first, second)]
-  return (spec.index(first), spec.index(second), *spatial)
+def _spec_from_string(spec: str, first: str, second: str, spatial: str) -> tuple[int, ...]:
+  """Axis numbers (first, second, spatial...) of a spec string, the spatial axes in the order of `spatial` (the
+  kernel spec's, as JAX)."""
+  if len(set(spec)) != len(spec) or set(spec) != {first, second, *spatial}:
+    raise ValueError(f"invalid convolution dimension spec {spec!r}: it needs {first!r}, {second!r} and the spatial "
+                     f"letters {spatial!r}, each once")
+  return (spec.index(first), spec.index(second), *(spec.index(c) for c in spatial))
 
 
 def conv_dimension_numbers(lhs_shape: Sequence[int], rhs_shape: Sequence[int], dimension_numbers: Any
@@ -60,8 +61,10 @@ def conv_dimension_numbers(lhs_shape: Sequence[int], rhs_shape: Sequence[int], d
     for spec in (lhs_spec, rhs_spec, out_spec):
       if len(spec) != ndim:
         raise TypeError(f"convolution dimension_numbers {dimension_numbers} must have rank {ndim} specs")
-    return ConvDimensionNumbers(_spec_from_string(lhs_spec, "N", "C"), _spec_from_string(rhs_spec, "O", "I"),
-                                _spec_from_string(out_spec, "N", "C"))
+    spatial = "".join(c for c in rhs_spec if c not in "OI")
+    return ConvDimensionNumbers(_spec_from_string(lhs_spec, "N", "C", spatial),
+                                _spec_from_string(rhs_spec, "O", "I", spatial),
+                                _spec_from_string(out_spec, "N", "C", spatial))
   return ConvDimensionNumbers(tuple(lhs_spec), tuple(rhs_spec), tuple(out_spec))
 
 
@@ -141,7 +144,7 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int], padd
     raise ValueError(f"feature_group_count={groups} must divide the input features {channels} and the output "
                      f"features {out_features}")
   if channels != in_features * groups:
-    raise TypeError(f"conv_general_dilated lhs feature dimension size divided by feature_group_count ({channels} / "
+    raise ValueError(f"conv_general_dilated lhs feature dimension size divided by feature_group_count ({channels} / "
                     f"{groups}) must equal the rhs input feature dimension size {in_features}")
   if batch_groups < 1 or batch % batch_groups or out_features % batch_groups:
     raise ValueError(f"batch_group_count={batch_groups} must divide the batch {batch} and the output features "
@@ -158,10 +161,13 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int], padd
   if len(pads) != n_spatial: raise ValueError(f"padding must have {n_spatial} (low, high) pairs, got {padding}")
   out_dtype = lhs.dtype if preferred_element_type is None else dtypes.canonicalize_dtype(
     dtypes.dtype(preferred_element_type))
-  return conv_general_dilated_p.bind(lhs, rhs, window_strides=strides, padding=tuple(tuple(p) for p in pads),
-                                     lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation, dimension_numbers=numbers,
-                                     feature_group_count=groups, batch_group_count=batch_groups,
-                                     preferred_element_type=out_dtype)
+  params = dict(window_strides=strides, padding=tuple(tuple(p) for p in pads), lhs_dilation=lhs_dilation,
+                rhs_dilation=rhs_dilation, dimension_numbers=numbers, feature_group_count=groups,
+                batch_group_count=batch_groups, preferred_element_type=out_dtype)
+  out_shape = _conv_out_shape(lhs.shape, rhs.shape, params)
+  if 0 in out_shape or lhs.size == 0 or rhs.size == 0:  # no window fits (or nothing to sum): zeros, as XLA
+    return full(out_shape, 0, out_dtype)
+  return conv_general_dilated_p.bind(lhs, rhs, **params)
 
 
 def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], padding: tuple[tuple[int, int], ...],
@@ -328,7 +334,7 @@ def _conv_out_shape(lhs_shape: Sequence[int], rhs_shape: Sequence[int], params: 
                                                             params["rhs_dilation"]):
     size = _dilate_shape([lhs_shape[axis]], [base])[0] + lo + hi
     effective = (rhs_shape[k_axis] - 1) * dilation + 1
-    spatial.append((size - effective) // stride + 1)
+    spatial.append(max((size - effective) // stride + 1, 0))
   logical = [batch, features, *spatial]
   shape = [0] * len(logical)
   for position, axis in enumerate(out_spec): shape[axis] = logical[position]
@@ -429,13 +435,17 @@ def reduce_window(operand: Any, init_value: Any, computation: Any, window_dimens
   dilation = tuple(window_dilation or (1,) * ndim)
   for name, values in (("window_dimensions", window), ("window_strides", strides), ("base_dilation", base),
                        ("window_dilation", dilation)):
-    if len(values) != ndim or any(v < 1 for v in values):
-      raise ValueError(f"reduce_window: {name} must have {ndim} positive entries, got {values}")
+    if len(values) != ndim:
+      raise TypeError(f"reduce_window got the wrong number of {name} for operand: got operand shape {x.shape} with "
+                      f"{name} {values}")
+    if any(v < 1 for v in values): raise ValueError(f"reduce_window: {name} must be positive, got {values}")
   dilated = [(n - 1) * b + 1 if n else 0 for n, b in zip(x.shape, base)]
   effective = [(w - 1) * d + 1 for w, d in zip(window, dilation)]
   pads = padtype_to_pads(dilated, effective, strides, padding) if isinstance(padding, str) else \
     [tuple(int(v) for v in pair) for pair in padding]
   if len(pads) != ndim: raise ValueError(f"reduce_window: padding must have {ndim} pairs, got {padding}")
+  out_shape = tuple(max((d + lo + hi - e) // s + 1, 0) for d, (lo, hi), e, s in zip(dilated, pads, effective, strides))
+  if 0 in out_shape: return full(out_shape, 0, x.dtype)  # no window fits: an empty result, as XLA
   if any(p != (0, 0) for p in pads) or any(b != 1 for b in base):
     x = _materialize(pad(x, init_value, [(lo, hi, b - 1) for (lo, hi), b in zip(pads, base)]))
   patches, out_sizes = _windows(x, range(ndim), window, strides, dilation)

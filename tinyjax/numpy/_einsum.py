@@ -13,7 +13,6 @@ import math
 import string
 from typing import Any
 
-import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
@@ -153,8 +152,7 @@ def convolve(a: Any, v: Any, mode: str = "full", *, precision: Any = None, prefe
   if x.ndim != 1 or kernel.ndim != 1: raise ValueError("convolve() only supports 1-dimensional inputs.")
   if x.size == 0 or kernel.size == 0: raise ValueError("convolve: inputs cannot be empty")
   if kernel.size > x.size: x, kernel = kernel, x
-  common = dtypes.result_type(x, kernel)
-  if not dtypes.is_floating(common): common = dtypes.default_float_dtype() if common == np.bool_ else common
+  common = dtypes.to_inexact_dtype(dtypes.result_type(x, kernel))  # integer inputs give floats, as JAX
   x, kernel = cast(x, common, False), cast(kernel, common, False)
   n = kernel.size
   if mode == "full": padding = [(n - 1, n - 1)]

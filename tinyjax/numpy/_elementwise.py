@@ -31,8 +31,10 @@ def _operand(x: Any, name: str) -> Any:
                   "converted with tinyjax.numpy.asarray first)")
 
 
-def promote(name: str, *args: Any, inexact: bool = False, numeric: bool = False) -> list[Array]:
-  """Arrays of one dtype and weak type (JAX's promotion of `args`, weak scalars included) broadcast to one shape.
+def promote(name: str, *args: Any, inexact: bool = False, numeric: bool = False, broadcast: bool = True
+            ) -> list[Array]:
+  """Arrays of one dtype and weak type (JAX's promotion of `args`, weak scalars included) broadcast to one shape
+  (kept in their own shapes without `broadcast`).
 
   Every operand gets the result's weak type, so a weak result stays weak through the operation (`i32 * 1.5` is a
   weak float32, and adding it to a bfloat16 array gives bfloat16). With `inexact`, integer and bool results move to
@@ -45,12 +47,10 @@ def promote(name: str, *args: Any, inexact: bool = False, numeric: bool = False)
   dtype, weak = dtypes.result_type(*operands, return_weak_type_flag=True)
   if inexact: dtype = dtypes.to_inexact_dtype(dtype)
   if numeric and dtype == BOOL: dtype = dtypes.default_int_dtype()
-  shape = broadcast_shapes(name, *(np.shape(x) if not is_array(x) else x.shape for x in operands))
-  arrays = []
-  for x in operands:
-    array = python_scalar(x, dtype, weak) if is_python_scalar(x) else cast(x, dtype, weak)
-    arrays.append(expand_raw(array, shape))
-  return arrays
+  arrays = [python_scalar(x, dtype, weak) if is_python_scalar(x) else cast(x, dtype, weak) for x in operands]
+  if not broadcast: return arrays
+  shape = broadcast_shapes(name, *(x.shape for x in arrays))
+  return [expand_raw(x, shape) for x in arrays]
 
 
 def as_array(x: Any, name: str = "function") -> Array:

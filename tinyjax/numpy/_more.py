@@ -185,7 +185,7 @@ def array_equal(a1: Any, a2: Any, equal_nan: bool = False) -> Array:
 
 def kron(a: Any, b: Any) -> Array:
   """The Kronecker product: every element of a times b, as blocks."""
-  x, y = ew.promote("kron", a, b)
+  x, y = ew.promote("kron", a, b, broadcast=False)
   ndim = max(x.ndim, y.ndim)
   x = reshape_raw(x, (1,) * (ndim - x.ndim) + x.shape)
   y = reshape_raw(y, (1,) * (ndim - y.ndim) + y.shape)
