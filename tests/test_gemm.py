@@ -208,6 +208,56 @@ def test_long_contraction_is_blocked():
   assert np.abs(out.astype(F64) - exact).max() / exact < TIGHT_SUM_RTOL
 
 
+def weight_gradient_kernel(c: int, kh: int, kw: int, o: int, n: int, h: int, w: int) -> UOp:
+  """out[ci, a, b, oi] = sum_{ni, y, x} X[ni, ci, y + a, x + b] * G[ni, y, x, oi]: a 2-d convolution's kernel
+  gradient, three reduce ranges and short window ranges between the reused channel range and the column."""
+  ci, a, b, oi = global_range(0, c), global_range(1, kh), global_range(2, kw), global_range(3, o)
+  ni, y, x = reduce_range(4, n), reduce_range(5, h), reduce_range(6, w)
+  height, width = h + kh - 1, w + kw - 1
+  x_index = add(add(add(mul(ni, const(c * height * width)), mul(ci, const(height * width))),
+                    mul(add(y, a), const(width))), add(x, b))
+  g_index = add(add(add(mul(ni, const(h * w * o)), mul(y, const(w * o))), mul(x, const(o))), oi)
+  product = mul(load(buffer(1, F32), x_index), load(buffer(2, F32), g_index))
+  out_index = add(add(add(mul(ci, const(kh * kw * o)), mul(a, const(kw * o))), mul(b, const(o))), oi)
+  return kernel(store(buffer(0, F32), out_index, reduce(Ops.ADD, product, ni, y, x)))
+
+
+@pytest.mark.parametrize("bounds", [(0, 9), (1, 6), (5, 6)], ids=str)
+def test_row_tile_around_other_ranges(bounds):
+  """The tile's row is the innermost reused range with a whole tile's values (the channels, not the 3-long window
+  range): its tile loop runs outside the window loops, and launch chunks of it need not be whole tiles."""
+  c, kh, kw, o, n, h, w = 9, 3, 3, 37, 2, 5, 6
+  ast = weight_gradient_kernel(c, kh, kw, o, n, h, w)
+  assert ("upcast", 0, TILE_ROWS) in applied_opts(ast) and launch_grain(ast) == TILE_ROWS
+  rng = np.random.default_rng(11)
+  images = rng.standard_normal((n, c, h + kh - 1, w + kw - 1)).astype(F32)
+  grads = rng.standard_normal((n, h, w, o)).astype(F32)
+  out = np.zeros(c * kh * kw * o, F32)
+  run_kernel(ast, [out, images, grads], True, *bounds)
+  windows = np.lib.stride_tricks.sliding_window_view(images.astype(F64), (h, w), axis=(2, 3))  # n c a b y x
+  expected = np.einsum("ncabyx,nyxo->cabo", windows, grads.astype(F64))
+  got = out.reshape(c, kh, kw, o)
+  np.testing.assert_allclose(got[bounds[0]:bounds[1]], expected[bounds[0]:bounds[1]], rtol=1e-5, atol=1e-5)
+  assert (got[:bounds[0]] == 0).all() and (got[bounds[1]:] == 0).all()
+
+
+def test_nested_reduce_ranges_are_blocked_as_one_loop():
+  """A float32 sum over several reduce ranges is blocked over the flattened nest: the window ranges (3 x 3) run whole
+  inside a block and the range outside them is cut into chunks (TILE_SUM_BLOCK // 9 steps), so the sum stays accurate
+  and the short window loops don't flush their accumulators every few steps."""
+  c, kh, kw, o, n, h, w = 4, 3, 3, 16, 13, 40, 50  # 26000 steps per output
+  ast = weight_gradient_kernel(c, kh, kw, o, n, h, w)
+  source = render_llvm("kernel", ast, optimize=True)
+  # one float32 and one float64 accumulator per tile element (not a float64 set per enclosing reduce loop)
+  assert source.count("alloca double") == source.count("alloca float") > 0
+  images = np.full((n, c, h + kh - 1, w + kw - 1), 0.1, F32)
+  grads = np.ones((n, h, w, o), F32)
+  out = np.zeros(c * kh * kw * o, F32)
+  run_kernel(ast, [out, images, grads], True)
+  exact = float(np.float32(0.1)) * n * h * w
+  assert np.abs(out.astype(F64) - exact).max() / exact < TIGHT_SUM_RTOL
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # reductions over an outer axis (stream tiles)
 

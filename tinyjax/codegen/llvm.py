@@ -188,6 +188,7 @@ class _Renderer:
     self.block = "entry"  # the basic block being emitted (phis name their predecessors)
     self.counter = 0
     self.stores_emitted: set[UOp] = set()
+    self.row_tile: tuple[str, int] | None = None  # (first row, height) of the row tile open around the column loops
 
   # ---- low level: names, instructions, blocks
 
@@ -317,6 +318,9 @@ class _Renderer:
     self.emit_ready(self.ast)
     if depth == len(global_ranges): return
     rng = global_ranges[depth]
+    if self.plan is not None and rng is self.plan.row and rng is not global_ranges[-2]:
+      self.render_row_tiles(global_ranges, depth)
+      return
     if self.plan is not None and rng in (self.plan.row, self.plan.column):
       self.render_tiles(global_ranges, depth)
       return
@@ -478,66 +482,75 @@ class _Renderer:
   def reduce_loops(self, node: UOp, count: int, body: Callable[[], list[tuple[str, np.dtype]]],
                    tiled: bool = False, contract: bool = False) -> list[str]:
     """Emit the loop nest of REDUCE `node` over its ranges, folding the `count` values `body()` emits per innermost
-    iteration into `count` accumulators; return their final values in `node.dtype`. Each loop level has its own
-    accumulators (a float32 sum keeps its outer levels in float64), the innermost float32 sum is blocked by
-    SUM_BLOCK, and float16 / bfloat16 accumulate in float32, rounded once at the end (`accumulator_dtype`). `tiled`:
-    the accumulators are a tile (vectorised across them by SLP), so the loops are not vectorised over the reduce range
-    and float accumulation keeps its order; `contract` lets a float product and its accumulation fuse into an FMA."""
-    ranges = node.src[1:]
+    iteration into `count` accumulators; return their final values in `node.dtype`. float16 / bfloat16 accumulate in
+    float32, rounded once at the end (`accumulator_dtype`). A float32 sum is blocked: the flattened loop nest is cut
+    into blocks of at most SUM_BLOCK steps (TILE_SUM_BLOCK for a tile), each summed in float32 and added into float64
+    accumulators. The innermost ranges whose product fits a block run whole inside it, the range just outside them is
+    cut into chunks of block // product iterations, and the ranges further out only add block sums up: one set of
+    float32 accumulators per block whatever the nesting (a 3x3 convolution's window loops don't flush every 3 steps).
+    `tiled`: the accumulators are a tile (vectorised across them by SLP), so the loops are not vectorised over the
+    reduce range and float accumulation keeps its order; `contract` lets a float product and its accumulation fuse
+    into an FMA."""
+    ranges = list(node.src[1:])
     inner_dtype = accumulator_dtype(node)
+    block = TILE_SUM_BLOCK if tiled else SUM_BLOCK
+
+    def loops(over: list[UOp]) -> list[tuple[str, str, UOp | None, bool]]:
+      return [("0", self.value(rng.src[0]), rng, True) for rng in over]
+
+    def innermost(_: list[str]) -> tuple[list[str], np.dtype]:
+      return [self.cast(part, part_dtype, inner_dtype) for part, part_dtype in body()], inner_dtype
+
     float32_sum = node.arg is Ops.ADD and inner_dtype == F32
-    outer_dtype = F64 if float32_sum else inner_dtype
+    split, product = len(ranges), 1
+    while float32_sum and split and ranges[split - 1].src[0].op is Ops.CONST and \
+        product * ranges[split - 1].src[0].arg <= block:
+      split -= 1
+      product *= ranges[split].src[0].arg
+    if not float32_sum or split == 0 or ranges[split - 1].src[0].op is not Ops.CONST:  # one block: no float64
+      results = self.accumulate(node, inner_dtype, count, loops(ranges), innermost, tiled, contract)
+      return [self.cast(result, inner_dtype, node.dtype) for result in results]
+    outer, chunked, inner = ranges[:split - 1], ranges[split - 1], ranges[split:]
+    chunk, size = block // product, chunked.src[0].arg
 
-    def over_ranges(depth: int) -> tuple[list[str], np.dtype]:
-      """The reductions over ranges[depth:], emitted at the current position, and their dtype."""
-      rng, innermost = ranges[depth], depth == len(ranges) - 1
-      bound = self.value(rng.src[0])
+    def block_sum(indices: list[str]) -> tuple[list[str], np.dtype]:
+      chunk_start = self.emit(f"mul nsw i64 {indices[-1]}, {chunk}")
+      chunk_end = self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {chunk_start}, {chunk}")),
+                                                     ("i64", str(size))])
+      return self.accumulate(node, inner_dtype, count, [(chunk_start, chunk_end, chunked, True), *loops(inner)],
+                             innermost, tiled, contract), inner_dtype
 
-      def level_body(index: str) -> tuple[list[str], np.dtype]:
-        if not innermost: return over_ranges(depth + 1)
-        parts = body()
-        return [self.cast(part, part_dtype, inner_dtype) for part, part_dtype in parts], inner_dtype
+    # the block loop is kept a loop, one memory stream (see SUM_BLOCK); a tile's blocks are short (TILE_SUM_BLOCK) and
+    # its loop nest is laid out by hand, so its block loop is left to LLVM
+    block_loop = ("0", str(-(-size // chunk)), None, tiled)
+    results = self.accumulate(node, F64, count, [*loops(outer), block_loop], block_sum, tiled)
+    return [self.cast(result, F64, node.dtype) for result in results]
 
-      block = TILE_SUM_BLOCK if tiled else SUM_BLOCK
-      blocked = float32_sum and innermost and rng.src[0].op is Ops.CONST and rng.src[0].arg > block
-      if not blocked:
-        acc_dtype = inner_dtype if innermost else outer_dtype
-        return self.accumulate(node, acc_dtype, count, "0", bound, rng, level_body, tiled, contract), acc_dtype
-
-      def block_sum(block_index: str) -> tuple[list[str], np.dtype]:
-        block_start = self.emit(f"mul nsw i64 {block_index}, {block}")
-        block_end = self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {block_start}, {block}")),
-                                                       ("i64", bound)])
-        accumulated = self.accumulate(node, inner_dtype, count, block_start, block_end, rng, level_body, tiled,
-                                      contract)
-        return accumulated, inner_dtype
-
-      blocks = -(-rng.src[0].arg // block)
-      # kept a loop, one memory stream (see SUM_BLOCK); a tile's blocks are short (TILE_SUM_BLOCK) and its loop nest
-      # is laid out by hand, so its block loop is left to LLVM
-      return self.accumulate(node, outer_dtype, count, "0", str(blocks), None, block_sum, tiled,
-                             unroll=tiled), outer_dtype
-
-    results, result_dtype = over_ranges(0)
-    return [self.cast(result, result_dtype, node.dtype) for result in results]
-
-  def accumulate(self, node: UOp, acc_dtype: np.dtype, count: int, start: str, end: str, binds: UOp | None,
-                 body: Callable[[str], tuple[list[str], np.dtype]], tiled: bool = False,
-                 contract: bool = False, unroll: bool = True) -> list[str]:
-    """One loop of a reduction: `count` accumulators of `acc_dtype` start at the identity and fold in the values of
-    `body(index)` on each iteration; returns the accumulators' final values (`tiled`, `contract`: see
-    `reduce_loops`)."""
+  def accumulate(self, node: UOp, acc_dtype: np.dtype, count: int, nest: list[tuple[str, str, UOp | None, bool]],
+                 body: Callable[[list[str]], tuple[list[str], np.dtype]], tiled: bool = False,
+                 contract: bool = False) -> list[str]:
+    """One accumulation of a reduction over a loop nest (each level (start, end, RANGE bound or None, unroll)):
+    `count` accumulators of `acc_dtype` start at the identity and fold in the values of `body(indices)` in the
+    innermost loop; returns the accumulators' final values (`tiled`, `contract`: see `reduce_loops`)."""
     llvm_type = compute_type(acc_dtype)
     accumulators = [self.alloca(llvm_type) for _ in range(count)]
     identity = literal(_IDENTITY[node.arg](acc_dtype), acc_dtype)
     for accumulator in accumulators: self.line(f"store {llvm_type} {identity}, ptr {accumulator}")
-    with self.loop(start, end, binds, vectorize=not tiled, unroll=unroll) as index:
-      parts, part_dtype = body(index)
-      for accumulator, part in zip(accumulators, parts):
-        part = self.cast(part, part_dtype, acc_dtype)
-        current = self.emit(f"load {llvm_type}, ptr {accumulator}")
-        combined = self.combine(node.arg, acc_dtype, current, part, ordered=tiled, contract=contract)
-        self.line(f"store {llvm_type} {combined}, ptr {accumulator}")
+
+    def level(depth: int, indices: list[str]) -> None:
+      if depth == len(nest):
+        parts, part_dtype = body(indices)
+        for accumulator, part in zip(accumulators, parts):
+          part = self.cast(part, part_dtype, acc_dtype)
+          current = self.emit(f"load {llvm_type}, ptr {accumulator}")
+          combined = self.combine(node.arg, acc_dtype, current, part, ordered=tiled, contract=contract)
+          self.line(f"store {llvm_type} {combined}, ptr {accumulator}")
+        return
+      start, end, binds, unroll = nest[depth]
+      with self.loop(start, end, binds, vectorize=not tiled, unroll=unroll) as index:
+        level(depth + 1, [*indices, index])
+
+    level(0, [])
     return [self.emit(f"load {llvm_type}, ptr {accumulator}") for accumulator in accumulators]
 
   # ---- tiles: the reduce loop outside a block of output elements (see opt.py)
@@ -563,7 +576,9 @@ class _Renderer:
     column_widths = sorted({plan.columns, plan.lanes, 1}, reverse=True)
     for width in column_widths:
       with self.loop(column_start, column_end, None, step=width) as column_index:
-        if plan.row is None:
+        if self.row_tile is not None:  # the row's tile loop is open further out (render_row_tiles)
+          self.render_block(*self.row_tile, column_index, width)
+        elif plan.row is None:
           self.render_block(None, 1, column_index, width)
         else:
           row_start, row_end = bounds(plan.row)
@@ -572,6 +587,19 @@ class _Renderer:
               self.render_block(row_index, height, column_index, width)
             row_start = row_index
       column_start = column_index
+
+  def render_row_tiles(self, global_ranges: list[UOp], depth: int) -> None:
+    """The plan's row, when other global ranges lie between it and the column: a loop over tiles of `plan.rows` rows
+    (then one by one), the loops of the ranges after it inside, the column's tiles innermost (`render_tiles`)."""
+    plan = self.plan
+    assert plan is not None and plan.row is not None
+    row_start, row_end = ("%start", "%end") if depth == 0 else ("0", self.value(plan.row.src[0]))
+    for height in sorted({plan.rows, 1}, reverse=True):
+      with self.loop(row_start, row_end, None, step=height) as row_index:
+        self.row_tile = (row_index, height)
+        self.open_global_loops(global_ranges, depth + 1)
+        self.row_tile = None
+      row_start = row_index
 
   def render_block(self, row_start: str | None, rows: int, column_start: str, columns: int) -> None:
     """One tile: rows x columns accumulators of the plan's REDUCE, updated in one pass of its loop nest (the body

@@ -16,10 +16,12 @@ contraction `out[m, n] = sum_k a[m, k] * b[k, n]`. For those, `choose_opts` retu
                   the accumulators are an array of N elements of the column in memory (L1), updated by a loop over
                   the column that LLVM's loop vectoriser vectorises; each reduce step then reads N contiguous elements
                   (a wide tile: fewer pages and streams per step than a register tile would touch).
-  upcast row M    the tile also spans M consecutive values of the next global range ("row"), used when some load under
+  upcast row M    the tile also spans M consecutive values of another global range ("row"), used when some load under
                   the REDUCE does not depend on it (as b in a @ b): each such load is reused M times from a register.
                   With both, the tile is the M x N register block of a GEMM microkernel: per reduce step, M broadcasts,
-                  N / lanes vector loads and M * N / lanes FMAs.
+                  N / lanes vector loads and M * N / lanes FMAs. The row is the innermost such range with at least M
+                  values; when it is not the range just outside the column, the loops of the ranges between them run
+                  inside the row's tile loop.
 
 Every choice is a plain tuple in `TilePlan.opts` (printed with DEBUG>=3, compared in tests) and NOOPT=1 turns them
 all off. A kernel that doesn't meet a precondition keeps the plain nest.
@@ -129,9 +131,11 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   short = innermost.src[0].arg < SHORT_REDUCE
   if all(_stride(load.src[1], innermost) in (0, 1) for load in loads) and not short: return None
   lanes = max(1, VECTOR_BYTES // _accumulator_bytes(reduce))
-  row = global_ranges[-2] if len(global_ranges) >= 2 else None
-  reused = row is not None and row in value_nodes and any(row not in load.src[1].toposort for load in loads)
-  if not reused: row = None
+  # the row: a global range some load under the REDUCE does not depend on (that load is reused across the rows), the
+  # innermost one long enough for a whole tile (a weight gradient's (C, kh, kw, O) tiles C, not the 3-long kw)
+  reused = [rng for rng in reversed(global_ranges[:-1])
+            if rng in value_nodes and any(rng not in load.src[1].toposort for load in loads)]
+  row = next((rng for rng in reused if rng.src[0].arg >= TILE_ROWS), reused[0] if reused else None)
   stream = row is None
   if stream and len(reduce_ranges) != 1: return None  # the stream tile handles one reduce range (and its blocking)
   rows = 1 if stream else TILE_ROWS
