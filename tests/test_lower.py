@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tinyjax.lower import symbolic
-from tinyjax.lower.schedule import find_buffers, schedule
+from tinyjax.lower.schedule import ROW_LOOP_MIN, find_buffers, schedule
 from tinyjax.uop import INDEX_DTYPE, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 F32 = np.dtype(np.float32)
@@ -90,6 +90,26 @@ def test_movement_chains_match_numpy(chain):
   for name in chain:
     build, reference = MOVES[name]
     graph, expected = build(graph), reference(expected)
+  (out,) = interpret(node(Ops.SINK, graph), [data])
+  np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("chain", [("pad",), ("flip0", "pad"), ("shrink", "pad"), ("permute", "pad", "permute")])
+def test_elementwise_kernel_reading_across_the_flat_order_loops_over_rows(chain):
+  """A pad or a transpose with a last axis of ROW_LOOP_MIN or more: the kernel gets a loop over the rows and one over
+  the last axis, no division of the flat index per element, and the same values."""
+  rng = np.random.default_rng(1)
+  data = rng.standard_normal((3, 2, 24)).astype(np.float32)
+  graph, expected = param(0, data.shape), data
+  for name in chain:
+    build, reference = MOVES[name]
+    graph, expected = build(graph), reference(expected)
+  assert expected.shape[-1] >= ROW_LOOP_MIN
+  (kernel,) = schedule(node(Ops.SINK, graph)).kernels
+  ranges = [n for n in kernel.ast.toposort if n.op is Ops.RANGE]
+  assert [r.src[0].arg for r in ranges] == [math.prod(expected.shape[:-1]), expected.shape[-1]]
+  inner = ranges[-1]
+  assert not any(n.op in (Ops.IDIV, Ops.MOD) and inner in n.toposort for n in kernel.ast.toposort)
   (out,) = interpret(node(Ops.SINK, graph), [data])
   np.testing.assert_array_equal(out, expected)
 

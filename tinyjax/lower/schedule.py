@@ -207,6 +207,17 @@ def _in_bounds(index: UOp, low: int, high: int) -> UOp | None:
   return symbolic.logical_and(symbolic.ge(index, low), symbolic.lt(index, high))
 
 
+# An elementwise kernel whose loads read across the output's flat order gets a loop over its last axis when that axis
+# is at least this long (shorter rows would pay a loop's overhead for every few elements).
+ROW_LOOP_MIN = 16
+
+
+def _divides(value: UOp, flat: UOp) -> bool:
+  """Whether the kernel `value` divides the flat output index (an IDIV or MOD of it, not of loaded data)."""
+  return any(node.op in (Ops.IDIV, Ops.MOD) and flat in node.toposort and
+             not any(n.op is Ops.LOAD for n in node.toposort) for node in value.toposort)
+
+
 def _needs_loop_nest(root: UOp, loads: set[UOp]) -> bool:
   """Whether the kernel computing `root` (reading `loads` from buffers) contains a reduction or a gather: then its
   output gets one loop per axis (a reduction's loop goes inside them; a gathered row is one contiguous inner loop),
@@ -256,9 +267,20 @@ class _Rangeify:
       size = int(np.prod(shape, dtype=np.int64))
       flat = self.new_range(size, "global") if size > 1 else symbolic.const(0)
       idx, out_index, outer = _unflatten(flat, shape), flat, size
+      value = self.emit(value_node, idx, None, top=value_node is root)
+      if size > 1 and shape[-1] >= ROW_LOOP_MIN and _divides(value, flat):
+        # a load reads across the flat order (a pad, a transpose, a broadcast): a division and a modulo per element,
+        # and gated loads the vectoriser leaves scalar. Rows instead: the last axis is its own inner loop (the pad's
+        # gate and the loads' strides are plain in it), the rows one flat loop (divisions once per row)
+        self.__init__(root, self.slot_of)
+        rows = size // shape[-1]
+        row = self.new_range(rows, "global") if rows > 1 else symbolic.const(0)
+        idx = (*_unflatten(row, shape[:-1]), self.new_range(shape[-1], "global"))
+        out_index, outer = _flat_index(idx, shape), rows if rows > 1 else shape[-1]
+        value = self.emit(value_node, idx, None, top=value_node is root)
     else:
       idx, out_index, outer = self.loop_nest(shape)
-    value = self.emit(value_node, idx, None, top=value_node is root)
+      value = self.emit(value_node, idx, None, top=value_node is root)
     store = UOp(Ops.STORE, root.dtype, (self.define_global(self.slot_of[root], root.dtype), out_index, value))
     return UOp(Ops.SINK, root.dtype, (store,)), outer
 
