@@ -186,3 +186,42 @@ def test_kron_shapes(a, b):
   want = np.kron(x.astype(np.float64), y.astype(np.float64))
   assert got.shape == want.shape
   np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_pooling_gradient_goes_to_the_first_extremum_as_jax():
+  """Max/min pooling's gradient is JAX's select_and_gather_add: the first maximal (minimal) element of each window in
+  window order gets the whole cotangent, tied ones nothing. Expected values are JAX 0.10.2's."""
+  x = tnp.asarray(np.array([[1, 5, 5, 2], [5, 3, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1]], np.float32))
+
+  def max_pool(v): return lax.reduce_window(v, -tnp.inf, lax.max, (2, 2), (2, 2), "VALID").sum()
+
+  def min_pool(v): return lax.reduce_window(v, tnp.inf, lax.min, (2, 2), (1, 1), "SAME").sum()
+  want_max = [0, 1, 1, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0]
+  want_min = [1, 0, 0, 0, 0, 0, 4, 2, 2, 1, 1, 1, 1, 1, 1, 1]
+  for transform in (lambda g: g, tj.jit):
+    np.testing.assert_array_equal(np.asarray(transform(tj.grad(max_pool))(x)).ravel(), want_max)
+    got = np.asarray(transform(tj.grad(min_pool))(x)).ravel()
+    np.testing.assert_array_equal(got, want_min)
+    assert not np.signbit(got).any()
+  batched = np.asarray(tj.vmap(tj.grad(max_pool))(tnp.stack([x, -x])))
+  np.testing.assert_array_equal(batched[0].ravel(), want_max)
+  np.testing.assert_array_equal(batched[1].ravel(), [1, 0, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0, 0, 0, 0, 0])
+  # without ties the gradient is the derivative (finite differences), window dilation and padding included
+  rng = np.random.default_rng(3)
+  v = rng.standard_normal((5, 7)).astype(np.float64)
+
+  def pooled(a): return (lax.reduce_window(a, -tnp.inf, lax.max, (3, 2), (1, 2), ((1, 1), (0, 1)),
+                                           window_dilation=(1, 2)) ** 2).sum()
+  grad = np.asarray(tj.grad(pooled)(tnp.asarray(v.astype(np.float32))))
+  numeric = np.zeros_like(v)
+  for index in np.ndindex(v.shape):
+    step = np.zeros_like(v)
+    step[index] = 1e-3
+    numeric[index] = (float(pooled(tnp.asarray((v + step).astype(np.float32)))) -
+                      float(pooled(tnp.asarray((v - step).astype(np.float32))))) / 2e-3
+  np.testing.assert_allclose(grad, numeric, rtol=1e-2, atol=1e-2)
+
+  def in_scan(a):  # the rule also applies inside a loop body
+    def body(c, _): return c + lax.reduce_window(a * c, -tnp.inf, lax.max, (2, 2), (2, 2), "VALID").sum(), None
+    return lax.scan(body, 1.0, None, length=3)[0]
+  np.testing.assert_array_equal(np.asarray(tj.grad(in_scan)(x)).ravel(), 507 * np.array(want_max))

@@ -448,16 +448,51 @@ def reduce_window(operand: Any, init_value: Any, computation: Any, window_dimens
   if 0 in out_shape: return full(out_shape, 0, x.dtype)  # no window fits: an empty result, as XLA
   if any(p != (0, 0) for p in pads) or any(b != 1 for b in base):
     x = _materialize(pad(x, init_value, [(lo, hi, b - 1) for (lo, hi), b in zip(pads, base)]))
-  patches, out_sizes = _windows(x, range(ndim), window, strides, dilation)
-  window_axes = tuple(1 + 2 * i for i in range(ndim))
-  if op == "min":  # min is the negated max of the negation (ints: of the bitwise complement, which keeps order)
-    flipped = bind(Ops.XOR, patches, like(patches, -1)) if patches.dtype.kind in "iu" else _neg(patches)
-    reduced = reduce_raw(flipped, Ops.MAX, window_axes)
-    reduced = bind(Ops.XOR, reduced, like(reduced, -1)) if patches.dtype.kind in "iu" else _neg(reduced)
-  elif op is Ops.ADD:
-    reduced = sum_raw(patches, window_axes)  # 16-bit floats accumulate in float32
+  params = dict(window=window, strides=strides, dilation=dilation)
+  if op in ("min", Ops.MAX):
+    result = window_max_p.bind(x, minimum=op == "min", **params)
   else:
-    reduced = reduce_raw(patches, op, window_axes)
-  result = reshape_raw(reduced, tuple(out_sizes))
+    patches, out_sizes = _windows(x, range(ndim), window, strides, dilation)
+    window_axes = tuple(1 + 2 * i for i in range(ndim))
+    reduced = sum_raw(patches, window_axes) if op is Ops.ADD else reduce_raw(patches, op, window_axes)
+    result = reshape_raw(reduced, tuple(out_sizes))  # (sum_raw: 16-bit floats accumulate in float32)
   combine = {Ops.ADD: add, Ops.MAX: lax_max, Ops.MUL: mul, "min": lax_min}[op]
   return combine(result, init_value)
+
+
+def _order_flip(x: Array) -> Array:
+  """An order-reversing bijection: the negation (floats), the bitwise complement (ints, no overflow at the minimum)."""
+  return bind(Ops.XOR, x, like(x, -1)) if x.dtype.kind in "iu" else _neg(x)
+
+
+def _window_max(x: Array, *, window: tuple[int, ...], strides: tuple[int, ...], dilation: tuple[int, ...],
+                minimum: bool) -> Array:
+  """The maximum (with `minimum`: the minimum, the flipped maximum of the flipped values) of every window."""
+  patches, out_sizes = _windows(_order_flip(x) if minimum else x, range(x.ndim), window, strides, dilation)
+  result = reshape_raw(reduce_raw(patches, Ops.MAX, tuple(1 + 2 * i for i in range(x.ndim))), tuple(out_sizes))
+  return _order_flip(result) if minimum else result
+
+
+def _window_max_jvp(primals, tangents, out, *, window, strides, dilation, minimum):
+  """JAX's rule (select_and_gather_add): each window's tangent is the one at its first extremal element in window
+  order, so tied maxima don't share it (a plain max reduction splits it between them)."""
+  from tinyjax import lax
+  (x,), (t,) = primals, tangents
+  ndim = x.ndim
+  patches, out_sizes = _windows(x, range(ndim), window, strides, dilation)
+  t_patches, _ = _windows(t, range(ndim), window, strides, dilation)
+  window_axes = tuple(1 + 2 * i for i in range(ndim))
+  spread = tuple(d for size in out_sizes for d in (size, 1))  # out with a 1 at every window axis
+  position_shape = tuple(d for size in window for d in (1, size))  # a window element's number, in window order
+  position = to_array(np.arange(math.prod(window), dtype=np.int32).reshape(position_shape))
+  position = expand_raw(position, patches.shape)
+  is_extremal = lax.eq(patches, expand_raw(reshape_raw(out, spread), patches.shape))
+  first = reduce_raw(lax.select(is_extremal, _neg(position), full(patches.shape, -math.prod(window), np.int32)),
+                     Ops.MAX, window_axes, keepdims=True)
+  chosen = lax.eq(_neg(position), expand_raw(first, patches.shape))
+  picked = lax.select(chosen, t_patches, full(patches.shape, 0, t.dtype))
+  return reshape_raw(reduce_raw(picked, Ops.ADD, window_axes), tuple(out_sizes))
+
+
+window_max_p = Primitive("reduce_window_max", _window_max)
+ad.jvp_rules[window_max_p] = _window_max_jvp
