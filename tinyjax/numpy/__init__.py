@@ -21,8 +21,14 @@ from tinyjax.numpy._elementwise import (abs, absolute, add, arccos, arccosh, arc
                                         true_divide, trunc, where)
 from tinyjax.numpy._indexing import take, take_along_axis
 from tinyjax.numpy._einsum import convolve, correlate, einsum
-from tinyjax.numpy._more import (allclose, array_equal, array_split, diag, diagonal, hsplit, indices, isclose, kron,
-                                 meshgrid, rot90, split, trace, vsplit)
+from tinyjax.numpy._more import (allclose, append, argpartition, array_equal, array_split, cross, delete, diag,
+                                 diag_indices, diag_indices_from, diagonal, digitize, fill_diagonal, frexp, gcd, hsplit,
+                                 indices, insert, interp, intersect1d, isclose, isin, kron, lcm, ldexp, meshgrid, modf,
+                                 nancumprod, nancumsum, partition, piecewise, polyval, ravel_multi_index, rot90, select,
+                                 setdiff1d, split, trace, trapezoid, tril_indices, tril_indices_from, triu_indices,
+                                 triu_indices_from, union1d, unravel_index, vsplit)
+from tinyjax.numpy._statistics import (average, median, nanmedian, nanpercentile, nanquantile, percentile, ptp,
+                                       quantile)
 from tinyjax.numpy._reductions import (count_nonzero, nanargmax, nanargmin, nanmax, nanmean, nanmin, nanprod, nanstd,
                                        nansum, nanvar)
 from tinyjax.numpy._sorting import (argsort, cummax, cummin, cumprod, cumsum, cumulative_prod, cumulative_sum, lexsort,
@@ -50,26 +56,30 @@ float8_e4m3fn = _SCALAR_TYPES["float8_e4m3fn"]
 _array_methods.attach()
 
 __all__ = [
-  "abs", "absolute", "add", "all", "allclose", "amax", "amin", "any", "arange", "arccos", "arccosh", "arcsin",
-  "arcsinh", "arctan", "arctan2", "arctanh", "argmax", "argmin", "argsort", "argwhere", "around", "Array", "array",
-  "array_equal", "array_split", "asarray", "astype", "atleast_1d", "atleast_2d", "atleast_3d", "bfloat16", "bincount",
-  "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "bool_", "broadcast_arrays", "broadcast_shapes",
-  "broadcast_to", "cbrt", "ceil", "clip", "column_stack", "concatenate", "convolve", "copysign", "correlate", "cos",
-  "cosh", "count_nonzero", "cummax", "cummin", "cumprod", "cumsum", "cumulative_prod", "cumulative_sum", "deg2rad",
-  "degrees", "diag", "diagonal", "diff", "divide", "dot", "dstack", "dtype", "e", "einsum", "empty", "empty_like",
-  "equal", "euler_gamma", "exp", "exp2", "expand_dims", "expm1", "eye", "fabs", "finfo", "flatnonzero", "flip",
+  "abs", "absolute", "add", "all", "allclose", "amax", "amin", "any", "append", "arange", "arccos", "arccosh", "arcsin",
+  "arcsinh", "arctan", "arctan2", "arctanh", "argmax", "argmin", "argpartition", "argsort", "argwhere", "around",
+  "Array", "array", "array_equal", "array_split", "asarray", "astype", "atleast_1d", "atleast_2d", "atleast_3d",
+  "average", "bfloat16", "bincount", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "bool_",
+  "broadcast_arrays", "broadcast_shapes", "broadcast_to", "cbrt", "ceil", "clip", "column_stack", "concatenate",
+  "convolve", "copysign", "correlate", "cos", "cosh", "count_nonzero", "cross", "cummax", "cummin", "cumprod", "cumsum",
+  "cumulative_prod", "cumulative_sum", "deg2rad", "degrees", "delete", "diag", "diag_indices", "diag_indices_from",
+  "diagonal", "diff", "digitize", "divide", "dot", "dstack", "dtype", "e", "einsum", "empty", "empty_like", "equal",
+  "euler_gamma", "exp", "exp2", "expand_dims", "expm1", "eye", "fabs", "fill_diagonal", "finfo", "flatnonzero", "flip",
   "fliplr", "flipud", "float16", "float32", "float64", "float8_e4m3fn", "floor", "floor_divide", "fmax", "fmin", "fmod",
-  "full", "full_like", "greater", "greater_equal", "heaviside", "histogram", "hsplit", "hstack", "hypot", "identity",
-  "iinfo", "indices", "inf", "inner", "int16", "int32", "int64", "int8", "invert", "isclose", "isfinite", "isinf",
-  "isnan", "isscalar", "issubdtype", "kron", "left_shift", "less", "less_equal", "lexsort", "linalg", "linspace", "log",
-  "log10", "log1p", "log2", "logaddexp", "logaddexp2", "logical_and", "logical_not", "logical_or", "logical_xor",
-  "matmul", "matrix_transpose", "max", "maximum", "mean", "meshgrid", "min", "minimum", "mod", "moveaxis", "multiply",
-  "nan", "nanargmax", "nanargmin", "nanmax", "nanmean", "nanmin", "nanprod", "nanstd", "nansum", "nanvar", "ndarray",
-  "ndim", "negative", "newaxis", "nextafter", "nonzero", "not_equal", "ones", "ones_like", "outer", "pad", "pi",
-  "positive", "power", "prod", "promote_types", "rad2deg", "radians", "ravel", "reciprocal", "remainder", "repeat",
-  "reshape", "result_type", "right_shift", "rint", "roll", "rot90", "round", "searchsorted", "shape", "sign", "signbit",
-  "sin", "sinh", "size", "sort", "split", "sqrt", "square", "squeeze", "stack", "std", "subtract", "sum", "swapaxes",
-  "take", "take_along_axis", "tan", "tanh", "tensordot", "tile", "trace", "transpose", "tri", "tril", "triu",
-  "true_divide", "trunc", "uint16", "uint32", "uint64", "uint8", "unique", "var", "vdot", "vsplit", "vstack", "where",
-  "zeros", "zeros_like",
+  "frexp", "full", "full_like", "gcd", "greater", "greater_equal", "heaviside", "histogram", "hsplit", "hstack",
+  "hypot", "identity", "iinfo", "indices", "inf", "inner", "insert", "int16", "int32", "int64", "int8", "interp",
+  "intersect1d", "invert", "isclose", "isfinite", "isin", "isinf", "isnan", "isscalar", "issubdtype", "kron", "lcm",
+  "ldexp", "left_shift", "less", "less_equal", "lexsort", "linalg", "linspace", "log", "log10", "log1p", "log2",
+  "logaddexp", "logaddexp2", "logical_and", "logical_not", "logical_or", "logical_xor", "matmul", "matrix_transpose",
+  "max", "maximum", "mean", "median", "meshgrid", "min", "minimum", "mod", "modf", "moveaxis", "multiply", "nan",
+  "nanargmax", "nanargmin", "nancumprod", "nancumsum", "nanmax", "nanmean", "nanmedian", "nanmin", "nanpercentile",
+  "nanprod", "nanquantile", "nanstd", "nansum", "nanvar", "ndarray", "ndim", "negative", "newaxis", "nextafter",
+  "nonzero", "not_equal", "ones", "ones_like", "outer", "pad", "partition", "percentile", "pi", "piecewise", "polyval",
+  "positive", "power", "prod", "promote_types", "ptp", "quantile", "rad2deg", "radians", "ravel", "ravel_multi_index",
+  "reciprocal", "remainder", "repeat", "reshape", "result_type", "right_shift", "rint", "roll", "rot90", "round",
+  "searchsorted", "select", "setdiff1d", "shape", "sign", "signbit", "sin", "sinh", "size", "sort", "split", "sqrt",
+  "square", "squeeze", "stack", "std", "subtract", "sum", "swapaxes", "take", "take_along_axis", "tan", "tanh",
+  "tensordot", "tile", "trace", "transpose", "trapezoid", "tri", "tril", "tril_indices", "tril_indices_from", "triu",
+  "triu_indices", "triu_indices_from", "true_divide", "trunc", "uint16", "uint32", "uint64", "uint8", "union1d",
+  "unique", "unravel_index", "var", "vdot", "vsplit", "vstack", "where", "zeros", "zeros_like",
 ]
