@@ -11,6 +11,8 @@ from tinyjax.lax._reductions import (Precision, argmax, argmin, dot, dot_general
                                      reduce_or, reduce_prod, reduce_sum)
 from tinyjax.lax._conv import (ConvDimensionNumbers, conv, conv_dimension_numbers, conv_general_dilated, conv_transpose,
                               conv_with_general_padding, padtype_to_pads, reduce_window)
+from tinyjax.lax._gather import (GatherDimensionNumbers, GatherScatterMode, ScatterDimensionNumbers, gather, scatter,
+                                 scatter_add, scatter_apply, scatter_max, scatter_min, scatter_mul, scatter_sub)
 from tinyjax.lax._control_flow import cond, fori_loop, map, scan, switch, while_loop
 from tinyjax.lax._special import erf, erf_inv, erf_inv_p, erf_p, erfc, erfc_p
 from tinyjax.lax._cumulative import cummax, cummin, cumprod, cumsum
@@ -41,13 +43,15 @@ __all__ = [
   "dot_general_p", "dynamic_index_in_dim", "dynamic_slice", "dynamic_slice_in_dim", "dynamic_update_index_in_dim",
   "dynamic_update_slice", "dynamic_update_slice_in_dim", "eq", "erf", "erf_inv", "erf_inv_p", "erf_p", "erfc", "erfc_p",
   "exp", "exp2", "exp2_p", "exp_p", "expand_dims", "expm1", "expm1_p", "floor", "floor_p", "fori_loop", "full",
-  "full_like", "ge", "gt", "integer_pow", "integer_pow_p", "iota", "is_finite", "is_finite_p", "le", "log", "log1p",
-  "log1p_p", "log_p", "logistic", "logistic_p", "lt", "map", "max", "max_p", "min", "min_p", "mul", "ne", "neg",
-  "nextafter", "pad", "padtype_to_pads", "pmax", "pmean", "pow", "pow_p", "Precision", "psum", "reciprocal",
-  "reduce_and", "reduce_max", "reduce_max_p", "reduce_min", "reduce_min_p", "reduce_or", "reduce_prod", "reduce_prod_p",
-  "reduce_sum", "reduce_sum_p", "reduce_window", "rem", "rem_p", "reshape", "rev", "round", "round_p", "RoundingMethod",
-  "rsqrt", "rsqrt_p", "scan", "select", "select_n", "select_n_p", "shift_left", "shift_right_arithmetic",
-  "shift_right_logical", "sign", "sign_p", "sin", "sin_p", "sinh", "sinh_p", "slice", "slice_in_dim", "sort",
-  "sort_key_val", "sqrt", "sqrt_p", "square", "square_p", "squeeze", "stop_gradient", "stop_gradient_p", "sub",
-  "switch", "tan", "tan_p", "tanh", "tanh_p", "top_k", "transpose", "while_loop",
+  "full_like", "gather", "GatherDimensionNumbers", "GatherScatterMode", "ge", "gt", "integer_pow", "integer_pow_p",
+  "iota", "is_finite", "is_finite_p", "le", "log", "log1p", "log1p_p", "log_p", "logistic", "logistic_p", "lt", "map",
+  "max", "max_p", "min", "min_p", "mul", "ne", "neg", "nextafter", "pad", "padtype_to_pads", "pmax", "pmean", "pow",
+  "pow_p", "Precision", "psum", "reciprocal", "reduce_and", "reduce_max", "reduce_max_p", "reduce_min", "reduce_min_p",
+  "reduce_or", "reduce_prod", "reduce_prod_p", "reduce_sum", "reduce_sum_p", "reduce_window", "rem", "rem_p", "reshape",
+  "rev", "round", "round_p", "RoundingMethod", "rsqrt", "rsqrt_p", "scan", "scatter", "scatter_add", "scatter_apply",
+  "scatter_max", "scatter_min", "scatter_mul", "scatter_sub", "ScatterDimensionNumbers", "select", "select_n",
+  "select_n_p", "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign", "sign_p", "sin", "sin_p", "sinh",
+  "sinh_p", "slice", "slice_in_dim", "sort", "sort_key_val", "sqrt", "sqrt_p", "square", "square_p", "squeeze",
+  "stop_gradient", "stop_gradient_p", "sub", "switch", "tan", "tan_p", "tanh", "tanh_p", "top_k", "transpose",
+  "while_loop",
 ]

@@ -466,8 +466,10 @@ class _IndexUpdateRef:
 
   def apply(self, func: Any, *, indices_are_sorted: bool = False, unique_indices: bool = False,
             mode: str | None = None) -> Array:
-    raise NotImplementedError("x.at[index].apply(func) is not implemented in tinyjax yet: use "
-                              "x.at[index].set(func(x[index])) (equal when the indices are unique)")
+    """`x[index] = func(x[index])`, func applied once per update (twice to an element indexed twice, as JAX)."""
+    from tinyjax.lax._gather import apply_counted
+    counts = scatter_update(full(self.array.shape, 0, np.int32), self.index, 1, "add", mode, unique_indices)
+    return apply_counted(self.array, counts, func)
 
 
 class _IndexUpdateHelper:
