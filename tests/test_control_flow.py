@@ -319,3 +319,40 @@ def test_ctrl_c_stops_an_endless_while_loop(tmp_path):
   assert "FINISHED" not in stdout
   assert "KeyboardInterrupt" in stderr, stderr
   assert exit_seconds < 2.0
+
+
+def test_custom_jvp_rule_applies_inside_loop_bodies_and_branches():
+  """A custom_jvp function called in a scan / fori_loop body or a cond branch is staged as a primitive, so the body's
+  derivative uses the rule (here deliberately not the true derivative), as it does outside a loop."""
+  @tj.custom_jvp
+  def f(x): return tnp.sin(x)
+
+  @f.defjvp
+  def f_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    return f(x), 3.0 * tnp.cos(2 * x) * dx
+
+  xs = tnp.asarray(np.array([0.3, -1.2, 2.0], np.float32))
+
+  def scanned(c0):
+    return lax.scan(lambda c, x: (c + f(x * c), None), c0, xs)[0]
+
+  def unrolled(c):
+    for x in np.asarray(xs): c = c + f(float(x) * c)
+    return c
+  want = float(tj.grad(unrolled)(0.7))
+  for transform in (tj.grad, lambda g: tj.jit(tj.grad(g))):
+    np.testing.assert_allclose(float(transform(scanned)(0.7)), want, rtol=1e-5)
+  cs = tnp.asarray(np.array([0.7, -0.4], np.float32))
+  wants = [float(tj.grad(unrolled)(float(c))) for c in np.asarray(cs)]
+  np.testing.assert_allclose(np.asarray(tj.grad(lambda c: tj.vmap(scanned)(c).sum())(cs)), wants, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(tj.jit(tj.vmap(tj.grad(scanned)))(cs)), wants, rtol=1e-5)
+  looped = tj.grad(lambda c: lax.fori_loop(0, 3, lambda i, v: v + f(v), c))(0.2)
+  np.testing.assert_allclose(float(looped), float(tj.grad(lambda v: (lambda a: (lambda b: b + f(b))(a + f(a)))(
+    v + f(v)))(0.2)), rtol=1e-5)
+  branch = tj.grad(lambda v: lax.cond(v > 0, f, tnp.cos, v))(0.4)
+  np.testing.assert_allclose(float(branch), 3.0 * np.cos(0.8), rtol=1e-6)
+  # forward mode through a while_loop body
+  _, tangent = tj.jvp(lambda v: lax.while_loop(lambda s: s[0] < 2, lambda s: (s[0] + 1, f(s[1])), (0, v))[1],
+                      (0.5,), (1.0,))
+  np.testing.assert_allclose(float(tangent), 3.0 * np.cos(2 * np.sin(0.5)) * 3.0 * np.cos(1.0), rtol=1e-5)

@@ -70,9 +70,13 @@ class BodyTrace(StagingTrace):
     with new_trace(scratch):
       args = [scratch.new_arg(i, a.shape, a.dtype, a.weak_type) for i, a in enumerate(arrays)]
       out = prim.impl(*args, **params)
-    outs = out if prim.multiple_results else [out]
-    out_avals = tuple(aval_of(o if isinstance(o, Array) else ad._to_array(o)) for o in outs)
-    call = PrimitiveCall(prim, items, out_avals)
+    outs = [o if isinstance(o, Array) else ad._to_array(o) for o in (out if prim.multiple_results else [out])]
+    out_avals = tuple(aval_of(o) for o in outs)
+    fingerprint = ""
+    if not prim.fixed:  # what the impl computes, for the persistent caches' keys
+      from tinyjax.lower.schedule import structure_key
+      fingerprint = structure_key(UOp(Ops.SINK, BOOL, tuple(o.uop for o in outs)))[:16]
+    call = PrimitiveCall(prim, items, out_avals, fingerprint)
     uops = tuple(a.uop if self.is_mine(a) else self.const_param(a) for a in arrays)
     if not prim.multiple_results:
       shape, dtype, weak = out_avals[0]

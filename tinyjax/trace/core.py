@@ -43,8 +43,10 @@ class Primitive:
   may have rules of their own for it, keyed by the Primitive object (e.g. `ad.jvp_rules[prim]`). A primitive with
   `multiple_results` returns a list of arrays (the control-flow primitives)."""
 
-  def __init__(self, name: str, impl: Callable[..., Any], multiple_results: bool = False):
-    self.name, self.impl, self.multiple_results = name, impl, multiple_results
+  def __init__(self, name: str, impl: Callable[..., Any], multiple_results: bool = False, fixed: bool = True):
+    # fixed: the impl is tinyjax's own code (a user function's, as custom_jvp's, is not): a call of a primitive that
+    # is not fixed is named in the persistent caches by what its impl computes, not by the primitive's name
+    self.name, self.impl, self.multiple_results, self.fixed = name, impl, multiple_results, fixed
 
   def __repr__(self) -> str: return self.name
 
@@ -224,18 +226,19 @@ class PrimitiveCall:
   """The arg of a PRIMITIVE node: the primitive, its params (a sorted tuple of items, hashable) and its outputs'
   avals ((shape, dtype, weak_type) each). `expand` turns the call into Ops for lowering, by running the primitive's
   impl on a staging trace over the operands' nodes."""
-  __slots__ = ("prim", "params", "out_avals")
+  __slots__ = ("prim", "params", "out_avals", "fingerprint")
 
-  def __init__(self, prim: Primitive, params: tuple, out_avals: tuple):
-    self.prim, self.params, self.out_avals = prim, params, out_avals
+  def __init__(self, prim: Primitive, params: tuple, out_avals: tuple, fingerprint: str = ""):
+    self.prim, self.params, self.out_avals, self.fingerprint = prim, params, out_avals, fingerprint
 
-  def _key(self) -> tuple: return (self.prim.name, id(self.prim), self.params, self.out_avals)
+  def _key(self) -> tuple: return (self.prim.name, id(self.prim), self.params, self.out_avals, self.fingerprint)
   def __hash__(self) -> int: return hash(self._key())
   def __eq__(self, other: Any) -> bool: return isinstance(other, PrimitiveCall) and self._key() == other._key()
-  def __reduce__(self): return (PrimitiveCall, (self.prim, self.params, self.out_avals))
+  def __reduce__(self): return (PrimitiveCall, (self.prim, self.params, self.out_avals, self.fingerprint))
 
   def __repr__(self) -> str:
     shown = [f"{name}={value!r}" for name, value in self.params if name != "out_avals"]
+    if self.fingerprint: shown.append(f"impl={self.fingerprint}")  # (keys the persistent caches: see Primitive)
     return f"{self.prim.name}" + (f"[{', '.join(shown)}]" if shown else "")
 
   def expand(self, operands: tuple[UOp, ...]) -> list[UOp]:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from tinyjax import tree_util
 from tinyjax.trace import ad, batching
-from tinyjax.trace.core import StagingTracer, current_trace, set_current_trace
+from tinyjax.trace.core import Primitive, StagingTracer, current_trace, set_current_trace
 from tinyjax.trace.jit import ShapeDtypeStruct
 from tinyjax.uop import Ops, UOp
 
@@ -35,6 +35,12 @@ class custom_jvp:  # noqa: N801  (JAX's name)
   def __init__(self, fun: Callable, nondiff_argnums: int | Sequence[int] = ()):
     self.fun, self.nondiff_argnums, self.jvp = fun, _nondiff(nondiff_argnums), None
     functools.update_wrapper(self, fun, updated=())  # not the attributes of a wrapped jit or custom rule
+    # inside a loop body the call is staged as this primitive, so that differentiating the body applies the rule
+    self.primitive = Primitive(f"custom_jvp_call[{getattr(fun, '__name__', 'f')}]", self._flat_fun,
+                               multiple_results=True, fixed=False)
+    self._out_trees: dict[Any, Any] = {}
+    ad.jvp_rules[self.primitive] = self._flat_rule
+    batching.batch_rules[self.primitive] = self._flat_batch
 
   def defjvp(self, jvp: Callable) -> Callable:
     self.jvp = jvp
@@ -53,6 +59,8 @@ class custom_jvp:  # noqa: N801  (JAX's name)
       raise AttributeError(f"No JVP defined for custom_jvp function {self.__name__} using defjvp.")
     trace = current_trace.get()
     if isinstance(trace, batching.BatchTrace): return self._call_batched(trace, args)
+    from tinyjax.trace.control_flow import BodyTrace
+    if isinstance(trace, BodyTrace): return self._call_staged(args)
     if not isinstance(trace, ad.JVPTrace): return self.fun(*args)
     static, dynamic = _split_args(args, self.nondiff_argnums)
     leaves, in_tree = tree_util.tree_flatten(dynamic)
@@ -73,6 +81,46 @@ class custom_jvp:  # noqa: N801  (JAX's name)
               for o, t in zip(out_leaves, tangent_leaves)]
     return tree_util.tree_unflatten(out_tree, packed)
 
+
+  def _call_staged(self, args: tuple) -> Any:
+    """In a loop body: one PRIMITIVE node (params: the static arguments and the input tree), whose JVP is the rule."""
+    static, dynamic = _split_args(args, self.nondiff_argnums)
+    leaves, in_tree = tree_util.tree_flatten(dynamic)
+    key = (tuple(static), in_tree)
+    try:
+      hash(key)
+    except TypeError:  # static arguments that cannot key a node: the body differentiates the definition
+      return self.fun(*args)
+    outs = self.primitive.bind(*(ad._to_array(leaf) for leaf in leaves), static=key[0], in_tree=in_tree)
+    return tree_util.tree_unflatten(self._out_trees[key], outs)
+
+  def _flat_fun(self, *flat: Any, static: tuple, in_tree: Any) -> list[Any]:
+    out = self.fun(*_merge(self.nondiff_argnums, static, tree_util.tree_unflatten(in_tree, list(flat))))
+    leaves, self._out_trees[(static, in_tree)] = tree_util.tree_flatten(out)
+    return [ad._to_array(leaf) for leaf in leaves]
+
+  def _flat_rule(self, primals: Sequence[Any], tangents: Sequence[Any], *, static: tuple, in_tree: Any
+                 ) -> tuple[list[Any], list[Any]]:
+    tangents = [ad.instantiate(t, p) for t, p in zip(tangents, primals)]
+    out, tangent_out = self.jvp(*static, tuple(tree_util.tree_unflatten(in_tree, list(primals))),
+                                tuple(tree_util.tree_unflatten(in_tree, tangents)))
+    out_leaves, out_tree = tree_util.tree_flatten(out)
+    tangent_leaves, tangent_tree = tree_util.tree_flatten(tangent_out)
+    if out_tree != tangent_tree:
+      raise TypeError(f"Custom JVP rule of {self.__name__} must produce primal and tangent outputs with equal "
+                      f"container (pytree) structures, but got {out_tree} and {tangent_tree}.")
+    outs = [ad._to_array(o) for o in out_leaves]
+    return outs, [ad.cast(ad._to_array(t), o.dtype) if ad.is_float(o) else None for o, t in zip(outs, tangent_leaves)]
+
+  def _flat_batch(self, trace: batching.BatchTrace, vals: Sequence[Any], dims: Sequence[Any], *, static: tuple,
+                  in_tree: Any) -> tuple[list[Any], list[Any]]:
+    """The staged call under vmap (a loop body being batched): batched as a direct call is (`_call_batched`)."""
+    packed = [trace.pack(v, d) for v, d in zip(vals, dims)]
+    args = _merge(self.nondiff_argnums, static, tree_util.tree_unflatten(in_tree, packed))
+    with set_current_trace(trace):
+      out = self._call_batched(trace, tuple(args))
+    out_vals, out_dims = trace.unpack([ad._to_array(leaf) for leaf in tree_util.tree_leaves(out)])
+    return list(out_vals), list(out_dims)
 
   def _call_batched(self, trace: batching.BatchTrace, args: tuple) -> Any:
     """Under vmap, the rule must survive for transformations below the batching (`grad(vmap(f))`): call, on the
