@@ -508,6 +508,19 @@ def rademacher(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array:
   return lax.sub(lax.mul(cast(heads, dtype, False), full(_shape(shape), 2, dtype)), full(_shape(shape), 1, dtype))
 
 
+def orthogonal(key: Any, n: int, shape: Sequence[int] = (), dtype: Any = None, m: int | None = None) -> Array:
+  """Matrices (*shape, n, m) (m = n by default) drawn uniformly from the orthogonal group (orthonormal columns or rows,
+  whichever side is smaller): the Q of a Gaussian matrix's QR, its columns' signs fixed by R's diagonal (as JAX)."""
+  columns = n if m is None else int(m)
+  n, shape = int(n), _shape(shape)
+  dtype = _float_dtype("orthogonal", dtype)
+  z = normal(key, (*shape, max(n, columns), min(n, columns)), dtype)
+  q, r = jnp.linalg.qr(z)
+  d = jnp.diagonal(r, 0, -2, -1)
+  x = q * jnp.expand_dims(jnp.sign(d), -2)
+  return jnp.swapaxes(x, -1, -2) if n < columns else x
+
+
 def multivariate_normal(key: Any, mean: Any, cov: Any, shape: Sequence[int] | None = None, dtype: Any = None,
                         method: str = "cholesky") -> Array:
   """Samples of N(mean, cov): mean + normal @ cholesky(cov).T (method "cholesky", JAX's default)."""

@@ -217,3 +217,82 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1) -> A
 
 
 batching.defelementwise(relu_p, softplus_p)
+
+
+# ---------------------------------------------------------------------------------------------- attention
+
+def _as_4d(x: Any) -> Array:
+  x = tnp.asarray(x)
+  return tnp.reshape(x, (1,) * (4 - x.ndim) + x.shape) if x.ndim < 4 else x
+
+
+def dot_product_attention(query: Any, key: Any, value: Any, bias: Any = None, mask: Any = None, *,
+                          scale: float | None = None, is_causal: bool = False, query_seq_lengths: Any = None,
+                          key_value_seq_lengths: Any = None, local_window_size: int | tuple[int, int] | None = None,
+                          implementation: str | None = None, return_residual: bool = False) -> Any:
+  """softmax(Q K^T * scale + bias, masked) V per head, as jax.nn's: query (B, T, N, H) or (T, N, H), key and value
+  (B, S, K, H) with N a multiple of K (grouped-query attention), bias / boolean mask broadcastable to (B, N, T, S),
+  `is_causal` (query t sees keys s <= t), sequence lengths and a local window masking the rest. Logits and the softmax
+  are float32 (at least); masked logits get a large negative value, not -inf, as JAX."""
+  if implementation not in (None, "xla"):
+    raise ValueError(f"dot_product_attention: implementation {implementation!r} is not available in tinyjax; use "
+                     "None or 'xla'")
+  output_shape = tnp.asarray(query).shape
+  q, k, v = _as_4d(query), _as_4d(key), _as_4d(value)
+  batch, source, kv_heads, head_dim = k.shape
+  if v.shape != k.shape: raise ValueError(f"value shape should be {k.shape}: but got {v.shape}")
+  if q.ndim != 4 or q.shape[0] != batch or q.shape[3] != head_dim:
+    raise ValueError(f"query shape should be ({batch}, T, N, {head_dim}): but got {q.shape}")
+  if q.dtype != k.dtype or v.dtype != k.dtype:
+    raise ValueError(f"query, key and value must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+  target, heads = q.shape[1], q.shape[2]
+  if heads % kv_heads:
+    raise ValueError(f"the number of query heads ({heads}) must be a multiple of the key/value heads ({kv_heads})")
+  groups = heads // kv_heads
+  scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+  logits_dtype = tnp.promote_types(q.dtype, np.float32)
+  # (B, T, K, G, H) x (B, S, K, H) -> (B, K, G, T, S)
+  grouped = tnp.reshape(q, (batch, target, kv_heads, groups, head_dim))
+  logits = tnp.einsum("btkgh,bskh->bkgts", grouped, k, preferred_element_type=logits_dtype)
+  logits = logits * tnp.asarray(scale, logits.dtype)
+
+  def per_head(x: Any, name: str) -> Array:  # (B|1, N|1, T, S) -> broadcastable to (B, K, G, T, S)
+    x = _as_4d(x)
+    if x.shape[1] == 1: return tnp.expand_dims(x, 2)
+    if x.shape[1] != heads: raise ValueError(f"{name} must have 1 or {heads} heads, got shape {x.shape}")
+    return tnp.reshape(x, (x.shape[0], kv_heads, groups) + x.shape[2:])
+  if bias is not None: logits = (logits + per_head(bias, "bias")).astype(logits.dtype)
+  keep = None
+  if mask is not None:
+    mask = tnp.asarray(mask)
+    if mask.dtype != np.bool_: raise ValueError(f"mask dtype should be bool, but got {mask.dtype}")
+    keep = per_head(mask, "mask")
+  rows = tnp.arange(target)[:, None]
+  cols = tnp.arange(source)[None, :]
+  if is_causal: keep = (rows >= cols) if keep is None else keep & (rows >= cols)
+  if local_window_size is not None:
+    left, right = (local_window_size, local_window_size) if isinstance(local_window_size, int) else local_window_size
+    window = (cols >= rows - left) & (cols <= rows + right)
+    keep = window if keep is None else keep & window
+  if query_seq_lengths is not None or key_value_seq_lengths is not None:
+    lengths = tnp.ones((batch, 1, 1, target, source), bool)
+    if query_seq_lengths is not None:
+      lengths = lengths & (rows < tnp.asarray(query_seq_lengths)[:, None, None, None, None])
+    if key_value_seq_lengths is not None:
+      lengths = lengths & (cols < tnp.asarray(key_value_seq_lengths)[:, None, None, None, None])
+    keep = lengths if keep is None else keep & lengths
+  if keep is not None:
+    large_negative = -0.7 * min(float(np.finfo(logits.dtype).max), float(np.finfo(np.float32).max))
+    logits = tnp.where(keep, logits, tnp.asarray(large_negative, logits.dtype))
+  logits = logits.astype(np.float32) if logits.dtype.itemsize < 4 else logits
+  probs = softmax(logits, axis=-1).astype(k.dtype)
+  encoded = tnp.einsum("bkgts,bskh->btkgh", probs, v)
+  encoded = tnp.reshape(encoded, (batch, target, heads, head_dim))
+  if query_seq_lengths is not None:
+    encoded = encoded * (tnp.arange(target)[None, :, None, None] <
+                         tnp.asarray(query_seq_lengths)[:, None, None, None]).astype(encoded.dtype)
+  encoded = tnp.reshape(encoded, output_shape)
+  if not return_residual: return encoded
+  residual = logsumexp(logits, axis=-1)  # (B, K, G, T)
+  residual = tnp.reshape(tnp.moveaxis(residual, -1, 1), (batch, target, heads)).astype(k.dtype)
+  return encoded, stop_gradient(tnp.reshape(residual, output_shape[:-1]))

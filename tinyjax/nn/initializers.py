@@ -123,8 +123,18 @@ kaiming_uniform, kaiming_normal = he_uniform, he_normal
 
 
 def orthogonal(scale: float = 1.0, column_axis: int = -1, dtype: Any = None) -> Initializer:
-  raise NotImplementedError("nn.initializers.orthogonal needs a QR decomposition (linalg.qr), which tinyjax does not "
-                            "have yet")
+  """Orthogonal matrices (orthonormal along `column_axis` or across it, whichever side is smaller) times `scale`,
+  from `random.orthogonal` (as JAX: the other axes are flattened into the rows)."""
+  def init(key: Any, shape: Sequence[int], dtype: Any = dtype) -> Any:
+    dtype = dtypes.default_float_dtype() if dtype is None else dtype
+    shape = tuple(int(d) for d in shape)
+    if len(shape) < 2: raise ValueError("orthogonal initializer requires at least a 2D shape")
+    if any(d == 0 for d in shape): return jnp.zeros(shape, dtype)
+    rows, columns = math.prod(shape) // shape[column_axis], shape[column_axis]
+    q = random.orthogonal(key, rows, (), dtype, columns)
+    q = jnp.reshape(q, tuple(np.delete(shape, column_axis)) + (columns,))
+    return jnp.asarray(scale, dtype) * jnp.moveaxis(q, -1, column_axis)
+  return init
 
 
 __all__ = ["constant", "glorot_normal", "glorot_uniform", "he_normal", "he_uniform", "kaiming_normal",
