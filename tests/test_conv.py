@@ -225,3 +225,20 @@ def test_pooling_gradient_goes_to_the_first_extremum_as_jax():
     def body(c, _): return c + lax.reduce_window(a * c, -tnp.inf, lax.max, (2, 2), (2, 2), "VALID").sum(), None
     return lax.scan(body, 1.0, None, length=3)[0]
   np.testing.assert_array_equal(np.asarray(tj.grad(in_scan)(x)).ravel(), 507 * np.array(want_max))
+
+
+def test_non_overlapping_windows_are_a_reshape_view():
+  """Windows that don't overlap (pooling with stride >= window) are cut out by pads, shrinks and reshapes only: no
+  tiled broadcast, whose transpose (the pooling gradient) would be a sum over copies with heavy index arithmetic."""
+  from tinyjax.lax._conv import _windows
+  from tinyjax.uop import Ops
+  x = tnp.asarray(np.arange(2 * 7 * 9, dtype=np.float32).reshape(2, 7, 9))
+  for sizes, strides, dilations in [((2, 2), (2, 2), (1, 1)), ((2, 3), (3, 4), (1, 1)), ((2, 2), (4, 3), (2, 1))]:
+    view, out = _windows(x, (1, 2), sizes, strides, dilations)
+    assert not any(node.op is Ops.EXPAND for node in view.uop.toposort)
+    host = np.asarray(x)
+    for o1, k1, o2, k2 in np.ndindex(out[0], sizes[0], out[1], sizes[1]):
+      want = host[:, o1 * strides[0] + k1 * dilations[0], o2 * strides[1] + k2 * dilations[1]]
+      np.testing.assert_array_equal(np.asarray(view)[:, o1, k1, o2, k2], want)
+  overlapping, _ = _windows(x, (1,), (3,), (1,), (1,))
+  assert any(node.op is Ops.EXPAND for node in overlapping.uop.toposort)

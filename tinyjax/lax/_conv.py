@@ -20,7 +20,7 @@ from tinyjax.array import Array
 from tinyjax.lax._base import expand_raw, full, like, reshape_raw, to_array
 from tinyjax.lax._reductions import dot_general_raw, reduce_raw, sum_raw
 from tinyjax.lax._elementwise import _neg, add, max as lax_max, min as lax_min, mul
-from tinyjax.lax._shape import flip_raw, pad, permute_raw, shrink_raw
+from tinyjax.lax._shape import flip_raw, pad, pad_raw, permute_raw, shrink_raw
 from tinyjax.trace import ad
 from tinyjax.trace.control_flow import BodyTrace
 from tinyjax.trace.core import Primitive, StagingTracer, bind, current_trace
@@ -97,6 +97,17 @@ def _windows(x: Array, axes: Sequence[int], sizes: Sequence[int], strides: Seque
       raise ValueError(f"window of size {size} (dilation {dilation}) does not fit an axis of size {n}")
     out_sizes.append(out)
     before, after = x.shape[:axis], x.shape[axis + 1:]
+    if stride >= (size - 1) * dilation + 1:
+      # windows that don't overlap: each is a block of the axis cut into `stride`-long pieces (pad / shrink and
+      # reshapes only, so the transpose, a pooling gradient, is a cheap copy instead of the tiled view's sums)
+      x = _cut(x, axis, out * stride)
+      x = reshape_raw(x, (*before, out, stride, *after))
+      x = _cut(x, axis + 1, size * dilation)  # the window elements, `dilation` apart
+      x = reshape_raw(x, (*before, out, size, dilation, *after))
+      bounds = [(0, d) for d in x.shape]
+      bounds[axis + 2] = (0, 1)
+      x = reshape_raw(shrink_raw(x, bounds), (*before, out, size, *after))
+      continue
     repeats = -(-size * (n + dilation) // n)
     tiled = expand_raw(reshape_raw(x, (*before, 1, n, *after)), (*before, repeats, n, *after))
     tiled = reshape_raw(tiled, (*before, repeats * n, *after))
@@ -114,6 +125,19 @@ def _windows(x: Array, axes: Sequence[int], sizes: Sequence[int], strides: Seque
     order[axis], order[axis + 1] = axis + 1, axis  # (out, size): window position first
     x = permute_raw(rows, order)
   return x, out_sizes
+
+
+def _cut(x: Array, axis: int, length: int) -> Array:
+  """x with `axis` shrunk or zero-padded at its end to `length`."""
+  n = x.shape[axis]
+  if length == n: return x
+  if length < n:
+    bounds = [(0, d) for d in x.shape]
+    bounds[axis] = (0, length)
+    return shrink_raw(x, bounds)
+  padding = [(0, 0)] * x.ndim
+  padding[axis] = (0, length - n)
+  return pad_raw(x, padding)
 
 
 def _materialize(x: Array) -> Array: return bind(Ops.CONTIGUOUS, x, weak_type=x.weak_type)
