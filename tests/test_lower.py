@@ -243,3 +243,21 @@ def test_costly_epilogue_of_a_contraction_gets_its_own_kernel_but_not_of_a_row_r
   np.testing.assert_allclose(out, np.exp2(a_data @ b_data), rtol=1e-6)
   row_sum = node(Ops.REDUCE_AXIS, a, arg=(Ops.ADD, (1,)))
   assert len(schedule(node(Ops.SINK, node(Ops.EXP2, row_sum))).kernels) == 1       # plain reductions keep it
+
+
+def test_strided_contraction_operand_is_copied_into_the_tile_layout():
+  """a @ w.T (a matmul's input gradient): w is read along the output column with a stride, which keeps the kernel off
+  the register tile; a copy kernel lays it out column-innermost first, then the contraction is tiled."""
+  from tinyjax.codegen.opt import applied_opts
+  m, k, n = 16, 16, 32
+  rng = np.random.default_rng(3)
+  a_data, w_data = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+  a, w = param(0, (m, k)), param(1, (n, k))
+  program = node(Ops.SINK, _matmul(a, node(Ops.PERMUTE, w, arg=(1, 0))))
+  copy, product = schedule(program).kernels
+  assert not any(n.op is Ops.REDUCE for n in copy.ast.toposort) and applied_opts(product.ast)
+  (out,) = interpret(program, [a_data, w_data])
+  np.testing.assert_allclose(out, a_data.astype(np.float64) @ w_data.T, rtol=1e-5, atol=1e-5)
+  # a small contraction (less work than RELAYOUT_WORK_RATIO times the copy) keeps its one kernel
+  small = node(Ops.SINK, _matmul(param(0, (2, 64)), node(Ops.PERMUTE, param(1, (48, 64)), arg=(1, 0))))
+  assert len(schedule(small).kernels) == 1

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tinyjax.codegen.opt import launch_grain
+from tinyjax.codegen.opt import choose_opts, launch_grain, linear_strides
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import split_reductions
@@ -216,6 +216,22 @@ def _divides(value: UOp, flat: UOp) -> bool:
   """Whether the kernel `value` divides the flat output index (an IDIV or MOD of it, not of loaded data)."""
   return any(node.op in (Ops.IDIV, Ops.MOD) and flat in node.toposort and
              not any(n.op is Ops.LOAD for n in node.toposort) for node in value.toposort)
+
+
+# A strided contraction operand is copied into a column-major-for-the-kernel layout (`_Scheduler.relayout`) only when
+# the contraction does at least this many loop iterations per element copied.
+RELAYOUT_WORK_RATIO = 16
+
+
+def _substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+  """`root` with the nodes in `mapping` replaced (and everything above them rebuilt)."""
+  done: dict[UOp, UOp] = {}
+  for node in root.toposort:
+    if node in mapping: done[node] = mapping[node]
+    elif node.src and any(done[s] is not s for s in node.src):
+      done[node] = node.replace(src=tuple(done[s] for s in node.src))
+    else: done[node] = node
+  return done[root]
 
 
 def _needs_loop_nest(root: UOp, loads: set[UOp]) -> bool:
@@ -482,11 +498,57 @@ class _Scheduler:
     for builder, is_scatter in builders:
       ast, outer = builder.build_scatter() if is_scatter else builder.build()
       ast, slots = _drop_unread_buffers(symbolic.simplify(ast), builder.params)
+      if not is_scatter:
+        ast, slots, copies = self.relayout(ast, slots, builder.work)
+        kernels += copies
       kind = "s" if is_scatter else "r" if any(n.op is Ops.REDUCE for n in ast.toposort) else "e"
       name = f"{kind}_{'_'.join(map(str, node.shape)) or 'scalar'}_{structure_key(ast)[:8]}"
       kernels.append(Kernel(name, ast, slots, outer, builder.work, 1 if is_scatter else launch_grain(ast),
                             sequential=is_scatter))
     return kernels
+
+  def relayout(self, ast: UOp, slots: tuple[int, ...], work: int) -> tuple[UOp, tuple[int, ...], list[Kernel]]:
+    """A contraction kernel kept off the register tile by one operand read with a stride along its output column (W
+    in `ct @ W.T`, the gradient of a matmul): that operand is first copied, by a kernel of its own, into a new
+    buffer laid out with the column innermost, and the contraction reads the copy. Only when the copy is small next
+    to the contraction (RELAYOUT_WORK_RATIO) and the rewritten kernel does get the tile."""
+    if choose_opts(ast) is not None: return ast, slots, []
+    nodes = ast.toposort
+    reduces = [n for n in nodes if n.op is Ops.REDUCE]
+    ranges = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda r: r.arg[0])
+    if len(reduces) != 1 or reduces[0].arg is not Ops.ADD or not ranges: return ast, slots, []
+    column = ranges[-1]
+    strided = []
+    for load in (n for n in reduces[0].src[0].toposort if n.op is Ops.LOAD):
+      strides, nonlinear = linear_strides(load.src[1])
+      if len(load.src) == 2 and not nonlinear and strides.get(column, 0) not in (0, 1): strided.append((load, strides))
+    if len(strided) != 1: return ast, slots, []
+    load, strides = strided[0]
+    order = sorted((r for r in strides if r is not column), key=lambda r: r.arg[0]) + [column]
+    if any(r.src[0].op is not Ops.CONST for r in order): return ast, slots, []
+    extents = [r.src[0].arg for r in order]
+    size = math.prod(extents)
+    if size * RELAYOUT_WORK_RATIO > work: return ast, slots, []
+    # the contraction, reading the copy (a new parameter) at its flat index over `order`
+    copy_param = UOp(Ops.DEFINE_GLOBAL, load.dtype, (), len(slots))
+    flat = symbolic.const(0)
+    for rng, stride in zip(order, _strides(tuple(extents))): flat = symbolic.add(flat, symbolic.mul(rng, stride))
+    rewritten = _substitute(ast, {load: UOp(Ops.LOAD, load.dtype, (copy_param, flat))})
+    if choose_opts(symbolic.simplify(rewritten)) is None: return ast, slots, []
+    copy_slot = self.new_slot(tuple(extents), load.dtype)
+    rewritten, new_slots = _drop_unread_buffers(symbolic.simplify(rewritten), [*slots, copy_slot])
+    # the copy kernel: one global range per axis of the copy, reading the operand where the contraction did
+    copy_ranges = [UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(e),), (i, "global")) for i, e in enumerate(extents)]
+    source_index = _substitute(load.src[1], dict(zip(order, copy_ranges)))
+    target_index = symbolic.const(0)
+    for rng, stride in zip(copy_ranges, _strides(tuple(extents))):
+      target_index = symbolic.add(target_index, symbolic.mul(rng, stride))
+    value = UOp(Ops.LOAD, load.dtype, (UOp(Ops.DEFINE_GLOBAL, load.dtype, (), 1), source_index))
+    store = UOp(Ops.STORE, load.dtype, (UOp(Ops.DEFINE_GLOBAL, load.dtype, (), 0), target_index, value))
+    copy_ast = symbolic.simplify(UOp(Ops.SINK, load.dtype, (store,)))
+    name = f"e_{'_'.join(map(str, extents))}_{structure_key(copy_ast)[:8]}"
+    copy = Kernel(name, copy_ast, (copy_slot, slots[load.src[0].arg]), extents[0], size, launch_grain(copy_ast))
+    return rewritten, tuple(new_slots), [copy]
 
   def copy(self, source: UOp, out_slot: int) -> list[Kernel]:
     """Kernels writing the value of `source` into slot `out_slot` (a CONTIGUOUS whose arg names the slot, so that it
