@@ -202,9 +202,33 @@ def bench_conv():
          2 * theirs / ours_backward, "ratio vs 2 numpy forward convs")
 
 
+def bench_checkpoint():
+  import tempfile
+
+  import safetensors.numpy
+
+  from tinyjax.nn import state
+  rng = np.random.default_rng(0)
+  host = {f"layer{i}": {"w": rng.standard_normal((1024, 1024)).astype(np.float32),
+                        "b": rng.standard_normal(1024).astype(np.float32)} for i in range(24)}  # ~100 MB
+  tree = {k: {n: tnp.asarray(v) for n, v in layer.items()} for k, layer in host.items()}
+  flat = {f"{k}/{n}": v for k, layer in host.items() for n, v in layer.items()}
+  megabytes = sum(v.nbytes for v in flat.values()) / 1e6
+  with tempfile.TemporaryDirectory() as directory:
+    ours, theirs = f"{directory}/ours.safetensors", f"{directory}/theirs.safetensors"
+    save = best_of(lambda: state.save(ours, tree), repeat=3)
+    save_ref = best_of(lambda: safetensors.numpy.save_file(flat, theirs), repeat=3)
+    load = best_of(lambda: state.load(ours, like=tree), repeat=3)
+    load_ref = best_of(lambda: safetensors.numpy.load_file(theirs), repeat=3)
+  report("checkpoint save, 100 MB (fsync'd)", f"{megabytes / save:.0f} vs {megabytes / save_ref:.0f} MB/s",
+         save_ref / save, "safetensors.numpy.save_file (no fsync)")
+  report("checkpoint load, 100 MB (checked)", f"{megabytes / load:.0f} vs {megabytes / load_ref:.0f} MB/s",
+         load_ref / load, "safetensors.numpy.load_file")
+
+
 BENCHMARKS = [bench_first_call_compile, bench_elementwise_chain, bench_transcendental, bench_sum_axis, bench_matmul,
               bench_eager_dispatch, bench_jit_dispatch, bench_embedding_gather, bench_scan_rnn,
-              bench_random_normal, bench_conv]
+              bench_random_normal, bench_conv, bench_checkpoint]
 
 if __name__ == "__main__":
   wanted = sys.argv[1:]
