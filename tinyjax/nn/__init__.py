@@ -1,15 +1,15 @@
 """tinyjax.nn: jax.nn's activations and helpers (relu, gelu, silu, sigmoid, softplus, softmax, log_softmax,
 logsumexp, one_hot, standardize, dot_product_attention, ...), `initializers`, and pure layers (`Linear`, `Conv2d`,
 `LayerNorm`, `RMSNorm`, `BatchNorm`, `Embedding`, `MultiHeadAttention`, `Dropout`, `Sequential`; see layers.py)."""
-from tinyjax.nn import initializers, optim, state
+from tinyjax.nn import datasets, initializers, optim, state
 from tinyjax.nn.layers import (BatchNorm, Conv2d, Dropout, Embedding, LayerNorm, Linear, MultiHeadAttention, RMSNorm,
                                Sequential, avg_pool, flatten, max_pool)
 from tinyjax.nn.functions import (celu, dot_product_attention, elu, gelu, glu, hard_sigmoid, hard_silu, hard_swish,
                                   hard_tanh, leaky_relu, log_sigmoid, log_softmax, logsumexp, one_hot, relu, relu6,
                                   selu, sigmoid, silu, softmax, softplus, standardize, swish, tanh)
 
-__all__ = ["avg_pool", "BatchNorm", "celu", "Conv2d", "dot_product_attention", "Dropout", "elu", "Embedding", "flatten",
-           "gelu", "glu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh", "initializers", "LayerNorm",
-           "leaky_relu", "Linear", "log_sigmoid", "log_softmax", "logsumexp", "max_pool", "MultiHeadAttention",
-           "one_hot", "optim", "relu", "relu6", "RMSNorm", "selu", "Sequential", "sigmoid", "silu", "softmax",
-           "softplus", "standardize", "state", "swish", "tanh"]
+__all__ = ["avg_pool", "BatchNorm", "celu", "Conv2d", "datasets", "dot_product_attention", "Dropout", "elu",
+           "Embedding", "flatten", "gelu", "glu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh",
+           "initializers", "LayerNorm", "leaky_relu", "Linear", "log_sigmoid", "log_softmax", "logsumexp", "max_pool",
+           "MultiHeadAttention", "one_hot", "optim", "relu", "relu6", "RMSNorm", "selu", "Sequential", "sigmoid",
+           "silu", "softmax", "softplus", "standardize", "state", "swish", "tanh"]
