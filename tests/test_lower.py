@@ -261,3 +261,22 @@ def test_strided_contraction_operand_is_copied_into_the_tile_layout():
   # a small contraction (less work than RELAYOUT_WORK_RATIO times the copy) keeps its one kernel
   small = node(Ops.SINK, _matmul(param(0, (2, 64)), node(Ops.PERMUTE, param(1, (48, 64)), arg=(1, 0))))
   assert len(schedule(small).kernels) == 1
+
+
+def test_reduction_read_by_two_kernels_is_computed_once():
+  """A gradient feeding both of Adam's moments: the reduction gets its own buffer, stored in the layout its readers
+  read it (through the same permute), instead of being recomputed inside each reader's kernel."""
+  x = param(0, (8, 6))
+  total = node(Ops.PERMUTE, node(Ops.REDUCE_AXIS, node(Ops.RESHAPE, x, arg=(1, 8, 6)), arg=(Ops.ADD, (1,))),
+               arg=(2, 1, 0))
+  scaled = node(Ops.MUL, total, total)
+  two = node(Ops.EXPAND, node(Ops.RESHAPE, UOp.const(F32, 2.0), arg=(1, 1, 1)), arg=(6, 1, 1))
+  program = node(Ops.SINK, node(Ops.ADD, total, two), scaled)
+  kernels = schedule(program).kernels
+  with_reduce = [k for k in kernels if any(n.op is Ops.REDUCE for n in k.ast.toposort)]
+  assert len(with_reduce) == 1 and len(kernels) == 3
+  data = np.arange(48, dtype=np.float32).reshape(8, 6)
+  first, second = interpret(program, [data])
+  want = data.sum(0).reshape(6, 1, 1)
+  np.testing.assert_allclose(first, want + 2)
+  np.testing.assert_allclose(second, want * want)

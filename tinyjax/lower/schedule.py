@@ -179,7 +179,36 @@ def find_buffers(sink: UOp) -> list[UOp]:
         stack.extend([(operand, expanded or rereads, costly_above), (indices, expanded, costly_above)])
       else:
         stack.extend((src, expanded, costly_above) for src in node.src)
+    if not pending:
+      pending = _shared_reductions(realize)
+      realize.update(pending)
   return [node for node in sink.toposort if node in realize]
+
+
+def _shared_reductions(realize: set[UOp]) -> list[UOp]:
+  """Reductions that two kernels would each compute (a gradient feeding both of Adam's moments): they get a buffer
+  of their own, computed once. When every reader sees the reduction through the same reshape / permute (a weight
+  gradient computed transposed), that view is what is stored, in the layout the readers read."""
+  readers: dict[UOp, dict[UOp, set[UOp]]] = {}  # reduction -> {top of the movement chain read: the kernels reading it}
+  for root in realize:
+    if root.op is Ops.PROJECT: continue
+    seen: set[UOp] = set()
+    stack = list(root.src)
+    while stack:
+      node = stack.pop()
+      if node in seen or node in realize or node.op is Ops.PARAM: continue
+      seen.add(node)
+      base = node
+      while base.op in (Ops.RESHAPE, Ops.PERMUTE) and base not in realize: base = base.src[0]
+      if base.op is Ops.REDUCE_AXIS and base not in realize:
+        readers.setdefault(base, {}).setdefault(node, set()).add(root)
+        continue
+      stack.extend(node.src)
+  shared = []
+  for base, views in readers.items():
+    if len(set().union(*views.values())) < 2: continue
+    shared.append(next(iter(views)) if len(views) == 1 else base)
+  return shared
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:

@@ -1,0 +1,35 @@
+"""The training examples run end to end (on the built-in synthetic task, a few hundred examples, one epoch) and
+learn something; a checkpoint they write loads back."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_example(name: str, *flags: str) -> str:
+  result = subprocess.run([sys.executable, os.path.join(ROOT, "examples", name), "--synthetic", "--epochs", "1",
+                           *flags], capture_output=True, text=True, timeout=600, cwd=ROOT)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result.stdout
+
+
+@pytest.mark.parametrize("name", ["mlp.py", "cnn.py"])
+def test_training_examples(name, tmp_path):
+  checkpoint = tmp_path / "model.safetensors"
+  out = run_example(name, "--limit", "1024", "--batch_size", "64", "--lr", "3e-3", "--checkpoint", str(checkpoint))
+  accuracy = float(re.search(r"test acc ([0-9.]+)", out).group(1))
+  assert accuracy > 0.3, out  # ten classes: chance is 0.1
+  from tinyjax.nn import state
+  flat = state.load(checkpoint)
+  assert any(key.startswith("params/") for key in flat) and any(key.startswith("opt_state/") for key in flat)
+
+
+def test_dp_sgd_example():
+  out = run_example("dp_sgd.py", "--limit", "512", "--batch_size", "64")
+  assert re.search(r"test accuracy [0-9.]+", out), out
