@@ -11,8 +11,16 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# the demo trains the CNN for one epoch on Fashion-MNIST, installing Debian's dataset-fashion-mnist when it can (as
+# root); without it, examples/cnn.py says so and trains on a built-in synthetic task
 demo: $(STAMP)
+	@test -d /usr/share/datasets/fashion-mnist || test -n "$$TINYJAX_DATA" || \
+	  { test "$$(id -u)" = 0 && command -v apt-get >/dev/null && \
+	    { apt-get install -y -qq dataset-fashion-mnist >/dev/null 2>&1 || \
+	      { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq dataset-fashion-mnist >/dev/null 2>&1; }; }; } || \
+	  echo "Fashion-MNIST could not be installed (sudo apt-get install dataset-fashion-mnist)"
 	$(VENV)/bin/python examples/quickstart.py
+	$(VENV)/bin/python examples/cnn.py --epochs 1
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest tests -q
