@@ -122,3 +122,44 @@ def test_cross_entropy_training_step():
     return -tnp.mean(tnp.sum(labels * nn.log_softmax(nn.gelu(x @ w)), axis=-1))
   value, g = tj.jit(tj.value_and_grad(loss))(logits_w)
   assert float(loss(logits_w - 0.1 * g)) < float(value)
+
+
+def test_more_activations_against_numpy_and_jax():
+  x = np.array([-80.0, -5.0, -1.0, -0.5, 0.0, 0.3, 1.0, 2.5, 30.0, 100.0])
+  softplus = np.logaddexp(x, 0)
+  references = {
+    "mish": x * np.tanh(softplus),
+    "squareplus": (x + np.sqrt(x * x + 4)) / 2,
+    "soft_sign": x / (np.abs(x) + 1),
+    "sparse_plus": np.where(x <= -1, 0, np.where(x >= 1, x, (x + 1) ** 2 / 4)),
+    "sparse_sigmoid": 0.5 * np.clip(x + 1, 0, 2),
+    "identity": x,
+  }
+  for name, want in references.items():
+    got = np.asarray(getattr(nn, name)(tnp.asarray(x.astype(np.float32))))
+    # (squareplus cancels at large negative x: float32's error there is about 1 ulp of x, in JAX too)
+    atol = 2e-6 if name == "squareplus" else 1e-30
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=atol, err_msg=name)
+  # JAX 0.10.2's mish gradient at these points (float32)
+  mish_grad = [-1.4258325e-33, -0.0267475, 0.0592167, 0.2895107, 0.6, 0.7828273, 1.0490361, 1.0411294, 1.0, 1.0]
+  np.testing.assert_allclose(np.asarray(tj.vmap(tj.grad(nn.mish))(tnp.asarray(x.astype(np.float32)))), mish_grad,
+                             rtol=5e-6)
+  positive = np.array([1e-6, 0.1, 0.6931, 0.7, 5.0, 50.0])
+  np.testing.assert_allclose(np.asarray(nn.log1mexp(tnp.asarray(positive.astype(np.float32)))),
+                             np.log(-np.expm1(-positive)), rtol=2e-6)
+  a = np.arange(12.0).reshape(3, 4) * 10
+  np.testing.assert_allclose(np.asarray(nn.logmeanexp(tnp.asarray(a.astype(np.float32)), axis=1)),
+                             np.log(np.exp(a).mean(axis=1)), rtol=1e-6)
+  mask = a > 20
+  want = [np.log(np.exp(a[:, j][mask[:, j]]).mean()) for j in range(4)]
+  np.testing.assert_allclose(np.asarray(nn.logmeanexp(tnp.asarray(a.astype(np.float32)), axis=0, where=mask)), want,
+                             rtol=1e-6)
+
+
+def test_delta_orthogonal_matches_jax():
+  w = np.asarray(nn.initializers.delta_orthogonal()(tj.random.PRNGKey(3), (3, 3, 2, 4)))
+  centre = [-0.7113, 0.18812, -0.28903, -0.61248, 0.45312, 0.84866, 0.01464, -0.27247]  # JAX 0.10.2, same key
+  np.testing.assert_allclose(w[1, 1].ravel(), centre, atol=2e-5)
+  assert np.count_nonzero(w) == 8
+  with pytest.raises(ValueError, match="fan_in"):
+    nn.initializers.delta_orthogonal()(tj.random.PRNGKey(0), (3, 3, 4, 2))

@@ -5,11 +5,13 @@ from tinyjax.nn import datasets, initializers, optim, state
 from tinyjax.nn.layers import (BatchNorm, Conv2d, Dropout, Embedding, LayerNorm, Linear, MultiHeadAttention, RMSNorm,
                                Sequential, avg_pool, flatten, max_pool)
 from tinyjax.nn.functions import (celu, dot_product_attention, elu, gelu, glu, hard_sigmoid, hard_silu, hard_swish,
-                                  hard_tanh, leaky_relu, log_sigmoid, log_softmax, logsumexp, one_hot, relu, relu6,
-                                  selu, sigmoid, silu, softmax, softplus, standardize, swish, tanh)
+                                  hard_tanh, identity, leaky_relu, log1mexp, log_sigmoid, log_softmax, logmeanexp,
+                                  logsumexp, mish, one_hot, relu, relu6, selu, sigmoid, silu, soft_sign, softmax,
+                                  softplus, sparse_plus, sparse_sigmoid, squareplus, standardize, swish, tanh)
 
 __all__ = ["avg_pool", "BatchNorm", "celu", "Conv2d", "datasets", "dot_product_attention", "Dropout", "elu",
-           "Embedding", "flatten", "gelu", "glu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh",
-           "initializers", "LayerNorm", "leaky_relu", "Linear", "log_sigmoid", "log_softmax", "logsumexp", "max_pool",
-           "MultiHeadAttention", "one_hot", "optim", "relu", "relu6", "RMSNorm", "selu", "Sequential", "sigmoid",
-           "silu", "softmax", "softplus", "standardize", "state", "swish", "tanh"]
+           "Embedding", "flatten", "gelu", "glu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh", "identity",
+           "initializers", "LayerNorm", "leaky_relu", "Linear", "log1mexp", "log_sigmoid", "log_softmax", "logmeanexp",
+           "logsumexp", "max_pool", "mish", "MultiHeadAttention", "one_hot", "optim", "relu", "relu6", "RMSNorm",
+           "selu", "Sequential", "sigmoid", "silu", "soft_sign", "softmax", "softplus", "sparse_plus", "sparse_sigmoid",
+           "squareplus", "standardize", "state", "swish", "tanh"]

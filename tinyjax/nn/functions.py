@@ -152,6 +152,47 @@ def tanh(x: Any) -> Array:
   return tnp.tanh(x)
 
 
+def mish(x: Any) -> Array:
+  """x * tanh(softplus(x))."""
+  x = _float_operand(x, "mish")
+  return x * tnp.tanh(softplus(x))
+
+
+def squareplus(x: Any, b: Any = 4) -> Array:
+  """(x + sqrt(x^2 + b)) / 2, a smooth ReLU."""
+  x = _float_operand(x, "squareplus")
+  return (x + tnp.sqrt(tnp.square(x) + b)) / 2
+
+
+def soft_sign(x: Any) -> Array:
+  """x / (|x| + 1)."""
+  x = _float_operand(x, "soft_sign")
+  return x / (tnp.abs(x) + 1)
+
+
+def sparse_plus(x: Any) -> Array:
+  """0 for x <= -1, x for x >= 1, (x + 1)^2 / 4 between."""
+  x = _float_operand(x, "sparse_plus")
+  return tnp.where(x <= -1.0, 0.0, tnp.where(x >= 1.0, x, (x + 1.0) ** 2 / 4)).astype(x.dtype)
+
+
+def sparse_sigmoid(x: Any) -> Array:
+  """clip((x + 1) / 2, 0, 1): the derivative of sparse_plus."""
+  x = _float_operand(x, "sparse_sigmoid")
+  return 0.5 * tnp.clip(x + 1.0, 0.0, 2.0)
+
+
+def log1mexp(x: Any) -> Array:
+  """log(1 - exp(-x)) for x > 0, stably (expm1 below log 2, log1p above)."""
+  x = _float_operand(x, "log1mexp")
+  return tnp.where(x < math.log(2.0), tnp.log(-tnp.expm1(-x)), tnp.log1p(-tnp.exp(-x)))
+
+
+def identity(x: Any) -> Array:
+  """x itself."""
+  return tnp.asarray(x)
+
+
 # ---------------------------------------------------------------------------------------------- normalisers
 
 def _stable_max(x: Array, axis: Axis) -> Array:
@@ -178,6 +219,19 @@ def logsumexp(a: Any, axis: Axis = None, b: Any = None, keepdims: bool = False, 
     axes = tuple(range(a.ndim)) if axis is None else (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     out, sign = tnp.squeeze(out, axes), tnp.squeeze(sign, axes)
   return (out, stop_gradient(sign)) if return_sign else out
+
+
+def logmeanexp(x: Any, axis: Axis = None, where: Any = None, keepdims: bool = False) -> Array:
+  """log(mean(exp(x))) over `axis` (the elements where `where` holds), stably: logsumexp - log(count)."""
+  x = _float_operand(x, "logmeanexp")
+  if where is not None:
+    where = tnp.broadcast_to(tnp.asarray(where), x.shape)
+    x = tnp.where(where, x, -tnp.inf)
+    count = tnp.sum(where, axis=axis, keepdims=keepdims).astype(x.dtype)
+  else:
+    axes = tuple(range(x.ndim)) if axis is None else (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    count = float(np.prod([x.shape[a] for a in axes]))
+  return logsumexp(x, axis=axis, keepdims=keepdims) - tnp.log(count)
 
 
 def log_softmax(x: Any, axis: Axis = -1) -> Array:

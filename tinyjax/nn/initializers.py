@@ -137,6 +137,20 @@ def orthogonal(scale: float = 1.0, column_axis: int = -1, dtype: Any = None) -> 
   return init
 
 
-__all__ = ["constant", "glorot_normal", "glorot_uniform", "he_normal", "he_uniform", "kaiming_normal",
-           "kaiming_uniform", "lecun_normal", "lecun_uniform", "normal", "ones", "orthogonal", "truncated_normal",
-           "uniform", "variance_scaling", "xavier_normal", "xavier_uniform", "zeros"]
+def delta_orthogonal(scale: float = 1.0, column_axis: int = -1, dtype: Any = None) -> Initializer:
+  """Convolution kernels (k, in, out), (k, k, in, out) or (k, k, k, in, out) that are zero except at the window's
+  centre, an orthogonal (in, out) matrix there (Xiao et al.; as JAX)."""
+  def init(key: Any, shape: Sequence[int], dtype: Any = dtype) -> Any:
+    dtype = dtypes.default_float_dtype() if dtype is None else dtype
+    shape = tuple(int(d) for d in shape)
+    if len(shape) not in (3, 4, 5): raise ValueError("Delta orthogonal initializer requires a 3D, 4D or 5D shape.")
+    if shape[-1] < shape[-2]: raise ValueError("`fan_in` must be less or equal than `fan_out`. ")
+    matrix = orthogonal(scale, column_axis, dtype)(key, shape[-2:])
+    centre = tuple((k - 1) // 2 for k in shape[:-2])
+    return jnp.zeros(shape, dtype).at[centre].set(matrix)
+  return init
+
+
+__all__ = ["constant", "delta_orthogonal", "glorot_normal", "glorot_uniform", "he_normal", "he_uniform",
+           "kaiming_normal", "kaiming_uniform", "lecun_normal", "lecun_uniform", "normal", "ones", "orthogonal",
+           "truncated_normal", "uniform", "variance_scaling", "xavier_normal", "xavier_uniform", "zeros"]
