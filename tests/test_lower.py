@@ -280,3 +280,22 @@ def test_reduction_read_by_two_kernels_is_computed_once():
   want = data.sum(0).reshape(6, 1, 1)
   np.testing.assert_allclose(first, want + 2)
   np.testing.assert_allclose(second, want * want)
+
+
+def test_narrow_contraction_is_vectorised_along_its_reduction():
+  """h @ w with 10 output columns (a classifier): w is read with a stride along the reduction, so it is copied with the
+  reduction innermost and every load of the contraction is contiguous along it (the plain nest vectorises it)."""
+  from tinyjax.lower.schedule import NARROW_COLUMN
+  from tinyjax.codegen.opt import linear_strides
+  m, k, n = 32, 64, 10
+  assert n < NARROW_COLUMN
+  rng = np.random.default_rng(4)
+  h_data, w_data = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+  program = node(Ops.SINK, _matmul(param(0, (m, k)), param(1, (k, n))))
+  copy, product = schedule(program).kernels
+  (reduce_node,) = [x for x in product.ast.toposort if x.op is Ops.REDUCE]
+  inner = reduce_node.src[-1]
+  loads = [x for x in product.ast.toposort if x.op is Ops.LOAD]
+  assert loads and all(linear_strides(x.src[1])[0].get(inner, 0) in (0, 1) for x in loads)
+  (out,) = interpret(program, [h_data, w_data])
+  np.testing.assert_allclose(out, h_data.astype(np.float64) @ w_data, rtol=1e-5, atol=1e-5)

@@ -250,6 +250,9 @@ def _divides(value: UOp, flat: UOp) -> bool:
 # A strided contraction operand is copied into a column-major-for-the-kernel layout (`_Scheduler.relayout`) only when
 # the contraction does at least this many loop iterations per element copied.
 RELAYOUT_WORK_RATIO = 16
+# A contraction whose output column is shorter than this (one float32 vector) is vectorised along its reduction
+# instead (`_Scheduler.relayout`).
+NARROW_COLUMN = 16
 
 
 def _substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
@@ -537,47 +540,63 @@ class _Scheduler:
     return kernels
 
   def relayout(self, ast: UOp, slots: tuple[int, ...], work: int) -> tuple[UOp, tuple[int, ...], list[Kernel]]:
-    """A contraction kernel kept off the register tile by one operand read with a stride along its output column (W
-    in `ct @ W.T`, the gradient of a matmul): that operand is first copied, by a kernel of its own, into a new
-    buffer laid out with the column innermost, and the contraction reads the copy. Only when the copy is small next
-    to the contraction (RELAYOUT_WORK_RATIO) and the rewritten kernel does get the tile."""
-    if choose_opts(ast) is not None: return ast, slots, []
+    """A contraction kernel slowed by one operand read against its layout gets that operand copied first, by a kernel
+    of its own, into a new buffer laid out as the contraction wants it:
+    - read with a stride along the output column (W in `ct @ W.T`, a matmul's gradient), which keeps the kernel off
+      the register tile: the copy has the column innermost, and the rewritten kernel must get the tile;
+    - with a column narrower than a vector (a classifier's 10 outputs), read with a stride along the innermost
+      reduction: the copy has the reduction innermost, so the plain loop nest vectorises each dot product.
+    Only when the copy is small next to the contraction (RELAYOUT_WORK_RATIO)."""
     nodes = ast.toposort
     reduces = [n for n in nodes if n.op is Ops.REDUCE]
     ranges = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda r: r.arg[0])
     if len(reduces) != 1 or reduces[0].arg is not Ops.ADD or not ranges: return ast, slots, []
-    column = ranges[-1]
+    column, inner = ranges[-1], reduces[0].src[-1]
+    tiled = choose_opts(ast) is not None
+    narrow = column.src[0].op is Ops.CONST and column.src[0].arg < NARROW_COLUMN
+    if tiled and not narrow: return ast, slots, []
+    axis = inner if narrow else column  # the range the copy makes innermost
     strided = []
     for load in (n for n in reduces[0].src[0].toposort if n.op is Ops.LOAD):
       strides, nonlinear = linear_strides(load.src[1])
-      if len(load.src) == 2 and not nonlinear and strides.get(column, 0) not in (0, 1): strided.append((load, strides))
-    if len(strided) != 1: return ast, slots, []
-    load, strides = strided[0]
-    order = sorted((r for r in strides if r is not column), key=lambda r: r.arg[0]) + [column]
-    if any(r.src[0].op is not Ops.CONST for r in order): return ast, slots, []
-    extents = [r.src[0].arg for r in order]
-    size = math.prod(extents)
-    if size * RELAYOUT_WORK_RATIO > work: return ast, slots, []
-    # the contraction, reading the copy (a new parameter) at its flat index over `order`
-    copy_param = UOp(Ops.DEFINE_GLOBAL, load.dtype, (), len(slots))
-    flat = symbolic.const(0)
-    for rng, stride in zip(order, _strides(tuple(extents))): flat = symbolic.add(flat, symbolic.mul(rng, stride))
-    rewritten = _substitute(ast, {load: UOp(Ops.LOAD, load.dtype, (copy_param, flat))})
-    if choose_opts(symbolic.simplify(rewritten)) is None: return ast, slots, []
-    copy_slot = self.new_slot(tuple(extents), load.dtype)
-    rewritten, new_slots = _drop_unread_buffers(symbolic.simplify(rewritten), [*slots, copy_slot])
-    # the copy kernel: one global range per axis of the copy, reading the operand where the contraction did
-    copy_ranges = [UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(e),), (i, "global")) for i, e in enumerate(extents)]
-    source_index = _substitute(load.src[1], dict(zip(order, copy_ranges)))
-    target_index = symbolic.const(0)
-    for rng, stride in zip(copy_ranges, _strides(tuple(extents))):
-      target_index = symbolic.add(target_index, symbolic.mul(rng, stride))
-    value = UOp(Ops.LOAD, load.dtype, (UOp(Ops.DEFINE_GLOBAL, load.dtype, (), 1), source_index))
-    store = UOp(Ops.STORE, load.dtype, (UOp(Ops.DEFINE_GLOBAL, load.dtype, (), 0), target_index, value))
-    copy_ast = symbolic.simplify(UOp(Ops.SINK, load.dtype, (store,)))
-    name = f"e_{'_'.join(map(str, extents))}_{structure_key(copy_ast)[:8]}"
-    copy = Kernel(name, copy_ast, (copy_slot, slots[load.src[0].arg]), extents[0], size, launch_grain(copy_ast))
-    return rewritten, tuple(new_slots), [copy]
+      if len(load.src) == 2 and not nonlinear and strides.get(axis, 0) not in (0, 1): strided.append((load, strides))
+    if not strided or (not narrow and len(strided) != 1): return ast, slots, []
+    plans = []
+    for load, strides in strided:
+      order = sorted((r for r in strides if r is not axis), key=lambda r: r.arg[0]) + [axis]
+      if any(r.src[0].op is not Ops.CONST for r in order): return ast, slots, []
+      plans.append((load, order, [r.src[0].arg for r in order]))
+    ratio = RELAYOUT_WORK_RATIO // 4 if narrow else RELAYOUT_WORK_RATIO  # (a narrow strided kernel is the slower)
+    if sum(math.prod(extents) for _, _, extents in plans) * ratio > work: return ast, slots, []
+    # the contraction, reading each copy (a new parameter) at its flat index over its `order`
+    replacements = {}
+    for i, (load, order, extents) in enumerate(plans):
+      copy_param = UOp(Ops.DEFINE_GLOBAL, load.dtype, (), len(slots) + i)
+      flat = symbolic.const(0)
+      for rng, stride in zip(order, _strides(tuple(extents))): flat = symbolic.add(flat, symbolic.mul(rng, stride))
+      replacements[load] = UOp(Ops.LOAD, load.dtype, (copy_param, flat))
+    rewritten = symbolic.simplify(_substitute(ast, replacements))
+    if narrow: wanted = all(linear_strides(n.src[1])[0].get(inner, 0) in (0, 1) for n in rewritten.toposort
+                            if n.op is Ops.LOAD and inner in n.src[1].toposort)
+    else: wanted = choose_opts(rewritten) is not None
+    if not wanted: return ast, slots, []
+    copy_slots = [self.new_slot(tuple(extents), load.dtype) for load, _, extents in plans]
+    rewritten, new_slots = _drop_unread_buffers(rewritten, [*slots, *copy_slots])
+    copies = []
+    for (load, order, extents), copy_slot in zip(plans, copy_slots):
+      # the copy kernel: one global range per axis of the copy, reading the operand where the contraction did
+      copy_ranges = [UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(e),), (i, "global")) for i, e in enumerate(extents)]
+      source_index = _substitute(load.src[1], dict(zip(order, copy_ranges)))
+      target_index = symbolic.const(0)
+      for rng, stride in zip(copy_ranges, _strides(tuple(extents))):
+        target_index = symbolic.add(target_index, symbolic.mul(rng, stride))
+      value = UOp(Ops.LOAD, load.dtype, (UOp(Ops.DEFINE_GLOBAL, load.dtype, (), 1), source_index))
+      store = UOp(Ops.STORE, load.dtype, (UOp(Ops.DEFINE_GLOBAL, load.dtype, (), 0), target_index, value))
+      copy_ast = symbolic.simplify(UOp(Ops.SINK, load.dtype, (store,)))
+      name = f"e_{'_'.join(map(str, extents))}_{structure_key(copy_ast)[:8]}"
+      copies.append(Kernel(name, copy_ast, (copy_slot, slots[load.src[0].arg]), extents[0], math.prod(extents),
+                           launch_grain(copy_ast)))
+    return rewritten, tuple(new_slots), copies
 
   def copy(self, source: UOp, out_slot: int) -> list[Kernel]:
     """Kernels writing the value of `source` into slot `out_slot` (a CONTIGUOUS whose arg names the slot, so that it
