@@ -250,6 +250,8 @@ def _divides(value: UOp, flat: UOp) -> bool:
 # A strided contraction operand is copied into a column-major-for-the-kernel layout (`_Scheduler.relayout`) only when
 # the contraction does at least this many loop iterations per element copied.
 RELAYOUT_WORK_RATIO = 16
+# A relayout copy that is a transpose (two axes, multiples of this) runs in square blocks of this side.
+TRANSPOSE_BLOCK = 16
 # A contraction whose output column is shorter than this (one float32 vector) is vectorised along its reduction
 # instead (`_Scheduler.relayout`).
 NARROW_COLUMN = 16
@@ -585,7 +587,14 @@ class _Scheduler:
     copies = []
     for (load, order, extents), copy_slot in zip(plans, copy_slots):
       # the copy kernel: one global range per axis of the copy, reading the operand where the contraction did
-      copy_ranges = [UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(e),), (i, "global")) for i, e in enumerate(extents)]
+      if len(extents) == 2 and all(e % TRANSPOSE_BLOCK == 0 for e in extents):
+        # a transpose, in square blocks: a block's source rows stay in L1 while its target rows are written
+        b = TRANSPOSE_BLOCK
+        blocks = [UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(e // b),), (i, "global")) for i, e in enumerate(extents)]
+        within = [UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(b),), (2 + i, "global")) for i in range(2)]
+        copy_ranges = [symbolic.add(symbolic.mul(o, b), i) for o, i in zip(blocks, within)]
+      else:
+        copy_ranges = [UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(e),), (i, "global")) for i, e in enumerate(extents)]
       source_index = _substitute(load.src[1], dict(zip(order, copy_ranges)))
       target_index = symbolic.const(0)
       for rng, stride in zip(copy_ranges, _strides(tuple(extents))):
@@ -594,7 +603,8 @@ class _Scheduler:
       store = UOp(Ops.STORE, load.dtype, (UOp(Ops.DEFINE_GLOBAL, load.dtype, (), 0), target_index, value))
       copy_ast = symbolic.simplify(UOp(Ops.SINK, load.dtype, (store,)))
       name = f"e_{'_'.join(map(str, extents))}_{structure_key(copy_ast)[:8]}"
-      copies.append(Kernel(name, copy_ast, (copy_slot, slots[load.src[0].arg]), extents[0], math.prod(extents),
+      outer = next(n.src[0].arg for n in copy_ast.toposort if n.op is Ops.RANGE and n.arg[0] == 0)
+      copies.append(Kernel(name, copy_ast, (copy_slot, slots[load.src[0].arg]), outer, math.prod(extents),
                            launch_grain(copy_ast)))
     return rewritten, tuple(new_slots), copies
 
