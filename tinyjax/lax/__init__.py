@@ -13,6 +13,8 @@ from tinyjax.lax._conv import (ConvDimensionNumbers, conv, conv_dimension_number
                               conv_with_general_padding, padtype_to_pads, reduce_window)
 from tinyjax.lax._gather import (GatherDimensionNumbers, GatherScatterMode, ScatterDimensionNumbers, gather, scatter,
                                  scatter_add, scatter_apply, scatter_max, scatter_min, scatter_mul, scatter_sub)
+from tinyjax.lax._extras import (associative_scan, broadcasted_iota, clz, cumlogsumexp, optimization_barrier,
+                                 population_count, reduce, reduce_precision)
 from tinyjax.lax._control_flow import cond, fori_loop, map, scan, switch, while_loop
 from tinyjax.lax._special import erf, erf_inv, erf_inv_p, erf_p, erfc, erfc_p
 from tinyjax.lax._cumulative import cummax, cummin, cumprod, cumsum
@@ -35,23 +37,24 @@ from tinyjax.trace.batching import axis_index, pmax, pmean, psum
 
 __all__ = [
   "abs", "abs_p", "acos", "acos_p", "acosh", "acosh_p", "add", "argmax", "argmax_p", "argmin", "argmin_p", "asin",
-  "asin_p", "asinh", "asinh_p", "atan", "atan2", "atan2_p", "atan_p", "atanh", "atanh_p", "axis_index",
-  "bitcast_convert_type", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast_in_dim", "cbrt",
-  "cbrt_p", "ceil", "ceil_p", "clamp", "clamp_p", "concatenate", "cond", "conv", "conv_dimension_numbers",
-  "conv_general_dilated", "conv_transpose", "conv_with_general_padding", "ConvDimensionNumbers", "convert_element_type",
-  "cos", "cos_p", "cosh", "cosh_p", "cummax", "cummin", "cumprod", "cumsum", "div", "dot", "dot_general",
-  "dot_general_p", "dynamic_index_in_dim", "dynamic_slice", "dynamic_slice_in_dim", "dynamic_update_index_in_dim",
-  "dynamic_update_slice", "dynamic_update_slice_in_dim", "eq", "erf", "erf_inv", "erf_inv_p", "erf_p", "erfc", "erfc_p",
-  "exp", "exp2", "exp2_p", "exp_p", "expand_dims", "expm1", "expm1_p", "floor", "floor_p", "fori_loop", "full",
-  "full_like", "gather", "GatherDimensionNumbers", "GatherScatterMode", "ge", "gt", "integer_pow", "integer_pow_p",
-  "iota", "is_finite", "is_finite_p", "le", "log", "log1p", "log1p_p", "log_p", "logistic", "logistic_p", "lt", "map",
-  "max", "max_p", "min", "min_p", "mul", "ne", "neg", "nextafter", "pad", "padtype_to_pads", "pmax", "pmean", "pow",
-  "pow_p", "Precision", "psum", "reciprocal", "reduce_and", "reduce_max", "reduce_max_p", "reduce_min", "reduce_min_p",
-  "reduce_or", "reduce_prod", "reduce_prod_p", "reduce_sum", "reduce_sum_p", "reduce_window", "rem", "rem_p", "reshape",
-  "rev", "round", "round_p", "RoundingMethod", "rsqrt", "rsqrt_p", "scan", "scatter", "scatter_add", "scatter_apply",
-  "scatter_max", "scatter_min", "scatter_mul", "scatter_sub", "ScatterDimensionNumbers", "select", "select_n",
-  "select_n_p", "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign", "sign_p", "sin", "sin_p", "sinh",
-  "sinh_p", "slice", "slice_in_dim", "sort", "sort_key_val", "sqrt", "sqrt_p", "square", "square_p", "squeeze",
-  "stop_gradient", "stop_gradient_p", "sub", "switch", "tan", "tan_p", "tanh", "tanh_p", "top_k", "transpose",
-  "while_loop",
+  "asin_p", "asinh", "asinh_p", "associative_scan", "atan", "atan2", "atan2_p", "atan_p", "atanh", "atanh_p",
+  "axis_index", "bitcast_convert_type", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast_in_dim",
+  "broadcasted_iota", "cbrt", "cbrt_p", "ceil", "ceil_p", "clamp", "clamp_p", "clz", "concatenate", "cond", "conv",
+  "conv_dimension_numbers", "conv_general_dilated", "conv_transpose", "conv_with_general_padding",
+  "ConvDimensionNumbers", "convert_element_type", "cos", "cos_p", "cosh", "cosh_p", "cumlogsumexp", "cummax", "cummin",
+  "cumprod", "cumsum", "div", "dot", "dot_general", "dot_general_p", "dynamic_index_in_dim", "dynamic_slice",
+  "dynamic_slice_in_dim", "dynamic_update_index_in_dim", "dynamic_update_slice", "dynamic_update_slice_in_dim", "eq",
+  "erf", "erf_inv", "erf_inv_p", "erf_p", "erfc", "erfc_p", "exp", "exp2", "exp2_p", "exp_p", "expand_dims", "expm1",
+  "expm1_p", "floor", "floor_p", "fori_loop", "full", "full_like", "gather", "GatherDimensionNumbers",
+  "GatherScatterMode", "ge", "gt", "integer_pow", "integer_pow_p", "iota", "is_finite", "is_finite_p", "le", "log",
+  "log1p", "log1p_p", "log_p", "logistic", "logistic_p", "lt", "map", "max", "max_p", "min", "min_p", "mul", "ne",
+  "neg", "nextafter", "optimization_barrier", "pad", "padtype_to_pads", "pmax", "pmean", "population_count", "pow",
+  "pow_p", "Precision", "psum", "reciprocal", "reduce", "reduce_and", "reduce_max", "reduce_max_p", "reduce_min",
+  "reduce_min_p", "reduce_or", "reduce_precision", "reduce_prod", "reduce_prod_p", "reduce_sum", "reduce_sum_p",
+  "reduce_window", "rem", "rem_p", "reshape", "rev", "round", "round_p", "RoundingMethod", "rsqrt", "rsqrt_p", "scan",
+  "scatter", "scatter_add", "scatter_apply", "scatter_max", "scatter_min", "scatter_mul", "scatter_sub",
+  "ScatterDimensionNumbers", "select", "select_n", "select_n_p", "shift_left", "shift_right_arithmetic",
+  "shift_right_logical", "sign", "sign_p", "sin", "sin_p", "sinh", "sinh_p", "slice", "slice_in_dim", "sort",
+  "sort_key_val", "sqrt", "sqrt_p", "square", "square_p", "squeeze", "stop_gradient", "stop_gradient_p", "sub",
+  "switch", "tan", "tan_p", "tanh", "tanh_p", "top_k", "transpose", "while_loop",
 ]

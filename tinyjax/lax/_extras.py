@@ -1,0 +1,202 @@
+"""More of jax.lax, composed of the rest: `associative_scan` (the work-efficient odd/even recursion over strided
+slices), `cumlogsumexp`, the general `reduce` (any associative computation, as a halving tree), `broadcasted_iota`,
+`population_count` and `clz` (bit tricks), `reduce_precision` (XLA's rounding on the float32 bits) and
+`optimization_barrier`."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tinyjax import dtypes, tree_util
+from tinyjax.array import Array
+from tinyjax.lax._base import canonicalize_axis, to_array
+from tinyjax.lax._shape import iota_along
+
+
+def broadcasted_iota(dtype: Any, shape: Sequence[int], dimension: int) -> Array:
+  """0, 1, 2, ... along `dimension`, broadcast over the other axes of `shape`."""
+  shape = tuple(int(d) for d in shape)
+  return iota_along(dtypes.canonicalize_dtype(dtypes.dtype(dtype)), shape, canonicalize_axis(dimension, len(shape)))
+
+
+def optimization_barrier(operand: Any) -> Any:
+  """The operand, unchanged (XLA uses it to stop reordering; tinyjax has nothing to stop)."""
+  return tree_util.tree_map(to_array, operand)
+
+
+def _integer(name: str, x: Any) -> Array:
+  x = to_array(x)
+  if x.dtype.kind not in "iu": raise TypeError(f"{name} requires an integer operand, got {x.dtype.name}")
+  return x
+
+
+def population_count(x: Any) -> Array:
+  """The number of set bits of each element (in its own dtype), by the SWAR tree of bit-field sums."""
+  from tinyjax import lax
+  from tinyjax import numpy as jnp
+  x = _integer("population_count", x)
+  bits = x.dtype.itemsize * 8
+  unsigned = np.dtype(f"uint{bits}")
+  v = lax.bitcast_convert_type(x, unsigned)
+
+  def const(pattern: int) -> Array: return to_array(np.array(pattern & ((1 << bits) - 1), unsigned))
+  v = v - (jnp.right_shift(v, const(1)) & const(0x5555555555555555))
+  v = (v & const(0x3333333333333333)) + (jnp.right_shift(v, const(2)) & const(0x3333333333333333))
+  v = (v + jnp.right_shift(v, const(4))) & const(0x0F0F0F0F0F0F0F0F)
+  if bits > 8:
+    v = jnp.right_shift(v * const(0x0101010101010101), const(bits - 8))
+  return lax.bitcast_convert_type(v, x.dtype) if x.dtype.kind == "i" else v
+
+
+def clz(x: Any) -> Array:
+  """The number of leading zero bits of each element: the width minus the population count of the bits smeared
+  right from the highest set one."""
+  from tinyjax import lax
+  from tinyjax import numpy as jnp
+  x = _integer("clz", x)
+  bits = x.dtype.itemsize * 8
+  unsigned = np.dtype(f"uint{bits}")
+  v = lax.bitcast_convert_type(x, unsigned)
+  shift = 1
+  while shift < bits:
+    v = v | jnp.right_shift(v, to_array(np.array(shift, unsigned)))
+    shift *= 2
+  count = to_array(np.array(bits, unsigned)) - population_count(v)
+  return lax.bitcast_convert_type(count, x.dtype) if x.dtype.kind == "i" else count
+
+
+def associative_scan(fn: Callable, elems: Any, reverse: bool = False, axis: int = 0) -> Any:
+  """All prefix combinations of `elems` (a pytree of arrays of one length along `axis`) under the associative `fn`:
+  out[i] = fn(... fn(elems[0], elems[1]) ..., elems[i]). Work-efficient: the pairs (0,1), (2,3), ... are combined,
+  their prefixes computed recursively, and the even positions filled in from them (O(n) fn calls on slices,
+  O(log n) depth)."""
+  from tinyjax import lax
+  leaves, tree = tree_util.tree_flatten(elems)
+  leaves = [to_array(leaf) for leaf in leaves]
+  if not leaves: raise ValueError("associative_scan needs at least one array")
+  axis = canonicalize_axis(axis, leaves[0].ndim)
+  n = leaves[0].shape[axis]
+  if any(leaf.shape[axis] != n for leaf in leaves):
+    raise ValueError(f"associative_scan: every array needs the same length along axis {axis}, got "
+                     f"{[leaf.shape[axis] for leaf in leaves]}")
+
+  def cut(x: Array, start: int, stop: int | None = None, step: int = 1) -> Array:
+    return lax.slice_in_dim(x, start, x.shape[axis] if stop is None else stop, step, axis)
+
+  def combine(a: list[Array], b: list[Array]) -> list[Array]:
+    out = tree_util.tree_leaves(fn(tree_util.tree_unflatten(tree, a), tree_util.tree_unflatten(tree, b)))
+    if len(out) != len(a): raise ValueError("associative_scan: fn must return a pytree like its inputs")
+    return [to_array(o) for o in out]
+
+  def scan(xs: list[Array]) -> list[Array]:
+    length = xs[0].shape[axis]
+    if length < 2: return xs
+    reduced = combine([cut(x, 0, length - 1, 2) for x in xs], [cut(x, 1, None, 2) for x in xs])
+    odd = scan(reduced)
+    if length % 2 == 0:
+      even = combine([cut(o, 0, o.shape[axis] - 1) for o in odd], [cut(x, 2, None, 2) for x in xs])
+    else:
+      even = combine(odd, [cut(x, 2, None, 2) for x in xs])
+    even = [lax.concatenate([cut(x, 0, 1), e], axis) for x, e in zip(xs, even)]
+    return [_interleave(e, o, axis, length) for e, o in zip(even, odd)]
+
+  if reverse: leaves = [lax.rev(x, (axis,)) for x in leaves]
+  out = scan(leaves)
+  if reverse: out = [lax.rev(x, (axis,)) for x in out]
+  return tree_util.tree_unflatten(tree, out)
+
+
+def _interleave(even: Array, odd: Array, axis: int, length: int) -> Array:
+  """even[0], odd[0], even[1], odd[1], ... along axis, `length` elements in all (even has the extra one)."""
+  from tinyjax import lax
+  if even.shape[axis] > odd.shape[axis]:
+    padding = [(0, 0, 0)] * odd.ndim
+    padding[axis] = (0, 1, 0)
+    odd = lax.pad(odd, np.array(0, odd.dtype), padding)
+  stacked = lax.concatenate([lax.expand_dims(even, (axis + 1,)), lax.expand_dims(odd, (axis + 1,))], axis + 1)
+  shape = list(even.shape)
+  shape[axis] = 2 * even.shape[axis]
+  return lax.slice_in_dim(lax.reshape(stacked, tuple(shape)), 0, length, 1, axis)
+
+
+def cumlogsumexp(operand: Any, axis: int = 0, reverse: bool = False) -> Array:
+  """log(cumsum(exp(x))) along axis, stably (a logaddexp scan)."""
+  from tinyjax import numpy as jnp
+  x = to_array(operand)
+  if not dtypes.is_floating(x.dtype): raise TypeError(f"cumlogsumexp requires a float operand, got {x.dtype.name}")
+  return associative_scan(jnp.logaddexp, x, reverse=reverse, axis=axis)
+
+
+def reduce(operands: Any, init_values: Any, computation: Callable, dimensions: Sequence[int]) -> Any:
+  """Reduce `operands` (an array or a pytree of arrays of one shape) over `dimensions` with the associative
+  `computation` and its identity `init_values`. lax.add/mul/max/min and the bitwise and/or use the fused
+  reductions; any other computation runs as a halving tree of slices (log2(n) rounds)."""
+  from tinyjax import lax
+  leaves, tree = tree_util.tree_flatten(operands)
+  inits, init_tree = tree_util.tree_flatten(init_values)
+  if init_tree != tree:
+    raise TypeError(f"reduce: init_values must have the structure of the operands, got {init_tree} and {tree}")
+  leaves = [to_array(leaf) for leaf in leaves]
+  inits = [to_array(v).astype(leaf.dtype) for v, leaf in zip(inits, leaves)]
+  if any(v.ndim for v in inits): raise TypeError("reduce: init_values must be scalars")
+  ndim = leaves[0].ndim
+  dims = sorted({canonicalize_axis(int(d), ndim) for d in dimensions})
+  monoids = {lax.add: lax.reduce_sum, lax.mul: lax.reduce_prod, lax.max: lax.reduce_max, lax.min: lax.reduce_min,
+             lax.bitwise_and: lax.reduce_and, lax.bitwise_or: lax.reduce_or}
+  if len(leaves) == 1 and computation in monoids and not any(leaves[0].shape[d] == 0 for d in dims):
+    reduced = monoids[computation](leaves[0], dims) if dims else leaves[0]
+    return tree_util.tree_unflatten(tree, [computation(reduced, lax.broadcast_in_dim(inits[0], reduced.shape, ()))])
+
+  def apply(a: list[Array], b: list[Array]) -> list[Array]:
+    out = computation(tree_util.tree_unflatten(tree, a), tree_util.tree_unflatten(tree, b))
+    return [to_array(o) for o in tree_util.tree_leaves(out)]
+  for d in reversed(dims):
+    while leaves[0].shape[d] > 1:
+      size = leaves[0].shape[d]
+      if size % 2:
+        padding = [(0, 0, 0)] * leaves[0].ndim
+        padding[d] = (0, 1, 0)
+        leaves = [lax.pad(x, v, padding) for x, v in zip(leaves, inits)]
+        size += 1
+      leaves = apply([lax.slice_in_dim(x, 0, size, 2, d) for x in leaves],
+                     [lax.slice_in_dim(x, 1, size, 2, d) for x in leaves])
+    if leaves[0].shape[d] == 0:
+      shape = list(leaves[0].shape)
+      shape[d] = 1
+      leaves = [lax.broadcast_in_dim(v, tuple(shape), ()) for v in inits]
+    leaves = [lax.squeeze(x, (d,)) for x in leaves]
+  return tree_util.tree_unflatten(tree, apply([lax.broadcast_in_dim(v, x.shape, ()) for v, x in zip(inits, leaves)],
+                                              leaves))
+
+
+def reduce_precision(operand: Any, exponent_bits: int, mantissa_bits: int) -> Array:
+  """Round each float to the precision of a float with `exponent_bits` and `mantissa_bits` (XLA's ReducePrecision:
+  round to nearest even on the float32 bits, overflow to infinity, underflow to zero, NaN kept), in its own dtype."""
+  from tinyjax import lax
+  from tinyjax import numpy as jnp
+  x = to_array(operand)
+  if not dtypes.is_floating(x.dtype):
+    raise TypeError(f"reduce_precision requires a float operand, got {x.dtype.name}")
+  if exponent_bits < 1 or mantissa_bits < 0:
+    raise ValueError(f"reduce_precision needs exponent_bits >= 1 and mantissa_bits >= 0, got {exponent_bits}, "
+                     f"{mantissa_bits}")
+  wide = x.astype(np.float32)
+  bits = lax.bitcast_convert_type(wide, np.uint32)
+
+  def u(value: int) -> Array: return to_array(np.array(value & 0xFFFFFFFF, np.uint32))
+  if mantissa_bits < 23:
+    last_bit = 1 << (23 - mantissa_bits)
+    last = jnp.right_shift(bits & u(last_bit), u(23 - mantissa_bits))
+    bits = (bits + last + u((last_bit >> 1) - 1)) & u(~(last_bit - 1))
+  if exponent_bits < 8:
+    exponent_mask = u(0xFF << 23)
+    reduced_bias = (1 << (exponent_bits - 1)) - 1
+    exponent = bits & exponent_mask
+    overflow = exponent > u((127 + reduced_bias) << 23)
+    underflow = exponent <= u((127 - reduced_bias) << 23)
+    signed_zero = bits & u(1 << 31)
+    bits = jnp.where(overflow, signed_zero | exponent_mask, jnp.where(underflow, signed_zero, bits))
+  result = lax.bitcast_convert_type(bits, np.float32)
+  if mantissa_bits > 0: result = jnp.where(wide != wide, wide, result)  # NaN stays NaN
+  return result.astype(x.dtype)
