@@ -12,12 +12,21 @@ from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
 from tinyjax.lax._base import canonicalize_axis, to_array
 from tinyjax.lax._shape import iota_along
+from tinyjax.trace import ad
+from tinyjax.trace.core import Primitive, bind
+from tinyjax.uop import Ops
+
+
+def _materialize(x: Array) -> Array: return bind(Ops.CONTIGUOUS, x, weak_type=x.weak_type)
 
 
 def broadcasted_iota(dtype: Any, shape: Sequence[int], dimension: int) -> Array:
   """0, 1, 2, ... along `dimension`, broadcast over the other axes of `shape`."""
   shape = tuple(int(d) for d in shape)
-  return iota_along(dtypes.canonicalize_dtype(dtypes.dtype(dtype)), shape, canonicalize_axis(dimension, len(shape)))
+  if any(d < 0 for d in shape): raise TypeError(f"broadcasted_iota: shape must be non-negative, got {shape}")
+  if not 0 <= int(dimension) < len(shape):
+    raise ValueError(f"broadcasted_iota: dimension must be in [0, {len(shape)}), got {dimension}")
+  return iota_along(dtypes.canonicalize_dtype(dtypes.dtype(dtype)), shape, int(dimension))
 
 
 def optimization_barrier(operand: Any) -> Any:
@@ -87,7 +96,9 @@ def associative_scan(fn: Callable, elems: Any, reverse: bool = False, axis: int 
   def combine(a: list[Array], b: list[Array]) -> list[Array]:
     out = tree_util.tree_leaves(fn(tree_util.tree_unflatten(tree, a), tree_util.tree_unflatten(tree, b)))
     if len(out) != len(a): raise ValueError("associative_scan: fn must return a pytree like its inputs")
-    return [to_array(o) for o in out]
+    # each level is materialised: fused, the strided views of the levels above would be recomputed per element
+    # (a graph that grows with n log n and compiles in minutes)
+    return [_materialize(to_array(o)) for o in out]
 
   def scan(xs: list[Array]) -> list[Array]:
     length = xs[0].shape[axis]
@@ -130,73 +141,94 @@ def cumlogsumexp(operand: Any, axis: int = 0, reverse: bool = False) -> Array:
 
 def reduce(operands: Any, init_values: Any, computation: Callable, dimensions: Sequence[int]) -> Any:
   """Reduce `operands` (an array or a pytree of arrays of one shape) over `dimensions` with the associative
-  `computation` and its identity `init_values`. lax.add/mul/max/min and the bitwise and/or use the fused
-  reductions; any other computation runs as a halving tree of slices (log2(n) rounds)."""
+  `computation`, then combine the result once with `init_values` (an empty reduction gives `init_values`), as JAX.
+  lax.add/mul/max/min use the fused reductions; any other computation runs as a halving tree of slices (log2(n)
+  rounds, an unpaired last element carried to the next round)."""
   from tinyjax import lax
   leaves, tree = tree_util.tree_flatten(operands)
   inits, init_tree = tree_util.tree_flatten(init_values)
   if init_tree != tree:
-    raise TypeError(f"reduce: init_values must have the structure of the operands, got {init_tree} and {tree}")
+    raise ValueError(f"reduce: init_values must have the structure of the operands, got {init_tree} and {tree}")
   leaves = [to_array(leaf) for leaf in leaves]
-  inits = [to_array(v).astype(leaf.dtype) for v, leaf in zip(inits, leaves)]
-  if any(v.ndim for v in inits): raise TypeError("reduce: init_values must be scalars")
+  inits = [to_array(v) for v in inits]
+  if not leaves: raise ValueError("reduce needs at least one operand")
+  if any(v.ndim for v in inits): raise ValueError("reduce: init_values must be scalars")
+  inits = [v.astype(leaf.dtype) for v, leaf in zip(inits, leaves)]
+  if any(leaf.shape != leaves[0].shape for leaf in leaves):
+    raise ValueError(f"reduce: operands must have one shape, got {[leaf.shape for leaf in leaves]}")
   ndim = leaves[0].ndim
-  dims = sorted({canonicalize_axis(int(d), ndim) for d in dimensions})
-  monoids = {lax.add: lax.reduce_sum, lax.mul: lax.reduce_prod, lax.max: lax.reduce_max, lax.min: lax.reduce_min,
-             lax.bitwise_and: lax.reduce_and, lax.bitwise_or: lax.reduce_or}
-  if len(leaves) == 1 and computation in monoids and not any(leaves[0].shape[d] == 0 for d in dims):
-    reduced = monoids[computation](leaves[0], dims) if dims else leaves[0]
+  dims = [int(d) for d in dimensions]
+  if any(not 0 <= d < ndim for d in dims) or len(set(dims)) != len(dims):
+    raise ValueError(f"reduce: dimensions must be distinct axes in [0, {ndim}), got {tuple(dimensions)}")
+  if not dims: return tree_util.tree_unflatten(tree, leaves)
+  out_shape = tuple(d for i, d in enumerate(leaves[0].shape) if i not in dims)
+  if any(leaves[0].shape[d] == 0 for d in dims):  # nothing to reduce: the init values
+    return tree_util.tree_unflatten(tree, [lax.broadcast_in_dim(v, out_shape, ()) for v in inits])
+  monoids = {lax.add: lax.reduce_sum, lax.mul: lax.reduce_prod, lax.max: lax.reduce_max, lax.min: lax.reduce_min}
+  if len(leaves) == 1 and computation in monoids:
+    reduced = monoids[computation](leaves[0], dims)
     return tree_util.tree_unflatten(tree, [computation(reduced, lax.broadcast_in_dim(inits[0], reduced.shape, ()))])
 
   def apply(a: list[Array], b: list[Array]) -> list[Array]:
     out = computation(tree_util.tree_unflatten(tree, a), tree_util.tree_unflatten(tree, b))
-    return [to_array(o) for o in tree_util.tree_leaves(out)]
-  for d in reversed(dims):
+    return [_materialize(to_array(o)) for o in tree_util.tree_leaves(out)]
+  for d in sorted(dims, reverse=True):
     while leaves[0].shape[d] > 1:
       size = leaves[0].shape[d]
-      if size % 2:
-        padding = [(0, 0, 0)] * leaves[0].ndim
-        padding[d] = (0, 1, 0)
-        leaves = [lax.pad(x, v, padding) for x, v in zip(leaves, inits)]
-        size += 1
-      leaves = apply([lax.slice_in_dim(x, 0, size, 2, d) for x in leaves],
-                     [lax.slice_in_dim(x, 1, size, 2, d) for x in leaves])
-    if leaves[0].shape[d] == 0:
-      shape = list(leaves[0].shape)
-      shape[d] = 1
-      leaves = [lax.broadcast_in_dim(v, tuple(shape), ()) for v in inits]
+      pairs = apply([lax.slice_in_dim(x, 0, size - size % 2, 2, d) for x in leaves],
+                    [lax.slice_in_dim(x, 1, size - size % 2, 2, d) for x in leaves])
+      if size % 2: pairs = [lax.concatenate([p, lax.slice_in_dim(x, size - 1, size, 1, d)], d)
+                            for p, x in zip(pairs, leaves)]
+      leaves = pairs
     leaves = [lax.squeeze(x, (d,)) for x in leaves]
   return tree_util.tree_unflatten(tree, apply([lax.broadcast_in_dim(v, x.shape, ()) for v, x in zip(inits, leaves)],
                                               leaves))
 
 
-def reduce_precision(operand: Any, exponent_bits: int, mantissa_bits: int) -> Array:
-  """Round each float to the precision of a float with `exponent_bits` and `mantissa_bits` (XLA's ReducePrecision:
-  round to nearest even on the float32 bits, overflow to infinity, underflow to zero, NaN kept), in its own dtype."""
+def _reduce_precision(x: Array, *, exponent_bits: int, mantissa_bits: int) -> Array:
+  """XLA's ReducePrecision on the bits of x's own width (float64 as float64, the 16-bit floats as float32)."""
   from tinyjax import lax
   from tinyjax import numpy as jnp
+  wide_dtype = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
+  mantissa_width, exponent_width = (52, 11) if wide_dtype == np.float64 else (23, 8)
+  unsigned = np.dtype(f"uint{wide_dtype.itemsize * 8}")
+  wide = x.astype(wide_dtype)
+  bits = lax.bitcast_convert_type(wide, unsigned)
+  mask = (1 << (wide_dtype.itemsize * 8)) - 1
+
+  def u(value: int) -> Array: return to_array(np.array(value & mask, unsigned))
+  if mantissa_bits < mantissa_width:
+    last_bit = 1 << (mantissa_width - mantissa_bits)
+    last = jnp.right_shift(bits & u(last_bit), u(mantissa_width - mantissa_bits))
+    bits = (bits + last + u((last_bit >> 1) - 1)) & u(~(last_bit - 1))
+  if exponent_bits < exponent_width:
+    bias = (1 << (exponent_width - 1)) - 1
+    exponent_mask = u(((1 << exponent_width) - 1) << mantissa_width)
+    reduced_bias = (1 << (exponent_bits - 1)) - 1
+    exponent = bits & exponent_mask
+    overflow = exponent > u((bias + reduced_bias) << mantissa_width)
+    underflow = exponent <= u((bias - reduced_bias) << mantissa_width)
+    signed_zero = bits & u(1 << (wide_dtype.itemsize * 8 - 1))
+    bits = jnp.where(overflow, signed_zero | exponent_mask, jnp.where(underflow, signed_zero, bits))
+  result = lax.bitcast_convert_type(bits, wide_dtype)
+  return jnp.where(wide != wide, wide, result).astype(x.dtype)  # NaN stays NaN
+
+
+reduce_precision_p = Primitive("reduce_precision", _reduce_precision)
+ad.defjvp(reduce_precision_p, lambda t, out, x, **params: t)  # as JAX: the rounding's derivative is taken as 1
+
+
+def reduce_precision(operand: Any, exponent_bits: int, mantissa_bits: int) -> Array:
+  """Round each float to the precision of a float with `exponent_bits` and `mantissa_bits` (XLA's ReducePrecision:
+  round to nearest even, overflow to infinity, underflow to zero, NaN kept), in its own dtype; differentiable as
+  the identity."""
   x = to_array(operand)
   if not dtypes.is_floating(x.dtype):
     raise TypeError(f"reduce_precision requires a float operand, got {x.dtype.name}")
+  if not isinstance(exponent_bits, (int, np.integer)) or not isinstance(mantissa_bits, (int, np.integer)):
+    raise TypeError(f"reduce_precision: exponent_bits and mantissa_bits must be ints, got {exponent_bits!r}, "
+                    f"{mantissa_bits!r}")
   if exponent_bits < 1 or mantissa_bits < 0:
     raise ValueError(f"reduce_precision needs exponent_bits >= 1 and mantissa_bits >= 0, got {exponent_bits}, "
                      f"{mantissa_bits}")
-  wide = x.astype(np.float32)
-  bits = lax.bitcast_convert_type(wide, np.uint32)
-
-  def u(value: int) -> Array: return to_array(np.array(value & 0xFFFFFFFF, np.uint32))
-  if mantissa_bits < 23:
-    last_bit = 1 << (23 - mantissa_bits)
-    last = jnp.right_shift(bits & u(last_bit), u(23 - mantissa_bits))
-    bits = (bits + last + u((last_bit >> 1) - 1)) & u(~(last_bit - 1))
-  if exponent_bits < 8:
-    exponent_mask = u(0xFF << 23)
-    reduced_bias = (1 << (exponent_bits - 1)) - 1
-    exponent = bits & exponent_mask
-    overflow = exponent > u((127 + reduced_bias) << 23)
-    underflow = exponent <= u((127 - reduced_bias) << 23)
-    signed_zero = bits & u(1 << 31)
-    bits = jnp.where(overflow, signed_zero | exponent_mask, jnp.where(underflow, signed_zero, bits))
-  result = lax.bitcast_convert_type(bits, np.float32)
-  if mantissa_bits > 0: result = jnp.where(wide != wide, wide, result)  # NaN stays NaN
-  return result.astype(x.dtype)
+  return reduce_precision_p.bind(x, exponent_bits=int(exponent_bits), mantissa_bits=int(mantissa_bits))
