@@ -66,7 +66,7 @@ class Buffer:
     # of it (numpy() hands them out) has the block itself as its base, so once our typed view is dropped the block's
     # only references must be the local name and getrefcount's argument. (A block of our size starts where we do, so
     # the address we kept is the block's.)
-    host = self._host
+    host = getattr(self, "_host", None)  # (None too for a Buffer whose __init__ raised)
     if host is None or sys is None: return
     raw = host.base
     if not (isinstance(raw, np.ndarray) and raw.dtype == np.uint8 and raw.base is None and raw.nbytes == self.nbytes):
