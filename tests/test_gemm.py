@@ -14,7 +14,7 @@ from test_codegen import (BF16, BOOL, F16, F32, F64, add, alu, assert_same, buff
 
 from tinyjax.array import Array
 from tinyjax.codegen.llvm import SUM_BLOCK, TILE_SUM_BLOCK, render_llvm
-from tinyjax.codegen.opt import STREAM_TILE, TILE_ROWS, applied_opts, choose_opts, launch_grain
+from tinyjax.codegen.opt import STREAM_TILE, TILE_ROWS, VECTOR_BYTES, applied_opts, choose_opts, launch_grain
 from tinyjax.trace.core import bind
 from tinyjax.uop import Ops, UOp
 
@@ -348,3 +348,13 @@ def test_sum_end_to_end(axis: int):
 def test_opts_listed_in_the_module():
   assert "; opts: [('reduce_outside', 2)" in render_llvm("kernel", matmul_kernel(16, 16, 16, F32))
   assert choose_opts(matmul_kernel(16, 16, 16, F32)).contract
+
+
+def test_tiled_kernels_ask_for_the_tiles_vector_width():
+  """A tile is sized for VECTOR_BYTES registers: its kernel asks LLVM for vectors that wide (on AVX-512 parts LLVM
+  prefers 256-bit vectors and split the tile into twice the accumulators, spilling some); plain kernels don't."""
+  attribute = f'"prefer-vector-width"="{VECTOR_BYTES * 8}"'
+  assert attribute in render_llvm("kernel", matmul_kernel(64, 64, 64, F32))
+  elementwise = global_range(0, 100)
+  plain = kernel(store(buffer(0, F32), elementwise, load(buffer(1, F32), elementwise)))
+  assert "prefer-vector-width" not in render_llvm("kernel", plain)

@@ -820,6 +820,9 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   if DEBUG >= 3: print(f"*** opts of {name}: {opts}")
   renderer = _Renderer(ast, plan, decompose=enabled)
   renderer.render_kernel()
+  # a tile is sized for VECTOR_BYTES registers, which LLVM would otherwise split in two on CPUs where it prefers
+  # 256-bit vectors (Intel's AVX-512 parts): 32 half-width accumulators, a third of them spilled to the stack
+  attributes = f' "prefer-vector-width"="{VECTOR_BYTES * 8}"' if plan is not None else ""
 
   symbol, body_symbol = _symbol(name), _symbol(f"{name}.body")
   params = ", ".join(f"ptr noalias %buf{buffer.arg}" for buffer in buffers)
@@ -829,9 +832,9 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   lines += sorted(renderer.declarations)
   lines.append(f"; opts: {opts}")
   lines += [f"define internal void {body_symbol}({params}{', ' if params else ''}i64 %start, i64 %end) "
-            "alwaysinline nounwind {", "entry:", *renderer.allocas, *renderer.lines, "}", ""]
+            f"alwaysinline nounwind{attributes} {{", "entry:", *renderer.allocas, *renderer.lines, "}", ""]
   lines += renderer.metadata
-  lines += [f"define void {symbol}(ptr noalias %args, i64 %start, i64 %end) nounwind {{", "entry:"]
+  lines += [f"define void {symbol}(ptr noalias %args, i64 %start, i64 %end) nounwind{attributes} {{", "entry:"]
   for buffer in buffers:
     lines.append(f"  %slot{buffer.arg} = getelementptr inbounds ptr, ptr %args, i64 {buffer.arg}")
     lines.append(f"  %buf{buffer.arg} = load ptr, ptr %slot{buffer.arg}")

@@ -42,6 +42,10 @@ from tinyjax.uop import Ops, UOp
 # The register budget of the tile, for x86-64 with AVX-512 (32 vector registers of 64 bytes). A tile of
 # TILE_ROWS x TILE_VECTORS accumulators (4 x 4 = 16 registers) leaves room for the TILE_VECTORS loaded vectors of the
 # reused operand and the broadcast values: no spills, and 16 independent FMA chains per reduce step hide FMA latency.
+# Kernels with a tile ask LLVM for vectors of VECTOR_BYTES (llvm.py): where it prefers 256-bit vectors (Intel AVX-512
+# parts) the tile became 32 ymm accumulators, 11 of them spilled: 128x512x512 matmul 139 -> 231 GFLOP/s with zmm. Tile
+# shapes 6x4, 8x3, 8x2, 12x2, 14x2 measured no better than 4x4 on 128-1024 row problems (2 cores, AVX-512). Launching
+# a small-batch GEMM along its columns (each thread reads half the weights) measured slower than along its rows.
 VECTOR_BYTES = 64
 TILE_ROWS = 4
 TILE_VECTORS = 4
