@@ -13,6 +13,7 @@ from test_codegen import (BF16, BOOL, F16, F32, F64, add, alu, assert_same, buff
                           target_machine)
 
 from tinyjax.array import Array
+from tinyjax.codegen import llvm
 from tinyjax.codegen.llvm import SUM_BLOCK, TILE_SUM_BLOCK, render_llvm
 from tinyjax.codegen.opt import STREAM_TILE, TILE_ROWS, VECTOR_BYTES, applied_opts, choose_opts, launch_grain
 from tinyjax.trace.core import bind
@@ -358,3 +359,40 @@ def test_tiled_kernels_ask_for_the_tiles_vector_width():
   elementwise = global_range(0, 100)
   plain = kernel(store(buffer(0, F32), elementwise, load(buffer(1, F32), elementwise)))
   assert "prefer-vector-width" not in render_llvm("kernel", plain)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=str)
+@pytest.mark.parametrize("bounds", [(0, 70), (0, 1), (3, 41), (32, 70), (5, 6)], ids=str)
+def test_k_blocked_row_groups(bounds: tuple[int, int], dtype: np.dtype, monkeypatch):
+  """A float32 GEMM with a long reduce range runs its tiles in groups of GROUP_ROWS rows, block by block of the
+  reduce range: full and partial groups, row tiles then single rows, vector then single columns, a partial last
+  block, a chunk [start, end) of rows with an epilogue. Its block sums are the same operations in the same order as
+  one tile's blocked loop, so the result is bit-identical to the plain tiles', and as close to float64."""
+  m, k, n = 70, 3 * TILE_SUM_BLOCK + 44, 83
+  start, end = bounds
+  a, b = matmul_inputs(m, k, n, dtype, seed=8)
+  bias = sample(F32, n, seed=9).astype(dtype)
+
+  def epilogue(total: UOp, col: UOp) -> UOp:
+    return alu(Ops.MAX, add(total, load(buffer(3, dtype), col)), const(0.0, dtype))
+
+  ast = matmul_kernel(m, k, n, dtype, epilogue)
+  outputs = {}
+  for blocked in (True, False):
+    monkeypatch.setattr(llvm._Renderer, "k_blocked", lambda self, blocked=blocked: blocked)
+    outputs[blocked] = np.full(m * n, -7.0, dtype)
+    run_kernel(ast, [outputs[blocked], a, b, bias], True, start, end)
+  assert_same(outputs[True], outputs[False])
+  grid = outputs[True].reshape(m, n).astype(F64)
+  expected = np.maximum(a.astype(F64) @ b.astype(F64) + bias.astype(F64), 0)
+  tolerance = TOLERANCE[dtype] * np.sqrt(k)
+  np.testing.assert_allclose(grid[start:end], expected[start:end], rtol=tolerance, atol=tolerance)
+  assert (grid[:start] == -7.0).all() and (grid[end:] == -7.0).all()
+
+
+def test_k_blocking_applies_to_long_float32_sums_only():
+  ast = matmul_kernel(64, 3 * TILE_SUM_BLOCK, 64, F32)
+  assert llvm._Renderer(ast, choose_opts(ast)).k_blocked()
+  for other in (matmul_kernel(64, 2 * TILE_SUM_BLOCK, 64, F32), matmul_kernel(64, 300, 64, F64),
+                matmul_kernel(64, 300, 64, I32), matmul_kernel(64, 300, 64, F32, reduce_op=Ops.MAX)):
+    assert not llvm._Renderer(other, choose_opts(other)).k_blocked()

@@ -57,6 +57,10 @@ SUM_BLOCK = 2048
 # 32 3.0e-7. The flush (one float64 add per accumulator per block) cost nothing measurable at 64 on the 4096x4096
 # column sum or the 1024^3 matmul (both within this machine's noise); 32 made the column sum ~1.5x slower.
 TILE_SUM_BLOCK = 64
+# A register tile's float32 GEMM runs in groups of GROUP_ROWS rows (`render_row_groups`): the group's float64 sums
+# (GROUP_ROWS x 64 columns x 8 bytes = 16 KB), the reused operand's block (TILE_SUM_BLOCK x 64 x 4 = 16 KB) and the
+# group's rows of the other (8 KB) stay in a 48 KB L1 data cache together.
+GROUP_ROWS = 32
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -580,6 +584,8 @@ class _Renderer:
           self.render_block(*self.row_tile, column_index, width)
         elif plan.row is None:
           self.render_block(None, 1, column_index, width)
+        elif self.k_blocked():
+          self.render_row_groups(*bounds(plan.row), column_index, width)
         else:
           row_start, row_end = bounds(plan.row)
           for height in sorted({plan.rows, 1}, reverse=True):
@@ -601,15 +607,13 @@ class _Renderer:
         self.row_tile = None
       row_start = row_index
 
-  def render_block(self, row_start: str | None, rows: int, column_start: str, columns: int) -> None:
-    """One tile: rows x columns accumulators of the plan's REDUCE, updated in one pass of its loop nest (the body
-    fully unrolled: values that don't depend on the column are emitted once per row, those that depend on neither
-    once per step), then the epilogue and STORE of each element."""
+  def tile_body(self, row_values: list[str | None],
+                column_values: list[str]) -> Callable[[], list[tuple[str, np.dtype]]]:
+    """The body of a tile's reduce loop: the REDUCE's value for each element of the tile, row-major (fully unrolled:
+    values that don't depend on the column are emitted once per row, those that depend on neither once per step)."""
     plan = self.plan
     assert plan is not None
     value = plan.reduce.src[0]
-    row_values = [None] if row_start is None else self.offsets(row_start, rows)
-    column_values = self.offsets(column_start, columns)
 
     def body() -> list[tuple[str, np.dtype]]:
       self.emit_ready(value)
@@ -622,14 +626,86 @@ class _Renderer:
               self.emit_ready(value)
               parts.append((self.value(value), value.dtype))
       return parts
+    return body
 
-    results = iter(self.reduce_loops(plan.reduce, rows * columns, body, tiled=True, contract=plan.contract))
+  def render_block(self, row_start: str | None, rows: int, column_start: str, columns: int) -> None:
+    """One tile: rows x columns accumulators of the plan's REDUCE, updated in one pass of its loop nest
+    (`tile_body`), then the epilogue and STORE of each element."""
+    plan = self.plan
+    assert plan is not None
+    row_values = [None] if row_start is None else self.offsets(row_start, rows)
+    column_values = self.offsets(column_start, columns)
+    results = iter(self.reduce_loops(plan.reduce, rows * columns, self.tile_body(row_values, column_values),
+                                     tiled=True, contract=plan.contract))
     for row_value in row_values:
       with self.bound(plan.row, row_value):
         for column_value in column_values:
           with self.bound(plan.column, column_value):
             self.scopes[-1][plan.reduce] = next(results)
             self.emit_ready(self.ast)
+
+  def k_blocked(self) -> bool:
+    """Whether the plan's register tiles run in row groups with the reduce range cut into blocks (`render_row_groups`):
+    a float32 sum over one constant range longer than two blocks, its row just outside its column."""
+    plan = self.plan
+    assert plan is not None
+    ranges = plan.reduce.src[1:]
+    return plan.reduce.arg is Ops.ADD and accumulator_dtype(plan.reduce) == F32 and len(ranges) == 1 and \
+        ranges[0].src[0].op is Ops.CONST and ranges[0].src[0].arg > 2 * TILE_SUM_BLOCK
+
+  def render_row_groups(self, row_start: str, row_end: str, column_start: str, columns: int) -> None:
+    """The register tiles of one column tile, K-blocked: rows go in groups of GROUP_ROWS, and for each block of
+    TILE_SUM_BLOCK reduce steps every tile of the group runs that block (float32 accumulators in registers, added into
+    the group's float64 sums in an array), so the block's slice of the reused operand (TILE_SUM_BLOCK x columns, 16
+    KB) is read from L1 by all the group's tiles instead of from L2 by each. The float32 block sums and their float64
+    total are the same operations, in the same order, as `reduce_loops` performs for a single tile. Then the epilogue
+    and STORE per element, row by row."""
+    plan = self.plan
+    assert plan is not None and plan.row is not None
+    node = plan.reduce
+    rng = node.src[1]
+    size = rng.src[0].arg
+    sums = self.alloca(f"[{GROUP_ROWS * columns} x double]", align=VECTOR_BYTES)
+    block_sums = self.alloca(f"[{plan.rows * columns} x float]", align=VECTOR_BYTES)
+    with self.loop(row_start, row_end, None, step=GROUP_ROWS, whole=False) as group:
+      group_end = self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {group}, {GROUP_ROWS}")),
+                                                      ("i64", row_end)])
+      with self.loop("0", str(GROUP_ROWS * columns), None) as slot:
+        self.line(f"store double 0.0, ptr {self.slot(sums, F64, slot)}")
+
+      def row_slots(row_index: str) -> str:
+        return self.emit(f"mul nsw i64 {self.emit(f'sub nsw i64 {row_index}, {group}')}, {columns}")
+
+      with self.loop("0", str(-(-size // TILE_SUM_BLOCK)), None, vectorize=False) as block:
+        block_start = self.emit(f"mul nsw i64 {block}, {TILE_SUM_BLOCK}")
+        block_end = self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {block_start}, "
+                                                                            f"{TILE_SUM_BLOCK}")), ("i64", str(size))])
+        tiles_start = group
+        for height in sorted({plan.rows, 1}, reverse=True):
+          with self.loop(tiles_start, group_end, None, step=height) as row_index:
+            row_values, column_values = self.offsets(row_index, height), self.offsets(column_start, columns)
+            body = self.tile_body(row_values, column_values)
+            parts = self.accumulate(node, F32, height * columns, [(block_start, block_end, rng, True)],
+                                    lambda _: ([self.cast(part, dtype, F32) for part, dtype in body()], F32),
+                                    tiled=True, contract=plan.contract)
+            # the float32 sums go through an array of their own: stored straight into the float64 array, SLP
+            # would vectorise from those stores, 8 doubles wide, i.e. the whole tile at half the vector width
+            for i, part in enumerate(parts): self.line(f"store float {part}, ptr {self.slot(block_sums, F32, str(i))}")
+            first = row_slots(row_index)
+            with self.loop("0", str(height * columns), None) as i:
+              address = self.slot(sums, F64, self.emit(f"add nsw i64 {first}, {i}"))
+              part = self.cast(self.emit(f"load float, ptr {self.slot(block_sums, F32, i)}"), F32, F64)
+              total = self.combine(Ops.ADD, F64, self.emit(f"load double, ptr {address}"), part, ordered=True)
+              self.line(f"store double {total}, ptr {address}")
+          tiles_start = row_index
+      with self.loop(group, group_end, None) as row_index:
+        first = row_slots(row_index)
+        with self.bound(plan.row, row_index):
+          for j, column_value in enumerate(self.offsets(column_start, columns)):
+            with self.bound(plan.column, column_value):
+              total = self.emit(f"load double, ptr {self.slot(sums, F64, self.emit(f'add nsw i64 {first}, {j}'))}")
+              self.scopes[-1][node] = self.cast(total, F64, node.dtype)
+              self.emit_ready(self.ast)
 
   def render_stream_tile(self, tile_start: str, width: str) -> None:
     """One stream tile: the plan's REDUCE (one reduce range) for `width` <= plan.columns consecutive columns, with
