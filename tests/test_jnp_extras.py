@@ -280,10 +280,14 @@ def test_frexp_ldexp_modf(dtype):
   np.testing.assert_array_equal(np.asarray(mantissa), want_mantissa)
   np.testing.assert_array_equal(np.asarray(exponent)[~np.isinf(x) & ~np.isnan(x)],
                                 want_exponent[~np.isinf(x) & ~np.isnan(x)])
-  np.testing.assert_array_equal(np.asarray(jnp.ldexp(mantissa, exponent)), x)  # the round trip is exact
+  # the round trip is exact, except that kernels flush float32 subnormals to zero as XLA's do (JAX's ldexp gives 0
+  # there too); float16 is computed in float32, where its subnormals are normal numbers
+  subnormal = (np.abs(x) < info.tiny) & (x != 0) & (dtype == np.float32)
+  flushed = np.where(subnormal, np.copysign(np.zeros_like(x), x), x)
+  np.testing.assert_array_equal(np.asarray(jnp.ldexp(mantissa, exponent)), flushed)
   n = np.array([0, 3, -3, 200, -200, 1, 0, 40, -40, 1, 0, 2, 5], np.int32)
   with np.errstate(over="ignore"):
-    np.testing.assert_array_equal(np.asarray(jnp.ldexp(x, n)), np.ldexp(x, n))
+    np.testing.assert_array_equal(np.asarray(jnp.ldexp(x, n))[~subnormal], np.ldexp(x, n)[~subnormal])
   assert jnp.ldexp(np.array([1, 2], np.int32), 3).dtype == np.float32
   fraction, whole = jnp.modf(np.array([2.5, -2.5, -0.0, 7.0], dtype))
   np.testing.assert_array_equal(np.asarray(fraction), [0.5, -0.5, 0.0, 0.0])

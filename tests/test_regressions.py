@@ -246,3 +246,19 @@ def test_weak_types_of_functions_jax_composes_with_constants():
   assert not tnp.hypot(weak_vector, weak_vector).weak_type
   assert tnp.heaviside(0.5, ints).weak_type and not tnp.heaviside(ints, 0.5).weak_type
   assert not (2.5 ** ints).weak_type and (ints ** 2.5).weak_type and (2.5 ** tnp.asarray(2)).weak_type
+
+
+def test_kernels_flush_float32_subnormals_as_xla():
+  """Kernels run with subnormals flushed to zero, inputs and results, as XLA runs JAX's CPU programs (JAX 0.10's
+  values below); the calling thread's float mode is restored, so numpy keeps IEEE subnormals. float16 goes through
+  float32, where its subnormals are normal numbers: kept, as JAX."""
+  x = np.array([1e-40, -2e-39, 1e-30], np.float32)
+  expected = np.array([0.0, -0.0, 2e-30], np.float32)
+  np.testing.assert_array_equal(np.asarray(tj.jit(lambda v: v * 2.0)(x)), expected)
+  np.testing.assert_array_equal(np.asarray(tnp.asarray(x) * 2.0), expected)
+  assert np.asarray(tj.jit(lambda v: v * np.float32(1e-8))(np.array([1e-31], np.float32)))[0] == 0.0
+  big = np.full(1 << 20, 1e-40, np.float32)  # a threaded launch: the workers flush too
+  assert not np.asarray(tj.jit(lambda v: v * 3.0)(big)).any()
+  assert np.float32(1e-40) * np.float32(2) != 0  # numpy on this thread still sees subnormals
+  half = np.array([np.finfo(np.float16).tiny / 8], np.float16)
+  np.testing.assert_array_equal(np.asarray(tj.jit(lambda v: v * 2)(half)), half * 2)

@@ -46,6 +46,51 @@ LAUNCH_FIELDS = ("fn", "args", "n", "grain", "mode")  # one record of tj_run_lau
 MODE_SERIAL, MODE_PARALLEL, MODE_WHOLE = 0, 1, 2  # how a record's kernel runs (see tj_run_launches)
 _FUTEX_SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
 _SPIN_HINT = {"x86_64": "pause", "amd64": "pause", "aarch64": "yield", "arm64": "yield"}
+# Kernels run with subnormal floats flushed to zero, inputs and results, as XLA runs JAX's CPU programs (x86: MXCSR's
+# FTZ and DAZ bits; aarch64: FPCR.FZ). Subnormal arithmetic is slow on x86 (an Adam moment decaying through the
+# subnormals made a training step ~1.6x slower). The entries set it around their work and restore the caller's mode,
+# so Python and numpy on the calling thread keep IEEE subnormals; the workers set it once.
+_X86_FLOAT_MODE = r"""
+declare void @llvm.x86.sse.stmxcsr(ptr)
+declare void @llvm.x86.sse.ldmxcsr(ptr)
+
+define internal i64 @tj_flush_subnormals() {{
+  %slot = alloca i32, align 4
+  call void @llvm.x86.sse.stmxcsr(ptr %slot)
+  %old = load i32, ptr %slot
+  %new = or i32 %old, 32832
+  store i32 %new, ptr %slot
+  call void @llvm.x86.sse.ldmxcsr(ptr %slot)
+  %saved = zext i32 %old to i64
+  ret i64 %saved
+}}
+
+define internal void @tj_restore_float_mode(i64 %saved) {{
+  %slot = alloca i32, align 4
+  %old = trunc i64 %saved to i32
+  store i32 %old, ptr %slot
+  call void @llvm.x86.sse.ldmxcsr(ptr %slot)
+  ret void
+}}
+"""
+_AARCH64_FLOAT_MODE = r"""
+declare i64 @llvm.aarch64.get.fpcr()
+declare void @llvm.aarch64.set.fpcr(i64)
+
+define internal i64 @tj_flush_subnormals() {{
+  %old = call i64 @llvm.aarch64.get.fpcr()
+  %new = or i64 %old, 16777216
+  call void @llvm.aarch64.set.fpcr(i64 %new)
+  ret i64 %old
+}}
+
+define internal void @tj_restore_float_mode(i64 %saved) {{
+  call void @llvm.aarch64.set.fpcr(i64 %saved)
+  ret void
+}}
+"""
+_FLOAT_MODE = {"x86_64": _X86_FLOAT_MODE, "amd64": _X86_FLOAT_MODE, "aarch64": _AARCH64_FLOAT_MODE,
+               "arm64": _AARCH64_FLOAT_MODE}
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, SIGINT, SIG_BLOCK, CLOCK_MONOTONIC = 128, 129, 2, 0, 1
 
 RUNTIME_SYMBOLS = ("tj_run_launches", "tj_parallel_for", "tj_serial_for", "tj_init", "tj_install_sigint",
@@ -56,7 +101,7 @@ def runtime_ir(triple: str, data_layout: str, machine: str | None = None) -> str
   """Return the LLVM IR text of the runtime module for the given target."""
   machine = (machine or platform.machine()).lower()
   if machine not in _FUTEX_SYSCALL: raise NotImplementedError(f"tinyjax CPU runtime: unsupported machine {machine}")
-  return _RUNTIME_TEMPLATE.format(
+  return (_RUNTIME_TEMPLATE + _FLOAT_MODE[machine]).format(
     triple=triple, data_layout=data_layout, futex=_FUTEX_SYSCALL[machine], spin_hint=_SPIN_HINT[machine],
     spin=SPIN_ITERATIONS, chunk_target_ns=CHUNK_TARGET_NS, max_threads=MAX_THREADS, wait=FUTEX_WAIT_PRIVATE,
     wake=FUTEX_WAKE_PRIVATE, sigint=SIGINT, sig_block=SIG_BLOCK, clock=CLOCK_MONOTONIC,
@@ -255,6 +300,7 @@ entry:
   %all_signals = alloca [32 x i64], align 16
   call void @llvm.memset.p0.i64(ptr %all_signals, i8 -1, i64 256, i1 false)
   %ignored = call i32 @pthread_sigmask(i32 {sig_block}, ptr %all_signals, ptr null)
+  %float_mode = call i64 @tj_flush_subnormals()
   br label %wait
 wait:
   %last_gen = phi i32 [ 0, %entry ], [ %gen, %got_job ], [ %last_gen, %slept ]
@@ -337,13 +383,17 @@ declare i64 @llvm.umin.i64(i64, i64)
 ; the start, so that a Ctrl-C during any launch or loop pass stops the whole run
 define i32 @tj_serial_for(ptr %fn, ptr %args, i64 %n, i64 %first_chunk, i64 %grain) {{
   store atomic i32 0, ptr @tj_abort seq_cst, align 4
+  %float_mode = call i64 @tj_flush_subnormals()
   %aborted = call i32 @tj_serial_run(ptr %fn, ptr %args, i64 %n, i64 %first_chunk, i64 %grain)
+  call void @tj_restore_float_mode(i64 %float_mode)
   ret i32 %aborted
 }}
 
 define i32 @tj_parallel_for(ptr %fn, ptr %args, i64 %n, i64 %max_grains, i64 %grain) {{
   store atomic i32 0, ptr @tj_abort seq_cst, align 4
+  %float_mode = call i64 @tj_flush_subnormals()
   %aborted = call i32 @tj_parallel_run(ptr %fn, ptr %args, i64 %n, i64 %max_grains, i64 %grain)
+  call void @tj_restore_float_mode(i64 %float_mode)
   ret i32 %aborted
 }}
 
@@ -476,7 +526,9 @@ exit:
 ; Each kernel launch adds 1 to the i64 at %launched.
 define i32 @tj_run_launches(ptr %launches, i64 %count, ptr %launched) {{
   store atomic i32 0, ptr @tj_abort seq_cst, align 4
+  %float_mode = call i64 @tj_flush_subnormals()
   %aborted = call i32 @tj_run_records(ptr %launches, i64 %count, ptr %launched)
+  call void @tj_restore_float_mode(i64 %float_mode)
   ret i32 %aborted
 }}
 

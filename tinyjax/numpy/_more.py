@@ -692,24 +692,31 @@ def lcm(x1: Any, x2: Any) -> Array:
 
 def frexp(x: Any, /) -> tuple[Array, Array]:
   """x = mantissa * 2 ** exponent with |mantissa| in [0.5, 1) (0, inf and NaN: themselves and exponent 0), from the
-  bits of the float (subnormals scaled up first)."""
+  bits of the float alone: kernels flush subnormals to zero (as XLA), so a subnormal is normalised with integer
+  shifts (its highest mantissa bit found by clz), not by a float multiply."""
   from tinyjax import lax
   from tinyjax import numpy as jnp
   (value,) = ew.promote("frexp", x, inexact=True)
   info = dtypes.finfo(value.dtype)
-  bits_dtype = np.dtype(f"int{value.dtype.itemsize * 8}")
+  width = value.dtype.itemsize * 8
+  bits_dtype = np.dtype(f"int{width}")
   mantissa_bits, bias = int(info.nmant), int(info.maxexp) - 1
-  subnormal = (jnp.abs(value) < info.tiny) & (value != 0)
-  scale = mantissa_bits + 2
-  scaled = jnp.where(subnormal, value * (2.0 ** scale), value)
-  bits = lax.bitcast_convert_type(scaled, bits_dtype)
-  exponent_field = (bits >> mantissa_bits) & (2 * bias + 1)
-  exponent = exponent_field.astype(np.int32) - (bias - 1) - jnp.where(subnormal, scale, 0)
-  # keep sign and mantissa bits, put the exponent of [0.5, 1)
-  field_mask = np.array((2 * bias + 1) << mantissa_bits, np.int64).astype(bits_dtype)
-  mantissa = lax.bitcast_convert_type((bits & ~field_mask) | np.array((bias - 1) << mantissa_bits, np.int64).astype(
-    bits_dtype), value.dtype)
-  special = (value == 0) | jnp.isinf(value) | jnp.isnan(value)
+
+  def const(v: int) -> np.ndarray: return np.array(v, np.int64).astype(bits_dtype)
+  bits = lax.bitcast_convert_type(value, bits_dtype)
+  exponent_field = (bits >> mantissa_bits) & const(2 * bias + 1)
+  fraction = bits & const((1 << mantissa_bits) - 1)
+  subnormal = (exponent_field == 0) & (fraction != 0)
+  # a subnormal's highest set bit p: value = 1.f * 2 ** (p - mantissa_bits - bias + 1) = 0.1f * 2 ** (that + 1)
+  highest = (width - 1) - lax.clz(jnp.where(subnormal, fraction, const(1)))
+  shifted = jnp.where(subnormal, lax.shift_left(fraction, const(mantissa_bits) - highest), fraction)
+  exponent = jnp.where(subnormal, highest.astype(np.int32) - (mantissa_bits + bias - 2),
+                       exponent_field.astype(np.int32) - (bias - 1))
+  # sign, the (normalised) fraction, and the exponent field of [0.5, 1)
+  sign = bits & const(-(1 << (width - 1)))
+  mantissa = lax.bitcast_convert_type(sign | (shifted & const((1 << mantissa_bits) - 1)) |
+                                      const((bias - 1) << mantissa_bits), value.dtype)
+  special = ((exponent_field == 0) & (fraction == 0)) | (exponent_field == const(2 * bias + 1))
   return jnp.where(special, value, mantissa), jnp.where(special, 0, exponent).astype(np.int32)
 
 
