@@ -15,7 +15,8 @@ from test_codegen import (BF16, BOOL, F16, F32, F64, add, alu, assert_same, buff
 from tinyjax.array import Array
 from tinyjax.codegen import llvm
 from tinyjax.codegen.llvm import SUM_BLOCK, TILE_SUM_BLOCK, render_llvm
-from tinyjax.codegen.opt import STREAM_TILE, TILE_ROWS, VECTOR_BYTES, applied_opts, choose_opts, launch_grain
+from tinyjax.codegen.opt import (GROUP_ROWS, STREAM_TILE, TILE_ROWS, VECTOR_BYTES, applied_opts, choose_opts,
+                                 launch_grain)
 from tinyjax.trace.core import bind
 from tinyjax.uop import Ops, UOp
 
@@ -391,8 +392,10 @@ def test_k_blocked_row_groups(bounds: tuple[int, int], dtype: np.dtype, monkeypa
 
 
 def test_k_blocking_applies_to_long_float32_sums_only():
+  """Row groups for float32 sums over one range of more than two blocks; a launch chunk is then whole groups."""
   ast = matmul_kernel(64, 3 * TILE_SUM_BLOCK, 64, F32)
   assert llvm._Renderer(ast, choose_opts(ast)).k_blocked()
+  assert ("group", 0, GROUP_ROWS) in applied_opts(ast) and launch_grain(ast) == GROUP_ROWS
   for other in (matmul_kernel(64, 2 * TILE_SUM_BLOCK, 64, F32), matmul_kernel(64, 300, 64, F64),
                 matmul_kernel(64, 300, 64, I32), matmul_kernel(64, 300, 64, F32, reduce_op=Ops.MAX)):
     assert not llvm._Renderer(other, choose_opts(other)).k_blocked()

@@ -33,7 +33,7 @@ import ml_dtypes
 import numpy as np
 
 from tinyjax.codegen import transcendental
-from tinyjax.codegen.opt import VECTOR_BYTES, TilePlan, choose_opts
+from tinyjax.codegen.opt import GROUP_ROWS, TILE_SUM_BLOCK, VECTOR_BYTES, TilePlan, choose_opts
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.uop import BOOL, Ops, UOp
 
@@ -51,16 +51,6 @@ F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 # blocks, 4 streams: 3.4 ms) and 1.5-2.4 ms as a loop, the same data's full sum 4.3-4.5 ms (partially unrolled) and
 # 2.9-3.0 ms as a loop, on a machine where numpy takes 2.65 ms.
 SUM_BLOCK = 2048
-# The tiles of opt.py accumulate each output element in one running float32 sum (no vector lanes to spread it over), so
-# their float32 sums flush into float64 every TILE_SUM_BLOCK steps instead. Measured on sums of 0.1 (4096 rows, 1M
-# rows, a k=64K contraction; relative error vs float64): blocks of 2048 1.6e-5, 256 2.4e-6, 128 9.7e-7, 64 6.0e-7,
-# 32 3.0e-7. The flush (one float64 add per accumulator per block) cost nothing measurable at 64 on the 4096x4096
-# column sum or the 1024^3 matmul (both within this machine's noise); 32 made the column sum ~1.5x slower.
-TILE_SUM_BLOCK = 64
-# A register tile's float32 GEMM runs in groups of GROUP_ROWS rows (`render_row_groups`): the group's float64 sums
-# (GROUP_ROWS x 64 columns x 8 bytes = 16 KB), the reused operand's block (TILE_SUM_BLOCK x 64 x 4 = 16 KB) and the
-# group's rows of the other (8 KB) stay in a 48 KB L1 data cache together.
-GROUP_ROWS = 32
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -645,13 +635,9 @@ class _Renderer:
             self.emit_ready(self.ast)
 
   def k_blocked(self) -> bool:
-    """Whether the plan's register tiles run in row groups with the reduce range cut into blocks (`render_row_groups`):
-    a float32 sum over one constant range longer than two blocks, its row just outside its column."""
-    plan = self.plan
-    assert plan is not None
-    ranges = plan.reduce.src[1:]
-    return plan.reduce.arg is Ops.ADD and accumulator_dtype(plan.reduce) == F32 and len(ranges) == 1 and \
-        ranges[0].src[0].op is Ops.CONST and ranges[0].src[0].arg > 2 * TILE_SUM_BLOCK
+    """Whether the plan's register tiles run in row groups with the reduce range cut into blocks (`render_row_groups`,
+    chosen by opt.py)."""
+    return self.plan is not None and self.plan.group > 0
 
   def render_row_groups(self, row_start: str, row_end: str, column_start: str, columns: int) -> None:
     """The register tiles of one column tile, K-blocked: rows go in groups of GROUP_ROWS, and for each block of
