@@ -29,16 +29,14 @@ import re
 import struct
 from typing import Callable, Iterator
 
-import ml_dtypes
 import numpy as np
 
 from tinyjax.codegen import transcendental
-from tinyjax.codegen.opt import GROUP_ROWS, TILE_SUM_BLOCK, VECTOR_BYTES, TilePlan, choose_opts
+from tinyjax.codegen.opt import (BF16, F16, F32, F64, GROUP_ROWS, TILE_SUM_BLOCK, VECTOR_BYTES, TilePlan,
+                                 accumulator_dtype, choose_opts)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.uop import BOOL, Ops, UOp
 
-F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
-F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 # A float32 ADD reduction whose innermost loop runs more than SUM_BLOCK iterations is split into blocks of SUM_BLOCK:
 # each block is summed in float32 (the vectorised loop, which keeps 16-64 partial sums in its lanes) and the block sums
@@ -111,15 +109,6 @@ def _min_value(dtype: np.dtype):
 # identities of the REDUCE ops, per dtype
 _IDENTITY: dict[Ops, Callable[[np.dtype], object]] = {Ops.ADD: lambda dtype: 0, Ops.MUL: lambda dtype: 1,
                                                       Ops.MAX: _min_value}
-
-
-def accumulator_dtype(node: UOp) -> np.dtype:
-  """The dtype a REDUCE accumulates its innermost loop in: float32 for float16 / bfloat16, and for a float32 (or
-  16-bit float) sum into float64, the widening REDUCE of a split reduction's partial sums (lower/split.py), whose
-  float32 blocks then add into float64 like any float32 sum's and whose result is stored unrounded."""
-  value_dtype = node.src[0].dtype
-  if node.arg is Ops.ADD and node.dtype == F64 and value_dtype in (F16, BF16, F32): return F32
-  return F32 if node.dtype in (F16, BF16) else node.dtype
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -508,9 +497,7 @@ class _Renderer:
     chunk, size = block // product, chunked.src[0].arg
 
     def block_sum(indices: list[str]) -> tuple[list[str], np.dtype]:
-      chunk_start = self.emit(f"mul nsw i64 {indices[-1]}, {chunk}")
-      chunk_end = self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {chunk_start}, {chunk}")),
-                                                     ("i64", str(size))])
+      chunk_start, chunk_end = self.block_bounds(indices[-1], chunk, str(size))
       return self.accumulate(node, inner_dtype, count, [(chunk_start, chunk_end, chunked, True), *loops(inner)],
                              innermost, tiled, contract), inner_dtype
 
@@ -654,8 +641,7 @@ class _Renderer:
     sums = self.alloca(f"[{GROUP_ROWS * columns} x double]", align=VECTOR_BYTES)
     block_sums = self.alloca(f"[{plan.rows * columns} x float]", align=VECTOR_BYTES)
     with self.loop(row_start, row_end, None, step=GROUP_ROWS, whole=False) as group:
-      group_end = self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {group}, {GROUP_ROWS}")),
-                                                      ("i64", row_end)])
+      group_end = self.capped(group, GROUP_ROWS, row_end)
       with self.loop("0", str(GROUP_ROWS * columns), None) as slot:
         self.line(f"store double 0.0, ptr {self.slot(sums, F64, slot)}")
 
@@ -663,9 +649,7 @@ class _Renderer:
         return self.emit(f"mul nsw i64 {self.emit(f'sub nsw i64 {row_index}, {group}')}, {columns}")
 
       with self.loop("0", str(-(-size // TILE_SUM_BLOCK)), None, vectorize=False) as block:
-        block_start = self.emit(f"mul nsw i64 {block}, {TILE_SUM_BLOCK}")
-        block_end = self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {block_start}, "
-                                                                            f"{TILE_SUM_BLOCK}")), ("i64", str(size))])
+        block_start, block_end = self.block_bounds(block, TILE_SUM_BLOCK, str(size))
         tiles_start = group
         for height in sorted({plan.rows, 1}, reverse=True):
           with self.loop(tiles_start, group_end, None, step=height) as row_index:
@@ -738,9 +722,7 @@ class _Renderer:
     else:
       result, result_dtype = accumulators(F64), F64
       with self.loop("0", str(-(-rng.src[0].arg // TILE_SUM_BLOCK)), None, vectorize=False) as block:
-        block_start = self.emit(f"mul nsw i64 {block}, {TILE_SUM_BLOCK}")
-        block_end = self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {block_start}, "
-                                                                            f"{TILE_SUM_BLOCK}")), ("i64", bound)])
+        block_start, block_end = self.block_bounds(block, TILE_SUM_BLOCK, bound)
         block_sums = accumulators(F32)
         reduce_range(block_sums, block_start, block_end)
         columns(lambda slot: fold(result, F64, slot, self.emit(f"load float, ptr {self.slot(block_sums, F32, slot)}"),
@@ -755,6 +737,15 @@ class _Renderer:
   def slot(self, array: str, dtype: np.dtype, index: str) -> str:
     """The address of element `index` of an accumulator array of `dtype`."""
     return self.emit(f"getelementptr inbounds {compute_type(dtype)}, ptr {array}, i64 {index}", "addr")
+
+  def capped(self, start: str, count: int, limit: str) -> str:
+    """min(start + count, limit)."""
+    return self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {start}, {count}")), ("i64", limit)])
+
+  def block_bounds(self, block: str, size: int, limit: str) -> tuple[str, str]:
+    """[block * size, min((block + 1) * size, limit)): block number `block` of `size` steps of a range [0, limit)."""
+    start = self.emit(f"mul nsw i64 {block}, {size}")
+    return start, self.capped(start, size, limit)
 
   def offsets(self, start: str, count: int) -> list[str]:
     """`start + i` for i in [0, count)."""

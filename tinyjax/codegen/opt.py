@@ -42,7 +42,8 @@ import numpy as np
 from tinyjax.helpers import NOOPT
 from tinyjax.uop import Ops, UOp
 
-_FLOAT32_ACCUMULATED = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 # The register budget of the tile, for x86-64 with AVX-512 (32 vector registers of 64 bytes). A tile of
 # TILE_ROWS x TILE_VECTORS accumulators (4 x 4 = 16 registers) leaves room for the TILE_VECTORS loaded vectors of the
@@ -92,6 +93,15 @@ class TilePlan:
   opts: tuple[Opt, ...]    # what was applied, as data
   grain: int = 1           # outer iterations a launch chunk keeps together (a tile's rows or columns; see launch_grain)
   group: int = 0           # rows per K-blocked row group (GROUP_ROWS), 0 when the tiles run one by one
+
+
+def accumulator_dtype(node: UOp) -> np.dtype:
+  """The dtype a REDUCE accumulates its innermost loop in: float32 for float16 / bfloat16, and for a float32 (or
+  16-bit float) sum into float64, the widening REDUCE of a split reduction's partial sums (lower/split.py), whose
+  float32 blocks then add into float64 like any float32 sum's and whose result is stored unrounded."""
+  value_dtype = node.src[0].dtype
+  if node.arg is Ops.ADD and node.dtype == F64 and value_dtype in (F16, BF16, F32): return F32
+  return F32 if node.dtype in (F16, BF16) else node.dtype
 
 
 def linear_strides(index: UOp) -> tuple[dict[UOp, int], set[UOp]]:
@@ -166,7 +176,7 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   if row is not None: opts.append(("upcast", row.arg[0], rows))
   # a float32 sum over one range longer than two blocks, its row just outside its column: K-blocked row groups
   group = GROUP_ROWS if row is not None and row is global_ranges[-2] and reduce.arg is Ops.ADD and \
-      reduce.dtype in _FLOAT32_ACCUMULATED and len(reduce_ranges) == 1 and innermost.src[0].arg > 2 * TILE_SUM_BLOCK \
+      accumulator_dtype(reduce) == F32 and len(reduce_ranges) == 1 and innermost.src[0].arg > 2 * TILE_SUM_BLOCK \
       else 0
   if group: opts.append(("group", row.arg[0], group))
   outermost = global_ranges[0]
