@@ -39,7 +39,7 @@ CHILD = textwrap.dedent("""
   steady = (time.perf_counter() - first) / 20
   stats = tj.runtime_stats()
   print(f"{(imported - start) * 1e3:.0f} {(first - before) * 1e3:.1f} {steady * 1e3:.2f} "
-        f"{stats['schedules_lowered']} {tj.devices.cache_stats()['misses']}")
+        f"{stats['schedules_lowered']} {tj.compile_cache_stats()['misses']}")
 """)
 
 

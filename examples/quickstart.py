@@ -27,4 +27,4 @@ b = tnp.arange(32 * 16, dtype=tnp.float32).reshape(32, 16)
 counters.reset()
 c = a @ b
 print("a @ b:", c.shape, c.dtype, "first row sum", float(c[0].sum()), "kernels:", counters.kernels_launched)
-print("tinyjax", tinyjax.__version__, "compile cache:", tinyjax.devices.cache_stats())
+print("tinyjax", tinyjax.__version__, "compile cache:", tinyjax.compile_cache_stats())

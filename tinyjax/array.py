@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tinyjax.devices.buffer import Buffer
+from tinyjax.devices.device import host_buffer
 from tinyjax.uop import Ops, UOp
 
 
@@ -28,7 +28,7 @@ class Array:
     """A realised array holding a copy of `value` (already in a supported dtype)."""
     host = np.array(value, copy=True, order="C")
     host.flags.writeable = False
-    return Array(UOp(Ops.BUFFER, host.dtype, (), Buffer(host.shape, host.dtype, host)), weak_type)
+    return Array(UOp(Ops.BUFFER, host.dtype, (), host_buffer(host)), weak_type)
 
   @property
   def shape(self) -> tuple[int, ...]: return self.uop.shape
@@ -42,6 +42,15 @@ class Array:
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
   def is_realized(self) -> bool: return self.uop.op is Ops.BUFFER
+
+  @property
+  def device(self):
+    """The device this array lives on (computing it if it is lazy)."""
+    return self.realize().uop.arg.device
+
+  def devices(self) -> set:
+    """The set of devices this array lives on (one)."""
+    return {self.device}
 
   def __len__(self) -> int:
     if not self.shape: raise TypeError("len() of unsized object")

@@ -158,8 +158,8 @@ def _free_ranges(ast: UOp) -> dict[UOp, frozenset[UOp]]:
 class _Renderer:
   """Emits the body function of one kernel: a list of IR lines, plus allocas for the entry block and declarations."""
 
-  def __init__(self, ast: UOp, plan: TilePlan | None = None, decompose: bool = True):
-    self.ast, self.plan = ast, plan
+  def __init__(self, ast: UOp, plan: TilePlan | None = None, decompose: bool = True, gpu: bool = False):
+    self.ast, self.plan, self.gpu = ast, plan, gpu
     self.decompose = decompose  # float32 transcendentals as polynomials (transcendental.py), not libm intrinsics
     self.deps = _free_ranges(ast)
     self.lines: list[str] = []
@@ -283,7 +283,8 @@ class _Renderer:
     sink = self.ast
     global_ranges = sorted((n for n in sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"),
                            key=lambda rng: rng.arg[0])
-    if not global_ranges:
+    if self.gpu: self.bind_thread_index(global_ranges)
+    elif not global_ranges:
       run = self.emit("icmp slt i64 %start, %end", "run")
       self.line(f"br i1 {run}, label %once, label %done")
       self.label("once")
@@ -296,6 +297,21 @@ class _Renderer:
     stores = sum(1 for n in sink.toposort if n.op is Ops.STORE)
     if len(self.stores_emitted) != stores:
       raise ValueError(f"codegen: {stores - len(self.stores_emitted)} STOREs depend on ranges that are never opened")
+
+  def bind_thread_index(self, global_ranges: list[UOp]) -> None:
+    """GPU: every global range takes its value from the work-item's flat index `%gid` (the entry guarantees
+    `%gid < gpu_work_items(ast)`), the last range varying fastest so that neighbouring work-items touch neighbouring
+    elements (coalesced); what lies under them is emitted once, reductions as loops inside the work-item."""
+    rest = "%gid"
+    values = {}
+    for position, rng in enumerate(reversed(global_ranges)):
+      size = _global_size(rng)
+      last = position == len(global_ranges) - 1
+      values[rng] = rest if last else self.emit(f"urem i64 {rest}, {size}", "idx")
+      if not last: rest = self.emit(f"udiv i64 {rest}, {size}", "idx")
+    self.scopes.append(values)
+    self.open_ranges.update(values)
+    self.emit_ready(self.ast)
 
   def open_global_loops(self, global_ranges: list[UOp], depth: int) -> None:
     self.emit_ready(self.ast)
@@ -855,6 +871,64 @@ class _Renderer:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # the module
+
+def _global_size(rng: UOp) -> int:
+  if rng.src[0].op is not Ops.CONST:
+    raise NotImplementedError("codegen: a GPU kernel's global ranges need constant sizes")
+  return int(rng.src[0].arg)
+
+
+def gpu_work_items(ast: UOp) -> int:
+  """How many work-items (GPU threads) a GPU kernel of `ast` runs: the product of its global ranges' sizes."""
+  return math.prod(_global_size(n) for n in ast.toposort if n.op is Ops.RANGE and n.arg[1] == "global")
+
+
+# Operations the NVPTX backend cannot lower without libm (float64 transcendentals, `pow`): named in the error.
+_GPU_UNSUPPORTED = ("@llvm.pow.", "@llvm.exp2.f64", "@llvm.log2.f64", "@llvm.sin.f64")
+NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
+NVPTX_DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+_NVPTX_IDS = ("tid.x", "ctaid.x", "ntid.x")
+
+
+def render_gpu(name: str, ast: UOp) -> str:
+  """Render kernel `ast` as an LLVM IR module for the NVPTX target (PTX through llvmlite), defining the kernel
+
+      define void @<name>(ptr noalias %buf0, ...)
+
+  run on `gpu_work_items(ast)` work-items, in a 1-D grid of any block size: work-item `gid = ctaid.x * ntid.x +
+  tid.x` computes the output elements of global index `gid` (see `_Renderer.bind_thread_index`), the work-items past
+  the last do nothing. Reductions run as loops inside the work-item (long ones with few outputs were split into two
+  kernels by the scheduler). The same IR as the CPU's otherwise: float32 transcendentals are the arithmetic of
+  transcendental.py; float64 ones and `pow` have no libm on the GPU and raise NotImplementedError."""
+  if ast.op is not Ops.SINK: raise ValueError(f"codegen: a kernel AST is rooted at a SINK, got {ast.op.name}")
+  buffers = sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda buffer: buffer.arg)
+  renderer = _Renderer(ast, None, decompose=True, gpu=True)
+  renderer.render_kernel()
+  body = "\n".join(renderer.lines)
+  if (missing := [op for op in _GPU_UNSUPPORTED if op in body]):
+    raise NotImplementedError(f"codegen: kernel {name} needs {', '.join(sorted(missing))}, which the GPU backend does "
+                              "not provide yet (float64 transcendentals and pow); run it on the CPU device")
+  total = gpu_work_items(ast)
+  symbol, body_symbol = _symbol(name), _symbol(f"{name}.body")
+  params = ", ".join(f"ptr noalias %buf{buffer.arg}" for buffer in buffers)
+  lines = [f'target triple = "{NVPTX_TRIPLE}"', f'target datalayout = "{NVPTX_DATA_LAYOUT}"']
+  lines += sorted(renderer.declarations | {f"declare i32 @llvm.nvvm.read.ptx.sreg.{sreg}()" for sreg in _NVPTX_IDS})
+  lines += [f"define internal void {body_symbol}({params}{', ' if params else ''}i64 %gid) alwaysinline nounwind {{",
+            "entry:", *renderer.allocas, *renderer.lines, "}", ""]
+  lines += renderer.metadata
+  lines += [f"define void {symbol}({params}) nounwind {{", "entry:"]
+  for sreg in _NVPTX_IDS:
+    short = sreg.split(".")[0]
+    lines += [f"  %{short}.32 = call i32 @llvm.nvvm.read.ptx.sreg.{sreg}()",
+              f"  %{short} = zext i32 %{short}.32 to i64"]
+  lines += ["  %first = mul nuw nsw i64 %ctaid, %ntid", "  %gid = add nuw nsw i64 %first, %tid",
+            f"  %live = icmp ult i64 %gid, {total}", "  br i1 %live, label %run, label %done", "run:",
+            f"  call void {body_symbol}({''.join(f'ptr %buf{buffer.arg}, ' for buffer in buffers)}i64 %gid)",
+            "  br label %done", "done:", "  ret void", "}", ""]
+  annotation = f"!{len(renderer.metadata)}"
+  lines += [f"!nvvm.annotations = !{{{annotation}}}", f'{annotation} = !{{ptr {symbol}, !"kernel", i32 1}}', ""]
+  return "\n".join(lines)
+
 
 def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layout: str | None = None,
                 optimize: bool | None = None) -> str:

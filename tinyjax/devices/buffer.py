@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 
+from tinyjax.devices.device import CPU
+
 POOL_LIMIT_BYTES = 1 << 30  # memory kept for reuse, in all; beyond it freed allocations go back to the system
 _pool: dict[int, list[tuple[np.ndarray, int]]] = {}  # nbytes -> free (uint8 block, its address)
 _pool_bytes = 0
@@ -39,6 +41,7 @@ class Buffer:
 
   Buffers hash by identity: a BUFFER node of the UOp graph names one buffer."""
   __slots__ = ("shape", "dtype", "nbytes", "_host", "_address", "__weakref__")
+  device = CPU  # (GPU buffers are devices/cuda.py's CUDABuffer)
 
   def __init__(self, shape: tuple[int, ...], dtype: np.dtype, host: np.ndarray | None = None):
     self.shape, self.dtype = tuple(int(d) for d in shape), np.dtype(dtype)

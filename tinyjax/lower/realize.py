@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass, field
 
 from tinyjax import __version__
-from tinyjax.codegen.llvm import render_llvm
+from tinyjax.codegen.llvm import gpu_work_items, render_gpu, render_llvm
 from tinyjax.devices import LaunchList, compile_cpu, cpu_threads
+from tinyjax.devices.device import CPU, move, place
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
 from tinyjax.devices.buffer import Buffer, allocate_buffers
 from tinyjax.devices.cache import DiskCache
@@ -55,12 +56,13 @@ class CompiledSchedule:
   `slot_specs` are the (shape, dtype, nbytes) of the buffers a run allocates."""
   schedule: Schedule
   programs: list = field(default_factory=list)
+  device: object = CPU
   launches: LaunchList | None = None
   slot_specs: list = field(default_factory=list)
 
   def __post_init__(self):
     sched = self.schedule
-    self.launches = LaunchList(_launch_items(sched.kernels, iter(self.programs)))
+    if self.device is CPU: self.launches = LaunchList(_launch_items(sched.kernels, iter(self.programs)))
     self.slot_specs = [(shape, dtype, math.prod(shape) * dtype.itemsize) for shape, dtype in sched.slot_specs]
 
 
@@ -121,12 +123,21 @@ def normalize(roots: list[UOp], first_param: int = 0) -> tuple[UOp, list[Buffer]
   return replaced[sink], buffers
 
 
-def get_schedule(sink: UOp) -> CompiledSchedule:
-  """The compiled schedule of a normalised program: from the memory cache, else from the disk cache (schedule and
-  LLVM IR; the machine code then comes from the device's compile cache), else lowered and rendered now."""
-  if (compiled := _memory_cache.get(sink)) is not None: return compiled
-  threads = cpu_threads()  # the schedule depends on it (split reductions), so the disk cache key does too
-  key = f"{_CODE_FINGERPRINT}|threads={threads}|{structure_key(sink)}"
+# A GPU schedule splits long reductions with few outputs (split.py) as if for this many threads: the first stage's
+# partial sums are then that many work-items (up to 4x), each a loop over its chunk.
+GPU_SPLIT_THREADS = 1024
+
+
+def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
+  """The compiled schedule of a normalised program on `device`: from the memory cache, else from the disk cache
+  (schedule and LLVM IR; the machine code then comes from the device's compile cache), else lowered and rendered
+  now."""
+  if (compiled := _memory_cache.get((sink, device))) is not None: return compiled
+  gpu = device is not CPU
+  # the schedule depends on the thread count (split reductions), so the disk cache key does too
+  threads = GPU_SPLIT_THREADS if gpu else cpu_threads()
+  target = f"gpu={device.arch}" if gpu else f"threads={threads}"
+  key = f"{_CODE_FINGERPRINT}|{target}|{structure_key(sink)}"
   lowered = None
   if (payload := _disk_cache.get(key)) is not None:
     try:
@@ -138,15 +149,20 @@ def get_schedule(sink: UOp) -> CompiledSchedule:
   if lowered is None:
     start = time.perf_counter()
     sched = schedule(sink, threads)
-    lowered = (sched, [render_llvm(kernel.name, kernel.ast) for kernel in kernels_of(sched.kernels)])
+    render = render_gpu if gpu else render_llvm
+    lowered = (sched, [render(kernel.name, kernel.ast) for kernel in kernels_of(sched.kernels)])
     counters.schedules_lowered += 1
     _disk_cache.put(key, pickle.dumps(lowered, protocol=pickle.HIGHEST_PROTOCOL))
     origin = f"lowered in {(time.perf_counter() - start) * 1e3:.2f} ms"
   sched, sources = lowered
   if DEBUG >= 2: _print_schedule(sched, sources, origin)
-  compiled = CompiledSchedule(sched, [compile_cpu(k.name, src) for k, src in zip(kernels_of(sched.kernels), sources)])
+  if gpu:
+    programs = [device.compile(kernel.name, src, gpu_work_items(kernel.ast))
+                for kernel, src in zip(kernels_of(sched.kernels), sources)]
+  else: programs = [compile_cpu(k.name, src) for k, src in zip(kernels_of(sched.kernels), sources)]
+  compiled = CompiledSchedule(sched, programs, device)
   if len(_memory_cache) >= _MEMORY_CACHE_LIMIT: del _memory_cache[next(iter(_memory_cache))]
-  _memory_cache[sink] = compiled
+  _memory_cache[(sink, device)] = compiled
   return compiled
 
 
@@ -180,24 +196,33 @@ def _print_schedule(sched: Schedule, sources: list[str], origin: str) -> None:
 
 
 def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer]) -> list[Buffer]:
-  """Launch every kernel of a compiled schedule over `inputs` and new buffers; return the output buffers."""
+  """Launch every kernel of a compiled schedule over `inputs` (on its device) and new buffers; return the output
+  buffers."""
   sched = compiled.schedule
   # inputs past the last one the program reads (unused jit arguments) have no slot
-  buffers = inputs[:sched.n_inputs] + allocate_buffers(compiled.slot_specs)
-  if DEBUG >= 1: _run_timed(sched.kernels, iter(compiled.programs), buffers)
+  if compiled.device is not CPU:
+    from tinyjax.devices.cuda import CUDABuffer
+    device = compiled.device
+    buffers = inputs[:sched.n_inputs] + [CUDABuffer(shape, dtype, device) for shape, dtype, _ in compiled.slot_specs]
+    _run_steps(sched.kernels, iter(compiled.programs), buffers, device, timed=DEBUG >= 1)
+  elif DEBUG >= 1:
+    buffers = inputs[:sched.n_inputs] + allocate_buffers(compiled.slot_specs)
+    _run_steps(sched.kernels, iter(compiled.programs), buffers, CPU, timed=True)
   else:
+    buffers = inputs[:sched.n_inputs] + allocate_buffers(compiled.slot_specs)
     compiled.launches([buffer._address for buffer in buffers])
     counters.kernels_launched += compiled.launches.launched
   return [buffers[slot] for slot in sched.outputs]
 
 
-def _run_timed(steps: tuple, programs, buffers: list[Buffer]) -> None:
-  """Launch the kernels one by one (loops run from Python here), timing and printing each (DEBUG>=1)."""
+def _run_steps(steps: tuple, programs, buffers: list[Buffer], device, timed: bool) -> None:
+  """Launch the kernels one by one from Python (loops and switches read their flags back from the buffers): the GPU
+  path, and the CPU's with DEBUG>=1, which times and prints each launch (`timed`; a GPU launch is then waited for)."""
   for step in steps:
     if isinstance(step, Switch):
       branch_programs = [[next(programs) for _ in kernels_of(branch)] for branch in step.branches]
-      chosen = min(max(int(buffers[step.index_slot].numpy()), 0), len(step.branches) - 1)
-      _run_timed(step.branches[chosen], iter(branch_programs[chosen]), buffers)
+      chosen = min(max(int(_read_scalar(buffers[step.index_slot])), 0), len(step.branches) - 1)
+      _run_steps(step.branches[chosen], iter(branch_programs[chosen]), buffers, device, timed)
       continue
     if isinstance(step, Loop):
       cond, body = list(step.cond), list(step.body)
@@ -206,28 +231,45 @@ def _run_timed(steps: tuple, programs, buffers: list[Buffer]) -> None:
       passes = 0
       while step.trip is None or passes < step.trip:
         if step.trip is None:
-          _run_timed(tuple(cond), iter(cond_programs), buffers)
-          if not bool(buffers[step.flag_slot].numpy()): break
-        _run_timed(tuple(body), iter(body_programs), buffers)
+          _run_steps(tuple(cond), iter(cond_programs), buffers, device, timed)
+          if not bool(_read_scalar(buffers[step.flag_slot])): break
+        _run_steps(tuple(body), iter(body_programs), buffers, device, timed)
         passes += 1
       continue
     program = next(programs)
     addresses = [buffers[slot].address for slot in step.slots]
+    if device is not CPU and not timed:
+      program(addresses)
+      counters.kernels_launched += 1
+      continue
     start = time.perf_counter()
-    if step.outer_size > 0: program(addresses, step.outer_size, step.parallel, grain=step.grain)
+    if device is not CPU:
+      program(addresses)
+      device.synchronize()
+    elif step.outer_size > 0: program(addresses, step.outer_size, step.parallel, grain=step.grain)
     elapsed = time.perf_counter() - start
     counters.kernels_launched += 1
     counters.launch_seconds += elapsed
-    _print_launch(step, buffers, elapsed)
+    _print_launch(step, buffers, elapsed, device)
 
 
-def _print_launch(kernel: Kernel, buffers: list[Buffer], seconds: float) -> None:
+def _read_scalar(buffer: Buffer):
+  """The value of a one-element buffer that the kernels of this run may write again (a loop's flag, a switch's
+  index): a GPU buffer is read from the device each time, not from its kept host copy."""
+  if buffer.device is CPU: return buffer.numpy()
+  return buffer.device.read(buffer)
+
+
+def _print_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device=CPU) -> None:
   nbytes = sum(buffers[slot].nbytes for slot in kernel.slots)
-  print(f"*** CPU {counters.kernels_launched:4d} {kernel.name:40s} {seconds * 1e6:9.1f} us "
-        f"{nbytes / max(seconds, 1e-9) / 1e9:7.2f} GB/s{'  threads' if kernel.parallel else ''}")
+  where = "CPU" if device is CPU else "CUDA"
+  launch = f"  work-items={gpu_work_items(kernel.ast)}" if device is not CPU else "  threads" if kernel.parallel else ""
+  print(f"*** {where} {counters.kernels_launched:4d} {kernel.name:40s} {seconds * 1e6:9.1f} us "
+        f"{nbytes / max(seconds, 1e-9) / 1e9:7.2f} GB/s{launch}")
 
 
 def realize(roots: list[UOp]) -> list[Buffer]:
-  """Compute the given lazy nodes; return one buffer per root."""
+  """Compute the given lazy nodes on the device of their inputs (`place`); return one buffer per root."""
   sink, inputs = normalize(roots)
-  return run_schedule(get_schedule(sink), inputs)
+  device = place(inputs)
+  return run_schedule(get_schedule(sink, device), [move(buffer, device) for buffer in inputs])

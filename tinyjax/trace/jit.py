@@ -24,6 +24,7 @@ import numpy as np
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array, realize_arrays
 from tinyjax.devices.buffer import Buffer
+from tinyjax.devices.device import CPU, default_device, move, place
 from tinyjax.lower.realize import CompiledSchedule, get_schedule, normalize, run_schedule
 from tinyjax.lower.schedule import kernels_of
 from tinyjax.trace.core import (EvalTrace, StagingTrace, Tracer, check_callable, check_nans, current_trace, debug_nans,
@@ -75,6 +76,18 @@ def _leaf_aval(leaf: Any) -> tuple[tuple[int, ...], np.dtype, bool]:
     return (np.shape(leaf), dtypes.canonicalize_dtype(dtypes.dtype(leaf.dtype)), False)
   raise TypeError(f"Argument {leaf!r} of type {type(leaf).__name__} is not a valid tinyjax type: pass arrays, "
                   "numpy arrays, Python scalars or pytrees of them, or mark the argument static with static_argnums")
+
+
+def _leaf_device(leaf: Any) -> Any:
+  """The device an argument leaf lives on (host data: the default device, where it will be put)."""
+  if isinstance(leaf, Array): return leaf.realize().uop.arg.device
+  return default_device()
+
+
+@dataclass
+class _Placed:
+  """Stands for a buffer on `device` when choosing where a program runs (`place` reads only `.device`)."""
+  device: Any
 
 
 def _leaf_signature(leaf: Any) -> tuple:
@@ -289,8 +302,11 @@ class _Compiled:
   whether its buffer is new on every run (not an input, not an earlier output) and its weak type."""
   jaxpr: Jaxpr
   schedule: CompiledSchedule | None
+  device: Any = CPU
+  moves: bool = False  # some argument lives on another device than the program's: copied to it on each call
 
   def __post_init__(self):
+    self.consts = [move(buffer, self.device) for buffer in self.jaxpr.consts]
     self.single_leaf = self.jaxpr.out_tree.num_nodes == 1 and self.jaxpr.out_tree.num_leaves == 1
     self.outputs: list[tuple[bool, bool]] = []
     if self.schedule is None: return
@@ -303,7 +319,8 @@ class _Compiled:
     """Run the program on the flattened arguments' buffers; return the outputs as the traced pytree."""
     jaxpr = self.jaxpr
     if self.schedule is None: return tree_util.tree_unflatten(jaxpr.out_tree, [])
-    buffers = run_schedule(self.schedule, inputs + jaxpr.consts)
+    if self.moves: inputs = [move(buffer, self.device) for buffer in inputs]
+    buffers = run_schedule(self.schedule, inputs + self.consts)
     for fmt, tree, slots in jaxpr.prints:  # debug.print: the values of this run
       shown = [buffers[value].numpy() if kind == "output" else value for kind, value in slots]
       print(format_values(fmt, tree, shown))
@@ -321,7 +338,7 @@ def _fast_signature(leaves: list[Any]) -> tuple[tuple, list[Buffer]] | None:
     uop = leaf.uop
     if uop.op is not Ops.BUFFER: uop = leaf.realize().uop
     buffer = uop.arg
-    signature += (buffer.shape, buffer.dtype, leaf.weak_type)
+    signature += (buffer.shape, buffer.dtype, leaf.weak_type, buffer.device)
     buffers.append(buffer)
   return tuple(signature), buffers
 
@@ -400,13 +417,16 @@ class JitWrapped:
   def _lookup(self, args: tuple, kwargs: dict) -> tuple[_Compiled, list[Any]]:
     static, static_values, static_kwargs, dynamic_kwargs = self._split(args, kwargs)
     leaves, in_tree = tree_util.tree_flatten(([args[i] for i in range(len(args)) if i not in static], dynamic_kwargs))
-    key = (in_tree, tuple(_leaf_signature(leaf) for leaf in leaves), static, static_values)
+    devices = tuple(_leaf_device(leaf) for leaf in leaves)
+    key = (in_tree, tuple(_leaf_signature(leaf) for leaf in leaves), static, static_values, devices)
     compiled = self._cache.get(key)
     if compiled is None:
       fun = functools.partial(self.fun, **static_kwargs) if static_kwargs else self.fun
       if static_kwargs: functools.update_wrapper(fun, self.fun)
       jaxpr = trace_to_jaxpr(fun, args, dynamic_kwargs, static)
-      compiled = _Compiled(jaxpr, get_schedule(jaxpr.sink) if jaxpr.sink.src else None)
+      device = place([_Placed(d) for d in devices] + jaxpr.consts)
+      compiled = _Compiled(jaxpr, get_schedule(jaxpr.sink, device) if jaxpr.sink.src else None, device,
+                           any(d is not device for d in devices))
       self._cache[key] = compiled
     return compiled, leaves
 

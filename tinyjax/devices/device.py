@@ -1,0 +1,117 @@
+"""Devices and placement: which device an array lives on and where a computation runs.
+
+Platforms: `cpu` (always) and `cuda` (NVIDIA GPUs through the driver API, devices/cuda.py; `gpu` names the same
+backend). The default device is the first device of the first platform named by `jax_platforms` (the config option,
+else the environment variable TINYJAX_PLATFORMS or JAX_PLATFORMS: a comma-separated list such as "cuda,cpu") that can
+be started; without one it is the CPU (JAX prefers a GPU when one is present: tinyjax will once its GPU backend runs
+the whole test suite).
+
+Arrays made from host data go to the default device; `device_put` moves them. A computation runs on the device of its
+inputs; when they disagree, on the one device other than the default that they name (an array placed there
+explicitly pulls the computation, the others are copied to it, as JAX does with uncommitted arrays); two such devices
+is a ValueError.
+"""
+from __future__ import annotations
+
+import os
+
+
+class CpuDevice:
+  """The host CPU (all its cores: kernels run on a thread pool)."""
+  platform = "cpu"
+  device_kind = "cpu"
+
+  def __init__(self, ordinal: int = 0):
+    self.id = ordinal
+
+  def __repr__(self) -> str: return f"CpuDevice(id={self.id})"
+
+
+CPU = CpuDevice(0)
+PLATFORMS = ("cpu", "cuda")
+_ALIASES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}
+
+
+def backend_devices(platform: str) -> list:
+  """The devices of one platform ('cpu', 'cuda' or 'gpu'); RuntimeError saying what to install when it can't start,
+  ValueError for an unknown name."""
+  name = _ALIASES.get(platform.strip().lower())
+  if name is None:
+    raise RuntimeError(f"Unknown backend {platform!r}. Known platforms are: cpu, cuda (alias gpu)")
+  if name == "cpu": return [CPU]
+  from tinyjax.devices import cuda
+  try: found = list(cuda.cuda_devices())
+  except cuda.CUDAError as error:
+    raise RuntimeError(f"Unable to initialize backend 'cuda': {error}") from None
+  except RuntimeError as error:
+    raise RuntimeError(f"Unable to initialize backend 'cuda': {error}") from None
+  if not found: raise RuntimeError("Unable to initialize backend 'cuda': the CUDA driver sees no device")
+  return found
+
+
+def _requested_platforms() -> list[str]:
+  from tinyjax.config import config
+  value = config.jax_platforms or os.environ.get("TINYJAX_PLATFORMS") or os.environ.get("JAX_PLATFORMS") or ""
+  return [name.strip() for name in value.split(",") if name.strip()]
+
+
+_default: list = []  # (requested platforms, device) of the last lookup
+
+
+def default_device():
+  """The device arrays from the host go to and computations without inputs run on."""
+  requested = _requested_platforms()
+  if _default and _default[0] == requested: return _default[1]
+  device, errors = None, []
+  for platform in requested:
+    try:
+      device = backend_devices(platform)[0]
+      break
+    except RuntimeError as error:
+      errors.append(str(error))
+      if _ALIASES.get(platform.strip().lower()) is None: raise
+  if device is None:
+    if requested: raise RuntimeError("; ".join(errors))
+    device = CPU
+  _default[:] = [requested, device]
+  return device
+
+
+def default_backend() -> str:
+  """The platform of the default device: 'cpu' or 'gpu'."""
+  return default_device().platform
+
+
+def place(buffers: list):
+  """The device a computation over `buffers` runs on (see the module docstring)."""
+  if not buffers: return default_device()
+  first = buffers[0].device
+  if all(buffer.device is first for buffer in buffers): return first
+  default = default_device()
+  others = {id(buffer.device): buffer.device for buffer in buffers if buffer.device is not default}
+  if len(others) > 1:
+    raise ValueError("Received incompatible devices for the computation: its inputs live on "
+                     f"{sorted(map(repr, others.values()))}; move them to one device with device_put first")
+  return next(iter(others.values()))
+
+
+def move(buffer, device):
+  """`buffer` on `device`: itself when it is there, else a copy (through the host)."""
+  if buffer.device is device: return buffer
+  host = buffer.numpy()
+  if device.platform == "cpu":
+    from tinyjax.devices.buffer import Buffer
+    return Buffer(host.shape, host.dtype, host)
+  from tinyjax.devices.cuda import CUDABuffer
+  return CUDABuffer(host.shape, host.dtype, device, host)
+
+
+def host_buffer(host, device=None):
+  """A buffer holding host array `host` (C-contiguous, not to be written after) on `device` (default: the default
+  device)."""
+  device = default_device() if device is None else device
+  if device.platform == "cpu":
+    from tinyjax.devices.buffer import Buffer
+    return Buffer(host.shape, host.dtype, host)
+  from tinyjax.devices.cuda import CUDABuffer
+  return CUDABuffer(host.shape, host.dtype, device, host)
