@@ -66,7 +66,9 @@ class Array:
     return self
 
   def block_until_ready(self) -> Array:
-    return self.realize()
+    """Compute this array and wait until its device has finished (GPU launches are asynchronous)."""
+    self.realize().uop.arg.device.synchronize()
+    return self
 
   def _value(self) -> np.ndarray:
     return self.realize().uop.arg.numpy()

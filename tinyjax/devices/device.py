@@ -26,6 +26,9 @@ class CpuDevice:
 
   def __repr__(self) -> str: return f"CpuDevice(id={self.id})"
 
+  def synchronize(self) -> None:
+    """Kernels on the CPU have finished when their launch returns: nothing to wait for."""
+
 
 CPU = CpuDevice(0)
 PLATFORMS = ("cpu", "cuda")

@@ -262,7 +262,7 @@ def _read_scalar(buffer: Buffer):
 
 def _print_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device=CPU) -> None:
   nbytes = sum(buffers[slot].nbytes for slot in kernel.slots)
-  where = "CPU" if device is CPU else "CUDA"
+  where = "CPU" if device is CPU else repr(device)
   launch = f"  work-items={gpu_work_items(kernel.ast)}" if device is not CPU else "  threads" if kernel.parallel else ""
   print(f"*** {where} {counters.kernels_launched:4d} {kernel.name:40s} {seconds * 1e6:9.1f} us "
         f"{nbytes / max(seconds, 1e-9) / 1e9:7.2f} GB/s{launch}")

@@ -268,8 +268,9 @@ def format_values(fmt: str, tree: Any, values: list[Any]) -> str:
 def block_until_ready(tree: Any) -> Any:
   """Compute every array in the pytree now, in one schedule (tinyjax arrays are lazy; work they share is done
   once), and return the pytree, as `jax.block_until_ready`. Traced values are left alone, as in JAX."""
-  realize_arrays([leaf for leaf in tree_util.tree_leaves(tree) if isinstance(leaf, Array) and
-                  not isinstance(leaf, Tracer)])
+  arrays = [leaf for leaf in tree_util.tree_leaves(tree) if isinstance(leaf, Array) and not isinstance(leaf, Tracer)]
+  realize_arrays(arrays)
+  for device in {id(a.uop.arg.device): a.uop.arg.device for a in arrays}.values(): device.synchronize()
   return tree
 
 

@@ -1,0 +1,105 @@
+"""GPU figures, on a machine with an NVIDIA GPU (the CUDA driver): matmul TFLOP/s, softmax and layernorm GB/s, jit
+dispatch. With `--compare`, the same figures from JAX (and PyTorch) on the same GPU, when they are installed.
+
+    python benchmarks/gpu.py [--compare]
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+import tinyjax as tj
+import tinyjax.numpy as tnp
+
+
+def timed(fn, sync, repeat: int = 5) -> float:
+  """Best seconds per call of `fn()` (asynchronous launches, waited for by `sync()`), after a warm-up call."""
+  sync(fn())
+  best = float("inf")
+  for _ in range(repeat):
+    start = time.perf_counter()
+    sync(fn())
+    best = min(best, time.perf_counter() - start)
+  return best
+
+
+def report(name: str, ours: str, theirs: dict[str, str]) -> None:
+  print(f"{name:34s} {ours:>22s}  " + "  ".join(f"{who} {figure}" for who, figure in theirs.items()), flush=True)
+
+
+def main() -> None:
+  compare = "--compare" in sys.argv
+  gpu = tj.devices("gpu")[0]
+  print(f"device: {gpu.device_kind} (compute capability {gpu.compute_capability}, PTX for {gpu.arch})")
+  sync = tj.block_until_ready
+  others = {}
+  if compare:
+    try:
+      import jax
+      import jax.numpy as jjnp
+      others["jax"] = (jax, jjnp)
+    except ImportError: pass
+    try:
+      import torch
+      others["torch"] = torch
+    except ImportError: pass
+  rng = np.random.default_rng(0)
+
+  for dtype, name in ((np.float32, "float32"), (tnp.bfloat16, "bfloat16")):
+    n = 4096
+    a, b = (rng.standard_normal((n, n)).astype(np.float32).astype(dtype) for _ in range(2))
+    x, y = tj.device_put(a, gpu), tj.device_put(b, gpu)
+    matmul = tj.jit(lambda u, v: u @ v)
+    seconds = timed(lambda: matmul(x, y), sync)
+    theirs = {}
+    if "jax" in others:
+      jax, jjnp = others["jax"]
+      jx, jy = jax.device_put(a), jax.device_put(b)
+      jm = jax.jit(lambda u, v: jnp_matmul(jjnp, u, v))
+      theirs["jax"] = f"{2 * n ** 3 / timed(lambda: jm(jx, jy), lambda r: r.block_until_ready()) / 1e12:.2f}"
+    report(f"matmul {n} {name} TFLOP/s", f"{2 * n ** 3 / seconds / 1e12:.2f}", theirs)
+
+  rows, cols = 8192, 4096
+  a = rng.standard_normal((rows, cols)).astype(np.float32)
+  x = tj.device_put(a, gpu)
+  softmax = tj.jit(lambda u: tj.nn.softmax(u, axis=-1))
+  layernorm = tj.jit(lambda u: (u - u.mean(-1, keepdims=True)) / tnp.sqrt(u.var(-1, keepdims=True) + 1e-5))
+  for label, fn, jfn in (("softmax", softmax, "softmax"), ("layernorm", layernorm, "layernorm")):
+    seconds = timed(lambda: fn(x), sync)
+    theirs = {}
+    if "jax" in others:
+      jax, jjnp = others["jax"]
+      jx = jax.device_put(a)
+      f = jax.jit(lambda u: jax.nn.softmax(u, axis=-1)) if jfn == "softmax" else \
+          jax.jit(lambda u: (u - u.mean(-1, keepdims=True)) / jjnp.sqrt(u.var(-1, keepdims=True) + 1e-5))
+      theirs["jax"] = f"{2 * a.nbytes / timed(lambda: f(jx), lambda r: r.block_until_ready()) / 1e9:.0f}"
+    report(f"{label} {rows}x{cols} GB/s", f"{2 * a.nbytes / seconds / 1e9:.0f}", theirs)
+
+  small = tj.device_put(np.ones(16, np.float32), gpu)
+  add = tj.jit(lambda u: u + 1)
+  sync(add(small))
+  calls = 2000
+  start = time.perf_counter()
+  for _ in range(calls): out = add(small)
+  sync(out)
+  theirs = {}
+  if "jax" in others:
+    jax, _ = others["jax"]
+    jsmall = jax.device_put(np.ones(16, np.float32))
+    jadd = jax.jit(lambda u: u + 1)
+    jadd(jsmall).block_until_ready()
+    jstart = time.perf_counter()
+    for _ in range(calls): jout = jadd(jsmall)
+    jout.block_until_ready()
+    theirs["jax"] = f"{(time.perf_counter() - jstart) / calls * 1e6:.1f}"
+  report("jit dispatch us/call", f"{(time.perf_counter() - start) / calls * 1e6:.1f}", theirs)
+
+
+def jnp_matmul(jjnp, u, v):
+  return jjnp.matmul(u, v, precision="highest")
+
+
+if __name__ == "__main__":
+  main()

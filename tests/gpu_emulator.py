@@ -1,0 +1,93 @@
+"""A GPU device for the tests that runs GPU kernels on the CPU: proves the GPU path (work-item indexing, schedules run
+from Python, device buffers, placement) on machines without a GPU.
+
+Its kernels are the very modules `render_gpu` makes for NVPTX, less the NVPTX entry: the body function (the work of
+one work-item, `@<name>.body(buffers..., i64 %gid)`) is compiled for the host and called for every work-item in turn.
+Its memory is host memory handed out by address, as a GPU's would be. It is no model of a GPU's speed or of
+concurrency between work-items.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+
+import numpy as np
+
+from tinyjax.devices.cpu import compile_cpu
+
+
+def cpu_module_of_gpu_kernel(name: str, gpu_ir: str) -> str:
+  """The CPU kernel (devices/cpu.py's ABI: iterations [start, end) are work-items) of a `render_gpu` module."""
+  kept, skipping = [], False
+  entry = re.compile(rf'define void (@{re.escape(name)}|@"{re.escape(name)}")\(')
+  for line in gpu_ir.splitlines():
+    if entry.match(line): skipping = True
+    if skipping:
+      if line == "}": skipping = False
+      continue
+    if line.startswith(("target ", "!nvvm.annotations")) or "@llvm.nvvm." in line or '!"kernel"' in line: continue
+    kept.append(line)
+  body = re.search(r"define internal void (\S+)\((.*)\) alwaysinline", gpu_ir)
+  assert body is not None, "render_gpu's body function not found"
+  symbol, params = body.group(1), body.group(2)
+  buffers = re.findall(r"ptr noalias %buf(\d+)", params)
+  wrapper = [f"define void @{name}(ptr noalias %args, i64 %start, i64 %end) {{", "entry:", "  br label %head", "head:",
+             "  %gid = phi i64 [ %start, %entry ], [ %next, %body ]", "  %more = icmp slt i64 %gid, %end",
+             "  br i1 %more, label %body, label %done", "body:"]
+  for index in buffers:
+    wrapper += [f"  %slot{index} = getelementptr inbounds ptr, ptr %args, i64 {index}",
+                f"  %buf{index} = load ptr, ptr %slot{index}"]
+  arguments = "".join(f"ptr %buf{index}, " for index in buffers)
+  wrapper += [f"  call void {symbol}({arguments}i64 %gid)", "  %next = add i64 %gid, 1", "  br label %head", "done:",
+              "  ret void", "}"]
+  return "\n".join(kept + wrapper) + "\n"
+
+
+class EmulatedProgram:
+  def __init__(self, name: str, gpu_ir: str, work_items: int):
+    self.name, self.src, self.work_items = name, gpu_ir, work_items
+    self.program = compile_cpu(name, cpu_module_of_gpu_kernel(name, gpu_ir))
+
+  def __call__(self, addresses: list[int]) -> None:
+    if self.work_items: self.program(addresses, self.work_items, False)
+
+
+class EmulatedGPU:
+  """Looks like a `CudaDevice` to tinyjax (platform 'gpu', memory by address, `compile`, `read`)."""
+  platform = "gpu"
+  device_kind = "emulated GPU"
+  arch = "sm_80"
+
+  def __init__(self, ordinal: int = 0):
+    self.id = ordinal
+    self.memory: dict[int, np.ndarray] = {}
+    self.programs: dict[tuple[str, str], EmulatedProgram] = {}
+    self.launched = 0
+
+  def __repr__(self) -> str: return f"EmulatedGPU(id={self.id})"
+
+  def allocate(self, nbytes: int) -> int:
+    if nbytes == 0: return 0
+    block = np.full(nbytes, 0xAB, np.uint8)  # garbage, as fresh device memory: a kernel must write what it reads
+    self.memory[block.ctypes.data] = block
+    return block.ctypes.data
+
+  def release(self, address: int, nbytes: int) -> None: self.memory.pop(address, None)
+
+  def upload(self, address: int, host: np.ndarray) -> None:
+    if host.nbytes: ctypes.memmove(address, host.ctypes.data, host.nbytes)
+
+  def download(self, host: np.ndarray, address: int) -> None:
+    if host.nbytes: ctypes.memmove(host.ctypes.data, address, host.nbytes)
+
+  def read(self, buffer) -> np.ndarray:
+    host = np.empty(buffer.shape, buffer.dtype)
+    self.download(host, buffer.address)
+    return host
+
+  def synchronize(self) -> None: pass
+
+  def compile(self, name: str, llvm_ir: str, work_items: int) -> EmulatedProgram:
+    if (program := self.programs.get((name, llvm_ir))) is None:
+      program = self.programs[(name, llvm_ir)] = EmulatedProgram(name, llvm_ir, work_items)
+    return program

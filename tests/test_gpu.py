@@ -1,0 +1,240 @@
+"""The GPU path: kernels rendered for NVPTX, run on a GPU device.
+
+Every test of results runs on each GPU device there is: the emulated one of tests/gpu_emulator.py (the same kernels'
+per-work-item code compiled for the CPU, on every machine), and each CUDA device when the CUDA driver is present.
+PTX is checked on every machine by llvmlite's NVPTX backend, and assembled with `ptxas` when it is on PATH.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as jnp
+from tinyjax.codegen.llvm import gpu_work_items, render_gpu
+from tinyjax.devices import cuda
+from tinyjax.devices.device import CPU
+from tinyjax.lower.realize import GPU_SPLIT_THREADS
+from tinyjax.lower.schedule import kernels_of, schedule
+
+from gpu_emulator import EmulatedGPU, cpu_module_of_gpu_kernel
+
+EMULATED = EmulatedGPU()
+GPUS = [EMULATED] + list(cuda.cuda_devices() if cuda.device_count() else [])
+
+
+@pytest.fixture(params=GPUS, ids=repr)
+def gpu(request):
+  return request.param
+
+
+def on(device, *values):
+  return [tj.device_put(np.asarray(value), device) for value in values]
+
+
+rng = np.random.default_rng(0)
+
+
+# ---- results against numpy (float64 references)
+
+def test_elementwise_and_broadcast(gpu):
+  a, b = rng.standard_normal((33, 65)).astype(np.float32), rng.standard_normal(65).astype(np.float32)
+  x, y = on(gpu, a, b)
+  out = jnp.exp(x) * y - jnp.sin(x) / (1 + jnp.abs(y)) + jnp.tanh(x)
+  assert out.device is gpu
+  a64 = a.astype(np.float64)
+  ref = np.exp(a64) * b - np.sin(a64) / (1 + np.abs(b)) + np.tanh(a64)
+  np.testing.assert_allclose(np.asarray(out), ref, rtol=2e-6, atol=2e-6)
+
+
+def test_reductions(gpu):
+  a = rng.standard_normal((7, 300, 5)).astype(np.float32)
+  (x,) = on(gpu, a)
+  np.testing.assert_allclose(np.asarray(x.sum(axis=1)), a.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(x.max(axis=(0, 2))), a.max(axis=(0, 2)))
+  np.testing.assert_array_equal(np.asarray(jnp.argmax(x, axis=1)), a.argmax(axis=1))
+  # long enough to split into partial sums (two kernels)
+  big = rng.standard_normal(1 << 22).astype(np.float32)
+  (xb,) = on(gpu, big)
+  np.testing.assert_allclose(float(xb.sum()), big.astype(np.float64).sum(), rtol=1e-6)
+
+
+def test_matmul_and_dtypes(gpu):
+  a, b = rng.standard_normal((40, 70)).astype(np.float32), rng.standard_normal((70, 30)).astype(np.float32)
+  x, y = on(gpu, a, b)
+  np.testing.assert_allclose(np.asarray(x @ y), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+  h = np.asarray((x.astype(jnp.bfloat16) * 3).astype(jnp.float32))
+  np.testing.assert_array_equal(h, (np.asarray(a.astype(jnp.bfloat16)) * 3).astype(jnp.bfloat16).astype(np.float32))
+  i = rng.integers(-1000, 1000, (50,)).astype(np.int32)
+  (xi,) = on(gpu, i)
+  np.testing.assert_array_equal(np.asarray(xi // 7 + xi % 5), i // 7 + i % 5)
+  assert np.asarray(xi > 0).dtype == np.bool_
+
+
+def test_jit_grad_vmap_compose(gpu):
+  w = rng.standard_normal((8, 4)).astype(np.float32)
+  xs = rng.standard_normal((5, 8)).astype(np.float32)
+
+  def loss(w, x): return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+  per_example = tj.jit(tj.vmap(tj.grad(loss), in_axes=(None, 0)))
+  gw, gx = on(gpu, w, xs)
+  got = per_example(gw, gx)
+  assert got.device is gpu
+  want = np.stack([np.asarray(tj.grad(loss)(w, x)) for x in xs])  # on the CPU
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+  # finite differences of one entry
+  eps, x0 = 1e-3, xs[0].astype(np.float64)
+  w_plus, w_minus = w.astype(np.float64).copy(), w.astype(np.float64).copy()
+  w_plus[2, 1] += eps
+  w_minus[2, 1] -= eps
+  numeric = (np.sum(np.tanh(x0 @ w_plus) ** 2) - np.sum(np.tanh(x0 @ w_minus) ** 2)) / (2 * eps)
+  np.testing.assert_allclose(np.asarray(got)[0, 2, 1], numeric, rtol=1e-3)
+
+
+def test_control_flow_reads_flags_from_the_device(gpu):
+  (x,) = on(gpu, np.float32(1.0))
+  out = tj.jit(lambda v: tj.lax.while_loop(lambda c: c[1] < 100.0, lambda c: (c[0] + 1, c[1] * 2), (0, v)))(x)
+  assert int(out[0]) == 7 and float(out[1]) == 128.0
+  steps = tj.lax.fori_loop(0, 10, lambda i, c: c + i, x)
+  assert float(steps) == 46.0
+  branch = tj.lax.cond(x > 0, lambda v: v * 3, lambda v: v - 3, x)
+  assert float(branch) == 3.0
+
+
+def test_sort_gather_scatter_random(gpu):
+  a = rng.standard_normal((4, 37)).astype(np.float32)
+  (x,) = on(gpu, a)
+  np.testing.assert_array_equal(np.asarray(jnp.sort(x, axis=1)), np.sort(a, axis=1))
+  index = np.array([3, 0, 3, 1])
+  np.testing.assert_array_equal(np.asarray(x[jnp.asarray(index)]), a[index])
+  np.testing.assert_allclose(np.asarray(x.at[jnp.asarray(index)].add(1.0)), _scatter_add(a, index), rtol=1e-6)
+  key = tj.device_put(tj.random.PRNGKey(42), gpu)
+  np.testing.assert_array_equal(np.asarray(tj.random.uniform(key, (1000,))),
+                                np.asarray(tj.random.uniform(tj.random.PRNGKey(42), (1000,))))
+
+
+def _scatter_add(a, index):
+  out = a.copy()
+  np.add.at(out, index, 1.0)
+  return out
+
+
+def test_conv(gpu):
+  a, k = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+  x, w = on(gpu, a, k)
+  got = tj.lax.conv(x, w, (1, 1), "SAME")
+  want = tj.lax.conv(jnp.asarray(a), jnp.asarray(k), (1, 1), "SAME")
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+# ---- placement
+
+def test_placement_follows_the_inputs(gpu):
+  a = np.arange(6, dtype=np.float32)
+  (x,) = on(gpu, a)
+  assert x.devices() == {gpu} and tj.device_get(x).tolist() == a.tolist()
+  y = jnp.asarray(a)  # default device: the CPU
+  assert y.device is CPU
+  mixed = x + y  # the explicitly placed array pulls the computation; the other is copied
+  assert mixed.device is gpu
+  np.testing.assert_array_equal(np.asarray(mixed), 2 * a)
+  back = tj.device_put(mixed, CPU)
+  assert back.device is CPU and np.asarray(back).tolist() == (2 * a).tolist()
+  assert tj.device_put(x, gpu) is x
+  f = tj.jit(lambda u: u * 2)
+  assert f(x).device is gpu and f(y).device is CPU  # one function, compiled for each device
+  np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(f(y)))
+
+
+def test_two_explicit_devices_is_an_error():
+  other = EmulatedGPU(1)
+  (x,) = on(EMULATED, np.ones(3, np.float32))
+  (y,) = on(other, np.ones(3, np.float32))
+  with pytest.raises(ValueError, match="incompatible devices"):
+    np.asarray(x + y)
+
+
+def test_device_api_errors():
+  assert tj.devices() == [CPU] and tj.default_backend() == "cpu" and tj.device_count() == 1
+  with pytest.raises(RuntimeError, match="Unknown backend"):
+    tj.devices("tpu")
+  with pytest.raises(TypeError, match="expected a device"):
+    tj.device_put(np.ones(2), "gpu")
+  if not cuda.device_count():
+    with pytest.raises(RuntimeError, match="Unable to initialize backend 'cuda'"):
+      tj.devices("gpu")
+    with tj.config.override("jax_platforms", "cuda"), pytest.raises(RuntimeError, match="libcuda"):
+      np.asarray(jnp.ones(3) + 1)
+  with tj.config.override("jax_platforms", "cuda,cpu"):  # falls back to what can start
+    assert tj.default_backend() == ("gpu" if cuda.device_count() else "cpu")
+
+
+# ---- PTX, on every machine
+
+def _programs():
+  x, w = jnp.ones((64, 128)), jnp.ones((128, 32))
+  yield "elementwise", lambda a: jnp.exp(a) + jnp.log(a) * jnp.sin(a), (x,)
+  yield "matmul", lambda a, b: a @ b, (x, w)
+  yield "softmax", lambda a: tj.nn.softmax(a), (x,)
+  yield "split sum", lambda a: a.sum(), (jnp.ones(1 << 22),)
+  yield "float16 bfloat16 int", lambda a: ((a.astype(jnp.bfloat16) * 2).astype(jnp.float16),
+                                           a.astype(jnp.int32) // 3), (x,)
+  yield "grad", tj.grad(lambda a: (jnp.tanh(a @ w) ** 2).sum()), (x,)
+  yield "sort", lambda a: jnp.sort(a, axis=1), (x,)
+  yield "random", lambda k: tj.random.normal(k, (100,)), (tj.random.PRNGKey(0),)
+
+
+def _gpu_kernels():
+  for name, f, args in _programs():
+    sink = tj.jit(f).lower(*args)._compiled.jaxpr.sink
+    for kernel in kernels_of(schedule(sink, GPU_SPLIT_THREADS).kernels):
+      yield name, kernel
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_kernels_compile_to_ptx(arch, tmp_path):
+  ptxas = shutil.which("ptxas")
+  count = 0
+  for name, kernel in _gpu_kernels():
+    ir = render_gpu(kernel.name, kernel.ast)
+    assert "!nvvm.annotations" in ir and "@llvm.nvvm.read.ptx.sreg.ctaid.x" in ir
+    ptx = cuda.compile_ptx(kernel.name, ir, arch)
+    assert f".target {arch}" in ptx and f".entry {kernel.name}" in ptx, name
+    assert ".extern" not in ptx, f"{name}: the PTX calls a function the GPU doesn't have"
+    if ptxas:
+      path = tmp_path / f"{kernel.name}.ptx"
+      path.write_text(ptx)
+      done = subprocess.run([ptxas, f"-arch={arch}", str(path), "-o", os.devnull], capture_output=True, text=True)
+      assert done.returncode == 0, f"ptxas rejected {kernel.name} ({name}):\n{done.stderr}"
+    count += 1
+  assert count >= 20
+  if not ptxas: print("ptxas is not on PATH: PTX generated by LLVM but not assembled")
+
+
+def test_work_items_cover_the_outputs():
+  sink = tj.jit(lambda a: a.sum(axis=1)).lower(jnp.ones((6, 10, 7)))._compiled.jaxpr.sink
+  (kernel,) = kernels_of(schedule(sink, GPU_SPLIT_THREADS).kernels)
+  assert gpu_work_items(kernel.ast) == 42
+  cpu_ir = cpu_module_of_gpu_kernel(kernel.name, render_gpu(kernel.name, kernel.ast))
+  assert "nvvm" not in cpu_ir and "nvptx" not in cpu_ir
+
+
+def test_unsupported_ops_name_themselves():
+  sink = tj.jit(lambda a: a ** 2.5).lower(jnp.ones(8))._compiled.jaxpr.sink
+  (kernel,) = kernels_of(schedule(sink, GPU_SPLIT_THREADS).kernels)
+  with pytest.raises(NotImplementedError, match="pow"):
+    render_gpu(kernel.name, kernel.ast)
+
+
+@pytest.mark.skipif(not cuda.device_count(), reason="no CUDA device (the CUDA driver is absent or sees no GPU)")
+def test_cuda_out_of_memory_is_a_python_error():
+  device = cuda.cuda_devices()[0]
+  with pytest.raises(MemoryError, match="out of GPU memory"):
+    device.allocate(1 << 50)
+  free, total = device.memory_info()
+  assert 0 < free <= total
