@@ -95,6 +95,15 @@ def main() -> None:
     jout.block_until_ready()
     theirs["jax"] = f"{(time.perf_counter() - jstart) / calls * 1e6:.1f}"
   report("jit dispatch us/call", f"{(time.perf_counter() - start) / calls * 1e6:.1f}", theirs)
+  # of which the driver's launch: the same kernel launched directly, no Python around it but ctypes
+  program = add.lower(small)._compiled.schedule.programs[0]
+  addresses = [out.uop.arg.address, small.uop.arg.address]
+  program(addresses)
+  gpu.synchronize()
+  start = time.perf_counter()
+  for _ in range(calls): program(addresses)
+  gpu.synchronize()
+  report("  of which the launch us/call", f"{(time.perf_counter() - start) / calls * 1e6:.1f}", {})
 
 
 def jnp_matmul(jjnp, u, v):

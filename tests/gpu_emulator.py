@@ -2,7 +2,8 @@
 from Python, device buffers, placement) on machines without a GPU.
 
 Its kernels are the very modules `render_gpu` makes for NVPTX, less the NVPTX entry: the body function (the work of
-one work-item, `@<name>.body(buffers..., i64 %gid)`) is compiled for the host and called for every work-item in turn.
+one work-item, `@<name>.body(buffers..., i64 %gid)`) is compiled for the host and called for every work-item in turn,
+the last first (so a kernel that relies on an order of its work-items fails here).
 Its memory is host memory handed out by address, as a GPU's would be. It is no model of a GPU's speed or of
 concurrency between work-items.
 """
@@ -31,14 +32,16 @@ def cpu_module_of_gpu_kernel(name: str, gpu_ir: str) -> str:
   assert body is not None, "render_gpu's body function not found"
   symbol, params = body.group(1), body.group(2)
   buffers = re.findall(r"ptr noalias %buf(\d+)", params)
+  # work-items run last first: a GPU promises no order, and a kernel whose result depends on one must show it here
   wrapper = [f"define void @{name}(ptr noalias %args, i64 %start, i64 %end) {{", "entry:", "  br label %head", "head:",
-             "  %gid = phi i64 [ %start, %entry ], [ %next, %body ]", "  %more = icmp slt i64 %gid, %end",
-             "  br i1 %more, label %body, label %done", "body:"]
+             "  %i = phi i64 [ %start, %entry ], [ %next, %body ]", "  %more = icmp slt i64 %i, %end",
+             "  br i1 %more, label %body, label %done", "body:", "  %from_end = sub i64 %i, %start",
+             "  %last = sub i64 %end, 1", "  %gid = sub i64 %last, %from_end"]
   for index in buffers:
     wrapper += [f"  %slot{index} = getelementptr inbounds ptr, ptr %args, i64 {index}",
                 f"  %buf{index} = load ptr, ptr %slot{index}"]
   arguments = "".join(f"ptr %buf{index}, " for index in buffers)
-  wrapper += [f"  call void {symbol}({arguments}i64 %gid)", "  %next = add i64 %gid, 1", "  br label %head", "done:",
+  wrapper += [f"  call void {symbol}({arguments}i64 %gid)", "  %next = add i64 %i, 1", "  br label %head", "done:",
               "  ret void", "}"]
   return "\n".join(kept + wrapper) + "\n"
 

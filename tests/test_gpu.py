@@ -60,7 +60,8 @@ def test_reductions(gpu):
   # long enough to split into partial sums (two kernels)
   big = rng.standard_normal(1 << 22).astype(np.float32)
   (xb,) = on(gpu, big)
-  np.testing.assert_allclose(float(xb.sum()), big.astype(np.float64).sum(), rtol=1e-6)
+  # (the GPU adds in another order than the CPU: bounded by the sum of magnitudes, not the cancelled result)
+  np.testing.assert_allclose(float(xb.sum()), big.astype(np.float64).sum(), atol=1e-7 * np.abs(big).sum())
 
 
 def test_matmul_and_dtypes(gpu):
@@ -113,6 +114,15 @@ def test_sort_gather_scatter_random(gpu):
   index = np.array([3, 0, 3, 1])
   np.testing.assert_array_equal(np.asarray(x[jnp.asarray(index)]), a[index])
   np.testing.assert_allclose(np.asarray(x.at[jnp.asarray(index)].add(1.0)), _scatter_add(a, index), rtol=1e-6)
+  # duplicates: every update lands (add), the last one wins (set), whatever order the work-items run in
+  values = rng.standard_normal((4, 37)).astype(np.float32)
+  (v,) = on(gpu, values)
+  expected = a.copy()
+  for row, update in zip(index, values): expected[row] = update
+  np.testing.assert_array_equal(np.asarray(x.at[jnp.asarray(index)].set(v)), expected)
+  flat = rng.integers(0, 5, 200)
+  counts = tj.jit(lambda i: jnp.zeros(5, jnp.int32).at[i].add(1))(tj.device_put(flat, gpu))
+  np.testing.assert_array_equal(np.asarray(counts), np.bincount(flat, minlength=5))
   key = tj.device_put(tj.random.PRNGKey(42), gpu)
   np.testing.assert_array_equal(np.asarray(tj.random.uniform(key, (1000,))),
                                 np.asarray(tj.random.uniform(tj.random.PRNGKey(42), (1000,))))
@@ -234,7 +244,7 @@ def test_unsupported_ops_name_themselves():
 @pytest.mark.skipif(not cuda.device_count(), reason="no CUDA device (the CUDA driver is absent or sees no GPU)")
 def test_cuda_out_of_memory_is_a_python_error():
   device = cuda.cuda_devices()[0]
-  with pytest.raises(MemoryError, match="out of GPU memory"):
-    device.allocate(1 << 50)
   free, total = device.memory_info()
   assert 0 < free <= total
+  with pytest.raises(MemoryError, match="out of GPU memory"):
+    device.allocate(2 * total)

@@ -158,8 +158,9 @@ def _free_ranges(ast: UOp) -> dict[UOp, frozenset[UOp]]:
 class _Renderer:
   """Emits the body function of one kernel: a list of IR lines, plus allocas for the entry block and declarations."""
 
-  def __init__(self, ast: UOp, plan: TilePlan | None = None, decompose: bool = True, gpu: bool = False):
-    self.ast, self.plan, self.gpu = ast, plan, gpu
+  def __init__(self, ast: UOp, plan: TilePlan | None = None, decompose: bool = True, gpu: bool = False,
+               ordered: int = 0):
+    self.ast, self.plan, self.gpu, self.ordered = ast, plan, gpu, ordered
     self.decompose = decompose  # float32 transcendentals as polynomials (transcendental.py), not libm intrinsics
     self.deps = _free_ranges(ast)
     self.lines: list[str] = []
@@ -299,19 +300,26 @@ class _Renderer:
       raise ValueError(f"codegen: {stores - len(self.stores_emitted)} STOREs depend on ranges that are never opened")
 
   def bind_thread_index(self, global_ranges: list[UOp]) -> None:
-    """GPU: every global range takes its value from the work-item's flat index `%gid` (the entry guarantees
+    """GPU: the global ranges take their values from the work-item's flat index `%gid` (the entry guarantees
     `%gid < gpu_work_items(ast)`), the last range varying fastest so that neighbouring work-items touch neighbouring
-    elements (coalesced); what lies under them is emitted once, reductions as loops inside the work-item."""
+    elements (coalesced); what lies under them is emitted once, reductions as loops inside the work-item. The first
+    `self.ordered` global ranges (a scatter's batch axes) are loops inside every work-item instead, run in order."""
+    ordered, spread = global_ranges[:self.ordered], global_ranges[self.ordered:]
     rest = "%gid"
     values = {}
-    for position, rng in enumerate(reversed(global_ranges)):
+    for position, rng in enumerate(reversed(spread)):
       size = _global_size(rng)
-      last = position == len(global_ranges) - 1
+      last = position == len(spread) - 1
       values[rng] = rest if last else self.emit(f"urem i64 {rest}, {size}", "idx")
       if not last: rest = self.emit(f"udiv i64 {rest}, {size}", "idx")
     self.scopes.append(values)
     self.open_ranges.update(values)
-    self.emit_ready(self.ast)
+
+    def loops(depth: int) -> None:
+      self.emit_ready(self.ast)
+      if depth < len(ordered):
+        with self.loop("0", str(_global_size(ordered[depth])), binds=ordered[depth]): loops(depth + 1)
+    loops(0)
 
   def open_global_loops(self, global_ranges: list[UOp], depth: int) -> None:
     self.emit_ready(self.ast)
@@ -878,9 +886,11 @@ def _global_size(rng: UOp) -> int:
   return int(rng.src[0].arg)
 
 
-def gpu_work_items(ast: UOp) -> int:
-  """How many work-items (GPU threads) a GPU kernel of `ast` runs: the product of its global ranges' sizes."""
-  return math.prod(_global_size(n) for n in ast.toposort if n.op is Ops.RANGE and n.arg[1] == "global")
+def gpu_work_items(ast: UOp, ordered: int = 0) -> int:
+  """How many work-items (GPU threads) a GPU kernel of `ast` runs: the product of its global ranges' sizes, less the
+  first `ordered` (loops inside each work-item, see `_Renderer.bind_thread_index`)."""
+  ranges = sorted((n for n in ast.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda rng: rng.arg[0])
+  return math.prod(_global_size(rng) for rng in ranges[ordered:])
 
 
 # Operations the NVPTX backend cannot lower without libm (float64 transcendentals, `pow`): named in the error.
@@ -890,25 +900,25 @@ NVPTX_DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 _NVPTX_IDS = ("tid.x", "ctaid.x", "ntid.x")
 
 
-def render_gpu(name: str, ast: UOp) -> str:
+def render_gpu(name: str, ast: UOp, ordered: int = 0) -> str:
   """Render kernel `ast` as an LLVM IR module for the NVPTX target (PTX through llvmlite), defining the kernel
 
       define void @<name>(ptr noalias %buf0, ...)
 
-  run on `gpu_work_items(ast)` work-items, in a 1-D grid of any block size: work-item `gid = ctaid.x * ntid.x +
-  tid.x` computes the output elements of global index `gid` (see `_Renderer.bind_thread_index`), the work-items past
-  the last do nothing. Reductions run as loops inside the work-item (long ones with few outputs were split into two
+  run on `gpu_work_items(ast, ordered)` work-items, in a 1-D grid of any block size: work-item `gid = ctaid.x *
+  ntid.x + tid.x` computes the output elements of global index `gid` (see `_Renderer.bind_thread_index`; the first
+  `ordered` global ranges are loops in each work-item), the work-items past the last do nothing. Reductions run as loops inside the work-item (long ones with few outputs were split into two
   kernels by the scheduler). The same IR as the CPU's otherwise: float32 transcendentals are the arithmetic of
   transcendental.py; float64 ones and `pow` have no libm on the GPU and raise NotImplementedError."""
   if ast.op is not Ops.SINK: raise ValueError(f"codegen: a kernel AST is rooted at a SINK, got {ast.op.name}")
   buffers = sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda buffer: buffer.arg)
-  renderer = _Renderer(ast, None, decompose=True, gpu=True)
+  renderer = _Renderer(ast, None, decompose=True, gpu=True, ordered=ordered)
   renderer.render_kernel()
   body = "\n".join(renderer.lines)
   if (missing := [op for op in _GPU_UNSUPPORTED if op in body]):
     raise NotImplementedError(f"codegen: kernel {name} needs {', '.join(sorted(missing))}, which the GPU backend does "
                               "not provide yet (float64 transcendentals and pow); run it on the CPU device")
-  total = gpu_work_items(ast)
+  total = gpu_work_items(ast, ordered)
   symbol, body_symbol = _symbol(name), _symbol(f"{name}.body")
   params = ", ".join(f"ptr noalias %buf{buffer.arg}" for buffer in buffers)
   lines = [f'target triple = "{NVPTX_TRIPLE}"', f'target datalayout = "{NVPTX_DATA_LAYOUT}"']

@@ -227,13 +227,17 @@ class CUDAProgram:
     device.lib("cuModuleGetFunction", ctypes.byref(function), module, name.encode())
     self.function = function
     self.blocks = max(1, -(-work_items // BLOCK_SIZE))
+    self._launch = device.lib.lib.cuLaunchKernel
 
   def __call__(self, addresses: list[int]) -> None:
     """Launch (asynchronously, on the default stream) over buffers at `addresses`."""
     if self.work_items == 0: return
-    pointers = [ctypes.c_uint64(address) for address in addresses]
-    params = (ctypes.c_void_p * max(1, len(pointers)))(*[ctypes.addressof(p) for p in pointers])
-    self.device.lib("cuLaunchKernel", self.function, self.blocks, 1, 1, BLOCK_SIZE, 1, 1, 0, None, params, None)
+    count = max(1, len(addresses))
+    values = (ctypes.c_uint64 * count)(*addresses)  # the kernel's parameters, and a pointer to each
+    first = ctypes.addressof(values)
+    params = (ctypes.c_void_p * count)(*range(first, first + 8 * count, 8))
+    result = self._launch(self.function, self.blocks, 1, 1, BLOCK_SIZE, 1, 1, 0, None, params, None)
+    if result: self.device.lib.check(result, f"launching {self.name}")
 
 
 class CUDABuffer:

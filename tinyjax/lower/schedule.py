@@ -49,6 +49,9 @@ class Kernel:
   work: int               # loop iterations in all (outer x inner x reduce), to decide on threading
   grain: int = 1          # launch chunks keep this many outer iterations together (the codegen's tile, opt.py)
   sequential: bool = False  # iterations must run in order on one thread (a scatter's read-modify-write loop)
+  # how many of the outermost global ranges carry that order (a scatter's batch axes: updates of different batch
+  # indices may hit one element; those of one window never do): a GPU runs them as loops inside each work-item
+  ordered: int = 0
 
   @property
   def parallel(self) -> bool:
@@ -342,9 +345,10 @@ class _Rangeify:
       starts.append(start if start.dtype == INDEX_DTYPE else UOp(Ops.CAST, INDEX_DTYPE, (start,)))
     return starts
 
-  def build_scatter(self) -> tuple[UOp, int]:
+  def build_scatter(self) -> tuple[UOp, int, int]:
     """The second kernel of a SCATTER: for each update element in order, load the target element of the buffer,
-    combine and store it back (a window that does not fit rewrites its target unchanged: dropped)."""
+    combine and store it back (a window that does not fit rewrites its target unchanged: dropped). Also returns how
+    many of its outermost global ranges are batch axes (`Kernel.ordered`)."""
     root = self.root
     operand, indices, updates = root.src
     mode, window, _, clip = root.arg
@@ -364,7 +368,7 @@ class _Rangeify:
     new = _combine(mode, old, self.emit(updates, idx, None))
     if fits is not None: new = UOp(Ops.WHERE, root.dtype, (fits, new, old))
     store = UOp(Ops.STORE, root.dtype, (buffer, target, new))
-    return UOp(Ops.SINK, root.dtype, (store,)), outer
+    return UOp(Ops.SINK, root.dtype, (store,)), outer, sum(1 for dim in updates.shape[:n_batch] if dim > 1)
 
   def emit(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool = False) -> UOp:
     key = (node, idx, valid)
@@ -530,7 +534,7 @@ class _Scheduler:
     if node.op is Ops.SCATTER and 0 not in node.src[2].shape: builders.append((_Rangeify(node, self.slot_of), True))
     kernels = []
     for builder, is_scatter in builders:
-      ast, outer = builder.build_scatter() if is_scatter else builder.build()
+      ast, outer, ordered = builder.build_scatter() if is_scatter else (*builder.build(), 0)
       ast, slots = _drop_unread_buffers(symbolic.simplify(ast), builder.params)
       if not is_scatter:
         ast, slots, copies = self.relayout(ast, slots, builder.work)
@@ -538,7 +542,7 @@ class _Scheduler:
       kind = "s" if is_scatter else "r" if any(n.op is Ops.REDUCE for n in ast.toposort) else "e"
       name = f"{kind}_{'_'.join(map(str, node.shape)) or 'scalar'}_{structure_key(ast)[:8]}"
       kernels.append(Kernel(name, ast, slots, outer, builder.work, 1 if is_scatter else launch_grain(ast),
-                            sequential=is_scatter))
+                            sequential=is_scatter, ordered=ordered))
     return kernels
 
   def relayout(self, ast: UOp, slots: tuple[int, ...], work: int) -> tuple[UOp, tuple[int, ...], list[Kernel]]:
