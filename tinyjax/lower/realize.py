@@ -149,8 +149,8 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   if lowered is None:
     start = time.perf_counter()
     sched = schedule(sink, threads)
-    lowered = (sched, [render_gpu(kernel.name, kernel.ast, kernel.ordered) if gpu else render_llvm(kernel.name, kernel.ast)
-                       for kernel in kernels_of(sched.kernels)])
+    kernels = kernels_of(sched.kernels)
+    lowered = (sched, [render_gpu(k.name, k.ast, k.ordered) if gpu else render_llvm(k.name, k.ast) for k in kernels])
     counters.schedules_lowered += 1
     _disk_cache.put(key, pickle.dumps(lowered, protocol=pickle.HIGHEST_PROTOCOL))
     origin = f"lowered in {(time.perf_counter() - start) * 1e3:.2f} ms"
@@ -263,7 +263,8 @@ def _read_scalar(buffer: Buffer):
 def _print_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device=CPU) -> None:
   nbytes = sum(buffers[slot].nbytes for slot in kernel.slots)
   where = "CPU" if device is CPU else repr(device)
-  launch = f"  work-items={gpu_work_items(kernel.ast, kernel.ordered)}" if device is not CPU else "  threads" if kernel.parallel else ""
+  launch = "  threads" if kernel.parallel else ""
+  if device is not CPU: launch = f"  work-items={gpu_work_items(kernel.ast, kernel.ordered)}"
   print(f"*** {where} {counters.kernels_launched:4d} {kernel.name:40s} {seconds * 1e6:9.1f} us "
         f"{nbytes / max(seconds, 1e-9) / 1e9:7.2f} GB/s{launch}")
 
