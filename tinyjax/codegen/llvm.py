@@ -909,7 +909,8 @@ def render_gpu(name: str, ast: UOp, ordered: int = 0) -> str:
   ntid.x + tid.x` computes the output elements of global index `gid` (see `_Renderer.bind_thread_index`; the first
   `ordered` global ranges are loops in each work-item), the work-items past the last do nothing. Reductions run as
   loops inside the work-item (long ones with few outputs were split into two kernels by the scheduler). The same IR
-  as the CPU's otherwise: float32 transcendentals are the arithmetic of transcendental.py; float64 ones and `pow` have no libm on the GPU and raise NotImplementedError."""
+  as the CPU's otherwise: float32 transcendentals are the arithmetic of transcendental.py; float64 ones and `pow`
+  have no libm on the GPU and raise NotImplementedError."""
   if ast.op is not Ops.SINK: raise ValueError(f"codegen: a kernel AST is rooted at a SINK, got {ast.op.name}")
   buffers = sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda buffer: buffer.arg)
   renderer = _Renderer(ast, None, decompose=True, gpu=True, ordered=ordered)
