@@ -60,6 +60,10 @@ def test_reductions(gpu):
   # long enough to split into partial sums (two kernels)
   big = rng.standard_normal(1 << 22).astype(np.float32)
   (xb,) = on(gpu, big)
+  # one work-item's long float32 sum is blocked (float32 blocks of 32 added in float64): 0.1 a million times is
+  # within 1e-6, where one running float32 sum is off by 1e-4 relative
+  (tenths,) = on(gpu, np.full(1 << 20, 0.1, np.float32))
+  np.testing.assert_allclose(float(tenths.sum()), (1 << 20) * float(np.float32(0.1)), rtol=1e-6)
   # (the GPU adds in another order than the CPU: bounded by the sum of magnitudes, not the cancelled result)
   np.testing.assert_allclose(float(xb.sum()), big.astype(np.float64).sum(), atol=1e-7 * np.abs(big).sum())
 

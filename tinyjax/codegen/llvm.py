@@ -49,6 +49,9 @@ from tinyjax.uop import BOOL, Ops, UOp
 # blocks, 4 streams: 3.4 ms) and 1.5-2.4 ms as a loop, the same data's full sum 4.3-4.5 ms (partially unrolled) and
 # 2.9-3.0 ms as a loop, on a machine where numpy takes 2.65 ms.
 SUM_BLOCK = 2048
+# A GPU work-item sums without vector lanes (one running float32 sum per block, not 16-64 of them), so its blocks are
+# short: a sequential float32 sum of n terms is off by up to n/2 ulp (0.1 added 2048 times: 4e-5 relative).
+GPU_SUM_BLOCK = 32
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -500,7 +503,7 @@ class _Renderer:
     into an FMA."""
     ranges = list(node.src[1:])
     inner_dtype = accumulator_dtype(node)
-    block = TILE_SUM_BLOCK if tiled else SUM_BLOCK
+    block = TILE_SUM_BLOCK if tiled else GPU_SUM_BLOCK if self.gpu else SUM_BLOCK
 
     def loops(over: list[UOp]) -> list[tuple[str, str, UOp | None, bool]]:
       return [("0", self.value(rng.src[0]), rng, True) for rng in over]

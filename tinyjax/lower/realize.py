@@ -123,9 +123,10 @@ def normalize(roots: list[UOp], first_param: int = 0) -> tuple[UOp, list[Buffer]
   return replaced[sink], buffers
 
 
-# A GPU schedule splits long reductions with few outputs (split.py) as if for this many threads: the first stage's
-# partial sums are then that many work-items (up to 4x), each a loop over its chunk.
-GPU_SPLIT_THREADS = 1024
+# A GPU schedule splits long reductions with few outputs (split.py) as if for this many threads: reductions of fewer
+# than 8x as many outputs and at least 2M elements each get up to 4x as many partial results, a work-item each (a
+# loop over its chunk). A stopgap until reductions are done by work-groups.
+GPU_SPLIT_THREADS = 128
 
 
 def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
