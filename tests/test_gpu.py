@@ -68,6 +68,14 @@ def test_reductions(gpu):
   np.testing.assert_allclose(float(xb.sum()), big.astype(np.float64).sum(), atol=1e-7 * np.abs(big).sum())
 
 
+def test_float32_subnormals_flush_to_zero_as_on_the_cpu(gpu):
+  tiny = np.array([1e-30, -3e-31, 1.0], np.float32)
+  (x,) = on(gpu, tiny)
+  got = np.asarray(x * np.float32(1e-10))
+  np.testing.assert_array_equal(got, np.asarray(jnp.asarray(tiny) * np.float32(1e-10)))
+  assert got[0] == 0 and got[1] == 0 and got[2] == np.float32(1e-10)
+
+
 def test_matmul_and_dtypes(gpu):
   a, b = rng.standard_normal((40, 70)).astype(np.float32), rng.standard_normal((70, 30)).astype(np.float32)
   x, y = on(gpu, a, b)
@@ -220,6 +228,7 @@ def test_kernels_compile_to_ptx(arch, tmp_path):
     ptx = cuda.compile_ptx(kernel.name, ir, arch)
     assert f".target {arch}" in ptx and f".entry {kernel.name}" in ptx, name
     assert ".extern" not in ptx, f"{name}: the PTX calls a function the GPU doesn't have"
+    if name == "elementwise": assert ".ftz.f32" in ptx  # float32 subnormals flush, as on the CPU
     if ptxas:
       path = tmp_path / f"{kernel.name}.ptx"
       path.write_text(ptx)

@@ -927,10 +927,13 @@ def render_gpu(name: str, ast: UOp, ordered: int = 0) -> str:
   params = ", ".join(f"ptr noalias %buf{buffer.arg}" for buffer in buffers)
   lines = [f'target triple = "{NVPTX_TRIPLE}"', f'target datalayout = "{NVPTX_DATA_LAYOUT}"']
   lines += sorted(renderer.declarations | {f"declare i32 @llvm.nvvm.read.ptx.sreg.{sreg}()" for sreg in _NVPTX_IDS})
-  lines += [f"define internal void {body_symbol}({params}{', ' if params else ''}i64 %gid) alwaysinline nounwind {{",
+  # float32 subnormals flush to zero, as on the CPU (devices/runtime.py) and in XLA's GPU code: `.ftz` instructions
+  ftz = '"denormal-fp-math-f32"="preserve-sign,preserve-sign"'
+  lines += [f"define internal void {body_symbol}({params}{', ' if params else ''}i64 %gid) alwaysinline nounwind "
+            f"{ftz} {{",
             "entry:", *renderer.allocas, *renderer.lines, "}", ""]
   lines += renderer.metadata
-  lines += [f"define void {symbol}({params}) nounwind {{", "entry:"]
+  lines += [f"define void {symbol}({params}) nounwind {ftz} {{", "entry:"]
   for sreg in _NVPTX_IDS:
     short = sreg.split(".")[0]
     lines += [f"  %{short}.32 = call i32 @llvm.nvvm.read.ptx.sreg.{sreg}()",
