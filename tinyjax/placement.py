@@ -8,7 +8,7 @@ import numpy as np
 
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
-from tinyjax.devices.device import CpuDevice, backend_devices, default_backend, default_device, host_buffer, move
+from tinyjax.devices.device import backend_devices, default_backend, default_device, host_buffer, move
 from tinyjax.uop import Ops, UOp
 
 __all__ = ["default_backend", "device_count", "device_get", "device_put", "devices", "local_device_count",
@@ -17,11 +17,7 @@ __all__ = ["default_backend", "device_count", "device_get", "device_put", "devic
 
 def devices(backend: str | None = None) -> list:
   """The devices of `backend` ('cpu', 'cuda' or 'gpu'; default: the default device's platform)."""
-  return backend_devices(backend) if backend is not None else backend_devices(_platform_of(default_device()))
-
-
-def _platform_of(device) -> str:
-  return "cpu" if isinstance(device, CpuDevice) else "cuda"
+  return backend_devices(default_device().platform if backend is None else backend)
 
 
 def local_devices(process_index: int | None = None, backend: str | None = None) -> list:

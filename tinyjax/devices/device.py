@@ -31,22 +31,19 @@ class CpuDevice:
 
 
 CPU = CpuDevice(0)
-PLATFORMS = ("cpu", "cuda")
 _ALIASES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}
 
 
 def backend_devices(platform: str) -> list:
-  """The devices of one platform ('cpu', 'cuda' or 'gpu'); RuntimeError saying what to install when it can't start,
-  ValueError for an unknown name."""
+  """The devices of one platform ('cpu', 'cuda' or 'gpu'); RuntimeError for an unknown name, and saying what to
+  install when the platform can't start."""
   name = _ALIASES.get(platform.strip().lower())
   if name is None:
     raise RuntimeError(f"Unknown backend {platform!r}. Known platforms are: cpu, cuda (alias gpu)")
   if name == "cpu": return [CPU]
   from tinyjax.devices import cuda
   try: found = list(cuda.cuda_devices())
-  except cuda.CUDAError as error:
-    raise RuntimeError(f"Unable to initialize backend 'cuda': {error}") from None
-  except RuntimeError as error:
+  except RuntimeError as error:  # no driver, or a driver call failed (CUDAError)
     raise RuntimeError(f"Unable to initialize backend 'cuda': {error}") from None
   if not found: raise RuntimeError("Unable to initialize backend 'cuda': the CUDA driver sees no device")
   return found
@@ -85,13 +82,13 @@ def default_backend() -> str:
   return default_device().platform
 
 
-def place(buffers: list):
-  """The device a computation over `buffers` runs on (see the module docstring)."""
-  if not buffers: return default_device()
-  first = buffers[0].device
-  if all(buffer.device is first for buffer in buffers): return first
+def place(devices: list):
+  """The device a computation over inputs on `devices` runs on (see the module docstring)."""
+  if not devices: return default_device()
+  first = devices[0]
+  if all(device is first for device in devices): return first
   default = default_device()
-  others = {id(buffer.device): buffer.device for buffer in buffers if buffer.device is not default}
+  others = {id(device): device for device in devices if device is not default}
   if len(others) > 1:
     raise ValueError("Received incompatible devices for the computation: its inputs live on "
                      f"{sorted(map(repr, others.values()))}; move them to one device with device_put first")
@@ -100,13 +97,7 @@ def place(buffers: list):
 
 def move(buffer, device):
   """`buffer` on `device`: itself when it is there, else a copy (through the host)."""
-  if buffer.device is device: return buffer
-  host = buffer.numpy()
-  if device.platform == "cpu":
-    from tinyjax.devices.buffer import Buffer
-    return Buffer(host.shape, host.dtype, host)
-  from tinyjax.devices.cuda import CUDABuffer
-  return CUDABuffer(host.shape, host.dtype, device, host)
+  return buffer if buffer.device is device else host_buffer(buffer.numpy(), device)
 
 
 def host_buffer(host, device=None):

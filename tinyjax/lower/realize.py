@@ -273,5 +273,5 @@ def _print_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device=
 def realize(roots: list[UOp]) -> list[Buffer]:
   """Compute the given lazy nodes on the device of their inputs (`place`); return one buffer per root."""
   sink, inputs = normalize(roots)
-  device = place(inputs)
+  device = place([buffer.device for buffer in inputs])
   return run_schedule(get_schedule(sink, device), [move(buffer, device) for buffer in inputs])

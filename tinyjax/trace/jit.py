@@ -84,12 +84,6 @@ def _leaf_device(leaf: Any) -> Any:
   return default_device()
 
 
-@dataclass
-class _Placed:
-  """Stands for a buffer on `device` when choosing where a program runs (`place` reads only `.device`)."""
-  device: Any
-
-
 def _leaf_signature(leaf: Any) -> tuple:
   try: return _leaf_aval(leaf)
   except TypeError: return (type(leaf),)  # not an array: tracing raises with a message
@@ -425,7 +419,7 @@ class JitWrapped:
       fun = functools.partial(self.fun, **static_kwargs) if static_kwargs else self.fun
       if static_kwargs: functools.update_wrapper(fun, self.fun)
       jaxpr = trace_to_jaxpr(fun, args, dynamic_kwargs, static)
-      device = place([_Placed(d) for d in devices] + jaxpr.consts)
+      device = place([*devices, *(buffer.device for buffer in jaxpr.consts)])
       compiled = _Compiled(jaxpr, get_schedule(jaxpr.sink, device) if jaxpr.sink.src else None, device,
                            any(d is not device for d in devices))
       self._cache[key] = compiled
