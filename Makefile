@@ -5,10 +5,19 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test fuzz bench clean
 
+# The OpenCL tests run the GPU kernels on PoCL, a CPU OpenCL: Debian's pocl-opencl-icd (installed here when running as
+# root with apt-get) and pyopencl (the `opencl` extra). Where either cannot be had, those tests skip and say why.
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	@test -e /etc/OpenCL/vendors/pocl.icd || \
+	  { test "$$(id -u)" = 0 && command -v apt-get >/dev/null && \
+	    { apt-get install -y -qq pocl-opencl-icd >/dev/null 2>&1 || \
+	      { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq pocl-opencl-icd >/dev/null 2>&1; }; }; } || \
+	  echo "PoCL could not be installed (sudo apt-get install pocl-opencl-icd): the OpenCL tests will skip"
+	$(VENV)/bin/python -m pip install -q -e '.[test,opencl]' || \
+	  echo "pyopencl could not be installed: the OpenCL tests will skip"
 	touch $(STAMP)
 
 # the demo trains the CNN for one epoch on Fashion-MNIST, installing Debian's dataset-fashion-mnist when it can (as

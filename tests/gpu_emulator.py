@@ -14,7 +14,9 @@ import re
 
 import numpy as np
 
+from tinyjax.codegen.llvm import render_gpu
 from tinyjax.devices.cpu import compile_cpu
+from tinyjax.devices.cuda import CUDABuffer
 
 
 def cpu_module_of_gpu_kernel(name: str, gpu_ir: str) -> str:
@@ -89,6 +91,10 @@ class EmulatedGPU:
     return host
 
   def synchronize(self) -> None: pass
+
+  def render(self, name: str, ast, ordered: int = 0) -> str: return render_gpu(name, ast, ordered)
+
+  def buffer(self, shape, dtype, host=None): return CUDABuffer(shape, dtype, self, host)
 
   def compile(self, name: str, llvm_ir: str, work_items: int) -> EmulatedProgram:
     if (program := self.programs.get((name, llvm_ir))) is None:

@@ -16,7 +16,7 @@ import pytest
 import tinyjax as tj
 import tinyjax.numpy as jnp
 from tinyjax.codegen.llvm import gpu_work_items, render_gpu
-from tinyjax.devices import cuda
+from tinyjax.devices import cuda, opencl
 from tinyjax.devices.device import CPU
 from tinyjax.lower.realize import GPU_SPLIT_THREADS
 from tinyjax.lower.schedule import kernels_of, schedule
@@ -24,7 +24,8 @@ from tinyjax.lower.schedule import kernels_of, schedule
 from gpu_emulator import EmulatedGPU, cpu_module_of_gpu_kernel
 
 EMULATED = EmulatedGPU()
-GPUS = [EMULATED] + list(cuda.cuda_devices() if cuda.device_count() else [])
+GPUS = [EMULATED] + list(cuda.cuda_devices() if cuda.device_count() else []) + \
+    list(opencl.opencl_devices() if opencl.device_count() else [])
 
 
 @pytest.fixture(params=GPUS, ids=repr)

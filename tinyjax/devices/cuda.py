@@ -151,6 +151,9 @@ class CudaDevice:
     self.lib("cuCtxSetCurrent", self.context)
 
   # memory
+  def buffer(self, shape: tuple[int, ...], dtype: np.dtype, host: np.ndarray | None = None) -> CUDABuffer:
+    return CUDABuffer(shape, dtype, self, host)
+
   def allocate(self, nbytes: int) -> int:
     if nbytes == 0: return 0
     if (free := self._pool.get(nbytes)): return free.pop()
@@ -199,6 +202,11 @@ class CudaDevice:
     return free.value, total.value
 
   # kernels
+  def render(self, name: str, ast, ordered: int = 0) -> str:
+    """The NVPTX module (LLVM IR) of a kernel AST."""
+    from tinyjax.codegen.llvm import render_gpu
+    return render_gpu(name, ast, ordered)
+
   def compile(self, name: str, llvm_ir: str, work_items: int) -> CUDAProgram:
     """The loaded kernel of an NVPTX module (`render_gpu`) that runs `work_items` work-items."""
     key = f"{name}\x00{llvm_ir}"

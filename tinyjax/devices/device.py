@@ -1,7 +1,8 @@
 """Devices and placement: which device an array lives on and where a computation runs.
 
-Platforms: `cpu` (always) and `cuda` (NVIDIA GPUs through the driver API, devices/cuda.py; `gpu` names the same
-backend). The default device is the first device of the first platform named by `jax_platforms` (the config option,
+Platforms: `cpu` (always), `cuda` (NVIDIA GPUs through the driver API, devices/cuda.py; `gpu` names the same
+backend) and `opencl` (any OpenCL device through pyopencl, devices/opencl.py; PoCL runs it on the CPU). The default
+device is the first device of the first platform named by `jax_platforms` (the config option,
 else the environment variable TINYJAX_PLATFORMS or JAX_PLATFORMS: a comma-separated list such as "cuda,cpu") that can
 be started; without one it is the CPU (JAX prefers a GPU when one is present: tinyjax will once its GPU backend runs
 the whole test suite).
@@ -31,21 +32,24 @@ class CpuDevice:
 
 
 CPU = CpuDevice(0)
-_ALIASES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}
+_ALIASES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda", "opencl": "opencl"}
 
 
 def backend_devices(platform: str) -> list:
-  """The devices of one platform ('cpu', 'cuda' or 'gpu'); RuntimeError for an unknown name, and saying what to
-  install when the platform can't start."""
+  """The devices of one platform ('cpu', 'cuda', 'gpu' or 'opencl'); RuntimeError for an unknown name, and saying
+  what to install when the platform can't start."""
   name = _ALIASES.get(platform.strip().lower())
   if name is None:
-    raise RuntimeError(f"Unknown backend {platform!r}. Known platforms are: cpu, cuda (alias gpu)")
+    raise RuntimeError(f"Unknown backend {platform!r}. Known platforms are: cpu, cuda (alias gpu), opencl")
   if name == "cpu": return [CPU]
-  from tinyjax.devices import cuda
-  try: found = list(cuda.cuda_devices())
+  if name == "cuda":
+    from tinyjax.devices.cuda import cuda_devices as devices_of_platform
+  else:
+    from tinyjax.devices.opencl import opencl_devices as devices_of_platform
+  try: found = list(devices_of_platform())
   except RuntimeError as error:  # no driver, or a driver call failed (CUDAError)
-    raise RuntimeError(f"Unable to initialize backend 'cuda': {error}") from None
-  if not found: raise RuntimeError("Unable to initialize backend 'cuda': the CUDA driver sees no device")
+    raise RuntimeError(f"Unable to initialize backend {name!r}: {error}") from None
+  if not found: raise RuntimeError(f"Unable to initialize backend {name!r}: the driver sees no device")
   return found
 
 
@@ -78,7 +82,7 @@ def default_device():
 
 
 def default_backend() -> str:
-  """The platform of the default device: 'cpu' or 'gpu'."""
+  """The platform of the default device: 'cpu', 'gpu' or 'opencl'."""
   return default_device().platform
 
 
@@ -107,5 +111,4 @@ def host_buffer(host, device=None):
   if device.platform == "cpu":
     from tinyjax.devices.buffer import Buffer
     return Buffer(host.shape, host.dtype, host)
-  from tinyjax.devices.cuda import CUDABuffer
-  return CUDABuffer(host.shape, host.dtype, device, host)
+  return device.buffer(host.shape, host.dtype, host)

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from tinyjax import __version__
-from tinyjax.codegen.llvm import gpu_work_items, render_gpu, render_llvm
+from tinyjax.codegen.llvm import gpu_work_items, render_llvm
 from tinyjax.devices import LaunchList, compile_cpu, cpu_threads
 from tinyjax.devices.device import CPU, move, place
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
@@ -151,12 +151,12 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
     start = time.perf_counter()
     sched = schedule(sink, threads)
     kernels = kernels_of(sched.kernels)
-    lowered = (sched, [render_gpu(k.name, k.ast, k.ordered) if gpu else render_llvm(k.name, k.ast) for k in kernels])
+    lowered = (sched, [device.render(k.name, k.ast, k.ordered) if gpu else render_llvm(k.name, k.ast) for k in kernels])
     counters.schedules_lowered += 1
     _disk_cache.put(key, pickle.dumps(lowered, protocol=pickle.HIGHEST_PROTOCOL))
     origin = f"lowered in {(time.perf_counter() - start) * 1e3:.2f} ms"
   sched, sources = lowered
-  if DEBUG >= 2: _print_schedule(sched, sources, origin)
+  if DEBUG >= 2: _print_schedule(sched, sources, origin, getattr(device, "language", "LLVM IR"))
   if gpu:
     programs = [device.compile(kernel.name, src, gpu_work_items(kernel.ast, kernel.ordered))
                 for kernel, src in zip(kernels_of(sched.kernels), sources)]
@@ -167,7 +167,7 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   return compiled
 
 
-def _print_schedule(sched: Schedule, sources: list[str], origin: str) -> None:
+def _print_schedule(sched: Schedule, sources: list[str], origin: str, language: str) -> None:
   kernels = kernels_of(sched.kernels)
   print(f"*** schedule: {len(kernels)} kernels, {sched.n_inputs} inputs, {origin}")
   sources_of = dict(zip((id(kernel) for kernel in kernels), sources))
@@ -192,7 +192,7 @@ def _print_schedule(sched: Schedule, sources: list[str], origin: str) -> None:
             f"{f' grain={step.grain}' if step.grain > 1 else ''}{' parallel' if step.parallel else ''}"
             f"{' sequential' if step.sequential else ''}")
       if DEBUG >= 3: print(f"--- UOps of {step.name}\n{pretty(step.ast)}")
-      if DEBUG >= 4: print(f"--- LLVM IR of {step.name}\n{sources_of[id(step)]}")
+      if DEBUG >= 4: print(f"--- {language} of {step.name}\n{sources_of[id(step)]}")
   show(sched.kernels, "")
 
 
@@ -202,9 +202,8 @@ def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer]) -> list[Buffe
   sched = compiled.schedule
   # inputs past the last one the program reads (unused jit arguments) have no slot
   if compiled.device is not CPU:
-    from tinyjax.devices.cuda import CUDABuffer
     device = compiled.device
-    buffers = inputs[:sched.n_inputs] + [CUDABuffer(shape, dtype, device) for shape, dtype, _ in compiled.slot_specs]
+    buffers = inputs[:sched.n_inputs] + [device.buffer(shape, dtype) for shape, dtype, _ in compiled.slot_specs]
     _run_steps(sched.kernels, iter(compiled.programs), buffers, device, timed=DEBUG >= 1)
   elif DEBUG >= 1:
     buffers = inputs[:sched.n_inputs] + allocate_buffers(compiled.slot_specs)

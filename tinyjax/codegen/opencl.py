@@ -1,0 +1,450 @@
+"""The OpenCL C renderer: one kernel AST (a `SINK` of `STORE`s over `RANGE` loops, built by lower/) -> an OpenCL C
+kernel, for the `opencl` device (devices/opencl.py).
+
+It renders the same GPU kernel model as `codegen.llvm.render_gpu` (the NVPTX one): the kernel
+
+    __kernel void <name>(__global T0 *restrict buf0, ...)
+
+runs on `gpu_work_items(ast, ordered)` work-items in a 1-D range of any work-group size; work-item
+`gid = get_global_id(0)` computes the output elements of global index `gid` (the last global range varies fastest, so
+neighbouring work-items touch neighbouring elements), work-items past the last do nothing, the first `ordered` global
+ranges (a scatter's batch axes) are loops inside every work-item, and reductions are loops inside the work-item, a
+float32 sum in blocks of GPU_SUM_BLOCK added up in float64. Nodes are placed as on the CPU: each at the innermost loop
+it depends on (loop-invariant work is hoisted), one C variable per node.
+
+Semantics are the CPU's (codegen/llvm.py), written in C where C leaves them open: integer ADD / MUL / NEG wrap (done
+in the unsigned type, signed overflow being undefined in C), division by zero and INT_MIN / -1 give XLA's answers,
+shifts by the bit width or more shift everything out, MAX propagates NaN and orders -0 below +0, float -> int
+conversions saturate (NaN -> 0), float16 / bfloat16 compute in float32 and round once per op (float16 in memory is
+read and written with `vload_half` / `vstore_half_rte`, which need no `cl_khr_fp16`; bfloat16 is its 16 bits in a
+`ushort`). Programs are built with `-cl-fp32-correctly-rounded-divide-sqrt` (float32 division and sqrt correctly
+rounded, as on the CPU) and `-cl-denorms-are-zero` (float32 subnormals flush to zero, as on the CPU and in XLA), and
+with FP_CONTRACT off (no fused multiply-adds the CPU would not make). EXP2, LOG2, SIN and POW are OpenCL's built-in
+functions (a few ulp in float32 by the OpenCL specification; PoCL's are within 1 ulp). float64 needs `cl_khr_fp64`.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from typing import Callable, Iterator
+
+import numpy as np
+
+from tinyjax.codegen.llvm import GPU_SUM_BLOCK, _free_ranges, _global_size, _IDENTITY, _kind, gpu_work_items
+from tinyjax.codegen.opt import BF16, F16, F32, F64, accumulator_dtype
+from tinyjax.uop import BOOL, Ops, UOp
+
+# the options every program is built with (see the module docstring)
+BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt", "-cl-denorms-are-zero")
+
+_C_INT = {("i", 1): "char", ("i", 2): "short", ("i", 4): "int", ("i", 8): "long",
+          ("u", 1): "uchar", ("u", 2): "ushort", ("u", 4): "uint", ("u", 8): "ulong"}
+_UNSIGNED = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
+
+# helpers every kernel may call (unused ones cost nothing); tj_ names can't clash with the renderer's v/r/acc names
+PRELUDE = r"""#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#pragma OPENCL FP_CONTRACT OFF
+inline float tj_round_f16(float v) {
+  ushort h; vstore_half_rte(v, 0, (__private half *)&h); return vload_half(0, (__private half *)&h);
+}
+inline ushort tj_f16_bits(float v) { ushort h; vstore_half_rte(v, 0, (__private half *)&h); return h; }
+inline float tj_f16_from_bits(ushort h) { return vload_half(0, (__private half *)&h); }
+inline float tj_round_bf16(float v) {
+  uint b = as_uint(v);
+  if (isnan(v)) return as_float((b | 0x400000u) & 0xFFFF0000u);
+  return as_float((b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u);
+}
+inline float tj_max_f32(float a, float b) {
+  if (isnan(a) || isnan(b)) return a + b;
+  if (a == b) return signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+inline double tj_max_f64(double a, double b) {
+  if (isnan(a) || isnan(b)) return a + b;
+  if (a == b) return signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+inline float tj_round_to_odd(double v) {
+  float nearest = (float)v;
+  double back = (double)nearest;
+  if (back == v || isnan(v) || (as_uint(nearest) & 1u)) return nearest;
+  return as_float(as_uint(nearest) + (fabs(back) > fabs(v) ? -1 : 1));
+}
+"""
+
+
+def c_type(dtype: np.dtype) -> str:
+  """The C type a value of `dtype` is computed in (float16 / bfloat16: float, holding values exact in the dtype)."""
+  kind = _kind(dtype)
+  if kind == "b": return "bool"
+  if kind == "f": return "double" if dtype == F64 else "float"
+  return _C_INT[(kind, dtype.itemsize)]
+
+
+def memory_type(dtype: np.dtype) -> str:
+  """The C element type of a buffer of `dtype`."""
+  if dtype == BOOL: return "uchar"
+  if dtype == F16: return "half"
+  if dtype == BF16: return "ushort"
+  return c_type(dtype)
+
+
+def literal(value, dtype: np.dtype) -> str:
+  """The C literal of a constant of `dtype` (floats rounded to the dtype first; exact, in hex)."""
+  kind = _kind(dtype)
+  if kind == "b": return "true" if value else "false"
+  if kind in "iu":
+    bits = dtype.itemsize * 8
+    wrapped = int(value) % (1 << bits)
+    if kind == "i" and wrapped >= 1 << (bits - 1): wrapped -= 1 << bits
+    ctype = c_type(dtype)
+    if bits == 64:
+      if wrapped == -(1 << 63): return "(-9223372036854775807L - 1L)"
+      return f"{wrapped}{'UL' if kind == 'u' else 'L'}"
+    if bits == 32:
+      if wrapped == -(1 << 31): return "(-2147483647 - 1)"
+      return f"{wrapped}{'u' if kind == 'u' else ''}"
+    return f"(({ctype}){wrapped})"
+  number = float(dtype.type(value))
+  ctype = c_type(dtype)
+  if math.isnan(number): return f"(({ctype})NAN)"
+  if math.isinf(number): return f"(({ctype}){'-' if number < 0 else ''}INFINITY)"
+  return f"{number.hex()}{'f' if ctype == 'float' else ''}"
+
+
+def kernel_symbol(name: str) -> str:
+  """The C name of kernel `name` (kernel names may hold characters C identifiers can't)."""
+  return re.sub(r"\W", "_", name)
+
+
+class _Renderer:
+  """Emits the body of one OpenCL C kernel: statements in nested blocks, one variable per node."""
+
+  def __init__(self, ast: UOp, ordered: int):
+    self.ast, self.ordered = ast, ordered
+    self.deps = _free_ranges(ast)
+    self.lines: list[str] = []
+    self.depth = 1
+    self.scopes: list[dict[UOp, str]] = [{}]
+    self.open_ranges: set[UOp] = set()
+    self.counter = 0
+    self.stores_emitted: set[UOp] = set()
+
+  # ---- low level
+
+  def line(self, text: str) -> None: self.lines.append("  " * self.depth + text)
+
+  def var(self, ctype: str, expression: str, hint: str = "v") -> str:
+    """Declare `ctype <new name> = expression;` and return the name."""
+    self.counter += 1
+    name = f"{hint}{self.counter}"
+    self.line(f"{ctype} {name} = {expression};")
+    return name
+
+  @contextlib.contextmanager
+  def loop(self, start: str, end: str, binds: UOp | None) -> Iterator[str]:
+    """`for (long i = start; i < end; i++) { ... }`; `binds`: the RANGE whose value the index is."""
+    self.counter += 1
+    index = f"r{self.counter}"
+    self.line(f"for (long {index} = {start}; {index} < {end}; {index}++) {{")
+    self.depth += 1
+    self.scopes.append({} if binds is None else {binds: index})
+    if binds is not None: self.open_ranges.add(binds)
+    yield index
+    if binds is not None: self.open_ranges.discard(binds)
+    self.scopes.pop()
+    self.depth -= 1
+    self.line("}")
+
+  def lookup(self, node: UOp) -> str | None:
+    for scope in reversed(self.scopes):
+      if (value := scope.get(node)) is not None: return value
+    return None
+
+  def value(self, node: UOp) -> str:
+    if (value := self.lookup(node)) is None: raise RuntimeError(f"codegen: {node.op.name} used before it is emitted")
+    return value
+
+  def emit_ready(self, root: UOp) -> None:
+    """Emit every node under `root` not yet emitted whose ranges are all open (see codegen/llvm.py)."""
+    for node in root.toposort:
+      if self.deps[node] <= self.open_ranges and self.lookup(node) is None:
+        self.scopes[-1][node] = self.render_node(node)
+
+  # ---- the kernel
+
+  def render_kernel(self) -> None:
+    global_ranges = sorted((n for n in self.ast.toposort if n.op is Ops.RANGE and n.arg[1] == "global"),
+                           key=lambda rng: rng.arg[0])
+    ordered, spread = global_ranges[:self.ordered], global_ranges[self.ordered:]
+    self.line("long gid = get_global_id(0);")
+    self.line(f"if (gid >= {gpu_work_items(self.ast, self.ordered)}L) return;")
+    rest, values = "gid", {}
+    for position, rng in enumerate(reversed(spread)):
+      size = _global_size(rng)
+      if position == len(spread) - 1: values[rng] = rest
+      else:
+        values[rng] = self.var("long", f"{rest} % {size}L", "idx")
+        rest = self.var("long", f"{rest} / {size}L", "idx")
+    self.scopes.append(values)
+    self.open_ranges.update(values)
+
+    def loops(depth: int) -> None:
+      self.emit_ready(self.ast)
+      if depth < len(ordered):
+        with self.loop("0", f"{_global_size(ordered[depth])}L", ordered[depth]): loops(depth + 1)
+    loops(0)
+    stores = sum(1 for n in self.ast.toposort if n.op is Ops.STORE)
+    if len(self.stores_emitted) != stores:
+      raise ValueError(f"codegen: {stores - len(self.stores_emitted)} STOREs depend on ranges that are never opened")
+
+  # ---- nodes
+
+  def render_node(self, node: UOp) -> str:
+    op = node.op
+    if op is Ops.CONST: return literal(node.arg, node.dtype)
+    if op is Ops.DEFINE_GLOBAL: return f"buf{node.arg}"
+    if op is Ops.RANGE: raise RuntimeError("codegen: RANGE rendered outside its loop")
+    if op is Ops.SINK: return ""
+    if op is Ops.LOAD: return self.render_load(node)
+    if op is Ops.STORE: return self.render_store(node)
+    if op is Ops.REDUCE: return self.render_reduce(node)
+    if op is Ops.WHERE:
+      cond, if_true, if_false = (self.value(s) for s in node.src)
+      return self.var(c_type(node.dtype), f"{cond} ? {if_true} : {if_false}")
+    if op is Ops.CAST: return self.cast(self.value(node.src[0]), node.src[0].dtype, node.dtype)
+    if op is Ops.BITCAST: return self.bitcast(self.value(node.src[0]), node.src[0].dtype, node.dtype)
+    if len(node.src) == 1: return self.render_unary(node)
+    if len(node.src) == 2: return self.render_binary(node)
+    raise NotImplementedError(f"codegen: can't render {op.name}")
+
+  def load_expression(self, buffer: UOp, index: UOp) -> str:
+    pointer, position = self.value(buffer), self.value(index)
+    if buffer.dtype == BOOL: return f"({pointer}[{position}] != 0)"
+    if buffer.dtype == F16: return f"vload_half({position}, {pointer})"
+    if buffer.dtype == BF16: return f"as_float((uint){pointer}[{position}] << 16)"
+    return f"{pointer}[{position}]"
+
+  def render_load(self, node: UOp) -> str:
+    buffer, index, *gate = node.src
+    loaded = self.load_expression(buffer, index)
+    # gated: C's conditional evaluates only the chosen side, so a false gate reads no memory
+    if gate: loaded = f"{self.value(gate[0])} ? {loaded} : {literal(0, node.dtype)}"
+    return self.var(c_type(node.dtype), loaded)
+
+  def render_store(self, node: UOp) -> str:
+    buffer, index, value = node.src
+    pointer, position, stored = self.value(buffer), self.value(index), self.value(value)
+    if buffer.dtype == F16: self.line(f"vstore_half_rte({stored}, {position}, {pointer});")
+    elif buffer.dtype == BF16: self.line(f"{pointer}[{position}] = (ushort)(as_uint({stored}) >> 16);")
+    else: self.line(f"{pointer}[{position}] = ({memory_type(buffer.dtype)}){stored};")
+    self.stores_emitted.add(node)
+    return "store"
+
+  def wrapping(self, dtype: np.dtype, expression: Callable[[str], str]) -> str:
+    """An integer operation done in the unsigned type of `dtype`'s size (wrapping, never undefined), cast back:
+    `expression(unsigned type)` writes the operation with the operands cast to that type."""
+    unsigned = _UNSIGNED[max(dtype.itemsize, 4)]
+    return self.var(c_type(dtype), f"({c_type(dtype)})({expression(unsigned)})")
+
+  def render_unary(self, node: UOp) -> str:
+    (operand,) = node.src
+    value, kind, ctype, op = self.value(operand), _kind(node.dtype), c_type(node.dtype), node.op
+    if op is Ops.NEG:
+      if kind == "f": return self.var(ctype, f"-({value})")
+      if kind == "b": return self.var(ctype, f"!{value}")
+      return self.wrapping(node.dtype, lambda unsigned: f"-({unsigned}){value}")
+    if kind != "f":
+      if op is Ops.TRUNC: return value
+      raise NotImplementedError(f"codegen: {op.name} on {node.dtype}")
+    one = literal(1.0, F64 if ctype == "double" else F32)
+    function = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
+    if op is Ops.RECIP: result = self.var(ctype, f"{one} / {value}")
+    elif op in function: result = self.var(ctype, f"{function[op]}({value})")
+    else: raise NotImplementedError(f"codegen: {op.name} on {node.dtype}")
+    return result if op is Ops.TRUNC else self.round(result, node.dtype)
+
+  def render_binary(self, node: UOp) -> str:
+    lhs, rhs = node.src
+    op, dtype = node.op, lhs.dtype
+    kind, ctype = _kind(dtype), c_type(dtype)
+    left, right = self.value(lhs), self.value(rhs)
+    if op is Ops.CMPLT: return self.var("bool", f"{left} < {right}")
+    if op is Ops.CMPNE: return self.var("bool", f"{left} != {right}")  # NaN != NaN
+    if kind == "b":
+      operator = {Ops.ADD: "|", Ops.MUL: "&", Ops.MAX: "|", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}.get(op)
+      if operator is None: raise NotImplementedError(f"codegen: {op.name} on bool")
+      return self.var("bool", f"{left} {operator} {right}")
+    if kind == "f":
+      if op is Ops.MAX: result = self.var(ctype, f"tj_max_f{'64' if ctype == 'double' else '32'}({left}, {right})")
+      elif op is Ops.POW: result = self.var(ctype, f"pow({left}, {right})")
+      elif op is Ops.MOD: result = self.var(ctype, f"fmod({left}, {right})")
+      elif op in (Ops.ADD, Ops.MUL, Ops.FDIV):
+        result = self.var(ctype, f"{left} {dict([(Ops.ADD, '+'), (Ops.MUL, '*'), (Ops.FDIV, '/')])[op]} {right}")
+      else: raise NotImplementedError(f"codegen: {op.name} on {dtype}")
+      return self.round(result, node.dtype)
+    if op in (Ops.ADD, Ops.MUL):
+      operator = "+" if op is Ops.ADD else "*"
+      return self.wrapping(dtype, lambda unsigned: f"({unsigned}){left} {operator} ({unsigned}){right}")
+    if op in (Ops.AND, Ops.OR, Ops.XOR):
+      return self.var(ctype, f"({ctype})({left} {dict([(Ops.AND, '&'), (Ops.OR, '|'), (Ops.XOR, '^')])[op]} {right})")
+    if op is Ops.MAX: return self.var(ctype, f"max({left}, {right})")
+    if op in (Ops.IDIV, Ops.MOD): return self.int_division(op, lhs, rhs)
+    if op in (Ops.SHL, Ops.SHR): return self.shift(op, lhs, rhs)
+    raise NotImplementedError(f"codegen: {op.name} on {dtype}")
+
+  def int_division(self, op: Ops, lhs: UOp, rhs: UOp) -> str:
+    """IDIV / MOD truncating toward zero, with XLA's answers where C has none: x / 0 = -1, x % 0 = x,
+    INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0."""
+    dtype, ctype = lhs.dtype, c_type(lhs.dtype)
+    signed = _kind(dtype) == "i"
+    left, right = self.value(lhs), self.value(rhs)
+    operator = "/" if op is Ops.IDIV else "%"
+    if rhs.op is Ops.CONST:  # index arithmetic: a constant divisor needs no guards
+      divisor = int(rhs.arg)
+      if divisor == 0: return literal(-1, dtype) if op is Ops.IDIV else left
+      if signed and divisor == -1:
+        return self.wrapping(dtype, lambda unsigned: f"-({unsigned}){left}") if op is Ops.IDIV else literal(0, dtype)
+      return self.var(ctype, f"({ctype})({left} {operator} {right})")
+    unsafe = f"{right} == 0"
+    if signed: unsafe += f" || ({left} == {literal(np.iinfo(dtype).min, dtype)} && {right} == -1)"
+    safe_divisor = self.var(ctype, f"({unsafe}) ? ({ctype})1 : {right}")
+    result = self.var(ctype, f"({ctype})({left} {operator} {safe_divisor})")
+    by_zero = literal(-1, dtype) if op is Ops.IDIV else left
+    return self.var(ctype, f"{right} == 0 ? {by_zero} : {result}")
+
+  def shift(self, op: Ops, lhs: UOp, rhs: UOp) -> str:
+    """SHL / SHR (arithmetic for signed, logical for unsigned); amounts >= the bit width (or negative) shift
+    everything out: 0, or -1 for a negative signed SHR."""
+    dtype, ctype = lhs.dtype, c_type(lhs.dtype)
+    bits = dtype.itemsize * 8
+    left, amount = self.value(lhs), self.value(rhs)
+    if rhs.op is Ops.CONST and 0 <= int(rhs.arg) < bits: too_far = None
+    else: too_far = self.var("bool", f"({_UNSIGNED[rhs.dtype.itemsize]}){amount} >= {bits}u")
+    if too_far is not None: amount = self.var("uint", f"{too_far} ? {bits - 1}u : (uint){amount}")
+    if op is Ops.SHL: shifted = self.wrapping(dtype, lambda unsigned: f"({unsigned}){left} << {amount}")
+    else: shifted = self.var(ctype, f"({ctype})({left} >> {amount})")  # arithmetic for signed types in OpenCL C
+    if too_far is None or (op is Ops.SHR and _kind(dtype) == "i"): return shifted
+    return self.var(ctype, f"{too_far} ? {literal(0, dtype)} : {shifted}")
+
+  # ---- reductions
+
+  def render_reduce(self, node: UOp) -> str:
+    """Accumulate the REDUCE's value over its loops (emitted here, its value is available after them). A float32
+    sum runs in blocks of GPU_SUM_BLOCK steps, each summed in float32 and added into a float64 accumulator (the
+    blocking of codegen/llvm.py's `reduce_loops`); float16 / bfloat16 accumulate in float32."""
+    value, *ranges = node.src
+    if not ranges: return self.value(value)
+    inner_dtype = accumulator_dtype(node)
+
+    def innermost(_: list[str]) -> tuple[str, np.dtype]:
+      self.emit_ready(value)
+      return self.cast(self.value(value), value.dtype, inner_dtype), inner_dtype
+
+    def loops(over: list[UOp]) -> list[tuple[str, str, UOp | None]]:
+      return [("0", self.value(rng.src[0]), rng) for rng in over]
+
+    split, product = len(ranges), 1
+    if node.arg is Ops.ADD and inner_dtype == F32:
+      while split and ranges[split - 1].src[0].op is Ops.CONST and product * ranges[split - 1].src[0].arg <= \
+          GPU_SUM_BLOCK:
+        split -= 1
+        product *= ranges[split].src[0].arg
+    if node.arg is not Ops.ADD or inner_dtype != F32 or split == 0 or ranges[split - 1].src[0].op is not Ops.CONST:
+      return self.cast(self.accumulate(node, inner_dtype, loops(ranges), innermost), inner_dtype, node.dtype)
+    outer, chunked, inner = ranges[:split - 1], ranges[split - 1], ranges[split:]
+    chunk, size = GPU_SUM_BLOCK // product, chunked.src[0].arg
+
+    def block_sum(indices: list[str]) -> tuple[str, np.dtype]:
+      start = self.var("long", f"{indices[-1]} * {chunk}L")
+      end = self.var("long", f"min({start} + {chunk}L, {size}L)")
+      return self.accumulate(node, inner_dtype, [(start, end, chunked), *loops(inner)], innermost), inner_dtype
+
+    total = self.accumulate(node, F64, [*loops(outer), ("0", f"{-(-size // chunk)}L", None)], block_sum)
+    return self.cast(total, F64, node.dtype)
+
+  def accumulate(self, node: UOp, acc_dtype: np.dtype, nest: list[tuple[str, str, UOp | None]],
+                 body: Callable[[list[str]], tuple[str, np.dtype]]) -> str:
+    """One accumulator of `acc_dtype`, starting at the identity, folding in `body(indices)` in the innermost of the
+    loops `nest` ((start, end, RANGE or None) each); returns the accumulator's name (its value after the loops)."""
+    accumulator = self.var(c_type(acc_dtype), literal(_IDENTITY[node.arg](acc_dtype), acc_dtype), "acc")
+
+    def level(depth: int, indices: list[str]) -> None:
+      if depth == len(nest):
+        part, part_dtype = body(indices)
+        part = self.cast(part, part_dtype, acc_dtype)
+        self.line(f"{accumulator} = {self.combine(node.arg, acc_dtype, accumulator, part)};")
+        return
+      start, end, binds = nest[depth]
+      with self.loop(start, end, binds) as index: level(depth + 1, [*indices, index])
+
+    level(0, [])
+    return accumulator
+
+  def combine(self, op: Ops, dtype: np.dtype, acc: str, part: str) -> str:
+    """The expression folding `part` into accumulator `acc`."""
+    kind, ctype = _kind(dtype), c_type(dtype)
+    if kind == "b": return f"{acc} {'&' if op is Ops.MUL else '|'} {part}"
+    if op is Ops.MAX:
+      if kind == "f": return f"tj_max_f{'64' if ctype == 'double' else '32'}({acc}, {part})"
+      return f"max({acc}, {part})"
+    operator = "+" if op is Ops.ADD else "*"
+    if kind == "f": return f"{acc} {operator} {part}"
+    unsigned = _UNSIGNED[max(dtype.itemsize, 4)]
+    return f"({ctype})(({unsigned}){acc} {operator} ({unsigned}){part})"
+
+  # ---- conversions
+
+  def round(self, value: str, dtype: np.dtype) -> str:
+    """Round a float32 value to `dtype` (float16 / bfloat16, nearest even); the identity otherwise."""
+    if dtype == F16: return self.var("float", f"tj_round_f16({value})")
+    if dtype == BF16: return self.var("float", f"tj_round_bf16({value})")
+    return value
+
+  def cast(self, value: str, src: np.dtype, dst: np.dtype) -> str:
+    """Value conversion with numpy / JAX semantics, as codegen/llvm.py's `cast`."""
+    if src == dst: return value
+    src_kind, dst_kind, dst_type = _kind(src), _kind(dst), c_type(dst)
+    if dst_kind == "b": return self.var("bool", f"{value} != 0")
+    if src_kind == "b": return self.var(dst_type, f"({dst_type}){value}")
+    if src_kind in "iu" and dst_kind in "iu": return self.var(dst_type, f"({dst_type}){value}")
+    if dst_kind in "iu": return self.var(dst_type, f"convert_{dst_type}_sat({value})")  # toward zero, NaN -> 0
+    if src_kind in "iu":
+      if dst in (F32, F64): return self.var(dst_type, f"convert_{dst_type}({value})")  # nearest even
+      if dst == F16: return self.round(self.var("float", f"convert_float({value})"), F16)  # exact below 2^24
+      return self.cast(self.var("double", f"convert_double({value})"), F64, dst)  # bfloat16: one rounding
+    if dst == F64: return self.var("double", f"(double){value}")
+    if src == F64:
+      if dst == F32: return self.var("float", f"(float){value}")
+      value = self.var("float", f"tj_round_to_odd({value})")  # then rounding to 16 bits is correct
+    return self.round(value, dst)
+
+  def bits(self, value: str, dtype: np.dtype) -> str:
+    """The bits of a value as it is in memory, as the unsigned integer of its size."""
+    unsigned = _UNSIGNED[dtype.itemsize]
+    if dtype == F16: return self.var(unsigned, f"tj_f16_bits({value})")
+    if dtype == BF16: return self.var(unsigned, f"(ushort)(as_uint({value}) >> 16)")
+    if _kind(dtype) == "f": return self.var(unsigned, f"as_{unsigned}({value})")
+    return self.var(unsigned, f"({unsigned}){value}")
+
+  def bitcast(self, value: str, src: np.dtype, dst: np.dtype) -> str:
+    """Reinterpret the bits (itemsizes must match)."""
+    if src.itemsize != dst.itemsize: raise ValueError(f"codegen: BITCAST {src} -> {dst} changes the itemsize")
+    raw = self.bits(value, src)
+    if dst == BOOL: return self.var("bool", f"{raw} != 0")
+    if dst == F16: return self.var("float", f"tj_f16_from_bits({raw})")
+    if dst == BF16: return self.var("float", f"as_float((uint){raw} << 16)")
+    if _kind(dst) == "f": return self.var(c_type(dst), f"as_{c_type(dst)}({raw})")
+    return self.var(c_type(dst), f"({c_type(dst)}){raw}")
+
+
+def render_opencl(name: str, ast: UOp, ordered: int = 0) -> str:
+  """Render kernel `ast` as an OpenCL C program defining `__kernel void <kernel_symbol(name)>(buffers...)`, run on
+  `gpu_work_items(ast, ordered)` work-items (see the module docstring)."""
+  if ast.op is not Ops.SINK: raise ValueError(f"codegen: a kernel AST is rooted at a SINK, got {ast.op.name}")
+  buffers = sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda buffer: buffer.arg)
+  renderer = _Renderer(ast, ordered)
+  renderer.render_kernel()
+  params = ", ".join(f"__global {memory_type(buffer.dtype)} *restrict buf{buffer.arg}" for buffer in buffers)
+  return "\n".join([PRELUDE, f"__kernel void {kernel_symbol(name)}({params}) {{", *renderer.lines, "}", ""])
