@@ -92,11 +92,13 @@ class EmulatedGPU:
 
   def synchronize(self) -> None: pass
 
-  def render(self, name: str, ast, ordered: int = 0) -> str: return render_gpu(name, ast, ordered)
+  groups = False  # work-items run one after the other here: none can wait for another (no group reductions)
+
+  def render(self, name: str, ast, launch, ordered: int = 0) -> str: return render_gpu(name, ast, ordered, launch)
 
   def buffer(self, shape, dtype, host=None): return CUDABuffer(shape, dtype, self, host)
 
-  def compile(self, name: str, llvm_ir: str, work_items: int) -> EmulatedProgram:
+  def compile(self, name: str, llvm_ir: str, launch) -> EmulatedProgram:
     if (program := self.programs.get((name, llvm_ir))) is None:
-      program = self.programs[(name, llvm_ir)] = EmulatedProgram(name, llvm_ir, work_items)
+      program = self.programs[(name, llvm_ir)] = EmulatedProgram(name, llvm_ir, launch.work_items)
     return program

@@ -17,6 +17,7 @@ import pytest
 
 import tinyjax as tj
 import tinyjax.numpy as jnp
+from tinyjax.codegen.gpu import GpuLaunch, gpu_launch
 from tinyjax.codegen.opencl import literal, render_opencl
 from tinyjax.devices import opencl
 from tinyjax.devices.device import CPU
@@ -231,3 +232,65 @@ def test_platform_selection_and_errors(cl, monkeypatch):
   monkeypatch.setitem(sys.modules, "pyopencl", None)  # as if pyopencl were not installed
   with pytest.raises(RuntimeError, match="pocl-opencl-icd"):
     opencl._cl()
+
+
+# ---- group reductions (codegen/gpu.py): a work-group per output, partials combined in local memory
+
+def test_row_reductions_are_group_reductions(cl):
+  (kernel,) = _kernels(lambda a: a.sum(axis=1), jnp.ones((33, 1000), jnp.float32))
+  assert gpu_launch(kernel.ast) == GpuLaunch(33, 256)
+  source = render_opencl(kernel.name, kernel.ast)
+  assert "__local double" in source and "barrier(CLK_LOCAL_MEM_FENCE)" in source
+  assert "reqd_work_group_size(256" in source
+  (column,) = _kernels(lambda a: a.sum(axis=0), jnp.ones((1000, 33), jnp.float32))
+  assert gpu_launch(column.ast).group == 1  # work-items already read neighbouring columns
+  small = _kernels(lambda a, b: a @ b, jnp.ones((8, 512), jnp.float32), jnp.ones((512, 8), jnp.float32))
+  assert max(gpu_launch(kernel.ast).group for kernel in small) == 256  # 64 outputs: a group each
+  large = _kernels(lambda a, b: a @ b, jnp.ones((128, 512), jnp.float32), jnp.ones((512, 128), jnp.float32))
+  assert all(gpu_launch(kernel.ast).group == 1 for kernel in large)  # they share rows and columns
+
+
+@pytest.mark.parametrize("columns", [64, 100, 256, 1000, 4099])
+def test_group_reductions_against_numpy(cl, columns):
+  r = np.random.default_rng(columns)
+  a = r.standard_normal((5, columns)).astype(np.float32)
+  got, want = both(lambda u: (u.sum(axis=1), u.max(axis=1), u.min(axis=1), jnp.argmax(u, axis=1), (u > 0).any(axis=1),
+                              (u > -3).all(axis=1), tj.nn.softmax(u), tj.nn.logsumexp(u, axis=1),
+                              u.astype(jnp.float16).sum(axis=1), (u * 10).astype(jnp.int32).sum(axis=1)),
+                   a, device=cl)
+  a64 = a.astype(np.float64)
+  np.testing.assert_allclose(got[0], a64.sum(axis=1), rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(got[1], a.max(axis=1))
+  np.testing.assert_array_equal(got[2], a.min(axis=1))
+  np.testing.assert_array_equal(got[3], a.argmax(axis=1))
+  np.testing.assert_array_equal(got[4], (a > 0).any(axis=1))
+  np.testing.assert_array_equal(got[5], (a > -3).all(axis=1))
+  softmax = np.exp(a64 - a64.max(axis=1, keepdims=True))
+  np.testing.assert_allclose(got[6], softmax / softmax.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(got[7], np.log(np.exp(a64).sum(axis=1)), rtol=1e-6)
+  np.testing.assert_allclose(got[8].astype(np.float64), a.astype(np.float16).astype(np.float64).sum(axis=1),
+                             rtol=2e-3, atol=2e-2)
+  np.testing.assert_array_equal(got[9], (a * 10).astype(np.int32).sum(axis=1))
+  for g, w in zip(got, want):
+    if g.dtype.kind in "biu": np.testing.assert_array_equal(g, w)
+
+
+def test_group_reductions_under_transformations(cl):
+  x = np.random.default_rng(7).standard_normal((4, 3, 300)).astype(np.float32)
+
+  def layernorm(v):
+    mean = v.mean(axis=-1, keepdims=True)
+    return ((v - mean) / jnp.sqrt(((v - mean) ** 2).mean(axis=-1, keepdims=True) + 1e-5)).sum()
+
+  f = tj.jit(tj.vmap(tj.grad(layernorm)))
+  got, want = both(f, x, device=cl)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+  eps, x64 = 1e-6, x.astype(np.float64)
+
+  def ln64(v):
+    mean = v.mean(axis=-1, keepdims=True)
+    return ((v - mean) / np.sqrt(((v - mean) ** 2).mean(axis=-1, keepdims=True) + 1e-5)).sum()
+  bumped = x64.copy()
+  bumped[1, 2, 17] += eps
+  numeric = (ln64(bumped[1]) - ln64(x64[1])) / eps
+  np.testing.assert_allclose(got[1, 2, 17], numeric, atol=1e-3)

@@ -32,6 +32,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from tinyjax.codegen import transcendental
+from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.opt import (BF16, F16, F32, F64, GROUP_ROWS, TILE_SUM_BLOCK, VECTOR_BYTES, TilePlan,
                                  accumulator_dtype, choose_opts)
 from tinyjax.helpers import DEBUG, NOOPT
@@ -162,8 +163,10 @@ class _Renderer:
   """Emits the body function of one kernel: a list of IR lines, plus allocas for the entry block and declarations."""
 
   def __init__(self, ast: UOp, plan: TilePlan | None = None, decompose: bool = True, gpu: bool = False,
-               ordered: int = 0):
+               ordered: int = 0, launch: GpuLaunch | None = None):
     self.ast, self.plan, self.gpu, self.ordered = ast, plan, gpu, ordered
+    self.launch = launch or GpuLaunch(1)
+    self.shared = set(top_reduces(ast)) if self.launch.group > 1 else set()  # REDUCEs done as group reductions
     self.decompose = decompose  # float32 transcendentals as polynomials (transcendental.py), not libm intrinsics
     self.deps = _free_ranges(ast)
     self.lines: list[str] = []
@@ -304,14 +307,14 @@ class _Renderer:
 
   def bind_thread_index(self, global_ranges: list[UOp]) -> None:
     """GPU: the global ranges take their values from the work-item's flat index `%gid` (the entry guarantees
-    `%gid < gpu_work_items(ast)`), the last range varying fastest so that neighbouring work-items touch neighbouring
+    `%gid < launch.outputs`), the last range varying fastest so that neighbouring work-items touch neighbouring
     elements (coalesced); what lies under them is emitted once, reductions as loops inside the work-item. The first
     `self.ordered` global ranges (a scatter's batch axes) are loops inside every work-item instead, run in order."""
     ordered, spread = global_ranges[:self.ordered], global_ranges[self.ordered:]
     rest = "%gid"
     values = {}
     for position, rng in enumerate(reversed(spread)):
-      size = _global_size(rng)
+      size = global_size(rng)
       last = position == len(spread) - 1
       values[rng] = rest if last else self.emit(f"urem i64 {rest}, {size}", "idx")
       if not last: rest = self.emit(f"udiv i64 {rest}, {size}", "idx")
@@ -321,7 +324,7 @@ class _Renderer:
     def loops(depth: int) -> None:
       self.emit_ready(self.ast)
       if depth < len(ordered):
-        with self.loop("0", str(_global_size(ordered[depth])), binds=ordered[depth]): loops(depth + 1)
+        with self.loop("0", str(global_size(ordered[depth])), binds=ordered[depth]): loops(depth + 1)
     loops(0)
 
   def open_global_loops(self, global_ranges: list[UOp], depth: int) -> None:
@@ -385,9 +388,24 @@ class _Renderer:
   def render_store(self, node: UOp) -> str:
     buffer, index, value = node.src
     stored = self.to_memory(self.value(value), buffer.dtype)
-    self.line(f"store {memory_type(buffer.dtype)} {stored}, ptr {self.address(buffer, index)}")
+    address = self.address(buffer, index)
+    if self.launch.group > 1:  # the group's work-items all hold the value: work-item 0 stores it
+      with self.when(self.emit("icmp eq i64 %lane, 0")):
+        self.line(f"store {memory_type(buffer.dtype)} {stored}, ptr {address}")
+    else: self.line(f"store {memory_type(buffer.dtype)} {stored}, ptr {address}")
     self.stores_emitted.add(node)
     return "store"
+
+  @contextlib.contextmanager
+  def when(self, condition: str) -> Iterator[None]:
+    """Code emitted inside the `with` runs only if `condition` (an i1) holds; it defines no value used after."""
+    self.counter += 1
+    then_block, done_block = f"when{self.counter}", f"when{self.counter}.end"
+    self.line(f"br i1 {condition}, label %{then_block}, label %{done_block}")
+    self.label(then_block)
+    yield
+    self.line(f"br label %{done_block}")
+    self.label(done_block)
 
   def render_unary(self, node: UOp) -> str:
     (operand,) = node.src
@@ -482,12 +500,70 @@ class _Renderer:
     """Accumulate the REDUCE's value over its loop nest; emitted here, its value is available after the loops."""
     value, *ranges = node.src
     if not ranges: return self.value(value)
+    if node in self.shared: return self.group_reduce(node)
 
     def body() -> list[tuple[str, np.dtype]]:
       self.emit_ready(value)
       return [(self.value(value), value.dtype)]
 
     return self.reduce_loops(node, 1, body)[0]
+
+  def group_reduce(self, node: UOp) -> str:
+    """A REDUCE shared by the work-group (GPU, codegen/gpu.py): work-item `%lane` folds steps lane, lane + group, ...
+    of the first range (the other ranges whole) into a partial result; the partials are combined in a tree in shared
+    memory (addrspace 3) with a barrier after each level. A float32 sum's partials are float64 (few terms each)."""
+    value, first, *inner = node.src
+    group, size = self.launch.group, int(first.src[0].arg)
+    inner_dtype = accumulator_dtype(node)
+    acc_dtype = F64 if node.arg is Ops.ADD and inner_dtype == F32 else inner_dtype
+    llvm_type = compute_type(acc_dtype)
+    accumulator = self.alloca(llvm_type)
+    self.line(f"store {llvm_type} {literal(_IDENTITY[node.arg](acc_dtype), acc_dtype)}, ptr {accumulator}")
+
+    def level(depth: int) -> None:
+      if depth == len(inner):
+        self.emit_ready(value)
+        part = self.cast(self.cast(self.value(value), value.dtype, inner_dtype), inner_dtype, acc_dtype)
+        current = self.emit(f"load {llvm_type}, ptr {accumulator}")
+        self.line(f"store {llvm_type} {self.combine(node.arg, acc_dtype, current, part)}, ptr {accumulator}")
+        return
+      with self.loop("0", self.value(inner[depth].src[0]), inner[depth]): level(depth + 1)
+
+    with self.loop("0", str(-(-size // group)), None, vectorize=False) as step:
+      position = self.emit(f"add nuw nsw i64 {self.emit(f'mul nuw nsw i64 {step}, {group}')}, %lane", "idx")
+      inside = self.emit(f"icmp slt i64 {position}, {size}") if size % group else "true"
+      with self.when(inside), self.bound(first, position): level(0)
+    partial = self.emit(f"load {llvm_type}, ptr {accumulator}")
+    # shared memory: booleans as i8
+    shared_type = "i8" if acc_dtype == BOOL else llvm_type
+    self.counter += 1
+    array = f"@shared{self.counter}"
+    self.declarations.add(f"{array} = internal addrspace(3) global [{group} x {shared_type}] undef, align 8")
+    self.declarations.add("declare void @llvm.nvvm.barrier0()")
+
+    def slot(index: str) -> str:
+      return self.emit(f"getelementptr inbounds [{group} x {shared_type}], ptr addrspace(3) {array}, i64 0, "
+                       f"i64 {index}", "addr")
+
+    def store(value: str, address: str) -> None:
+      if acc_dtype == BOOL: value = self.emit(f"zext i1 {value} to i8")
+      self.line(f"store {shared_type} {value}, ptr addrspace(3) {address}")
+
+    def load(address: str) -> str:
+      loaded = self.emit(f"load {shared_type}, ptr addrspace(3) {address}")
+      return self.emit(f"icmp ne i8 {loaded}, 0") if acc_dtype == BOOL else loaded
+
+    mine = slot("%lane")
+    store(partial, mine)
+    self.line("call void @llvm.nvvm.barrier0()")
+    half = group // 2
+    while half:
+      with self.when(self.emit(f"icmp ult i64 %lane, {half}")):
+        other = load(slot(self.emit(f"add nuw nsw i64 %lane, {half}", "idx")))
+        store(self.combine(node.arg, acc_dtype, load(mine), other), mine)
+      self.line("call void @llvm.nvvm.barrier0()")
+      half //= 2
+    return self.cast(load(slot("0")), acc_dtype, node.dtype)
 
   def reduce_loops(self, node: UOp, count: int, body: Callable[[], list[tuple[str, np.dtype]]],
                    tiled: bool = False, contract: bool = False) -> list[str]:
@@ -883,19 +959,6 @@ class _Renderer:
 # ---------------------------------------------------------------------------------------------------------------------
 # the module
 
-def _global_size(rng: UOp) -> int:
-  if rng.src[0].op is not Ops.CONST:
-    raise NotImplementedError("codegen: a GPU kernel's global ranges need constant sizes")
-  return int(rng.src[0].arg)
-
-
-def gpu_work_items(ast: UOp, ordered: int = 0) -> int:
-  """How many work-items (GPU threads) a GPU kernel of `ast` runs: the product of its global ranges' sizes, less the
-  first `ordered` (loops inside each work-item, see `_Renderer.bind_thread_index`)."""
-  ranges = sorted((n for n in ast.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda rng: rng.arg[0])
-  return math.prod(_global_size(rng) for rng in ranges[ordered:])
-
-
 # Operations the NVPTX backend cannot lower without libm (float64 transcendentals, `pow`): named in the error.
 _GPU_UNSUPPORTED = ("@llvm.pow.", "@llvm.exp2.f64", "@llvm.log2.f64", "@llvm.sin.f64")
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
@@ -903,45 +966,52 @@ NVPTX_DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 _NVPTX_IDS = ("tid.x", "ctaid.x", "ntid.x")
 
 
-def render_gpu(name: str, ast: UOp, ordered: int = 0) -> str:
+def render_gpu(name: str, ast: UOp, ordered: int = 0, launch: GpuLaunch | None = None) -> str:
   """Render kernel `ast` as an LLVM IR module for the NVPTX target (PTX through llvmlite), defining the kernel
 
       define void @<name>(ptr noalias %buf0, ...)
 
-  run on `gpu_work_items(ast, ordered)` work-items, in a 1-D grid of any block size: work-item `gid = ctaid.x *
-  ntid.x + tid.x` computes the output elements of global index `gid` (see `_Renderer.bind_thread_index`; the first
-  `ordered` global ranges are loops in each work-item), the work-items past the last do nothing. Reductions run as
-  loops inside the work-item (long ones with few outputs were split into two kernels by the scheduler). The same IR
-  as the CPU's otherwise: float32 transcendentals are the arithmetic of transcendental.py; float64 ones and `pow`
-  have no libm on the GPU and raise NotImplementedError."""
+  run as `launch` (default `gpu_launch(ast, ordered)`, codegen/gpu.py). One work-item per output: a 1-D grid of any
+  block size, work-item `gid = ctaid.x * ntid.x + tid.x` computes the output elements of global index `gid` (see
+  `_Renderer.bind_thread_index`; the first `ordered` global ranges are loops in each work-item), the work-items past
+  the last do nothing, reductions run as loops inside the work-item. A group reduction: blocks of exactly
+  `launch.group` threads, block `gid = ctaid.x` computes output `gid`, thread `lane = tid.x` a share of each
+  reduction (`_Renderer.group_reduce`), thread 0 stores. The same IR as the CPU's otherwise: float32
+  transcendentals are the arithmetic of transcendental.py; float64 ones and `pow` have no libm on the GPU and raise
+  NotImplementedError."""
   if ast.op is not Ops.SINK: raise ValueError(f"codegen: a kernel AST is rooted at a SINK, got {ast.op.name}")
+  launch = gpu_launch(ast, ordered) if launch is None else launch
+  grouped = launch.group > 1
   buffers = sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda buffer: buffer.arg)
-  renderer = _Renderer(ast, None, decompose=True, gpu=True, ordered=ordered)
+  renderer = _Renderer(ast, None, decompose=True, gpu=True, ordered=ordered, launch=launch)
   renderer.render_kernel()
   body = "\n".join(renderer.lines)
   if (missing := [op for op in _GPU_UNSUPPORTED if op in body]):
     raise NotImplementedError(f"codegen: kernel {name} needs {', '.join(sorted(missing))}, which the GPU backend does "
                               "not provide yet (float64 transcendentals and pow); run it on the CPU device")
-  total = gpu_work_items(ast, ordered)
   symbol, body_symbol = _symbol(name), _symbol(f"{name}.body")
   params = ", ".join(f"ptr noalias %buf{buffer.arg}" for buffer in buffers)
   lines = [f'target triple = "{NVPTX_TRIPLE}"', f'target datalayout = "{NVPTX_DATA_LAYOUT}"']
   lines += sorted(renderer.declarations | {f"declare i32 @llvm.nvvm.read.ptx.sreg.{sreg}()" for sreg in _NVPTX_IDS})
-  # float32 subnormals flush to zero, as on the CPU (devices/runtime.py) and in XLA's GPU code: `.ftz` instructions
-  ftz = '"denormal-fp-math-f32"="preserve-sign,preserve-sign"'
-  lines += [f"define internal void {body_symbol}({params}{', ' if params else ''}i64 %gid) alwaysinline nounwind "
-            f"{ftz} {{",
-            "entry:", *renderer.allocas, *renderer.lines, "}", ""]
+  # float32 subnormals flush to zero, as on the CPU (devices/runtime.py) and in XLA's GPU code: `.ftz` instructions;
+  # a function that waits at barriers is `convergent` (no transformation may make the barrier depend on more values)
+  attributes = f'nounwind{" convergent" if grouped else ""} "denormal-fp-math-f32"="preserve-sign,preserve-sign"'
+  indices = "i64 %gid, i64 %lane" if grouped else "i64 %gid"
+  lines += [f"define internal void {body_symbol}({params}{', ' if params else ''}{indices}) alwaysinline "
+            f"{attributes} {{", "entry:", *renderer.allocas, *renderer.lines, "}", ""]
   lines += renderer.metadata
-  lines += [f"define void {symbol}({params}) nounwind {ftz} {{", "entry:"]
+  lines += [f"define void {symbol}({params}) {attributes} {{", "entry:"]
   for sreg in _NVPTX_IDS:
     short = sreg.split(".")[0]
     lines += [f"  %{short}.32 = call i32 @llvm.nvvm.read.ptx.sreg.{sreg}()",
               f"  %{short} = zext i32 %{short}.32 to i64"]
-  lines += ["  %first = mul nuw nsw i64 %ctaid, %ntid", "  %gid = add nuw nsw i64 %first, %tid",
-            f"  %live = icmp ult i64 %gid, {total}", "  br i1 %live, label %run, label %done", "run:",
-            f"  call void {body_symbol}({''.join(f'ptr %buf{buffer.arg}, ' for buffer in buffers)}i64 %gid)",
-            "  br label %done", "done:", "  ret void", "}", ""]
+  call = f"  call void {body_symbol}({''.join(f'ptr %buf{buffer.arg}, ' for buffer in buffers)}"
+  if grouped:  # every block is a whole output: all threads run (and reach the barriers)
+    lines += [f"{call}i64 %ctaid, i64 %tid)", "  ret void", "}", ""]
+  else:
+    lines += ["  %first = mul nuw nsw i64 %ctaid, %ntid", "  %gid = add nuw nsw i64 %first, %tid",
+              f"  %live = icmp ult i64 %gid, {launch.outputs}", "  br i1 %live, label %run, label %done", "run:",
+              f"{call}i64 %gid)", "  br label %done", "done:", "  ret void", "}", ""]
   annotation = f"!{len(renderer.metadata)}"
   lines += [f"!nvvm.annotations = !{{{annotation}}}", f'{annotation} = !{{ptr {symbol}, !"kernel", i32 1}}', ""]
   return "\n".join(lines)

@@ -1,16 +1,16 @@
 """The OpenCL C renderer: one kernel AST (a `SINK` of `STORE`s over `RANGE` loops, built by lower/) -> an OpenCL C
 kernel, for the `opencl` device (devices/opencl.py).
 
-It renders the same GPU kernel model as `codegen.llvm.render_gpu` (the NVPTX one): the kernel
+It renders the GPU kernel model of codegen/gpu.py, as `codegen.llvm.render_gpu` does for NVPTX: the kernel
 
     __kernel void <name>(__global T0 *restrict buf0, ...)
 
-runs on `gpu_work_items(ast, ordered)` work-items in a 1-D range of any work-group size; work-item
-`gid = get_global_id(0)` computes the output elements of global index `gid` (the last global range varies fastest, so
-neighbouring work-items touch neighbouring elements), work-items past the last do nothing, the first `ordered` global
-ranges (a scatter's batch axes) are loops inside every work-item, and reductions are loops inside the work-item, a
-float32 sum in blocks of GPU_SUM_BLOCK added up in float64. Nodes are placed as on the CPU: each at the innermost loop
-it depends on (loop-invariant work is hoisted), one C variable per node.
+runs as its `GpuLaunch`: one work-item per output element (`gid = get_global_id(0)`, work-items past the last do
+nothing; the first `ordered` global ranges are loops inside every work-item; reductions are loops inside the
+work-item, a float32 sum in blocks of GPU_SUM_BLOCK added up in float64), or a work-group per output element for a
+group reduction (`gid = get_group_id(0)`, `lane = get_local_id(0)`; partial results combined in `__local` memory
+between `barrier`s; work-item 0 stores). Nodes are placed as on the CPU: each at the innermost loop it depends on
+(loop-invariant work is hoisted), one C variable per node.
 
 Semantics are the CPU's (codegen/llvm.py), written in C where C leaves them open: integer ADD / MUL / NEG wrap (done
 in the unsigned type, signed overflow being undefined in C), division by zero and INT_MIN / -1 give XLA's answers,
@@ -31,7 +31,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from tinyjax.codegen.llvm import GPU_SUM_BLOCK, _free_ranges, _global_size, _IDENTITY, _kind, gpu_work_items
+from tinyjax.codegen.gpu import GpuLaunch, global_ranges, global_size, gpu_launch, top_reduces
+from tinyjax.codegen.llvm import GPU_SUM_BLOCK, _free_ranges, _IDENTITY, _kind
 from tinyjax.codegen.opt import BF16, F16, F32, F64, accumulator_dtype
 from tinyjax.uop import BOOL, Ops, UOp
 
@@ -121,8 +122,10 @@ def kernel_symbol(name: str) -> str:
 class _Renderer:
   """Emits the body of one OpenCL C kernel: statements in nested blocks, one variable per node."""
 
-  def __init__(self, ast: UOp, ordered: int):
-    self.ast, self.ordered = ast, ordered
+  def __init__(self, ast: UOp, ordered: int, launch: GpuLaunch):
+    self.ast, self.ordered, self.launch = ast, ordered, launch
+    self.shared = set(top_reduces(ast)) if launch.group > 1 else set()  # REDUCEs done as group reductions
+    self.locals: list[str] = []  # declarations of local-memory arrays (at kernel scope, as OpenCL C wants)
     self.deps = _free_ranges(ast)
     self.lines: list[str] = []
     self.depth = 1
@@ -175,14 +178,17 @@ class _Renderer:
   # ---- the kernel
 
   def render_kernel(self) -> None:
-    global_ranges = sorted((n for n in self.ast.toposort if n.op is Ops.RANGE and n.arg[1] == "global"),
-                           key=lambda rng: rng.arg[0])
-    ordered, spread = global_ranges[:self.ordered], global_ranges[self.ordered:]
-    self.line("long gid = get_global_id(0);")
-    self.line(f"if (gid >= {gpu_work_items(self.ast, self.ordered)}L) return;")
+    ranges = global_ranges(self.ast)
+    ordered, spread = ranges[:self.ordered], ranges[self.ordered:]
+    if self.launch.group > 1:  # a work-group per output: no work-item may leave before the barriers
+      self.line("long gid = get_group_id(0);")
+      self.line("long lane = get_local_id(0);")
+    else:
+      self.line("long gid = get_global_id(0);")
+      self.line(f"if (gid >= {self.launch.outputs}L) return;")
     rest, values = "gid", {}
     for position, rng in enumerate(reversed(spread)):
-      size = _global_size(rng)
+      size = global_size(rng)
       if position == len(spread) - 1: values[rng] = rest
       else:
         values[rng] = self.var("long", f"{rest} % {size}L", "idx")
@@ -193,7 +199,7 @@ class _Renderer:
     def loops(depth: int) -> None:
       self.emit_ready(self.ast)
       if depth < len(ordered):
-        with self.loop("0", f"{_global_size(ordered[depth])}L", ordered[depth]): loops(depth + 1)
+        with self.loop("0", f"{global_size(ordered[depth])}L", ordered[depth]): loops(depth + 1)
     loops(0)
     stores = sum(1 for n in self.ast.toposort if n.op is Ops.STORE)
     if len(self.stores_emitted) != stores:
@@ -236,6 +242,7 @@ class _Renderer:
   def render_store(self, node: UOp) -> str:
     buffer, index, value = node.src
     pointer, position, stored = self.value(buffer), self.value(index), self.value(value)
+    if self.launch.group > 1: self.line("if (lane == 0)")  # the group's work-items all hold the value: one stores
     if buffer.dtype == F16: self.line(f"vstore_half_rte({stored}, {position}, {pointer});")
     elif buffer.dtype == BF16: self.line(f"{pointer}[{position}] = (ushort)(as_uint({stored}) >> 16);")
     else: self.line(f"{pointer}[{position}] = ({memory_type(buffer.dtype)}){stored};")
@@ -336,6 +343,7 @@ class _Renderer:
     blocking of codegen/llvm.py's `reduce_loops`); float16 / bfloat16 accumulate in float32."""
     value, *ranges = node.src
     if not ranges: return self.value(value)
+    if node in self.shared: return self.group_reduce(node)
     inner_dtype = accumulator_dtype(node)
 
     def innermost(_: list[str]) -> tuple[str, np.dtype]:
@@ -363,6 +371,48 @@ class _Renderer:
 
     total = self.accumulate(node, F64, [*loops(outer), ("0", f"{-(-size // chunk)}L", None)], block_sum)
     return self.cast(total, F64, node.dtype)
+
+  def group_reduce(self, node: UOp) -> str:
+    """A REDUCE shared by the work-group (codegen/gpu.py): work-item `lane` folds steps lane, lane + group, ... of
+    the first range (with the other ranges whole) into a partial result, the partials are combined in a tree in
+    local memory. A float32 sum's partials are float64 (few terms each, no blocks needed)."""
+    value, first, *inner = node.src
+    group, size = self.launch.group, int(first.src[0].arg)
+    inner_dtype = accumulator_dtype(node)
+    acc_dtype = F64 if node.arg is Ops.ADD and inner_dtype == F32 else inner_dtype
+    accumulator = self.var(c_type(acc_dtype), literal(_IDENTITY[node.arg](acc_dtype), acc_dtype), "acc")
+    with self.loop("0", f"{-(-size // group)}L", None) as step:
+      position = self.var("long", f"{step} * {group}L + lane")
+      if size % group: self.line(f"if ({position} < {size}L) {{")
+      self.scopes.append({first: position})
+      self.open_ranges.add(first)
+
+      def level(depth: int) -> None:
+        if depth == len(inner):
+          self.emit_ready(value)
+          part = self.cast(self.cast(self.value(value), value.dtype, inner_dtype), inner_dtype, acc_dtype)
+          self.line(f"{accumulator} = {self.combine(node.arg, acc_dtype, accumulator, part)};")
+          return
+        with self.loop("0", self.value(inner[depth].src[0]), inner[depth]): level(depth + 1)
+
+      level(0)
+      self.open_ranges.discard(first)
+      self.scopes.pop()
+      if size % group: self.line("}")
+    local_type = "uchar" if acc_dtype == BOOL else c_type(acc_dtype)
+    self.counter += 1
+    shared = f"shared{self.counter}"
+    self.locals.append(f"  __local {local_type} {shared}[{group}];")
+    self.line(f"{shared}[lane] = {accumulator};")
+    self.line("barrier(CLK_LOCAL_MEM_FENCE);")
+    half = group // 2
+    while half:
+      combined = self.combine(node.arg, acc_dtype, f"{shared}[lane]", f"{shared}[lane + {half}]")
+      self.line(f"if (lane < {half}) {shared}[lane] = {combined};")
+      self.line("barrier(CLK_LOCAL_MEM_FENCE);")
+      half //= 2
+    total = self.var(c_type(acc_dtype), f"{shared}[0]" if acc_dtype != BOOL else f"{shared}[0] != 0")
+    return self.cast(total, acc_dtype, node.dtype)
 
   def accumulate(self, node: UOp, acc_dtype: np.dtype, nest: list[tuple[str, str, UOp | None]],
                  body: Callable[[list[str]], tuple[str, np.dtype]]) -> str:
@@ -439,12 +489,15 @@ class _Renderer:
     return self.var(c_type(dst), f"({c_type(dst)}){raw}")
 
 
-def render_opencl(name: str, ast: UOp, ordered: int = 0) -> str:
-  """Render kernel `ast` as an OpenCL C program defining `__kernel void <kernel_symbol(name)>(buffers...)`, run on
-  `gpu_work_items(ast, ordered)` work-items (see the module docstring)."""
+def render_opencl(name: str, ast: UOp, ordered: int = 0, launch: GpuLaunch | None = None) -> str:
+  """Render kernel `ast` as an OpenCL C program defining `__kernel void <kernel_symbol(name)>(buffers...)`, run as
+  `launch` (default `gpu_launch(ast, ordered)`; a group reduction needs work-groups of exactly `launch.group`)."""
   if ast.op is not Ops.SINK: raise ValueError(f"codegen: a kernel AST is rooted at a SINK, got {ast.op.name}")
+  launch = gpu_launch(ast, ordered) if launch is None else launch
   buffers = sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda buffer: buffer.arg)
-  renderer = _Renderer(ast, ordered)
+  renderer = _Renderer(ast, ordered, launch)
   renderer.render_kernel()
   params = ", ".join(f"__global {memory_type(buffer.dtype)} *restrict buf{buffer.arg}" for buffer in buffers)
-  return "\n".join([PRELUDE, f"__kernel void {kernel_symbol(name)}({params}) {{", *renderer.lines, "}", ""])
+  attribute = f"__attribute__((reqd_work_group_size({launch.group}, 1, 1))) " if launch.group > 1 else ""
+  return "\n".join([PRELUDE, f"{attribute}__kernel void {kernel_symbol(name)}({params}) {{", *renderer.locals,
+                    *renderer.lines, "}", ""])

@@ -202,24 +202,27 @@ class CudaDevice:
     return free.value, total.value
 
   # kernels
-  def render(self, name: str, ast, ordered: int = 0) -> str:
+  groups = True  # threads of a block can wait for each other (group reductions, codegen/gpu.py)
+
+  def render(self, name: str, ast, launch, ordered: int = 0) -> str:
     """The NVPTX module (LLVM IR) of a kernel AST."""
     from tinyjax.codegen.llvm import render_gpu
-    return render_gpu(name, ast, ordered)
+    return render_gpu(name, ast, ordered, launch)
 
-  def compile(self, name: str, llvm_ir: str, work_items: int) -> CUDAProgram:
+  def compile(self, name: str, llvm_ir: str, launch) -> CUDAProgram:
     """The loaded kernel of an NVPTX module (`render_gpu`) that runs `work_items` work-items."""
     key = f"{name}\x00{llvm_ir}"
     if (program := self._modules.get(key)) is None:
-      program = self._modules[key] = CUDAProgram(self, name, compile_ptx(name, llvm_ir, self.arch), work_items)
+      program = self._modules[key] = CUDAProgram(self, name, compile_ptx(name, llvm_ir, self.arch), launch)
     return program
 
 
 class CUDAProgram:
   """A kernel loaded on a device; call it with the device addresses of its buffers."""
 
-  def __init__(self, device: CudaDevice, name: str, ptx: str, work_items: int):
-    self.device, self.name, self.src, self.work_items = device, name, ptx, work_items
+  def __init__(self, device: CudaDevice, name: str, ptx: str, launch):
+    self.device, self.name, self.src, self.launch = device, name, ptx, launch
+    self.work_items = work_items = launch.work_items
     device.activate()
     log = ctypes.create_string_buffer(1 << 14)
     options = (ctypes.c_int * 2)(5, 6)  # CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
@@ -234,7 +237,9 @@ class CUDAProgram:
     function = ctypes.c_void_p()
     device.lib("cuModuleGetFunction", ctypes.byref(function), module, name.encode())
     self.function = function
-    self.blocks = max(1, -(-work_items // BLOCK_SIZE))
+    # a group reduction runs a block of `launch.group` threads per output, the rest blocks of BLOCK_SIZE
+    self.block_size = launch.group if launch.group > 1 else BLOCK_SIZE
+    self.blocks = max(1, -(-work_items // self.block_size))
     self._launch = device.lib.lib.cuLaunchKernel
 
   def __call__(self, addresses: list[int]) -> None:
@@ -244,7 +249,7 @@ class CUDAProgram:
     values = (ctypes.c_uint64 * count)(*addresses)  # the kernel's parameters, and a pointer to each
     first = ctypes.addressof(values)
     params = (ctypes.c_void_p * count)(*range(first, first + 8 * count, 8))
-    result = self._launch(self.function, self.blocks, 1, 1, BLOCK_SIZE, 1, 1, 0, None, params, None)
+    result = self._launch(self.function, self.blocks, 1, 1, self.block_size, 1, 1, 0, None, params, None)
     if result: self.device.lib.check(result, f"launching {self.name}")
 
 

@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from tinyjax.codegen.gpu import GpuLaunch
 from tinyjax.codegen.opencl import BUILD_OPTIONS, kernel_symbol, render_opencl
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
@@ -60,14 +61,16 @@ class OpenCLDevice:
   def __repr__(self) -> str: return f"OpenCLDevice(id={self.id})"
 
   # kernels
-  def render(self, name: str, ast, ordered: int = 0) -> str:
-    return render_opencl(name, ast, ordered)
+  groups = True  # work-items of a work-group can wait for each other (group reductions, codegen/gpu.py)
 
-  def compile(self, name: str, source: str, work_items: int) -> CLProgram:
-    """The built kernel of an OpenCL C program (`render_opencl`) that runs `work_items` work-items."""
+  def render(self, name: str, ast, launch: GpuLaunch, ordered: int = 0) -> str:
+    return render_opencl(name, ast, ordered, launch)
+
+  def compile(self, name: str, source: str, launch: GpuLaunch) -> CLProgram:
+    """The built kernel of an OpenCL C program (`render_opencl`) that runs as `launch`."""
     key = f"{name}\x00{source}"
     if (program := self._programs.get(key)) is None:
-      program = self._programs[key] = CLProgram(self, name, source, work_items)
+      program = self._programs[key] = CLProgram(self, name, source, launch)
     return program
 
   def build(self, name: str, source: str):
@@ -123,10 +126,12 @@ class OpenCLDevice:
 class CLProgram:
   """A kernel built for a device; call it with its buffers' `cl.Buffer`s (their `address`)."""
 
-  def __init__(self, device: OpenCLDevice, name: str, source: str, work_items: int):
-    self.device, self.name, self.src, self.work_items = device, name, source, work_items
+  def __init__(self, device: OpenCLDevice, name: str, source: str, launch: GpuLaunch):
+    self.device, self.name, self.src, self.launch = device, name, source, launch
+    self.work_items = work_items = launch.work_items
     self.kernel = device.cl.Kernel(device.build(name, source), kernel_symbol(name))
-    self.local_size = min(WORK_GROUP_SIZE, 1 << max(0, work_items - 1).bit_length())
+    if launch.group > 1: self.local_size = launch.group
+    else: self.local_size = min(WORK_GROUP_SIZE, 1 << max(0, work_items - 1).bit_length())
     self.global_size = -(-work_items // self.local_size) * self.local_size
     self._enqueue = device.cl.enqueue_nd_range_kernel
 

@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 
 from tinyjax import __version__
-from tinyjax.codegen.llvm import gpu_work_items, render_llvm
+from tinyjax.codegen.gpu import gpu_launch
+from tinyjax.codegen.llvm import render_llvm
 from tinyjax.devices import LaunchList, compile_cpu, cpu_threads
 from tinyjax.devices.device import CPU, move, place
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
@@ -137,7 +138,7 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   gpu = device is not CPU
   # the schedule depends on the thread count (split reductions), so the disk cache key does too
   threads = GPU_SPLIT_THREADS if gpu else cpu_threads()
-  target = f"gpu={device.arch}" if gpu else f"threads={threads}"
+  target = f"gpu={device.arch},groups={device.groups}" if gpu else f"threads={threads}"
   key = f"{_CODE_FINGERPRINT}|{target}|{structure_key(sink)}"
   lowered = None
   if (payload := _disk_cache.get(key)) is not None:
@@ -151,14 +152,15 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
     start = time.perf_counter()
     sched = schedule(sink, threads)
     kernels = kernels_of(sched.kernels)
-    lowered = (sched, [device.render(k.name, k.ast, k.ordered) if gpu else render_llvm(k.name, k.ast) for k in kernels])
+    lowered = (sched, [device.render(k.name, k.ast, _launch_of(k, device), k.ordered) if gpu
+                       else render_llvm(k.name, k.ast) for k in kernels])
     counters.schedules_lowered += 1
     _disk_cache.put(key, pickle.dumps(lowered, protocol=pickle.HIGHEST_PROTOCOL))
     origin = f"lowered in {(time.perf_counter() - start) * 1e3:.2f} ms"
   sched, sources = lowered
-  if DEBUG >= 2: _print_schedule(sched, sources, origin, getattr(device, "language", "LLVM IR"))
+  if DEBUG >= 2: _print_schedule(sched, sources, origin, device)
   if gpu:
-    programs = [device.compile(kernel.name, src, gpu_work_items(kernel.ast, kernel.ordered))
+    programs = [device.compile(kernel.name, src, _launch_of(kernel, device))
                 for kernel, src in zip(kernels_of(sched.kernels), sources)]
   else: programs = [compile_cpu(k.name, src) for k, src in zip(kernels_of(sched.kernels), sources)]
   compiled = CompiledSchedule(sched, programs, device)
@@ -167,7 +169,13 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   return compiled
 
 
-def _print_schedule(sched: Schedule, sources: list[str], origin: str, language: str) -> None:
+def _launch_of(kernel: Kernel, device):
+  """How a kernel runs on GPU `device` (codegen/gpu.py)."""
+  return gpu_launch(kernel.ast, kernel.ordered, groups=device.groups)
+
+
+def _print_schedule(sched: Schedule, sources: list[str], origin: str, device) -> None:
+  language = getattr(device, "language", "LLVM IR")
   kernels = kernels_of(sched.kernels)
   print(f"*** schedule: {len(kernels)} kernels, {sched.n_inputs} inputs, {origin}")
   sources_of = dict(zip((id(kernel) for kernel in kernels), sources))
@@ -190,7 +198,7 @@ def _print_schedule(sched: Schedule, sources: list[str], origin: str, language: 
         continue
       print(f"{indent}  {step.name:40s} slots={list(step.slots)} outer={step.outer_size} work={step.work}"
             f"{f' grain={step.grain}' if step.grain > 1 else ''}{' parallel' if step.parallel else ''}"
-            f"{' sequential' if step.sequential else ''}")
+            f"{' sequential' if step.sequential else ''}{'' if device is CPU else f' {_launch_of(step, device)}'}")
       if DEBUG >= 3: print(f"--- UOps of {step.name}\n{pretty(step.ast)}")
       if DEBUG >= 4: print(f"--- {language} of {step.name}\n{sources_of[id(step)]}")
   show(sched.kernels, "")
@@ -264,7 +272,7 @@ def _print_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device=
   nbytes = sum(buffers[slot].nbytes for slot in kernel.slots)
   where = "CPU" if device is CPU else repr(device)
   launch = "  threads" if kernel.parallel else ""
-  if device is not CPU: launch = f"  work-items={gpu_work_items(kernel.ast, kernel.ordered)}"
+  if device is not CPU: launch = f"  {_launch_of(kernel, device)}"
   print(f"*** {where} {counters.kernels_launched:4d} {kernel.name:40s} {seconds * 1e6:9.1f} us "
         f"{nbytes / max(seconds, 1e-9) / 1e9:7.2f} GB/s{launch}")
 
