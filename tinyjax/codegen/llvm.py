@@ -129,6 +129,8 @@ _FLOAT_UNARY_INTRINSIC = {Ops.SQRT: "llvm.sqrt", Ops.EXP2: "llvm.exp2", Ops.LOG2
 # float ops whose float32 result must be rounded again for float16 / bfloat16 (the others are exact)
 _DECOMPOSED_FLOAT32 = {Ops.EXP2: transcendental.exp2_f32, Ops.LOG2: transcendental.log2_f32}  # float32 in, float32 out
 _DECOMPOSED_FLOAT64 = {Ops.SIN: transcendental.sin_f32}  # float32 in, computed and returned in float64
+# on the GPU (no libm) float64 EXP2, LOG2 and SIN are arithmetic too, and so is POW (render_binary)
+_GPU_FLOAT64 = {Ops.EXP2: transcendental.exp2_f64, Ops.LOG2: transcendental.log2_f64, Ops.SIN: transcendental.sin_f64}
 _ROUNDED_FLOAT_OPS = {Ops.ADD, Ops.MUL, Ops.FDIV, Ops.MOD, Ops.POW, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN}
 # comparisons: float LT is ordered (NaN -> false), NE unordered (NaN != NaN is true); false < true for bool
 _COMPARE = {(Ops.CMPLT, "i"): "icmp slt", (Ops.CMPLT, "u"): "icmp ult", (Ops.CMPLT, "b"): "icmp ult",
@@ -400,6 +402,7 @@ class _Renderer:
       if op is Ops.TRUNC: return value
       raise NotImplementedError(f"codegen: {op.name} on {node.dtype}")
     if op is Ops.RECIP: result = self.emit(f"fdiv {llvm_type} {_float_hex(1.0)}, {value}")
+    elif self.gpu and llvm_type == "double" and op in _GPU_FLOAT64: return _GPU_FLOAT64[op](self, value)
     elif self.decompose and llvm_type == "float" and op in _DECOMPOSED_FLOAT64:
       return self.cast(_DECOMPOSED_FLOAT64[op](self, value), F64, node.dtype)  # one rounding to the dtype
     elif self.decompose and llvm_type == "float" and op in _DECOMPOSED_FLOAT32:
@@ -419,6 +422,10 @@ class _Renderer:
     if kind == "f":
       if op not in _FLOAT_BINARY and op not in _FLOAT_BINARY_INTRINSIC:
         raise NotImplementedError(f"codegen: {op.name} on {dtype}")
+      if op is Ops.POW and self.gpu:  # no libm: float64 arithmetic (transcendental.py), rounded once to the dtype
+        if llvm_type == "double": return transcendental.pow_f64(self, left, right)
+        wide = [self.emit(f"fpext float {value} to double") for value in (left, right)]
+        return self.cast(transcendental.pow_f64(self, *wide, double_double=False), F64, node.dtype)
       if op in _FLOAT_BINARY_INTRINSIC:
         result = self.call(f"{_FLOAT_BINARY_INTRINSIC[op]}.{_suffix(llvm_type)}", llvm_type,
                            [(llvm_type, left), (llvm_type, right)])
