@@ -425,7 +425,7 @@ class _Renderer:
       if op is Ops.POW and self.gpu:  # no libm: float64 arithmetic (transcendental.py), rounded once to the dtype
         if llvm_type == "double": return transcendental.pow_f64(self, left, right)
         wide = [self.emit(f"fpext float {value} to double") for value in (left, right)]
-        return self.cast(transcendental.pow_f64(self, *wide, double_double=False), F64, node.dtype)
+        return self.cast(transcendental.pow_f64(self, *wide), F64, node.dtype)
       if op in _FLOAT_BINARY_INTRINSIC:
         result = self.call(f"{_FLOAT_BINARY_INTRINSIC[op]}.{_suffix(llvm_type)}", llvm_type,
                            [(llvm_type, left), (llvm_type, right)])
@@ -903,8 +903,9 @@ def gpu_work_items(ast: UOp, ordered: int = 0) -> int:
   return math.prod(_global_size(rng) for rng in ranges[ordered:])
 
 
-# Operations the NVPTX backend cannot lower without libm (float64 transcendentals, `pow`): named in the error.
-_GPU_UNSUPPORTED = ("@llvm.pow.", "@llvm.exp2.f64", "@llvm.log2.f64", "@llvm.sin.f64")
+# Intrinsics the NVPTX backend cannot lower without libm: the GPU renderer emits arithmetic for all of them (see
+# _GPU_FLOAT64 and render_binary's POW), this guards against one slipping through (named in the error).
+_GPU_UNSUPPORTED = ("@llvm.pow.", "@llvm.exp2.", "@llvm.log2.", "@llvm.sin.")
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 NVPTX_DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 _NVPTX_IDS = ("tid.x", "ctaid.x", "ntid.x")
@@ -919,8 +920,8 @@ def render_gpu(name: str, ast: UOp, ordered: int = 0) -> str:
   ntid.x + tid.x` computes the output elements of global index `gid` (see `_Renderer.bind_thread_index`; the first
   `ordered` global ranges are loops in each work-item), the work-items past the last do nothing. Reductions run as
   loops inside the work-item (long ones with few outputs were split into two kernels by the scheduler). The same IR
-  as the CPU's otherwise: float32 transcendentals are the arithmetic of transcendental.py; float64 ones and `pow`
-  have no libm on the GPU and raise NotImplementedError."""
+  as the CPU's otherwise, except that there is no libm: EXP2, LOG2 and SIN of every float dtype and POW are the
+  arithmetic of transcendental.py (the CPU calls libm for float64 ones and POW)."""
   if ast.op is not Ops.SINK: raise ValueError(f"codegen: a kernel AST is rooted at a SINK, got {ast.op.name}")
   buffers = sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda buffer: buffer.arg)
   renderer = _Renderer(ast, None, decompose=True, gpu=True, ordered=ordered)
@@ -928,7 +929,7 @@ def render_gpu(name: str, ast: UOp, ordered: int = 0) -> str:
   body = "\n".join(renderer.lines)
   if (missing := [op for op in _GPU_UNSUPPORTED if op in body]):
     raise NotImplementedError(f"codegen: kernel {name} needs {', '.join(sorted(missing))}, which the GPU backend does "
-                              "not provide yet (float64 transcendentals and pow); run it on the CPU device")
+                              "not provide (no libm on the GPU); run it on the CPU device")
   total = gpu_work_items(ast, ordered)
   symbol, body_symbol = _symbol(name), _symbol(f"{name}.body")
   params = ", ".join(f"ptr noalias %buf{buffer.arg}" for buffer in buffers)

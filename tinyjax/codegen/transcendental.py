@@ -258,7 +258,7 @@ EXP2_F64_DEGREE = 14
 # |x| beyond which float64 exp2 is inf or 0 (2^-1076 rounds to 0): clamping keeps n and the exponent bits small
 EXP2_F64_CLAMP = 1100.0
 # log2: m = (1 + s) / (1 - s) with |s| <= (sqrt 2 - 1) / (sqrt 2 + 1) = 0.1716; ln m = 2 s + 2 s^3 / 3 + s^5 R(s^2),
-# R(w) = sum_{k=2..13} 2 w^(k-2) / (2k + 1); the first omitted term s^27 * 2 / 27 < 2^-71 relative to 2 s
+# R(w) = sum_{k=2..13} 2 w^(k-2) / (2k + 1); the first omitted term 2 s^27 / 27 < 2^-70 relative to 2 s
 LOG2_F64_TERMS = 13
 SQRT_HALF_BITS_F64 = 0x3FE6A09E667F3BCD  # the float64 bits of sqrt(1/2), rounded down
 F64_MIN_NORMAL = 2.0 ** -1022
@@ -503,26 +503,19 @@ def _signed64(word: int) -> int:
   return word - (1 << 64) if word >= 1 << 63 else word
 
 
-def pow_f64(out: Emitter, x: str, y: str, double_double: bool = True) -> str:
-  """pow(x, y) for float64 values with C99 / XLA semantics: 2^(y log2|x|), the sign from x for odd integer y, and the
-  special cases of C99 Annex F (pow(x, +-0) = 1 and pow(1, y) = 1 even for NaN, pow(-1, +-inf) = 1, NaN for a finite
-  x < 0 and finite non-integer y, zeros and infinities by the sign of y). `double_double`: y log2|x| as a
-  double-double (float64 results, error < 1 ulp); without it one float64 product (enough for float32 results, whose
-  exponent is at most ~150: the relative error 2^-45 rounds away)."""
+def pow_f64(out: Emitter, x: str, y: str) -> str:
+  """pow(x, y) for float64 values with C99 / XLA semantics: 2^(y log2|x|) with log2|x| and the product as
+  double-doubles, the sign from x for odd integer y, and the special cases of C99 Annex F (pow(x, +-0) = 1 and
+  pow(1, y) = 1 even for NaN, pow(-1, +-inf) = 1, NaN for a finite x < 0 and finite non-integer y, zeros and
+  infinities by the sign of y). Also the float32 / 16-bit POW (their values extended to float64, the result rounded
+  once): exact results (3^7) come out exact, so rounding them to the dtype breaks ties as a correctly rounded pow."""
   b = _DoubleBuilder(out)
-  magnitude = b.fabs(x)
-  if double_double:
-    log_hi, log_lo = _log2_double_double(b, magnitude)
-    product, product_error = b.two_prod(y, log_hi)
-    product_error = b.fma(y, log_lo, product_error)
-    finite = b.cmp("olt", b.fabs(product), b.const(math.inf))
-    product_error = b.select(finite, product_error, b.const(0.0))  # (NaN from inf - inf)
-    hi, lo = b.fast_two_sum(product, product_error)
-    hi = b.select(finite, hi, product)
-    result = _exp2_double_double(b, hi, b.select(finite, lo, b.const(0.0)))
-  else:
-    log_hi, log_lo = _log2_double_double(b, magnitude)
-    result = _exp2_double_double(b, b.mul(y, b.add(log_hi, log_lo)), b.const(0.0))
+  log_hi, log_lo = _log2_double_double(b, b.fabs(x))
+  product, product_error = b.two_prod(y, log_hi)
+  product_error = b.fma(y, log_lo, product_error)
+  finite = b.cmp("olt", b.fabs(product), b.const(math.inf))
+  hi, lo = b.fast_two_sum(product, b.select(finite, product_error, b.const(0.0)))  # (NaN from inf - inf)
+  result = _exp2_double_double(b, b.select(finite, hi, product), b.select(finite, lo, b.const(0.0)))
   # y is an integer (inf counts as an even one) / an odd integer (|y| < 2^53)
   integer = b.cmp("oeq", b.trunc(y), y)
   half = b.mul(y, b.const(0.5))
