@@ -188,7 +188,7 @@ def test_polynomial_fits(name: str):
 EXACT = {Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.POW: np.power}
 # the largest error measured against the exact value, in ulps of the result (float64; POW also for the float32 /
 # 16-bit results, rounded once from float64)
-MAX_ULPS_F64 = {Ops.EXP2: 0.76, Ops.LOG2: 0.501, Ops.SIN: 0.75, Ops.POW: 0.97}
+MAX_ULPS_F64 = {Ops.EXP2: 0.77, Ops.LOG2: 0.502, Ops.SIN: 0.74, Ops.POW: 1.06}
 MAX_ULPS_POW_NARROW = 0.501
 needs_long_double = pytest.mark.skipif(np.finfo(np.longdouble).nmant < 63,
                                        reason="long double is no wider than float64")
