@@ -15,6 +15,7 @@ import pytest
 
 import tinyjax as tj
 import tinyjax.numpy as jnp
+from tinyjax.codegen import llvm
 from tinyjax.codegen.gpu import GpuLaunch, gpu_launch
 from tinyjax.codegen.llvm import render_gpu
 from tinyjax.devices import cuda, opencl
@@ -88,6 +89,50 @@ def test_matmul_and_dtypes(gpu):
   (xi,) = on(gpu, i)
   np.testing.assert_array_equal(np.asarray(xi // 7 + xi % 5), i // 7 + i % 5)
   assert np.asarray(xi > 0).dtype == np.bool_
+
+
+def test_pow_every_float_dtype(gpu):
+  """POW (no libm on the GPU: transcendental.pow_f64) against the CPU's libm pow, special values included."""
+  specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0], [2.5, -3.0, 0.0, np.inf, 3.0, np.nan, 7.0]
+  base = np.concatenate([rng.uniform(0, 3, 200), -rng.integers(1, 5, 20), specials[0]])
+  exponent = np.concatenate([rng.uniform(-6, 6, 200), rng.integers(-5, 6, 20), specials[1]])
+  for dtype in (jnp.float32, jnp.float16, jnp.bfloat16):
+    a, b = base.astype(dtype), exponent.astype(dtype)
+    x, y = on(gpu, a, b)
+    got, want = np.asarray(x ** y).astype(np.float64), np.asarray(jnp.asarray(a) ** jnp.asarray(b)).astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    # libm's powf rounds to float32 before the 16-bit rounding, the GPU once from float64: a step apart at most
+    np.testing.assert_allclose(got, want, rtol=2 * float(jnp.finfo(dtype).eps), atol=0)
+  # Adam's bias correction: b ** t with a traced integer step
+  (t,) = on(gpu, np.float32(7))
+  np.testing.assert_allclose(float(tj.jit(lambda t: 1 - 0.999 ** t)(t)), 1 - float(np.float32(0.999)) ** 7, rtol=1e-4)
+
+
+def test_float64_on_the_gpu(gpu):
+  """float64 EXP2 / LOG2 / SIN / POW (transcendental.py) within an ulp or two of the CPU's libm, through exp, log,
+  sin, tanh, ** and a gradient under jit."""
+  with tj.config.override("jax_enable_x64", True):
+    a = np.concatenate([rng.uniform(-30, 30, 300), [1e-310, 1e300, -1e22, 0.0, -0.0, np.inf, np.nan]])
+    (x,) = on(gpu, a)
+    # (not cos: 1 - 2 sin(x / 2)^2 turns the ulp of either sin into many where cos is small)
+    for f in (jnp.exp, jnp.sin, jnp.tanh, lambda v: jnp.log(jnp.abs(v)), lambda v: jnp.abs(v) ** 1.7):
+      got, want = np.asarray(f(x)), np.asarray(f(jnp.asarray(a)))
+      assert got.dtype == np.float64
+      # (the CPU flushes subnormals, inputs and results; the GPU keeps float64's)
+      finite = np.isfinite(want) & (np.abs(want) > 1e-300) & ~((a != 0) & (np.abs(a) < 1e-300))
+      np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+      np.testing.assert_allclose(got[finite], want[finite], rtol=5e-16, atol=0)
+    g = tj.jit(tj.grad(lambda v: (jnp.abs(v) ** 3.5 + jnp.sin(v) * jnp.exp(-v * v)).sum()))
+    # (OpenCL's built-in pow / exp may differ from libm by an ulp: 2e-16 absolute where terms of size 1 cancel)
+    np.testing.assert_allclose(np.asarray(g(x[:300])), np.asarray(g(jnp.asarray(a[:300]))), rtol=2e-15, atol=1e-15)
+
+
+def test_grad_of_pow_under_jit(gpu):
+  a = rng.uniform(0.1, 3, 100).astype(np.float32)
+  (x,) = on(gpu, a)
+  f = tj.jit(tj.grad(lambda v: (v ** 3.5).sum()))
+  np.testing.assert_allclose(np.asarray(f(x)), np.asarray(f(jnp.asarray(a))), rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(f(x)), 3.5 * a.astype(np.float64) ** 2.5, rtol=1e-6)
 
 
 def test_jit_grad_vmap_compose(gpu):
@@ -211,6 +256,12 @@ def _programs():
   yield "grad", tj.grad(lambda a: (jnp.tanh(a @ w) ** 2).sum()), (x,)
   yield "sort", lambda a: jnp.sort(a, axis=1), (x,)
   yield "random", lambda k: tj.random.normal(k, (100,)), (tj.random.PRNGKey(0),)
+  yield "pow", lambda a: a ** (a * 0.5) + a.astype(jnp.bfloat16) ** 2.5, (x,)
+
+
+def _float64_programs():
+  x = jnp.ones(64, jnp.float64)
+  yield "float64", lambda a: jnp.exp(a) + jnp.log(a) * jnp.sin(a) + a ** 1.5, (x,)
 
 
 def _gpu_kernels():
@@ -218,6 +269,11 @@ def _gpu_kernels():
     sink = tj.jit(f).lower(*args)._compiled.jaxpr.sink
     for kernel in kernels_of(schedule(sink, GPU_SPLIT_THREADS).kernels):
       yield name, kernel
+  with tj.config.override("jax_enable_x64", True):
+    for name, f, args in _float64_programs():
+      sink = tj.jit(f).lower(*args)._compiled.jaxpr.sink
+      for kernel in kernels_of(schedule(sink, GPU_SPLIT_THREADS).kernels):
+        yield name, kernel
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -253,10 +309,16 @@ def test_work_items_cover_the_outputs():
   assert "nvvm" not in cpu_ir and "nvptx" not in cpu_ir
 
 
-def test_unsupported_ops_name_themselves():
-  sink = tj.jit(lambda a: a ** 2.5).lower(jnp.ones(8))._compiled.jaxpr.sink
+def test_unsupported_ops_name_themselves(monkeypatch):
+  """A libm intrinsic in a GPU kernel is an error that names it (none is left: POW and the float64
+  transcendentals are arithmetic, transcendental.py; here they are made intrinsics again)."""
+  with tj.config.override("jax_enable_x64", True):
+    sink = tj.jit(lambda a: a ** 2.5 + jnp.sin(a)).lower(jnp.ones(8, jnp.float64))._compiled.jaxpr.sink
   (kernel,) = kernels_of(schedule(sink, GPU_SPLIT_THREADS).kernels)
-  with pytest.raises(NotImplementedError, match="pow"):
+  ir = render_gpu(kernel.name, kernel.ast)
+  assert "@llvm.pow" not in ir and "@llvm.sin" not in ir
+  monkeypatch.setattr(llvm, "_GPU_FLOAT64", {})
+  with pytest.raises(NotImplementedError, match="llvm.sin"):
     render_gpu(kernel.name, kernel.ast)
 
 

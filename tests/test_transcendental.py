@@ -178,3 +178,157 @@ def test_polynomial_fits(name: str):
   points = points[points != 0]
   worst = error(points, lambda x: np.polynomial.polynomial.polyval(x, coefficients)).max()
   assert worst <= bound * 1.02 + 1e-15
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# float64 and POW as the GPU renderer emits them (no libm there): the render_gpu body compiled for the CPU and called
+# directly (IEEE subnormals: the CPU runtime would flush them), against long double references (x86's 64-bit
+# mantissa: exact to ~2^-64, far below the float64 ulps measured)
+
+EXACT = {Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.POW: np.power}
+# the largest error measured against the exact value, in ulps of the result (float64; POW also for the float32 /
+# 16-bit results, rounded once from float64)
+MAX_ULPS_F64 = {Ops.EXP2: 0.77, Ops.LOG2: 0.502, Ops.SIN: 0.74, Ops.POW: 1.06}
+MAX_ULPS_POW_NARROW = 0.501
+needs_long_double = pytest.mark.skipif(np.finfo(np.longdouble).nmant < 63,
+                                       reason="long double is no wider than float64")
+
+
+def run_gpu_kernel(op: Ops, dtype: np.dtype, *inputs: np.ndarray) -> np.ndarray:
+  from gpu_emulator import cpu_module_of_gpu_kernel
+
+  from tinyjax.codegen.llvm import render_gpu
+  out = np.zeros(len(inputs[0]), dtype)
+  ir = cpu_module_of_gpu_kernel("kernel", render_gpu("kernel", elementwise(op, [x.dtype for x in inputs], dtype,
+                                                                               len(out))))
+  pointers = (ctypes.c_void_p * (1 + len(inputs)))(out.ctypes.data, *(x.ctypes.data for x in inputs))
+  compile_kernel(ir)(pointers, 0, len(out))
+  return out
+
+
+def check_gpu(op: Ops, dtype: np.dtype, *inputs: np.ndarray) -> float:
+  """op(inputs) on the GPU path: NaN and infinities where the exact result has them, finite results within one ulp
+  step of the correctly rounded one; returns the largest error in ulps of the result."""
+  actual = run_gpu_kernel(op, dtype, *inputs)
+  with np.errstate(all="ignore"):
+    exact = EXACT[op](*(x.astype(np.longdouble) for x in inputs))
+    rounded = exact.astype(dtype)
+  np.testing.assert_array_equal(np.isnan(actual), np.isnan(rounded), err_msg=f"NaN mismatch for {op.name}")
+  infinite = np.isinf(rounded)
+  np.testing.assert_array_equal(actual[infinite], rounded[infinite])
+  finite = np.isfinite(rounded)
+  spacing = np.spacing(np.abs(rounded[finite])).astype(np.longdouble)
+  errors = np.abs(actual[finite].astype(np.longdouble) - exact[finite]) / spacing
+  worst = int(np.argmax(errors))
+  assert errors[worst] < 1.5, f"{op.name} {dtype}: {float(errors[worst])} ulp at {[x[finite][worst] for x in inputs]}"
+  return float(errors[worst])
+
+
+def binades(rng: np.random.Generator, n: int, low: int, high: int, signs: bool = True) -> np.ndarray:
+  """n float64s spread over the binades [2^low, 2^high) (both signs)."""
+  values = np.ldexp(rng.uniform(1, 2, n), rng.integers(low, high, n))
+  return values * rng.choice([-1.0, 1.0], n) if signs else values
+
+
+@needs_long_double
+def test_float64_exp2():
+  rng = np.random.default_rng(2)
+  values = np.concatenate([rng.uniform(-1080, 1030, 100_000), rng.uniform(-1, 1, 30_000),
+                           binades(rng, 30_000, -1074, 0), rng.uniform(-1075, -1021, 30_000)])  # the last: subnormals
+  assert check_gpu(Ops.EXP2, F64, values) <= MAX_ULPS_F64[Ops.EXP2]
+  integers = np.arange(-1080, 1030).astype(F64)
+  with np.errstate(over="ignore"): expected = np.exp2(integers)
+  np.testing.assert_array_equal(run_gpu_kernel(Ops.EXP2, F64, integers), expected)
+  specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1023.9999999999999, 1024.0, -1074.0,
+                       -1075.0, -1075.0000000000002, 1e300, -1e300])
+  expected = np.array([1.0, 1.0, np.inf, 0.0, np.nan, 1.0, 1.0, np.exp2(1023.9999999999999), np.inf, 5e-324, 0.0, 0.0,
+                       np.inf, 0.0])
+  np.testing.assert_array_equal(run_gpu_kernel(Ops.EXP2, F64, specials), expected)
+
+
+@needs_long_double
+def test_float64_log2():
+  rng = np.random.default_rng(3)
+  values = np.concatenate([binades(rng, 100_000, -1074, 1024, signs=False), rng.uniform(0.5, 2, 30_000),
+                           1 + rng.uniform(-1e-6, 1e-6, 20_000), rng.uniform(0, 1e6, 20_000)])
+  assert check_gpu(Ops.LOG2, F64, values) <= MAX_ULPS_F64[Ops.LOG2]
+  exponents = np.arange(-1074, 1024)
+  np.testing.assert_array_equal(run_gpu_kernel(Ops.LOG2, F64, np.ldexp(1.0, exponents)), exponents.astype(F64))
+  specials = np.array([0.0, -0.0, -1.0, -5e-324, -np.inf, np.inf, np.nan, 1.0, np.finfo(F64).max])
+  actual = run_gpu_kernel(Ops.LOG2, F64, specials)
+  np.testing.assert_array_equal(actual, [-np.inf, -np.inf, np.nan, np.nan, np.nan, np.inf, np.nan, 0.0, 1024.0])
+  assert not np.signbit(actual[7])
+
+
+@needs_long_double
+def test_float64_sin():
+  """Every binade up to float64's largest value, tiny results near multiples of pi / 2 (the reduction's precision)."""
+  rng = np.random.default_rng(4)
+  multiples = np.concatenate([np.arange(1, 20_000) * (np.pi / 2), rng.integers(1, 1 << 52, 20_000) * (np.pi / 2)])
+  values = np.concatenate([rng.uniform(-10, 10, 50_000), binades(rng, 100_000, -40, 1024), multiples,
+                           [6381956970095103.0 * 2.0 ** 797, np.finfo(F64).max, -np.finfo(F64).max, 2.0 ** -26, 1e22]])
+  assert check_gpu(Ops.SIN, F64, values) <= MAX_ULPS_F64[Ops.SIN]
+  specials = np.array([0.0, -0.0, 5e-324, -5e-324, 1e-300, -2.0 ** -27, np.inf, -np.inf, np.nan])
+  actual = run_gpu_kernel(Ops.SIN, F64, specials)
+  np.testing.assert_array_equal(actual[:6], specials[:6])
+  np.testing.assert_array_equal(np.signbit(actual[:6]), np.signbit(specials[:6]))
+  assert np.isnan(actual[6:]).all()
+
+
+@needs_long_double
+def test_pow_accuracy():
+  """float64 (double-double logarithm and product) and float32 / 16-bit (computed in float64, rounded once)."""
+  rng = np.random.default_rng(5)
+  x = np.concatenate([rng.uniform(0, 4, 30_000), binades(rng, 30_000, -1074, 1024, signs=False),
+                      1 + rng.uniform(-1e-3, 1e-3, 20_000)])
+  with np.errstate(divide="ignore"): logs = np.log2(x)
+  y = np.where(logs != 0, rng.uniform(-1100, 1100, x.size) / np.where(logs != 0, logs, 1), 1.0)  # all result sizes
+  y = np.where(rng.random(x.size) < 0.3, rng.uniform(-10, 10, x.size), y)
+  assert check_gpu(Ops.POW, F64, x, y) <= MAX_ULPS_F64[Ops.POW]
+  assert check_gpu(Ops.POW, F64, -x[:20_000], np.round(y[:20_000])) <= MAX_ULPS_F64[Ops.POW]  # signed results
+  for dtype in (F32, F16, BF16):
+    with np.errstate(over="ignore"): narrow_x, narrow_y = x.astype(dtype), y.astype(dtype)
+    narrow_y = np.where(rng.random(x.size) < 0.5, rng.uniform(-8, 8, x.size).astype(dtype), narrow_y)
+    assert check_gpu(Ops.POW, dtype, narrow_x, narrow_y) <= MAX_ULPS_POW_NARROW, dtype
+
+
+POW_SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, 2.5, -2.5, 7.0, -7.0,
+                1e-30, -1e-30, 1e30, -1e30, 2.0 ** 24 + 2, 2.0 ** 24 - 1, -(2.0 ** 24 - 1), 0.9999999, 1.0000001]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32, F16, BF16], ids=str)
+def test_pow_special_values(dtype: np.dtype):
+  """C99 Annex F's pow (as XLA): every pair of special values against numpy's float64 pow (libm); exact where that
+  is NaN, an infinity, a zero or +-1 (sign included), within an ulp elsewhere."""
+  with np.errstate(all="ignore"):
+    wide = [5e-324, -5e-324, 2.0 ** 53 - 1, -(2.0 ** 53 - 1), 1e308] if dtype == F64 else []
+    values = np.array(POW_SPECIALS + wide, dtype)
+    x, y = (grid.ravel() for grid in np.meshgrid(values, values, indexing="ij"))
+    expected = np.power(x.astype(F64), y.astype(F64)).astype(dtype)
+  actual = run_gpu_kernel(Ops.POW, dtype, x, y)
+  exact = np.isnan(expected) | np.isinf(expected) | (expected == 0) | (np.abs(expected) == 1)
+  np.testing.assert_array_equal(actual[exact].astype(F64), expected[exact].astype(F64))
+  signed = exact & ~np.isnan(expected)
+  np.testing.assert_array_equal(np.signbit(actual[signed]), np.signbit(expected[signed]))
+  close = np.abs(actual[~exact].astype(F64) - expected[~exact]) <= np.spacing(np.abs(expected[~exact])).astype(F64)
+  assert close.all(), list(zip(x[~exact][~close], y[~exact][~close]))
+
+
+def test_float64_and_pow_constants():
+  constants = transcendental.f64_constants()
+  ln2 = transcendental._ln2(200)
+  assert abs(ln2 - Fraction(6931471805599453094172321214581765680755, 10 ** 40)) < Fraction(1, 10 ** 39)
+  assert abs(sum(map(Fraction, constants["ln2"])) - ln2) < Fraction(1, 2 ** 105)
+  assert abs(sum(map(Fraction, constants["log2_e"])) * ln2 - 1) < Fraction(1, 2 ** 104)
+  # the 2 / pi words: (2 / pi) * 2^(64 * words) truncated, two zero words in front
+  words = constants["two_over_pi"]
+  assert words[:transcendental.TWO_OVER_PI_PAD] == (0, 0) and all(0 <= word < 2 ** 64 for word in words)
+  bits = Fraction(sum(word << (64 * (len(words) - 1 - i)) for i, word in enumerate(words)), 2 ** (64 * len(words)))
+  assert 0 <= 2 / transcendental._machin_pi(1300) * Fraction(1, 2 ** 128) - bits < Fraction(1, 2 ** (64 * len(words)))
+  # the Taylor series' first omitted terms, as the module states
+  assert (math.log(2) / 2) ** (transcendental.EXP2_F64_DEGREE + 1) / math.factorial(16) < 2 ** -63
+  s = (math.sqrt(2) - 1) / (math.sqrt(2) + 1)
+  assert s ** (2 * transcendental.LOG2_F64_TERMS) / (2 * transcendental.LOG2_F64_TERMS + 1) < 2 ** -70
+  r = math.pi / 4 + 1e-3
+  assert r ** (transcendental.SIN_F64_DEGREE + 1) / math.factorial(transcendental.SIN_F64_DEGREE + 2) < 2 ** -62
+  assert r ** (transcendental.COS_F64_DEGREE + 2) / math.factorial(transcendental.COS_F64_DEGREE + 2) < 2 ** -67

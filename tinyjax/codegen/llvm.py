@@ -130,6 +130,8 @@ _FLOAT_UNARY_INTRINSIC = {Ops.SQRT: "llvm.sqrt", Ops.EXP2: "llvm.exp2", Ops.LOG2
 # float ops whose float32 result must be rounded again for float16 / bfloat16 (the others are exact)
 _DECOMPOSED_FLOAT32 = {Ops.EXP2: transcendental.exp2_f32, Ops.LOG2: transcendental.log2_f32}  # float32 in, float32 out
 _DECOMPOSED_FLOAT64 = {Ops.SIN: transcendental.sin_f32}  # float32 in, computed and returned in float64
+# on the GPU (no libm) float64 EXP2, LOG2 and SIN are arithmetic too, and so is POW (render_binary)
+_GPU_FLOAT64 = {Ops.EXP2: transcendental.exp2_f64, Ops.LOG2: transcendental.log2_f64, Ops.SIN: transcendental.sin_f64}
 _ROUNDED_FLOAT_OPS = {Ops.ADD, Ops.MUL, Ops.FDIV, Ops.MOD, Ops.POW, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN}
 # comparisons: float LT is ordered (NaN -> false), NE unordered (NaN != NaN is true); false < true for bool
 _COMPARE = {(Ops.CMPLT, "i"): "icmp slt", (Ops.CMPLT, "u"): "icmp ult", (Ops.CMPLT, "b"): "icmp ult",
@@ -418,6 +420,7 @@ class _Renderer:
       if op is Ops.TRUNC: return value
       raise NotImplementedError(f"codegen: {op.name} on {node.dtype}")
     if op is Ops.RECIP: result = self.emit(f"fdiv {llvm_type} {_float_hex(1.0)}, {value}")
+    elif self.gpu and llvm_type == "double" and op in _GPU_FLOAT64: return _GPU_FLOAT64[op](self, value)
     elif self.decompose and llvm_type == "float" and op in _DECOMPOSED_FLOAT64:
       return self.cast(_DECOMPOSED_FLOAT64[op](self, value), F64, node.dtype)  # one rounding to the dtype
     elif self.decompose and llvm_type == "float" and op in _DECOMPOSED_FLOAT32:
@@ -437,6 +440,10 @@ class _Renderer:
     if kind == "f":
       if op not in _FLOAT_BINARY and op not in _FLOAT_BINARY_INTRINSIC:
         raise NotImplementedError(f"codegen: {op.name} on {dtype}")
+      if op is Ops.POW and self.gpu:  # no libm: float64 arithmetic (transcendental.py), rounded once to the dtype
+        if llvm_type == "double": return transcendental.pow_f64(self, left, right)
+        wide = [self.emit(f"fpext float {value} to double") for value in (left, right)]
+        return self.cast(transcendental.pow_f64(self, *wide), F64, node.dtype)
       if op in _FLOAT_BINARY_INTRINSIC:
         result = self.call(f"{_FLOAT_BINARY_INTRINSIC[op]}.{_suffix(llvm_type)}", llvm_type,
                            [(llvm_type, left), (llvm_type, right)])
@@ -959,8 +966,9 @@ class _Renderer:
 # ---------------------------------------------------------------------------------------------------------------------
 # the module
 
-# Operations the NVPTX backend cannot lower without libm (float64 transcendentals, `pow`): named in the error.
-_GPU_UNSUPPORTED = ("@llvm.pow.", "@llvm.exp2.f64", "@llvm.log2.f64", "@llvm.sin.f64")
+# Intrinsics the NVPTX backend cannot lower without libm: the GPU renderer emits arithmetic for all of them (see
+# _GPU_FLOAT64 and render_binary's POW), this guards against one slipping through (named in the error).
+_GPU_UNSUPPORTED = ("@llvm.pow.", "@llvm.exp2.", "@llvm.log2.", "@llvm.sin.")
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 NVPTX_DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 _NVPTX_IDS = ("tid.x", "ctaid.x", "ntid.x")
@@ -976,9 +984,9 @@ def render_gpu(name: str, ast: UOp, ordered: int = 0, launch: GpuLaunch | None =
   `_Renderer.bind_thread_index`; the first `ordered` global ranges are loops in each work-item), the work-items past
   the last do nothing, reductions run as loops inside the work-item. A group reduction: blocks of exactly
   `launch.group` threads, block `gid = ctaid.x` computes output `gid`, thread `lane = tid.x` a share of each
-  reduction (`_Renderer.group_reduce`), thread 0 stores. The same IR as the CPU's otherwise: float32
-  transcendentals are the arithmetic of transcendental.py; float64 ones and `pow` have no libm on the GPU and raise
-  NotImplementedError."""
+  reduction (`_Renderer.group_reduce`), thread 0 stores. The same IR as the CPU's otherwise, except that there is no
+  libm: EXP2, LOG2 and SIN of every float dtype and POW are the arithmetic of transcendental.py (the CPU calls libm
+  for float64 ones and POW)."""
   if ast.op is not Ops.SINK: raise ValueError(f"codegen: a kernel AST is rooted at a SINK, got {ast.op.name}")
   launch = gpu_launch(ast, ordered) if launch is None else launch
   grouped = launch.group > 1
@@ -988,7 +996,7 @@ def render_gpu(name: str, ast: UOp, ordered: int = 0, launch: GpuLaunch | None =
   body = "\n".join(renderer.lines)
   if (missing := [op for op in _GPU_UNSUPPORTED if op in body]):
     raise NotImplementedError(f"codegen: kernel {name} needs {', '.join(sorted(missing))}, which the GPU backend does "
-                              "not provide yet (float64 transcendentals and pow); run it on the CPU device")
+                              "not provide (no libm on the GPU); run it on the CPU device")
   symbol, body_symbol = _symbol(name), _symbol(f"{name}.body")
   params = ", ".join(f"ptr noalias %buf{buffer.arg}" for buffer in buffers)
   lines = [f'target triple = "{NVPTX_TRIPLE}"', f'target datalayout = "{NVPTX_DATA_LAYOUT}"']
