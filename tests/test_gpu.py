@@ -207,17 +207,18 @@ def test_placement_follows_the_inputs(gpu):
   a = np.arange(6, dtype=np.float32)
   (x,) = on(gpu, a)
   assert x.devices() == {gpu} and tj.device_get(x).tolist() == a.tolist()
-  y = jnp.asarray(a)  # default device: the CPU
-  assert y.device is CPU
-  mixed = x + y  # the explicitly placed array pulls the computation; the other is copied
-  assert mixed.device is gpu
-  np.testing.assert_array_equal(np.asarray(mixed), 2 * a)
-  back = tj.device_put(mixed, CPU)
-  assert back.device is CPU and np.asarray(back).tolist() == (2 * a).tolist()
-  assert tj.device_put(x, gpu) is x
-  f = tj.jit(lambda u: u * 2)
-  assert f(x).device is gpu and f(y).device is CPU  # one function, compiled for each device
-  np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(f(y)))
+  with tj.config.override("jax_platforms", "cpu"):  # (the suite may run with a GPU as the default device)
+    y = jnp.asarray(a)  # default device: the CPU
+    assert y.device is CPU
+    mixed = x + y  # the explicitly placed array pulls the computation; the other is copied
+    assert mixed.device is gpu
+    np.testing.assert_array_equal(np.asarray(mixed), 2 * a)
+    back = tj.device_put(mixed, CPU)
+    assert back.device is CPU and np.asarray(back).tolist() == (2 * a).tolist()
+    assert tj.device_put(x, gpu) is x
+    f = tj.jit(lambda u: u * 2)
+    assert f(x).device is gpu and f(y).device is CPU  # one function, compiled for each device
+    np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(f(y)))
 
 
 def test_two_explicit_devices_is_an_error():
@@ -229,7 +230,8 @@ def test_two_explicit_devices_is_an_error():
 
 
 def test_device_api_errors():
-  assert tj.devices() == [CPU] and tj.default_backend() == "cpu" and tj.device_count() == 1
+  with tj.config.override("jax_platforms", "cpu"):
+    assert tj.devices() == [CPU] and tj.default_backend() == "cpu" and tj.device_count() == 1
   with pytest.raises(RuntimeError, match="Unknown backend"):
     tj.devices("tpu")
   with pytest.raises(TypeError, match="expected a device"):

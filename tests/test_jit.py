@@ -211,7 +211,8 @@ def test_debug_prints_each_kernel_on_the_fast_path(tmp_path):
             "x = tnp.asarray(np.ones(8, np.float32))\n"
             "f(x); print('--- hit'); f(x)\n")
   result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          env={**__import__("os").environ, "DEBUG": "1", "TINYJAX_CACHE_DIR": str(tmp_path)})
+                          env={**__import__("os").environ, "DEBUG": "1", "TINYJAX_CACHE_DIR": str(tmp_path),
+                               "TINYJAX_PLATFORMS": "cpu"})  # the CPU's fast path
   assert result.returncode == 0, result.stderr
   after_hit = result.stdout.split("--- hit", 1)[1]
   assert "*** CPU" in after_hit and " us " in after_hit

@@ -58,8 +58,10 @@ def test_reduction_fuses_with_its_elementwise_producer():
 
 
 def _run(code: str, cache_dir: str, **env) -> str:
+  """Run `code` in a fresh process on the CPU (these tests check the CPU runtime's caches and printing, whatever the
+  default device of the suite's own process)."""
   result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
-                          env=os.environ | {"TINYJAX_CACHE_DIR": cache_dir} | env)
+                          env=os.environ | {"TINYJAX_CACHE_DIR": cache_dir, "TINYJAX_PLATFORMS": "cpu"} | env)
   assert result.returncode == 0, result.stderr
   return result.stdout
 
