@@ -41,7 +41,7 @@ class Buffer:
 
   Buffers hash by identity: a BUFFER node of the UOp graph names one buffer."""
   __slots__ = ("shape", "dtype", "nbytes", "_host", "_address", "__weakref__")
-  device = CPU  # (GPU buffers are devices/cuda.py's CUDABuffer)
+  device = CPU  # (GPU buffers are DeviceBuffers, below)
 
   def __init__(self, shape: tuple[int, ...], dtype: np.dtype, host: np.ndarray | None = None):
     self.shape, self.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
@@ -108,3 +108,39 @@ def allocate_buffers(specs: list[tuple[tuple[int, ...], np.dtype, int]]) -> list
     buffer._host = raw.view(dtype).reshape(shape)
     buffers.append(buffer)
   return buffers
+
+
+class DeviceBuffer:
+  """An array's storage in a GPU device's memory. Same interface as the CPU `Buffer`: `shape`, `dtype`, `nbytes`,
+  `address` (the handle kernels get: `device.allocate(nbytes)`'s) and `numpy()` (a host copy, made once: computed
+  buffers never change). The device provides `allocate(nbytes)`, `upload(handle, host)` and `read(buffer)`."""
+  __slots__ = ("shape", "dtype", "nbytes", "device", "_address", "_host", "__weakref__")
+
+  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, device, host: np.ndarray | None = None):
+    self.shape, self.dtype, self.device = tuple(int(d) for d in shape), np.dtype(dtype), device
+    self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+    self._address = device.allocate(self.nbytes)
+    self._host = None
+    if host is not None:
+      host = np.require(host, requirements="C")
+      assert host.shape == self.shape and host.dtype == self.dtype, (host.shape, host.dtype, self.shape, self.dtype)
+      device.upload(self._address, host)
+
+  @property
+  def size(self) -> int: return math.prod(self.shape)
+  @property
+  def is_allocated(self) -> bool: return True
+  @property
+  def address(self): return self._address
+
+  def allocate(self) -> DeviceBuffer: return self
+
+  def numpy(self) -> np.ndarray:
+    """The contents copied to the host (once), read-only."""
+    if self._host is None:
+      host = self.device.read(self)
+      host.flags.writeable = False
+      self._host = host
+    return self._host
+
+  def __repr__(self) -> str: return f"{type(self).__name__}({self.shape}, {self.dtype.name}, {self.device})"

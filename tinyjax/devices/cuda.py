@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-import math
 import sys
 import threading
 import time
@@ -23,6 +22,7 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
+from tinyjax.devices.buffer import DeviceBuffer
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
 
@@ -253,43 +253,13 @@ class CUDAProgram:
     if result: self.device.lib.check(result, f"launching {self.name}")
 
 
-class CUDABuffer:
-  """An array's storage in a CUDA device's memory. Same interface as the CPU `Buffer`: `shape`, `dtype`, `nbytes`,
-  `address` (the device pointer kernels get) and `numpy()` (a host copy, made once: computed buffers never change)."""
-  __slots__ = ("shape", "dtype", "nbytes", "device", "_address", "_host", "__weakref__")
-
-  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, device: CudaDevice, host: np.ndarray | None = None):
-    self.shape, self.dtype, self.device = tuple(int(d) for d in shape), np.dtype(dtype), device
-    self.nbytes = math.prod(self.shape) * self.dtype.itemsize
-    self._address = device.allocate(self.nbytes)
-    self._host = None
-    if host is not None:
-      host = np.require(host, requirements="C")
-      assert host.shape == self.shape and host.dtype == self.dtype, (host.shape, host.dtype, self.shape, self.dtype)
-      device.upload(self._address, host)
-
-  @property
-  def size(self) -> int: return math.prod(self.shape)
-  @property
-  def is_allocated(self) -> bool: return True
-  @property
-  def address(self) -> int: return self._address
-
-  def allocate(self) -> CUDABuffer: return self
-
-  def numpy(self) -> np.ndarray:
-    """The contents copied to the host (once), read-only."""
-    if self._host is None:
-      host = np.empty(self.shape, self.dtype)
-      self.device.download(host, self._address)
-      host.flags.writeable = False
-      self._host = host
-    return self._host
+class CUDABuffer(DeviceBuffer):
+  """An array's storage in a CUDA device's memory (`address`: the device pointer); freed memory goes back to the
+  device's pool."""
+  __slots__ = ()
 
   def __del__(self):
     if sys is not None and getattr(self, "_address", 0): self.device.release(self._address, self.nbytes)
-
-  def __repr__(self) -> str: return f"CUDABuffer({self.shape}, {self.dtype.name}, {self.device})"
 
 
 @functools.cache

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import threading
 import time
 
@@ -23,6 +22,7 @@ import numpy as np
 
 from tinyjax.codegen.gpu import GpuLaunch
 from tinyjax.codegen.opencl import BUILD_OPTIONS, kernel_symbol, render_opencl
+from tinyjax.devices.buffer import DeviceBuffer
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
 
@@ -143,40 +143,10 @@ class CLProgram:
       self._enqueue(self.device.queue, self.kernel, (self.global_size,), (self.local_size,))
 
 
-class CLBuffer:
-  """An array's storage in an OpenCL device's memory. Same interface as the CPU `Buffer`: `shape`, `dtype`,
-  `nbytes`, `address` (the `cl.Buffer` kernels get) and `numpy()` (a host copy, made once: computed buffers never
-  change)."""
-  __slots__ = ("shape", "dtype", "nbytes", "device", "_buffer", "_host", "__weakref__")
-
-  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, device: OpenCLDevice, host: np.ndarray | None = None):
-    self.shape, self.dtype, self.device = tuple(int(d) for d in shape), np.dtype(dtype), device
-    self.nbytes = math.prod(self.shape) * self.dtype.itemsize
-    self._buffer = device.allocate(self.nbytes)
-    self._host = None
-    if host is not None:
-      host = np.require(host, requirements="C")
-      assert host.shape == self.shape and host.dtype == self.dtype, (host.shape, host.dtype, self.shape, self.dtype)
-      device.upload(self._buffer, host)
-
-  @property
-  def size(self) -> int: return math.prod(self.shape)
-  @property
-  def is_allocated(self) -> bool: return True
-  @property
-  def address(self): return self._buffer
-
-  def allocate(self) -> CLBuffer: return self
-
-  def numpy(self) -> np.ndarray:
-    """The contents copied to the host (once), read-only."""
-    if self._host is None:
-      host = self.device.read(self)
-      host.flags.writeable = False
-      self._host = host
-    return self._host
-
-  def __repr__(self) -> str: return f"CLBuffer({self.shape}, {self.dtype.name}, {self.device})"
+class CLBuffer(DeviceBuffer):
+  """An array's storage in an OpenCL device's memory (`address`: its `cl.Buffer`, released when the last kernel
+  queued over it has finished)."""
+  __slots__ = ()
 
 
 @functools.cache
