@@ -9,8 +9,9 @@ iterations [start, end) of the outermost global range (a kernel without a global
 The exported function loads the pointers and calls an `alwaysinline` body that takes each buffer as its own
 `ptr noalias` argument, so LLVM knows buffers don't alias and vectorises without runtime checks.
 
-How a kernel is linearised: every node is emitted at the innermost loop it depends on (`_Renderer.deps`), so work
-that does not depend on a loop's range is computed before the loop; the global ranges nest in ascending id order with
+How a kernel is linearised (`linearize.Linearizer`, shared with the OpenCL renderer): every node is emitted at the
+innermost loop it depends on, so work that does not depend on a loop's range is computed before the loop; the global
+ranges nest in ascending id order with
 the STOREs inside; a REDUCE opens its own loop nest, accumulates in an `alloca` (mem2reg turns it into phis) and its
 value is available after the loop. Values are memoised per loop scope: what a loop body computed is forgotten when
 the loop closes.
@@ -24,7 +25,6 @@ libcalls, which MCJIT can't resolve); float16 <-> float32 is `fptrunc`/`fpext`, 
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 import struct
 from typing import Callable, Iterator
@@ -33,6 +33,7 @@ import numpy as np
 
 from tinyjax.codegen import transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
+from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
 from tinyjax.codegen.opt import (BF16, F16, F32, F64, GROUP_ROWS, TILE_SUM_BLOCK, VECTOR_BYTES, TilePlan,
                                  accumulator_dtype, choose_opts)
 from tinyjax.helpers import DEBUG, NOOPT
@@ -58,17 +59,9 @@ GPU_SUM_BLOCK = 32
 # ---------------------------------------------------------------------------------------------------------------------
 # dtypes
 
-def _kind(dtype: np.dtype) -> str:
-  """'b' bool, 'i' signed int, 'u' unsigned int, 'f' float (float16 and bfloat16 included)."""
-  if dtype == BOOL: return "b"
-  if dtype.kind in "iu": return dtype.kind
-  if dtype in (F16, BF16, F32, F64): return "f"
-  raise NotImplementedError(f"codegen: unsupported dtype {dtype}")
-
-
 def compute_type(dtype: np.dtype) -> str:
   """The LLVM type a value of `dtype` has in registers."""
-  kind = _kind(dtype)
+  kind = dtype_kind(dtype)
   if kind == "b": return "i1"
   if kind in "iu": return f"i{dtype.itemsize * 8}"
   return "double" if dtype == F64 else "float"
@@ -94,25 +87,13 @@ def _float_hex(value: float) -> str:
 
 def literal(value, dtype: np.dtype) -> str:
   """The LLVM literal of a constant of `dtype`, in its compute type (floats rounded to the dtype first)."""
-  kind = _kind(dtype)
+  kind = dtype_kind(dtype)
   if kind == "b": return "true" if value else "false"
   if kind in "iu":
     bits = dtype.itemsize * 8
     wrapped = int(value) % (1 << bits)
     return str(wrapped - (1 << bits) if wrapped >= 1 << (bits - 1) else wrapped)
   return _float_hex(float(dtype.type(value)))
-
-
-def _min_value(dtype: np.dtype):
-  kind = _kind(dtype)
-  if kind == "f": return -math.inf
-  if kind == "i": return int(np.iinfo(dtype).min)
-  return 0  # unsigned and bool
-
-
-# identities of the REDUCE ops, per dtype
-_IDENTITY: dict[Ops, Callable[[np.dtype], object]] = {Ops.ADD: lambda dtype: 0, Ops.MUL: lambda dtype: 1,
-                                                      Ops.MAX: _min_value}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -149,37 +130,21 @@ def _symbol(name: str) -> str:
   return f"@{name}" if re.fullmatch(r"[A-Za-z_.$][\w.$]*", name) else f'@"{name}"'
 
 
-def _free_ranges(ast: UOp) -> dict[UOp, frozenset[UOp]]:
-  """For each node, the RANGEs whose loops it must be inside: its own and its sources', less those a REDUCE closes."""
-  deps: dict[UOp, frozenset[UOp]] = {}
-  for node in ast.toposort:
-    if node.op is Ops.RANGE: deps[node] = frozenset({node})
-    elif node.op is Ops.REDUCE:
-      value, *ranges = node.src
-      deps[node] = deps[value].difference(ranges).union(*(deps[r.src[0]] for r in ranges))
-    else: deps[node] = frozenset().union(*(deps[s] for s in node.src))
-  return deps
-
-
-class _Renderer:
+class _Renderer(Linearizer):
   """Emits the body function of one kernel: a list of IR lines, plus allocas for the entry block and declarations."""
 
   def __init__(self, ast: UOp, plan: TilePlan | None = None, decompose: bool = True, gpu: bool = False,
                ordered: int = 0, launch: GpuLaunch | None = None):
-    self.ast, self.plan, self.gpu, self.ordered = ast, plan, gpu, ordered
+    super().__init__(ast)
+    self.plan, self.gpu, self.ordered = plan, gpu, ordered
     self.launch = launch or GpuLaunch(1)
     self.shared = set(top_reduces(ast)) if self.launch.group > 1 else set()  # REDUCEs done as group reductions
     self.decompose = decompose  # float32 transcendentals as polynomials (transcendental.py), not libm intrinsics
-    self.deps = _free_ranges(ast)
     self.lines: list[str] = []
     self.allocas: list[str] = []
     self.declarations: set[str] = set()
     self.metadata: list[str] = []  # module-level metadata nodes (loop hints)
-    self.scopes: list[dict[UOp, str]] = [{}]  # memo of emitted values, one dict per open loop (innermost last)
-    self.open_ranges: set[UOp] = set()
     self.block = "entry"  # the basic block being emitted (phis name their predecessors)
-    self.counter = 0
-    self.stores_emitted: set[UOp] = set()
     self.row_tile: tuple[str, int] | None = None  # (first row, height) of the row tile open around the column loops
 
   # ---- low level: names, instructions, blocks
@@ -257,36 +222,6 @@ class _Renderer:
     self.metadata += [f"{node} = {hint}" for node, hint in zip(hint_nodes, hints)]
     return f", !llvm.loop {loop_node}"
 
-  @contextlib.contextmanager
-  def bound(self, rng: UOp | None, value: str) -> Iterator[None]:
-    """A scope in which RANGE `rng` has the value `value` (what it computes is forgotten after); None: no scope."""
-    if rng is None:
-      yield
-      return
-    self.scopes.append({rng: value})
-    self.open_ranges.add(rng)
-    yield
-    self.open_ranges.discard(rng)
-    self.scopes.pop()
-
-  # ---- scheduling: which nodes are emitted where
-
-  def lookup(self, node: UOp) -> str | None:
-    for scope in reversed(self.scopes):
-      if (value := scope.get(node)) is not None: return value
-    return None
-
-  def value(self, node: UOp) -> str:
-    if (value := self.lookup(node)) is None: raise RuntimeError(f"codegen: {node.op.name} used before it is emitted")
-    return value
-
-  def emit_ready(self, root: UOp) -> None:
-    """Emit, at the current position, every node under `root` not yet emitted whose ranges are all open. Called
-    before a loop opens (so loop-invariant work lands outside it) and inside each loop body."""
-    for node in root.toposort:
-      if self.deps[node] <= self.open_ranges and self.lookup(node) is None:
-        self.scopes[-1][node] = self.render_node(node)
-
   def render_kernel(self) -> None:
     """Emit the whole kernel: the global loop nest (or a run-once guard) with everything inside it."""
     sink = self.ast
@@ -303,9 +238,7 @@ class _Renderer:
     else:
       self.open_global_loops(global_ranges, 0)
     self.line("ret void")
-    stores = sum(1 for n in sink.toposort if n.op is Ops.STORE)
-    if len(self.stores_emitted) != stores:
-      raise ValueError(f"codegen: {stores - len(self.stores_emitted)} STOREs depend on ranges that are never opened")
+    self.check_stores()
 
   def bind_thread_index(self, global_ranges: list[UOp]) -> None:
     """GPU: the global ranges take their values from the work-item's flat index `%gid` (the entry guarantees
@@ -313,15 +246,8 @@ class _Renderer:
     elements (coalesced); what lies under them is emitted once, reductions as loops inside the work-item. The first
     `self.ordered` global ranges (a scatter's batch axes) are loops inside every work-item instead, run in order."""
     ordered, spread = global_ranges[:self.ordered], global_ranges[self.ordered:]
-    rest = "%gid"
-    values = {}
-    for position, rng in enumerate(reversed(spread)):
-      size = global_size(rng)
-      last = position == len(spread) - 1
-      values[rng] = rest if last else self.emit(f"urem i64 {rest}, {size}", "idx")
-      if not last: rest = self.emit(f"udiv i64 {rest}, {size}", "idx")
-    self.scopes.append(values)
-    self.open_ranges.update(values)
+    self.bind_work_item(spread, "%gid", lambda rest, size: self.emit(f"urem i64 {rest}, {size}", "idx"),
+                        lambda rest, size: self.emit(f"udiv i64 {rest}, {size}", "idx"))
 
     def loops(depth: int) -> None:
       self.emit_ready(self.ast)
@@ -345,24 +271,12 @@ class _Renderer:
 
   # ---- nodes
 
-  def render_node(self, node: UOp) -> str:
-    """Emit one node whose sources are emitted; return its value (an SSA name or a literal)."""
-    op = node.op
-    if op is Ops.CONST: return literal(node.arg, node.dtype)
-    if op is Ops.DEFINE_GLOBAL: return f"%buf{node.arg}"
-    if op is Ops.RANGE: raise RuntimeError("codegen: RANGE rendered outside its loop")
-    if op is Ops.SINK: return ""
-    if op is Ops.LOAD: return self.render_load(node)
-    if op is Ops.STORE: return self.render_store(node)
-    if op is Ops.REDUCE: return self.render_reduce(node)
-    if op is Ops.WHERE:
-      cond, if_true, if_false = (self.value(s) for s in node.src)
-      return self.emit(f"select i1 {cond}, {compute_type(node.dtype)} {if_true}, {compute_type(node.dtype)} {if_false}")
-    if op is Ops.CAST: return self.cast(self.value(node.src[0]), node.src[0].dtype, node.dtype)
-    if op is Ops.BITCAST: return self.bitcast(self.value(node.src[0]), node.src[0].dtype, node.dtype)
-    if len(node.src) == 1: return self.render_unary(node)
-    if len(node.src) == 2: return self.render_binary(node)
-    raise NotImplementedError(f"codegen: can't render {op.name}")
+  def constant(self, value, dtype: np.dtype) -> str: return literal(value, dtype)
+
+  def buffer_value(self, index: int) -> str: return f"%buf{index}"
+
+  def select(self, cond: str, if_true: str, if_false: str, dtype: np.dtype) -> str:
+    return self.emit(f"select i1 {cond}, {compute_type(dtype)} {if_true}, {compute_type(dtype)} {if_false}")
 
   def address(self, buffer: UOp, index: UOp) -> str:
     return self.emit(f"getelementptr inbounds {memory_type(buffer.dtype)}, ptr {self.value(buffer)}, "
@@ -411,7 +325,7 @@ class _Renderer:
 
   def render_unary(self, node: UOp) -> str:
     (operand,) = node.src
-    value, kind, llvm_type, op = self.value(operand), _kind(node.dtype), compute_type(node.dtype), node.op
+    value, kind, llvm_type, op = self.value(operand), dtype_kind(node.dtype), compute_type(node.dtype), node.op
     if op is Ops.NEG:
       if kind == "f": return self.emit(f"fneg {llvm_type} {value}")
       if kind == "b": return self.emit(f"xor i1 {value}, true")  # logical not
@@ -431,7 +345,7 @@ class _Renderer:
   def render_binary(self, node: UOp) -> str:
     lhs, rhs = node.src
     op, dtype = node.op, lhs.dtype
-    kind, llvm_type = _kind(dtype), compute_type(dtype)
+    kind, llvm_type = dtype_kind(dtype), compute_type(dtype)
     left, right = self.value(lhs), self.value(rhs)
     if op in (Ops.CMPLT, Ops.CMPNE): return self.emit(f"{_COMPARE[(op, kind)]} {llvm_type} {left}, {right}")
     if kind == "b":
@@ -463,7 +377,7 @@ class _Renderer:
     """IDIV / MOD truncating toward zero with XLA's answers where C has UB: x / 0 = -1, x % 0 = x,
     INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0."""
     dtype, llvm_type = lhs.dtype, compute_type(lhs.dtype)
-    signed = _kind(dtype) == "i"
+    signed = dtype_kind(dtype) == "i"
     left, right = self.value(lhs), self.value(rhs)
     instruction = {(Ops.IDIV, True): "sdiv", (Ops.IDIV, False): "udiv", (Ops.MOD, True): "srem",
                    (Ops.MOD, False): "urem"}[(op, signed)]
@@ -476,7 +390,7 @@ class _Renderer:
     by_zero = self.emit(f"icmp eq {llvm_type} {right}, 0")
     unsafe = by_zero
     if signed:
-      overflows = self.emit(f"and i1 {self.emit(f'icmp eq {llvm_type} {left}, {literal(_min_value(dtype), dtype)}')}, "
+      overflows = self.emit(f"and i1 {self.emit(f'icmp eq {llvm_type} {left}, {literal(min_value(dtype), dtype)}')}, "
                             f"{self.emit(f'icmp eq {llvm_type} {right}, -1')}")
       unsafe = self.emit(f"or i1 {by_zero}, {overflows}")
     safe_divisor = self.emit(f"select i1 {unsafe}, {llvm_type} 1, {llvm_type} {right}")  # INT_MIN / 1 = INT_MIN
@@ -490,7 +404,7 @@ class _Renderer:
     dtype, llvm_type = lhs.dtype, compute_type(lhs.dtype)
     bits = dtype.itemsize * 8
     left, amount = self.value(lhs), self.value(rhs)
-    instruction = "shl" if op is Ops.SHL else ("ashr" if _kind(dtype) == "i" else "lshr")
+    instruction = "shl" if op is Ops.SHL else ("ashr" if dtype_kind(dtype) == "i" else "lshr")
     constant_in_range = rhs.op is Ops.CONST and 0 <= int(rhs.arg) < bits
     # compared in the amount's own type, before it is narrowed: a negative amount is a huge unsigned one
     too_far = None if constant_in_range else self.emit(f"icmp uge {compute_type(rhs.dtype)} {amount}, {bits}")
@@ -525,7 +439,7 @@ class _Renderer:
     acc_dtype = F64 if node.arg is Ops.ADD and inner_dtype == F32 else inner_dtype
     llvm_type = compute_type(acc_dtype)
     accumulator = self.alloca(llvm_type)
-    self.line(f"store {llvm_type} {literal(_IDENTITY[node.arg](acc_dtype), acc_dtype)}, ptr {accumulator}")
+    self.line(f"store {llvm_type} {literal(IDENTITY[node.arg](acc_dtype), acc_dtype)}, ptr {accumulator}")
 
     def level(depth: int) -> None:
       if depth == len(inner):
@@ -625,7 +539,7 @@ class _Renderer:
     innermost loop; returns the accumulators' final values (`tiled`, `contract`: see `reduce_loops`)."""
     llvm_type = compute_type(acc_dtype)
     accumulators = [self.alloca(llvm_type) for _ in range(count)]
-    identity = literal(_IDENTITY[node.arg](acc_dtype), acc_dtype)
+    identity = literal(IDENTITY[node.arg](acc_dtype), acc_dtype)
     for accumulator in accumulators: self.line(f"store {llvm_type} {identity}, ptr {accumulator}")
 
     def level(depth: int, indices: list[str]) -> None:
@@ -806,7 +720,7 @@ class _Renderer:
 
     def accumulators(dtype: np.dtype) -> str:
       array = self.alloca(f"[{plan.columns} x {compute_type(dtype)}]", align=VECTOR_BYTES)
-      identity = literal(_IDENTITY[node.arg](dtype), dtype)
+      identity = literal(IDENTITY[node.arg](dtype), dtype)
       columns(lambda slot: self.line(f"store {compute_type(dtype)} {identity}, ptr {self.slot(array, dtype, slot)}"))
       return array
 
@@ -865,7 +779,7 @@ class _Renderer:
               contract: bool = False) -> str:
     """Fold `part` into accumulator value `acc`. Float ADD / MUL are `reassoc` (vectorisable) unless `ordered`;
     `contract` allows an FMA."""
-    kind, llvm_type = _kind(dtype), compute_type(dtype)
+    kind, llvm_type = dtype_kind(dtype), compute_type(dtype)
     if kind == "b": return self.emit(f"{_BOOL_BINARY[op]} i1 {acc}, {part}")
     if kind == "f":
       if op is Ops.MAX: return self.call(f"llvm.maximum.{_suffix(llvm_type)}", llvm_type,
@@ -910,7 +824,7 @@ class _Renderer:
     """Value conversion with numpy / JAX semantics. float -> int truncates toward zero and saturates (NaN -> 0), as
     XLA on CPU; float -> bool is x != 0 (NaN -> True); every conversion to a float rounds once."""
     if src == dst: return value
-    src_kind, dst_kind = _kind(src), _kind(dst)
+    src_kind, dst_kind = dtype_kind(src), dtype_kind(dst)
     src_type, dst_type = compute_type(src), compute_type(dst)
     if dst_kind == "b":
       return self.emit(f"fcmp une {src_type} {value}, 0.0" if src_kind == "f" else f"icmp ne {src_type} {value}, 0")

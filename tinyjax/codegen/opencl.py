@@ -32,7 +32,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 from tinyjax.codegen.gpu import GpuLaunch, global_ranges, global_size, gpu_launch, top_reduces
-from tinyjax.codegen.llvm import GPU_SUM_BLOCK, _free_ranges, _IDENTITY, _kind
+from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind
+from tinyjax.codegen.llvm import GPU_SUM_BLOCK
 from tinyjax.codegen.opt import BF16, F16, F32, F64, accumulator_dtype
 from tinyjax.uop import BOOL, Ops, UOp
 
@@ -77,7 +78,7 @@ inline float tj_round_to_odd(double v) {
 
 def c_type(dtype: np.dtype) -> str:
   """The C type a value of `dtype` is computed in (float16 / bfloat16: float, holding values exact in the dtype)."""
-  kind = _kind(dtype)
+  kind = dtype_kind(dtype)
   if kind == "b": return "bool"
   if kind == "f": return "double" if dtype == F64 else "float"
   return _C_INT[(kind, dtype.itemsize)]
@@ -93,7 +94,7 @@ def memory_type(dtype: np.dtype) -> str:
 
 def literal(value, dtype: np.dtype) -> str:
   """The C literal of a constant of `dtype` (floats rounded to the dtype first; exact, in hex)."""
-  kind = _kind(dtype)
+  kind = dtype_kind(dtype)
   if kind == "b": return "true" if value else "false"
   if kind in "iu":
     bits = dtype.itemsize * 8
@@ -119,20 +120,16 @@ def kernel_symbol(name: str) -> str:
   return re.sub(r"\W", "_", name)
 
 
-class _Renderer:
+class _Renderer(Linearizer):
   """Emits the body of one OpenCL C kernel: statements in nested blocks, one variable per node."""
 
   def __init__(self, ast: UOp, ordered: int, launch: GpuLaunch):
-    self.ast, self.ordered, self.launch = ast, ordered, launch
+    super().__init__(ast)
+    self.ordered, self.launch = ordered, launch
     self.shared = set(top_reduces(ast)) if launch.group > 1 else set()  # REDUCEs done as group reductions
     self.locals: list[str] = []  # declarations of local-memory arrays (at kernel scope, as OpenCL C wants)
-    self.deps = _free_ranges(ast)
     self.lines: list[str] = []
     self.depth = 1
-    self.scopes: list[dict[UOp, str]] = [{}]
-    self.open_ranges: set[UOp] = set()
-    self.counter = 0
-    self.stores_emitted: set[UOp] = set()
 
   # ---- low level
 
@@ -152,28 +149,11 @@ class _Renderer:
     index = f"r{self.counter}"
     self.line(f"for (long {index} = {start}; {index} < {end}; {index}++) {{")
     self.depth += 1
-    self.scopes.append({} if binds is None else {binds: index})
-    if binds is not None: self.open_ranges.add(binds)
-    yield index
-    if binds is not None: self.open_ranges.discard(binds)
+    self.scopes.append({})  # what the body computes is forgotten after it
+    with self.bound(binds, index): yield index
     self.scopes.pop()
     self.depth -= 1
     self.line("}")
-
-  def lookup(self, node: UOp) -> str | None:
-    for scope in reversed(self.scopes):
-      if (value := scope.get(node)) is not None: return value
-    return None
-
-  def value(self, node: UOp) -> str:
-    if (value := self.lookup(node)) is None: raise RuntimeError(f"codegen: {node.op.name} used before it is emitted")
-    return value
-
-  def emit_ready(self, root: UOp) -> None:
-    """Emit every node under `root` not yet emitted whose ranges are all open (see codegen/llvm.py)."""
-    for node in root.toposort:
-      if self.deps[node] <= self.open_ranges and self.lookup(node) is None:
-        self.scopes[-1][node] = self.render_node(node)
 
   # ---- the kernel
 
@@ -186,44 +166,24 @@ class _Renderer:
     else:
       self.line("long gid = get_global_id(0);")
       self.line(f"if (gid >= {self.launch.outputs}L) return;")
-    rest, values = "gid", {}
-    for position, rng in enumerate(reversed(spread)):
-      size = global_size(rng)
-      if position == len(spread) - 1: values[rng] = rest
-      else:
-        values[rng] = self.var("long", f"{rest} % {size}L", "idx")
-        rest = self.var("long", f"{rest} / {size}L", "idx")
-    self.scopes.append(values)
-    self.open_ranges.update(values)
+    self.bind_work_item(spread, "gid", lambda rest, size: self.var("long", f"{rest} % {size}L", "idx"),
+                        lambda rest, size: self.var("long", f"{rest} / {size}L", "idx"))
 
     def loops(depth: int) -> None:
       self.emit_ready(self.ast)
       if depth < len(ordered):
         with self.loop("0", f"{global_size(ordered[depth])}L", ordered[depth]): loops(depth + 1)
     loops(0)
-    stores = sum(1 for n in self.ast.toposort if n.op is Ops.STORE)
-    if len(self.stores_emitted) != stores:
-      raise ValueError(f"codegen: {stores - len(self.stores_emitted)} STOREs depend on ranges that are never opened")
+    self.check_stores()
 
   # ---- nodes
 
-  def render_node(self, node: UOp) -> str:
-    op = node.op
-    if op is Ops.CONST: return literal(node.arg, node.dtype)
-    if op is Ops.DEFINE_GLOBAL: return f"buf{node.arg}"
-    if op is Ops.RANGE: raise RuntimeError("codegen: RANGE rendered outside its loop")
-    if op is Ops.SINK: return ""
-    if op is Ops.LOAD: return self.render_load(node)
-    if op is Ops.STORE: return self.render_store(node)
-    if op is Ops.REDUCE: return self.render_reduce(node)
-    if op is Ops.WHERE:
-      cond, if_true, if_false = (self.value(s) for s in node.src)
-      return self.var(c_type(node.dtype), f"{cond} ? {if_true} : {if_false}")
-    if op is Ops.CAST: return self.cast(self.value(node.src[0]), node.src[0].dtype, node.dtype)
-    if op is Ops.BITCAST: return self.bitcast(self.value(node.src[0]), node.src[0].dtype, node.dtype)
-    if len(node.src) == 1: return self.render_unary(node)
-    if len(node.src) == 2: return self.render_binary(node)
-    raise NotImplementedError(f"codegen: can't render {op.name}")
+  def constant(self, value, dtype: np.dtype) -> str: return literal(value, dtype)
+
+  def buffer_value(self, index: int) -> str: return f"buf{index}"
+
+  def select(self, cond: str, if_true: str, if_false: str, dtype: np.dtype) -> str:
+    return self.var(c_type(dtype), f"{cond} ? {if_true} : {if_false}")
 
   def load_expression(self, buffer: UOp, index: UOp) -> str:
     pointer, position = self.value(buffer), self.value(index)
@@ -257,7 +217,7 @@ class _Renderer:
 
   def render_unary(self, node: UOp) -> str:
     (operand,) = node.src
-    value, kind, ctype, op = self.value(operand), _kind(node.dtype), c_type(node.dtype), node.op
+    value, kind, ctype, op = self.value(operand), dtype_kind(node.dtype), c_type(node.dtype), node.op
     if op is Ops.NEG:
       if kind == "f": return self.var(ctype, f"-({value})")
       if kind == "b": return self.var(ctype, f"!{value}")
@@ -275,7 +235,7 @@ class _Renderer:
   def render_binary(self, node: UOp) -> str:
     lhs, rhs = node.src
     op, dtype = node.op, lhs.dtype
-    kind, ctype = _kind(dtype), c_type(dtype)
+    kind, ctype = dtype_kind(dtype), c_type(dtype)
     left, right = self.value(lhs), self.value(rhs)
     if op is Ops.CMPLT: return self.var("bool", f"{left} < {right}")
     if op is Ops.CMPNE: return self.var("bool", f"{left} != {right}")  # NaN != NaN
@@ -305,7 +265,7 @@ class _Renderer:
     """IDIV / MOD truncating toward zero, with XLA's answers where C has none: x / 0 = -1, x % 0 = x,
     INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0."""
     dtype, ctype = lhs.dtype, c_type(lhs.dtype)
-    signed = _kind(dtype) == "i"
+    signed = dtype_kind(dtype) == "i"
     left, right = self.value(lhs), self.value(rhs)
     operator = "/" if op is Ops.IDIV else "%"
     if rhs.op is Ops.CONST:  # index arithmetic: a constant divisor needs no guards
@@ -332,7 +292,7 @@ class _Renderer:
     if too_far is not None: amount = self.var("uint", f"{too_far} ? {bits - 1}u : (uint){amount}")
     if op is Ops.SHL: shifted = self.wrapping(dtype, lambda unsigned: f"({unsigned}){left} << {amount}")
     else: shifted = self.var(ctype, f"({ctype})({left} >> {amount})")  # arithmetic for signed types in OpenCL C
-    if too_far is None or (op is Ops.SHR and _kind(dtype) == "i"): return shifted
+    if too_far is None or (op is Ops.SHR and dtype_kind(dtype) == "i"): return shifted
     return self.var(ctype, f"{too_far} ? {literal(0, dtype)} : {shifted}")
 
   # ---- reductions
@@ -380,12 +340,10 @@ class _Renderer:
     group, size = self.launch.group, int(first.src[0].arg)
     inner_dtype = accumulator_dtype(node)
     acc_dtype = F64 if node.arg is Ops.ADD and inner_dtype == F32 else inner_dtype
-    accumulator = self.var(c_type(acc_dtype), literal(_IDENTITY[node.arg](acc_dtype), acc_dtype), "acc")
+    accumulator = self.var(c_type(acc_dtype), literal(IDENTITY[node.arg](acc_dtype), acc_dtype), "acc")
     with self.loop("0", f"{-(-size // group)}L", None) as step:
       position = self.var("long", f"{step} * {group}L + lane")
       if size % group: self.line(f"if ({position} < {size}L) {{")
-      self.scopes.append({first: position})
-      self.open_ranges.add(first)
 
       def level(depth: int) -> None:
         if depth == len(inner):
@@ -395,9 +353,7 @@ class _Renderer:
           return
         with self.loop("0", self.value(inner[depth].src[0]), inner[depth]): level(depth + 1)
 
-      level(0)
-      self.open_ranges.discard(first)
-      self.scopes.pop()
+      with self.bound(first, position): level(0)
       if size % group: self.line("}")
     local_type = "uchar" if acc_dtype == BOOL else c_type(acc_dtype)
     self.counter += 1
@@ -418,7 +374,7 @@ class _Renderer:
                  body: Callable[[list[str]], tuple[str, np.dtype]]) -> str:
     """One accumulator of `acc_dtype`, starting at the identity, folding in `body(indices)` in the innermost of the
     loops `nest` ((start, end, RANGE or None) each); returns the accumulator's name (its value after the loops)."""
-    accumulator = self.var(c_type(acc_dtype), literal(_IDENTITY[node.arg](acc_dtype), acc_dtype), "acc")
+    accumulator = self.var(c_type(acc_dtype), literal(IDENTITY[node.arg](acc_dtype), acc_dtype), "acc")
 
     def level(depth: int, indices: list[str]) -> None:
       if depth == len(nest):
@@ -434,7 +390,7 @@ class _Renderer:
 
   def combine(self, op: Ops, dtype: np.dtype, acc: str, part: str) -> str:
     """The expression folding `part` into accumulator `acc`."""
-    kind, ctype = _kind(dtype), c_type(dtype)
+    kind, ctype = dtype_kind(dtype), c_type(dtype)
     if kind == "b": return f"{acc} {'&' if op is Ops.MUL else '|'} {part}"
     if op is Ops.MAX:
       if kind == "f": return f"tj_max_f{'64' if ctype == 'double' else '32'}({acc}, {part})"
@@ -455,7 +411,7 @@ class _Renderer:
   def cast(self, value: str, src: np.dtype, dst: np.dtype) -> str:
     """Value conversion with numpy / JAX semantics, as codegen/llvm.py's `cast`."""
     if src == dst: return value
-    src_kind, dst_kind, dst_type = _kind(src), _kind(dst), c_type(dst)
+    src_kind, dst_kind, dst_type = dtype_kind(src), dtype_kind(dst), c_type(dst)
     if dst_kind == "b": return self.var("bool", f"{value} != 0")
     if src_kind == "b": return self.var(dst_type, f"({dst_type}){value}")
     if src_kind in "iu" and dst_kind in "iu": return self.var(dst_type, f"({dst_type}){value}")
@@ -475,7 +431,7 @@ class _Renderer:
     unsigned = _UNSIGNED[dtype.itemsize]
     if dtype == F16: return self.var(unsigned, f"tj_f16_bits({value})")
     if dtype == BF16: return self.var(unsigned, f"(ushort)(as_uint({value}) >> 16)")
-    if _kind(dtype) == "f": return self.var(unsigned, f"as_{unsigned}({value})")
+    if dtype_kind(dtype) == "f": return self.var(unsigned, f"as_{unsigned}({value})")
     return self.var(unsigned, f"({unsigned}){value}")
 
   def bitcast(self, value: str, src: np.dtype, dst: np.dtype) -> str:
@@ -485,7 +441,7 @@ class _Renderer:
     if dst == BOOL: return self.var("bool", f"{raw} != 0")
     if dst == F16: return self.var("float", f"tj_f16_from_bits({raw})")
     if dst == BF16: return self.var("float", f"as_float((uint){raw} << 16)")
-    if _kind(dst) == "f": return self.var(c_type(dst), f"as_{c_type(dst)}({raw})")
+    if dtype_kind(dst) == "f": return self.var(c_type(dst), f"as_{c_type(dst)}({raw})")
     return self.var(c_type(dst), f"({c_type(dst)}){raw}")
 
 
