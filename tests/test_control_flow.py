@@ -356,3 +356,23 @@ def test_custom_jvp_rule_applies_inside_loop_bodies_and_branches():
   _, tangent = tj.jvp(lambda v: lax.while_loop(lambda s: s[0] < 2, lambda s: (s[0] + 1, f(s[1])), (0, v))[1],
                       (0.5,), (1.0,))
   np.testing.assert_allclose(float(tangent), 3.0 * np.cos(2 * np.sin(0.5)) * 3.0 * np.cos(1.0), rtol=1e-5)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_scan_carries_updated_from_each_other(jit):
+  """Carries whose new values read the others' old values (a rotation and a running sum): the elementwise updates
+  merge into one kernel, which must not write a carry in place while a later output still reads its old value."""
+  def body(carry, x):
+    a, b, c = carry
+    return (b * 2.0, a + 1.0, c + a * b + x), a.sum()
+
+  def run(a, b, c, xs): return lax.scan(body, (a, b, c), xs)
+  a, b, c = (RNG.standard_normal(6).astype(np.float32) for _ in range(3))
+  xs = RNG.standard_normal((5, 6)).astype(np.float32)
+  (ga, gb, gc), ys = (tj.jit(run) if jit else run)(a, b, c, xs)
+  want_a, want_b, want_c, want_ys = a.astype(np.float64), b.astype(np.float64), c.astype(np.float64), []
+  for x in xs:
+    want_ys.append(want_a.sum())
+    want_a, want_b, want_c = want_b * 2.0, want_a + 1.0, want_c + want_a * want_b + x
+  for got, want in ((ga, want_a), (gb, want_b), (gc, want_c), (ys, want_ys)):
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)

@@ -15,8 +15,8 @@ from test_codegen import (BF16, BOOL, F16, F32, F64, add, alu, assert_same, buff
 from tinyjax.array import Array
 from tinyjax.codegen import llvm
 from tinyjax.codegen.llvm import SUM_BLOCK, TILE_SUM_BLOCK, render_llvm
-from tinyjax.codegen.opt import (GROUP_ROWS, STREAM_TILE, TILE_ROWS, VECTOR_BYTES, applied_opts, choose_opts,
-                                 launch_grain)
+from tinyjax.codegen.opt import (GROUP_ROWS, PACK_BYTES, PACK_MIN_ROWS, STREAM_TILE, TILE_ROWS, VECTOR_BYTES,
+                                 applied_opts, choose_opts, launch_grain)
 from tinyjax.trace.core import bind
 from tinyjax.uop import Ops, UOp
 
@@ -186,7 +186,8 @@ def test_batched_matmul():
 
 def test_launch_grain_keeps_tiles_whole():
   """A launch is cut into chunks of whole tiles when the tiled row or column is the outermost loop."""
-  assert launch_grain(matmul_kernel(64, 64, 64, F32)) == TILE_ROWS  # rows of the register tile
+  assert launch_grain(matmul_kernel(8, 64, 64, F32)) == TILE_ROWS  # rows of the register tile
+  assert launch_grain(matmul_kernel(64, 64, 64, F32)) == PACK_MIN_ROWS  # rows sharing a packed operand
   assert launch_grain(column_reduce_kernel(Ops.ADD, F32, 64, 64)) == STREAM_TILE  # columns of the stream tile
   assert launch_grain(matmul_kernel(64, 64, 64, F32), enabled=False) == 1
   elementwise = global_range(0, 100)
@@ -399,3 +400,65 @@ def test_k_blocking_applies_to_long_float32_sums_only():
   for other in (matmul_kernel(64, 2 * TILE_SUM_BLOCK, 64, F32), matmul_kernel(64, 300, 64, F64),
                 matmul_kernel(64, 300, 64, I32), matmul_kernel(64, 300, 64, F32, reduce_op=Ops.MAX)):
     assert not llvm._Renderer(other, choose_opts(other)).k_blocked()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the reused operand packed per column tile
+
+def test_reused_operand_is_packed():
+  """b of a @ b is packed (one load) when enough rows share it and its copy fits; not with few rows, nor when the
+  copy would be too big for the stack, nor for a load that depends on the row."""
+  assert ("pack", 1, 1) in applied_opts(matmul_kernel(PACK_MIN_ROWS, 64, 64, F32))
+  assert not any(opt[0] == "pack" for opt in applied_opts(matmul_kernel(PACK_MIN_ROWS - 1, 64, 64, F32)))
+  too_long = PACK_BYTES // (4 * 64) + 1
+  assert not any(opt[0] == "pack" for opt in applied_opts(matmul_kernel(64, too_long, 64, F32)))
+  plan = choose_opts(matmul_kernel(64, 64, 64, F32))
+  assert [load.src[0].arg for load in plan.packed] == [2]  # buffer 2 is b; a depends on the row
+
+
+def conv_like_kernel(m: int, c: int, t: int, n: int, dtype: np.dtype) -> UOp:
+  """out[i, j] = sum_{c, t} x[i, c * T + t] * w[c, t, j] + bias[j]: two reduce ranges (a convolution's channels and
+  window)."""
+  rows, cols, channel, tap = global_range(0, m), global_range(1, n), reduce_range(2, c), reduce_range(3, t)
+  x = load(buffer(1, dtype), add(mul(rows, const(c * t)), add(mul(channel, const(t)), tap)))
+  w = load(buffer(2, dtype), add(mul(add(mul(channel, const(t)), tap), const(n)), cols))
+  total = add(reduce(Ops.ADD, mul(x, w), channel, tap), load(buffer(3, dtype), cols))
+  return kernel(store(buffer(0, dtype), add(mul(rows, const(n)), cols), total))
+
+
+@pytest.mark.parametrize("case", [
+  ("matmul", 40, 300, 150, F32, (0, 40)),      # K-blocked row groups, a partial last block, column tails
+  ("matmul", 40, 300, 150, F32, (3, 37)),      # a chunk of rows that is no multiple of a tile or a group
+  ("matmul", 33, 70, 100, F32, (0, 33)),       # one block: plain row tiles
+  ("matmul", 20, 50, 64, BF16, (0, 20)),       # bfloat16 operands, packed as float32
+  ("matmul", 24, 40, 130, F64, (0, 24)),
+  ("matmul", 17, 45, 70, I32, (1, 17)),
+  ("conv", 36, 5, 9, 80, F32, (0, 36)),        # two reduce ranges, flattened into the pack
+], ids=str)
+def test_packed_operand_matches_unpacked(case, monkeypatch):
+  """Reading the reused operand from its packed copy gives the same bits as reading it in place (same products, same
+  order), and float64's values; rows outside the chunk are not written."""
+  kind, *dims, dtype, (start, end) = case
+  if kind == "matmul":
+    m, k, n = dims
+    a, b = matmul_inputs(m, k, n, dtype, seed=m + k)
+    ast, expected = matmul_kernel(m, k, n, dtype), a.astype(F64) @ b.astype(F64)
+    operands = [a, b]
+  else:
+    m, c, t, n = dims
+    k = c * t
+    x, w = matmul_inputs(m, k, n, dtype, seed=5)
+    bias = sample(F32, n, seed=6).astype(dtype)
+    ast, expected = conv_like_kernel(m, c, t, n, dtype), x.astype(F64) @ w.astype(F64) + bias
+    operands = [x, w, bias]
+  assert any(opt[0] == "pack" for opt in applied_opts(ast))
+  outputs = {}
+  for packed in (True, False):
+    if not packed: monkeypatch.setattr(llvm._Renderer, "pack", lambda self, column_start: None)
+    outputs[packed] = np.full(m * n, -7, dtype)
+    run_kernel(ast, [outputs[packed], *operands], True, start, end)
+  assert_same(outputs[True], outputs[False])
+  grid = outputs[True].reshape(m, n).astype(F64)
+  tolerance = TOLERANCE.get(dtype, 1e-5) * np.sqrt(k)
+  np.testing.assert_allclose(grid[start:end], expected[start:end], rtol=tolerance, atol=tolerance)
+  assert (grid[:start] == -7).all() and (grid[end:] == -7).all()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tinyjax.lower import symbolic
-from tinyjax.lower.schedule import ROW_LOOP_MIN, find_buffers, schedule
+from tinyjax.lower.schedule import REREAD_LIMIT, ROW_LOOP_MIN, find_buffers, schedule
 from tinyjax.uop import INDEX_DTYPE, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 F32 = np.dtype(np.float32)
@@ -54,13 +54,13 @@ def interpret(sink: UOp, inputs: list[np.ndarray]) -> list[np.ndarray]:
   slots = list(inputs) + [np.zeros(shape, dtype) for shape, dtype in sched.slot_specs]
   for kernel in sched.kernels:
     buffers = [slots[s] for s in kernel.slots]
-    (store,) = kernel.ast.src
     ranges = sorted({n for n in kernel.ast.toposort if n.op is Ops.RANGE and n.arg[1] == "global"},
                     key=lambda r: r.arg[0])
     for combo in itertools.product(*(range(r.src[0].arg) for r in ranges)):
       env = dict(zip(ranges, combo))
-      index = _eval(store.src[1], env, buffers, {})
-      buffers[0].reshape(-1)[index] = _eval(store.src[2], env, buffers, {})
+      for store in kernel.ast.src:  # a kernel's STOREs in order (merged elementwise kernels have several)
+        index = _eval(store.src[1], env, buffers, {})
+        buffers[store.src[0].arg].reshape(-1)[index] = _eval(store.src[2], env, buffers, {})
   return [slots[s] for s in sched.outputs]
 
 
@@ -274,7 +274,7 @@ def test_reduction_read_by_two_kernels_is_computed_once():
   program = node(Ops.SINK, node(Ops.ADD, total, two), scaled)
   kernels = schedule(program).kernels
   with_reduce = [k for k in kernels if any(n.op is Ops.REDUCE for n in k.ast.toposort)]
-  assert len(with_reduce) == 1 and len(kernels) == 3
+  assert len(with_reduce) == 1 and len(kernels) == 2  # the two readers: one elementwise kernel with two outputs
   data = np.arange(48, dtype=np.float32).reshape(8, 6)
   first, second = interpret(program, [data])
   want = data.sum(0).reshape(6, 1, 1)
@@ -299,3 +299,65 @@ def test_narrow_contraction_is_vectorised_along_its_reduction():
   assert loads and all(linear_strides(x.src[1])[0].get(inner, 0) in (0, 1) for x in loads)
   (out,) = interpret(program, [h_data, w_data])
   np.testing.assert_allclose(out, h_data.astype(np.float64) @ w_data, rtol=1e-5, atol=1e-5)
+
+
+def _fill(value: float, shape: tuple[int, ...]) -> UOp:
+  return node(Ops.EXPAND, node(Ops.RESHAPE, UOp.const(F32, value), arg=(1,) * len(shape)), arg=shape)
+
+
+@pytest.mark.parametrize("n", [REREAD_LIMIT + 1, 3])
+def test_elementwise_operand_reread_by_a_contraction_gets_a_buffer(n):
+  """relu(a @ w1 + b) feeding `@ w2`: with many columns in w2 the bias and ReLU are computed once per element, in the
+  first contraction's kernel (its epilogue), instead of inside the second contraction for each of its columns; with
+  few columns they stay fused into the second. The values are the same either way."""
+  m, k, h = 4, 8, 6
+  a, w1, b, w2 = param(0, (m, k)), param(1, (k, h)), param(2, (h,)), param(3, (h, n))
+  bias = node(Ops.EXPAND, node(Ops.RESHAPE, b, arg=(1, h)), arg=(m, h))
+  hidden = node(Ops.MAX, node(Ops.ADD, _matmul(a, w1), bias), _fill(0.0, (m, h)))
+  program = node(Ops.SINK, _matmul(hidden, w2))
+  kernels = schedule(program).kernels
+  contractions = [kernel for kernel in kernels if any(x.op is Ops.REDUCE for x in kernel.ast.toposort)]
+  has_max = [any(x.op is Ops.MAX for x in kernel.ast.toposort) for kernel in contractions]
+  assert has_max == ([True, False] if n > REREAD_LIMIT else [False, True])
+  rng = np.random.default_rng(2)
+  data = [rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (k, h), (h,), (h, n))]
+  (out,) = interpret(program, data)
+  want = np.maximum(data[0].astype(np.float64) @ data[1] + data[2], 0) @ data[3]
+  np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_elementwise_kernels_over_one_loop_merge_into_one_with_several_outputs():
+  """Adam's update of one parameter (both moments, then the parameter from the new moments): one kernel with three
+  STOREs that loads the gradient and each state once and uses the new moments without loading them back."""
+  shape = (5, 7)
+  g, mu, nu, p = (param(i, shape) for i in range(4))
+  new_mu = node(Ops.ADD, node(Ops.MUL, _fill(0.9, shape), mu), node(Ops.MUL, _fill(0.1, shape), g))
+  new_nu = node(Ops.ADD, node(Ops.MUL, _fill(0.999, shape), nu),
+                node(Ops.MUL, _fill(0.001, shape), node(Ops.MUL, g, g)))
+  step = node(Ops.FDIV, new_mu, node(Ops.ADD, new_nu, _fill(1e-3, shape)))
+  new_p = node(Ops.ADD, p, node(Ops.MUL, _fill(-0.01, shape), step))
+  program = node(Ops.SINK, new_mu, new_nu, new_p)
+  (merged,) = schedule(program).kernels
+  assert sum(x.op is Ops.STORE for x in merged.ast.src) == 3
+  loaded = [merged.slots[x.src[0].arg] for x in merged.ast.toposort if x.op is Ops.LOAD]
+  assert sorted(loaded) == [0, 1, 2, 3]
+  rng = np.random.default_rng(3)
+  gd, mud, nud, pd = (rng.random(shape, np.float32) for _ in range(4))
+  got = interpret(program, [gd, mud, nud, pd])
+  want_mu, want_nu = 0.9 * mud + 0.1 * gd, 0.999 * nud + 0.001 * gd * gd
+  want = [want_mu, want_nu, pd - 0.01 * want_mu / (want_nu + 1e-3)]
+  for out, expected in zip(got, want): np.testing.assert_allclose(out, expected, rtol=1e-5)
+
+
+def test_kernels_that_can_not_merge_stay_apart():
+  """A kernel reading another's output at other elements (a transpose), or over a loop of another size, is not
+  merged into it."""
+  x = param(0, (4, 4))
+  y = node(Ops.ADD, x, _fill(1.0, (4, 4)))
+  transposed = node(Ops.MUL, node(Ops.PERMUTE, y, arg=(1, 0)), _fill(2.0, (4, 4)))
+  assert len(schedule(node(Ops.SINK, y, transposed)).kernels) == 2
+  other = node(Ops.MUL, param(1, (3,)), _fill(3.0, (3,)))
+  assert len(schedule(node(Ops.SINK, y, other)).kernels) == 2
+  data = np.arange(16, dtype=np.float32).reshape(4, 4)
+  first, second = interpret(node(Ops.SINK, y, transposed), [data])
+  np.testing.assert_array_equal(second, (data + 1).T * 2)

@@ -25,6 +25,7 @@ libcalls, which MCJIT can't resolve); float16 <-> float32 is `fptrunc`/`fpext`, 
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import struct
 from typing import Callable, Iterator
@@ -146,6 +147,7 @@ class _Renderer(Linearizer):
     self.metadata: list[str] = []  # module-level metadata nodes (loop hints)
     self.block = "entry"  # the basic block being emitted (phis name their predecessors)
     self.row_tile: tuple[str, int] | None = None  # (first row, height) of the row tile open around the column loops
+    self.packs: dict[UOp, str] = {}  # the plan's packed loads -> their arrays, while a packed column tile is open
 
   # ---- low level: names, instructions, blocks
 
@@ -581,6 +583,7 @@ class _Renderer(Linearizer):
     column_widths = sorted({plan.columns, plan.lanes, 1}, reverse=True)
     for width in column_widths:
       with self.loop(column_start, column_end, None, step=width) as column_index:
+        if width == plan.columns and plan.packed: self.pack(column_index)
         if self.row_tile is not None:  # the row's tile loop is open further out (render_row_tiles)
           self.render_block(*self.row_tile, column_index, width)
         elif plan.row is None:
@@ -593,7 +596,49 @@ class _Renderer(Linearizer):
             with self.loop(row_start, row_end, None, step=height) as row_index:
               self.render_block(row_index, height, column_index, width)
             row_start = row_index
+        self.packs = {}
       column_start = column_index
+
+  def pack(self, column_start: str) -> None:
+    """Copy the plan's packed loads (the reused operand) for the column tile at `column_start` into arrays, one
+    contiguous row of `plan.columns` values per reduce step in loop-nest order (values in their compute type), which
+    the tile bodies then read (`tile_body`) instead of the operand itself (see opt.PACK_BYTES)."""
+    plan = self.plan
+    assert plan is not None
+    ranges = plan.reduce.src[1:]
+    steps = math.prod(rng.src[0].arg for rng in ranges)
+    packs = {load: self.alloca(f"[{steps * plan.columns} x {compute_type(load.dtype)}]", align=VECTOR_BYTES)
+             for load in plan.packed}
+
+    def nest(depth: int, flat: str) -> None:
+      if depth < len(ranges):
+        with self.loop("0", str(ranges[depth].src[0].arg), ranges[depth]) as index:
+          nest(depth + 1, index if depth == 0 else
+               self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {flat}, {ranges[depth].src[0].arg}')}, {index}"))
+        return
+      first = self.emit(f"mul nsw i64 {flat}, {plan.columns}")
+      with self.loop("0", str(plan.columns), None) as j:
+        with self.bound(plan.column, self.emit(f"add nsw i64 {column_start}, {j}", "idx")):
+          for load, array in packs.items():
+            self.emit_ready(load)
+            address = self.slot(array, load.dtype, self.emit(f"add nsw i64 {first}, {j}"))
+            self.line(f"store {compute_type(load.dtype)} {self.value(load)}, ptr {address}")
+    nest(0, "0")
+    self.packs = packs
+
+  def packed_loads(self, column_offset: int) -> dict[UOp, str]:
+    """Inside a packed tile body: each packed load's value at column `column_offset` of the tile, read from its array
+    at the current reduce step."""
+    if not self.packs: return {}
+    plan = self.plan
+    assert plan is not None
+    flat = "0"
+    for rng in plan.reduce.src[1:]:
+      flat = self.value(rng) if flat == "0" else \
+          self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {flat}, {rng.src[0].arg}')}, {self.value(rng)}")
+    offset = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {flat}, {plan.columns}')}, {column_offset}")
+    return {load: self.emit(f"load {compute_type(load.dtype)}, ptr {self.slot(array, load.dtype, offset)}")
+            for load, array in self.packs.items()}
 
   def render_row_tiles(self, global_ranges: list[UOp], depth: int) -> None:
     """The plan's row, when other global ranges lie between it and the column: a loop over tiles of `plan.rows` rows
@@ -618,12 +663,14 @@ class _Renderer(Linearizer):
 
     def body() -> list[tuple[str, np.dtype]]:
       self.emit_ready(value)
+      packed = [self.packed_loads(j) for j in range(len(column_values))]
       parts = []
       for row_value in row_values:
         with self.bound(plan.row, row_value):
           self.emit_ready(value)
-          for column_value in column_values:
+          for j, column_value in enumerate(column_values):
             with self.bound(plan.column, column_value):
+              self.scopes[-1].update(packed[j])
               self.emit_ready(value)
               parts.append((self.value(value), value.dtype))
       return parts
