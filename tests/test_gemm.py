@@ -15,8 +15,8 @@ from test_codegen import (BF16, BOOL, F16, F32, F64, add, alu, assert_same, buff
 from tinyjax.array import Array
 from tinyjax.codegen import llvm
 from tinyjax.codegen.llvm import SUM_BLOCK, TILE_SUM_BLOCK, render_llvm
-from tinyjax.codegen.opt import (GROUP_ROWS, PACK_BYTES, PACK_MIN_ROWS, STREAM_TILE, TILE_ROWS, VECTOR_BYTES,
-                                 applied_opts, choose_opts, launch_grain)
+from tinyjax.codegen.opt import (DOT_MIN_REDUCE, GROUP_ROWS, PACK_BYTES, PACK_MIN_ROWS, STREAM_TILE, TILE_ROWS,
+                                 VECTOR_BYTES, applied_opts, choose_opts, launch_grain)
 from tinyjax.trace.core import bind
 from tinyjax.uop import Ops, UOp
 
@@ -462,3 +462,66 @@ def test_packed_operand_matches_unpacked(case, monkeypatch):
   tolerance = TOLERANCE.get(dtype, 1e-5) * np.sqrt(k)
   np.testing.assert_allclose(grid[start:end], expected[start:end], rtol=tolerance, atol=tolerance)
   assert (grid[:start] == -7).all() and (grid[end:] == -7).all()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# both operands read along the reduction (g @ w.T): the dot tile
+
+def nt_kernel(m: int, k: int, n: int, dtype: np.dtype) -> UOp:
+  """out[i, j] = sum_k a[i, k] * b[j, k]: a contraction with b transposed, both loads contiguous along k."""
+  rows, cols, red = global_range(0, m), global_range(1, n), reduce_range(2, k)
+  a_element = load(buffer(1, dtype), add(mul(rows, const(k)), red))
+  b_element = load(buffer(2, dtype), add(mul(cols, const(k)), red))
+  total = reduce(Ops.ADD, mul(a_element, b_element), red)
+  return kernel(store(buffer(0, dtype), add(mul(rows, const(n)), cols), total))
+
+
+@pytest.mark.parametrize("case", [(16, 300, 16, F32, (0, 16)), (13, 260, 11, F32, (0, 13)), (33, 513, 70, F32, (5, 30)),
+                                  (9, 300, 7, F64, (0, 9)), (8, 256, 12, I32, (0, 8)), (12, 400, 9, BF16, (2, 11))],
+                         ids=str)
+def test_dot_tile(case):
+  """Row and column tiles with a vectorised reduce loop: tails of rows and columns, a chunk of rows, dtypes; against
+  float64 and the plain nest."""
+  m, k, n, dtype, (start, end) = case
+  rng = np.random.default_rng(m * n)
+  a, b = matmul_inputs(m, k, n, dtype, seed=k)
+  b = np.ascontiguousarray(matmul_inputs(n, k, 1, dtype, seed=n)[0]) if dtype != I32 else \
+      rng.integers(-50, 50, (n, k)).astype(dtype)
+  ast = nt_kernel(m, k, n, dtype)
+  assert ("dot", 1, 4) in applied_opts(ast)
+  outputs = {}
+  for optimize in (True, False):
+    outputs[optimize] = np.full(m * n, -7, dtype)
+    run_kernel(ast, [outputs[optimize], a, b], optimize, start, end)
+  grid = outputs[True].reshape(m, n).astype(F64)
+  if dtype == I32:
+    expected = (a.astype(np.int64) @ b.T.astype(np.int64)).astype(F64)
+    tolerance = 0.0
+  else:
+    expected = a.astype(F64) @ b.T.astype(F64)
+    tolerance = TOLERANCE[dtype] * np.sqrt(k)
+  np.testing.assert_allclose(grid[start:end], expected[start:end], rtol=tolerance, atol=tolerance)
+  np.testing.assert_allclose(grid[start:end], outputs[False].reshape(m, n)[start:end].astype(F64), rtol=tolerance,
+                             atol=tolerance)
+  assert (grid[:start] == -7).all() and (grid[end:] == -7).all()
+
+
+def test_dot_tile_only_for_long_reductions_with_reuse():
+  """Short reductions keep the transposed copy and the register tile; a row reduction (no column to share) and a
+  single-row contraction keep the plain nest."""
+  assert not any(opt[0] == "dot" for opt in applied_opts(nt_kernel(16, DOT_MIN_REDUCE - 1, 16, F32)))
+  assert applied_opts(nt_kernel(1, 512, 16, F32)) == ()
+  row, red = global_range(0, 8), reduce_range(1, 512)
+  row_sum = kernel(store(buffer(0, F32), row, reduce(Ops.ADD, load(buffer(1, F32), add(mul(row, const(512)), red)),
+                                                     red)))
+  assert applied_opts(row_sum) == ()
+
+
+def test_transposed_weight_gradient_needs_no_copy():
+  """x @ w.T with a long reduction (the input gradient of a dense layer) runs as one kernel, values as numpy's."""
+  import tinyjax as tj
+  rng = np.random.default_rng(4)
+  x, w = rng.standard_normal((64, 512)).astype(F32), rng.standard_normal((96, 512)).astype(F32)
+  lowered = tj.jit(lambda u, v: u @ v.T).lower(x, w)
+  assert lowered.as_text().count("# kernel ") == 1
+  np.testing.assert_allclose(np.asarray(tj.jit(lambda u, v: u @ v.T)(x, w)), x.astype(F64) @ w.T, rtol=1e-4, atol=1e-4)

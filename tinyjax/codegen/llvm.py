@@ -684,7 +684,7 @@ class _Renderer(Linearizer):
     row_values = [None] if row_start is None else self.offsets(row_start, rows)
     column_values = self.offsets(column_start, columns)
     results = iter(self.reduce_loops(plan.reduce, rows * columns, self.tile_body(row_values, column_values),
-                                     tiled=True, contract=plan.contract))
+                                     tiled=not plan.dot, contract=plan.contract))
     for row_value in row_values:
       with self.bound(plan.row, row_value):
         for column_value in column_values:
