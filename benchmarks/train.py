@@ -17,17 +17,23 @@ from tinyjax import nn, random
 from tinyjax.nn import optim
 
 BATCH = 128
+ROUNDS = 10  # timed passes per library
 
 
-def seconds_per_step(step, state, batches, sync, rounds: int = 5) -> float:
-  """Best mean seconds per step over `rounds` passes through `batches` (after a warm-up pass), state threaded."""
-  best = float("inf")
-  for r in range(rounds + 1):
+class Timer:
+  """Times passes of a training step through a list of batches, the state threaded through; the best mean seconds
+  per step over the passes timed so far. Passes of the two libraries alternate (`main`), so that the machine's
+  noise hits both alike."""
+
+  def __init__(self, step, state, batches, sync):
+    self.step, self.state, self.batches, self.sync, self.best = step, state, batches, sync, float("inf")
+    self.run()  # warm-up: compile
+
+  def run(self) -> None:
     start = time.perf_counter()
-    for x, y in batches: state = step(*state, x, y)
-    sync(state)
-    if r: best = min(best, (time.perf_counter() - start) / len(batches))
-  return best
+    for x, y in self.batches: self.state = self.step(*self.state, x, y)
+    self.sync(self.state)
+    self.best = min(self.best, (time.perf_counter() - start) / len(self.batches))
 
 
 def tinyjax_step(model, params):
@@ -105,19 +111,23 @@ def main() -> None:
                for _ in range(20 if name == "mlp" else 6)]
     model = MODELS[name]
     step, state = tinyjax_step(model, model.init(random.PRNGKey(0)))
-    device_batches = [(tj.device_put(x), tj.device_put(y)) for x, y in batches]
-    ours = seconds_per_step(step, state, device_batches, tj.block_until_ready)
-    line = f"{name} step, batch {BATCH}: tinyjax {ours * 1e3:7.2f} ms"
+    timers = {"tinyjax": Timer(step, state, [(tj.device_put(x), tj.device_put(y)) for x, y in batches],
+                               tj.block_until_ready)}
+    note = ""
     if compare:
       try:
         jstep, jstate, jax = jax_step(name, 0)
       except ImportError as error:
-        line += f"  (no JAX comparison: {error})"
+        note = f"  (no JAX comparison: {error})"
       else:
-        jbatches = [(jax.device_put(x), jax.device_put(y)) for x, y in batches]
-        theirs = seconds_per_step(jstep, jstate, jbatches, jax.block_until_ready)
-        line += f"  JAX {theirs * 1e3:7.2f} ms  ratio (JAX time / ours) {theirs / ours:5.2f}x"
-    print(line, flush=True)
+        timers["JAX"] = Timer(jstep, jstate, [(jax.device_put(x), jax.device_put(y)) for x, y in batches],
+                              jax.block_until_ready)
+    for _ in range(ROUNDS):
+      for timer in timers.values(): timer.run()
+    line = f"{name} step, batch {BATCH}: " + "  ".join(f"{who} {t.best * 1e3:7.2f} ms" for who, t in timers.items())
+    if "JAX" in timers:
+      line += f"  ratio (JAX time / ours) {timers['JAX'].best / timers['tinyjax'].best:5.2f}x"
+    print(line + note, flush=True)
 
 
 if __name__ == "__main__":

@@ -525,3 +525,19 @@ def test_transposed_weight_gradient_needs_no_copy():
   lowered = tj.jit(lambda u, v: u @ v.T).lower(x, w)
   assert lowered.as_text().count("# kernel ") == 1
   np.testing.assert_allclose(np.asarray(tj.jit(lambda u, v: u @ v.T)(x, w)), x.astype(F64) @ w.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(32, 300, 512), (20, 64, 256), (128, 784, 512)], ids=str)
+def test_wide_contraction_is_launched_over_column_tiles(shape):
+  """Fewer rows than columns: the launch is cut into column tiles (each thread packs only its own), the tile index
+  the new outermost range; every chunk of tiles gives numpy's values. A tall contraction keeps its rows outermost."""
+  from tinyjax.lower.schedule import _split_columns
+  m, k, n = shape
+  a, b = matmul_inputs(m, k, n, F32, seed=m)
+  split, tiles = _split_columns(matmul_kernel(m, k, n, F32), threads=2)
+  assert tiles == n // 64 and outer_bound(split) == tiles and ("pack", 2, 1) in applied_opts(split)
+  out = np.zeros(m * n, F32)
+  for start in range(0, tiles, 3): run_kernel(split, [out, a, b], True, start, min(start + 3, tiles))
+  np.testing.assert_allclose(out.reshape(m, n), a.astype(F64) @ b, rtol=1e-4, atol=1e-4)
+  assert _split_columns(matmul_kernel(n, k, m, F32), threads=2) is None
+  assert _split_columns(matmul_kernel(m, k, n, F32), threads=n // 64) is None  # too few tiles for the threads
