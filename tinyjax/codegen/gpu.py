@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from tinyjax.codegen.opt import global_ranges_of
 from tinyjax.uop import Ops, UOp
 
 GROUP_SIZE = 256  # work-items of a group reduction (fewer when the reduction is shorter)
@@ -47,11 +48,6 @@ def global_size(rng: UOp) -> int:
   if rng.src[0].op is not Ops.CONST:
     raise NotImplementedError("codegen: a GPU kernel's global ranges need constant sizes")
   return int(rng.src[0].arg)
-
-
-def global_ranges(ast: UOp) -> list[UOp]:
-  """The kernel's global RANGEs in nesting order."""
-  return sorted((n for n in ast.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda rng: rng.arg[0])
 
 
 def top_reduces(ast: UOp) -> list[UOp]:
@@ -92,7 +88,7 @@ def _steps_by_one(index: UOp, rng: UOp) -> bool:
 def gpu_launch(ast: UOp, ordered: int = 0, groups: bool = True) -> GpuLaunch:
   """The launch of kernel `ast` (see the module docstring); `groups=False`: never a group reduction (a device whose
   work-items can't wait for each other)."""
-  spread = global_ranges(ast)[ordered:]
+  spread = global_ranges_of(ast)[ordered:]
   outputs = math.prod(global_size(rng) for rng in spread)
   reduces = top_reduces(ast)
   if not groups or ordered or not reduces: return GpuLaunch(outputs)

@@ -36,7 +36,7 @@ from tinyjax.codegen import transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
 from tinyjax.codegen.opt import (BF16, F16, F32, F64, GROUP_ROWS, TILE_SUM_BLOCK, VECTOR_BYTES, TilePlan,
-                                 accumulator_dtype, choose_opts)
+                                 accumulator_dtype, choose_opts, global_ranges_of)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.uop import BOOL, Ops, UOp
 
@@ -227,8 +227,7 @@ class _Renderer(Linearizer):
   def render_kernel(self) -> None:
     """Emit the whole kernel: the global loop nest (or a run-once guard) with everything inside it."""
     sink = self.ast
-    global_ranges = sorted((n for n in sink.toposort if n.op is Ops.RANGE and n.arg[1] == "global"),
-                           key=lambda rng: rng.arg[0])
+    global_ranges = global_ranges_of(sink)
     if self.gpu: self.bind_thread_index(global_ranges)
     elif not global_ranges:
       run = self.emit("icmp slt i64 %start, %end", "run")
@@ -610,35 +609,41 @@ class _Renderer(Linearizer):
     packs = {load: self.alloca(f"[{steps * plan.columns} x {compute_type(load.dtype)}]", align=VECTOR_BYTES)
              for load in plan.packed}
 
-    def nest(depth: int, flat: str) -> None:
+    def nest(depth: int) -> None:
       if depth < len(ranges):
-        with self.loop("0", str(ranges[depth].src[0].arg), ranges[depth]) as index:
-          nest(depth + 1, index if depth == 0 else
-               self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {flat}, {ranges[depth].src[0].arg}')}, {index}"))
+        with self.loop("0", str(ranges[depth].src[0].arg), ranges[depth]): nest(depth + 1)
         return
-      first = self.emit(f"mul nsw i64 {flat}, {plan.columns}")
+      first = self.emit(f"mul nsw i64 {self.reduce_step()}, {plan.columns}")
       with self.loop("0", str(plan.columns), None) as j:
         with self.bound(plan.column, self.emit(f"add nsw i64 {column_start}, {j}", "idx")):
           for load, array in packs.items():
             self.emit_ready(load)
             address = self.slot(array, load.dtype, self.emit(f"add nsw i64 {first}, {j}"))
             self.line(f"store {compute_type(load.dtype)} {self.value(load)}, ptr {address}")
-    nest(0, "0")
+    nest(0)
     self.packs = packs
 
-  def packed_loads(self, column_offset: int) -> dict[UOp, str]:
-    """Inside a packed tile body: each packed load's value at column `column_offset` of the tile, read from its array
-    at the current reduce step."""
-    if not self.packs: return {}
+  def reduce_step(self) -> str:
+    """The plan's reduce ranges, at their current values, as one step number (row-major over the loop nest): where a
+    packed array keeps that step's values."""
     plan = self.plan
     assert plan is not None
-    flat = "0"
+    step = "0"
     for rng in plan.reduce.src[1:]:
-      flat = self.value(rng) if flat == "0" else \
-          self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {flat}, {rng.src[0].arg}')}, {self.value(rng)}")
-    offset = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {flat}, {plan.columns}')}, {column_offset}")
-    return {load: self.emit(f"load {compute_type(load.dtype)}, ptr {self.slot(array, load.dtype, offset)}")
-            for load, array in self.packs.items()}
+      step = self.value(rng) if step == "0" else \
+          self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {step}, {rng.src[0].arg}')}, {self.value(rng)}")
+    return step
+
+  def packed_loads(self, columns: int) -> list[dict[UOp, str]]:
+    """Inside a packed tile body: for each of the tile's `columns` columns, each packed load's value there at the
+    current reduce step, read from its array (no values when no column tile is packed)."""
+    if not self.packs: return [{} for _ in range(columns)]
+    plan = self.plan
+    assert plan is not None
+    first = self.emit(f"mul nsw i64 {self.reduce_step()}, {plan.columns}")
+    return [{load: self.emit(f"load {compute_type(load.dtype)}, ptr "
+                             f"{self.slot(array, load.dtype, self.emit(f'add nsw i64 {first}, {j}'))}")
+             for load, array in self.packs.items()} for j in range(columns)]
 
   def render_row_tiles(self, global_ranges: list[UOp], depth: int) -> None:
     """The plan's row, when other global ranges lie between it and the column: a loop over tiles of `plan.rows` rows
@@ -663,7 +668,7 @@ class _Renderer(Linearizer):
 
     def body() -> list[tuple[str, np.dtype]]:
       self.emit_ready(value)
-      packed = [self.packed_loads(j) for j in range(len(column_values))]
+      packed = self.packed_loads(len(column_values))
       parts = []
       for row_value in row_values:
         with self.bound(plan.row, row_value):

@@ -31,10 +31,10 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from tinyjax.codegen.gpu import GpuLaunch, global_ranges, global_size, gpu_launch, top_reduces
+from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind
 from tinyjax.codegen.llvm import GPU_SUM_BLOCK
-from tinyjax.codegen.opt import BF16, F16, F32, F64, accumulator_dtype
+from tinyjax.codegen.opt import BF16, F16, F32, F64, accumulator_dtype, global_ranges_of
 from tinyjax.uop import BOOL, Ops, UOp
 
 # the options every program is built with (see the module docstring)
@@ -158,7 +158,7 @@ class _Renderer(Linearizer):
   # ---- the kernel
 
   def render_kernel(self) -> None:
-    ranges = global_ranges(self.ast)
+    ranges = global_ranges_of(self.ast)
     ordered, spread = ranges[:self.ordered], ranges[self.ordered:]
     if self.launch.group > 1:  # a work-group per output: no work-item may leave before the barriers
       self.line("long gid = get_group_id(0);")

@@ -139,10 +139,21 @@ def linear_strides(index: UOp) -> tuple[dict[UOp, int], set[UOp]]:
   return {}, {node for node in index.toposort if node.op is Ops.RANGE}
 
 
+def global_ranges_of(ast: UOp) -> list[UOp]:
+  """A kernel's global RANGEs in nesting order (outermost first)."""
+  return sorted((n for n in ast.toposort if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda rng: rng.arg[0])
+
+
 def _stride(index: UOp, rng: UOp) -> int | None:
   """The stride of `rng` in `index`; None when the index depends on it non-linearly."""
   strides, other = linear_strides(index)
   return None if rng in other else strides.get(rng, 0)
+
+
+def _contracts(reduce: UOp) -> bool:
+  """Whether a float product feeds the ADD reduce, so that multiply and add may fuse into an FMA."""
+  value = reduce.src[0]
+  return reduce.arg is Ops.ADD and value.op is Ops.MUL and value.dtype.kind == "f" and value.dtype.itemsize >= 4
 
 
 def _accumulator_bytes(reduce: UOp) -> int:
@@ -163,8 +174,7 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   _, store_index, _ = store.src
   value, *reduce_ranges = reduce.src
   if not reduce_ranges or reduce not in store.src[2].toposort: return None
-  global_ranges = sorted((node for node in nodes if node.op is Ops.RANGE and node.arg[1] == "global"),
-                         key=lambda rng: rng.arg[0])
+  global_ranges = global_ranges_of(ast)
   if not global_ranges or any(rng.src[0].op is not Ops.CONST for rng in global_ranges + reduce_ranges): return None
   column = global_ranges[-1]
   value_nodes = value.toposort
@@ -190,7 +200,7 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   if stream and len(reduce_ranges) != 1: return None  # the stream tile handles one reduce range (and its blocking)
   rows = 1 if stream else TILE_ROWS
   columns = STREAM_TILE if stream else lanes * TILE_VECTORS
-  contract = (reduce.arg is Ops.ADD and value.op is Ops.MUL and value.dtype.kind == "f" and value.dtype.itemsize >= 4)
+  contract = _contracts(reduce)
   opts: list[Opt] = [("reduce_outside", innermost.arg[0]), ("tile" if stream else "upcast", column.arg[0], columns)]
   if row is not None: opts.append(("upcast", row.arg[0], rows))
   # a float32 sum over one range longer than two blocks, its row just outside its column: K-blocked row groups
@@ -237,9 +247,7 @@ def _dot_plan(reduce: UOp, column: UOp, global_ranges: list[UOp], loads: list[UO
   row = rows[0]
   opts = (("dot", column.arg[0], DOT_COLUMNS), ("upcast", row.arg[0], DOT_ROWS))
   grain = DOT_ROWS if row is global_ranges[0] else 1
-  value = reduce.src[0]
-  contract = value.op is Ops.MUL and value.dtype.kind == "f" and value.dtype.itemsize >= 4
-  return TilePlan(reduce, column, row, DOT_COLUMNS, False, DOT_ROWS, 1, contract, opts, grain, dot=True)
+  return TilePlan(reduce, column, row, DOT_COLUMNS, False, DOT_ROWS, 1, _contracts(reduce), opts, grain, dot=True)
 
 
 def applied_opts(ast: UOp, enabled: bool = not NOOPT) -> tuple[Opt, ...]:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tinyjax.codegen.opt import choose_opts, launch_grain, linear_strides
+from tinyjax.codegen.opt import choose_opts, global_ranges_of, launch_grain, linear_strides
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import split_reductions
@@ -481,9 +481,7 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
   the row operand small enough to stay in L2. Returns the new AST and its outer size, or None."""
   plan = choose_opts(ast)
   if plan is None or plan.stream or plan.dot or not plan.packed: return None
-  global_ranges = sorted((n for n in ast.toposort if n.op is Ops.RANGE and n.arg[1] == "global"),
-                         key=lambda rng: rng.arg[0])
-  if global_ranges != [plan.row, plan.column]: return None
+  if global_ranges_of(ast) != [plan.row, plan.column]: return None
   rows, columns = plan.row.src[0].arg, plan.column.src[0].arg
   if columns % plan.columns or columns // plan.columns < 2 * threads or rows >= columns: return None
   reduce_ranges = list(plan.reduce.src[1:])
@@ -650,7 +648,7 @@ class _Scheduler:
     Only when the copy is small next to the contraction (RELAYOUT_WORK_RATIO)."""
     nodes = ast.toposort
     reduces = [n for n in nodes if n.op is Ops.REDUCE]
-    ranges = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda r: r.arg[0])
+    ranges = global_ranges_of(ast)
     if len(reduces) != 1 or reduces[0].arg is not Ops.ADD or not ranges: return ast, slots, []
     column, inner = ranges[-1], reduces[0].src[-1]
     tiled = choose_opts(ast) is not None
