@@ -12,6 +12,7 @@ from tinyjax.trace.custom import checkpoint, custom_jvp, custom_vjp, remat  # no
 from tinyjax.trace.batching import vmap  # noqa: E402
 from tinyjax.trace.jacobian import hessian, jacfwd, jacobian, jacrev  # noqa: E402
 from tinyjax.lower.realize import runtime_stats  # noqa: E402
+from tinyjax.profiler import machine_limits, profile  # noqa: E402
 from tinyjax import debug, nn, random, scipy, test_util  # noqa: E402  (`import jax` gives jax.nn, jax.random...)
 from tinyjax.devices import cache_stats as compile_cache_stats  # noqa: E402
 # (after every import of tinyjax.devices: the name `devices` is the function from here on, as in JAX)
@@ -22,7 +23,8 @@ from tinyjax.trace.core import ShapedArray, typeof  # noqa: E402
 __all__ = [
   "Array", "block_until_ready", "checkpoint", "compile_cache_stats", "ConcretizationTypeError", "config", "custom_jvp",
   "custom_vjp", "debug", "default_backend", "device_count", "device_get", "device_put", "devices",
-  "local_device_count", "local_devices", "eval_shape", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
+  "local_device_count", "local_devices", "eval_shape", "machine_limits", "profile",
+  "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
   "lax", "linearize",
   "make_jaxpr", "nn", "numpy", "random", "remat", "runtime_stats", "scipy", "ShapedArray", "ShapeDtypeStruct",
   "test_util", "tree", "tree_util", "typeof", "UnexpectedTracerError", "value_and_grad", "vjp", "vmap",

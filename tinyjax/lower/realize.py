@@ -27,6 +27,7 @@ from tinyjax.devices.buffer import Buffer, allocate_buffers
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
 from tinyjax.lower.schedule import Kernel, Loop, Schedule, Switch, kernels_of, schedule, structure_key
+from tinyjax.profiler import kernel_flops, launch_line, profiling
 from tinyjax.uop import Ops, UOp, pretty
 
 
@@ -212,8 +213,8 @@ def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer]) -> list[Buffe
   if compiled.device is not CPU:
     device = compiled.device
     buffers = inputs[:sched.n_inputs] + [device.buffer(shape, dtype) for shape, dtype, _ in compiled.slot_specs]
-    _run_steps(sched.kernels, iter(compiled.programs), buffers, device, timed=DEBUG >= 1)
-  elif DEBUG >= 1:
+    _run_steps(sched.kernels, iter(compiled.programs), buffers, device, timed=DEBUG >= 1 or profiling())
+  elif DEBUG >= 1 or profiling():
     buffers = inputs[:sched.n_inputs] + allocate_buffers(compiled.slot_specs)
     _run_steps(sched.kernels, iter(compiled.programs), buffers, CPU, timed=True)
   else:
@@ -225,7 +226,8 @@ def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer]) -> list[Buffe
 
 def _run_steps(steps: tuple, programs, buffers: list[Buffer], device, timed: bool) -> None:
   """Launch the kernels one by one from Python (loops and switches read their flags back from the buffers): the GPU
-  path, and the CPU's with DEBUG>=1, which times and prints each launch (`timed`; a GPU launch is then waited for)."""
+  path, and the CPU's with DEBUG>=1 or a profile open, which times each launch, prints it (DEBUG>=1) and records it
+  into the open profiles (`timed`; a GPU launch is then waited for)."""
   for step in steps:
     if isinstance(step, Switch):
       branch_programs = [[next(programs) for _ in kernels_of(branch)] for branch in step.branches]
@@ -258,7 +260,7 @@ def _run_steps(steps: tuple, programs, buffers: list[Buffer], device, timed: boo
     elapsed = time.perf_counter() - start
     counters.kernels_launched += 1
     counters.launch_seconds += elapsed
-    _print_launch(step, buffers, elapsed, device)
+    _report_launch(step, buffers, elapsed, device)
 
 
 def _read_scalar(buffer: Buffer):
@@ -268,13 +270,15 @@ def _read_scalar(buffer: Buffer):
   return buffer.device.read(buffer)
 
 
-def _print_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device=CPU) -> None:
+def _report_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device=CPU) -> None:
+  """Record a timed launch into the open profiles and, with DEBUG>=1, print it with its roofline figures."""
   nbytes = sum(buffers[slot].nbytes for slot in kernel.slots)
+  roofline = launch_line(kernel.name, seconds, kernel_flops(kernel.ast), nbytes, cpu=device is CPU)
+  if DEBUG < 1: return
   where = "CPU" if device is CPU else repr(device)
   launch = "  threads" if kernel.parallel else ""
   if device is not CPU: launch = f"  {_launch_of(kernel, device)}"
-  print(f"*** {where} {counters.kernels_launched:4d} {kernel.name:40s} {seconds * 1e6:9.1f} us "
-        f"{nbytes / max(seconds, 1e-9) / 1e9:7.2f} GB/s{launch}")
+  print(f"*** {where} {counters.kernels_launched:4d} {kernel.name:40s} {seconds * 1e6:9.1f} us {roofline}{launch}")
 
 
 def realize(roots: list[UOp]) -> list[Buffer]:
