@@ -579,8 +579,9 @@ class _Renderer(Linearizer):
                                                     ("i64", self.emit(f"sub nsw i64 {column_end}, {tile_start}"))])
         self.render_stream_tile(tile_start, width)
       return
-    column_widths = sorted({plan.columns, plan.lanes, 1}, reverse=True)
-    for width in column_widths:
+    outermost = global_ranges[0]
+    row_heights = None if plan.row is None else self.tile_sizes(plan.row, plan.rows, outermost)
+    for width in self.tile_sizes(plan.column, plan.columns, outermost, plan.lanes):
       with self.loop(column_start, column_end, None, step=width) as column_index:
         if width == plan.columns and plan.packed: self.pack(column_index)
         if self.row_tile is not None:  # the row's tile loop is open further out (render_row_tiles)
@@ -588,15 +589,26 @@ class _Renderer(Linearizer):
         elif plan.row is None:
           self.render_block(None, 1, column_index, width)
         elif self.k_blocked():
-          self.render_row_groups(*bounds(plan.row), column_index, width)
+          self.render_row_groups(*bounds(plan.row), column_index, width, row_heights)
         else:
           row_start, row_end = bounds(plan.row)
-          for height in sorted({plan.rows, 1}, reverse=True):
+          for height in row_heights:
             with self.loop(row_start, row_end, None, step=height) as row_index:
               self.render_block(row_index, height, column_index, width)
             row_start = row_index
         self.packs = {}
       column_start = column_index
+
+  def tile_sizes(self, rng: UOp, tile: int, outermost: UOp, narrower: int = 1) -> list[int]:
+    """The tile sizes, widest first, that a loop over the plan's row or column runs in: `tile`, then `narrower` and
+    1 for what is left. A range of a multiple of `tile` values leaves nothing (a GEMM's 512 columns in tiles of 64), so
+    only whole tiles are emitted: less IR for LLVM to optimise (a 512^3 matmul kernel's body had 405 multiplies for
+    its 256-multiply tile). The kernel's outermost range runs a launch chunk [start, end), whose bounds are multiples
+    of the plan's grain in every launch the runtime makes; it keeps a one-by-one loop after its tiles, so that any
+    chunk is still computed right."""
+    size = rng.src[0].arg
+    if size % tile: return sorted({tile, narrower, 1}, reverse=True)
+    return sorted({tile, 1}, reverse=True) if rng is outermost else [tile]
 
   def pack(self, column_start: str) -> None:
     """Copy the plan's packed loads (the reused operand) for the column tile at `column_start` into arrays, one
@@ -651,7 +663,7 @@ class _Renderer(Linearizer):
     plan = self.plan
     assert plan is not None and plan.row is not None
     row_start, row_end = ("%start", "%end") if depth == 0 else ("0", self.value(plan.row.src[0]))
-    for height in sorted({plan.rows, 1}, reverse=True):
+    for height in self.tile_sizes(plan.row, plan.rows, global_ranges[0]):
       with self.loop(row_start, row_end, None, step=height) as row_index:
         self.row_tile = (row_index, height)
         self.open_global_loops(global_ranges, depth + 1)
@@ -702,7 +714,8 @@ class _Renderer(Linearizer):
     chosen by opt.py)."""
     return self.plan is not None and self.plan.group > 0
 
-  def render_row_groups(self, row_start: str, row_end: str, column_start: str, columns: int) -> None:
+  def render_row_groups(self, row_start: str, row_end: str, column_start: str, columns: int,
+                        heights: list[int]) -> None:
     """The register tiles of one column tile, K-blocked: rows go in groups of GROUP_ROWS, and for each block of
     TILE_SUM_BLOCK reduce steps every tile of the group runs that block (float32 accumulators in registers, added into
     the group's float64 sums in an array), so the block's slice of the reused operand (TILE_SUM_BLOCK x columns, 16
@@ -727,7 +740,7 @@ class _Renderer(Linearizer):
       with self.loop("0", str(-(-size // TILE_SUM_BLOCK)), None, vectorize=False) as block:
         block_start, block_end = self.block_bounds(block, TILE_SUM_BLOCK, str(size))
         tiles_start = group
-        for height in sorted({plan.rows, 1}, reverse=True):
+        for height in heights:
           with self.loop(tiles_start, group_end, None, step=height) as row_index:
             row_values, column_values = self.offsets(row_index, height), self.offsets(column_start, columns)
             body = self.tile_body(row_values, column_values)
