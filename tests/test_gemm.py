@@ -8,9 +8,9 @@ import re
 
 import numpy as np
 import pytest
-from test_codegen import (BF16, BOOL, F16, F32, F64, add, alu, assert_same, buffer, compile_kernel, const, global_range,
-                          kernel, load, mul, optimized_module, outer_bound, reduce, reduce_range, sample, store,
-                          target_machine)
+from test_codegen import (BF16, BOOL, F16, F32, F64, add, alu, assert_same, buffer, cast, compile_kernel, const,
+                          global_range, kernel, load, mul, optimized_module, outer_bound, reduce, reduce_range, sample,
+                          store, target_machine)
 
 from tinyjax.array import Array
 from tinyjax.codegen import llvm
@@ -541,3 +541,83 @@ def test_wide_contraction_is_launched_over_column_tiles(shape):
   np.testing.assert_allclose(out.reshape(m, n), a.astype(F64) @ b, rtol=1e-4, atol=1e-4)
   assert _split_columns(matmul_kernel(n, k, m, F32), threads=2) is None
   assert _split_columns(matmul_kernel(m, k, n, F32), threads=n // 64) is None  # too few tiles for the threads
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the register tile's body and epilogue as vector IR
+
+def masked_matmul_kernel(m: int, k: int, n: int, out_dtype: np.dtype, in_dtype: np.dtype = F32) -> UOp:
+  """out[i, j] = (sum_k a[i, k] * relu_mask(b[k, j])) * (j < 37 ? j : -1) + bias[j]: a prologue with a compare and a
+  select, the column itself in the value and the epilogue, operands cast from `in_dtype`."""
+  rows, cols, red = global_range(0, m), global_range(1, n), reduce_range(2, k)
+  a_element = cast(load(buffer(1, in_dtype), add(mul(rows, const(k)), red)), F32)
+  b_element = cast(load(buffer(2, in_dtype), add(mul(red, const(n)), cols)), F32)
+  zero = const(0.0, F32)
+  masked = alu(Ops.WHERE, alu(Ops.CMPLT, zero, b_element), b_element, zero)
+  column = cast(cols, F32)
+  scale = alu(Ops.WHERE, alu(Ops.CMPLT, cols, const(37)), column, const(-1.0, F32))
+  result = add(mul(reduce(Ops.ADD, mul(a_element, masked), red), scale), load(buffer(3, F32), cols))
+  return kernel(store(buffer(0, out_dtype), add(mul(rows, const(n)), cols), cast(result, out_dtype)))
+
+
+@pytest.mark.parametrize("case", [
+  ("matmul", 40, 300, 150, F32, None, (0, 40)),    # K-blocked row groups: vector block sums and epilogue
+  ("matmul", 40, 300, 150, F32, None, (3, 37)),    # a chunk that is no multiple of a tile or a group
+  ("matmul", 33, 70, 100, F32, "relu", (0, 33)),   # one block, a column bias and ReLU epilogue
+  ("matmul", 24, 40, 130, F64, None, (0, 24)),     # 8 lanes of float64
+  ("matmul", 17, 45, 70, I32, None, (1, 17)),      # integer lanes
+  ("matmul", 20, 50, 64, BF16, None, (0, 20)),     # bfloat16 products round per operation: a scalar body
+  ("max", 19, 33, 48, F32, None, (0, 19)),         # a max-reduction of products
+  ("masked", 36, 290, 80, F32, F32, (0, 36)),      # prologue, column iota, epilogue loads
+  ("masked", 21, 60, 48, F32, BF16, (2, 21)),      # bfloat16 operands cast to float32 in the vector body
+  ("masked", 21, 60, 48, BF16, F32, (0, 21)),      # a bfloat16 result: vector body, scalar epilogue
+], ids=str)
+def test_vector_tile_matches_scalar_tile(case, monkeypatch):
+  """A register tile rendered as vector IR gives the bits of the same tile rendered as scalars for LLVM's SLP
+  vectoriser (same operations per element, same order), and float64's values; rows outside the chunk are untouched."""
+  kind, m, k, n, dtype, extra, (start, end) = case
+  rng = np.random.default_rng(m * k)
+  if kind == "masked":
+    out_dtype, in_dtype = dtype, extra
+    a, b = (rng.standard_normal(shape).astype(in_dtype) for shape in ((m, k), (k, n)))
+    bias = rng.standard_normal(n).astype(F32)
+    ast, operands = masked_matmul_kernel(m, k, n, out_dtype, in_dtype), [a, b, bias]
+    columns = np.arange(n)
+    expected = (a.astype(F64) @ np.maximum(b.astype(F64), 0)) * np.where(columns < 37, columns, -1) + bias
+  else:
+    out_dtype = dtype
+    a, b = matmul_inputs(m, k, n, dtype, seed=m + k)
+    relu = (lambda result, cols: alu(Ops.MAX, add(result, load(buffer(3, dtype), cols)), const(0.0, dtype)))
+    bias = sample(F32, n, seed=3).astype(dtype)
+    ast = matmul_kernel(m, k, n, dtype, relu if extra == "relu" else None,
+                        Ops.MAX if kind == "max" else Ops.ADD)
+    operands = [a, b] + ([bias] if extra == "relu" else [])
+    products = a.astype(F64)[:, :, None] * b.astype(F64)[None]
+    expected = products.max(axis=1) if kind == "max" else products.sum(axis=1)
+    if extra == "relu": expected = np.maximum(expected + bias.astype(F64), 0)
+  plan = choose_opts(ast)
+  renderer = llvm._Renderer(ast, plan)
+  assert renderer.vector_body == (dtype != BF16 or kind == "masked")
+  assert renderer.vector_epilogue == (renderer.vector_body and out_dtype != BF16)
+  if renderer.vector_body: assert f"<{plan.lanes} x " in render_llvm("kernel", ast)
+  outputs = {}
+  for vector in (True, False):
+    if not vector:
+      monkeypatch.setattr(llvm, "vector_body_ok", lambda *args: False)
+      monkeypatch.setattr(llvm, "vector_epilogue_ok", lambda *args: False)
+    outputs[vector] = np.full(m * n, -7, out_dtype)
+    run_kernel(ast, [outputs[vector], *operands], True, start, end)
+  assert_same(outputs[True], outputs[False])
+  grid = outputs[True].reshape(m, n).astype(F64)
+  tolerance = TOLERANCE.get(out_dtype, 1e-5) * np.sqrt(k) * (40 if kind == "masked" else 1)
+  np.testing.assert_allclose(grid[start:end], expected[start:end], rtol=tolerance, atol=tolerance)
+  assert (grid[:start] == -7).all() and (grid[end:] == -7).all()
+
+
+def test_vector_tile_shrinks_the_ir():
+  """The 4 x 64 float32 tile is 16 vector FMAs per reduce step, not 256 scalar multiplies for SLP to pack; the
+  columns (512, static) have no tails, the rows (the launch-chunked outermost range) a one-row tile after the tiles."""
+  ast = matmul_kernel(512, 512, 512, F32)
+  source = render_llvm("kernel", ast)
+  assert source.count("fmul contract <16 x float>") == (TILE_ROWS + 1) * 4
+  assert "fmul contract float" not in source

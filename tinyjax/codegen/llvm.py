@@ -77,8 +77,16 @@ def memory_type(dtype: np.dtype) -> str:
 
 
 def _suffix(llvm_type: str) -> str:
-  """The overload suffix of an intrinsic for a type: float -> f32, i64 -> i64."""
+  """The overload suffix of an intrinsic for a type: float -> f32, i64 -> i64, <16 x float> -> v16f32."""
+  if llvm_type.startswith("<"):
+    lanes, _, scalar = llvm_type[1:-1].split(" ")
+    return f"v{lanes}{_suffix(scalar)}"
   return {"half": "f16", "float": "f32", "double": "f64"}.get(llvm_type, llvm_type)
+
+
+def vector_type(dtype: np.dtype, lanes: int) -> str:
+  """The LLVM type of `lanes` values of `dtype` in registers: the compute type itself for one lane."""
+  return compute_type(dtype) if lanes == 1 else f"<{lanes} x {compute_type(dtype)}>"
 
 
 def _float_hex(value: float) -> str:
@@ -127,6 +135,58 @@ _FLOAT_ACCUMULATE = {Ops.ADD: "fadd reassoc", Ops.MUL: "fmul reassoc"}
 # ---------------------------------------------------------------------------------------------------------------------
 # the renderer
 
+def vector_cast_ok(src: np.dtype, dst: np.dtype) -> bool:
+  """Whether `_Renderer.vector_cast` converts `src` to `dst`: exactly, or rounding once in one instruction (not to
+  float16 / bfloat16, which round in several steps, nor float -> int, which saturates)."""
+  src_kind, dst_kind = dtype_kind(src), dtype_kind(dst)
+  if src == dst or dst_kind == "b": return True
+  if dst in (F16, BF16): return False
+  return not (src_kind == "f" and dst_kind in "iu")
+
+
+def _vector_nodes_ok(root: UOp, column: UOp, deps: dict[UOp, frozenset[UOp]], leaf: UOp | None = None) -> bool:
+  """Whether every node under `root` that depends on `column` (down to LOADs, the column itself and `leaf`) is an
+  operation with a one-instruction vector form that rounds as the scalar code does (float16 and bfloat16 arithmetic
+  rounds after every operation in several instructions)."""
+  stack, seen = [root], set()
+  while stack:
+    node = stack.pop()
+    if node in seen or node is leaf or column not in deps[node]: continue
+    seen.add(node)
+    op, dtype = node.op, node.dtype
+    if op in (Ops.LOAD, Ops.RANGE): continue
+    if op is Ops.CAST: ok = vector_cast_ok(node.src[0].dtype, dtype)
+    elif op in (Ops.WHERE, Ops.NEG, Ops.CMPLT, Ops.CMPNE, Ops.MAX): ok = True
+    elif dtype_kind(dtype) == "f": ok = op in _FLOAT_BINARY and op is not Ops.MOD and dtype in (F32, F64)
+    elif dtype_kind(dtype) == "b": ok = op in _BOOL_BINARY
+    else: ok = op in _INT_BINARY
+    if not ok: return False
+    stack.extend(node.src)
+  return True
+
+
+def vector_body_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]]) -> bool:
+  """Whether a register tile's REDUCE value can be computed on vectors of its columns (`_Renderer.vector_value`):
+  between the column and the value only LOADs (contiguous along the column, as the plan requires), the column itself
+  and operations `_vector_nodes_ok` admits."""
+  if plan is None or plan.stream or plan.dot: return False
+  return _vector_nodes_ok(plan.reduce.src[0], plan.column, deps)
+
+
+def vector_epilogue_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]], ast: UOp) -> bool:
+  """Whether a vector tile's epilogue (what the kernel computes from the REDUCE, and its STORE, contiguous along the
+  column as the plan requires) can run on the accumulator vectors (`_Renderer.vector_store`): the REDUCE's result
+  converts to its dtype in one instruction, whether its sum was blocked into float64 or not, and the rest is made of
+  what `_vector_nodes_ok` admits."""
+  if not vector_body_ok(plan, deps): return False
+  node = plan.reduce
+  inner = accumulator_dtype(node)
+  blocked = node.arg is Ops.ADD and inner == F32  # (perhaps) summed in float32 blocks into float64
+  if not vector_cast_ok(inner, node.dtype) or blocked and not vector_cast_ok(F64, node.dtype): return False
+  (store,) = [n for n in ast.src if n.op is Ops.STORE]
+  return _vector_nodes_ok(store.src[2], plan.column, deps, leaf=node)
+
+
 def _symbol(name: str) -> str:
   return f"@{name}" if re.fullmatch(r"[A-Za-z_.$][\w.$]*", name) else f'@"{name}"'
 
@@ -148,6 +208,8 @@ class _Renderer(Linearizer):
     self.block = "entry"  # the basic block being emitted (phis name their predecessors)
     self.row_tile: tuple[str, int] | None = None  # (first row, height) of the row tile open around the column loops
     self.packs: dict[UOp, str] = {}  # the plan's packed loads -> their arrays, while a packed column tile is open
+    self.vector_body = vector_body_ok(plan, self.deps)  # a register tile's body emitted on vectors (tile_body)
+    self.vector_epilogue = vector_epilogue_ok(plan, self.deps, ast)  # and its epilogue (vector_store)
 
   # ---- low level: names, instructions, blocks
 
@@ -488,7 +550,7 @@ class _Renderer(Linearizer):
     return self.cast(load(slot("0")), acc_dtype, node.dtype)
 
   def reduce_loops(self, node: UOp, count: int, body: Callable[[], list[tuple[str, np.dtype]]],
-                   tiled: bool = False, contract: bool = False) -> list[str]:
+                   tiled: bool = False, contract: bool = False, lanes: int = 1, vectors: bool = False) -> list[str]:
     """Emit the loop nest of REDUCE `node` over its ranges, folding the `count` values `body()` emits per innermost
     iteration into `count` accumulators; return their final values in `node.dtype`. float16 / bfloat16 accumulate in
     float32, rounded once at the end (`accumulator_dtype`). A float32 sum is blocked: the flattened loop nest is cut
@@ -496,9 +558,11 @@ class _Renderer(Linearizer):
     accumulators. The innermost ranges whose product fits a block run whole inside it, the range just outside them is
     cut into chunks of block // product iterations, and the ranges further out only add block sums up: one set of
     float32 accumulators per block whatever the nesting (a 3x3 convolution's window loops don't flush every 3 steps).
-    `tiled`: the accumulators are a tile (vectorised across them by SLP), so the loops are not vectorised over the
+    `tiled`: the accumulators are a tile (vectors, or scalars SLP vectorises), so the loops are not vectorised over the
     reduce range and float accumulation keeps its order; `contract` lets a float product and its accumulation fuse
-    into an FMA."""
+    into an FMA. With `lanes` > 1 `body()` emits vectors of that many values (a vector tile body) and the `count`
+    accumulators are vectors; the results are one value per element, `count * lanes` of them, or with `vectors` the
+    `count` vectors themselves."""
     ranges = list(node.src[1:])
     inner_dtype = accumulator_dtype(node)
     block = TILE_SUM_BLOCK if tiled else GPU_SUM_BLOCK if self.gpu else SUM_BLOCK
@@ -507,7 +571,13 @@ class _Renderer(Linearizer):
       return [("0", self.value(rng.src[0]), rng, True) for rng in over]
 
     def innermost(_: list[str]) -> tuple[list[str], np.dtype]:
-      return [self.cast(part, part_dtype, inner_dtype) for part, part_dtype in body()], inner_dtype
+      return [self.cast(part, part_dtype, inner_dtype, lanes) for part, part_dtype in body()], inner_dtype
+
+    def finish(results: list[str], dtype: np.dtype) -> list[str]:
+      if lanes == 1 or vectors: return [self.cast(result, dtype, node.dtype, lanes) for result in results]
+      llvm_type = vector_type(dtype, lanes)
+      return [self.cast(self.emit(f"extractelement {llvm_type} {result}, i64 {lane}"), dtype, node.dtype)
+              for result in results for lane in range(lanes)]
 
     float32_sum = node.arg is Ops.ADD and inner_dtype == F32
     split, product = len(ranges), 1
@@ -516,40 +586,40 @@ class _Renderer(Linearizer):
       split -= 1
       product *= ranges[split].src[0].arg
     if not float32_sum or split == 0 or ranges[split - 1].src[0].op is not Ops.CONST:  # one block: no float64
-      results = self.accumulate(node, inner_dtype, count, loops(ranges), innermost, tiled, contract)
-      return [self.cast(result, inner_dtype, node.dtype) for result in results]
+      results = self.accumulate(node, inner_dtype, count, loops(ranges), innermost, tiled, contract, lanes)
+      return finish(results, inner_dtype)
     outer, chunked, inner = ranges[:split - 1], ranges[split - 1], ranges[split:]
     chunk, size = block // product, chunked.src[0].arg
 
     def block_sum(indices: list[str]) -> tuple[list[str], np.dtype]:
       chunk_start, chunk_end = self.block_bounds(indices[-1], chunk, str(size))
       return self.accumulate(node, inner_dtype, count, [(chunk_start, chunk_end, chunked, True), *loops(inner)],
-                             innermost, tiled, contract), inner_dtype
+                             innermost, tiled, contract, lanes), inner_dtype
 
     # the block loop is kept a loop, one memory stream (see SUM_BLOCK); a tile's blocks are short (TILE_SUM_BLOCK) and
     # its loop nest is laid out by hand, so its block loop is left to LLVM
     block_loop = ("0", str(-(-size // chunk)), None, tiled)
-    results = self.accumulate(node, F64, count, [*loops(outer), block_loop], block_sum, tiled)
-    return [self.cast(result, F64, node.dtype) for result in results]
+    results = self.accumulate(node, F64, count, [*loops(outer), block_loop], block_sum, tiled, lanes=lanes)
+    return finish(results, F64)
 
   def accumulate(self, node: UOp, acc_dtype: np.dtype, count: int, nest: list[tuple[str, str, UOp | None, bool]],
                  body: Callable[[list[str]], tuple[list[str], np.dtype]], tiled: bool = False,
-                 contract: bool = False) -> list[str]:
+                 contract: bool = False, lanes: int = 1) -> list[str]:
     """One accumulation of a reduction over a loop nest (each level (start, end, RANGE bound or None, unroll)):
-    `count` accumulators of `acc_dtype` start at the identity and fold in the values of `body(indices)` in the
-    innermost loop; returns the accumulators' final values (`tiled`, `contract`: see `reduce_loops`)."""
-    llvm_type = compute_type(acc_dtype)
+    `count` accumulators of `acc_dtype` (vectors of `lanes`) start at the identity and fold in the values of
+    `body(indices)` in the innermost loop; returns the accumulators' final values (see `reduce_loops`)."""
+    llvm_type = vector_type(acc_dtype, lanes)
     accumulators = [self.alloca(llvm_type) for _ in range(count)]
-    identity = literal(IDENTITY[node.arg](acc_dtype), acc_dtype)
+    identity = self.splat(literal(IDENTITY[node.arg](acc_dtype), acc_dtype), acc_dtype, lanes)
     for accumulator in accumulators: self.line(f"store {llvm_type} {identity}, ptr {accumulator}")
 
     def level(depth: int, indices: list[str]) -> None:
       if depth == len(nest):
         parts, part_dtype = body(indices)
         for accumulator, part in zip(accumulators, parts):
-          part = self.cast(part, part_dtype, acc_dtype)
+          part = self.cast(part, part_dtype, acc_dtype, lanes)
           current = self.emit(f"load {llvm_type}, ptr {accumulator}")
-          combined = self.combine(node.arg, acc_dtype, current, part, ordered=tiled, contract=contract)
+          combined = self.combine(node.arg, acc_dtype, current, part, ordered=tiled, contract=contract, lanes=lanes)
           self.line(f"store {llvm_type} {combined}, ptr {accumulator}")
         return
       start, end, binds, unroll = nest[depth]
@@ -646,15 +716,16 @@ class _Renderer(Linearizer):
           self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {step}, {rng.src[0].arg}')}, {self.value(rng)}")
     return step
 
-  def packed_loads(self, columns: int) -> list[dict[UOp, str]]:
-    """Inside a packed tile body: for each of the tile's `columns` columns, each packed load's value there at the
-    current reduce step, read from its array (no values when no column tile is packed)."""
+  def packed_loads(self, columns: int, lanes: int = 1) -> list[dict[UOp, str]]:
+    """Inside a packed tile body: for each of the tile's `columns` columns (vectors of `lanes` columns), each packed
+    load's value there at the current reduce step, read from its array (no values when no column tile is packed)."""
     if not self.packs: return [{} for _ in range(columns)]
     plan = self.plan
     assert plan is not None
     first = self.emit(f"mul nsw i64 {self.reduce_step()}, {plan.columns}")
-    return [{load: self.emit(f"load {compute_type(load.dtype)}, ptr "
-                             f"{self.slot(array, load.dtype, self.emit(f'add nsw i64 {first}, {j}'))}")
+    return [{load: self.emit(f"load {vector_type(load.dtype, lanes)}, ptr "
+                             f"{self.slot(array, load.dtype, self.emit(f'add nsw i64 {first}, {j * lanes}'))}"
+                             f"{f', align {load.dtype.itemsize}' if lanes > 1 else ''}")
              for load, array in self.packs.items()} for j in range(columns)]
 
   def render_row_tiles(self, global_ranges: list[UOp], depth: int) -> None:
@@ -671,27 +742,145 @@ class _Renderer(Linearizer):
       row_start = row_index
 
   def tile_body(self, row_values: list[str | None],
-                column_values: list[str]) -> Callable[[], list[tuple[str, np.dtype]]]:
-    """The body of a tile's reduce loop: the REDUCE's value for each element of the tile, row-major (fully unrolled:
-    values that don't depend on the column are emitted once per row, those that depend on neither once per step)."""
+                column_values: list[str]) -> tuple[Callable[[], list[tuple[str, np.dtype]]], int]:
+    """The body of a tile's reduce loop and how many lanes its values have: the REDUCE's value for each element of the
+    tile, row-major (fully unrolled: values that don't depend on the column are emitted once per row, those that
+    depend on neither once per step). Where the value can be computed on vectors (`vector_body_ok`) and the tile is
+    whole vectors wide, the body emits one vector per `plan.lanes` columns (`vector_value`): LLVM gets the tile as
+    the vector code it is to become instead of scalars for its SLP vectoriser to pack, a quarter of the IR."""
     plan = self.plan
     assert plan is not None
     value = plan.reduce.src[0]
+    lanes = plan.lanes if self.vector_body and len(column_values) % plan.lanes == 0 else 1
+    if lanes > 1: column_values = column_values[::lanes]
 
     def body() -> list[tuple[str, np.dtype]]:
       self.emit_ready(value)
-      packed = self.packed_loads(len(column_values))
+      packed = self.packed_loads(len(column_values), lanes)
       parts = []
       for row_value in row_values:
         with self.bound(plan.row, row_value):
           self.emit_ready(value)
           for j, column_value in enumerate(column_values):
             with self.bound(plan.column, column_value):
+              if lanes > 1:
+                parts.append((self.vector_value(value, lanes, packed[j], {}), value.dtype))
+                continue
               self.scopes[-1].update(packed[j])
               self.emit_ready(value)
               parts.append((self.value(value), value.dtype))
       return parts
-    return body
+    return body, lanes
+
+  # ---- vector tile bodies
+
+  def splat(self, value: str, dtype: np.dtype, lanes: int) -> str:
+    """`lanes` copies of scalar `value` as a vector (the value itself for one lane)."""
+    if lanes == 1: return value
+    scalar, llvm_type = compute_type(dtype), vector_type(dtype, lanes)
+    if not value.startswith("%"):  # a literal: a constant vector
+      return "zeroinitializer" if value in ("0", "false") or value == _float_hex(0.0) else \
+          "<" + ", ".join(f"{scalar} {value}" for _ in range(lanes)) + ">"
+    first = self.emit(f"insertelement {llvm_type} poison, {scalar} {value}, i64 0")
+    return self.emit(f"shufflevector {llvm_type} {first}, {llvm_type} poison, <{lanes} x i32> zeroinitializer")
+
+  def vector_value(self, node: UOp, lanes: int, packed: dict[UOp, str], memo: dict[UOp, str]) -> str:
+    """`node` for `lanes` consecutive columns, the column bound to the first one's value: a LOAD contiguous along
+    the column is one vector load (from its pack if it has one), what doesn't depend on the column is a scalar made a
+    splat, and the operations between are vector instructions (the subset `vector_body_ok` admits)."""
+    plan = self.plan
+    assert plan is not None
+    if plan.column not in self.deps[node]:
+      self.emit_ready(node)
+      return self.splat(self.value(node), node.dtype, lanes)
+    if (done := memo.get(node)) is not None: return done
+    op, dtype = node.op, node.dtype
+    llvm_type = vector_type(dtype, lanes)
+    if op is Ops.LOAD and node in packed: result = packed[node]
+    elif op is Ops.LOAD:
+      buffer, index = node.src
+      self.emit_ready(index)
+      memory = memory_type(buffer.dtype)
+      raw = self.emit(f"load <{lanes} x {memory}>, ptr {self.address(buffer, index)}, align {buffer.dtype.itemsize}")
+      result = self.vector_from_memory(raw, buffer.dtype, lanes)
+    elif op is Ops.RANGE:  # the column itself: its first value plus 0 .. lanes-1
+      steps = "<" + ", ".join(f"i64 {lane}" for lane in range(lanes)) + ">"
+      result = self.emit(f"add nsw <{lanes} x i64> {self.splat(self.value(node), dtype, lanes)}, {steps}")
+    else:
+      sources = [self.vector_value(source, lanes, packed, memo) for source in node.src]
+      if op is Ops.CAST: result = self.vector_cast(sources[0], node.src[0].dtype, dtype, lanes)
+      elif op is Ops.WHERE:
+        result = self.emit(f"select <{lanes} x i1> {sources[0]}, {llvm_type} {sources[1]}, {llvm_type} {sources[2]}")
+      elif op is Ops.NEG:
+        kind = dtype_kind(dtype)
+        result = self.emit(f"fneg {llvm_type} {sources[0]}") if kind == "f" else \
+            self.emit(f"xor {llvm_type} {sources[0]}, {self.splat('true', dtype, lanes)}") if kind == "b" else \
+            self.emit(f"sub {llvm_type} zeroinitializer, {sources[0]}")
+      else:
+        operand_dtype = node.src[0].dtype
+        kind, operand_type = dtype_kind(operand_dtype), vector_type(operand_dtype, lanes)
+        left, right = sources
+        if op in (Ops.CMPLT, Ops.CMPNE): result = self.emit(f"{_COMPARE[(op, kind)]} {operand_type} {left}, {right}")
+        elif kind == "b": result = self.emit(f"{_BOOL_BINARY[op]} {llvm_type} {left}, {right}")
+        elif op is Ops.MAX:
+          name = "llvm.maximum" if kind == "f" else _INT_MAX_INTRINSIC[kind]
+          result = self.call(f"{name}.{_suffix(llvm_type)}", llvm_type, [(llvm_type, left), (llvm_type, right)])
+        elif kind == "f":
+          contract = plan.contract and node is plan.reduce.src[0]
+          result = self.emit(f"{_FLOAT_BINARY[op]}{' contract' if contract else ''} {llvm_type} {left}, {right}")
+        else: result = self.emit(f"{_INT_BINARY[op]} {llvm_type} {left}, {right}")
+    memo[node] = result
+    return result
+
+  def vector_store(self, result: str, lanes: int) -> None:
+    """The epilogue and STORE of `lanes` consecutive columns of a vector tile, the column bound to the first one's
+    value, the REDUCE's results there in vector `result` (see `vector_epilogue_ok`)."""
+    plan = self.plan
+    assert plan is not None
+    (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
+    buffer, index, value = store.src
+    stored = self.vector_to_memory(self.vector_value(value, lanes, {}, {plan.reduce: result}), buffer.dtype, lanes)
+    self.emit_ready(index)
+    self.line(f"store <{lanes} x {memory_type(buffer.dtype)}> {stored}, ptr {self.address(buffer, index)}, "
+              f"align {buffer.dtype.itemsize}")
+    self.stores_emitted.add(store)
+
+  def vector_to_memory(self, value: str, dtype: np.dtype, lanes: int) -> str:
+    """`to_memory` for a vector of `lanes` values."""
+    if dtype == BOOL: return self.emit(f"zext <{lanes} x i1> {value} to <{lanes} x i8>")
+    if dtype == F16: return self.emit(f"fptrunc <{lanes} x float> {value} to <{lanes} x half>")
+    if dtype == BF16:
+      bits = self.emit(f"bitcast <{lanes} x float> {value} to <{lanes} x i32>")
+      shifted = self.emit(f"lshr <{lanes} x i32> {bits}, {self.splat('16', np.dtype(np.int32), lanes)}")
+      return self.emit(f"trunc <{lanes} x i32> {shifted} to <{lanes} x i16>")
+    return value
+
+  def vector_from_memory(self, raw: str, dtype: np.dtype, lanes: int) -> str:
+    """`from_memory` for a vector of `lanes` loaded elements."""
+    if dtype == BOOL: return self.emit(f"icmp ne <{lanes} x i8> {raw}, zeroinitializer")
+    if dtype == F16: return self.emit(f"fpext <{lanes} x half> {raw} to <{lanes} x float>")
+    if dtype == BF16:
+      widened = self.emit(f"zext <{lanes} x i16> {raw} to <{lanes} x i32>")
+      shifted = self.emit(f"shl <{lanes} x i32> {widened}, {self.splat('16', np.dtype(np.int32), lanes)}")
+      return self.emit(f"bitcast <{lanes} x i32> {shifted} to <{lanes} x float>")
+    return raw
+
+  def vector_cast(self, value: str, src: np.dtype, dst: np.dtype, lanes: int) -> str:
+    """`cast` for vectors of `lanes` values: the conversions that round nothing or once in one instruction
+    (`vector_cast_ok`)."""
+    src_kind, dst_kind = dtype_kind(src), dtype_kind(dst)
+    src_type, dst_type = vector_type(src, lanes), vector_type(dst, lanes)
+    if src_type == dst_type: return value  # float16 / bfloat16 values are exact floats; same-width integers
+    if dst_kind == "b":
+      compare = "fcmp une" if src_kind == "f" else "icmp ne"
+      return self.emit(f"{compare} {src_type} {value}, zeroinitializer")
+    if src_kind == "b": return self.emit(f"{'uitofp' if dst_kind == 'f' else 'zext'} {src_type} {value} to {dst_type}")
+    if src_kind in "iu" and dst_kind in "iu":
+      instruction = "trunc" if dst.itemsize < src.itemsize else "sext" if src_kind == "i" else "zext"
+      return self.emit(f"{instruction} {src_type} {value} to {dst_type}")
+    if src_kind in "iu":
+      return self.emit(f"{'sitofp' if src_kind == 'i' else 'uitofp'} {src_type} {value} to {dst_type}")
+    return self.emit(f"{'fpext' if dst == F64 else 'fptrunc'} {src_type} {value} to {dst_type}")
 
   def render_block(self, row_start: str | None, rows: int, column_start: str, columns: int) -> None:
     """One tile: rows x columns accumulators of the plan's REDUCE, updated in one pass of its loop nest
@@ -700,8 +889,16 @@ class _Renderer(Linearizer):
     assert plan is not None
     row_values = [None] if row_start is None else self.offsets(row_start, rows)
     column_values = self.offsets(column_start, columns)
-    results = iter(self.reduce_loops(plan.reduce, rows * columns, self.tile_body(row_values, column_values),
-                                     tiled=not plan.dot, contract=plan.contract))
+    body, lanes = self.tile_body(row_values, column_values)
+    vectors = lanes > 1 and self.vector_epilogue
+    results = iter(self.reduce_loops(plan.reduce, rows * columns // lanes, body, tiled=not plan.dot,
+                                     contract=plan.contract, lanes=lanes, vectors=vectors))
+    if vectors:
+      for row_value in row_values:
+        with self.bound(plan.row, row_value):
+          for column_value in column_values[::lanes]:
+            with self.bound(plan.column, column_value): self.vector_store(next(results), lanes)
+      return
     for row_value in row_values:
       with self.bound(plan.row, row_value):
         for column_value in column_values:
@@ -743,13 +940,15 @@ class _Renderer(Linearizer):
         for height in heights:
           with self.loop(tiles_start, group_end, None, step=height) as row_index:
             row_values, column_values = self.offsets(row_index, height), self.offsets(column_start, columns)
-            body = self.tile_body(row_values, column_values)
-            parts = self.accumulate(node, F32, height * columns, [(block_start, block_end, rng, True)],
-                                    lambda _: ([self.cast(part, dtype, F32) for part, dtype in body()], F32),
-                                    tiled=True, contract=plan.contract)
+            body, lanes = self.tile_body(row_values, column_values)
+            parts = self.accumulate(node, F32, height * columns // lanes, [(block_start, block_end, rng, True)],
+                                    lambda _: ([self.cast(part, dtype, F32, lanes) for part, dtype in body()], F32),
+                                    tiled=True, contract=plan.contract, lanes=lanes)
             # the float32 sums go through an array of their own: stored straight into the float64 array, SLP
             # would vectorise from those stores, 8 doubles wide, i.e. the whole tile at half the vector width
-            for i, part in enumerate(parts): self.line(f"store float {part}, ptr {self.slot(block_sums, F32, str(i))}")
+            for i, part in enumerate(parts):
+              self.line(f"store {vector_type(F32, lanes)} {part}, ptr {self.slot(block_sums, F32, str(i * lanes))}"
+                        f"{', align 4' if lanes > 1 else ''}")
             first = row_slots(row_index)
             with self.loop("0", str(height * columns), None) as i:
               address = self.slot(sums, F64, self.emit(f"add nsw i64 {first}, {i}"))
@@ -760,9 +959,14 @@ class _Renderer(Linearizer):
       with self.loop(group, group_end, None) as row_index:
         first = row_slots(row_index)
         with self.bound(plan.row, row_index):
-          for j, column_value in enumerate(self.offsets(column_start, columns)):
+          lanes = plan.lanes if self.vector_epilogue and columns % plan.lanes == 0 else 1
+          for j, column_value in enumerate(self.offsets(column_start, columns // lanes, lanes)):
             with self.bound(plan.column, column_value):
-              total = self.emit(f"load double, ptr {self.slot(sums, F64, self.emit(f'add nsw i64 {first}, {j}'))}")
+              address = self.slot(sums, F64, self.emit(f"add nsw i64 {first}, {j * lanes}"))
+              total = self.emit(f"load {vector_type(F64, lanes)}, ptr {address}, align 8")
+              if lanes > 1:
+                self.vector_store(self.cast(total, F64, node.dtype, lanes), lanes)
+                continue
               self.scopes[-1][node] = self.cast(total, F64, node.dtype)
               self.emit_ready(self.ast)
 
@@ -836,22 +1040,22 @@ class _Renderer(Linearizer):
     start = self.emit(f"mul nsw i64 {block}, {size}")
     return start, self.capped(start, size, limit)
 
-  def offsets(self, start: str, count: int) -> list[str]:
-    """`start + i` for i in [0, count)."""
-    return [start] + [self.emit(f"add nsw i64 {start}, {i}", "idx") for i in range(1, count)]
+  def offsets(self, start: str, count: int, step: int = 1) -> list[str]:
+    """`start + i * step` for i in [0, count)."""
+    return [start] + [self.emit(f"add nsw i64 {start}, {i * step}", "idx") for i in range(1, count)]
 
   def combine(self, op: Ops, dtype: np.dtype, acc: str, part: str, ordered: bool = False,
-              contract: bool = False) -> str:
-    """Fold `part` into accumulator value `acc`. Float ADD / MUL are `reassoc` (vectorisable) unless `ordered`;
-    `contract` allows an FMA."""
-    kind, llvm_type = dtype_kind(dtype), compute_type(dtype)
-    if kind == "b": return self.emit(f"{_BOOL_BINARY[op]} i1 {acc}, {part}")
+              contract: bool = False, lanes: int = 1) -> str:
+    """Fold `part` into accumulator value `acc` (vectors of `lanes` values). Float ADD / MUL are `reassoc`
+    (vectorisable) unless `ordered`; `contract` allows an FMA."""
+    kind, llvm_type = dtype_kind(dtype), vector_type(dtype, lanes)
+    if kind == "b": return self.emit(f"{_BOOL_BINARY[op]} {llvm_type} {acc}, {part}")
     if kind == "f":
       if op is Ops.MAX: return self.call(f"llvm.maximum.{_suffix(llvm_type)}", llvm_type,
                                          [(llvm_type, acc), (llvm_type, part)], flags="reassoc")
       instruction = {Ops.ADD: "fadd", Ops.MUL: "fmul"}[op] if ordered else _FLOAT_ACCUMULATE[op]
       return self.emit(f"{instruction}{' contract' if contract else ''} {llvm_type} {acc}, {part}")
-    if op is Ops.MAX: return self.call(f"{_INT_MAX_INTRINSIC[kind]}.{llvm_type}", llvm_type,
+    if op is Ops.MAX: return self.call(f"{_INT_MAX_INTRINSIC[kind]}.{_suffix(llvm_type)}", llvm_type,
                                        [(llvm_type, acc), (llvm_type, part)])
     return self.emit(f"{_INT_BINARY[op]} {llvm_type} {acc}, {part}")
 
@@ -885,10 +1089,12 @@ class _Renderer(Linearizer):
     use_odd = self.emit(f"and i1 {inexact}, {is_even}")
     return self.emit(f"bitcast i32 {self.emit(f'select i1 {use_odd}, i32 {odd_bits}, i32 {bits}')} to float")
 
-  def cast(self, value: str, src: np.dtype, dst: np.dtype) -> str:
+  def cast(self, value: str, src: np.dtype, dst: np.dtype, lanes: int = 1) -> str:
     """Value conversion with numpy / JAX semantics. float -> int truncates toward zero and saturates (NaN -> 0), as
-    XLA on CPU; float -> bool is x != 0 (NaN -> True); every conversion to a float rounds once."""
+    XLA on CPU; float -> bool is x != 0 (NaN -> True); every conversion to a float rounds once. Vectors of `lanes`
+    values: the conversions of a vector tile body (`vector_cast_ok`)."""
     if src == dst: return value
+    if lanes > 1: return self.vector_cast(value, src, dst, lanes)
     src_kind, dst_kind = dtype_kind(src), dtype_kind(dst)
     src_type, dst_type = compute_type(src), compute_type(dst)
     if dst_kind == "b":

@@ -10,8 +10,9 @@ contraction `out[m, n] = sum_k a[m, k] * b[k, n]`. For those, `choose_opts` retu
                   and the STORE run per element after the reduce loop.
   upcast col N    the tile spans N consecutive elements of the innermost global range ("column"), which has stride 1
                   in the STORE and stride 0 or 1 in every load under the REDUCE: the N accumulators are N / lanes
-                  vector registers and the loads are contiguous vectors (LLVM's SLP vectoriser packs the unrolled
-                  scalar code).
+                  vector registers and the loads are contiguous vectors. The renderer emits them as vector IR where
+                  the value and epilogue allow (llvm.py `vector_body_ok`), else as unrolled scalar code that LLVM's
+                  SLP vectoriser packs (float16 / bfloat16 arithmetic).
   tile col N      without a row to tile (a sum over an outer axis, as sum(axis=0): a pure stream, nothing to reuse),
                   the accumulators are an array of N elements of the column in memory (L1), updated by a loop over
                   the column that LLVM's loop vectoriser vectorises; each reduce step then reads N contiguous elements
