@@ -411,7 +411,7 @@ def print_row(name: str, workload: Workload, row: dict) -> None:
   def cell(library):
     entry = row.get(library)
     if entry is None: return "-"
-    if "median" not in entry: return "error: " + (entry["errors"] or ["?"])[0][:40]
+    if "median" not in entry: return ("error: " + (entry["errors"] or ["?"])[0])[:22]  # in full below the row
     return format_time(entry["median"], workload)
 
   def ratio(value): return f"{value:.2f}x" if value else "-"
