@@ -2,8 +2,9 @@
 
 `machine_limits()` measures this machine once and keeps the figures in the disk cache: the float32 FMA peak of all
 the runtime's threads (a kernel of independent vector FMA chains) and the copy bandwidth of main memory (every
-thread copying its share of a 128 MB buffer; read and written bytes both count). `kernel_cost(ast)` counts what
-one launch of a kernel does: its floating-point operations, each arithmetic UOp on float values (comparisons and
+thread copying its share of a 128 MB buffer with vector loads and stores, as an elementwise kernel does, not libc's
+memcpy, whose non-temporal stores bypass the cache; read and written bytes both count). `kernel_flops(ast)` counts
+what one launch of a kernel does: its floating-point operations, each arithmetic UOp on float values (comparisons and
 selects included) times the iterations of the loops it depends on, so that a matmul's are 2*M*N*K.
 
 With DEBUG>=1 every launch prints its time, GFLOP/s and GB/s and the percentage of those limits it reached (the bytes
@@ -31,9 +32,10 @@ from tinyjax.uop import Ops, UOp
 # ---- the machine's limits
 
 _FMA_CHAINS = 12        # independent accumulators: enough to cover the FMA latency on two ports
-_FMA_STEPS = 4096       # FMAs of each chain per iteration of the outer loop
+_FMA_STEPS = 1 << 16    # FMAs of each chain per iteration of the outer loop (25 MFLOP with 16 lanes)
 _COPY_BYTES = 128 << 20  # per buffer: above most last-level caches
 _COPY_BLOCK = 1 << 20   # bytes one outer iteration of the copy kernel moves
+_PROBES_VERSION = 2     # part of the cache key: bump when the probes change (older figures are then measured again)
 
 
 @dataclass(frozen=True)
@@ -115,23 +117,31 @@ def _splat(lanes: int, value: float) -> str:
 
 
 _COPY_PROBE_IR = f"""
-declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
-
 define void @tj_copy_probe(ptr noalias %args, i64 %start, i64 %end) {{
 entry:
   %dst = load ptr, ptr %args
   %src.slot = getelementptr ptr, ptr %args, i64 1
   %src = load ptr, ptr %src.slot
-  br label %loop
-loop:
-  %i = phi i64 [ %start, %entry ], [ %i.next, %loop ]
-  %offset = mul i64 %i, {_COPY_BLOCK}
-  %to = getelementptr i8, ptr %dst, i64 %offset
-  %from = getelementptr i8, ptr %src, i64 %offset
-  call void @llvm.memcpy.p0.p0.i64(ptr %to, ptr %from, i64 {_COPY_BLOCK}, i1 false)
+  br label %block
+block:
+  %i = phi i64 [ %start, %entry ], [ %i.next, %block.end ]
+  %first = mul i64 %i, {_COPY_BLOCK // 64}
+  br label %copy
+copy:
+  %j = phi i64 [ 0, %block ], [ %j.next, %copy ]
+  %k = add i64 %first, %j
+  %from = getelementptr <16 x float>, ptr %src, i64 %k
+  %to = getelementptr <16 x float>, ptr %dst, i64 %k
+  %value = load <16 x float>, ptr %from, align 4
+  %same = fadd <16 x float> %value, zeroinitializer
+  store <16 x float> %same, ptr %to, align 4
+  %j.next = add i64 %j, 1
+  %more = icmp ult i64 %j.next, {_COPY_BLOCK // 64}
+  br i1 %more, label %copy, label %block.end
+block.end:
   %i.next = add i64 %i, 1
   %again = icmp ult i64 %i.next, %end
-  br i1 %again, label %loop, label %exit
+  br i1 %again, label %block, label %exit
 exit:
   ret void
 }}
@@ -154,12 +164,12 @@ def measure_machine_limits() -> MachineLimits:
   from tinyjax.devices.cpu import compile_cpu, cpu_threads
   threads, lanes = cpu_threads(), _vector_lanes()
   fma = compile_cpu("tj_fma_probe", _fma_probe_ir(lanes))
-  iterations = 4 * threads
+  iterations = 64 * threads * 16 // lanes  # ~20 ms of FMAs at 4 GHz: threads start and end, timers tick, unseen
   sink = np.zeros(iterations, np.float32)
-  seconds = _best_seconds(lambda: fma([sink.ctypes.data], iterations, parallel=True), 5)
+  seconds = _best_seconds(lambda: fma([sink.ctypes.data], iterations, parallel=True), 3)
   flops = iterations * _FMA_STEPS * _FMA_CHAINS * lanes * 2 / seconds
   copy = compile_cpu("tj_copy_probe", _COPY_PROBE_IR)
-  source = np.ones(_COPY_BYTES, np.uint8)
+  source = np.ones(_COPY_BYTES // 4, np.float32)
   destination = np.zeros_like(source)
   blocks = _COPY_BYTES // _COPY_BLOCK
   addresses = [destination.ctypes.data, source.ctypes.data]
@@ -174,7 +184,7 @@ def machine_limits() -> MachineLimits:
   from tinyjax.devices.cache import DiskCache
   from tinyjax.devices.cpu import TINYJAX_VERSION, cpu_features, cpu_name, cpu_threads
   cache = DiskCache("machine")
-  key = f"limits|{TINYJAX_VERSION}|{cpu_name()}|{cpu_features()}|threads={cpu_threads()}"
+  key = f"limits|{_PROBES_VERSION}|{TINYJAX_VERSION}|{cpu_name()}|{cpu_features()}|threads={cpu_threads()}"
   payload = cache.get(key)
   if payload is not None:
     try: return MachineLimits(**json.loads(payload))
