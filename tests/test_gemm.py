@@ -543,6 +543,26 @@ def test_wide_contraction_is_launched_over_column_tiles(shape):
   assert _split_columns(matmul_kernel(m, k, n, F32), threads=n // 64) is None  # too few tiles for the threads
 
 
+def test_square_contractions_are_launched_over_column_tiles_unless_a_is_read_across():
+  """As many rows as columns: split too (every chunk of rows would pack all of b again), each tile packed once, unless
+  the row operand is read across its rows (a.T @ b, a weight gradient), which every column tile would reread with a
+  stride."""
+  from tinyjax.lower.schedule import _split_columns
+  m = k = n = 256
+  split, tiles = _split_columns(matmul_kernel(m, k, n, F32), threads=2)
+  assert tiles == n // 64 and outer_bound(split) == tiles
+  a, b = matmul_inputs(m, k, n, F32, seed=3)
+  out = np.zeros(m * n, F32)
+  for start in range(tiles): run_kernel(split, [out, a, b], True, start, start + 1)
+  np.testing.assert_allclose(out.reshape(m, n), a.astype(F64) @ b, rtol=1e-4, atol=1e-4)
+  rows, cols, red = global_range(0, m), global_range(1, n), reduce_range(2, k)
+  transposed_a = load(buffer(1, F32), add(mul(red, const(m)), rows))
+  b_element = load(buffer(2, F32), add(mul(red, const(n)), cols))
+  total = reduce(Ops.ADD, mul(transposed_a, b_element), red)
+  ast = kernel(store(buffer(0, F32), add(mul(rows, const(n)), cols), total))
+  assert ("pack", 1, 1) in applied_opts(ast) and _split_columns(ast, threads=2) is None
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # the register tile's body and epilogue as vector IR
 

@@ -83,7 +83,9 @@ GROUP_ROWS = 32
 # (2 KB for 512 float32 columns), so the rows of a K block land in a few L1 sets and evict each other: packed, the
 # same GEMMs ran 1.35-1.8x faster (128x784x512 173 -> 239 GFLOP/s, 512^3 137-185 -> 249-279; 2 cores, AVX-512).
 # Packing pays when at least PACK_MIN_ROWS rows share a pack: a launch chunk keeps that many rows together.
-PACK_BYTES = 256 * 1024
+# The pack lives on the stack: 1 MB (K up to 4096 float32 steps of 64 columns) leaves a thread's stack (8 MB, or glibc's
+# 2 MB at least) room; 256 KB left 2048^3 and K=1040 unpacked, at half the speed (156 -> 223 GFLOP/s, 158 -> 270).
+PACK_BYTES = 1024 * 1024
 PACK_MIN_ROWS = 16
 # A contraction reading both operands along its reduction (`g @ w.T`) gets a tile of DOT_ROWS x DOT_COLUMNS output
 # elements, each a vector of partial sums over the reduce loop: per vector step DOT_ROWS + DOT_COLUMNS loads feed

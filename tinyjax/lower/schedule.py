@@ -467,27 +467,25 @@ def reduce_identity(reduce_op: Ops, dtype: np.dtype):
   return -float("inf")
 
 
-# A register-tiled contraction with fewer rows than columns is launched over its column tiles (`_split_columns`) when
-# its row operand (rows x reduction) fits in this much of a core's L2, where it is reread once per column tile.
-SPLIT_ROW_OPERAND_BYTES = 1 << 20
-
-
 def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
-  """A packed register-tiled contraction whose launch would cut its rows (x @ w1 for a batch of 128: 128 rows, 512
-  columns) gets its column range cut into tiles instead, as the new outermost range: out[tile, row, column] with the
-  tile's columns innermost. Cut by rows, every thread packs all of w1 (the operand reused across the rows); cut by
-  column tiles, each packs its own tiles and rereads the smaller x from L2: 128x784x512 ran at 187 -> 243 GFLOP/s,
-  128x512x512 195 -> 236 (2 cores). Only with fewer rows than columns, enough column tiles for twice the threads and
-  the row operand small enough to stay in L2. Returns the new AST and its outer size, or None."""
+  """A packed register-tiled contraction with enough column tiles for the threads gets its column range cut into
+  tiles, as the new outermost range: out[tile, row, column] with the tile's columns innermost. Cut by rows, every
+  launch chunk packs all of b (the operand reused across the rows) again, and a thread claims many chunks; cut by
+  column tiles, each tile is packed once and the threads reread a (the row operand) instead, from L2 or L3. On 2
+  cores (float32): 128x784x512 187 -> 243 GFLOP/s, 512x784x512 270 -> 305-341, 1024^3 270 -> 360-370, 2048^3 218 ->
+  337-358. Not when the rows outnumber the columns and the row operand is read across its rows (`a.T @ b`, a weight
+  gradient): every column tile then rereads it with a stride, 264 -> 250-257 at 784x512x512. Needs twice as many
+  column tiles as threads and a column count that is a multiple of the tile. Returns the new AST and its outer size,
+  or None."""
   plan = choose_opts(ast)
   if plan is None or plan.stream or plan.dot or not plan.packed: return None
   if global_ranges_of(ast) != [plan.row, plan.column]: return None
   rows, columns = plan.row.src[0].arg, plan.column.src[0].arg
-  if columns % plan.columns or columns // plan.columns < 2 * threads or rows >= columns: return None
+  if columns % plan.columns or columns // plan.columns < 2 * threads: return None
   reduce_ranges = list(plan.reduce.src[1:])
-  steps = math.prod(rng.src[0].arg for rng in reduce_ranges)
   row_loads = [n for n in plan.reduce.src[0].toposort if n.op is Ops.LOAD and plan.row in n.src[1].toposort]
-  if rows * steps * sum(load.dtype.itemsize for load in row_loads) > SPLIT_ROW_OPERAND_BYTES: return None
+  if rows >= columns and any(linear_strides(load.src[1])[0].get(reduce_ranges[-1]) != 1 for load in row_loads):
+    return None
   tile, row, inner = (UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(size),), (i, "global"))
                       for i, size in enumerate((columns // plan.columns, rows, plan.columns)))
   mapping = {plan.row: row, plan.column: symbolic.add(symbolic.mul(tile, plan.columns), inner)}
