@@ -281,12 +281,12 @@ class Profile:
     return "\n".join(lines)
 
 
-_open: list[Profile] = []
+open_profiles: list[Profile] = []  # the profiles open now (realize times launches one by one while it is not empty)
 
 
 def profiling() -> bool:
   """Whether a `profile()` is open (launches are then timed one by one)."""
-  return bool(_open)
+  return bool(open_profiles)
 
 
 @contextlib.contextmanager
@@ -294,11 +294,11 @@ def profile():
   """Time every kernel launched inside the block (in any thread) and yield a `Profile` that, once the block has
   ended, lists them with their roofline figures, slowest first. Nests: every open profile records each launch."""
   result = Profile(limits=machine_limits())
-  _open.append(result)
+  open_profiles.append(result)
   try:
     yield result
   finally:
-    _open.remove(result)
+    open_profiles.remove(result)
     result.kernels.sort(key=lambda k: -k.seconds)
 
 
@@ -308,7 +308,7 @@ def launch_line(name: str, seconds: float, flops: int, nbytes: int, cpu: bool) -
   rate, bandwidth = flops / max(seconds, 1e-9), nbytes / max(seconds, 1e-9)
   compute_fraction = rate / limits.flops if limits else None
   bandwidth_fraction = bandwidth / limits.bandwidth if limits else None
-  for result in _open: result.record(name, "cpu" if cpu else "gpu", seconds, flops, nbytes)
+  for result in open_profiles: result.record(name, "cpu" if cpu else "gpu", seconds, flops, nbytes)
   text = f"{rate / 1e9:8.2f} GFLOP/s {bandwidth / 1e9:7.2f} GB/s"
   if limits: text += f"  ({compute_fraction * 100:3.0f}% of peak, {bandwidth_fraction * 100:3.0f}% of bandwidth)"
   return text

@@ -39,14 +39,17 @@ def _give_to_pool(raw: np.ndarray, address: int) -> None:
 class Buffer:
   """A realised array's storage: `shape`, `dtype`, and its memory once allocated (`numpy()`, `address`).
 
-  Buffers hash by identity: a BUFFER node of the UOp graph names one buffer."""
-  __slots__ = ("shape", "dtype", "nbytes", "_host", "_address", "__weakref__")
+  Its memory is a pooled block (`_raw`, uint8, taken from the pool on allocation and given back when the buffer dies
+  unseen) or a host array it was made from; the typed view of a block (`_host`) is made when first asked for, since a
+  launch needs only the address (a view costs ~0.5 us of a jitted call's few). Buffers hash by identity: a BUFFER node
+  of the UOp graph names one buffer."""
+  __slots__ = ("shape", "dtype", "nbytes", "_raw", "_host", "_address", "__weakref__")
   device = CPU  # (GPU buffers are DeviceBuffers, below)
 
   def __init__(self, shape: tuple[int, ...], dtype: np.dtype, host: np.ndarray | None = None):
     self.shape, self.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
     self.nbytes = math.prod(self.shape) * self.dtype.itemsize
-    self._address = 0
+    self._raw, self._address = None, 0
     if host is not None:
       assert host.shape == self.shape and host.dtype == self.dtype, (host.shape, host.dtype, self.shape, self.dtype)
       host = np.require(host, requirements="C")
@@ -56,41 +59,40 @@ class Buffer:
   @property
   def size(self) -> int: return math.prod(self.shape)
   @property
-  def is_allocated(self) -> bool: return self._host is not None
+  def is_allocated(self) -> bool: return self._raw is not None or self._host is not None
 
   def allocate(self) -> Buffer:
-    if self._host is None:
-      raw, self._address = _take_from_pool(self.nbytes)
-      self._host = raw.view(self.dtype).reshape(self.shape)
+    if self._raw is None and self._host is None: self._raw, self._address = _take_from_pool(self.nbytes)
     return self
 
   def __del__(self):
-    # Recycle the allocation only if it is ours (a pooled uint8 block) and nothing else can see it. Every numpy view
-    # of it (numpy() hands them out) has the block itself as its base, so once our typed view is dropped the block's
-    # only references must be the local name and getrefcount's argument. (A block of our size starts where we do, so
-    # the address we kept is the block's.)
-    host = getattr(self, "_host", None)  # (None too for a Buffer whose __init__ raised)
-    if host is None or sys is None: return
-    raw = host.base
-    if not (isinstance(raw, np.ndarray) and raw.dtype == np.uint8 and raw.base is None and raw.nbytes == self.nbytes):
-      return
-    self._host = None
-    del host
+    # Recycle the block only if nothing else can see it. Every numpy view of it (numpy() hands them out) has the block
+    # itself as its base, so once our own references are dropped the block's only references must be the local name
+    # and getrefcount's argument.
+    raw = getattr(self, "_raw", None)  # (None too for a Buffer whose __init__ raised)
+    if raw is None or sys is None: return
+    self._raw = self._host = None
     if sys.getrefcount(raw) == 2: _give_to_pool(raw, self._address)
 
   @property
   def address(self) -> int:
     """The memory address kernels receive for this buffer."""
-    return self._address if self._host is not None else self.allocate()._address
+    return self._address if self.is_allocated else self.allocate()._address
+
+  def _typed(self) -> np.ndarray:
+    if self._host is None:
+      self.allocate()
+      if self._host is None: self._host = self._raw.view(self.dtype).reshape(self.shape)
+    return self._host
 
   def numpy(self) -> np.ndarray:
     """The contents as a read-only numpy array (no copy)."""
-    view = self.allocate()._host.view()
+    view = self._typed().view()
     view.flags.writeable = False
     return view
 
   def __repr__(self) -> str:
-    return f"Buffer({self.shape}, {self.dtype.name}, {'allocated' if self._host is not None else 'empty'})"
+    return f"Buffer({self.shape}, {self.dtype.name}, {'allocated' if self.is_allocated else 'empty'})"
 
 
 def allocate_buffers(specs: list[tuple[tuple[int, ...], np.dtype, int]]) -> list[Buffer]:
@@ -101,11 +103,10 @@ def allocate_buffers(specs: list[tuple[tuple[int, ...], np.dtype, int]]) -> list
     buffer = object.__new__(Buffer)
     if (free := _pool.get(nbytes)):  # _take_from_pool, inlined: this runs on every jitted call
       _pool_bytes -= nbytes
-      raw, buffer._address = free.pop()
+      buffer._raw, buffer._address = free.pop()
     else:
-      raw, buffer._address = _take_from_pool(nbytes)
-    buffer.shape, buffer.dtype, buffer.nbytes = shape, dtype, nbytes
-    buffer._host = raw.view(dtype).reshape(shape)
+      buffer._raw, buffer._address = _take_from_pool(nbytes)
+    buffer.shape, buffer.dtype, buffer.nbytes, buffer._host = shape, dtype, nbytes, None
     buffers.append(buffer)
   return buffers
 

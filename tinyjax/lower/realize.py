@@ -27,7 +27,8 @@ from tinyjax.devices.buffer import Buffer, allocate_buffers
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
 from tinyjax.lower.schedule import Kernel, Loop, Schedule, Switch, kernels_of, schedule, structure_key
-from tinyjax.profiler import kernel_flops, launch_line, profiling
+from tinyjax.profiler import kernel_flops, launch_line
+from tinyjax.profiler import open_profiles as _profiles  # (a list: checking it is cheaper than a call)
 from tinyjax.uop import Ops, UOp, pretty
 
 
@@ -213,14 +214,16 @@ def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer]) -> list[Buffe
   if compiled.device is not CPU:
     device = compiled.device
     buffers = inputs[:sched.n_inputs] + [device.buffer(shape, dtype) for shape, dtype, _ in compiled.slot_specs]
-    _run_steps(sched.kernels, iter(compiled.programs), buffers, device, timed=DEBUG >= 1 or profiling())
-  elif DEBUG >= 1 or profiling():
+    _run_steps(sched.kernels, iter(compiled.programs), buffers, device, timed=DEBUG >= 1 or bool(_profiles))
+  elif DEBUG >= 1 or _profiles:
     buffers = inputs[:sched.n_inputs] + allocate_buffers(compiled.slot_specs)
     _run_steps(sched.kernels, iter(compiled.programs), buffers, CPU, timed=True)
   else:
-    buffers = inputs[:sched.n_inputs] + allocate_buffers(compiled.slot_specs)
-    compiled.launches([buffer._address for buffer in buffers])
-    counters.kernels_launched += compiled.launches.launched
+    buffers = inputs[:sched.n_inputs]
+    buffers += allocate_buffers(compiled.slot_specs)
+    launches = compiled.launches
+    launches([buffer._address for buffer in buffers])
+    counters.kernels_launched += launches.launched
   return [buffers[slot] for slot in sched.outputs]
 
 
