@@ -39,13 +39,15 @@ def target_machine() -> llvm.TargetMachine:
 
 
 def optimized_module(llvm_ir: str) -> llvm.ModuleRef:
-  """Parse, verify and run LLVM's O3 pipeline (loop and SLP vectorisation) for the host CPU."""
+  """Parse, verify and run LLVM's O3 pipeline as tinyjax/devices/cpu.py does (PIPELINE: loop and SLP vectorisation,
+  interleaving, no unrolling unless a loop asks) for the host CPU."""
   machine = target_machine()
   module = llvm.parse_assembly(llvm_ir)
   module.verify()
   module.triple, module.data_layout = llvm.get_process_triple(), str(machine.target_data)
   tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-  tuning.loop_vectorization = tuning.slp_vectorization = tuning.loop_unrolling = tuning.loop_interleaving = True
+  tuning.loop_vectorization = tuning.slp_vectorization = tuning.loop_interleaving = True
+  tuning.loop_unrolling = False
   builder = llvm.create_pass_builder(machine, tuning)
   builder.getModulePassManager().run(module, builder)
   return module
