@@ -641,3 +641,16 @@ def test_vector_tile_shrinks_the_ir():
   source = render_llvm("kernel", ast)
   assert source.count("fmul contract <16 x float>") == (TILE_ROWS + 1) * 4
   assert "fmul contract float" not in source
+
+
+def test_only_a_nests_short_ranges_are_unrolled_whole():
+  """LLVM unrolls nothing unasked (devices/cpu.py PIPELINE); a convolution's short window range asks to be unrolled
+  whole, a single reduce range (however short) and the channels don't; the result stays numpy's."""
+  conv = conv_like_kernel(24, 20, 3, 64, F32)
+  assert render_llvm("kernel", conv).count('!{!"llvm.loop.unroll.full"}') >= 1  # (one per tile height)
+  assert "llvm.loop.unroll.full" not in render_llvm("kernel", matmul_kernel(24, 3, 64, F32))
+  x, w = matmul_inputs(24, 60, 64, F32, seed=9)
+  bias = sample(F32, 64, seed=10)
+  out = np.zeros(24 * 64, F32)
+  run_kernel(conv, [out, x, w, bias], True)
+  np.testing.assert_allclose(out.reshape(24, 64), x.astype(F64) @ w + bias, rtol=1e-5, atol=1e-5)

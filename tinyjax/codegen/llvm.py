@@ -35,7 +35,7 @@ import numpy as np
 from tinyjax.codegen import transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
-from tinyjax.codegen.opt import (BF16, F16, F32, F64, GROUP_ROWS, TILE_SUM_BLOCK, VECTOR_BYTES, TilePlan,
+from tinyjax.codegen.opt import (BF16, F16, F32, F64, GROUP_ROWS, SHORT_REDUCE, TILE_SUM_BLOCK, VECTOR_BYTES, TilePlan,
                                  accumulator_dtype, choose_opts, global_ranges_of)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.uop import BOOL, Ops, UOp
@@ -242,14 +242,14 @@ class _Renderer(Linearizer):
 
   @contextlib.contextmanager
   def loop(self, start: str, end: str, binds: UOp | None, step: int = 1, vectorize: bool = True,
-           whole: bool = True, unroll: bool = True) -> Iterator[str]:
+           whole: bool = True, unroll: bool | str = True) -> Iterator[str]:
     """A canonical counted loop `for (i = start; i < end; i++)` (i64, `icmp slt`, one latch). Code emitted inside the
     `with` is the body; `binds` is the RANGE whose value is the induction variable. Yields the variable's name.
     With `step` > 1 it is `for (i = start; i + step <= end; i += step)`: whole steps only (`whole=False`: the last
     step may be partial, `i < end`). After the loop the
     variable's name holds where it stopped (the header dominates the exit), where a remainder loop starts.
     `vectorize=False` tells the loop vectoriser to leave this loop alone (its body is vectorised already);
-    `unroll=False` tells the unroller to keep the loop a loop."""
+    `unroll=False` tells the unroller to keep the loop a loop, `unroll="full"` asks for it to be unrolled whole."""
     self.counter += 1
     loop_id = self.counter
     header, body, latch, done = (f"loop{loop_id}", f"loop{loop_id}.body", f"loop{loop_id}.latch",
@@ -271,14 +271,15 @@ class _Renderer(Linearizer):
     self.line(f"br label %{latch}")
     self.label(latch)
     self.line(f"{next_index} = add nsw i64 {index}, {step}")
-    self.line(f"br label %{header}{self.loop_hints(vectorize, unroll)}")
+    self.line(f"br label %{header}{self.loop_hints(vectorize, bool(unroll), unroll == 'full')}")
     self.label(done)
 
-  def loop_hints(self, vectorize: bool, unroll: bool) -> str:
-    """Loop metadata (for a latch's branch) that turns the loop vectoriser and / or the unroller off for that loop
-    ('' when both stay on)."""
+  def loop_hints(self, vectorize: bool, unroll: bool, full: bool = False) -> str:
+    """Loop metadata (for a latch's branch) that turns the loop vectoriser and / or the unroller off for that loop,
+    or (`full`) asks for it to be unrolled whole: LLVM unrolls no other loop (devices/cpu.py PIPELINE), and the CNN
+    step of examples/cnn.py ran 4-5% slower with its 3x3 windows' loops rolled. '' when none applies."""
     hints = ([] if vectorize else ['!{!"llvm.loop.vectorize.enable", i1 false}']) + \
-            ([] if unroll else ['!{!"llvm.loop.unroll.disable"}'])
+            ([] if unroll else ['!{!"llvm.loop.unroll.disable"}']) + (['!{!"llvm.loop.unroll.full"}'] if full else [])
     if not hints: return ""
     loop_node = f"!{len(self.metadata)}"
     hint_nodes = [f"!{len(self.metadata) + 1 + i}" for i in range(len(hints))]
@@ -567,8 +568,10 @@ class _Renderer(Linearizer):
     inner_dtype = accumulator_dtype(node)
     block = TILE_SUM_BLOCK if tiled else GPU_SUM_BLOCK if self.gpu else SUM_BLOCK
 
-    def loops(over: list[UOp]) -> list[tuple[str, str, UOp | None, bool]]:
-      return [("0", self.value(rng.src[0]), rng, True) for rng in over]
+    def loops(over: list[UOp]) -> list[tuple[str, str, UOp | None, bool | str]]:
+      # the short ranges of a nest (a convolution's window) are unrolled whole (see loop_hints)
+      return [("0", self.value(rng.src[0]), rng, "full" if len(ranges) > 1 and rng.src[0].op is Ops.CONST and
+               rng.src[0].arg <= SHORT_REDUCE else True) for rng in over]
 
     def innermost(_: list[str]) -> tuple[list[str], np.dtype]:
       return [self.cast(part, part_dtype, inner_dtype, lanes) for part, part_dtype in body()], inner_dtype
