@@ -527,6 +527,25 @@ def test_transposed_weight_gradient_needs_no_copy():
   np.testing.assert_allclose(np.asarray(tj.jit(lambda u, v: u @ v.T)(x, w)), x.astype(F64) @ w.T, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("rows, columns, copied", [(256, 128, True), (255, 128, False), (256, 136, False)], ids=str)
+def test_tall_transposed_contraction_copies_w_for_a_register_tile(rows, columns, copied):
+  """x @ w.T with DOT_MAX_ROWS rows or more and whole column tiles: w is copied transposed and the contraction gets a
+  register tile (faster there than the dot tile); fewer rows, or a column tail, keep the dot tile. numpy's values."""
+  import tinyjax as tj
+  from tinyjax.codegen.opt import DOT_MAX_ROWS
+  assert DOT_MAX_ROWS == 256
+  rng = np.random.default_rng(rows + columns)
+  x, w = rng.standard_normal((rows, 300)).astype(F32), rng.standard_normal((columns, 300)).astype(F32)
+  f = tj.jit(lambda u, v: jnp_relu(u @ v.T))
+  assert f.lower(x, w).as_text().count("# kernel ") == (2 if copied else 1)
+  np.testing.assert_allclose(np.asarray(f(x, w)), np.maximum(x.astype(F64) @ w.T, 0), rtol=1e-4, atol=1e-4)
+
+
+def jnp_relu(x):
+  import tinyjax.numpy as tnp
+  return tnp.maximum(x, 0)
+
+
 @pytest.mark.parametrize("shape", [(32, 300, 512), (20, 64, 256), (128, 784, 512)], ids=str)
 def test_wide_contraction_is_launched_over_column_tiles(shape):
   """Fewer rows than columns: the launch is cut into column tiles (each thread packs only its own), the tile index

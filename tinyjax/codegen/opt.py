@@ -94,6 +94,10 @@ PACK_MIN_ROWS = 16
 # costs too much next to reductions shorter than DOT_MIN_REDUCE (512x64x512: 279 us, against 165 us).
 DOT_ROWS, DOT_COLUMNS = 4, 4
 DOT_MIN_REDUCE = 256
+# With DOT_MAX_ROWS rows or more (and whole column tiles) the transposed copy of w is small next to the contraction and
+# the register tile after it beats the dot tile's horizontal sums: a @ b.T at 512x512x512 ran at 289-296 GFLOP/s
+# against 212-215, 256x1024x256 at 274 against 251, 128x512x512 at 200-205 against 216-238 (2 cores).
+DOT_MAX_ROWS = 256
 
 Opt = tuple  # ("reduce_outside", range id) | ("upcast", range id, amount)
 
@@ -248,6 +252,8 @@ def _dot_plan(reduce: UOp, column: UOp, global_ranges: list[UOp], loads: list[UO
           any(rng not in load.src[1].toposort for load in loads)]
   if not rows or rows[0] is not global_ranges[-2] or column.src[0].arg < DOT_COLUMNS: return None
   row = rows[0]
+  whole_tiles = column.src[0].arg % (VECTOR_BYTES // _accumulator_bytes(reduce) * TILE_VECTORS) == 0
+  if row.src[0].arg >= DOT_MAX_ROWS and whole_tiles: return None  # copied by lower/ for a register tile instead
   opts = (("dot", column.arg[0], DOT_COLUMNS), ("upcast", row.arg[0], DOT_ROWS))
   grain = DOT_ROWS if row is global_ranges[0] else 1
   return TilePlan(reduce, column, row, DOT_COLUMNS, False, DOT_ROWS, 1, _contracts(reduce), opts, grain, dot=True)
