@@ -85,6 +85,33 @@ def test_partials_per_output():
   assert split.split_partials(nested, SPLIT_THREADS, set()) == SPLIT_THREADS * split.SPLIT_PARTIALS_PER_THREAD
 
 
+def test_reductions_over_outer_axes_split_by_stream_tiles():
+  """sum(axis=0) streams its outputs in tiles of STREAM_TILE, one thread per tile: fewer tiles than threads x
+  SPLIT_OUTPUTS_PER_THREAD split by rows; enough tiles, or a contraction (a broadcast product), don't."""
+  from tinyjax.codegen.opt import STREAM_TILE
+  def partials(shape, axes, source=None):
+    return split.split_partials(reduce_axis(param(shape) if source is None else source, Ops.ADD, axes),
+                                SPLIT_THREADS, set())
+  assert partials((8192, 1024), (0,)) == SPLIT_THREADS * split.SPLIT_PARTIALS_PER_THREAD
+  assert partials((64, 4, 1024), (0, 1)) == SPLIT_THREADS * split.SPLIT_PARTIALS_PER_THREAD
+  many_tiles = STREAM_TILE * SPLIT_THREADS * split.SPLIT_OUTPUTS_PER_THREAD
+  assert partials((64, many_tiles), (0,)) == 0
+  x, g = param((512, 10)), UOp(Ops.PARAM, F32, (), (1, (512, 8)))
+  product = UOp(Ops.MUL, F32, (UOp(Ops.EXPAND, F32, (UOp(Ops.RESHAPE, F32, (x,), (512, 10, 1)),), (512, 10, 8)),
+                               UOp(Ops.EXPAND, F32, (UOp(Ops.RESHAPE, F32, (g,), (512, 1, 8)),), (512, 10, 8))))
+  assert partials(None, (0,), product) == 0  # x.T @ g: a register tile's contraction, not a stream
+
+
+def test_column_sums_match_numpy_when_split(threads):
+  host = make((8192, 1024), F32)
+  x = tnp.asarray(host)
+  assert kernel_count(lambda: x.sum(axis=0)) == 2
+  np.testing.assert_allclose(np.asarray(tj.jit(lambda x: x.sum(axis=0))(x)), host.astype(F64).sum(0), rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(x.max(axis=0)), host.max(0))
+  int_host = make((8192, 1024), I32)
+  np.testing.assert_array_equal(np.asarray(tnp.asarray(int_host).sum(axis=0)), int_host.sum(0, dtype=np.int32))
+
+
 def test_eager_kernel_counts(threads):
   x = tnp.asarray(make((512, 1024), F32))
   assert kernel_count(lambda: x.sum()) == 2
