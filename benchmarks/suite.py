@@ -340,6 +340,9 @@ def run_child(library: str, name: str, args, cache_dir: str | None) -> dict:
   command = [args.jax_python if library == "jax" else sys.executable, os.path.abspath(__file__), "--child", library,
              name]
   env = dict(os.environ)
+  # bytecode caches on for every library: installed packages (JAX, numpy) have theirs from pip, and without its own a
+  # source checkout of tinyjax would compile every module on each import
+  env.pop("PYTHONDONTWRITEBYTECODE", None)
   if args.quick: command.append("--quick")
   if library == "tinyjax":
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)

@@ -102,3 +102,16 @@ def test_debug_levels_print_what_runs(tmp_path, level, expected):
 
 def test_noopt_gives_the_same_numbers(tmp_path):
   assert _run(PROGRAM, str(tmp_path), NOOPT="1").split()[:3] == ["[12.0,", "44.0,", "76.0]"]
+
+
+def test_import_leaves_llvm_for_the_first_compile(tmp_path):
+  """`import tinyjax` does not import llvmlite (~35 ms); the first kernel does, and computes."""
+  import os
+  import subprocess
+  import sys
+  script = ("import sys, tinyjax, tinyjax.numpy as jnp\n"
+            "print('llvmlite' in sys.modules)\n"
+            "print(float((jnp.arange(4.0) * 2).sum()), 'llvmlite' in sys.modules)\n")
+  out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True,
+                       env={**os.environ, "TINYJAX_CACHE_DIR": str(tmp_path), "TINYJAX_PLATFORMS": "cpu"}).stdout
+  assert out.split() == ["False", "12.0", "True"]

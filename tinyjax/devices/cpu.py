@@ -22,19 +22,32 @@ import ctypes
 import ctypes.util
 import functools
 import hashlib
+import importlib
 import operator
 import os
 import signal
 import threading
 import time
 
-import llvmlite
-import llvmlite.binding as llvm
-
 from tinyjax.devices import runtime
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG, getenv
 
+
+
+class _LazyModule:
+  """A module imported on first use: llvmlite takes ~35 ms to import, which `import tinyjax` need not pay."""
+
+  def __init__(self, name: str):
+    self._name = name
+
+  def __getattr__(self, attribute: str):
+    module = importlib.import_module(self._name)
+    self.__dict__.update(module.__dict__)  # later lookups find the attributes directly
+    return getattr(module, attribute)
+
+
+llvmlite, llvm = _LazyModule("llvmlite"), _LazyModule("llvmlite.binding")
 TINYJAX_VERSION = "0.1.0"  # part of every object-code key; bump when the ABI or codegen contract changes
 PARALLEL_GRAINS, SERIAL_CHUNKS = runtime.PARALLEL_GRAINS, runtime.SERIAL_CHUNKS  # how launches are chunked
 
