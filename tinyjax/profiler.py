@@ -284,11 +284,6 @@ class Profile:
 open_profiles: list[Profile] = []  # the profiles open now (realize times launches one by one while it is not empty)
 
 
-def profiling() -> bool:
-  """Whether a `profile()` is open (launches are then timed one by one)."""
-  return bool(open_profiles)
-
-
 @contextlib.contextmanager
 def profile():
   """Time every kernel launched inside the block (in any thread) and yield a `Profile` that, once the block has
@@ -302,17 +297,19 @@ def profile():
     result.kernels.sort(key=lambda k: -k.seconds)
 
 
-def launch_line(name: str, seconds: float, flops: int, nbytes: int, cpu: bool) -> str:
-  """The roofline part of a DEBUG=1 launch line; also records the launch into every open profile."""
-  limits = machine_limits() if cpu else None
-  rate, bandwidth = flops / max(seconds, 1e-9), nbytes / max(seconds, 1e-9)
-  compute_fraction = rate / limits.flops if limits else None
-  bandwidth_fraction = bandwidth / limits.bandwidth if limits else None
+def record_launch(name: str, seconds: float, flops: int, nbytes: int, cpu: bool) -> None:
+  """Record a timed launch into every open profile."""
   for result in open_profiles: result.record(name, "cpu" if cpu else "gpu", seconds, flops, nbytes)
+
+
+def roofline(seconds: float, flops: int, nbytes: int, cpu: bool) -> str:
+  """The roofline part of a DEBUG=1 launch line: GFLOP/s and GB/s, and on the CPU the fractions of the limits."""
+  rate, bandwidth = flops / max(seconds, 1e-9), nbytes / max(seconds, 1e-9)
   text = f"{rate / 1e9:8.2f} GFLOP/s {bandwidth / 1e9:7.2f} GB/s"
-  if limits: text += f"  ({compute_fraction * 100:3.0f}% of peak, {bandwidth_fraction * 100:3.0f}% of bandwidth)"
-  return text
+  if not cpu: return text
+  limits = machine_limits()
+  return f"{text}  ({rate / limits.flops * 100:3.0f}% of peak, {bandwidth / limits.bandwidth * 100:3.0f}% of bandwidth)"
 
 
 __all__ = ["KernelProfile", "MachineLimits", "Profile", "kernel_flops", "machine_limits", "measure_machine_limits",
-           "profile", "profiling"]
+           "profile", "record_launch", "roofline"]

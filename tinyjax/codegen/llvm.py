@@ -805,7 +805,7 @@ class _Renderer(Linearizer):
       self.emit_ready(index)
       memory = memory_type(buffer.dtype)
       raw = self.emit(f"load <{lanes} x {memory}>, ptr {self.address(buffer, index)}, align {buffer.dtype.itemsize}")
-      result = self.vector_from_memory(raw, buffer.dtype, lanes)
+      result = self.from_memory(raw, buffer.dtype, lanes)
     elif op is Ops.RANGE:  # the column itself: its first value plus 0 .. lanes-1
       steps = "<" + ", ".join(f"i64 {lane}" for lane in range(lanes)) + ">"
       result = self.emit(f"add nsw <{lanes} x i64> {self.splat(self.value(node), dtype, lanes)}, {steps}")
@@ -842,31 +842,11 @@ class _Renderer(Linearizer):
     assert plan is not None
     (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
     buffer, index, value = store.src
-    stored = self.vector_to_memory(self.vector_value(value, lanes, {}, {plan.reduce: result}), buffer.dtype, lanes)
+    stored = self.to_memory(self.vector_value(value, lanes, {}, {plan.reduce: result}), buffer.dtype, lanes)
     self.emit_ready(index)
     self.line(f"store <{lanes} x {memory_type(buffer.dtype)}> {stored}, ptr {self.address(buffer, index)}, "
               f"align {buffer.dtype.itemsize}")
     self.stores_emitted.add(store)
-
-  def vector_to_memory(self, value: str, dtype: np.dtype, lanes: int) -> str:
-    """`to_memory` for a vector of `lanes` values."""
-    if dtype == BOOL: return self.emit(f"zext <{lanes} x i1> {value} to <{lanes} x i8>")
-    if dtype == F16: return self.emit(f"fptrunc <{lanes} x float> {value} to <{lanes} x half>")
-    if dtype == BF16:
-      bits = self.emit(f"bitcast <{lanes} x float> {value} to <{lanes} x i32>")
-      shifted = self.emit(f"lshr <{lanes} x i32> {bits}, {self.splat('16', np.dtype(np.int32), lanes)}")
-      return self.emit(f"trunc <{lanes} x i32> {shifted} to <{lanes} x i16>")
-    return value
-
-  def vector_from_memory(self, raw: str, dtype: np.dtype, lanes: int) -> str:
-    """`from_memory` for a vector of `lanes` loaded elements."""
-    if dtype == BOOL: return self.emit(f"icmp ne <{lanes} x i8> {raw}, zeroinitializer")
-    if dtype == F16: return self.emit(f"fpext <{lanes} x half> {raw} to <{lanes} x float>")
-    if dtype == BF16:
-      widened = self.emit(f"zext <{lanes} x i16> {raw} to <{lanes} x i32>")
-      shifted = self.emit(f"shl <{lanes} x i32> {widened}, {self.splat('16', np.dtype(np.int32), lanes)}")
-      return self.emit(f"bitcast <{lanes} x i32> {shifted} to <{lanes} x float>")
-    return raw
 
   def vector_cast(self, value: str, src: np.dtype, dst: np.dtype, lanes: int) -> str:
     """`cast` for vectors of `lanes` values: the conversions that round nothing or once in one instruction
@@ -1132,22 +1112,27 @@ class _Renderer(Linearizer):
     if src_memory != dst_memory: raw = self.emit(f"bitcast {src_memory} {raw} to {dst_memory}")
     return self.from_memory(raw, dst)
 
-  def from_memory(self, raw: str, dtype: np.dtype) -> str:
-    """A loaded element (memory type) -> its compute type."""
-    if dtype == BOOL: return self.emit(f"icmp ne i8 {raw}, 0")
-    if dtype == F16: return self.emit(f"fpext half {raw} to float")
+  def from_memory(self, raw: str, dtype: np.dtype, lanes: int = 1) -> str:
+    """A loaded element (memory type) -> its compute type (vectors of `lanes` elements)."""
+    typed = (lambda scalar: scalar if lanes == 1 else f"<{lanes} x {scalar}>")
+    if dtype == BOOL: return self.emit(f"icmp ne {typed('i8')} {raw}, {self.splat('0', np.dtype(np.int8), lanes)}")
+    if dtype == F16: return self.emit(f"fpext {typed('half')} {raw} to {typed('float')}")
     if dtype == BF16:
-      widened = self.emit(f"zext i16 {raw} to i32")
-      return self.emit(f"bitcast i32 {self.emit(f'shl i32 {widened}, 16')} to float")
+      widened = self.emit(f"zext {typed('i16')} {raw} to {typed('i32')}")
+      shifted = self.emit(f"shl {typed('i32')} {widened}, {self.splat('16', np.dtype(np.int32), lanes)}")
+      return self.emit(f"bitcast {typed('i32')} {shifted} to {typed('float')}")
     return raw
 
-  def to_memory(self, value: str, dtype: np.dtype) -> str:
-    """A value in its compute type -> the memory type (float16 / bfloat16 values are already rounded: exact)."""
-    if dtype == BOOL: return self.emit(f"zext i1 {value} to i8")
-    if dtype == F16: return self.emit(f"fptrunc float {value} to half")
+  def to_memory(self, value: str, dtype: np.dtype, lanes: int = 1) -> str:
+    """A value in its compute type -> the memory type (float16 / bfloat16 values are already rounded: exact), vectors
+    of `lanes` values."""
+    typed = (lambda scalar: scalar if lanes == 1 else f"<{lanes} x {scalar}>")
+    if dtype == BOOL: return self.emit(f"zext {typed('i1')} {value} to {typed('i8')}")
+    if dtype == F16: return self.emit(f"fptrunc {typed('float')} {value} to {typed('half')}")
     if dtype == BF16:
-      bits = self.emit(f"bitcast float {value} to i32")
-      return self.emit(f"trunc i32 {self.emit(f'lshr i32 {bits}, 16')} to i16")
+      bits = self.emit(f"bitcast {typed('float')} {value} to {typed('i32')}")
+      shifted = self.emit(f"lshr {typed('i32')} {bits}, {self.splat('16', np.dtype(np.int32), lanes)}")
+      return self.emit(f"trunc {typed('i32')} {shifted} to {typed('i16')}")
     return value
 
 

@@ -27,7 +27,7 @@ from tinyjax.devices.buffer import Buffer, allocate_buffers
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
 from tinyjax.lower.schedule import Kernel, Loop, Schedule, Switch, kernels_of, schedule, structure_key
-from tinyjax.profiler import kernel_flops, launch_line
+from tinyjax.profiler import kernel_flops, record_launch, roofline
 from tinyjax.profiler import open_profiles as _profiles  # (a list: checking it is cheaper than a call)
 from tinyjax.uop import Ops, UOp, pretty
 
@@ -275,13 +275,14 @@ def _read_scalar(buffer: Buffer):
 
 def _report_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device=CPU) -> None:
   """Record a timed launch into the open profiles and, with DEBUG>=1, print it with its roofline figures."""
-  nbytes = sum(buffers[slot].nbytes for slot in kernel.slots)
-  roofline = launch_line(kernel.name, seconds, kernel_flops(kernel.ast), nbytes, cpu=device is CPU)
+  nbytes, flops = sum(buffers[slot].nbytes for slot in kernel.slots), kernel_flops(kernel.ast)
+  record_launch(kernel.name, seconds, flops, nbytes, cpu=device is CPU)
   if DEBUG < 1: return
   where = "CPU" if device is CPU else repr(device)
   launch = "  threads" if kernel.parallel else ""
   if device is not CPU: launch = f"  {_launch_of(kernel, device)}"
-  print(f"*** {where} {counters.kernels_launched:4d} {kernel.name:40s} {seconds * 1e6:9.1f} us {roofline}{launch}")
+  print(f"*** {where} {counters.kernels_launched:4d} {kernel.name:40s} {seconds * 1e6:9.1f} us "
+        f"{roofline(seconds, flops, nbytes, cpu=device is CPU)}{launch}")
 
 
 def realize(roots: list[UOp]) -> list[Buffer]:
