@@ -115,7 +115,10 @@ def _is_expanding(node: UOp) -> bool:
 # An elementwise value read through a broadcast is computed once per broadcast element when fused: worth a buffer
 # of its own when it contains one of these (or more than RECOMPUTE_OP_LIMIT ops), e.g. tanh's derivative feeding the
 # contraction of a gradient, which would otherwise be evaluated M*N*K times instead of M*K (and unrolled into every
-# register tile of the contraction).
+# register tile of the contraction). Not a scalar (Adam's bias corrections 1 / (1 - b1 ** count), a mean's 1 / n):
+# it depends on no loop, so the renderer computes it once per kernel, before the loops, in every kernel that reads it
+# (a kernel of its own cost more: a launch per step, a compile, and a break between the elementwise kernels that
+# `merge_elementwise` would have merged, such as Adam's updates of one parameter).
 COSTLY_OPS = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.FDIV, Ops.POW, Ops.IDIV, Ops.MOD}
 RECOMPUTE_OP_LIMIT = 8
 # Any elementwise operand of a reduction that reads each of its elements more than REREAD_LIMIT times (through a
@@ -175,7 +178,7 @@ def find_buffers(sink: UOp) -> list[UOp]:
       if state in visited or node.op is Ops.PARAM: continue
       visited.add(state)
       if node in realize: continue
-      if expanded and (node.op is Ops.REDUCE_AXIS or (node.op in ELEMENTWISE and
+      if expanded and (node.op is Ops.REDUCE_AXIS or (node.op in ELEMENTWISE and math.prod(node.shape) > 1 and
                                                       (reread or _is_costly(node, realize, cost)))) or \
           (costly_above and node.op is Ops.REDUCE_AXIS and _is_contraction(node, realize)):
         realize.add(node)
@@ -520,7 +523,9 @@ def schedule(sink: UOp, threads: int | None = None) -> Schedule:
     if node.op is Ops.PROJECT: projections.setdefault(node.src[0], []).append(node)
   for node in find_buffers(sink):
     if node.op is Ops.PROJECT:
-      if node not in builder.slot_of: builder.steps += builder.loop(node.src[0], projections[node.src[0]])
+      if node not in builder.slot_of:
+        builder.steps += builder.loop(node.src[0], projections[node.src[0]])
+        builder.copies.clear()
       continue
     builder.slot_of[node] = builder.new_slot(node.shape, node.dtype)
     builder.steps += builder.kernels(node)
@@ -604,6 +609,9 @@ class _Scheduler:
     self.slot_of: dict[UOp, int] = {}
     self.specs: list[tuple[tuple[int, ...], np.dtype]] = []
     self.steps: list[Kernel | Loop] = []
+    # relayout copies made so far, (copy AST, source slot) -> their slot: a weight read transposed by the forward and
+    # the backward pass is copied once. Forgotten for a slot written again (in place), and all at a loop or switch.
+    self.copies: dict[tuple[UOp, int], int] = {}
 
   def new_slot(self, shape: tuple[int, ...], dtype: np.dtype) -> int:
     self.specs.append((tuple(shape), np.dtype(dtype)))
@@ -618,7 +626,9 @@ class _Scheduler:
   def kernels(self, node: UOp, out_slot: int | None = None, scatter_only: bool = False) -> list[Kernel]:
     """The kernels that compute buffer node `node` into its slot (or `out_slot`): one, or a SCATTER's two (the
     copy of its operand, then the scatter; only the scatter with `scatter_only`, for an update in place)."""
-    if out_slot is not None: self.slot_of[node] = out_slot
+    if out_slot is not None:
+      self.slot_of[node] = out_slot
+      self.copies = {key: slot for key, slot in self.copies.items() if key[1] != out_slot}
     if 0 in node.shape: return []  # nothing to compute
     builders = [] if scatter_only else [(_Rangeify(node, self.slot_of), False)]
     if node.op is Ops.SCATTER and 0 not in node.src[2].shape: builders.append((_Rangeify(node, self.slot_of), True))
@@ -677,10 +687,8 @@ class _Scheduler:
                             if n.op is Ops.LOAD and inner in n.src[1].toposort)
     else: wanted = choose_opts(rewritten) is not None
     if not wanted: return ast, slots, []
-    copy_slots = [self.new_slot(tuple(extents), load.dtype) for load, _, extents in plans]
-    rewritten, new_slots = _drop_unread_buffers(rewritten, [*slots, *copy_slots])
-    copies = []
-    for (load, order, extents), copy_slot in zip(plans, copy_slots):
+    copies, copy_slots = [], []
+    for load, order, extents in plans:
       # the copy kernel: one global range per axis of the copy, reading the operand where the contraction did
       if len(extents) == 2 and all(e % TRANSPOSE_BLOCK == 0 for e in extents):
         # a transpose, in square blocks: a block's source rows stay in L1 while its target rows are written
@@ -697,10 +705,15 @@ class _Scheduler:
       value = UOp(Ops.LOAD, load.dtype, (UOp(Ops.DEFINE_GLOBAL, load.dtype, (), 1), source_index))
       store = UOp(Ops.STORE, load.dtype, (UOp(Ops.DEFINE_GLOBAL, load.dtype, (), 0), target_index, value))
       copy_ast = symbolic.simplify(UOp(Ops.SINK, load.dtype, (store,)))
-      name = f"e_{'_'.join(map(str, extents))}_{structure_key(copy_ast)[:8]}"
-      outer = next(n.src[0].arg for n in copy_ast.toposort if n.op is Ops.RANGE and n.arg[0] == 0)
-      copies.append(Kernel(name, copy_ast, (copy_slot, slots[load.src[0].arg]), outer, math.prod(extents),
-                           launch_grain(copy_ast)))
+      source_slot = slots[load.src[0].arg]
+      if (copy_slot := self.copies.get((copy_ast, source_slot))) is None:  # made for an earlier kernel: reused
+        copy_slot = self.copies[(copy_ast, source_slot)] = self.new_slot(tuple(extents), load.dtype)
+        name = f"e_{'_'.join(map(str, extents))}_{structure_key(copy_ast)[:8]}"
+        outer = next(n.src[0].arg for n in copy_ast.toposort if n.op is Ops.RANGE and n.arg[0] == 0)
+        copies.append(Kernel(name, copy_ast, (copy_slot, source_slot), outer, math.prod(extents),
+                             launch_grain(copy_ast)))
+      copy_slots.append(copy_slot)
+    rewritten, new_slots = _drop_unread_buffers(rewritten, [*slots, *copy_slots])
     return rewritten, tuple(new_slots), copies
 
   def copy(self, source: UOp, out_slot: int) -> list[Kernel]:
