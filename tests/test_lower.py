@@ -263,6 +263,48 @@ def test_strided_contraction_operand_is_copied_into_the_tile_layout():
   assert len(schedule(small).kernels) == 1
 
 
+def test_relayout_copy_read_by_two_contractions_is_made_once():
+  """h @ w and g @ w.T (a classifier's forward and its input gradient) both read the narrow w with the reduction
+  innermost: one copy kernel serves both contractions."""
+  m, k, n = 32, 64, 10
+  h, g, w = param(0, (m, k)), param(1, (m, n)), param(2, (k, n))
+  program = node(Ops.SINK, _matmul(h, w), _matmul(g, node(Ops.PERMUTE, w, arg=(1, 0))))
+  kernels = schedule(program).kernels
+  copies = [kernel for kernel in kernels if not any(x.op is Ops.REDUCE for x in kernel.ast.toposort)]
+  assert len(copies) == 1 and len(kernels) == 3
+  assert all(copies[0].slots[0] in kernel.slots[1:] for kernel in kernels if kernel is not copies[0])
+  rng = np.random.default_rng(5)
+  data = [rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (m, n), (k, n))]
+  forward, backward = interpret(program, data)
+  np.testing.assert_allclose(forward, data[0].astype(np.float64) @ data[2], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(backward, data[1].astype(np.float64) @ data[2].T, rtol=1e-5, atol=1e-5)
+
+
+def test_scalar_read_through_a_broadcast_is_computed_in_each_reader():
+  """Adam's bias correction 1 / (1 - 0.9 ** count) scales a whole parameter: a costly scalar, but computed once per
+  kernel (before its loops), so it gets no kernel of its own, and the updates around it still merge into one."""
+  shape = (6, 5)
+  count, m, p = param(0, ()), param(1, shape), param(2, shape)
+  power = node(Ops.EXP2, node(Ops.MUL, count, UOp.const(F32, math.log2(0.9))))
+  correction = node(Ops.FDIV, UOp.const(F32, 1.0), node(Ops.ADD, UOp.const(F32, 1.0), node(Ops.NEG, power)))
+  scale = node(Ops.EXPAND, node(Ops.RESHAPE, correction, arg=(1, 1)), arg=shape)
+  new_m = node(Ops.MUL, m, _fill(0.9, shape))
+  new_p = node(Ops.ADD, p, node(Ops.MUL, new_m, scale))
+  program = node(Ops.SINK, new_m, new_p)
+  (kernel,) = schedule(program).kernels
+  assert sum(x.op is Ops.STORE for x in kernel.ast.src) == 2
+  rng = np.random.default_rng(6)
+  md, pd = rng.random(shape, np.float32), rng.random(shape, np.float32)
+  got_m, got_p = interpret(program, [np.float32(3.0), md, pd])
+  np.testing.assert_allclose(got_m, 0.9 * md.astype(np.float64), rtol=1e-6)
+  np.testing.assert_allclose(got_p, pd + 0.9 * md.astype(np.float64) / (1 - 0.9 ** 3), rtol=1e-5)
+  # a scalar reduction read through a broadcast still gets its buffer (recomputed per element it would cost n * n)
+  x = param(0, (64,))
+  total = node(Ops.RESHAPE, node(Ops.REDUCE_AXIS, x, arg=(Ops.ADD, (0,))), arg=())
+  centred = node(Ops.ADD, x, node(Ops.NEG, node(Ops.EXPAND, node(Ops.RESHAPE, total, arg=(1,)), arg=(64,))))
+  assert len(schedule(node(Ops.SINK, centred)).kernels) == 2
+
+
 def test_reduction_read_by_two_kernels_is_computed_once():
   """A gradient feeding both of Adam's moments: the reduction gets its own buffer, stored in the layout its readers
   read it (through the same permute), instead of being recomputed inside each reader's kernel."""
