@@ -11,7 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from tinyjax.devices import DiskCache, cache_stats, compile_cpu, cpu, get_runtime, reset_cache_stats, stamp_target
+from tinyjax.devices import (DiskCache, cache_stats, compile_cpu, compile_cpu_many, cpu, get_runtime, reset_cache_stats,
+                             stamp_target)
 from tinyjax.devices.cache import decode_entry, encode_entry
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -169,6 +170,73 @@ def test_counters_and_memo(cache_dir):
   assert os.listdir(os.path.join(cache_dir, "kernels"))
   reset_cache_stats()
   assert cache_stats()["misses"] == 0 and cache_stats()["compile_seconds"] == 0.0
+
+
+def _fresh_kernels(count: int, tag: str) -> list[tuple[str, str]]:
+  """`count` kernels out[i] = a[i] + c with IR no cache has seen (c differs per kernel and per test run)."""
+  base = time.time_ns() % 100_000
+  return [(f"{tag}_{i}", unary_kernel(f"{tag}_{i}", f"%z = fadd float %x, {base + i}.0")) for i in range(count)]
+
+
+def _check_adds(programs, kernels) -> None:
+  a = np.arange(17, dtype=np.float32)
+  for program, (_, ir) in zip(programs, kernels):
+    constant = float(ir.split("fadd float %x, ")[1].split()[0])
+    np.testing.assert_array_equal(run_unary(program, a), a + np.float32(constant))
+
+
+def test_compile_worker_compiles_the_same_object_code(cache_dir):
+  """A program's new kernels are compiled here and by the compile worker at once: the worker's object code is the
+  bytes this process compiles for the same IR, cached and counted as misses like any other."""
+  worker = cpu.compile_worker()
+  assert worker is not None, "this machine has more than one core: the compile worker should run"
+  kernels = _fresh_kernels(8, "many")
+  reset_cache_stats()
+  jobs_before = worker.jobs
+  programs = compile_cpu_many(kernels)
+  assert worker.jobs > jobs_before
+  stats = cache_stats()
+  assert stats["misses"] == 8 and stats["hits"] == 0 and stats["compile_seconds"] > 0
+  _check_adds(programs, kernels)
+  for name, ir in kernels:
+    key = cpu.object_code_key(name, ir, cpu.default_opt_level())
+    assert cpu._kernel_cache.get(key) == cpu.compile_object(name, ir, f"{name}__{key[:16]}", cpu.default_opt_level())
+  assert compile_cpu_many(kernels) == programs and cache_stats()["memory_hits"] == 8
+
+
+def test_dead_compile_worker_is_replaced_and_its_kernels_compiled_here(cache_dir):
+  worker = cpu.compile_worker()
+  worker.process.kill()
+  worker.process.wait()
+  kernels = _fresh_kernels(6, "orphaned")
+  _check_adds(compile_cpu_many(kernels), kernels)
+  assert worker.failed
+  replacement = cpu.compile_worker()
+  assert replacement is not None and replacement is not worker and not replacement.failed
+
+
+def test_kernel_errors_are_raised_with_the_compile_worker(cache_dir):
+  """A kernel that calls an unknown function, or isn't valid IR, raises here as it does without the worker (the
+  worker's object code is never loaded unchecked)."""
+  unknown = unary_kernel("calls_unknown_many", "%z = call float @tj_no_such_function(float %x)",
+                         "declare float @tj_no_such_function(float)")
+  with pytest.raises(ValueError, match="tj_no_such_function"):
+    compile_cpu_many(_fresh_kernels(3, "before_unknown") + [("calls_unknown_many", unknown)])
+  broken = unary_kernel("broken_many", "%z = fadd float %x, %undefined_value")
+  with pytest.raises(RuntimeError):
+    compile_cpu_many([("broken_many", broken)] + _fresh_kernels(3, "after_broken"))
+  kernels = _fresh_kernels(4, "after_errors")
+  _check_adds(compile_cpu_many(kernels), kernels)
+
+
+def test_no_compile_worker_when_turned_off():
+  script = ("from tinyjax.devices import cpu; import json; "
+            "print(json.dumps(cpu.compile_worker() is None))")
+  env = os.environ | {"TINYJAX_COMPILE_WORKER": "0"}
+  result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                          timeout=SUBPROCESS_TIMEOUT_S)
+  assert result.returncode == 0, result.stderr
+  assert json.loads(result.stdout.strip().splitlines()[-1]) is True
 
 
 def test_noopt_compiles_and_runs():

@@ -2,7 +2,8 @@
 
 The documented list (see STYLE.md): DEBUG (0-4+, how much to print), NOOPT (1 turns optimisations off),
 TINYJAX_CACHE_DIR (where compiled code is cached), TINYJAX_CPU_DEVICES (virtual CPU devices),
-TINYJAX_CPU_THREADS (threads that run a CPU kernel; default: the usable cores).
+TINYJAX_CPU_THREADS (threads that run a CPU kernel; default: the usable cores), TINYJAX_COMPILE_WORKER (0: no
+compile worker process, devices/llvm_compile.py).
 """
 from __future__ import annotations
 

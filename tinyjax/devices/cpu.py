@@ -9,15 +9,19 @@ iterations [start, end) of its outermost loop. It may call LLVM intrinsics and l
 `cpu_target_triple()` and `cpu_data_layout()` in the module (or call `stamp_target(ir)`).
 
 `compile_cpu(name, ir)` returns a `CPUProgram`. The path: in-process memo (same IR -> same program) -> disk cache
-of relocatable object code (namespace "kernels", see cache.py) -> compile (parse, O3 with loop and SLP
-vectorisation for the host CPU name and features, emit an object) and store. Objects are loaded into one MCJIT
+of relocatable object code (namespace "kernels", see cache.py) -> compile (llvm_compile.py: parse, O3 with loop and
+SLP vectorisation for the host CPU name and features, emit an object) and store. Objects are loaded into one MCJIT
 ExecutionEngine per process, so a disk hit does no IR parsing, optimisation or code generation.
+`compile_cpu_many(kernels)` does the same for a program's kernels, compiling those it must in this process and in a
+compile worker process at once (llvm_compile.py says why a process).
 
 The kernel's symbol is renamed to `<name>__<key prefix>` and its other definitions made internal, so kernels
 that share a name (or a helper) never clash in the one engine.
 """
 from __future__ import annotations
 
+import atexit
+import collections
 import ctypes
 import ctypes.util
 import functools
@@ -25,7 +29,11 @@ import hashlib
 import importlib
 import operator
 import os
+import pickle
+import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -48,6 +56,7 @@ class _LazyModule:
 
 
 llvmlite, llvm = _LazyModule("llvmlite"), _LazyModule("llvmlite.binding")
+llvm_compile = _LazyModule("tinyjax.devices.llvm_compile")
 TINYJAX_VERSION = "0.1.0"  # part of every object-code key; bump when the ABI or codegen contract changes
 PARALLEL_GRAINS, SERIAL_CHUNKS = runtime.PARALLEL_GRAINS, runtime.SERIAL_CHUNKS  # how launches are chunked
 
@@ -79,9 +88,7 @@ def reset_cache_stats() -> None:
 
 @functools.cache
 def _initialize_llvm() -> None:
-  llvm.initialize_native_target()
-  llvm.initialize_native_asmprinter()
-  llvm.initialize_native_asmparser()
+  llvm_compile.initialize()
   # Kernels call libm (expf, sinf, fmodf, ...) and the backend may emit compiler-runtime calls (__truncsfhf2,
   # __udivti3, __powisf2, ...): make both searchable for relocations, whatever Python itself was linked with.
   for library, soname in (("m", "libm.so.6"), ("gcc_s", "libgcc_s.so.1")):
@@ -114,12 +121,9 @@ def cpu_features() -> str:
   return llvm.get_host_cpu_features().flatten()
 
 
-@functools.cache
 def target_machine(opt_level: int = 3) -> llvm.TargetMachine:
   """The llvmlite TargetMachine for the host CPU (name and features) at `opt_level` (0-3)."""
-  target = llvm.Target.from_triple(cpu_target_triple())
-  return target.create_target_machine(cpu=cpu_name(), features=cpu_features(), opt=opt_level, reloc="static",
-                                      codemodel="jitdefault", jit=True)
+  return llvm_compile.target_machine(cpu_target_triple(), cpu_name(), cpu_features(), opt_level)
 
 
 @functools.cache
@@ -173,73 +177,42 @@ _leaked_engines: list[_Engine] = []
 _loaded_symbols: dict[str, int] = {}  # symbol -> address of everything loaded into the engine (load each once)
 
 
-# LLVM's pipeline: its standard one at the opt level, loop and SLP vectorisation and interleaving on, loop unrolling
-# only where a loop asks for it. Unrolling doubled the compile time of the tiled kernels (whose tiles are unrolled by
-# the renderer already): the 36 kernels of an MLP Adam step compiled in 0.83 s with it and 0.56 s without, and ran
-# the same (GEMMs, elementwise, transcendental and sum kernels, the step itself, within this machine's noise).
-# Part of every object-code key.
-PIPELINE = "vectorize,slp,interleave,no-unroll"
-
-
-def _optimize(module: llvm.ModuleRef, opt_level: int) -> None:
-  """Run LLVM's standard pipeline at `opt_level` as PIPELINE says."""
-  if opt_level == 0: return
-  tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
-  tuning.loop_vectorization = True
-  tuning.slp_vectorization = True
-  tuning.loop_unrolling = False
-  tuning.loop_interleaving = True
-  builder = llvm.create_pass_builder(target_machine(opt_level), tuning)
-  builder.getModulePassManager().run(module, builder)
-
-
-def _parse(name: str, llvm_ir: str, symbol: str | None) -> llvm.ModuleRef:
-  """Parse and verify a module and stamp the host target; with `symbol`, rename kernel `name` to it and make the
-  module's other definitions internal (so they can't clash with other kernels in the one engine)."""
-  module = llvm.parse_assembly(llvm_ir)
-  module.verify()
-  module.triple = cpu_target_triple()
-  module.data_layout = cpu_data_layout()
-  _check_external_functions(name, module)
-  if symbol is None: return module
-  kernel = module.get_function(name)
-  if kernel.is_declaration: raise ValueError(f"kernel module does not define @{name}")
-  for function in module.functions:
-    if not function.is_declaration and function.name != name: function.linkage = "internal"
-  for variable in module.global_variables:
-    if not variable.is_declaration: variable.linkage = "internal"
-  kernel.name = symbol
-  return module
-
-
-def _check_external_functions(name: str, module: llvm.ModuleRef) -> None:
-  """Raise if the module calls a function this process can't provide (MCJIT would abort the process on load)."""
+def _check_external_functions(name: str, llvm_ir: str) -> None:
+  """Raise if the kernel calls a function this process can't provide (MCJIT would abort the process on load)."""
   _engine()  # creating the engine makes the process's own symbols searchable
-  for function in module.functions:
-    if function.is_declaration and not function.name.startswith("llvm."):
-      if not llvm.address_of_symbol(function.name):
-        raise ValueError(f"kernel {name} calls @{function.name}, which is not defined in this process")
+  for function in _DECLARED.findall(llvm_ir):
+    if not function.startswith("llvm.") and not llvm.address_of_symbol(function):
+      raise ValueError(f"kernel {name} calls @{function}, which is not defined in this process")
+
+
+_DECLARED = re.compile(r"^declare [^@\n]*@([\w.$]+)\(", re.MULTILINE)
+
+
+def _target() -> tuple[str, str, str, str]:
+  return cpu_target_triple(), cpu_data_layout(), cpu_name(), cpu_features()
 
 
 def compile_object(name: str, llvm_ir: str, symbol: str | None, opt_level: int) -> bytes:
   """Compile IR to relocatable object code for the host, kernel `name` exported as `symbol` (None: not renamed)."""
   with _lock:
     _initialize_llvm()
-    module = _parse(name, llvm_ir, symbol)
-    _optimize(module, opt_level)
+    _check_external_functions(name, llvm_ir)
+    object_code, module = llvm_compile.compile_object(name, llvm_ir, symbol, opt_level, _target())
     if DEBUG >= 5: print(f"optimised LLVM IR of {name}:\n{module}")
-    return target_machine(opt_level).emit_object(module)
+    return object_code
 
 
 def object_code_key(name: str, llvm_ir: str, opt_level: int) -> str:
   """The disk-cache key of a kernel's object code: sha256 over everything that determines the machine code."""
   parts = [name, llvm_ir, cpu_target_triple(), cpu_name(), cpu_features(), ".".join(map(str, llvm.llvm_version_info)),
-           llvmlite.__version__, TINYJAX_VERSION, f"O{opt_level}", PIPELINE]
+           llvmlite.__version__, TINYJAX_VERSION, f"O{opt_level}", llvm_compile.PIPELINE]
   return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
 
-def load_or_compile(name: str, llvm_ir: str, opt_level: int, rename: bool = True) -> int:
-  """Return the address of kernel `name`, loading its object code from the disk cache or compiling and storing it.
+def load_or_compile(name: str, llvm_ir: str, opt_level: int, rename: bool = True,
+                    compiled: bytes | None = None) -> int:
+  """Return the address of kernel `name`, loading its object code from the disk cache or compiling and storing it
+  (`compiled`: its object code, just compiled by `compile_cpu_many`, to store).
 
   With `rename` the kernel is exported as `<name>__<key prefix>`; without, the module keeps its symbols as written.
   """
@@ -247,17 +220,19 @@ def load_or_compile(name: str, llvm_ir: str, opt_level: int, rename: bool = True
   symbol = f"{name}__{key[:16]}" if rename else name
   with _lock:
     if symbol in _loaded_symbols: return _loaded_symbols[symbol]
-    rejected_before = _kernel_cache.stats["rejected"]
-    object_code = _kernel_cache.get(key)
-    _stats["rejected"] += _kernel_cache.stats["rejected"] - rejected_before
+    object_code = compiled
     if object_code is None:
-      start = time.perf_counter()
-      object_code = compile_object(name, llvm_ir, symbol if rename else None, opt_level)
-      _stats["compile_seconds"] += time.perf_counter() - start
+      rejected_before = _kernel_cache.stats["rejected"]
+      object_code = _kernel_cache.get(key)
+      _stats["rejected"] += _kernel_cache.stats["rejected"] - rejected_before
+      if object_code is not None: _stats["hits"] += 1
+      else:
+        start = time.perf_counter()
+        object_code = compiled = compile_object(name, llvm_ir, symbol if rename else None, opt_level)
+        _stats["compile_seconds"] += time.perf_counter() - start
+    if compiled is not None:
       _stats["misses"] += 1
       _kernel_cache.put(key, object_code)
-    else:
-      _stats["hits"] += 1
     start = time.perf_counter()
     address = _engine().load(object_code, symbol)
     _stats["load_seconds"] += time.perf_counter() - start
@@ -345,8 +320,7 @@ class CPUProgram:
   def asm(self) -> str:
     """The assembly of the kernel (compiled again on first access; for DEBUG output)."""
     with _lock:
-      module = _parse(self.name, self.src, self.name)
-      _optimize(module, self.opt_level)
+      _, module = llvm_compile.compile_object(self.name, self.src, self.name, self.opt_level, _target())
       return target_machine(self.opt_level).emit_assembly(module)
 
   def __call__(self, buffers: list[int], n: int, parallel: bool = True, wait: bool = True, grain: int = 1) -> None:
@@ -450,8 +424,9 @@ class LaunchList:
     if aborted: raise KeyboardInterrupt(f"program of {self.count} launch records interrupted")
 
 
-def compile_cpu(name: str, llvm_ir: str, opt_level: int | None = None) -> CPUProgram:
-  """Compile (or fetch from the in-process memo or the disk cache) kernel `name` from LLVM IR text.
+def compile_cpu(name: str, llvm_ir: str, opt_level: int | None = None, compiled: bytes | None = None) -> CPUProgram:
+  """Compile (or fetch from the in-process memo or the disk cache) kernel `name` from LLVM IR text (`compiled`: its
+  object code, compiled by `compile_cpu_many`).
 
   `opt_level` defaults to 3 (0 when NOOPT=1). With DEBUG>=4 the IR is printed (DEBUG>=5 also the optimised IR).
   """
@@ -465,8 +440,143 @@ def compile_cpu(name: str, llvm_ir: str, opt_level: int | None = None) -> CPUPro
       program = _programs.get(memo_key)
       if program is None:
         if DEBUG >= 4: print(f"LLVM IR of {name}:\n{llvm_ir}")
-        program = CPUProgram(name, llvm_ir, load_or_compile(name, llvm_ir, opt_level), opt_level)
+        program = CPUProgram(name, llvm_ir, load_or_compile(name, llvm_ir, opt_level, compiled=compiled), opt_level)
         _programs[memo_key] = program
         return program
   _stats["memory_hits"] += 1
   return program
+
+
+def compile_cpu_many(kernels: list[tuple[str, str]], opt_level: int | None = None) -> list[CPUProgram]:
+  """`compile_cpu` of each (name, LLVM IR) of a program; those that neither the memo nor the disk cache holds are
+  compiled here and by the compile worker at the same time (llvm_compile.py), each side taking the largest kernel
+  left, when there are two or more and the machine has a core to spare."""
+  opt_level = default_opt_level() if opt_level is None else opt_level
+  jobs: dict[str, tuple[str, str, str]] = {}  # object-code key -> (name, IR, symbol)
+  for name, llvm_ir in kernels:
+    if (name, llvm_ir, opt_level) in _programs: continue
+    key = object_code_key(name, llvm_ir, opt_level)
+    symbol = f"{name}__{key[:16]}"
+    if symbol not in _loaded_symbols and not os.path.exists(_kernel_cache.path(key)):
+      jobs[key] = (name, llvm_ir, symbol)
+  compiled: dict[tuple[str, str], bytes] = {}
+  if len(jobs) >= 2 and (worker := compile_worker()) is not None:
+    with _lock:
+      _initialize_llvm()
+      for name, llvm_ir, _ in jobs.values(): _check_external_functions(name, llvm_ir)  # before the worker's loads
+    for (name, llvm_ir, _), object_code in zip(jobs.values(), _compile_in_parallel(list(jobs.values()), opt_level,
+                                                                                    worker)):
+      compiled[(name, llvm_ir)] = object_code
+  return [compile_cpu(name, llvm_ir, opt_level, compiled.get((name, llvm_ir))) for name, llvm_ir in kernels]
+
+
+def _compile_in_parallel(jobs: list[tuple[str, str, str]], opt_level: int, worker: _CompileWorker) -> list[bytes]:
+  """The object code of each (name, IR, symbol), compiled by this thread and (through a thread that waits on it) the
+  compile worker, largest first. A job the worker fails (it crashed, or the kernel doesn't compile) is compiled here,
+  so an error is raised as if there were no worker."""
+  results: list[bytes | None] = [None] * len(jobs)
+  pending = collections.deque(sorted(range(len(jobs)), key=lambda i: -len(jobs[i][1])))
+  lock = threading.Lock()
+
+  def take() -> int | None:
+    with lock: return pending.popleft() if pending else None
+
+  def remote() -> None:
+    while (i := take()) is not None:
+      if (reply := worker.compile(*jobs[i], opt_level)) is None: return  # it died: the rest is compiled here
+      ok, result, seconds = reply
+      if ok: results[i] = result
+      _stats["compile_seconds"] += seconds
+
+  thread = threading.Thread(target=remote, name="tinyjax-compile-worker", daemon=True)
+  thread.start()
+  try:
+    while (i := take()) is not None: results[i] = _timed_compile(*jobs[i], opt_level)
+  finally:
+    with lock: pending.clear()
+    thread.join()
+  return [result if result is not None else _timed_compile(*job, opt_level) for result, job in zip(results, jobs)]
+
+
+def _timed_compile(name: str, llvm_ir: str, symbol: str, opt_level: int) -> bytes:
+  start = time.perf_counter()
+  object_code = compile_object(name, llvm_ir, symbol, opt_level)
+  _stats["compile_seconds"] += time.perf_counter() - start
+  return object_code
+
+
+class _CompileWorker:
+  """A process compiling kernels for this one (llvm_compile.py `serve`), one job at a time; `compile` returns None
+  once it has failed (and it is not used again)."""
+
+  def __init__(self):
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llvm_compile.py")
+    # loaded by path, not as tinyjax.devices.llvm_compile: importing the package would cost the worker ~80 ms, and
+    # running it as a script would put this directory (cache.py, runtime.py, ...) first on the worker's sys.path
+    loader = ("import importlib.util as u, sys; spec = u.spec_from_file_location('tinyjax_llvm_compile', sys.argv[1]);"
+              " module = u.module_from_spec(spec); spec.loader.exec_module(module);"
+              " module.serve(sys.stdin.buffer, sys.stdout.buffer)")
+    self.process = subprocess.Popen([sys.executable, "-c", loader, path], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    self.lock = threading.Lock()
+    self.jobs = 0
+    self.failed = False
+    self._send(_target())
+
+  def _send(self, message) -> None:
+    pickle.dump(message, self.process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+    self.process.stdin.flush()
+
+  def compile(self, name: str, llvm_ir: str, symbol: str, opt_level: int) -> tuple[bool, bytes | str, float] | None:
+    """(compiled, object code or error text, seconds the worker took) of one kernel; None if the worker died."""
+    with self.lock:
+      if self.failed: return None
+      self.jobs += 1
+      try:
+        self._send((self.jobs, name, llvm_ir, symbol, opt_level))
+        job, ok, result, seconds = pickle.load(self.process.stdout)
+      except Exception:  # it died (or wrote something else): not used again
+        job = None
+      if job != self.jobs:
+        self.close()
+        return None
+      return ok, result, seconds
+
+  def close(self) -> None:
+    """End the worker (it exits at the end of its input)."""
+    self.failed = True
+    try: self.process.stdin.close()
+    except OSError: pass
+    try: self.process.wait(timeout=5)
+    except subprocess.TimeoutExpired: self.process.kill()
+
+
+_worker: _CompileWorker | None = None
+_worker_lock = threading.Lock()
+_worker_starts = 0
+MAX_WORKER_STARTS = 3  # a worker that keeps dying (a kernel crashing LLVM) is not started again
+
+
+def compile_worker() -> _CompileWorker | None:
+  """The compile worker, started on first use (lowering calls this early, so it starts while Python lowers) and again
+  if it died; None on a single core, with TINYJAX_COMPILE_WORKER=0, with DEBUG>=5 (the optimised IR is printed
+  here), or once it has died MAX_WORKER_STARTS times."""
+  global _worker, _worker_starts
+  if _cpu_count() < 2 or not getenv("TINYJAX_COMPILE_WORKER", 1) or DEBUG >= 5 or not sys.executable: return None
+  with _worker_lock:
+    if (_worker is None or _worker.failed) and _worker_starts < MAX_WORKER_STARTS:
+      _worker_starts += 1
+      try: _worker = _CompileWorker()
+      except (OSError, ValueError):
+        return None
+      atexit.register(_worker.close)
+  return None if _worker is None or _worker.failed else _worker
+
+
+def _forget_worker() -> None:
+  """In a forked child: the parent's worker is the parent's (it shares its pipes); the child starts its own."""
+  global _worker, _worker_starts
+  _worker, _worker_starts = None, 0
+
+
+os.register_at_fork(after_in_child=_forget_worker)

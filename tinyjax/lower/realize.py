@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from tinyjax import __version__
 from tinyjax.codegen.gpu import gpu_launch
 from tinyjax.codegen.llvm import render_llvm
-from tinyjax.devices import LaunchList, compile_cpu, cpu_threads
+from tinyjax.devices import LaunchList, compile_cpu_many, compile_worker, cpu_threads
 from tinyjax.devices.device import CPU, move, place
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
 from tinyjax.devices.buffer import Buffer, allocate_buffers
@@ -152,6 +152,7 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   origin = "from the disk cache"
   if lowered is None:
     start = time.perf_counter()
+    if not gpu: compile_worker()  # started now, it is ready to compile once the kernels are lowered and rendered
     sched = schedule(sink, threads)
     kernels = kernels_of(sched.kernels)
     lowered = (sched, [device.render(k.name, k.ast, _launch_of(k, device), k.ordered) if gpu
@@ -164,7 +165,7 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   if gpu:
     programs = [device.compile(kernel.name, src, _launch_of(kernel, device))
                 for kernel, src in zip(kernels_of(sched.kernels), sources)]
-  else: programs = [compile_cpu(k.name, src) for k, src in zip(kernels_of(sched.kernels), sources)]
+  else: programs = compile_cpu_many([(k.name, src) for k, src in zip(kernels_of(sched.kernels), sources)])
   compiled = CompiledSchedule(sched, programs, device)
   if len(_memory_cache) >= _MEMORY_CACHE_LIMIT: del _memory_cache[next(iter(_memory_cache))]
   _memory_cache[(sink, device)] = compiled
