@@ -8,6 +8,7 @@ import tinyjax as tj
 import tinyjax.numpy as tnp
 from tinyjax import lax
 from tinyjax.devices import LaunchList
+from tinyjax.lower.schedule import kernels_of
 
 RNG = np.random.default_rng(11)
 
@@ -104,6 +105,46 @@ def test_jitted_scan_of_1000_steps_is_one_call(monkeypatch):
   host_w, host_xs, want = np.asarray(w, np.float64), np.asarray(xs, np.float64), np.zeros(16)
   for t in range(1000): want = np.tanh(want @ host_w + host_xs[t])
   np.testing.assert_allclose(np.asarray(h), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_pass_numbers_come_from_the_runtime(reverse):
+  """A scan's body reads its slice of xs at the pass number, which the runtime writes into a counter buffer before
+  each pass (no kernels set or step it): the RNN step is one kernel per pass (tanh fused after the vector-matrix
+  product) plus the carry's copy, and the numbers agree with float64 numpy whether the loop runs in the runtime or
+  from Python (a profile times each launch), nested in another scan too."""
+  w = tnp.asarray(RNG.standard_normal((8, 8)).astype(np.float32) * 0.3)
+  xs = tnp.asarray(RNG.standard_normal((37, 8)).astype(np.float32))
+  step = lambda h, x: (tnp.tanh(h @ w + x), (h * x).sum())  # noqa: E731
+  run = tj.jit(lambda xs: lax.scan(step, tnp.zeros(8), xs, reverse=reverse))
+  host_w, host_xs = np.asarray(w, np.float64), np.asarray(xs, np.float64)
+  h, want_ys = np.zeros(8), np.zeros(37)
+  for t in (range(36, -1, -1) if reverse else range(37)):
+    want_ys[t] = (h * host_xs[t]).sum()
+    h = np.tanh(h @ host_w + host_xs[t])
+  sched = run.lower(xs)._compiled.schedule.schedule
+  (loop,) = [step for step in sched.kernels if hasattr(step, "body")]
+  assert loop.counter_slot >= 0
+  assert not any(kernel.slots[0] == loop.counter_slot for kernel in kernels_of(sched.kernels))
+  assert len(loop.body) == 4  # the RNN step, y, y's write into ys, the carry's copy
+  for timed in (False, True):
+    if timed:
+      with tj.profile():
+        got_h, got_ys = run(xs)
+        got_h.block_until_ready()
+    else: got_h, got_ys = run(xs)
+    np.testing.assert_allclose(np.asarray(got_h), h, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(got_ys), want_ys, rtol=1e-4, atol=1e-5)
+  nested = tj.jit(lambda xss: lax.scan(lambda c, xs: (c + lax.scan(step, tnp.zeros(8), xs)[1].sum(), None), 0.0,
+                                       xss)[0])
+  xss = RNG.standard_normal((3, 5, 8)).astype(np.float32)
+  want = 0.0
+  for block in xss.astype(np.float64):
+    h = np.zeros(8)
+    for x in block:
+      want += (h * x).sum()
+      h = np.tanh(h @ host_w + x)
+  np.testing.assert_allclose(float(nested(tnp.asarray(xss))), want, rtol=1e-4, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------- differentiation

@@ -243,6 +243,10 @@ def test_costly_epilogue_of_a_contraction_gets_its_own_kernel_but_not_of_a_row_r
   np.testing.assert_allclose(out, np.exp2(a_data @ b_data), rtol=1e-6)
   row_sum = node(Ops.REDUCE_AXIS, a, arg=(Ops.ADD, (1,)))
   assert len(schedule(node(Ops.SINK, node(Ops.EXP2, row_sum))).kernels) == 1       # plain reductions keep it
+  vector = _matmul(param(0, (1, 4)), b)  # a vector-matrix product (an RNN step): no rows to tile, one kernel
+  assert len(schedule(node(Ops.SINK, node(Ops.EXP2, vector))).kernels) == 1
+  (out,) = interpret(node(Ops.SINK, node(Ops.EXP2, vector)), [a_data[:1], b_data])
+  np.testing.assert_allclose(out, np.exp2(a_data[:1] @ b_data), rtol=1e-6)
 
 
 def test_strided_contraction_operand_is_copied_into_the_tile_layout():

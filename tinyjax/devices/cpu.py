@@ -347,7 +347,8 @@ class LaunchList:
   """The kernel launches of one program, run in order by one call into the runtime (`tj_run_launches`).
 
   Built once per compiled program from `items`: kernel launches (program, parameter slots, n, grain, mode), loops
-  ("loop", trip or None, flag slot, condition items, body items) whose launches the runtime repeats, and switches
+  ("loop", trip or None, flag slot (a counted loop: its counter slot, or -1), condition items, body items) whose
+  launches the runtime repeats, and switches
   ("switch", index slot, [items of each branch]) of which the runtime runs the branch the index picks. The launch
   records and one table of argument pointers (every kernel's parameters, one after another, and each while loop's
   flag buffer) are ctypes arrays made here; a run only writes the slots' addresses into the table and makes the call.
@@ -387,11 +388,11 @@ class LaunchList:
         fields[header] = (0, index_offset, -2, len(branches), len(fields) - header - 1)
         continue
       if item[0] == "loop":
-        _, trip, flag_slot, cond, body = item
+        _, trip, flag_slot, cond, body = item  # flag_slot: a while loop's flag, or a counted loop's counter (or -1)
         header = len(fields)
         fields.append(None)
         flag_offset = None
-        if trip is None:
+        if trip is None or flag_slot >= 0:
           flag_offset = len(self.slots)
           self.slots.append(flag_slot)
         cond_start = len(fields)

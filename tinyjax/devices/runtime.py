@@ -5,8 +5,9 @@ Python makes one ctypes call per program run (ctypes releases the GIL); everythi
   tj_run_launches(launches, count, launched) -> aborted  runs `count` records in order, each five i64: a kernel
       launch {fn, args, n, grain, mode} (mode 1: as tj_parallel_for (PARALLEL_GRAINS); 0: as tj_serial_for
       (first chunk n / SERIAL_CHUNKS); 2: one call of the kernel, for kernels too small to need chunks), or the
-      header of a loop over the records after it (a counted loop, or a while loop whose condition kernels leave a
-      flag in a buffer: lax.scan / while_loop run here, not in Python). Counts the kernel launches into *launched.
+      header of a loop over the records after it (a counted loop, which may write its pass number into an int32
+      counter buffer before each pass, or a while loop whose condition kernels leave a flag in a buffer: lax.scan /
+      while_loop run here, not in Python). Counts the kernel launches into *launched.
       Clears the abort flag once, then stops at the first launch or loop pass that Ctrl-C cut short. A jitted
       program is one call of this, whatever its number of kernels and loop iterations.
   tj_parallel_for(fn, args, n, max_grains, grain) -> aborted  splits [0, n) into grains of a multiple of `grain`
@@ -642,6 +643,15 @@ repeat:
   %more = icmp slt i64 %trip, %n
   br i1 %more, label %repeat_body, label %finished
 repeat_body:
+  ; a counted loop with a counter buffer (its table entry in place of a flag's) gets the pass number written there
+  %has_counter = icmp ne ptr %flag_entry, null
+  br i1 %has_counter, label %write_counter, label %repeat_run
+write_counter:
+  %counter_buffer = load ptr, ptr %flag_entry, align 8
+  %pass32 = trunc i64 %trip to i32
+  store volatile i32 %pass32, ptr %counter_buffer, align 4
+  br label %repeat_run
+repeat_run:
   %repeat_status = call i32 @tj_run_records(ptr %block, i64 %body_count, ptr %launched)
   %repeat_stopped = icmp ne i32 %repeat_status, 0
   br i1 %repeat_stopped, label %aborted, label %repeat_next

@@ -12,10 +12,13 @@ code; the code itself goes through the device's compile cache).
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import pickle
 import time
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from tinyjax import __version__
 from tinyjax.codegen.gpu import gpu_launch
@@ -77,7 +80,8 @@ def _launch_items(steps: tuple, programs) -> list:
       items.append(("switch", step.index_slot, [_launch_items(branch, programs) for branch in step.branches]))
     elif isinstance(step, Loop):
       cond = _launch_items(step.cond, programs)
-      items.append(("loop", step.trip, step.flag_slot, cond, _launch_items(step.body, programs)))
+      items.append(("loop", step.trip, step.flag_slot if step.trip is None else step.counter_slot, cond,
+                    _launch_items(step.body, programs)))
     else:
       mode = MODE_PARALLEL if step.parallel else MODE_WHOLE if step.work < WHOLE_LAUNCH_WORK else MODE_SERIAL
       items.append((next(programs), step.slots, step.outer_size, step.grain, mode))
@@ -247,6 +251,7 @@ def _run_steps(steps: tuple, programs, buffers: list[Buffer], device, timed: boo
         if step.trip is None:
           _run_steps(tuple(cond), iter(cond_programs), buffers, device, timed)
           if not bool(_read_scalar(buffers[step.flag_slot])): break
+        if step.counter_slot >= 0: _write_counter(buffers[step.counter_slot], passes)
         _run_steps(tuple(body), iter(body_programs), buffers, device, timed)
         passes += 1
       continue
@@ -272,6 +277,12 @@ def _read_scalar(buffer: Buffer):
   index): a GPU buffer is read from the device each time, not from its kept host copy."""
   if buffer.device is CPU: return buffer.numpy()
   return buffer.device.read(buffer)
+
+
+def _write_counter(buffer: Buffer, value: int) -> None:
+  """Write a counted loop's pass number into its int32 counter buffer (what the CPU runtime does before each pass)."""
+  if buffer.device is CPU: ctypes.c_int32.from_address(buffer.address).value = value
+  else: buffer.device.upload(buffer.address, np.array(value, np.int32))
 
 
 def _report_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device=CPU) -> None:

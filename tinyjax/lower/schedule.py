@@ -61,11 +61,14 @@ class Kernel:
 @dataclass(frozen=True)
 class Loop:
   """Steps the runtime runs repeatedly, inside the one call that runs the program: `body` `trip` times, or (`trip`
-  None) while the bool scalar in slot `flag_slot`, which the `cond` steps compute before each pass, is true."""
+  None) while the bool scalar in slot `flag_slot`, which the `cond` steps compute before each pass, is true. A counted
+  loop with a `counter_slot` (an int32 scalar) gets the pass number, 0, 1, ..., written there by the runtime before
+  each pass (a scan's body reads its slice of xs at it): no kernels to set and step a counter."""
   body: tuple[Kernel | Loop, ...]
   trip: int | None = None
   cond: tuple[Kernel | Loop, ...] = ()
   flag_slot: int = -1
+  counter_slot: int = -1
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,13 @@ def _is_contraction(node: UOp, realize: set[UOp]) -> bool:
   return False
 
 
+def _tiles_rows(reduction: UOp) -> bool:
+  """Whether a contraction's output has more than one axis longer than 1 (rows to tile in registers, with its
+  epilogue unrolled into every register of the tile). A vector-matrix product (an RNN step's h @ w) has one: its
+  epilogue (tanh) runs once per output element, vectorised, in the same kernel."""
+  return sum(extent > 1 for extent in reduction.shape) > 1
+
+
 def find_buffers(sink: UOp) -> list[UOp]:
   """The nodes that become buffers (kernel outputs), in an order where producers come before consumers."""
   realize = {out for out in sink.src if out.op is not Ops.PARAM}
@@ -180,7 +190,7 @@ def find_buffers(sink: UOp) -> list[UOp]:
       if node in realize: continue
       if expanded and (node.op is Ops.REDUCE_AXIS or (node.op in ELEMENTWISE and math.prod(node.shape) > 1 and
                                                       (reread or _is_costly(node, realize, cost)))) or \
-          (costly_above and node.op is Ops.REDUCE_AXIS and _is_contraction(node, realize)):
+          (costly_above and node.op is Ops.REDUCE_AXIS and _is_contraction(node, realize) and _tiles_rows(node)):
         realize.add(node)
         pending.append(node)
         continue
@@ -793,8 +803,7 @@ class _Scheduler:
       index = projection.arg[0]
       self.slot_of[projection] = carry_slots[index] if index < n_carry else ys_slots[index - n_carry]
     if length == 0: return steps
-    counter_slot = self.new_slot((), COUNTER_DTYPE)
-    steps += self.copy(UOp.const(COUNTER_DTYPE, 0), counter_slot)
+    counter_slot = self.new_slot((), COUNTER_DTYPE)  # the pass number, written by the runtime (Loop.counter_slot)
     counter = self.placeholder(counter_slot, (), COUNTER_DTYPE)
     position = counter if not reverse else \
       UOp(Ops.ADD, COUNTER_DTYPE, (UOp.const(COUNTER_DTYPE, length - 1), UOp(Ops.NEG, COUNTER_DTYPE, (counter,))))
@@ -820,9 +829,7 @@ class _Scheduler:
       body_steps += self.kernels(write, ys_slot, scatter_only=True)
     body_steps += self.update_carries(carry_slots, out_slots[:n_carry], body_steps,
                                       inputs + [self.operand_slot(x) for x in xs] + [counter_slot])
-    step = UOp(Ops.ADD, COUNTER_DTYPE, (counter, UOp.const(COUNTER_DTYPE, 1)))
-    body_steps += self.copy(step, counter_slot)
-    return steps + [Loop(tuple(body_steps), trip=length)]
+    return steps + [Loop(tuple(body_steps), trip=length, counter_slot=counter_slot)]
 
   def while_loop(self, node: UOp, projections: list[UOp]) -> list[Kernel | Loop]:
     cond, body, n_carry = node.arg
@@ -882,7 +889,8 @@ def _remap(steps: tuple[Kernel | Loop, ...], mapping: dict[int, int]) -> list[Ke
   for step in steps:
     if isinstance(step, Loop):
       out.append(Loop(tuple(_remap(step.body, mapping)), step.trip, tuple(_remap(step.cond, mapping)),
-                      mapping[step.flag_slot] if step.flag_slot >= 0 else -1))
+                      mapping[step.flag_slot] if step.flag_slot >= 0 else -1,
+                      mapping[step.counter_slot] if step.counter_slot >= 0 else -1))
     elif isinstance(step, Switch):
       out.append(Switch(mapping[step.index_slot], tuple(tuple(_remap(b, mapping)) for b in step.branches)))
     else:
