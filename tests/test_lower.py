@@ -194,6 +194,24 @@ def test_uop_hash_consing_and_float_keys():
   assert UOp.const(F32, float("nan")) is UOp.const(F32, float("nan"))
 
 
+def test_buffer_nodes_are_one_per_buffer_through_its_weak_reference():
+  """A BUFFER node is named by its buffer (a weak reference the buffer holds, not an entry of the node cache): the
+  same buffer gives the same node while it lives, a new one after it died, and other buffers other nodes."""
+  import gc
+  import weakref
+  from tinyjax.devices.buffer import Buffer
+  buffer, other = Buffer((3,), F32), Buffer((3,), F32)
+  node = UOp.new_buffer(F32, buffer)
+  assert UOp(Ops.BUFFER, F32, (), buffer) is node and UOp(Ops.BUFFER, F32, (), other) is not node
+  assert all(value is not node for value in UOp._cache.values())
+  dead = weakref.ref(node)
+  del node
+  gc.collect()
+  assert dead() is None
+  again = UOp(Ops.BUFFER, F32, (), buffer)
+  assert again.arg is buffer and UOp(Ops.BUFFER, F32, (), buffer) is again
+
+
 def test_pattern_matcher_commutative_and_graph_rewrite_to_fixed_point():
   x = param(0, ())
   zero = UOp.const(F32, 0.0)

@@ -42,14 +42,14 @@ class Buffer:
   Its memory is a pooled block (`_raw`, uint8, taken from the pool on allocation and given back when the buffer dies
   unseen) or a host array it was made from; the typed view of a block (`_host`) is made when first asked for, since a
   launch needs only the address (a view costs ~0.5 us of a jitted call's few). Buffers hash by identity: a BUFFER node
-  of the UOp graph names one buffer."""
-  __slots__ = ("shape", "dtype", "nbytes", "_raw", "_host", "_address", "__weakref__")
+  of the UOp graph names one buffer, and the buffer keeps a weak reference to that node (`_node`, see UOp)."""
+  __slots__ = ("shape", "dtype", "nbytes", "_raw", "_host", "_address", "_node", "__weakref__")
   device = CPU  # (GPU buffers are DeviceBuffers, below)
 
   def __init__(self, shape: tuple[int, ...], dtype: np.dtype, host: np.ndarray | None = None):
     self.shape, self.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
     self.nbytes = math.prod(self.shape) * self.dtype.itemsize
-    self._raw, self._address = None, 0
+    self._raw, self._address, self._node = None, 0, None
     if host is not None:
       assert host.shape == self.shape and host.dtype == self.dtype, (host.shape, host.dtype, self.shape, self.dtype)
       host = np.require(host, requirements="C")
@@ -106,7 +106,7 @@ def allocate_buffers(specs: list[tuple[tuple[int, ...], np.dtype, int]]) -> list
       buffer._raw, buffer._address = free.pop()
     else:
       buffer._raw, buffer._address = _take_from_pool(nbytes)
-    buffer.shape, buffer.dtype, buffer.nbytes, buffer._host = shape, dtype, nbytes, None
+    buffer.shape, buffer.dtype, buffer.nbytes, buffer._host, buffer._node = shape, dtype, nbytes, None, None
     buffers.append(buffer)
   return buffers
 
@@ -115,10 +115,11 @@ class DeviceBuffer:
   """An array's storage in a GPU device's memory. Same interface as the CPU `Buffer`: `shape`, `dtype`, `nbytes`,
   `address` (the handle kernels get: `device.allocate(nbytes)`'s) and `numpy()` (a host copy, made once: computed
   buffers never change). The device provides `allocate(nbytes)`, `upload(handle, host)` and `read(buffer)`."""
-  __slots__ = ("shape", "dtype", "nbytes", "device", "_address", "_host", "__weakref__")
+  __slots__ = ("shape", "dtype", "nbytes", "device", "_address", "_host", "_node", "__weakref__")
 
   def __init__(self, shape: tuple[int, ...], dtype: np.dtype, device, host: np.ndarray | None = None):
     self.shape, self.dtype, self.device = tuple(int(d) for d in shape), np.dtype(dtype), device
+    self._node = None
     self.nbytes = math.prod(self.shape) * self.dtype.itemsize
     self._address = device.allocate(self.nbytes)
     self._host = None

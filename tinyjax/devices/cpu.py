@@ -372,6 +372,7 @@ class LaunchList:
       values += [fn, 0 if table_offset is None else table_address + table_offset * pointer_bytes, n, grain, mode]
     self.records = (ctypes.c_int64 * max(1, len(values)))(*values)
     self._launched = ctypes.c_int64(0)
+    self._launched_address = ctypes.addressof(self._launched)
     self.launched = 0
     self._run_launches = get_runtime().run_launches
     self._lock = threading.Lock()
@@ -418,7 +419,7 @@ class LaunchList:
     try:
       self.table[:len(self.slots)] = self._gather(addresses)
       self._launched.value = 0
-      aborted = self._run_launches(self.records, self.count, ctypes.addressof(self._launched))
+      aborted = self._run_launches(self.records, self.count, self._launched_address)
       self.launched = self._launched.value
     finally:
       self._lock.release()
