@@ -1,6 +1,7 @@
 """Memory planning (lower/memory.py): intermediates share one arena by liveness, donated arguments' buffers are
 written in place (`donate_argnums`), and `jit(f).lower(...).memory_analysis()` sizes a program's memory."""
 import functools
+import warnings
 
 import numpy as np
 import pytest
@@ -177,3 +178,165 @@ def test_outputs_and_kernel_operands_never_share():
     ranges = [r for r in ranges if r is not None and r[0] < r[1]]
     for i, (start, end) in enumerate(ranges):
       assert all(end <= other_start or other_end <= start for other_start, other_end in ranges[:i])
+
+
+# ---- donation
+
+def _adam(params, m, v, grads, count, lr=1e-2, b1=0.9, b2=0.999, eps=1e-8):
+  m = tj.tree_util.tree_map(lambda m, g: b1 * m + (1 - b1) * g, m, grads)
+  v = tj.tree_util.tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, v, grads)
+  def update(p, m, v):
+    return p - lr * (m / (1 - b1 ** count)) / (tnp.sqrt(v / (1 - b2 ** count)) + eps)
+  return tj.tree_util.tree_map(update, params, m, v), m, v
+
+
+def _train_step(params, m, v, x, y, count):
+  loss, grads = tj.value_and_grad(_mlp_loss)(params, x, y)
+  params, m, v = _adam(params, m, v, grads, count)
+  return params, m, v, loss
+
+
+def _addresses(tree):
+  return [leaf.uop.arg.address for leaf in tj.tree_util.tree_leaves(tree)]
+
+
+def _asarrays(tree): return tj.tree_util.tree_map(tnp.asarray, tree)
+
+
+def test_donated_adam_step_matches_and_writes_in_place():
+  params = _mlp_params()
+  zeros = tj.tree_util.tree_map(np.zeros_like, params)
+  x, y = _normal(16, 8), _normal(16, 4)
+  plain = tj.jit(_train_step)
+  donating = tj.jit(_train_step, donate_argnums=(0, 1, 2))
+  expected = (_asarrays(params), _asarrays(zeros), _asarrays(zeros))
+  state = (_asarrays(params), _asarrays(zeros), _asarrays(zeros))
+  for count in range(1, 5):
+    before = state
+    addresses = [_addresses(tree) for tree in before]
+    *expected, _ = plain(*expected, x, y, np.float32(count))
+    with warnings.catch_warnings():
+      # (the loss kernel runs last and reads b2 again, so b2's new value cannot go into its buffer: JAX would warn)
+      warnings.simplefilter("ignore")
+      *state, loss = donating(*state, tnp.asarray(x), tnp.asarray(y), tnp.asarray(np.float32(count)))
+    # each moment written over its donated input, and the parameters all but those read after their update
+    assert _addresses(state[1]) == addresses[1] and _addresses(state[2]) == addresses[2]
+    reused = sum(new == old for new, old in zip(_addresses(state[0]), addresses[0]))
+    aliased = {index for index, *_ in donating.lower(*state, x, y, np.float32(count))._compiled.aliases}
+    assert reused >= 3 and reused == len(aliased & set(range(4)))
+    for index, leaf in enumerate(tj.tree_util.tree_leaves(before)):
+      assert leaf.is_deleted() == (index in aliased)  # (a donated array no output can take is kept, as in JAX)
+      if index in aliased:
+        with pytest.raises(RuntimeError, match="Array has been deleted with shape=float32"): np.asarray(leaf)
+    for got, want in zip(tj.tree_util.tree_leaves(state), tj.tree_util.tree_leaves(expected)):
+      np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  assert donating._fast_calls >= 2  # the hot path donates too
+  compiled = donating.lower(*expected, x, y, np.float32(1))._compiled
+  assert compiled.schedule.plan.arena_bytes < compiled.schedule.plan.intermediate_bytes
+
+
+def test_donated_step_matches_float64_adam():
+  params = {"w": _normal(5, 3)}
+  x, y = _normal(7, 5), _normal(7, 3)
+  def loss(params, x, y): return ((x @ params["w"] - y) ** 2).sum()
+  def step(params, m, v, count):
+    grads = tj.grad(loss)(params, x, y)
+    return _adam(params, m, v, grads, count)
+  w, m, v = params["w"].astype(np.float64), np.zeros((5, 3)), np.zeros((5, 3))
+  state = (_asarrays(params), {"w": tnp.zeros((5, 3))}, {"w": tnp.zeros((5, 3))})
+  jitted = tj.jit(step, donate_argnums=(0, 1, 2))
+  for count in range(1, 4):
+    state = jitted(*state, np.float32(count))
+    g = 2 * x.T.astype(np.float64) @ (x @ w - y)
+    m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+    w = w - 1e-2 * (m / (1 - 0.9 ** count)) / (np.sqrt(v / (1 - 0.999 ** count)) + 1e-8)
+    np.testing.assert_allclose(np.asarray(state[0]["w"]), w, rtol=1e-4, atol=1e-5)
+
+
+def test_donation_composes_with_vmap_and_grad():
+  def loss(w, x): return tnp.tanh(x @ w).sum()
+  def step(w, xs):
+    per_example = tj.vmap(tj.grad(loss), in_axes=(None, 0))(w, xs)
+    return w - 0.1 * per_example.mean(axis=0)
+  w, xs = _normal(4, 3), _normal(6, 2, 4)
+  expected = np.asarray(tj.jit(step)(w, xs))
+  donated = tnp.asarray(w)
+  address = donated.uop.arg.address
+  out = tj.jit(step, donate_argnums=0)(donated, xs)
+  assert donated.is_deleted() and out.uop.arg.address == address
+  np.testing.assert_array_equal(np.asarray(out), expected)
+  np.testing.assert_allclose(expected, w - 0.1 * np.mean([xs_i.T @ (1 - np.tanh(xs_i @ w) ** 2) for xs_i in xs], 0),
+                             rtol=1e-5, atol=1e-6)
+
+
+def test_unusable_donation_warns_and_keeps_the_argument():
+  x = tnp.ones(3)
+  with pytest.warns(UserWarning, match=r"Some donated buffers were not usable: float32\[3\]"):
+    total = tj.jit(lambda x: x.sum(), donate_argnums=0)(x)
+  assert float(total) == 3.0 and not x.is_deleted()
+  with pytest.warns(UserWarning, match="not usable"):
+    tj.jit(lambda x: x[:2] * 2, donate_argnums=0)(x)
+  assert not x.is_deleted()
+
+
+def test_donated_buffer_seen_elsewhere_is_not_written():
+  add = tj.jit(lambda x, y: x * 2 + y, donate_argnums=0)
+  # the same array passed again, not donated: the result is right, the memory not reused
+  x = tnp.asarray(np.arange(4, dtype=np.float32))
+  address = x.uop.arg.address
+  out = add(x, x)
+  assert x.is_deleted() and out.uop.arg.address != address
+  np.testing.assert_array_equal(np.asarray(out), np.arange(4) * 3)
+  # a lazy array computed from it, and a numpy view of it, keep their values
+  x = tnp.asarray(np.arange(4, dtype=np.float32))
+  lazy, view = x + 10, np.asarray(x)
+  out = add(x, tnp.ones(4))
+  np.testing.assert_array_equal(np.asarray(lazy), np.arange(4) + 10)
+  np.testing.assert_array_equal(view, np.arange(4))
+  np.testing.assert_array_equal(np.asarray(out), np.arange(4) * 2 + 1)
+  # with nothing else holding it, it is reused (also by the hot path)
+  for _ in range(3):
+    x = tnp.asarray(np.arange(4, dtype=np.float32))
+    address = x.uop.arg.address
+    out = add(x, tnp.ones(4))
+    assert out.uop.arg.address == address
+  assert add._fast_calls >= 2
+
+
+def test_donated_pytrees_numpy_and_passthrough():
+  scale = tj.jit(lambda tree: {key: value * 2 for key, value in tree.items()}, donate_argnums=0)
+  tree = {"a": tnp.ones(3), "b": tnp.ones((2, 2))}
+  out = scale(tree)
+  assert all(leaf.is_deleted() for leaf in tree.values())
+  np.testing.assert_array_equal(np.asarray(out["b"]), np.full((2, 2), 2.0))
+  # numpy arguments and Python scalars may be donated (a scalar has no output to go to: JAX warns about it too)
+  with pytest.warns(UserWarning, match=r"not usable: ~float32\[\]"):
+    out = tj.jit(lambda x, n: x * n, donate_argnums=(0, 1))(np.ones(3, np.float32), 2.0)
+  np.testing.assert_array_equal(np.asarray(out), [2.0, 2.0, 2.0])
+  # returned unchanged: the output is the donated buffer
+  x = tnp.ones(3)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    out = tj.jit(lambda x: x, donate_argnums=0)(x)
+  assert x.is_deleted()
+  np.testing.assert_array_equal(np.asarray(out), np.ones(3))
+
+
+def test_static_and_donated_arguments_cannot_intersect():
+  with pytest.raises(ValueError, match="cannot intersect"):
+    tj.jit(lambda x, n: x * n, static_argnums=1, donate_argnums=1)
+
+
+def test_delete_and_deleted_arrays_raise():
+  x = tnp.ones((2, 3))
+  assert not x.is_deleted()
+  x.delete()
+  x.delete()  # (again: nothing happens, as JAX)
+  assert x.is_deleted() and x.shape == (2, 3) and x.dtype == np.float32
+  for use in (np.asarray, repr, lambda x: (x + 1).block_until_ready(), tj.jit(lambda x: x * 2)):
+    with pytest.raises(RuntimeError, match=r"Array has been deleted with shape=float32\[2,3\]"):
+      use(x)
+  y = tnp.ones((2, 3))
+  with pytest.raises(RuntimeError, match="deleted"):
+    tj.jit(lambda y, x: y + x, donate_argnums=0)(y, x)
+  assert not y.is_deleted()  # nothing is donated by a call that cannot run

@@ -98,6 +98,41 @@ class Buffer:
     return f"Buffer({self.shape}, {self.dtype.name}, {'allocated' if self.is_allocated else 'empty'})"
 
 
+def is_exclusive(buffer: Buffer) -> bool:
+  """Whether `buffer` is the only way to its memory: no numpy view of it was handed out (`numpy()`, `np.asarray` of
+  an Array) and it was not made over someone else's host array. (A donated buffer is written over only then.)"""
+  if type(buffer) is not Buffer: return False
+  raw, host = buffer._raw, buffer._host
+  if raw is not None:  # referenced by buffer._raw, `raw`, getrefcount's argument and the typed view's base, if any
+    return sys.getrefcount(raw) == (3 if host is None else 4) and (host is None or sys.getrefcount(host) == 3)
+  return host is not None and host.base is None and sys.getrefcount(host) == 3
+
+
+class DeletedBuffer:
+  """What an Array deleted by `delete()` or donated to a jitted call holds instead of its buffer: its shape, dtype and
+  device remain (so signatures and error messages can be formed), any use of its memory raises as JAX does."""
+  __slots__ = ("shape", "dtype", "nbytes", "device")
+
+  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, device=CPU):
+    self.shape, self.dtype, self.device = tuple(shape), np.dtype(dtype), device
+    self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+
+  def _deleted(self) -> RuntimeError:
+    return RuntimeError(f"Array has been deleted with shape={self.dtype.name}[{','.join(map(str, self.shape))}].")
+
+  @property
+  def _address(self) -> int: raise self._deleted()
+  address = _address
+  @property
+  def is_allocated(self) -> bool: return False
+  @property
+  def size(self) -> int: return math.prod(self.shape)
+
+  def allocate(self): raise self._deleted()
+  def numpy(self): raise self._deleted()
+  def __repr__(self) -> str: return f"DeletedBuffer({self.shape}, {self.dtype.name})"
+
+
 def allocate_buffers(specs: list[tuple[tuple[int, ...], np.dtype, int]]) -> list[Buffer]:
   """New allocated buffers for `(shape, dtype, nbytes)` specs already normalised (a schedule's planned slots)."""
   global _pool_bytes
