@@ -340,3 +340,23 @@ def test_delete_and_deleted_arrays_raise():
   with pytest.raises(RuntimeError, match="deleted"):
     tj.jit(lambda y, x: y + x, donate_argnums=0)(y, x)
   assert not y.is_deleted()  # nothing is donated by a call that cannot run
+
+
+# ---- memory_analysis
+
+def test_memory_analysis_counts_bytes():
+  block = 64 * 64 * 4
+  x, y = _normal(64, 64), _normal(64, 64)
+  stats = tj.jit(lambda x: x @ x @ x @ x).lower(x).compile().memory_analysis()
+  # x @ x and (x @ x) @ x are both live while the third product is computed
+  assert (stats.argument_size_in_bytes, stats.output_size_in_bytes, stats.alias_size_in_bytes,
+          stats.temp_size_in_bytes) == (block, block, 0, 2 * block)
+  assert stats.peak_memory_in_bytes == 4 * block
+  assert stats.generated_code_size_in_bytes > 0 and stats.host_temp_size_in_bytes == 0
+  stats = tj.jit(lambda x, y: (x + y * 2, y.sum()), donate_argnums=0).lower(x, y).memory_analysis()
+  assert (stats.argument_size_in_bytes, stats.output_size_in_bytes, stats.alias_size_in_bytes,
+          stats.temp_size_in_bytes) == (2 * block, block + 4, block, 0)
+  assert stats.peak_memory_in_bytes == 2 * block + 4
+  stats = tj.jit(lambda x: x + 1).lower(np.ones(8, np.float32)).memory_analysis()
+  assert (stats.argument_size_in_bytes, stats.output_size_in_bytes, stats.temp_size_in_bytes,
+          stats.peak_memory_in_bytes) == (32, 32, 0, 64)

@@ -386,8 +386,34 @@ def _fast_signature(leaves: list[Any]) -> tuple[tuple, list[Buffer]] | None:
   return tuple(signature), buffers
 
 
+@dataclass(frozen=True)
+class CompiledMemoryStats:
+  """The memory a compiled program takes per call, in bytes, with the fields of JAX's `CompiledMemoryStats`:
+  arguments (the flattened arguments and the arrays the function closed over), outputs, `alias` (outputs written into
+  donated arguments' buffers, counted in both), `temp` (the arena of intermediates, lower/memory.py) and the kernels'
+  object code. `peak_memory_in_bytes` = arguments + outputs - alias + temp: what a call holds at once, since the arena
+  and the outputs are allocated for the whole run (XLA's figure comes from its heap simulation and can be lower).
+  The host_* fields are 0, as JAX's on a CPU."""
+  generated_code_size_in_bytes: int
+  argument_size_in_bytes: int
+  output_size_in_bytes: int
+  alias_size_in_bytes: int
+  temp_size_in_bytes: int
+  peak_memory_in_bytes: int
+  host_generated_code_size_in_bytes: int = 0
+  host_argument_size_in_bytes: int = 0
+  host_output_size_in_bytes: int = 0
+  host_alias_size_in_bytes: int = 0
+  host_temp_size_in_bytes: int = 0
+
+
+def _nbytes(shape: Sequence[int], dtype: Any) -> int:
+  return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
 class Lowered:
-  """What `jit(f).lower(*args)` returns: the traced program and its kernels; `as_text()` prints them."""
+  """What `jit(f).lower(*args)` returns: the traced program and its kernels; `as_text()` prints them,
+  `memory_analysis()` sizes their memory. `compile()` returns it (it is compiled already)."""
 
   def __init__(self, compiled: _Compiled):
     self._compiled = compiled
@@ -404,6 +430,19 @@ class Lowered:
     return "\n".join(parts)
 
   def compile(self) -> Lowered: return self
+
+  def memory_analysis(self) -> CompiledMemoryStats:
+    """The bytes a call of this program takes (arguments, outputs, donated and reused, intermediates, code)."""
+    compiled = self._compiled
+    jaxpr = compiled.jaxpr
+    arguments = sum(_nbytes(*aval[:2]) for aval in jaxpr.in_avals) + sum(buffer.nbytes for buffer in compiled.consts)
+    outputs = sum(_nbytes(out.shape, out.dtype) for out in jaxpr.sink.src)
+    alias = sum(_nbytes(*jaxpr.in_avals[index][:2]) for index, _, _ in compiled.aliases)
+    temp = code = 0
+    if compiled.schedule is not None:
+      temp = compiled.schedule.plan.arena_bytes
+      code = sum(getattr(program, "object_bytes", 0) for program in compiled.schedule.programs)
+    return CompiledMemoryStats(code, arguments, outputs, alias, temp, arguments + outputs - alias + temp)
 
 
 # The compiled programs of each function, per jit options, held as long as the function lives: `jit(f)` made twice
