@@ -536,11 +536,12 @@ class JitWrapped:
     if not kwargs and not self.static_argnums:
       leaves, in_tree = tree_util.tree_flatten(args)
       if (fast := _fast_signature(leaves)) is not None:
-        fast_key = (in_tree, fast[0])
+        signature, inputs = fast
+        fast_key = (in_tree, signature)
         if (compiled := self._fast_cache.get(fast_key)) is not None and not debug_nans[0]:
           self._fast_calls += 1
-          return compiled.run(fast[1], leaves)
-        fast = None  # (its list of the argument buffers would count as a reference to a donated one)
+          return compiled.run(inputs, leaves)
+        fast = inputs = None  # (the list of the argument buffers would count as a reference to a donated one)
     compiled, leaves = self._lookup(args, kwargs)
     if fast_key is not None: self._fast_cache[fast_key] = compiled
     arrays = [_leaf_to_array(leaf).realize() for leaf in leaves]
