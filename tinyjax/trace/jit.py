@@ -299,9 +299,16 @@ def _normalize_argnums(argnums: int | Sequence[int] | None) -> tuple[int, ...]:
   return (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
 
-# references to a donated buffer while `_Compiled.donate` checks it, when nothing else holds it: the list of the
-# call's input buffers, the loop's variable and getrefcount's argument
-_DONATED_REFERENCES = 3
+def _references_when_alone() -> int:
+  """What `sys.getrefcount` says of an object held only by a list and a local variable, as `_Compiled.donate` holds a
+  donated buffer (3 on CPython 3.11: the list, the variable and the call's argument; measured, since interpreters that
+  borrow references count fewer)."""
+  held = [object()]
+  item = held[0]
+  return sys.getrefcount(item)
+
+
+_DONATED_REFERENCES = _references_when_alone()
 
 
 @dataclass
