@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tinyjax.devices.buffer import DeletedBuffer
 from tinyjax.devices.device import host_buffer
 from tinyjax.uop import Ops, UOp
 
@@ -58,6 +59,16 @@ class Array:
 
   def __hash__(self):
     raise TypeError("unhashable type: 'Array' (use a tuple of its values, or make it static with np.asarray)")
+
+  def delete(self) -> None:
+    """Delete this array, as JAX's `Array.delete`: any later use of its values raises RuntimeError. Its memory is
+    freed once nothing else refers to it (a lazy array computed from this one keeps what it reads)."""
+    device = self.uop.arg.device if self.uop.op is Ops.BUFFER else None
+    self.uop = deleted_uop(self.shape, self.dtype, device)
+
+  def is_deleted(self) -> bool:
+    """Whether `delete()` was called on this array or it was donated to a jitted call (`donate_argnums`)."""
+    return self.uop.op is Ops.BUFFER and type(self.uop.arg) is DeletedBuffer
 
   # ---- realisation: the only ways values leave the lazy graph
   def realize(self) -> Array:
@@ -113,6 +124,12 @@ class Array:
 
   def __reduce__(self):  # pickling stores the values
     return (Array.from_numpy, (self._value(), self.weak_type))
+
+
+def deleted_uop(shape: tuple[int, ...], dtype: np.dtype, device: Any = None) -> UOp:
+  """The node a deleted array holds: a BUFFER whose buffer raises on any use of its memory."""
+  return UOp(Ops.BUFFER, dtype, (), DeletedBuffer(shape, dtype) if device is None else
+             DeletedBuffer(shape, dtype, device))
 
 
 def realize_arrays(arrays: list[Array]) -> None:

@@ -20,7 +20,9 @@ _pool: dict[int, list[tuple[np.ndarray, int]]] = {}  # nbytes -> free (uint8 blo
 _pool_bytes = 0
 
 
-def _take_from_pool(nbytes: int) -> tuple[np.ndarray, int]:
+def take_block(nbytes: int) -> tuple[np.ndarray, int]:
+  """A uint8 block of `nbytes` and its address, from the pool if one of that size is free (a buffer's memory, or a
+  run's arena of intermediates, which `give_block` returns once the run is done)."""
   global _pool_bytes
   if (free := _pool.get(nbytes)):
     _pool_bytes -= nbytes
@@ -29,7 +31,8 @@ def _take_from_pool(nbytes: int) -> tuple[np.ndarray, int]:
   return raw, raw.ctypes.data
 
 
-def _give_to_pool(raw: np.ndarray, address: int) -> None:
+def give_block(raw: np.ndarray, address: int) -> None:
+  """Keep a block nothing uses any more for the next `take_block` of its size (within POOL_LIMIT_BYTES)."""
   global _pool_bytes
   if raw.nbytes == 0 or _pool_bytes + raw.nbytes > POOL_LIMIT_BYTES: return
   _pool.setdefault(raw.nbytes, []).append((raw, address))
@@ -62,7 +65,7 @@ class Buffer:
   def is_allocated(self) -> bool: return self._raw is not None or self._host is not None
 
   def allocate(self) -> Buffer:
-    if self._raw is None and self._host is None: self._raw, self._address = _take_from_pool(self.nbytes)
+    if self._raw is None and self._host is None: self._raw, self._address = take_block(self.nbytes)
     return self
 
   def __del__(self):
@@ -72,7 +75,7 @@ class Buffer:
     raw = getattr(self, "_raw", None)  # (None too for a Buffer whose __init__ raised)
     if raw is None or sys is None: return
     self._raw = self._host = None
-    if sys.getrefcount(raw) == 2: _give_to_pool(raw, self._address)
+    if sys.getrefcount(raw) == 2: give_block(raw, self._address)
 
   @property
   def address(self) -> int:
@@ -95,17 +98,52 @@ class Buffer:
     return f"Buffer({self.shape}, {self.dtype.name}, {'allocated' if self.is_allocated else 'empty'})"
 
 
+def is_exclusive(buffer: Buffer) -> bool:
+  """Whether `buffer` is the only way to its memory: no numpy view of it was handed out (`numpy()`, `np.asarray` of
+  an Array) and it was not made over someone else's host array. (A donated buffer is written over only then.)"""
+  if type(buffer) is not Buffer: return False
+  raw, host = buffer._raw, buffer._host
+  if raw is not None:  # referenced by buffer._raw, `raw`, getrefcount's argument and the typed view's base, if any
+    return sys.getrefcount(raw) == (3 if host is None else 4) and (host is None or sys.getrefcount(host) == 3)
+  return host is not None and host.base is None and sys.getrefcount(host) == 3
+
+
+class DeletedBuffer:
+  """What an Array deleted by `delete()` or donated to a jitted call holds instead of its buffer: its shape, dtype and
+  device remain (so signatures and error messages can be formed), any use of its memory raises as JAX does."""
+  __slots__ = ("shape", "dtype", "nbytes", "device")
+
+  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, device=CPU):
+    self.shape, self.dtype, self.device = tuple(shape), np.dtype(dtype), device
+    self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+
+  def _deleted(self) -> RuntimeError:
+    return RuntimeError(f"Array has been deleted with shape={self.dtype.name}[{','.join(map(str, self.shape))}].")
+
+  @property
+  def _address(self) -> int: raise self._deleted()
+  address = _address
+  @property
+  def is_allocated(self) -> bool: return False
+  @property
+  def size(self) -> int: return math.prod(self.shape)
+
+  def allocate(self): raise self._deleted()
+  def numpy(self): raise self._deleted()
+  def __repr__(self) -> str: return f"DeletedBuffer({self.shape}, {self.dtype.name})"
+
+
 def allocate_buffers(specs: list[tuple[tuple[int, ...], np.dtype, int]]) -> list[Buffer]:
   """New allocated buffers for `(shape, dtype, nbytes)` specs already normalised (a schedule's planned slots)."""
   global _pool_bytes
   buffers = []
   for shape, dtype, nbytes in specs:
     buffer = object.__new__(Buffer)
-    if (free := _pool.get(nbytes)):  # _take_from_pool, inlined: this runs on every jitted call
+    if (free := _pool.get(nbytes)):  # take_block, inlined: this runs on every jitted call
       _pool_bytes -= nbytes
       buffer._raw, buffer._address = free.pop()
     else:
-      buffer._raw, buffer._address = _take_from_pool(nbytes)
+      buffer._raw, buffer._address = take_block(nbytes)
     buffer.shape, buffer.dtype, buffer.nbytes, buffer._host, buffer._node = shape, dtype, nbytes, None, None
     buffers.append(buffer)
   return buffers

@@ -175,6 +175,7 @@ def _engine() -> _Engine:
 
 _leaked_engines: list[_Engine] = []
 _loaded_symbols: dict[str, int] = {}  # symbol -> address of everything loaded into the engine (load each once)
+_object_bytes: dict[int, int] = {}  # address of a loaded kernel -> size of its object code (memory_analysis)
 
 
 def _check_external_functions(name: str, llvm_ir: str) -> None:
@@ -237,6 +238,7 @@ def load_or_compile(name: str, llvm_ir: str, opt_level: int, rename: bool = True
     address = _engine().load(object_code, symbol)
     _stats["load_seconds"] += time.perf_counter() - start
     _loaded_symbols[symbol] = address
+    _object_bytes[address] = len(object_code)
     return address
 
 
@@ -315,6 +317,11 @@ class CPUProgram:
     self.name, self.src, self.fn_addr, self.opt_level = name, src, fn_addr, opt_level
     self.runtime = get_runtime()
     self._parallel_for, self._serial_for = self.runtime.parallel_for, self.runtime.serial_for
+
+  @property
+  def object_bytes(self) -> int:
+    """The size of the kernel's relocatable object code (what `memory_analysis` reports as generated code)."""
+    return _object_bytes.get(self.fn_addr, 0)
 
   @functools.cached_property
   def asm(self) -> str:

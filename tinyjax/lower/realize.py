@@ -3,8 +3,10 @@ is the same graph), find its compiled schedule (in memory, else on disk, else lo
 launch the kernels over freshly allocated buffers.
 
 A compiled schedule runs as one call into the runtime (`LaunchList`: every kernel in order, no Python per kernel),
-with its output buffers allocated from specs planned once. With DEBUG>=1 each kernel is launched and timed on its
-own instead, so the printed times are per kernel.
+with its output buffers allocated from specs planned once and its intermediates in one arena laid out once by
+liveness (lower/memory.py), taken from the buffer pool for the run and given back after it. With DEBUG>=1 each kernel
+is launched and timed on its own instead, so the printed times are per kernel. A GPU run still allocates every slot
+on its own.
 
 Both caches are keyed by structure, so an eager Python loop of the same ops lowers and compiles once, and a second
 process running the same program neither lowers nor compiles (the disk cache holds the schedule and the machine
@@ -26,9 +28,10 @@ from tinyjax.codegen.llvm import render_llvm
 from tinyjax.devices import LaunchList, compile_cpu_many, compile_worker, cpu_threads
 from tinyjax.devices.device import CPU, move, place
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
-from tinyjax.devices.buffer import Buffer, allocate_buffers
+from tinyjax.devices.buffer import Buffer, allocate_buffers, give_block, take_block
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
+from tinyjax.lower.memory import MemoryPlan, plan_memory
 from tinyjax.lower.schedule import Kernel, Loop, Schedule, Switch, kernels_of, schedule, structure_key
 from tinyjax.profiler import kernel_flops, record_launch, roofline
 from tinyjax.profiler import open_profiles as _profiles  # (a list: checking it is cheaper than a call)
@@ -58,18 +61,20 @@ def runtime_stats() -> dict:
 
 @dataclass
 class CompiledSchedule:
-  """A schedule whose kernels are compiled programs, ready to launch: `launches` runs them all in one call and
-  `slot_specs` are the (shape, dtype, nbytes) of the buffers a run allocates."""
+  """A schedule whose kernels are compiled programs, ready to launch: `launches` runs them all in one call,
+  `slot_specs` are the (shape, dtype, nbytes) of its non-input slots and `plan` says where they live in a run."""
   schedule: Schedule
   programs: list = field(default_factory=list)
   device: object = CPU
   launches: LaunchList | None = None
   slot_specs: list = field(default_factory=list)
+  plan: MemoryPlan | None = None
 
   def __post_init__(self):
     sched = self.schedule
     if self.device is CPU: self.launches = LaunchList(_launch_items(sched.kernels, iter(self.programs)))
     self.slot_specs = [(shape, dtype, math.prod(shape) * dtype.itemsize) for shape, dtype in sched.slot_specs]
+    self.plan = plan_memory(sched)
 
 
 def _launch_items(steps: tuple, programs) -> list:
@@ -211,25 +216,53 @@ def _print_schedule(sched: Schedule, sources: list[str], origin: str, device) ->
   show(sched.kernels, "")
 
 
-def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer]) -> list[Buffer]:
-  """Launch every kernel of a compiled schedule over `inputs` (on its device) and new buffers; return the output
-  buffers."""
-  sched = compiled.schedule
+def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer], reuse: dict[int, Buffer] | None = None
+                 ) -> list[Buffer]:
+  """Launch every kernel of a compiled schedule over `inputs` (on its device), new output buffers and an arena for
+  the intermediates; return the output buffers. `reuse` gives some output slots a buffer to write into instead of a
+  new one (a donated input's: jit checked that the program may, `donation_aliases`)."""
+  sched, plan = compiled.schedule, compiled.plan
   # inputs past the last one the program reads (unused jit arguments) have no slot
   if compiled.device is not CPU:
     device = compiled.device
     buffers = inputs[:sched.n_inputs] + [device.buffer(shape, dtype) for shape, dtype, _ in compiled.slot_specs]
     _run_steps(sched.kernels, iter(compiled.programs), buffers, device, timed=DEBUG >= 1 or bool(_profiles))
-  elif DEBUG >= 1 or _profiles:
-    buffers = inputs[:sched.n_inputs] + allocate_buffers(compiled.slot_specs)
-    _run_steps(sched.kernels, iter(compiled.programs), buffers, CPU, timed=True)
+    return [buffers[slot] for slot in sched.outputs]
+  buffers = inputs[:sched.n_inputs]
+  if reuse:
+    buffers += [reuse[slot] if slot in reuse else allocate_buffers([spec])[0]
+                for slot, spec in zip(plan.output_slots, plan.output_specs)]
   else:
-    buffers = inputs[:sched.n_inputs]
-    buffers += allocate_buffers(compiled.slot_specs)
+    buffers += allocate_buffers(plan.output_specs)
+  if DEBUG >= 1 or _profiles:
+    arena = take_block(plan.arena_bytes)[0] if plan.arena_bytes else None
+    _run_steps(sched.kernels, iter(compiled.programs), _slot_buffers(compiled, buffers, arena), CPU, timed=True)
+    if arena is not None: give_block(arena, arena.ctypes.data)
+  elif plan.outputs_in_order:  # no intermediates (jit(lambda x: x + 1)): the slots are the inputs, then the outputs
     launches = compiled.launches
     launches([buffer._address for buffer in buffers])
     counters.kernels_launched += launches.launched
-  return [buffers[slot] for slot in sched.outputs]
+  else:
+    arena, base = take_block(plan.arena_bytes)
+    addresses = [buffer._address for buffer in buffers[:sched.n_inputs]]
+    addresses += [base + offset for offset in plan.offsets]
+    for slot, buffer in zip(plan.output_slots, buffers[sched.n_inputs:]): addresses[slot] = buffer._address
+    launches = compiled.launches
+    launches(addresses)  # (runs to completion before returning: the arena is free again after it)
+    give_block(arena, base)
+    counters.kernels_launched += launches.launched
+  return [buffers[index] for index in plan.output_index]
+
+
+def _slot_buffers(compiled: CompiledSchedule, buffers: list[Buffer], arena) -> list[Buffer]:
+  """A buffer for every slot (what `_run_steps` launches over): the inputs, the outputs, and views into the arena
+  for the intermediates."""
+  n_inputs, plan = compiled.schedule.n_inputs, compiled.plan
+  slots = buffers[:n_inputs]
+  for (shape, dtype, nbytes), offset in zip(compiled.slot_specs, plan.offsets):
+    slots.append(None if offset < 0 else Buffer(shape, dtype, arena[offset:offset + nbytes].view(dtype).reshape(shape)))
+  for slot, buffer in zip(plan.output_slots, buffers[n_inputs:]): slots[slot] = buffer
+  return slots
 
 
 def _run_steps(steps: tuple, programs, buffers: list[Buffer], device, timed: bool) -> None:

@@ -829,7 +829,8 @@ class _Scheduler:
       body_steps += self.kernels(write, ys_slot, scatter_only=True)
     body_steps += self.update_carries(carry_slots, out_slots[:n_carry], body_steps,
                                       inputs + [self.operand_slot(x) for x in xs] + [counter_slot])
-    return steps + [Loop(tuple(body_steps), trip=length, counter_slot=counter_slot)]
+    reads_counter = any(counter_slot in kernel.slots for kernel in kernels_of(tuple(body_steps)))
+    return steps + [Loop(tuple(body_steps), trip=length, counter_slot=counter_slot if reads_counter else -1)]
 
   def while_loop(self, node: UOp, projections: list[UOp]) -> list[Kernel | Loop]:
     cond, body, n_carry = node.arg

@@ -10,11 +10,18 @@ The hot path (a call with positional arguments only, no static ones, every leaf 
 key the signature on the treedef and each leaf's buffer shape, dtype and weak type, and run the cached program in
 one call into compiled code (`run_schedule`); nothing is traced, converted or lowered. Anything else takes the
 general path (`_lookup`), which also fills the hot path's cache.
+
+Donation (`donate_argnums`): which donated argument's buffer each output may be written into is decided once per
+compiled program (lower/memory.py `donation_aliases`); each call then deletes the donated arrays, as JAX does, and
+hands an output its donated buffer when nothing else can still see that buffer (the same array passed twice, a lazy
+array computed from it, a numpy view of it: those calls write a new buffer instead).
 """
 from __future__ import annotations
 
 import functools
 import inspect
+import sys
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -22,9 +29,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tinyjax import dtypes, tree_util
-from tinyjax.array import Array, realize_arrays
-from tinyjax.devices.buffer import Buffer
+from tinyjax.array import Array, deleted_uop, realize_arrays
+from tinyjax.devices.buffer import Buffer, DeletedBuffer, is_exclusive
 from tinyjax.devices.device import CPU, default_device, move, place
+from tinyjax.lower.memory import donation_aliases
 from tinyjax.lower.realize import CompiledSchedule, get_schedule, normalize, run_schedule
 from tinyjax.lower.schedule import kernels_of
 from tinyjax.trace.core import (EvalTrace, StagingTrace, Tracer, check_callable, check_nans, current_trace, debug_nans,
@@ -291,31 +299,78 @@ def _normalize_argnums(argnums: int | Sequence[int] | None) -> tuple[int, ...]:
   return (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
 
+def _references_when_alone() -> int:
+  """What `sys.getrefcount` says of an object held only by a list and a local variable, as `_Compiled.donate` holds a
+  donated buffer (3 on CPython 3.11: the list, the variable and the call's argument; measured, since interpreters that
+  borrow references count fewer)."""
+  held = [object()]
+  item = held[0]
+  return sys.getrefcount(item)
+
+
+_DONATED_REFERENCES = _references_when_alone()
+
+
 @dataclass
 class _Compiled:
   """A traced program and its compiled schedule (None: no outputs), with what a run needs planned: for each output
-  whether its buffer is new on every run (not an input, not an earlier output) and its weak type."""
+  whether its buffer is new on every run (not an input, not an earlier output) and its weak type, and which donated
+  argument (by flat index) may give its buffer to which output slot (`aliases`)."""
   jaxpr: Jaxpr
   schedule: CompiledSchedule | None
   device: Any = CPU
   moves: bool = False  # some argument lives on another device than the program's: copied to it on each call
+  donated: tuple[int, ...] = ()  # flat indices of the donated arguments
 
   def __post_init__(self):
     self.consts = [move(buffer, self.device) for buffer in self.jaxpr.consts]
     self.single_leaf = self.jaxpr.out_tree.num_nodes == 1 and self.jaxpr.out_tree.num_leaves == 1
     self.outputs: list[tuple[bool, bool]] = []
+    self.aliases: list[tuple[int, int, UOp]] = []  # (donated argument, output slot, what the argument holds after)
     if self.schedule is None: return
     sched, seen = self.schedule.schedule, set()
     for slot, weak in zip(sched.outputs, self.jaxpr.out_weak_types):
       self.outputs.append((slot >= sched.n_inputs and slot not in seen, weak))
       seen.add(slot)
+    if self.donated: self._plan_donation()
 
-  def run(self, inputs: list[Buffer]) -> Any:
-    """Run the program on the flattened arguments' buffers; return the outputs as the traced pytree."""
+  def _plan_donation(self) -> None:
+    """Decide which donated argument gives its buffer to which output, and warn (as JAX) about those none can use.
+    Only on the CPU; elsewhere donation is accepted and does nothing."""
+    sched, avals = self.schedule.schedule, self.jaxpr.in_avals
+    if self.device is not CPU or self.moves: return
+    aliases = donation_aliases(sched, self.donated, [aval[:2] for aval in avals])
+    self.aliases = [(index, slot, deleted_uop(avals[index][0], avals[index][1])) for index, slot in aliases.items()]
+    unusable = [index for index in self.donated if index < sched.n_inputs and index not in aliases]
+    if unusable:
+      names = ", ".join(f"{'~' if avals[i][2] else ''}{np.dtype(avals[i][1]).name}[{','.join(map(str, avals[i][0]))}]"
+                        for i in unusable)
+      warnings.warn(f"Some donated buffers were not usable: {names}.", stacklevel=6)
+
+  def donate(self, inputs: list[Buffer], arrays: list[Array]) -> dict[int, Buffer]:
+    """Delete the donated arrays of a call and return {output slot: donated buffer} for those whose buffer nothing
+    else can see. Raises first if any argument was deleted before."""
+    for buffer in inputs:
+      if type(buffer) is DeletedBuffer: buffer.numpy()  # raises RuntimeError("Array has been deleted ...")
+    for index, _, deleted in self.aliases:
+      array = arrays[index]
+      array.uop.__dict__.pop("toposort", None)  # (a BUFFER node's cached toposort holds the node: it would live on)
+      array.uop = deleted
+    reuse = {}
+    for index, slot, _ in self.aliases:
+      buffer = inputs[index]
+      if slot != index and sys.getrefcount(buffer) == _DONATED_REFERENCES and is_exclusive(buffer):
+        reuse[slot] = buffer
+    return reuse
+
+  def run(self, inputs: list[Buffer], arrays: list[Array] | None = None) -> Any:
+    """Run the program on the flattened arguments' buffers (`arrays`: the Arrays holding them, for donation); return
+    the outputs as the traced pytree."""
     jaxpr = self.jaxpr
     if self.schedule is None: return tree_util.tree_unflatten(jaxpr.out_tree, [])
     if self.moves: inputs = [move(buffer, self.device) for buffer in inputs]
-    buffers = run_schedule(self.schedule, inputs + self.consts)
+    reuse = self.donate(inputs, arrays) if self.aliases else None
+    buffers = run_schedule(self.schedule, inputs + self.consts, reuse)
     for fmt, tree, slots in jaxpr.prints:  # debug.print: the values of this run
       shown = [buffers[value].numpy() if kind == "output" else value for kind, value in slots]
       print(format_values(fmt, tree, shown))
@@ -338,8 +393,34 @@ def _fast_signature(leaves: list[Any]) -> tuple[tuple, list[Buffer]] | None:
   return tuple(signature), buffers
 
 
+@dataclass(frozen=True)
+class CompiledMemoryStats:
+  """The memory a compiled program takes per call, in bytes, with the fields of JAX's `CompiledMemoryStats`:
+  arguments (the flattened arguments and the arrays the function closed over), outputs, `alias` (outputs written into
+  donated arguments' buffers, counted in both), `temp` (the arena of intermediates, lower/memory.py) and the kernels'
+  object code. `peak_memory_in_bytes` = arguments + outputs - alias + temp: what a call holds at once, since the arena
+  and the outputs are allocated for the whole run (XLA's figure comes from its heap simulation and can be lower).
+  The host_* fields are 0, as JAX's on a CPU."""
+  generated_code_size_in_bytes: int
+  argument_size_in_bytes: int
+  output_size_in_bytes: int
+  alias_size_in_bytes: int
+  temp_size_in_bytes: int
+  peak_memory_in_bytes: int
+  host_generated_code_size_in_bytes: int = 0
+  host_argument_size_in_bytes: int = 0
+  host_output_size_in_bytes: int = 0
+  host_alias_size_in_bytes: int = 0
+  host_temp_size_in_bytes: int = 0
+
+
+def _nbytes(shape: Sequence[int], dtype: Any) -> int:
+  return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
 class Lowered:
-  """What `jit(f).lower(*args)` returns: the traced program and its kernels; `as_text()` prints them."""
+  """What `jit(f).lower(*args)` returns: the traced program and its kernels; `as_text()` prints them,
+  `memory_analysis()` sizes their memory. `compile()` returns it (it is compiled already)."""
 
   def __init__(self, compiled: _Compiled):
     self._compiled = compiled
@@ -356,6 +437,19 @@ class Lowered:
     return "\n".join(parts)
 
   def compile(self) -> Lowered: return self
+
+  def memory_analysis(self) -> CompiledMemoryStats:
+    """The bytes a call of this program takes (arguments, outputs, donated and reused, intermediates, code)."""
+    compiled = self._compiled
+    jaxpr = compiled.jaxpr
+    arguments = sum(_nbytes(*aval[:2]) for aval in jaxpr.in_avals) + sum(buffer.nbytes for buffer in compiled.consts)
+    outputs = sum(_nbytes(out.shape, out.dtype) for out in jaxpr.sink.src)
+    alias = sum(_nbytes(*jaxpr.in_avals[index][:2]) for index, _, _ in compiled.aliases)
+    temp = code = 0
+    if compiled.schedule is not None:
+      temp = compiled.schedule.plan.arena_bytes
+      code = sum(getattr(program, "object_bytes", 0) for program in compiled.schedule.programs)
+    return CompiledMemoryStats(code, arguments, outputs, alias, temp, arguments + outputs - alias + temp)
 
 
 # The compiled programs of each function, per jit options, held as long as the function lives: `jit(f)` made twice
@@ -381,7 +475,7 @@ class JitWrapped:
   def __init__(self, fun: Callable, static_argnums: tuple[int, ...], static_argnames: tuple[str, ...],
                donate_argnums: tuple[int, ...]):
     self.fun, self.static_argnums, self.static_argnames = fun, static_argnums, static_argnames
-    self.donate_argnums = donate_argnums  # accepted; buffer donation comes with memory planning
+    self.donate_argnums = donate_argnums
     self._fast_calls = 0  # calls answered by the hot path (tests check it is taken)
     functools.update_wrapper(self, fun, updated=())  # the name and docstring, not another wrapper's attributes
     try: parameters = list(inspect.signature(fun).parameters)
@@ -391,8 +485,14 @@ class JitWrapped:
                                                                 if n in parameters}))
     self.static_argnames = tuple(sorted(set(static_argnames) | {parameters[i] for i in static_argnums
                                                                   if -len(parameters) <= i < len(parameters)}))
+    if set(donate_argnums) & set(self.static_argnums) or {parameters[i] for i in donate_argnums
+                                                          if -len(parameters) <= i < len(parameters)} & set(
+                                                            self.static_argnames):
+      raise ValueError(f"static_argnums and donate_argnums cannot intersect: static_argnums={self.static_argnums}, "
+                       f"donate_argnums={donate_argnums}")
     # (signature -> program) and the hot path's (treedef of args, _fast_signature) -> the same programs
-    self._cache, self._fast_cache = _function_caches(fun, (self.static_argnums, self.static_argnames))
+    self._cache, self._fast_cache = _function_caches(fun, (self.static_argnums, self.static_argnames,
+                                                           tuple(sorted(set(donate_argnums)))))
 
   def __get__(self, instance: Any, owner: type | None = None):
     return self if instance is None else functools.partial(self, instance)
@@ -421,9 +521,20 @@ class JitWrapped:
       jaxpr = trace_to_jaxpr(fun, args, dynamic_kwargs, static)
       device = place([*devices, *(buffer.device for buffer in jaxpr.consts)])
       compiled = _Compiled(jaxpr, get_schedule(jaxpr.sink, device) if jaxpr.sink.src else None, device,
-                           any(d is not device for d in devices))
+                           any(d is not device for d in devices), self._donated_leaves(args, static))
       self._cache[key] = compiled
     return compiled, leaves
+
+  def _donated_leaves(self, args: tuple, static: tuple[int, ...]) -> tuple[int, ...]:
+    """The flat indices of the leaves of the donated positional arguments (every leaf of a donated pytree)."""
+    if not self.donate_argnums: return ()
+    donated = {i % len(args) for i in self.donate_argnums if -len(args) <= i < len(args)}
+    indices, start = [], 0
+    for position in (i for i in range(len(args)) if i not in static):
+      count = len(tree_util.tree_leaves(args[position]))
+      if position in donated: indices += range(start, start + count)
+      start += count
+    return tuple(indices)
 
   def __call__(self, *args, **kwargs) -> Any:
     if type(current_trace.get()) is not EvalTrace:
@@ -436,10 +547,12 @@ class JitWrapped:
         fast_key = (in_tree, signature)
         if (compiled := self._fast_cache.get(fast_key)) is not None and not debug_nans[0]:
           self._fast_calls += 1
-          return compiled.run(inputs)
+          return compiled.run(inputs, leaves)
+        fast = inputs = None  # (the list of the argument buffers would count as a reference to a donated one)
     compiled, leaves = self._lookup(args, kwargs)
     if fast_key is not None: self._fast_cache[fast_key] = compiled
-    result = compiled.run([_leaf_to_array(leaf).realize().uop.arg for leaf in leaves])
+    arrays = [_leaf_to_array(leaf).realize() for leaf in leaves]
+    result = compiled.run([array.uop.arg for array in arrays], arrays)
     if debug_nans[0]: self._check_nans(result, args, kwargs)
     return result
 
