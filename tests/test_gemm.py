@@ -66,7 +66,23 @@ def test_matmul_gets_a_register_tile():
 
 
 def test_column_sum_gets_a_stream_tile():
-  assert applied_opts(column_reduce_kernel(Ops.ADD, F32, 64, 64)) == (("reduce_outside", 1), ("tile", 0, STREAM_TILE))
+  assert applied_opts(column_reduce_kernel(Ops.ADD, F32, 64, 1024)) == (("reduce_outside", 1), ("tile", 0, STREAM_TILE))
+
+
+def test_narrow_column_sum_keeps_its_sums_in_registers():
+  """At most one register tile of columns (a vector-matrix product, a bias gradient): the sums stay in registers,
+  unless the epilogue has an operation without a vector form (exp2), which the stream tile's column loop vectorises."""
+  assert applied_opts(column_reduce_kernel(Ops.ADD, F32, 64, 64)) == (("reduce_outside", 1), ("upcast", 0, 64))
+  col, red = global_range(0, 64), reduce_range(1, 64)
+  total = reduce(Ops.ADD, load(buffer(1, F32), add(mul(red, const(64)), col)), red)
+  exp_epilogue = kernel(store(buffer(0, F32), col, alu(Ops.EXP2, total)))
+  assert applied_opts(exp_epilogue) == (("reduce_outside", 1), ("tile", 0, STREAM_TILE))
+  values = (sample(F32, n=64 * 64, seed=12) / 64).astype(F32)
+  for ast, want in ((column_reduce_kernel(Ops.ADD, F32, 64, 64), values.reshape(64, 64).astype(F64).sum(0)),
+                    (exp_epilogue, np.exp2(values.reshape(64, 64).astype(F64).sum(0)))):
+    out = np.zeros(64, F32)
+    run_kernel(ast, [out, values], True)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
 
 
 def test_opts_off_when_disabled():
@@ -188,7 +204,7 @@ def test_launch_grain_keeps_tiles_whole():
   """A launch is cut into chunks of whole tiles when the tiled row or column is the outermost loop."""
   assert launch_grain(matmul_kernel(8, 64, 64, F32)) == TILE_ROWS  # rows of the register tile
   assert launch_grain(matmul_kernel(64, 64, 64, F32)) == PACK_MIN_ROWS  # rows sharing a packed operand
-  assert launch_grain(column_reduce_kernel(Ops.ADD, F32, 64, 64)) == STREAM_TILE  # columns of the stream tile
+  assert launch_grain(column_reduce_kernel(Ops.ADD, F32, 64, 1024)) == STREAM_TILE  # columns of the stream tile
   assert launch_grain(matmul_kernel(64, 64, 64, F32), enabled=False) == 1
   elementwise = global_range(0, 100)
   assert launch_grain(kernel(store(buffer(0, F32), elementwise, load(buffer(1, F32), elementwise)))) == 1

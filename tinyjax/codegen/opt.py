@@ -42,7 +42,7 @@ import ml_dtypes
 import numpy as np
 
 from tinyjax.helpers import NOOPT
-from tinyjax.uop import Ops, UOp
+from tinyjax.uop import UNARY, Ops, UOp
 
 F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -203,7 +203,11 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   reused = [rng for rng in reversed(global_ranges[:-1])
             if rng in value_nodes and any(rng not in load.src[1].toposort for load in loads)]
   row = next((rng for rng in reused if rng.src[0].arg >= TILE_ROWS), reused[0] if reused else None)
-  stream = row is None
+  # without a row, a column of at most one register tile's width (a vector-matrix product, an RNN step's h @ w) keeps
+  # its sums in registers: in the stream tile's memory array each step's adds wait on the last step's stores (64x64:
+  # 180 -> 90 ns). Not when the epilogue has an operation without a vector form (tanh's exp2): the register tile
+  # would run it per element, where the stream tile's loop over its columns is vectorised.
+  stream = row is None and (column.src[0].arg > lanes * TILE_VECTORS or not _vector_epilogue(store, reduce))
   if stream and len(reduce_ranges) != 1: return None  # the stream tile handles one reduce range (and its blocking)
   rows = 1 if stream else TILE_ROWS
   columns = STREAM_TILE if stream else lanes * TILE_VECTORS
@@ -223,6 +227,23 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   grain = columns if outermost is column else \
       max(group or rows, PACK_MIN_ROWS if packed else 1) if outermost is row else 1
   return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain, group, packed)
+
+
+# The unary operations the renderer has a vector form of (llvm.py `_vector_nodes_ok`); the others are scalar code.
+VECTOR_UNARY = {Ops.NEG, Ops.CAST}
+
+
+def _vector_epilogue(store: UOp, reduce: UOp) -> bool:
+  """Whether what a kernel computes from its REDUCE (the STORE's value above it) has no unary operation without a
+  vector form."""
+  stack, seen = [store.src[2]], set()
+  while stack:
+    node = stack.pop()
+    if node in seen or node is reduce: continue
+    seen.add(node)
+    if node.op in UNARY and node.op not in VECTOR_UNARY: return False
+    stack.extend(node.src)
+  return True
 
 
 def _packed_loads(loads: list[UOp], row: UOp | None, column: UOp, reduce_ranges: list[UOp], columns: int,
