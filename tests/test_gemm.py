@@ -71,18 +71,57 @@ def test_column_sum_gets_a_stream_tile():
 
 def test_narrow_column_sum_keeps_its_sums_in_registers():
   """At most one register tile of columns (a vector-matrix product, a bias gradient): the sums stay in registers,
-  unless the epilogue has an operation without a vector form (exp2), which the stream tile's column loop vectorises."""
+  unless the epilogue has an operation without a vector form (sin), which the stream tile's column loop vectorises."""
   assert applied_opts(column_reduce_kernel(Ops.ADD, F32, 64, 64)) == (("reduce_outside", 1), ("upcast", 0, 64))
   col, red = global_range(0, 64), reduce_range(1, 64)
   total = reduce(Ops.ADD, load(buffer(1, F32), add(mul(red, const(64)), col)), red)
-  exp_epilogue = kernel(store(buffer(0, F32), col, alu(Ops.EXP2, total)))
-  assert applied_opts(exp_epilogue) == (("reduce_outside", 1), ("tile", 0, STREAM_TILE))
-  values = (sample(F32, n=64 * 64, seed=12) / 64).astype(F32)
-  for ast, want in ((column_reduce_kernel(Ops.ADD, F32, 64, 64), values.reshape(64, 64).astype(F64).sum(0)),
-                    (exp_epilogue, np.exp2(values.reshape(64, 64).astype(F64).sum(0)))):
-    out = np.zeros(64, F32)
-    run_kernel(ast, [out, values], True)
-    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+  sin_epilogue = kernel(store(buffer(0, F32), col, alu(Ops.SIN, total)))
+  assert applied_opts(sin_epilogue) == (("reduce_outside", 1), ("tile", 0, STREAM_TILE))
+
+
+@pytest.mark.parametrize("epilogue", ["exp2", "log2", "sqrt", "recip", "trunc", "bits", "tanh"])
+def test_vector_epilogue_of_transcendentals_is_accurate(epilogue):
+  """A register tile's epilogue runs on its accumulator vectors, float32 transcendentals included (transcendental.py
+  emitting vectors): numpy's float64 values within the functions' accuracy (the scalar code's bits are checked
+  exhaustively in test_transcendental.py; the vector code is the same operations lane by lane)."""
+  from tinyjax.codegen.llvm import vector_epilogue_ok
+  from tinyjax.codegen.opt import choose_opts
+  from tinyjax.lower.schedule import schedule
+  import tinyjax.numpy as tnp
+  rows, cols = 48, 64
+  col, red = global_range(0, cols), reduce_range(1, rows)
+  total = reduce(Ops.ADD, load(buffer(1, F32), add(mul(red, const(cols)), col)), red)
+  magnitude = alu(Ops.MAX, total, alu(Ops.NEG, total))
+  values = (sample(F32, n=rows * cols, seed=13) / 16).astype(F32)
+  sums = values.reshape(rows, cols).astype(F64).sum(0)
+  if epilogue == "tanh":  # the whole of jnp.tanh, lowered as jit lowers it: bitcasts, exp2, log2, divisions
+    program = tnp.tanh(tnp.asarray(values.reshape(rows, cols)).sum(0)).uop
+    from tinyjax.lower.realize import normalize
+    (only,) = schedule(normalize([program])[0]).kernels
+    ast, want = only.ast, np.tanh(sums)
+  else:
+    u32 = np.dtype(np.uint32)
+    bits = alu(Ops.AND, UOp(Ops.BITCAST, u32, (total,)), const(0x7FFFFFFF, u32))  # |x| through the sign bit
+    value, want = {"exp2": (alu(Ops.EXP2, total), np.exp2(sums)),
+                   "log2": (alu(Ops.LOG2, magnitude), np.log2(abs(sums))),
+                   "sqrt": (alu(Ops.SQRT, magnitude), np.sqrt(abs(sums))), "recip": (alu(Ops.RECIP, total), 1 / sums),
+                   "trunc": (alu(Ops.TRUNC, mul(total, const(8.0, F32))), np.trunc(sums * 8)),
+                   "bits": (UOp(Ops.BITCAST, F32, (bits,)), abs(sums))}[epilogue]
+    ast = kernel(store(buffer(0, F32), col, value))
+  plan = choose_opts(ast)
+  assert plan is not None and not plan.stream
+  from tinyjax.codegen.linearize import free_ranges
+  assert vector_epilogue_ok(plan, free_ranges(ast), ast)
+  out, kernel_sums = np.zeros(cols, F32), np.zeros(cols, F32)
+  run_kernel(ast, [out, values], True)
+  np.testing.assert_allclose(out, want, rtol=3e-5, atol=1e-6)  # (the float32 sums differ from float64's)
+  # against the function of the float32 sums the kernel computed (same plan, same order): the epilogue alone
+  run_kernel(kernel(store(buffer(0, F32), col, total)), [kernel_sums, values], True)
+  x = kernel_sums.astype(F64)
+  exact = {"exp2": np.exp2(x), "log2": np.log2(abs(x)), "sqrt": np.sqrt(abs(x)), "recip": 1 / x,
+           "trunc": np.trunc(kernel_sums * np.float32(8)), "bits": abs(x), "tanh": np.tanh(x)}[epilogue]
+  ulps = {"exp2": 1, "log2": 1, "tanh": 4}.get(epilogue, 0.5)  # correctly rounded: sqrt, 1/x, trunc, bits
+  assert (abs(out - exact) <= ulps * np.spacing(abs(exact).astype(F32)).astype(F64)).all()
 
 
 def test_opts_off_when_disabled():

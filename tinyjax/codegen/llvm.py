@@ -35,8 +35,8 @@ import numpy as np
 from tinyjax.codegen import transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
-from tinyjax.codegen.opt import (BF16, F16, F32, F64, GROUP_ROWS, SHORT_REDUCE, TILE_SUM_BLOCK, VECTOR_BYTES, TilePlan,
-                                 accumulator_dtype, choose_opts, global_ranges_of)
+from tinyjax.codegen.opt import (BF16, F16, F32, F64, GROUP_ROWS, SHORT_REDUCE, TILE_SUM_BLOCK, VECTOR_BYTES,
+                                 VECTOR_UNARY, TilePlan, accumulator_dtype, choose_opts, global_ranges_of)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.uop import BOOL, Ops, UOp
 
@@ -144,6 +144,9 @@ def vector_cast_ok(src: np.dtype, dst: np.dtype) -> bool:
   return not (src_kind == "f" and dst_kind in "iu")
 
 
+_WORD_DTYPES = {F32, np.dtype(np.int32), np.dtype(np.uint32)}
+
+
 def _vector_nodes_ok(root: UOp, column: UOp, deps: dict[UOp, frozenset[UOp]], leaf: UOp | None = None) -> bool:
   """Whether every node under `root` that depends on `column` (down to LOADs, the column itself and `leaf`) is an
   operation with a one-instruction vector form that rounds as the scalar code does (float16 and bfloat16 arithmetic
@@ -156,6 +159,8 @@ def _vector_nodes_ok(root: UOp, column: UOp, deps: dict[UOp, frozenset[UOp]], le
     op, dtype = node.op, node.dtype
     if op in (Ops.LOAD, Ops.RANGE): continue
     if op is Ops.CAST: ok = vector_cast_ok(node.src[0].dtype, dtype)
+    elif op is Ops.BITCAST: ok = {node.src[0].dtype, dtype} <= _WORD_DTYPES  # float32 <-> 32-bit integer bits
+    elif op in VECTOR_UNARY and op is not Ops.NEG: ok = dtype == F32  # TRUNC, SQRT, RECIP, EXP2, LOG2
     elif op in (Ops.WHERE, Ops.NEG, Ops.CMPLT, Ops.CMPNE, Ops.MAX): ok = True
     elif dtype_kind(dtype) == "f": ok = op in _FLOAT_BINARY and op is not Ops.MOD and dtype in (F32, F64)
     elif dtype_kind(dtype) == "b": ok = op in _BOOL_BINARY
@@ -812,6 +817,13 @@ class _Renderer(Linearizer):
     else:
       sources = [self.vector_value(source, lanes, packed, memo) for source in node.src]
       if op is Ops.CAST: result = self.vector_cast(sources[0], node.src[0].dtype, dtype, lanes)
+      elif op is Ops.BITCAST: result = self.emit(f"bitcast {vector_type(node.src[0].dtype, lanes)} {sources[0]} to "
+                                                 f"{llvm_type}")
+      elif op in _DECOMPOSED_FLOAT32: result = _DECOMPOSED_FLOAT32[op](self, sources[0], lanes)
+      elif op is Ops.RECIP: result = self.emit(f"fdiv {llvm_type} {self.splat(_float_hex(1.0), dtype, lanes)}, "
+                                               f"{sources[0]}")
+      elif op in (Ops.TRUNC, Ops.SQRT):
+        result = self.call(f"{_FLOAT_UNARY_INTRINSIC[op]}.{_suffix(llvm_type)}", llvm_type, [(llvm_type, sources[0])])
       elif op is Ops.WHERE:
         result = self.emit(f"select <{lanes} x i1> {sources[0]}, {llvm_type} {sources[1]}, {llvm_type} {sources[2]}")
       elif op is Ops.NEG:

@@ -229,8 +229,9 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain, group, packed)
 
 
-# The unary operations the renderer has a vector form of (llvm.py `_vector_nodes_ok`); the others are scalar code.
-VECTOR_UNARY = {Ops.NEG, Ops.CAST}
+# The unary operations the renderer has a vector form of (llvm.py `_vector_nodes_ok`, which also checks dtypes: the
+# float ones on float32 only, EXP2 and LOG2 as transcendental.py's polynomials); SIN is scalar code.
+VECTOR_UNARY = {Ops.NEG, Ops.CAST, Ops.BITCAST, Ops.TRUNC, Ops.SQRT, Ops.RECIP, Ops.EXP2, Ops.LOG2}
 
 
 def _vector_epilogue(store: UOp, reduce: UOp) -> bool:

@@ -141,19 +141,32 @@ def _double_hex(value: float) -> str:
 
 
 class _Builder:
-  """Named instructions over one float type ("float" or "double"), so the algorithms below read like formulas."""
+  """Named instructions over one float type ("float" or "double"), so the algorithms below read like formulas. With
+  `lanes` > 1, over vectors of that many floats (a register tile's epilogue, emitted as vector IR): the same
+  instructions lane by lane, literals splatted."""
 
-  def __init__(self, out: Emitter, llvm_type: str):
-    self.out, self.type = out, llvm_type
-    self.int_type = "i32" if llvm_type == "float" else "i64"
-    self.suffix = "f32" if llvm_type == "float" else "f64"
+  def __init__(self, out: Emitter, llvm_type: str, lanes: int = 1):
+    self.out, self.lanes = out, lanes
+    scalar_int = "i32" if llvm_type == "float" else "i64"
+    self.scalar_type, self.scalar_int = llvm_type, scalar_int
+    self.type = llvm_type if lanes == 1 else f"<{lanes} x {llvm_type}>"
+    self.int_type = scalar_int if lanes == 1 else f"<{lanes} x {scalar_int}>"
+    self.bool_type = "i1" if lanes == 1 else f"<{lanes} x i1>"
+    self.suffix = ("f32" if llvm_type == "float" else "f64") if lanes == 1 else \
+        f"v{lanes}{'f32' if llvm_type == 'float' else 'f64'}"
+
+  def splat(self, literal: str, scalar_type: str) -> str:
+    """A literal as an operand of this width (itself for scalars, a constant vector of it for vectors)."""
+    if self.lanes == 1 or literal.startswith("%"): return literal
+    return "<" + ", ".join(f"{scalar_type} {literal}" for _ in range(self.lanes)) + ">"
 
   def const(self, value: float) -> str:
     """A float literal (rounded to float32 first for `float`: LLVM wants it exact)."""
-    if self.type == "float": value = struct.unpack("<f", struct.pack("<f", value))[0]
-    return _double_hex(value)
+    if self.scalar_type == "float": value = struct.unpack("<f", struct.pack("<f", value))[0]
+    return self.splat(_double_hex(value), self.scalar_type)
 
   def op(self, instruction: str, lhs: str, rhs: str, llvm_type: str | None = None) -> str:
+    if llvm_type == self.int_type: lhs, rhs = self.splat(lhs, self.scalar_int), self.splat(rhs, self.scalar_int)
     return self.out.emit(f"{instruction} {llvm_type or self.type} {lhs}, {rhs}")
 
   def add(self, lhs: str, rhs: str) -> str: return self.op("fadd", lhs, rhs)
@@ -169,8 +182,12 @@ class _Builder:
   def fabs(self, value: str) -> str: return self.out.call(f"llvm.fabs.{self.suffix}", self.type, [(self.type, value)])
 
   def select(self, cond: str, if_true: str, if_false: str, llvm_type: str | None = None) -> str:
+    if llvm_type == self.scalar_int:  # an integer select (of literals)
+      llvm_type, if_true, if_false = self.int_type, self.splat(if_true, llvm_type), self.splat(if_false, llvm_type)
     llvm_type = llvm_type or self.type
-    return self.out.emit(f"select i1 {cond}, {llvm_type} {if_true}, {llvm_type} {if_false}")
+    return self.out.emit(f"select {self.bool_type} {cond}, {llvm_type} {if_true}, {llvm_type} {if_false}")
+
+  def int_to_float(self, value: str) -> str: return self.out.emit(f"sitofp {self.int_type} {value} to {self.type}")
 
   def horner(self, x: str, coefficients: tuple[float, ...]) -> str:
     """c0 + c1 x + c2 x^2 + ... (highest coefficient first in the fused chain)."""
@@ -183,9 +200,9 @@ class _Builder:
   def int_op(self, instruction: str, lhs: str, rhs: str) -> str: return self.op(instruction, lhs, rhs, self.int_type)
 
 
-def exp2_f32(out: Emitter, x: str) -> str:
-  """2^x for a float32 value `x`; returns a float32 value."""
-  b = _Builder(out, "float")
+def exp2_f32(out: Emitter, x: str, lanes: int = 1) -> str:
+  """2^x for a float32 value `x` (a vector of `lanes` of them); returns a float32 value (vector)."""
+  b = _Builder(out, "float", lanes)
   # clamp to +-EXP2_CLAMP (NaN passes through both compares unchanged and propagates)
   clamped = b.select(b.cmp("ogt", x, b.const(EXP2_CLAMP)), b.const(EXP2_CLAMP), x)
   clamped = b.select(b.cmp("olt", clamped, b.const(-EXP2_CLAMP)), b.const(-EXP2_CLAMP), clamped)
@@ -204,9 +221,10 @@ def exp2_f32(out: Emitter, x: str) -> str:
   return power
 
 
-def log2_f32(out: Emitter, x: str) -> str:
-  """log2(x) for a float32 value `x` (NaN below 0, -inf at +-0, inf at inf); returns a float32 value."""
-  b = _Builder(out, "float")
+def log2_f32(out: Emitter, x: str, lanes: int = 1) -> str:
+  """log2(x) for a float32 value `x` (a vector of `lanes` of them; NaN below 0, -inf at +-0, inf at inf); returns a
+  float32 value (vector)."""
+  b = _Builder(out, "float", lanes)
   subnormal = b.cmp("olt", x, b.const(F32_MIN_NORMAL))
   scaled = b.select(subnormal, b.mul(x, b.const(F32_SUBNORMAL_SCALE)), x)
   offset = b.to_bits(scaled)
@@ -216,7 +234,7 @@ def log2_f32(out: Emitter, x: str) -> str:
   mantissa = b.from_bits(b.int_op("add", b.int_op("and", offset, str(0x7FFFFF)), str(SQRT_HALF_BITS)))
   t = b.sub(mantissa, b.const(1.0))  # exact: the mantissa is in [sqrt(1/2), sqrt(2))
   log_mantissa = b.fma(t, b.const(LOG2_E_HI), b.mul(t, b.horner(t, LOG2_POLY)))
-  result = b.add(b.out.emit(f"sitofp i32 {exponent} to float"), log_mantissa)
+  result = b.add(b.int_to_float(exponent), log_mantissa)
   result = b.select(b.cmp("oeq", x, b.const(math.inf)), b.const(math.inf), result)
   result = b.select(b.cmp("oeq", x, b.const(0.0)), b.const(-math.inf), result)
   return b.select(b.cmp("ult", x, b.const(0.0)), b.const(math.nan), result)  # negative or NaN
