@@ -134,9 +134,9 @@ def deleted_uop(shape: tuple[int, ...], dtype: np.dtype, device: Any = None) -> 
 
 def realize_arrays(arrays: list[Array]) -> None:
   """Compute several lazy arrays in one schedule (shared work is done once) and keep their buffers."""
-  from tinyjax.lower.realize import realize  # lower/ sits beside array.py; imported late to keep start-up small
   pending = [a for a in arrays if a.uop.op is not Ops.BUFFER]
   if not pending: return
+  from tinyjax.lower.realize import realize  # lower/ sits beside array.py; imported late to keep start-up small
   buffers = realize([a.uop for a in pending])
   for array, buffer in zip(pending, buffers):
     array.uop = UOp(Ops.BUFFER, buffer.dtype, (), buffer)

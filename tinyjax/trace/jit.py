@@ -270,9 +270,15 @@ def format_values(fmt: str, tree: Any, values: list[Any]) -> str:
 def block_until_ready(tree: Any) -> Any:
   """Compute every array in the pytree now, in one schedule (tinyjax arrays are lazy; work they share is done
   once), and return the pytree, as `jax.block_until_ready`. Traced values are left alone, as in JAX."""
-  arrays = [leaf for leaf in tree_util.tree_leaves(tree) if isinstance(leaf, Array) and not isinstance(leaf, Tracer)]
+  leaves = (tree,) if type(tree) is Array else tree_util.tree_leaves(tree)  # (one array: no tree to walk)
+  arrays = [leaf for leaf in leaves if isinstance(leaf, Array) and not isinstance(leaf, Tracer)]
   realize_arrays(arrays)
-  for device in {id(a.uop.arg.device): a.uop.arg.device for a in arrays}.values(): device.synchronize()
+  synchronized: set[int] = set()
+  for array in arrays:
+    device = array.uop.arg.device
+    if id(device) not in synchronized:
+      synchronized.add(id(device))
+      device.synchronize()
   return tree
 
 
