@@ -43,7 +43,7 @@ def _eval(node: UOp, env: dict, buffers: list[np.ndarray], memo: dict):
     value = {Ops.ADD: lambda a, b: a + b, Ops.MUL: lambda a, b: a * b, Ops.IDIV: lambda a, b: int(a / b),
              Ops.MOD: lambda a, b: int(math.fmod(a, b)), Ops.CMPLT: lambda a, b: a < b, Ops.AND: lambda a, b: a and b,
              Ops.WHERE: lambda c, a, b: a if c else b, Ops.NEG: lambda a: -a, Ops.MAX: max,
-             Ops.EXP2: lambda a: 2.0 ** a, Ops.FDIV: lambda a, b: a / b}[op](*args)
+             Ops.EXP2: lambda a: 2.0 ** a, Ops.SIN: math.sin, Ops.FDIV: lambda a, b: a / b}[op](*args)
   memo[key] = value
   return value
 
@@ -250,15 +250,26 @@ def test_costly_operand_of_a_contraction_is_computed_once_into_a_buffer():
 
 
 def test_costly_epilogue_of_a_contraction_gets_its_own_kernel_but_not_of_a_row_reduction():
+  """A costly epilogue that the register tile would run per element (sin) gets a kernel of its own; one it runs on
+  its accumulator vectors (float32 exp2, codegen's vector epilogue) stays in the contraction's kernel."""
   a_data, b_data = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), np.ones((4, 5), np.float32)
   a, b = param(0, (3, 4)), param(1, (4, 5))
   product = _matmul(a, b)
   one = node(Ops.EXPAND, node(Ops.RESHAPE, UOp.const(F32, 1.0), arg=(1, 1)), arg=(3, 5))
   assert len(schedule(node(Ops.SINK, node(Ops.ADD, product, one))).kernels) == 1   # bias-like epilogue fuses
-  costly = node(Ops.SINK, node(Ops.EXP2, product))
+  costly = node(Ops.SINK, node(Ops.SIN, product))
   assert len(schedule(costly).kernels) == 2
   (out,) = interpret(costly, [a_data, b_data])
+  np.testing.assert_allclose(out, np.sin(a_data @ b_data), rtol=1e-6)
+  vectorised = node(Ops.SINK, node(Ops.EXP2, product))
+  assert len(schedule(vectorised).kernels) == 1
+  (out,) = interpret(vectorised, [a_data, b_data])
   np.testing.assert_allclose(out, np.exp2(a_data @ b_data), rtol=1e-6)
+  # below a reduction too (a loss summed over exp2 of logits), the contraction is a buffer: it would be a nested loop
+  total = node(Ops.SINK, node(Ops.REDUCE_AXIS, node(Ops.EXP2, product), arg=(Ops.ADD, (0, 1))))
+  assert len(schedule(total).kernels) == 2
+  (out,) = interpret(total, [a_data, b_data])
+  np.testing.assert_allclose(out.reshape(()), np.exp2(a_data.astype(np.float64) @ b_data).sum(), rtol=1e-6)
   row_sum = node(Ops.REDUCE_AXIS, a, arg=(Ops.ADD, (1,)))
   assert len(schedule(node(Ops.SINK, node(Ops.EXP2, row_sum))).kernels) == 1       # plain reductions keep it
   vector = _matmul(param(0, (1, 4)), b)  # a vector-matrix product (an RNN step): no rows to tile, one kernel

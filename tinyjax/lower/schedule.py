@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tinyjax.codegen.opt import choose_opts, global_ranges_of, launch_grain, linear_strides
+from tinyjax.codegen.opt import VECTOR_UNARY, choose_opts, global_ranges_of, launch_grain, linear_strides
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import split_reductions
@@ -162,6 +162,20 @@ def _is_contraction(node: UOp, realize: set[UOp]) -> bool:
   return False
 
 
+# Costly operations a register tile's epilogue computes on its accumulator vectors, in float32 (codegen/llvm.py
+# `vector_epilogue_ok`): fused after a contraction they cost a few vector instructions per tile row, not a kernel
+# that reads the contraction's result back (tanh(x @ w): 1.10 -> 0.95 ms at 512^3). A contraction below such an
+# operation and a reduction (a loss's mean over logits) is still a buffer of its own: inside the reduction it would be
+# a nested loop, not a tile.
+VECTOR_COSTLY = (COSTLY_OPS & VECTOR_UNARY) | {Ops.FDIV}
+NOT_COSTLY, VECTOR_COSTLY_LEVEL, SCALAR_COSTLY = 0, 1, 2
+
+
+def _costliness(node: UOp) -> int:
+  if node.op not in COSTLY_OPS: return NOT_COSTLY
+  return VECTOR_COSTLY_LEVEL if node.op in VECTOR_COSTLY and node.dtype == np.dtype(np.float32) else SCALAR_COSTLY
+
+
 def _tiles_rows(reduction: UOp) -> bool:
   """Whether a contraction's output has more than one axis longer than 1 (rows to tile in registers, with its
   epilogue unrolled into every register of the tile). A vector-matrix product (an RNN step's h @ w) has one: its
@@ -179,9 +193,10 @@ def find_buffers(sink: UOp) -> list[UOp]:
   while pending:
     kernel_root = pending.pop()
     if kernel_root.op is Ops.PROJECT: continue  # written by its loop, not by a kernel
-    costly_root = kernel_root.op in COSTLY_OPS
-    # (node, read through a broadcast, below a costly op, below a reduction, reread > REREAD_LIMIT times by one)
-    stack = [(src, False, costly_root, kernel_root.op is Ops.REDUCE_AXIS, False) for src in kernel_root.src]
+    # (node, read through a broadcast, below how costly an op (_costliness), below a reduction, reread > REREAD_LIMIT
+    # times by one)
+    root_state = (False, _costliness(kernel_root), kernel_root.op is Ops.REDUCE_AXIS, False)
+    stack = [(src, *root_state) for src in kernel_root.src]
     while stack:
       state = stack.pop()
       node, expanded, costly_above, reduced, reread = state
@@ -190,14 +205,15 @@ def find_buffers(sink: UOp) -> list[UOp]:
       if node in realize: continue
       if expanded and (node.op is Ops.REDUCE_AXIS or (node.op in ELEMENTWISE and math.prod(node.shape) > 1 and
                                                       (reread or _is_costly(node, realize, cost)))) or \
-          (costly_above and node.op is Ops.REDUCE_AXIS and _is_contraction(node, realize) and _tiles_rows(node)):
+          ((costly_above == SCALAR_COSTLY or costly_above and reduced) and node.op is Ops.REDUCE_AXIS and
+           _is_contraction(node, realize) and _tiles_rows(node)):
         realize.add(node)
         pending.append(node)
         continue
       if _is_expanding(node):
         expanded = True
         reread = reread or (reduced and math.prod(node.shape) > REREAD_LIMIT * math.prod(node.src[0].shape))
-      costly_above = costly_above or node.op in COSTLY_OPS
+      costly_above = max(costly_above, _costliness(node))
       reduced = reduced or node.op is Ops.REDUCE_AXIS
       if node.op is Ops.GATHER:
         # its operand is read at data-dependent places, possibly many times: as through a broadcast, unless the gather
