@@ -278,9 +278,25 @@ def _cosh(x: Array) -> Array:
   return _where(_eq(e, _c(x, math.inf)), _half_exp_large(a), _add(_mul(_c(x, 0.5), e), _fdiv(_c(x, 0.5), e)))
 
 
+# float32 tanh in two pieces, branch-free (~40 operations; through expm1 it took ~150, 4.5x slower than XLA's):
+# |x| < _TANH_SMALL: x + x^3 P(x^2), P fitted to tanh's relative error on [0, 0.625] (least squares reweighted toward
+# minimax, Lawson); beyond it 1 - 2 / (2^(2 log2(e) |x|) + 1), whose argument's rounding costs little where the result
+# is not already 1. Over 4M points of [0, 10]: at most 0.8 ulp below 0.625, 1.7 ulp above.
+_TANH_SMALL = 0.625
+_TANH_F32 = (-0.3333328068256378, 0.13331443071365356, -0.05373978242278099, 0.020639315247535706,
+             -0.005705247167497873)
+
+
 def _tanh(x: Array) -> Array:
-  saturate = 10.0 if x.dtype == FLOAT32 else 20.0  # tanh rounds to 1 beyond this
-  em1 = _expm1(_mul(_c(x, 2), _min(_abs_float(x), _c(x, saturate))))
+  a = _abs_float(x)
+  if x.dtype == FLOAT32:
+    square = _mul(a, a)
+    p = _c(x, _TANH_F32[-1])
+    for coefficient in reversed(_TANH_F32[:-1]): p = _add(_mul(p, square), _c(x, coefficient))
+    small = _add(a, _mul(_mul(a, square), p))
+    large = _sub(_c(x, 1), _fdiv(_c(x, 2), _add(_unary(Ops.EXP2, _mul(a, _c(x, 2 * LOG2_E))), _c(x, 1))))
+    return _copysign(_where(_lt(a, _c(x, _TANH_SMALL)), small, large), x)
+  em1 = _expm1(_mul(_c(x, 2), _min(a, _c(x, 20.0))))  # tanh rounds to 1 beyond 20
   return _copysign(_fdiv(em1, _add(em1, _c(x, 2))), x)
 
 
