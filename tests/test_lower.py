@@ -338,6 +338,18 @@ def test_scalar_read_through_a_broadcast_is_computed_in_each_reader():
   assert len(schedule(node(Ops.SINK, centred)).kernels) == 2
 
 
+def test_packed_tile_cut_by_rows_runs_one_chunk_per_thread():
+  """x.T @ g (a weight gradient) with too few column tiles to cut by columns: its rows are cut into one chunk per
+  thread (the launch grain), since every chunk packs all of g again."""
+  from tinyjax.codegen.opt import choose_opts
+  x, g = param(0, (64, 96)), param(1, (64, 64))
+  program = node(Ops.SINK, _matmul(node(Ops.PERMUTE, x, arg=(1, 0)), g))
+  for threads, grain in ((2, 48), (4, 24), (3, 32)):
+    (kernel,) = schedule(program, threads).kernels
+    plan = choose_opts(kernel.ast)
+    assert plan.packed and kernel.outer_size == 96 and kernel.grain == grain
+
+
 def test_reduction_read_by_two_kernels_is_computed_once():
   """A gradient feeding both of Adam's moments: the reduction gets its own buffer, stored in the layout its readers
   read it (through the same permute), instead of being recomputed inside each reader's kernel."""

@@ -522,6 +522,17 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
   return symbolic.simplify(_substitute(ast, mapping)), columns // plan.columns
 
 
+def _row_split_grain(ast: UOp, threads: int) -> int | None:
+  """A packed register tile cut by rows (its outermost range: `_split_columns` kept it, as a weight gradient's
+  `x.T @ g`) runs as one chunk of rows per thread: every chunk packs all of the reused operand again, so chunks of a
+  group's rows each (claimed as the runtime's adaptive chunks grow) packed it ~10 times per thread. Its launch grain,
+  or None for other kernels."""
+  plan = choose_opts(ast)
+  if plan is None or not plan.packed or plan.row is not global_ranges_of(ast)[0]: return None
+  rows = plan.row.src[0].arg
+  return max(plan.grain, -(-rows // (threads * plan.rows)) * plan.rows)
+
+
 def _drop_unread_buffers(ast: UOp, slots: list[int]) -> tuple[UOp, tuple[int, ...]]:
   """Renumber the kernel's DEFINE_GLOBALs 0..n-1 after simplification removed some loads (`where(c, x, x)` no longer
   reads `c`), and keep only the slots still read or written."""
@@ -668,8 +679,8 @@ class _Scheduler:
         if (split := _split_columns(ast, self.threads)) is not None: ast, outer = split
       kind = "s" if is_scatter else "r" if any(n.op is Ops.REDUCE for n in ast.toposort) else "e"
       name = f"{kind}_{'_'.join(map(str, node.shape)) or 'scalar'}_{structure_key(ast)[:8]}"
-      kernels.append(Kernel(name, ast, slots, outer, builder.work, 1 if is_scatter else launch_grain(ast),
-                            sequential=is_scatter, ordered=ordered))
+      grain = 1 if is_scatter else _row_split_grain(ast, self.threads) or launch_grain(ast)
+      kernels.append(Kernel(name, ast, slots, outer, builder.work, grain, sequential=is_scatter, ordered=ordered))
     return kernels
 
   def relayout(self, ast: UOp, slots: tuple[int, ...], work: int) -> tuple[UOp, tuple[int, ...], list[Kernel]]:
