@@ -146,7 +146,7 @@ def vector_cast_ok(src: np.dtype, dst: np.dtype) -> bool:
 
 _WORD_DTYPES = {F32, np.dtype(np.int32), np.dtype(np.uint32)}
 # operations that make a kernel compute-bound enough for the widest vectors (render_llvm's "prefer-vector-width")
-_COMPUTE_HEAVY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.FDIV, Ops.POW, Ops.REDUCE}
+_COMPUTE_HEAVY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.REDUCE}
 
 
 def _vector_nodes_ok(root: UOp, column: UOp, deps: dict[UOp, frozenset[UOp]], leaf: UOp | None = None) -> bool:
@@ -1233,8 +1233,10 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   # where it prefers 256-bit vectors (Intel's AVX-512 parts): a tile sized for them became 32 half-width accumulators,
   # a third of them spilled to the stack, and transcendental and reducing kernels ran at half width (4M exp 1.92 ->
   # 1.46 ms, log 0.98 -> 0.71, softmax over 8192x1024 8.6 -> 6.5). A stream of a few operations per element stays at
-  # LLVM's choice: 512-bit, the 16M-element ((x*2+1)*x-3)*0.5 ran at 4.2 ms instead of 3.35.
-  wide = plan is not None or any(node.op in _COMPUTE_HEAVY for node in ast.toposort)
+  # LLVM's choice: 512-bit, the 16M-element ((x*2+1)*x-3)*0.5 ran at 4.2 ms instead of 3.35, and Adam's update
+  # (seven streams, a square root and a division) of 784x512 at 0.35 ms instead of 0.25.
+  wide = plan is not None or any(node.op in _COMPUTE_HEAVY and any(n.op is Ops.RANGE for n in node.toposort)
+                                 for node in ast.toposort)  # (a scalar computed once, before the loops, doesn't count)
   attributes = f' "prefer-vector-width"="{VECTOR_BYTES * 8}"' if wide else ""
 
   symbol, body_symbol = _symbol(name), _symbol(f"{name}.body")
