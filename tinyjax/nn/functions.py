@@ -34,7 +34,7 @@ def _float_operand(x: Any, name: str) -> Array:
 # ---------------------------------------------------------------------------------------------- activations
 
 relu_p = Primitive("relu", lambda x: ew.max_p.bind(x, like(x, 0)))
-ad.defjvp(relu_p, lambda t, out, x: ew._where(ew._lt(like(x, 0), x), t, like(t, 0)))  # 0 at x == 0, as JAX
+ad.defjvp(relu_p, lambda t, out, x: ew._where(ew._lt(like(out, 0), out), t, like(t, 0)))  # 0 at x == 0, as JAX
 
 
 def relu(x: Any) -> Array:
