@@ -251,6 +251,7 @@ def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer], reuse: dict[i
     launches(addresses)  # (runs to completion before returning: the arena is free again after it)
     give_block(arena, base)
     counters.kernels_launched += launches.launched
+  if len(plan.output_index) == 1: return [buffers[plan.output_index[0]]]  # (a jitted call's common case)
   return [buffers[index] for index in plan.output_index]
 
 

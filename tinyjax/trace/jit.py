@@ -270,8 +270,10 @@ def format_values(fmt: str, tree: Any, values: list[Any]) -> str:
 def block_until_ready(tree: Any) -> Any:
   """Compute every array in the pytree now, in one schedule (tinyjax arrays are lazy; work they share is done
   once), and return the pytree, as `jax.block_until_ready`. Traced values are left alone, as in JAX."""
-  leaves = (tree,) if type(tree) is Array else tree_util.tree_leaves(tree)  # (one array: no tree to walk)
-  arrays = [leaf for leaf in leaves if isinstance(leaf, Array) and not isinstance(leaf, Tracer)]
+  if type(tree) is Array:  # one array (not a tracer): no tree to walk
+    tree.realize().uop.arg.device.synchronize()
+    return tree
+  arrays = [leaf for leaf in tree_util.tree_leaves(tree) if isinstance(leaf, Array) and not isinstance(leaf, Tracer)]
   realize_arrays(arrays)
   synchronized: set[int] = set()
   for array in arrays:
@@ -380,9 +382,12 @@ class _Compiled:
     for fmt, tree, slots in jaxpr.prints:  # debug.print: the values of this run
       shown = [buffers[value].numpy() if kind == "output" else value for kind, value in slots]
       print(format_values(fmt, tree, shown))
+    if self.single_leaf:  # (the common case, without the list and the tree)
+      (buffer,), ((fresh, weak),) = buffers, self.outputs
+      return Array(UOp.new_buffer(buffer.dtype, buffer) if fresh else UOp(Ops.BUFFER, buffer.dtype, (), buffer), weak)
     outputs = [Array(UOp.new_buffer(b.dtype, b) if fresh else UOp(Ops.BUFFER, b.dtype, (), b), weak)
                for b, (fresh, weak) in zip(buffers, self.outputs)]
-    return outputs[0] if self.single_leaf else tree_util.tree_unflatten(jaxpr.out_tree, outputs)
+    return tree_util.tree_unflatten(jaxpr.out_tree, outputs)
 
 
 @functools.cache
