@@ -383,7 +383,7 @@ class _Compiled:
       shown = [buffers[value].numpy() if kind == "output" else value for kind, value in slots]
       print(format_values(fmt, tree, shown))
     if self.single_leaf:  # (the common case, without the list and the tree)
-      (buffer,), ((fresh, weak),) = buffers, self.outputs
+      buffer, (fresh, weak) = buffers[0], self.outputs[0]  # (debug.print's values may follow in `buffers`)
       return Array(UOp.new_buffer(buffer.dtype, buffer) if fresh else UOp(Ops.BUFFER, buffer.dtype, (), buffer), weak)
     outputs = [Array(UOp.new_buffer(b.dtype, b) if fresh else UOp(Ops.BUFFER, b.dtype, (), b), weak)
                for b, (fresh, weak) in zip(buffers, self.outputs)]
