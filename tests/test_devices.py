@@ -156,6 +156,9 @@ def test_call_to_unknown_function_raises():
   ir = unary_kernel("calls_unknown", "%z = call float @tj_no_such_function(float %x)",
                     "declare float @tj_no_such_function(float)")
   with pytest.raises(ValueError, match="tj_no_such_function"): compile_cpu("calls_unknown", ir)
+  quoted = unary_kernel("calls_quoted", '%z = call float @"tj no such function"(float %x)',
+                        'declare float @"tj no such function"(float)')
+  with pytest.raises(ValueError, match="tj no such function"): compile_cpu("calls_quoted", quoted)
 
 
 def test_counters_and_memo(cache_dir):

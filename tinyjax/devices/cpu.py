@@ -181,12 +181,13 @@ _object_bytes: dict[int, int] = {}  # address of a loaded kernel -> size of its 
 def _check_external_functions(name: str, llvm_ir: str) -> None:
   """Raise if the kernel calls a function this process can't provide (MCJIT would abort the process on load)."""
   _engine()  # creating the engine makes the process's own symbols searchable
-  for function in _DECLARED.findall(llvm_ir):
+  for quoted, plain in _DECLARED.findall(llvm_ir):
+    function = quoted or plain
     if not function.startswith("llvm.") and not llvm.address_of_symbol(function):
       raise ValueError(f"kernel {name} calls @{function}, which is not defined in this process")
 
 
-_DECLARED = re.compile(r"^declare [^@\n]*@([\w.$]+)\(", re.MULTILINE)
+_DECLARED = re.compile(r'^declare [^@\n]*@(?:"([^"]+)"|([\w.$-]+))\(', re.MULTILINE)  # its name, quoted or not
 
 
 def _target() -> tuple[str, str, str, str]:
