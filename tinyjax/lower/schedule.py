@@ -227,7 +227,22 @@ def find_buffers(sink: UOp) -> list[UOp]:
     if not pending:
       pending = _shared_reductions(realize)
       realize.update(pending)
-  return [node for node in sink.toposort if node in realize]
+  return [node for node in _outputs_first(sink) if node in realize]
+
+
+def _outputs_first(sink: UOp) -> list[UOp]:
+  """The program's nodes, each after its sources, with the outputs that depend on less computed first: a training
+  step's loss (the forward pass only) before the parameters' updates (forward and backward), so that the kernels
+  reading a parameter (the loss reads the last layer's bias) run before the update that may overwrite it in place (a
+  donated argument, trace/jit.py) instead of after it."""
+  order: list[UOp] = []
+  seen: set[UOp] = set()
+  for output in sorted(sink.src, key=lambda node: len(node.toposort)):  # (stable: equal sizes keep output order)
+    for node in output.toposort:
+      if node not in seen:
+        seen.add(node)
+        order.append(node)
+  return order + [sink]
 
 
 def _shared_reductions(realize: set[UOp]) -> list[UOp]:
