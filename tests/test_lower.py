@@ -265,11 +265,14 @@ def test_costly_epilogue_of_a_contraction_gets_its_own_kernel_but_not_of_a_row_r
   assert len(schedule(vectorised).kernels) == 1
   (out,) = interpret(vectorised, [a_data, b_data])
   np.testing.assert_allclose(out, np.exp2(a_data @ b_data), rtol=1e-6)
-  # below a reduction too (a loss summed over exp2 of logits), the contraction is a buffer: it would be a nested loop
-  total = node(Ops.SINK, node(Ops.REDUCE_AXIS, node(Ops.EXP2, product), arg=(Ops.ADD, (0, 1))))
-  assert len(schedule(total).kernels) == 2
-  (out,) = interpret(total, [a_data, b_data])
-  np.testing.assert_allclose(out.reshape(()), np.exp2(a_data.astype(np.float64) @ b_data).sum(), rtol=1e-6)
+  # below a reduction (a loss summed over exp2 of its logits, or over their squares) the contraction is a buffer: in
+  # the reduction's kernel it would be a nested loop, not a tile
+  for epilogue, reference in ((Ops.EXP2, np.exp2), (Ops.MUL, np.square)):
+    value = node(Ops.EXP2, product) if epilogue is Ops.EXP2 else node(Ops.MUL, product, product)
+    total = node(Ops.SINK, node(Ops.REDUCE_AXIS, value, arg=(Ops.ADD, (0, 1))))
+    assert len(schedule(total).kernels) == 2
+    (out,) = interpret(total, [a_data, b_data])
+    np.testing.assert_allclose(out.reshape(()), reference(a_data.astype(np.float64) @ b_data).sum(), rtol=1e-6)
   row_sum = node(Ops.REDUCE_AXIS, a, arg=(Ops.ADD, (1,)))
   assert len(schedule(node(Ops.SINK, node(Ops.EXP2, row_sum))).kernels) == 1       # plain reductions keep it
   vector = _matmul(param(0, (1, 4)), b)  # a vector-matrix product (an RNN step): no rows to tile, one kernel
