@@ -66,7 +66,17 @@ def test_matmul_gets_a_register_tile():
 
 
 def test_column_sum_gets_a_stream_tile():
-  assert applied_opts(column_reduce_kernel(Ops.ADD, F32, 64, 1024)) == (("reduce_outside", 1), ("tile", 0, STREAM_TILE))
+  """A column sum too big for the caches streams its rows through a memory array of sums; one whose operand stays
+  resident (RESIDENT_BYTES, an RNN step's h @ W) keeps its sums in registers, a column tile at a time."""
+  from tinyjax.codegen.opt import RESIDENT_BYTES
+  assert applied_opts(column_reduce_kernel(Ops.ADD, F32, 4096, 1024)) == \
+      (("reduce_outside", 1), ("tile", 0, STREAM_TILE))
+  assert 64 * 1024 * 4 <= RESIDENT_BYTES
+  assert applied_opts(column_reduce_kernel(Ops.ADD, F32, 64, 1024)) == (("reduce_outside", 1), ("upcast", 0, 64))
+  values = (sample(F32, n=64 * 1024, seed=14) / 8).astype(F32)
+  out = np.zeros(1024, F32)
+  run_kernel(column_reduce_kernel(Ops.ADD, F32, 64, 1024), [out, values], True)
+  np.testing.assert_allclose(out, values.reshape(64, 1024).astype(F64).sum(0), rtol=1e-5, atol=1e-5)
 
 
 def test_narrow_column_sum_keeps_its_sums_in_registers():
@@ -243,7 +253,7 @@ def test_launch_grain_keeps_tiles_whole():
   """A launch is cut into chunks of whole tiles when the tiled row or column is the outermost loop."""
   assert launch_grain(matmul_kernel(8, 64, 64, F32)) == TILE_ROWS  # rows of the register tile
   assert launch_grain(matmul_kernel(64, 64, 64, F32)) == PACK_MIN_ROWS  # rows sharing a packed operand
-  assert launch_grain(column_reduce_kernel(Ops.ADD, F32, 64, 1024)) == STREAM_TILE  # columns of the stream tile
+  assert launch_grain(column_reduce_kernel(Ops.ADD, F32, 4096, 1024)) == STREAM_TILE  # columns of the stream tile
   assert launch_grain(matmul_kernel(64, 64, 64, F32), enabled=False) == 1
   elementwise = global_range(0, 100)
   assert launch_grain(kernel(store(buffer(0, F32), elementwise, load(buffer(1, F32), elementwise)))) == 1

@@ -62,6 +62,10 @@ TILE_VECTORS = 4
 # on sum(axis=0) of 4096x4096 float32). The float32 block sums (16 KB) stay in L1; the float64 array beside them is
 # touched once per SUM_BLOCK steps.
 STREAM_TILE = 4096
+# A row-less contraction whose operand (reduce steps x columns) is at most RESIDENT_BYTES stays in L2 while register
+# tiles of its columns reread it one after the other: it keeps its sums in registers instead of streaming (a 256-wide
+# RNN step's h @ W: 200 steps 0.67 -> 0.56 ms); a bigger one streams through the array (sum(axis=0) of 8192x1024).
+RESIDENT_BYTES = 1 << 18
 
 # An innermost reduce loop shorter than this is not worth vectorising on its own (a 3x3 convolution's window row):
 # such kernels get the tile plan even when every load is contiguous along it.
@@ -207,7 +211,10 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   # its sums in registers: in the stream tile's memory array each step's adds wait on the last step's stores (64x64:
   # 180 -> 90 ns). Not when the epilogue has an operation without a vector form (tanh's exp2): the register tile
   # would run it per element, where the stream tile's loop over its columns is vectorised.
-  stream = row is None and (column.src[0].arg > lanes * TILE_VECTORS or not _vector_epilogue(store, reduce))
+  reduce_steps = math.prod(rng.src[0].arg for rng in reduce_ranges)
+  resident = reduce_steps * column.src[0].arg * _accumulator_bytes(reduce) <= RESIDENT_BYTES
+  stream = row is None and (column.src[0].arg > lanes * TILE_VECTORS and not resident or
+                            not _vector_epilogue(store, reduce))
   if stream and len(reduce_ranges) != 1: return None  # the stream tile handles one reduce range (and its blocking)
   rows = 1 if stream else TILE_ROWS
   columns = STREAM_TILE if stream else lanes * TILE_VECTORS
