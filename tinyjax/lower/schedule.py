@@ -183,6 +183,9 @@ def _tiles_rows(reduction: UOp) -> bool:
   return sum(extent > 1 for extent in reduction.shape) > 1
 
 
+EARLY_OUTPUT_FRACTION = 0.75
+
+
 def find_buffers(sink: UOp) -> list[UOp]:
   """The nodes that become buffers (kernel outputs), in an order where producers come before consumers."""
   realize = {out for out in sink.src if out.op is not Ops.PARAM}
@@ -231,13 +234,16 @@ def find_buffers(sink: UOp) -> list[UOp]:
 
 
 def _outputs_first(sink: UOp) -> list[UOp]:
-  """The program's nodes, each after its sources, with the outputs that depend on less computed first: a training
-  step's loss (the forward pass only) before the parameters' updates (forward and backward), so that the kernels
-  reading a parameter (the loss reads the last layer's bias) run before the update that may overwrite it in place (a
-  donated argument, trace/jit.py) instead of after it."""
+  """The program's nodes, each after its sources, with the outputs that depend on much less than the others (at most
+  EARLY_OUTPUT_FRACTION of the largest) computed first: a training step's loss (the forward pass only) before the
+  parameters' updates (forward and backward), so that the kernels reading a parameter (the loss reads the last
+  layer's bias) run before the update that may overwrite it in place (a donated argument, trace/jit.py) instead of
+  after it. The others keep their order: each parameter's update beside its moments' (merge_elementwise)."""
+  largest = max((len(node.toposort) for node in sink.src), default=0)
+  early = [node for node in sink.src if len(node.toposort) <= EARLY_OUTPUT_FRACTION * largest]
   order: list[UOp] = []
   seen: set[UOp] = set()
-  for output in sorted(sink.src, key=lambda node: len(node.toposort)):  # (stable: equal sizes keep output order)
+  for output in early + [node for node in sink.src if node not in early]:
     for node in output.toposort:
       if node not in seen:
         seen.add(node)
