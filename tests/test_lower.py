@@ -439,6 +439,23 @@ def test_elementwise_kernels_over_one_loop_merge_into_one_with_several_outputs()
   for out, expected in zip(got, want): np.testing.assert_allclose(out, expected, rtol=1e-5)
 
 
+def test_a_loss_is_computed_before_the_updates_and_the_updates_still_merge():
+  """Outputs that depend on much less than the others (a loss) are computed first, so they read the parameters
+  before any update may overwrite one in place; a parameter's update stays beside its moments' (one kernel)."""
+  shape = (5, 7)
+  mu, p = param(1, shape), param(2, shape)
+  g = param(0, shape)
+  for _ in range(12): g = node(Ops.ADD, node(Ops.MUL, g, g), _fill(0.5, shape))  # (the backward pass: long)
+  new_mu = node(Ops.ADD, node(Ops.MUL, _fill(0.9, shape), mu), node(Ops.MUL, _fill(0.1, shape), g))
+  new_p = node(Ops.ADD, p, node(Ops.MUL, _fill(-0.01, shape), new_mu))
+  loss = node(Ops.RESHAPE, node(Ops.REDUCE_AXIS, node(Ops.MUL, p, p), arg=(Ops.ADD, (0, 1))), arg=())
+  kernels = schedule(node(Ops.SINK, new_p, new_mu, loss)).kernels
+  assert len(kernels) == 2
+  first, updates = kernels
+  assert any(x.op is Ops.REDUCE for x in first.ast.toposort)  # the loss, reading p before its update
+  assert sum(x.op is Ops.STORE for x in updates.ast.src) == 2
+
+
 def test_kernels_that_can_not_merge_stay_apart():
   """A kernel reading another's output at other elements (a transpose), or over a loop of another size, is not
   merged into it."""
