@@ -242,3 +242,68 @@ def test_non_overlapping_windows_are_a_reshape_view():
       np.testing.assert_array_equal(np.asarray(view)[:, o1, k1, o2, k2], want)
   overlapping, _ = _windows(x, (1,), (3,), (1,), (1,))
   assert any(node.op is Ops.EXPAND for node in overlapping.uop.toposort)
+
+
+def _flat_calls(monkeypatch) -> list:
+  """Count the convolutions lowered as one flat GEMM (lax/_conv.py `_flat_conv`)."""
+  from tinyjax.lax import _conv
+  calls, original = [], _conv._flat_conv
+  monkeypatch.setattr(_conv, "_flat_conv", lambda *a, **k: calls.append(1) or original(*a, **k))
+  return calls
+
+
+@pytest.mark.parametrize("shape,kernel,padding", [
+  ((2, 3, 9, 8), (4, 3, 8, 7), ((0, 0), (0, 0))),   # the kernel covers all but a 2x2 of the input
+  ((2, 3, 7, 6), (5, 3, 8, 7), ((1, 1), (0, 2))),   # padded: the grid is the padded input
+  ((1, 2, 5, 1, 5), (3, 2, 4, 1, 5), ((0, 0), (0, 0), (1, 0))),  # 3-D, a length-1 axis
+])
+def test_wide_kernels_are_one_flat_gemm(monkeypatch, shape, kernel, padding):
+  calls = _flat_calls(monkeypatch)
+  rng = np.random.default_rng(8)
+  x, w = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(kernel).astype(np.float32)
+  got = tj.jit(lambda a, b: lax.conv_general_dilated(a, b, (1,) * (x.ndim - 2), padding))(x, w)
+  assert calls, "the convolution was not lowered as a flat GEMM"
+  if x.ndim == 5:  # the 3-D case with its length-1 axis dropped is a 2-D one
+    x, w, padding = x[:, :, :, 0], w[:, :, :, 0], (padding[0], padding[2])
+  want = numpy_conv(x, w, (1, 1), padding)
+  np.testing.assert_allclose(np.asarray(got).reshape(want.shape), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("padding,dilation,numbers,flat", [
+  ("SAME", (1, 1), None, True), ("VALID", (2, 2), None, False),  # dilated: the gradient's conv is strided
+  ([(2, 0), (0, 1)], (1, 1), ("NHWC", "HWIO", "NHWC"), True)])
+def test_weight_gradient_as_flat_gemm_matches_numpy(monkeypatch, padding, dilation, numbers, flat):
+  """The weight gradient of a stride-1 convolution is a convolution whose window is the output's extent (the flat
+  GEMM's case): against dw[o, c, a, b] = sum g[n, o, h, w] * xpad[n, c, h + a*d, w + b*d] in float64."""
+  calls = _flat_calls(monkeypatch)
+  rng = np.random.default_rng(9)
+  x = rng.standard_normal((3, 4, 10, 9)).astype(np.float32)
+  w = rng.standard_normal((5, 4, 3, 3)).astype(np.float32)
+  pads = lax.padtype_to_pads((10, 9), [(k - 1) * d + 1 for k, d in zip((3, 3), dilation)], (1, 1), padding) \
+      if isinstance(padding, str) else padding
+  g = rng.standard_normal(numpy_conv(x, w, (1, 1), pads, dilation).shape).astype(np.float32)
+  to_layout = (lambda a, spec: a) if numbers is None else \
+      (lambda a, spec: np.transpose(a, ["NCHW".index(c) if spec != "HWIO" else "OIHW".index(c) for c in spec]))
+  xs, ws = to_layout(x, "NHWC"), to_layout(w, "HWIO")
+  gs = to_layout(g, "NHWC")
+
+  def loss(b): return (lax.conv_general_dilated(xs, b, (1, 1), padding, rhs_dilation=dilation,
+                                                dimension_numbers=numbers) * gs).sum()
+  got = np.asarray(tj.jit(tj.grad(loss))(ws))
+  assert bool(calls) == flat
+  xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), *pads))
+  oh, ow = g.shape[2:]
+  want = np.zeros(w.shape)
+  for a in range(3):
+    for b in range(3):
+      window = xp[:, :, a * dilation[0]:a * dilation[0] + oh, b * dilation[1]:b * dilation[1] + ow]
+      want[:, :, a, b] = np.einsum("nohw,nchw->oc", g.astype(np.float64), window)
+  np.testing.assert_allclose(got, to_layout(want, "HWIO"), rtol=1e-4, atol=1e-4)
+  # composed: per-example weight gradients (vmap of grad, jitted) against the loop over examples
+  def per_example(xi, gi):
+    return tj.grad(lambda b: (lax.conv_general_dilated(xi[None], b, (1, 1), padding, rhs_dilation=dilation,
+                                                       dimension_numbers=numbers) * gi[None]).sum())(ws)
+  batched = np.asarray(tj.jit(tj.vmap(per_example))(xs, gs))
+  looped = np.stack([np.asarray(per_example(xs[i], gs[i])) for i in range(3)])
+  np.testing.assert_allclose(batched, looped, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(batched.sum(0), got, rtol=1e-4, atol=1e-4)

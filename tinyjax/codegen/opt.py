@@ -168,9 +168,10 @@ def _contracts(reduce: UOp) -> bool:
 
 
 def _accumulator_bytes(reduce: UOp) -> int:
-  """Bytes of one accumulator in registers, at least 4: float16 / bfloat16 accumulate in float32, and narrower
+  """Bytes of one accumulator in registers, at least 4: float16 / bfloat16 accumulate in float32, as do the float64
+  partial sums of a split float32 reduction (lower/split.py: their tile is as wide as the unsplit one's), and narrower
   integers and bool are counted as 4 so that a tile is never wider than 16 lanes x TILE_VECTORS (code size)."""
-  return max(4, reduce.dtype.itemsize)
+  return max(4, accumulator_dtype(reduce).itemsize)
 
 
 def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:

@@ -1,8 +1,8 @@
 """Split reductions: a long reduction with few outputs becomes two kernels, so that every core works on it.
 
 A kernel is parallel over its outermost global range, the output's first axis longer than 1. A reduction with fewer
-outputs than threads (`x.sum()`, a kernel with no global range at all; `sum(axis=1)` of a (2, 8M) array) would run on
-one or two threads however long it is, and a handful of outputs per thread leaves the threads unbalanced. Such a
+values of it than threads (`x.sum()`, a kernel with no global range at all; `sum(axis=1)` of a (2, 8M) array) would
+run on one or two threads however long it is, and a handful of values per thread leaves the threads unbalanced. Such a
 reduction of `length` elements is rewritten, at the array level, before fusion (the tinygrad split-reduce):
 
     partials[p, kept...] = reduce(x[kept..., p * chunk : (p + 1) * chunk])      chunk = length // P, P partials
@@ -77,7 +77,9 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   # over outer axes only (`x.sum(axis=0)`), a kernel streams its outputs in tiles of STREAM_TILE, its unit of
   # parallelism (codegen/opt.py); a contraction (a broadcast product) gets a register tile instead
   streamed = len(source.shape) - 1 not in axes and not any(node.op is Ops.EXPAND for node in source.toposort)
-  if -(-outputs // STREAM_TILE if streamed else outputs) >= threads * SPLIT_OUTPUTS_PER_THREAD: return 0
+  # otherwise the launch is over the output's first axis longer than 1 (a weight gradient's (3, 3, C, O): 3 units)
+  units = -(-outputs // STREAM_TILE) if streamed else next((size for size in reduction.shape if size > 1), 1)
+  if units >= threads * SPLIT_OUTPUTS_PER_THREAD: return 0
   length = math.prod(source.shape[axis] for axis in axes)
   per_output = length * _element_cost(source, realized, {} if memo is None else memo)
   if outputs * per_output < SPLIT_MIN_WORK: return 0  # also an empty reduction
