@@ -191,3 +191,27 @@ def test_nested_and_jitted(threads):
   for _ in range(2):  # traced and lowered, then the cached schedule
     np.testing.assert_allclose(np.asarray(squares(x)), (host.astype(F64) ** 2).mean(), rtol=1e-6)
   np.testing.assert_allclose(np.asarray(tj.grad(lambda a: (a * a).sum())(x)), 2 * host, rtol=1e-6)
+
+
+def _contraction(rows: int, length: int, columns: int) -> UOp:
+  """The broadcast product of a (rows, length) @ (length, columns) matmul, before its sum over axis 1."""
+  a, b = param((rows, length)), UOp(Ops.PARAM, F32, (), (1, (length, columns)))
+  shape = (rows, length, columns)
+  return UOp(Ops.MUL, F32, (UOp(Ops.EXPAND, F32, (UOp(Ops.RESHAPE, F32, (a,), (rows, length, 1)),), shape),
+                            UOp(Ops.EXPAND, F32, (UOp(Ops.RESHAPE, F32, (b,), (1, length, columns)),), shape)))
+
+
+def test_long_contractions_split_by_their_first_axis():
+  """A contraction's launch is over its output's first axis: a long one with few values there (a weight gradient's
+  (3, 3, C, O) is 3) splits; one with many rows doesn't (its partials would be rows x columns x P float64 values)."""
+  assert split.split_partials(reduce_axis(_contraction(3, 1 << 17, 64), Ops.ADD, (1,)), SPLIT_THREADS, set()) > 0
+  assert split.split_partials(reduce_axis(_contraction(4096, 1 << 16, 64), Ops.ADD, (1,)), SPLIT_THREADS, set()) == 0
+
+
+def test_split_contraction_keeps_the_full_register_tile():
+  """The first stage of a split float32 contraction sums into float64 partials, accumulated in float32 vectors: its
+  register tile is 64 float32 columns wide (4 x 16 lanes), as the unsplit contraction's, not 32 (8 doubles)."""
+  from tinyjax.codegen.opt import applied_opts
+  sink = UOp(Ops.SINK, F32, (reduce_axis(_contraction(3, 1 << 17, 64), Ops.ADD, (1,)),))
+  first = schedule(sink, threads=SPLIT_THREADS).kernels[0]
+  assert first.outer_size > 1 and any(opt[0] == "upcast" and opt[2] == 64 for opt in applied_opts(first.ast))
