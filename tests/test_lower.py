@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from tinyjax.codegen.opt import linear_strides
 from tinyjax.lower import symbolic
 from tinyjax.lower.schedule import REREAD_LIMIT, ROW_LOOP_MIN, find_buffers, schedule
 from tinyjax.uop import INDEX_DTYPE, Ops, PatternMatcher, UOp, UPat, graph_rewrite
@@ -132,6 +133,24 @@ def test_symbolic_divmod_exhaustive(divisor):
     env = {outer: i, inner: j}
     assert _eval(quotient, env, [], {}) == (i * 6 + j) // divisor
     assert _eval(remainder, env, [], {}) == (i * 6 + j) % divisor
+
+
+@pytest.mark.parametrize("divisor", [2, 4, 6, 16, 24, 48, 96])
+def test_symbolic_divmod_by_a_common_factor_exhaustive(divisor):
+  """(g*X + s) // d == X // (d/g) and (g*X + s) % d == g*(X % (d/g)) + s for 0 <= s < g, g dividing d: a pooling
+  window's row in a flattened (h, w, c) index, (24*h + 4*w + c) // 48 == h // 2, folds to plain range arithmetic."""
+  h, w, c = (UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(n),), (i, "global")) for i, n in enumerate((5, 6, 4)))
+  expr = symbolic.add(symbolic.add(symbolic.mul(h, 24), symbolic.mul(w, 4)), c)
+  quotient, remainder = symbolic.idiv(expr, divisor), symbolic.mod(expr, divisor)
+  for i, j, k in itertools.product(range(5), range(6), range(4)):
+    env = {h: i, w: j, c: k}
+    assert _eval(quotient, env, [], {}) == (24 * i + 4 * j + k) // divisor
+    assert _eval(remainder, env, [], {}) == (24 * i + 4 * j + k) % divisor
+  if divisor == 48:  # no division is left over w or c: the quotient is h // 2, the remainder linear in w and c
+    assert symbolic.idiv(expr, 48) is symbolic.idiv(h, 2)
+    assert c not in {node for node in symbolic.idiv(expr, 48).toposort}
+    strides, other = linear_strides(remainder)
+    assert strides[w] == 4 and strides[c] == 1 and other == {h}
 
 
 def test_fusion_softmax_is_three_kernels_and_correct():

@@ -8,6 +8,7 @@ chains of a reshape back into plain strides, which the vectoriser needs.
 """
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -84,6 +85,21 @@ def _recombine(terms: dict[UOp, int]) -> Linear:
   return {a: c for a, c in terms.items() if c != 0}, constant
 
 
+def _common_factor(terms: dict[UOp, int], constant: int, divisor: int) -> tuple[int, Linear, Linear] | None:
+  """Write a non-negative index expression as g*X + s with g dividing `divisor`, X >= 0 and 0 <= s < g: then
+  (g*X + s) // divisor == X // (divisor / g) and (g*X + s) % divisor == g * (X % (divisor / g)) + s. A window's
+  position in a flattened row, (896*h + 32*w + c) // 1792 with 32*w + c < 896, is h // 2. Returns (g, X, s) as
+  linear forms, the largest such g, or None."""
+  for g in sorted({math.gcd(divisor, c) for c in terms.values()} - {1, divisor}, reverse=True):
+    big = {a: c // g for a, c in terms.items() if c % g == 0}
+    small = {a: c for a, c in terms.items() if c % g != 0}
+    big_const, small_const = divmod(constant, g)
+    small_low, small_high = _bounds_of(small, small_const)
+    if 0 <= small_low and small_high < g and _bounds_of(big, big_const)[0] >= 0:
+      return g, (big, big_const), (small, small_const)
+  return None
+
+
 def add(lhs: UOp, rhs: UOp) -> UOp:
   (terms_a, const_a), (terms_b, const_b) = _linear(lhs), _linear(rhs)
   terms = dict(terms_a)
@@ -115,6 +131,9 @@ def idiv(node: UOp, divisor: int) -> UOp:
     if coeff == 1 and atom.op is Ops.IDIV and atom.src[1].op is Ops.CONST:  # (y // a) // b == y // (a*b)
       inner = idiv(atom.src[0], atom.src[1].arg * divisor)
       return add(_build(quotient, quotient_const), inner)
+  if (factored := _common_factor(rest, rest_const, divisor)) is not None:
+    g, big, _ = factored
+    return add(_build(quotient, quotient_const), idiv(_build(*big), divisor // g))
   rest_node = UOp(Ops.IDIV, INDEX_DTYPE, (_build(rest, rest_const), const(divisor)))
   return add(_build(quotient, quotient_const), rest_node)
 
@@ -135,6 +154,9 @@ def mod(node: UOp, divisor: int) -> UOp:
   rest_node = _build(rest, rest_const)
   rest_low, rest_high = rest_node.vmin_vmax
   if 0 <= rest_low and rest_high < divisor: return rest_node
+  if (factored := _common_factor(rest, rest_const, divisor)) is not None:
+    g, big, small = factored
+    return add(mul(mod(_build(*big), divisor // g), g), _build(*small))
   return UOp(Ops.MOD, INDEX_DTYPE, (rest_node, const(divisor)))
 
 
