@@ -78,6 +78,8 @@ MOVES = {
   "pad": (lambda x: node(Ops.PAD, x, arg=tuple((1, 2) for _ in x.shape)),
           lambda a: np.pad(a, [(1, 2)] * a.ndim)),
   "reshape_flat": (lambda x: node(Ops.RESHAPE, x, arg=(math.prod(x.shape),)), lambda a: a.reshape(-1)),
+  "reshape_merge": (lambda x: node(Ops.RESHAPE, x, arg=(x.shape[0] * x.shape[1], *x.shape[2:])),
+                    lambda a: a.reshape(a.shape[0] * a.shape[1], *a.shape[2:])),
 }
 
 
@@ -93,6 +95,25 @@ def test_movement_chains_match_numpy(chain):
     graph, expected = build(graph), reference(expected)
   (out,) = interpret(node(Ops.SINK, graph), [data])
   np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("chain,mods", [(("reshape_flat", "pad"), 0), (("reshape_merge", "reshape_flat", "pad"), 0),
+                                        (("permute", "reshape_merge", "reshape_flat", "pad"), 2),
+                                        (("pad", "reshape_merge", "pad", "flip0", "reshape_flat", "pad"), 3)])
+def test_reshape_under_a_pad_folds_its_index(chain, mods):
+  """A reshape read through a pad: where the pad's gate is false the index is negative, so it is clamped in bounds
+  first (lower/schedule.py) and the reshape's div / mod fold instead of stacking one MOD per reshape."""
+  rng = np.random.default_rng(2)
+  data = rng.standard_normal((3, 4, 5)).astype(np.float32)
+  graph, expected = param(0, data.shape), data
+  for name in chain:
+    build, reference = MOVES[name]
+    graph, expected = build(graph), reference(expected)
+  (out,) = interpret(node(Ops.SINK, graph), [data])
+  np.testing.assert_array_equal(out, expected)
+  (kernel,) = schedule(node(Ops.SINK, graph)).kernels
+  assert not any(n.op is Ops.MOD and n.src[0].op is Ops.MOD for n in kernel.ast.toposort)
+  assert sum(n.op is Ops.MOD for n in kernel.ast.toposort) == mods  # a permute's transposed order needs two
 
 
 @pytest.mark.parametrize("chain", [("pad",), ("flip0", "pad"), ("shrink", "pad"), ("permute", "pad", "permute")])
