@@ -743,3 +743,26 @@ def test_only_a_nests_short_ranges_are_unrolled_whole():
   out = np.zeros(24 * 64, F32)
   run_kernel(conv, [out, x, w, bias], True)
   np.testing.assert_allclose(out.reshape(24, 64), x.astype(F64) @ w + bias, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m,k,n,rows", [(64, 300, 32, 8), (14, 9, 32, 7), (56, 600, 48, 5), (37, 20, 16, 8),
+                                        (29, 700, 32, 8), (12, 40, 64, TILE_ROWS), (6, 30, 32, 6)])
+@pytest.mark.parametrize("bounds", [None, (3, 11)], ids=["all", "chunk"])
+def test_narrow_columns_get_taller_tiles(m, k, n, rows, bounds):
+  """A column of fewer than TILE_VECTORS vectors (a 32-channel convolution's output) gets up to MAX_TILE_ROWS rows
+  per tile, the tallest that divides the row count where one does (14 rows: 7), so the tile keeps about as many
+  accumulators as a 4 x 64 one; grouped GEMMs group whole tiles. Values against float64 for whole and partial row
+  tiles, with and without K-blocked groups, and for a launch chunk that is no multiple of the tile."""
+  ast = matmul_kernel(m, k, n, F32)
+  opts = applied_opts(ast)
+  assert ("upcast", 1, n) in opts and ("upcast", 0, rows) in opts
+  group = next((opt[2] for opt in opts if opt[0] == "group"), None)
+  assert group is None or group % rows == 0 and group <= GROUP_ROWS
+  a, b = matmul_inputs(m, k, n, F32, seed=12)
+  out = np.full(m * n, -7.0, F32)
+  start, end = (min(bounds[0], m), min(bounds[1], m)) if bounds else (0, m)
+  run_kernel(ast, [out, a, b], True, start, end)
+  grid = out.reshape(m, n)
+  expected = a.astype(F64) @ b.astype(F64)
+  np.testing.assert_allclose(grid[start:end], expected[start:end], rtol=1e-5 * np.sqrt(k), atol=1e-5 * np.sqrt(k))
+  assert (grid[:start] == -7.0).all() and (grid[end:] == -7.0).all()

@@ -35,7 +35,7 @@ import numpy as np
 from tinyjax.codegen import transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
-from tinyjax.codegen.opt import (BF16, F16, F32, F64, GROUP_ROWS, SHORT_REDUCE, TILE_SUM_BLOCK, VECTOR_BYTES,
+from tinyjax.codegen.opt import (BF16, F16, F32, F64, SHORT_REDUCE, TILE_ROWS, TILE_SUM_BLOCK, VECTOR_BYTES,
                                  VECTOR_UNARY, TilePlan, accumulator_dtype, choose_opts, global_ranges_of)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.uop import BOOL, Ops, UOp
@@ -660,7 +660,8 @@ class _Renderer(Linearizer):
         self.render_stream_tile(tile_start, width)
       return
     outermost = global_ranges[0]
-    row_heights = None if plan.row is None else self.tile_sizes(plan.row, plan.rows, outermost)
+    row_heights = None if plan.row is None else \
+        self.tile_sizes(plan.row, plan.rows, outermost, min(plan.rows, TILE_ROWS))
     for width in self.tile_sizes(plan.column, plan.columns, outermost, plan.lanes):
       with self.loop(column_start, column_end, None, step=width) as column_index:
         if width == plan.columns and plan.packed: self.pack(column_index)
@@ -744,7 +745,7 @@ class _Renderer(Linearizer):
     plan = self.plan
     assert plan is not None and plan.row is not None
     row_start, row_end = ("%start", "%end") if depth == 0 else ("0", self.value(plan.row.src[0]))
-    for height in self.tile_sizes(plan.row, plan.rows, global_ranges[0]):
+    for height in self.tile_sizes(plan.row, plan.rows, global_ranges[0], min(plan.rows, TILE_ROWS)):
       with self.loop(row_start, row_end, None, step=height) as row_index:
         self.row_tile = (row_index, height)
         self.open_global_loops(global_ranges, depth + 1)
@@ -921,11 +922,11 @@ class _Renderer(Linearizer):
     node = plan.reduce
     rng = node.src[1]
     size = rng.src[0].arg
-    sums = self.alloca(f"[{GROUP_ROWS * columns} x double]", align=VECTOR_BYTES)
+    sums = self.alloca(f"[{plan.group * columns} x double]", align=VECTOR_BYTES)
     block_sums = self.alloca(f"[{plan.rows * columns} x float]", align=VECTOR_BYTES)
-    with self.loop(row_start, row_end, None, step=GROUP_ROWS, whole=False) as group:
-      group_end = self.capped(group, GROUP_ROWS, row_end)
-      with self.loop("0", str(GROUP_ROWS * columns), None) as slot:
+    with self.loop(row_start, row_end, None, step=plan.group, whole=False) as group:
+      group_end = self.capped(group, plan.group, row_end)
+      with self.loop("0", str(plan.group * columns), None) as slot:
         self.line(f"store double 0.0, ptr {self.slot(sums, F64, slot)}")
 
       def row_slots(row_index: str) -> str:

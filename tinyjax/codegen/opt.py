@@ -57,6 +57,8 @@ F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 VECTOR_BYTES = 64
 TILE_ROWS = 4
 TILE_VECTORS = 4
+# A column narrower than TILE_VECTORS vectors gets taller tiles instead, at most MAX_TILE_ROWS (`_tile_rows`).
+MAX_TILE_ROWS = 8
 # Without a row to tile, the accumulator array spans STREAM_TILE elements of the column: each reduce step reads that
 # many contiguous elements, so a 4096-wide row is read start to end, one sequential stream (1024 measured 1.8x slower
 # on sum(axis=0) of 4096x4096 float32). The float32 block sums (16 KB) stay in L1; the float64 array beside them is
@@ -119,7 +121,7 @@ class TilePlan:
   contract: bool           # a float product feeds the ADD reduce: multiply-add may fuse into an FMA
   opts: tuple[Opt, ...]    # what was applied, as data
   grain: int = 1           # outer iterations a launch chunk keeps together (a tile's rows or columns; see launch_grain)
-  group: int = 0           # rows per K-blocked row group (GROUP_ROWS), 0 when the tiles run one by one
+  group: int = 0           # rows per K-blocked row group (GROUP_ROWS, in whole tiles), 0 when tiles run one by one
   packed: tuple[UOp, ...] = ()  # loads of the reused operand copied into a contiguous array per column tile
   dot: bool = False        # the reduce loop is the vectorised loop, `columns` scalar columns (`_dot_plan`)
 
@@ -217,13 +219,14 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   stream = row is None and (column.src[0].arg > lanes * TILE_VECTORS and not resident or
                             not _vector_epilogue(store, reduce))
   if stream and len(reduce_ranges) != 1: return None  # the stream tile handles one reduce range (and its blocking)
-  rows = 1 if stream else TILE_ROWS
-  columns = STREAM_TILE if stream else lanes * TILE_VECTORS
+  rows = 1 if stream else _tile_rows(row, column.src[0].arg, lanes)
+  columns = STREAM_TILE if stream else lanes * TILE_VECTORS if rows == TILE_ROWS or row is None else \
+      column.src[0].arg
   contract = _contracts(reduce)
   opts: list[Opt] = [("reduce_outside", innermost.arg[0]), ("tile" if stream else "upcast", column.arg[0], columns)]
   if row is not None: opts.append(("upcast", row.arg[0], rows))
   # a float32 sum over one range longer than two blocks, its row just outside its column: K-blocked row groups
-  group = GROUP_ROWS if row is not None and row is global_ranges[-2] and reduce.arg is Ops.ADD and \
+  group = GROUP_ROWS // rows * rows if row is not None and row is global_ranges[-2] and reduce.arg is Ops.ADD and \
       accumulator_dtype(reduce) == F32 and len(reduce_ranges) == 1 and innermost.src[0].arg > 2 * TILE_SUM_BLOCK \
       else 0
   if group: opts.append(("group", row.arg[0], group))
@@ -235,6 +238,18 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   grain = columns if outermost is column else \
       max(group or rows, PACK_MIN_ROWS if packed else 1) if outermost is row else 1
   return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain, group, packed)
+
+
+def _tile_rows(row: UOp | None, width: int, lanes: int) -> int:
+  """The register tile's height: TILE_ROWS, or for a column of fewer than TILE_VECTORS whole vectors (a 32-channel
+  convolution: 2) up to MAX_TILE_ROWS rows, so that the tile keeps about TILE_ROWS x TILE_VECTORS accumulators (a 4 x
+  16-column tile has 4 FMAs per 5 loads; 8 x 32 columns, 16 per 10). The tallest height from TILE_ROWS up that
+  divides the row's length is taken (14 rows: 7), else the tallest (the rest in tiles of TILE_ROWS and of 1)."""
+  vectors = width // lanes
+  if row is None or width % lanes or vectors >= TILE_VECTORS: return TILE_ROWS
+  tallest = min(MAX_TILE_ROWS, TILE_ROWS * TILE_VECTORS // vectors, row.src[0].arg)
+  if tallest <= TILE_ROWS: return TILE_ROWS
+  return next((rows for rows in range(tallest, TILE_ROWS, -1) if row.src[0].arg % rows == 0), tallest)
 
 
 # The unary operations the renderer has a vector form of (llvm.py `_vector_nodes_ok`, which also checks dtypes: the
