@@ -766,3 +766,41 @@ def test_narrow_columns_get_taller_tiles(m, k, n, rows, bounds):
   expected = a.astype(F64) @ b.astype(F64)
   np.testing.assert_allclose(grid[start:end], expected[start:end], rtol=1e-5 * np.sqrt(k), atol=1e-5 * np.sqrt(k))
   assert (grid[:start] == -7.0).all() and (grid[end:] == -7.0).all()
+
+
+def _shifted_gemm_kernel(outer: int, spans: int, b: int, o: int, q: int, width: int) -> UOp:
+  """out[p, y, i, j] = sum_k rows[k + p * width + y, i] * taps[k, j]: a flat-GEMM weight gradient (lax/_conv.py)
+  launched over p, with y between it and its row i; taps does not depend on p or y."""
+  p, y, i, j, k = global_range(0, outer), global_range(1, spans), global_range(2, b), global_range(3, o), \
+      reduce_range(4, q)
+  shift = add(add(k, mul(p, const(width))), y)
+  product = mul(load(buffer(1, F32), add(mul(shift, const(b)), i)), load(buffer(2, F32), add(mul(k, const(o)), j)))
+  index = add(mul(add(mul(add(mul(p, const(spans)), y), const(b)), i), const(o)), j)
+  return kernel(store(buffer(0, F32), index, reduce(Ops.ADD, product, k)))
+
+
+@pytest.mark.parametrize("b,o,bounds", [(64, 64, None), (24, 32, (1, 3)), (13, 80, None)])
+def test_row_groups_span_the_ranges_between_launch_and_row(b, o, bounds, monkeypatch):
+  """A K-blocked GEMM whose reused operand depends on none of the ranges between its launch range and its row runs
+  them inside each reduce block (`span`), with one group for the whole row where the sums fit: the same float64 sums
+  in the same order as without spans (bit-identical), and float64-close to numpy."""
+  from tinyjax.codegen import opt
+  outer, spans, q, width = 3, 4, 3 * TILE_SUM_BLOCK + 17, 5
+  ast = _shifted_gemm_kernel(outer, spans, b, o, q, width)
+  assert ("span", 1) in applied_opts(ast)
+  rng = np.random.default_rng(13)
+  rows = rng.standard_normal((q + (outer - 1) * width + spans, b)).astype(F32)
+  taps = rng.standard_normal((q, o)).astype(F32)
+  outputs, spanned = {}, opt.SPAN_SUMS_BYTES
+  for limit in (spanned, 0):
+    monkeypatch.setattr(opt, "SPAN_SUMS_BYTES", limit)
+    assert (("span", 1) in applied_opts(ast)) == bool(limit)
+    outputs[limit] = np.full(outer * spans * b * o, -7.0, F32)
+    run_kernel(ast, [outputs[limit], rows, taps], True, *(bounds or (0, outer)))
+  assert_same(outputs[spanned], outputs[0])
+  start, end = bounds or (0, outer)
+  got = outputs[0].reshape(outer, spans, b, o)
+  want = np.stack([np.stack([rows[p * width + y:p * width + y + q].astype(F64).T @ taps.astype(F64)
+                             for y in range(spans)]) for p in range(outer)])
+  np.testing.assert_allclose(got[start:end], want[start:end], rtol=1e-5 * np.sqrt(q), atol=1e-5 * np.sqrt(q))
+  assert (got[:start] == -7.0).all() and (got[end:] == -7.0).all()

@@ -336,6 +336,9 @@ class _Renderer(Linearizer):
     if self.plan is not None and rng in (self.plan.row, self.plan.column):
       self.render_tiles(global_ranges, depth)
       return
+    if self.plan is not None and rng in self.plan.spans:  # opened by the row groups, inside each reduce block
+      self.open_global_loops(global_ranges, depth + 1)
+      return
     start, end = ("%start", "%end") if depth == 0 else ("0", self.value(rng.src[0]))
     with self.loop(start, end, binds=rng):
       self.open_global_loops(global_ranges, depth + 1)
@@ -922,17 +925,22 @@ class _Renderer(Linearizer):
     node = plan.reduce
     rng = node.src[1]
     size = rng.src[0].arg
-    sums = self.alloca(f"[{plan.group * columns} x double]", align=VECTOR_BYTES)
+    span_count = math.prod(span.src[0].arg for span in plan.spans)
+    sums = self.alloca(f"[{span_count * plan.group * columns} x double]", align=VECTOR_BYTES)
     block_sums = self.alloca(f"[{plan.rows * columns} x float]", align=VECTOR_BYTES)
     with self.loop(row_start, row_end, None, step=plan.group, whole=False) as group:
       group_end = self.capped(group, plan.group, row_end)
-      with self.loop("0", str(plan.group * columns), None) as slot:
+      with self.loop("0", str(span_count * plan.group * columns), None) as slot:
         self.line(f"store double 0.0, ptr {self.slot(sums, F64, slot)}")
 
-      def row_slots(row_index: str) -> str:
-        return self.emit(f"mul nsw i64 {self.emit(f'sub nsw i64 {row_index}, {group}')}, {columns}")
+      def row_slots(span: str, row_index: str) -> str:
+        row_in_group = self.emit(f"sub nsw i64 {row_index}, {group}")
+        if span != "0":
+          row_in_group = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {span}, {plan.group}')}, {row_in_group}")
+        return self.emit(f"mul nsw i64 {row_in_group}, {columns}")
 
-      with self.loop("0", str(-(-size // TILE_SUM_BLOCK)), None, vectorize=False) as block:
+      with self.loop("0", str(-(-size // TILE_SUM_BLOCK)), None, vectorize=False) as block, \
+          self.span_loops() as span:
         block_start, block_end = self.block_bounds(block, TILE_SUM_BLOCK, str(size))
         tiles_start = group
         for height in heights:
@@ -947,15 +955,15 @@ class _Renderer(Linearizer):
             for i, part in enumerate(parts):
               self.line(f"store {vector_type(F32, lanes)} {part}, ptr {self.slot(block_sums, F32, str(i * lanes))}"
                         f"{', align 4' if lanes > 1 else ''}")
-            first = row_slots(row_index)
+            first = row_slots(span, row_index)
             with self.loop("0", str(height * columns), None) as i:
               address = self.slot(sums, F64, self.emit(f"add nsw i64 {first}, {i}"))
               part = self.cast(self.emit(f"load float, ptr {self.slot(block_sums, F32, i)}"), F32, F64)
               total = self.combine(Ops.ADD, F64, self.emit(f"load double, ptr {address}"), part, ordered=True)
               self.line(f"store double {total}, ptr {address}")
           tiles_start = row_index
-      with self.loop(group, group_end, None) as row_index:
-        first = row_slots(row_index)
+      with self.span_loops() as span, self.loop(group, group_end, None) as row_index:
+        first = row_slots(span, row_index)
         with self.bound(plan.row, row_index):
           lanes = plan.lanes if self.vector_epilogue and columns % plan.lanes == 0 else 1
           for j, column_value in enumerate(self.offsets(column_start, columns // lanes, lanes)):
@@ -967,6 +975,20 @@ class _Renderer(Linearizer):
                 continue
               self.scopes[-1][node] = self.cast(total, F64, node.dtype)
               self.emit_ready(self.ast)
+
+  @contextlib.contextmanager
+  def span_loops(self) -> Iterator[str]:
+    """Loops over the plan's spans (`opt._spans`), each bound to its range, outermost first; yields their values'
+    flat (row-major) number, "0" without spans."""
+    plan = self.plan
+    assert plan is not None
+    with contextlib.ExitStack() as stack:
+      flat = "0"
+      for rng in plan.spans:
+        index = stack.enter_context(self.loop("0", str(rng.src[0].arg), rng))
+        flat = index if flat == "0" else \
+            self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {flat}, {rng.src[0].arg}')}, {index}")
+      yield flat
 
   def render_stream_tile(self, tile_start: str, width: str) -> None:
     """One stream tile: the plan's REDUCE (one reduce range) for `width` <= plan.columns consecutive columns, with

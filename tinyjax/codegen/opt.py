@@ -83,6 +83,8 @@ TILE_SUM_BLOCK = 128
 # (GROUP_ROWS x 64 columns x 8 bytes = 16 KB), the reused operand's block (TILE_SUM_BLOCK x 64 x 4 = 16 KB) and the
 # group's rows of the other (8 KB) stay in a 48 KB L1 data cache together.
 GROUP_ROWS = 32
+# A row group's float64 sums for the values of the ranges it spans (`_spans`) stay in L2: at most SPAN_SUMS_BYTES.
+SPAN_SUMS_BYTES = 1 << 19
 # The reused operand of a register-tiled contraction (b in a @ b) is packed per column tile: its values for every
 # reduce step and the tile's columns are copied once into a contiguous array (on the stack, at most PACK_BYTES), which
 # every row tile then reads. Read in place, a 64-column slice of a row-major b walks memory with the row's stride
@@ -124,6 +126,7 @@ class TilePlan:
   group: int = 0           # rows per K-blocked row group (GROUP_ROWS, in whole tiles), 0 when tiles run one by one
   packed: tuple[UOp, ...] = ()  # loads of the reused operand copied into a contiguous array per column tile
   dot: bool = False        # the reduce loop is the vectorised loop, `columns` scalar columns (`_dot_plan`)
+  spans: tuple[UOp, ...] = ()  # global ranges a row group runs inside each reduce block (`_spans`)
 
 
 def accumulator_dtype(node: UOp) -> np.dtype:
@@ -230,6 +233,13 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
       accumulator_dtype(reduce) == F32 and len(reduce_ranges) == 1 and innermost.src[0].arg > 2 * TILE_SUM_BLOCK \
       else 0
   if group: opts.append(("group", row.arg[0], group))
+  spans = _spans(loads, row, global_ranges, group * columns) if group else ()
+  if spans:  # the sums are in L2 anyway: the group grows to the whole row where they fit (one pass, not two)
+    values = math.prod(rng.src[0].arg for rng in spans)
+    whole = -(-row.src[0].arg // rows) * rows
+    group = max(group, min(whole, SPAN_SUMS_BYTES // (values * columns * 8) // rows * rows))
+    opts[-1] = ("group", row.arg[0], group)
+    opts.append(("span", *(rng.arg[0] for rng in spans)))
   packed = _packed_loads(loads, row, column, reduce_ranges, columns, global_ranges)
   if packed: opts.append(("pack", column.arg[0], len(packed)))
   outermost = global_ranges[0]
@@ -237,7 +247,20 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   # once per group, so chunks of a single tile's rows would stream it once per 4 rows; a packed one packs per chunk
   grain = columns if outermost is column else \
       max(group or rows, PACK_MIN_ROWS if packed else 1) if outermost is row else 1
-  return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain, group, packed)
+  return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain, group, packed,
+                  spans=spans)
+
+
+def _spans(loads: list[UOp], row: UOp, global_ranges: list[UOp], group_sums: int) -> tuple[UOp, ...]:
+  """The global ranges between a K-blocked GEMM's launch range and its row that its row groups run inside each
+  reduce block (after the row's tiles), when the reused operand depends on none of them and the group's float64 sums
+  for all their values fit in SPAN_SUMS_BYTES: each block of the reused operand is then read once from memory for all
+  of them, not once per value. A flat-GEMM weight gradient's (3, 3, C, O) output (lax/_conv.py) reads its output
+  gradient's block once for the 9 kernel taps instead of 9 times. () when there are none, or they don't qualify."""
+  spans = tuple(global_ranges[1:-2])
+  reused = [load for load in loads if row not in load.src[1].toposort]
+  if not spans or any(rng in load.src[1].toposort for load in reused for rng in spans): return ()
+  return spans if math.prod(rng.src[0].arg for rng in spans) * group_sums * 8 <= SPAN_SUMS_BYTES else ()
 
 
 def _tile_rows(row: UOp | None, width: int, lanes: int) -> int:
