@@ -804,3 +804,23 @@ def test_row_groups_span_the_ranges_between_launch_and_row(b, o, bounds, monkeyp
                              for y in range(spans)]) for p in range(outer)])
   np.testing.assert_allclose(got[start:end], want[start:end], rtol=1e-5 * np.sqrt(q), atol=1e-5 * np.sqrt(q))
   assert (got[:start] == -7.0).all() and (got[end:] == -7.0).all()
+
+
+@pytest.mark.parametrize("b,q", [(7, 50), (14, 50), (7, 3 * TILE_SUM_BLOCK + 5), (30, 50)])
+def test_fixed_length_row_ends_in_one_tile_of_the_rest(b, q):
+  """A row that is not the launch range (a convolution's 7 or 14 output columns) runs in tiles of TILE_ROWS and one
+  tile of the rest (7: 4 + 3), not single rows; with and without K-blocked groups, against float64."""
+  outer, spans, o, width = 2, 3, 64, 4
+  ast = _shifted_gemm_kernel(outer, spans, b, o, q, width)
+  assert ("upcast", 2, TILE_ROWS) in applied_opts(ast)
+  rng = np.random.default_rng(14)
+  rows = rng.standard_normal((q + (outer - 1) * width + spans, b)).astype(F32)
+  taps = rng.standard_normal((q, o)).astype(F32)
+  out = np.zeros(outer * spans * b * o, F32)
+  run_kernel(ast, [out, rows, taps], True)
+  want = np.stack([np.stack([rows[p * width + y:p * width + y + q].astype(F64).T @ taps.astype(F64)
+                             for y in range(spans)]) for p in range(outer)])
+  np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5 * np.sqrt(q), atol=1e-5 * np.sqrt(q))
+  plan = choose_opts(ast)
+  heights = llvm._Renderer(ast, plan).tile_sizes(plan.row, plan.rows, global_range(0, outer), TILE_ROWS)
+  assert heights == ([TILE_ROWS, b % TILE_ROWS] if b % TILE_ROWS else [TILE_ROWS])

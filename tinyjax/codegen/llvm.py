@@ -664,7 +664,7 @@ class _Renderer(Linearizer):
       return
     outermost = global_ranges[0]
     row_heights = None if plan.row is None else \
-        self.tile_sizes(plan.row, plan.rows, outermost, min(plan.rows, TILE_ROWS))
+        self.tile_sizes(plan.row, plan.rows, outermost, TILE_ROWS)
     for width in self.tile_sizes(plan.column, plan.columns, outermost, plan.lanes):
       with self.loop(column_start, column_end, None, step=width) as column_index:
         if width == plan.columns and plan.packed: self.pack(column_index)
@@ -685,14 +685,18 @@ class _Renderer(Linearizer):
 
   def tile_sizes(self, rng: UOp, tile: int, outermost: UOp, narrower: int = 1) -> list[int]:
     """The tile sizes, widest first, that a loop over the plan's row or column runs in: `tile`, then `narrower` and
-    1 for what is left. A range of a multiple of `tile` values leaves nothing (a GEMM's 512 columns in tiles of 64), so
-    only whole tiles are emitted: less IR for LLVM to optimise (a 512^3 matmul kernel's body had 405 multiplies for
-    its 256-multiply tile). The kernel's outermost range runs a launch chunk [start, end), whose bounds are multiples
-    of the plan's grain in every launch the runtime makes; it keeps a one-by-one loop after its tiles, so that any
-    chunk is still computed right."""
+    1 for what is left (a row that is not the launch range: one tile of exactly what is left). A range of a multiple
+    of `tile` values leaves nothing (a GEMM's 512 columns in tiles of 64), so only whole tiles are emitted: less IR
+    for LLVM to optimise (a 512^3 matmul kernel's body had 405 multiplies for its 256-multiply tile). The kernel's
+    outermost range runs a launch chunk [start, end), whose bounds are multiples of the plan's grain in every launch
+    the runtime makes; it keeps a one-by-one loop after its tiles, so that any chunk is still computed right."""
     size = rng.src[0].arg
-    if size % tile: return sorted({tile, narrower, 1}, reverse=True)
-    return sorted({tile, 1}, reverse=True) if rng is outermost else [tile]
+    if size % tile == 0: return sorted({tile, 1}, reverse=True) if rng is outermost else [tile]
+    plan = self.plan
+    assert plan is not None
+    # a row of fixed length ends in one tile of what is left (7 rows: 4 and 3, not 4 and three of 1)
+    if rng is plan.row and rng is not outermost: return [tile, size % tile]
+    return sorted({tile, narrower, 1}, reverse=True)
 
   def pack(self, column_start: str) -> None:
     """Copy the plan's packed loads (the reused operand) for the column tile at `column_start` into arrays, one
@@ -748,7 +752,7 @@ class _Renderer(Linearizer):
     plan = self.plan
     assert plan is not None and plan.row is not None
     row_start, row_end = ("%start", "%end") if depth == 0 else ("0", self.value(plan.row.src[0]))
-    for height in self.tile_sizes(plan.row, plan.rows, global_ranges[0], min(plan.rows, TILE_ROWS)):
+    for height in self.tile_sizes(plan.row, plan.rows, global_ranges[0], TILE_ROWS):
       with self.loop(row_start, row_end, None, step=height) as row_index:
         self.row_tile = (row_index, height)
         self.open_global_loops(global_ranges, depth + 1)
