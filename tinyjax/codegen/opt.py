@@ -210,8 +210,11 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   lanes = max(1, VECTOR_BYTES // _accumulator_bytes(reduce))
   # the row: a global range some load under the REDUCE does not depend on (that load is reused across the rows), the
   # innermost one long enough for a whole tile (a weight gradient's (C, kh, kw, O) tiles C, not the 3-long kw)
+  # (a load of the operand, read along the reduction: not a bias read once per column, as a split sum's partials
+  # would otherwise be taken for rows)
+  operand = [load for load in loads if any(rng in load.src[1].toposort for rng in reduce_ranges)]
   reused = [rng for rng in reversed(global_ranges[:-1])
-            if rng in value_nodes and any(rng not in load.src[1].toposort for load in loads)]
+            if rng in value_nodes and any(rng not in load.src[1].toposort for load in operand)]
   row = next((rng for rng in reused if rng.src[0].arg >= TILE_ROWS), reused[0] if reused else None)
   # without a row, a column of at most one register tile's width (a vector-matrix product, an RNN step's h @ w) keeps
   # its sums in registers: in the stream tile's memory array each step's adds wait on the last step's stores (64x64:
@@ -223,8 +226,9 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
                             not _vector_epilogue(store, reduce))
   if stream and len(reduce_ranges) != 1: return None  # the stream tile handles one reduce range (and its blocking)
   rows = 1 if stream else _tile_rows(row, column.src[0].arg, lanes)
-  columns = STREAM_TILE if stream else lanes * TILE_VECTORS if rows == TILE_ROWS or row is None else \
-      column.src[0].arg
+  width = column.src[0].arg  # a column of fewer whole vectors than a tile's is one tile of its width
+  columns = STREAM_TILE if stream else width if width < lanes * TILE_VECTORS and width % lanes == 0 else \
+      lanes * TILE_VECTORS
   contract = _contracts(reduce)
   opts: list[Opt] = [("reduce_outside", innermost.arg[0]), ("tile" if stream else "upcast", column.arg[0], columns)]
   if row is not None: opts.append(("upcast", row.arg[0], rows))

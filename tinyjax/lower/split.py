@@ -26,7 +26,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from tinyjax.codegen.opt import STREAM_TILE
+from tinyjax.codegen.opt import STREAM_TILE, TILE_VECTORS, VECTOR_BYTES
 from tinyjax.uop import BOOL, Ops, UOp
 
 # Split only when the reduction has fewer outputs than threads x SPLIT_OUTPUTS_PER_THREAD: with at least that many,
@@ -77,15 +77,20 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   # over outer axes only (`x.sum(axis=0)`), a kernel streams its outputs in tiles of STREAM_TILE, its unit of
   # parallelism (codegen/opt.py); a contraction (a broadcast product) gets a register tile instead
   streamed = len(source.shape) - 1 not in axes and not any(node.op is Ops.EXPAND for node in source.toposort)
-  # otherwise the launch is over the output's first axis longer than 1 (a weight gradient's (3, 3, C, O): 3 units)
-  units = -(-outputs // STREAM_TILE) if streamed else next((size for size in reduction.shape if size > 1), 1)
+  # otherwise the launch is over the output's first axis longer than 1 (a weight gradient's (3, 3, C, O): 3 units);
+  # when that is its last axis, the column of a register tile, over its tiles (a bias gradient's 32 columns: 1)
+  axes_left = [size for size in reduction.shape if size > 1]
+  units = -(-outputs // STREAM_TILE) if streamed else axes_left[0] if len(axes_left) > 1 else \
+      -(-outputs // (VECTOR_BYTES // 4 * TILE_VECTORS))
   if units >= threads * SPLIT_OUTPUTS_PER_THREAD: return 0
   length = math.prod(source.shape[axis] for axis in axes)
   per_output = length * _element_cost(source, realized, {} if memo is None else memo)
   if outputs * per_output < SPLIT_MIN_WORK: return 0  # also an empty reduction
   chunk_work = outputs * per_output if streamed else per_output  # a streamed chunk reads all its outputs' columns
-  partials = min(threads * SPLIT_PARTIALS_PER_THREAD, chunk_work // SPLIT_MIN_CHUNK_WORK, length)
-  return partials // threads * threads
+  partials = min(threads * SPLIT_PARTIALS_PER_THREAD, chunk_work // SPLIT_MIN_CHUNK_WORK, length) // threads * threads
+  # a count that divides the first reduced axis splits that axis alone (`split_reduction`): prefer one if there is
+  leading = source.shape[min(axes)]
+  return next((p for p in range(partials, 0, -threads) if leading % p == 0), partials)
 
 
 def _node(op: Ops, src: UOp, arg=None, dtype: np.dtype | None = None) -> UOp:
@@ -100,6 +105,9 @@ def split_reduction(reduction: UOp, partials: int, contiguous: bool) -> UOp:
   kept = [axis for axis in range(len(source.shape)) if axis not in axes]
   kept_shape = tuple(source.shape[axis] for axis in kept)
   length = math.prod(source.shape[axis] for axis in axes)
+  axes = tuple(sorted(axes))
+  if len(axes) > 1 and source.shape[axes[0]] % partials == 0:
+    return _split_leading_axis(reduction, partials, contiguous)
   chunk = length // partials
   body_length = chunk * partials
   wide = _F64 if reduce_op is Ops.ADD and reduction.dtype in WIDE_SUM_DTYPES else reduction.dtype
@@ -121,6 +129,30 @@ def split_reduction(reduction: UOp, partials: int, contiguous: bool) -> UOp:
     if wide != tail.dtype: tail = _node(Ops.CAST, tail, dtype=wide)
     tail = _node(Ops.RESHAPE, _node(Ops.REDUCE_AXIS, tail, (reduce_op, (n_kept,))), kept_shape)
     total = UOp(reduce_op, wide, (total, tail))
+  if wide != reduction.dtype: total = _node(Ops.CAST, total, dtype=reduction.dtype)
+  result = _node(Ops.RESHAPE, total, reduction.shape)
+  return _node(Ops.CONTIGUOUS, result) if contiguous else result
+
+
+def _split_leading_axis(reduction: UOp, partials: int, contiguous: bool) -> UOp:
+  """`split_reduction` for a reduction over several axes whose first divides into `partials`: that axis alone is cut
+  into (partials, rest) and the first stage reduces (rest, other axes...), so its kernel keeps one loop per axis with
+  plain strides (a bias gradient's (N, H, W) sum: flattened, H and W were a division and a modulo per element)."""
+  reduce_op, axes = reduction.arg
+  axes = tuple(sorted(axes))
+  source = reduction.src[0]
+  kept = [axis for axis in range(len(source.shape)) if axis not in axes]
+  kept_shape = tuple(source.shape[axis] for axis in kept)
+  wide = _F64 if reduce_op is Ops.ADD and reduction.dtype in WIDE_SUM_DTYPES else reduction.dtype
+  order = (*kept, *axes)
+  moved = source if order == tuple(range(len(order))) else _node(Ops.PERMUTE, source, order)
+  first, *others = (source.shape[axis] for axis in axes)
+  body = _node(Ops.RESHAPE, moved, (*kept_shape, partials, first // partials, *others))
+  n_kept = len(kept_shape)
+  body = _node(Ops.PERMUTE, body, (n_kept, *range(n_kept), *range(n_kept + 1, n_kept + 2 + len(others))))
+  stage1 = UOp(Ops.REDUCE_AXIS, wide, (body,), (reduce_op, tuple(range(n_kept + 1, n_kept + 2 + len(others)))))
+  partial_results = _node(Ops.CONTIGUOUS, _node(Ops.RESHAPE, stage1, (partials, *kept_shape)))
+  total = _node(Ops.RESHAPE, _node(Ops.REDUCE_AXIS, partial_results, (reduce_op, (0,))), kept_shape)
   if wide != reduction.dtype: total = _node(Ops.CAST, total, dtype=reduction.dtype)
   result = _node(Ops.RESHAPE, total, reduction.shape)
   return _node(Ops.CONTIGUOUS, result) if contiguous else result
