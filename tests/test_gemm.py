@@ -825,3 +825,53 @@ def test_fixed_length_row_ends_in_one_tile_of_the_rest(b, q):
   plan = choose_opts(ast)
   heights = llvm._Renderer(ast, plan).tile_sizes(plan.row, plan.rows, global_range(0, outer), TILE_ROWS)
   assert heights == ([TILE_ROWS, b % TILE_ROWS] if b % TILE_ROWS else [TILE_ROWS])
+
+
+def transpose_kernel(rows: int, columns: int, dtype: np.dtype) -> UOp:
+  """out[i, j] = in[j, i] * 2: the kernel of `x.T * 2` for an x of (columns, rows)."""
+  i, j = global_range(0, rows), global_range(1, columns)
+  value = load(buffer(1, dtype), add(mul(j, const(rows)), i))
+  return kernel(store(buffer(0, dtype), add(mul(i, const(columns)), j), mul(value, const(2, dtype))))
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, I32, F64], ids=str)
+@pytest.mark.parametrize("rows,columns,bounds", [(64, 64, None), (97, 130, None), (97, 130, (32, 96)),
+                                                 (100, 70, (0, 100)), (64, 300, (3, 50))])
+def test_transpose_runs_in_blocks(rows, columns, bounds, dtype):
+  """An elementwise kernel reading across its columns runs in TRANSPOSE_BLOCK x TRANSPOSE_BLOCK blocks (partial at
+  the ends, any launch chunk) with the same values as the plain loops; launch chunks are whole blocks of rows."""
+  from tinyjax.codegen.opt import TRANSPOSE_BLOCK
+  ast = transpose_kernel(rows, columns, dtype)
+  assert applied_opts(ast) == (("transpose", TRANSPOSE_BLOCK),) and launch_grain(ast) == TRANSPOSE_BLOCK
+  values = sample(dtype, n=rows * columns, seed=15)
+  outputs = {}
+  for optimize in (True, False):
+    outputs[optimize] = np.zeros(rows * columns, dtype)
+    run_kernel(ast, [outputs[optimize], values], optimize, *(bounds or (0, rows)))
+  assert_same(outputs[True], outputs[False])
+  start, end = bounds or (0, rows)
+  got, want = outputs[True].reshape(rows, columns), (values.reshape(columns, rows).T * 2).astype(dtype)
+  np.testing.assert_array_equal(got[start:end], want[start:end])
+  assert (got[:start] == 0).all() and (got[end:] == 0).all()
+
+
+def test_only_reads_across_columns_get_transpose_blocks():
+  """Small kernels, contiguous copies and reads with a stride shorter than a cache line keep their plain loops."""
+  assert applied_opts(transpose_kernel(40, 200, F32)) == ()  # fewer than two blocks of rows
+  i, j = global_range(0, 128), global_range(1, 128)
+  copy = kernel(store(buffer(0, F32), add(mul(i, const(128)), j), load(buffer(1, F32), add(mul(i, const(128)), j))))
+  assert applied_opts(copy) == ()
+  strided = kernel(store(buffer(0, F32), add(mul(i, const(128)), j),
+                         load(buffer(1, F32), add(mul(i, const(4)), mul(j, const(8))))))
+  assert applied_opts(strided) == ()  # 8 elements apart: two per line
+
+
+@pytest.mark.parametrize("shape,axes", [((300, 200), (1, 0)), ((3, 70, 90), (0, 2, 1)), ((64, 65), (1, 0))])
+def test_transposes_through_jit_and_vmap_match_numpy(shape, axes):
+  import tinyjax as tj
+  import tinyjax.numpy as tnp
+  host = sample(F32, n=int(np.prod(shape)), seed=16).reshape(shape)
+  got = tj.jit(lambda x: tnp.transpose(x, axes) + 1)(tnp.asarray(host))
+  np.testing.assert_array_equal(np.asarray(got), np.transpose(host, axes) + 1)
+  batched = tj.vmap(tj.jit(lambda x: x.T * 3))(tnp.asarray(host.reshape(-1, *shape[-2:])))
+  np.testing.assert_array_equal(np.asarray(batched), np.swapaxes(host.reshape(-1, *shape[-2:]), 1, 2) * 3)

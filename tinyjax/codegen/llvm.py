@@ -36,7 +36,8 @@ from tinyjax.codegen import transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
 from tinyjax.codegen.opt import (BF16, F16, F32, F64, SHORT_REDUCE, TILE_ROWS, TILE_SUM_BLOCK, VECTOR_BYTES,
-                                 VECTOR_UNARY, TilePlan, accumulator_dtype, choose_opts, global_ranges_of)
+                                 VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts, choose_opts, global_ranges_of,
+                                 transpose_block)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.uop import BOOL, Ops, UOp
 
@@ -202,9 +203,10 @@ class _Renderer(Linearizer):
   """Emits the body function of one kernel: a list of IR lines, plus allocas for the entry block and declarations."""
 
   def __init__(self, ast: UOp, plan: TilePlan | None = None, decompose: bool = True, gpu: bool = False,
-               ordered: int = 0, launch: GpuLaunch | None = None):
+               ordered: int = 0, launch: GpuLaunch | None = None, transpose: int = 0):
     super().__init__(ast)
     self.plan, self.gpu, self.ordered = plan, gpu, ordered
+    self.transpose = transpose  # the block of an elementwise kernel's (rows, columns) loops (opt.transpose_block)
     self.launch = launch or GpuLaunch(1)
     self.shared = set(top_reduces(ast)) if self.launch.group > 1 else set()  # REDUCEs done as group reductions
     self.decompose = decompose  # float32 transcendentals as polynomials (transcendental.py), not libm intrinsics
@@ -329,6 +331,9 @@ class _Renderer(Linearizer):
   def open_global_loops(self, global_ranges: list[UOp], depth: int) -> None:
     self.emit_ready(self.ast)
     if depth == len(global_ranges): return
+    if self.transpose:
+      self.render_transpose_blocks(*global_ranges)
+      return
     rng = global_ranges[depth]
     if self.plan is not None and rng is self.plan.row and rng is not global_ranges[-2]:
       self.render_row_tiles(global_ranges, depth)
@@ -342,6 +347,18 @@ class _Renderer(Linearizer):
     start, end = ("%start", "%end") if depth == 0 else ("0", self.value(rng.src[0]))
     with self.loop(start, end, binds=rng):
       self.open_global_loops(global_ranges, depth + 1)
+
+  def render_transpose_blocks(self, row: UOp, column: UOp) -> None:
+    """An elementwise kernel's (rows, columns) loops in blocks of `self.transpose` x `self.transpose` (the last ones
+    partial): rows of a block outside, its columns inside, one block of columns after the other."""
+    block, columns = self.transpose, self.value(column.src[0])
+    with self.loop("%start", "%end", None, step=block, whole=False) as row_block:
+      row_end = self.capped(row_block, block, "%end")
+      with self.loop("0", columns, None, step=block, whole=False) as column_block:
+        column_end = self.capped(column_block, block, columns)
+        with self.loop(row_block, row_end, row):
+          self.emit_ready(self.ast)
+          with self.loop(column_block, column_end, column): self.emit_ready(self.ast)
 
   # ---- nodes
 
@@ -1252,9 +1269,10 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
     raise ValueError(f"codegen: DEFINE_GLOBAL indices must be 0..n-1, got {[buffer.arg for buffer in buffers]}")
   enabled = not NOOPT if optimize is None else optimize
   plan = choose_opts(ast, enabled=enabled)
-  opts = [] if plan is None else list(plan.opts)
+  transpose = 0 if plan is not None else transpose_block(ast, enabled)
+  opts = list(applied_opts(ast, enabled))
   if DEBUG >= 3: print(f"*** opts of {name}: {opts}")
-  renderer = _Renderer(ast, plan, decompose=enabled)
+  renderer = _Renderer(ast, plan, decompose=enabled, transpose=transpose)
   renderer.render_kernel()
   # kernels that compute more than they move ask for VECTOR_BYTES vectors, which LLVM would otherwise not use on CPUs
   # where it prefers 256-bit vectors (Intel's AVX-512 parts): a tile sized for them became 32 half-width accumulators,
