@@ -206,6 +206,8 @@ def test_long_contractions_split_by_their_first_axis():
   (3, 3, C, O) is 3) splits; one with many rows doesn't (its partials would be rows x columns x P float64 values)."""
   assert split.split_partials(reduce_axis(_contraction(3, 1 << 17, 64), Ops.ADD, (1,)), SPLIT_THREADS, set()) > 0
   assert split.split_partials(reduce_axis(_contraction(4096, 1 << 16, 64), Ops.ADD, (1,)), SPLIT_THREADS, set()) == 0
+  # a row sum's rows are its launch units (not a register tile's columns): 40 long rows need no split
+  assert split.split_partials(reduce_axis(param((40, 1 << 20)), Ops.ADD, (1,)), SPLIT_THREADS, set()) == 0
 
 
 def test_split_contraction_keeps_the_full_register_tile():

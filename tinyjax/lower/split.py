@@ -78,10 +78,12 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   # parallelism (codegen/opt.py); a contraction (a broadcast product) gets a register tile instead
   streamed = len(source.shape) - 1 not in axes and not any(node.op is Ops.EXPAND for node in source.toposort)
   # otherwise the launch is over the output's first axis longer than 1 (a weight gradient's (3, 3, C, O): 3 units);
-  # when that is its last axis, the column of a register tile, over its tiles (a bias gradient's 32 columns: 1)
-  axes_left = [size for size in reduction.shape if size > 1]
-  units = -(-outputs // STREAM_TILE) if streamed else axes_left[0] if len(axes_left) > 1 else \
-      -(-outputs // (VECTOR_BYTES // 4 * TILE_VECTORS))
+  # when that is the only one and the source's last axis (a contraction's column, register-tiled), over its tiles (a
+  # bias gradient's 32 columns: 1 unit; a row sum's rows stay units of their own)
+  kept = [axis for axis in range(len(source.shape)) if axis not in axes and source.shape[axis] > 1]
+  column = kept == [len(source.shape) - 1]
+  units = -(-outputs // STREAM_TILE) if streamed else \
+      -(-outputs // (VECTOR_BYTES // 4 * TILE_VECTORS)) if column else source.shape[kept[0]] if kept else 1
   if units >= threads * SPLIT_OUTPUTS_PER_THREAD: return 0
   length = math.prod(source.shape[axis] for axis in axes)
   per_output = length * _element_cost(source, realized, {} if memo is None else memo)
