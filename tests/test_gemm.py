@@ -875,3 +875,87 @@ def test_transposes_through_jit_and_vmap_match_numpy(shape, axes):
   np.testing.assert_array_equal(np.asarray(got), np.transpose(host, axes) + 1)
   batched = tj.vmap(tj.jit(lambda x: x.T * 3))(tnp.asarray(host.reshape(-1, *shape[-2:])))
   np.testing.assert_array_equal(np.asarray(batched), np.swapaxes(host.reshape(-1, *shape[-2:]), 1, 2) * 3)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# bfloat16 contractions on AMX tiles (where the host has them)
+
+def bf16_matmul_kernel(m: int, k: int, n: int, epilogue=None) -> UOp:
+  """out[i, j] = epilogue(sum_k float32(a[i, k]) * float32(b[k, j])): the kernel of a bfloat16 `dot` with float32
+  sums (`preferred_element_type=float32`)."""
+  rows, cols, red = global_range(0, m), global_range(1, n), reduce_range(2, k)
+  a_element = cast(load(buffer(1, BF16), add(mul(rows, const(k)), red)), F32)
+  b_element = cast(load(buffer(2, BF16), add(mul(red, const(n)), cols)), F32)
+  result = reduce(Ops.ADD, mul(a_element, b_element), red)
+  if epilogue is not None: result = epilogue(result, cols)
+  return kernel(store(buffer(0, F32), add(mul(rows, const(n)), cols), result))
+
+
+def _amx_available() -> bool:
+  from tinyjax.codegen.opt import amx_bf16
+  return amx_bf16()
+
+
+@pytest.mark.parametrize("m,k,n,bounds", [(64, 64, 64, None), (70, 100, 83, None), (70, 100, 83, (5, 40)),
+                                          (33, 32, 17, None), (40, 2100, 48, (0, 40)), (16, 32, 16, None),
+                                          (96, 96, 100, (32, 96))])
+def test_bfloat16_contraction_on_amx(m, k, n, bounds, monkeypatch):
+  """A bfloat16 matrix product with float32 sums runs on AMX tiles where the host has them: whole and partial row and
+  column blocks, a reduction with steps past the last tile product (100 = 96 + 4) and one long enough for float64
+  block sums (2100), launch chunks that start anywhere; with a bias and ReLU epilogue. Against float64, and against
+  the register tile it replaces (TINYJAX_AMX=0's plan)."""
+  from tinyjax.codegen import opt
+
+  def epilogue(total: UOp, col: UOp) -> UOp:
+    return alu(Ops.MAX, add(total, load(buffer(3, F32), col)), const(0.0, F32))
+
+  ast = bf16_matmul_kernel(m, k, n, epilogue)
+  if _amx_available(): assert applied_opts(ast) == (("amx", 0, 1),)
+  rng = np.random.default_rng(17)
+  a, b = rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((k, n)).astype(BF16)
+  bias = rng.standard_normal(n).astype(F32)
+  start, end = bounds or (0, m)
+  outputs, available = {}, _amx_available()
+  for amx in (True, False):
+    monkeypatch.setattr(opt, "amx_bf16", lambda amx=amx: amx and available)
+    outputs[amx] = np.full(m * n, -7.0, F32)
+    run_kernel(ast, [outputs[amx], a, b, bias], True, start, end)
+  want = np.maximum(a.astype(F64) @ b.astype(F64) + bias, 0)
+  for got in outputs.values():
+    grid = got.reshape(m, n)
+    np.testing.assert_allclose(grid[start:end], want[start:end], rtol=2e-6 * np.sqrt(k), atol=2e-6 * np.sqrt(k))
+    assert (grid[:start] == -7.0).all() and (grid[end:] == -7.0).all()
+
+
+def test_amx_only_for_bfloat16_products_it_can_tile():
+  """Float32 operands, a short reduction (< 32 steps), a transposed a (its reduce steps strided) and more than two
+  global ranges keep the register tile."""
+  assert not any(opt[0] == "amx" for opt in applied_opts(matmul_kernel(64, 64, 64, F32)))
+  assert not any(opt[0] == "amx" for opt in applied_opts(bf16_matmul_kernel(64, 16, 64)))
+  rows, cols, red = global_range(0, 64), global_range(1, 64), reduce_range(2, 64)
+  strided = cast(load(buffer(1, BF16), add(mul(red, const(64)), rows)), F32)  # a.T @ b
+  other = cast(load(buffer(2, BF16), add(mul(red, const(64)), cols)), F32)
+  ast = kernel(store(buffer(0, F32), add(mul(rows, const(64)), cols), reduce(Ops.ADD, mul(strided, other), red)))
+  assert not any(opt[0] == "amx" for opt in applied_opts(ast))
+
+
+def test_bfloat16_matmul_through_jit_grad_and_vmap():
+  """`jnp.dot` of bfloat16 arrays (float32 or bfloat16 results), its gradient and a vmapped product, against numpy
+  in float64: the bfloat16 operands stay bfloat16 up to the kernel (no float32 copy), where AMX reads them."""
+  import tinyjax as tj
+  import tinyjax.numpy as tnp
+  from tinyjax import lax
+  rng = np.random.default_rng(18)
+  a, b = rng.standard_normal((96, 200)).astype(BF16), rng.standard_normal((200, 72)).astype(BF16)
+  want = a.astype(F64) @ b.astype(F64)
+  got = tj.jit(lambda x, y: lax.dot(x, y, preferred_element_type=np.float32))(tnp.asarray(a), tnp.asarray(b))
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-4)
+  rounded = tj.jit(lambda x, y: x @ y)(tnp.asarray(a), tnp.asarray(b))
+  assert rounded.dtype == BF16
+  np.testing.assert_allclose(np.asarray(rounded).astype(F64), want, rtol=1e-2, atol=1e-1)
+  grad = tj.jit(tj.grad(lambda x, y: lax.dot(x, y, preferred_element_type=np.float32).sum()))(
+    tnp.asarray(a), tnp.asarray(b))
+  np.testing.assert_allclose(np.asarray(grad).astype(F64), np.ones((96, 72)) @ b.astype(F64).T, rtol=1e-2, atol=1e-1)
+  stacked = rng.standard_normal((3, 40, 64)).astype(BF16)
+  batched = tj.vmap(lambda x: lax.dot(x, b[:64], preferred_element_type=np.float32))(tnp.asarray(stacked))
+  np.testing.assert_allclose(np.asarray(batched), stacked.astype(F64) @ b[:64].astype(F64), rtol=1e-5, atol=1e-4)

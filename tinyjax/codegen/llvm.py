@@ -35,9 +35,9 @@ import numpy as np
 from tinyjax.codegen import transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
-from tinyjax.codegen.opt import (BF16, F16, F32, F64, SHORT_REDUCE, TILE_ROWS, TILE_SUM_BLOCK, VECTOR_BYTES,
-                                 VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts, choose_opts, global_ranges_of,
-                                 transpose_block)
+from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, SHORT_REDUCE, TILE_ROWS,
+                                 TILE_SUM_BLOCK, VECTOR_BYTES, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts,
+                                 choose_opts, global_ranges_of, linear_strides, transpose_block)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.uop import BOOL, Ops, UOp
 
@@ -52,6 +52,7 @@ from tinyjax.uop import BOOL, Ops, UOp
 # far worse: sum(axis=1) of 4096x4096 float32 on one thread took 2.5-2.7 ms unrolled (2 streams; 1024-element
 # blocks, 4 streams: 3.4 ms) and 1.5-2.4 ms as a loop, the same data's full sum 4.3-4.5 ms (partially unrolled) and
 # 2.9-3.0 ms as a loop, on a machine where numpy takes 2.65 ms.
+I64 = np.dtype(np.int64)
 SUM_BLOCK = 2048
 # A GPU work-item sums without vector lanes (one running float32 sum per block, not 16-64 of them), so its blocks are
 # short: a sequential float32 sum of n terms is off by up to n/2 ulp (0.1 added 2048 times: 4e-5 relative).
@@ -334,6 +335,9 @@ class _Renderer(Linearizer):
     if self.transpose:
       self.render_transpose_blocks(*global_ranges)
       return
+    if self.plan is not None and self.plan.amx:
+      self.render_amx(*global_ranges)
+      return
     rng = global_ranges[depth]
     if self.plan is not None and rng is self.plan.row and rng is not global_ranges[-2]:
       self.render_row_tiles(global_ranges, depth)
@@ -347,6 +351,132 @@ class _Renderer(Linearizer):
     start, end = ("%start", "%end") if depth == 0 else ("0", self.value(rng.src[0]))
     with self.loop(start, end, binds=rng):
       self.open_global_loops(global_ranges, depth + 1)
+
+  def render_amx(self, row: UOp, column: UOp) -> None:
+    """A bfloat16 matrix product on AMX tiles (opt.py `_amx_plan`), rows [start, end) of the launch. Per block of
+    AMX_BLOCK columns, b's values for the block are packed as AMX wants them (pairs of reduce steps per column, zero
+    past the last column); per block of AMX_BLOCK rows, 2 x 2 tiles of 16 x 16 float32 sums run the reduce steps in
+    tile products of AMX_K, a's tiles loaded in place (a chunk's last, partial row block from a zero-padded copy of
+    it). The tiles' sums are added into float64 every AMX_SUM_BLOCK steps; each element then adds the reduce steps
+    past the last whole AMX_K (in float32), and the epilogue and STORE run per element."""
+    plan = self.plan
+    assert plan is not None
+    node = plan.reduce
+    (k,), (a, b) = node.src[1:], plan.amx
+    size, columns = k.src[0].arg, column.src[0].arg
+    steps, block, half = size // AMX_K * AMX_K, AMX_BLOCK, AMX_BLOCK // 2
+    lda = linear_strides(a.src[1])[0].get(row, 0)
+    packed = self.alloca(f"[{steps * block} x i16]", align=VECTOR_BYTES)
+    tail = self.alloca(f"[{block * steps} x i16]", align=VECTOR_BYTES)
+    tiles = self.alloca(f"[{block * block} x float]", align=VECTOR_BYTES)
+    sums = self.alloca(f"[{block * block} x double]", align=VECTOR_BYTES)
+
+    def element(load: UOp, bindings: list[tuple[UOp, str]]) -> str:
+      """The address of `load`'s element with the given ranges bound."""
+      with contextlib.ExitStack() as stack:
+        for rng, value in bindings: stack.enter_context(self.bound(rng, value))
+        self.emit_ready(load.src[1])
+        return self.address(load.src[0], load.src[1])
+
+    def raw(address: str, valid: str) -> str:
+      return self.select(valid, self.emit(f"load i16, ptr {address}"), "0", np.dtype(np.int16))
+
+    def tile(op: str, *args: tuple[str, str]) -> str:
+      return self.call(f"llvm.x86.{op}.internal", "x86_amx", [("i16", "16"), ("i16", "64"), *args])
+
+    whole = self.emit(f"and i64 {self.emit('sub nsw i64 %end, %start')}, {-block}")
+    full_end = self.emit(f"add nsw i64 %start, {whole}")
+    with self.when(self.emit(f"icmp slt i64 {full_end}, %end")):  # the partial last row block, zero-padded
+      with self.loop("0", str(block), None) as r, self.loop("0", str(steps), None) as step:
+        index = self.emit(f"add nsw i64 {full_end}, {r}")
+        valid = self.emit(f"icmp slt i64 {index}, %end")
+        value = raw(element(a, [(row, self.select(valid, index, full_end, I64)), (k, step)]), valid)
+        slot = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {r}, {steps}')}, {step}")
+        self.line(f"store i16 {value}, ptr {self.emit(f'getelementptr inbounds i16, ptr {tail}, i64 {slot}')}")
+    ldb = linear_strides(b.src[1])[0][k]
+    with self.loop("0", str(columns), None, step=block, whole=False) as column_block:
+      # b's rows 2p and 2p+1 interleaved: packed[p][j][0 / 1]; the columns past the last are zeros
+      width = self.emit(f"sub nsw i64 {self.capped(column_block, block, str(columns))}, {column_block}")
+      b_base = element(b, [(k, "0"), (column, column_block)])
+      with self.loop("0", str(block * steps), None) as i:  # zero the pack (a partial block's last columns stay zero)
+        self.line(f"store i16 0, ptr {self.emit(f'getelementptr inbounds i16, ptr {packed}, i64 {i}')}")
+      with self.loop("0", str(steps // 2), None) as pair, self.loop("0", width, None) as j:
+        for odd in (0, 1):
+          step = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {pair}, 2')}, {odd}")
+          offset = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {step}, {ldb}')}, {j}")
+          value = self.emit(f"load i16, ptr {self.emit(f'getelementptr inbounds i16, ptr {b_base}, i64 {offset}')}")
+          within = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {j}, 2')}, {odd}")
+          slot = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {pair}, {2 * block}')}, {within}")
+          self.line(f"store i16 {value}, ptr {self.emit(f'getelementptr inbounds i16, ptr {packed}, i64 {slot}')}")
+      with self.loop("%start", "%end", None, step=block, whole=False) as row_block:
+        in_tail = self.emit(f"icmp sge i64 {row_block}, {full_end}")
+        a_base = self.emit(f"select i1 {in_tail}, ptr {tail}, ptr {element(a, [(row, row_block), (k, '0')])}")
+        a_stride = self.emit(f"select i1 {in_tail}, i64 {2 * steps}, i64 {2 * lda}")
+        lower_half = self.emit(f"mul nsw i64 {a_stride}, {half}")
+        a_lower = self.emit(f"getelementptr inbounds i8, ptr {a_base}, i64 {lower_half}")
+        blocked = steps > AMX_SUM_BLOCK  # else the tiles' float32 sums are the totals
+        if blocked:
+          with self.loop("0", str(block * block), None) as i:
+            self.line(f"store double 0.0, ptr {self.slot(sums, F64, i)}")
+        with self.loop("0", str(-(-steps // AMX_SUM_BLOCK)), None, vectorize=False) as sum_block:
+          first, last = self.block_bounds(sum_block, AMX_SUM_BLOCK, str(steps))
+          zero = self.call("llvm.x86.tilezero.internal", "x86_amx", [("i16", "16"), ("i16", "64")])
+          entry = self.block
+          self.counter += 1
+          header, body, done = f"amx{self.counter}", f"amx{self.counter}.body", f"amx{self.counter}.end"
+          position, after = f"%amxk{self.counter}", f"%amxk{self.counter}.next"
+          sums_in = [f"%amxc{self.counter}.{i}" for i in range(4)]
+          sums_out = [f"%amxc{self.counter}.{i}.next" for i in range(4)]
+          self.line(f"br label %{header}")
+          self.label(header)
+          self.line(f"{position} = phi i64 [ {first}, %{entry} ], [ {after}, %{body} ]")
+          for current, updated in zip(sums_in, sums_out):
+            self.line(f"{current} = phi x86_amx [ {zero}, %{entry} ], [ {updated}, %{body} ]")
+          self.line(f"br i1 {self.emit(f'icmp slt i64 {position}, {last}')}, label %{body}, label %{done}")
+          self.label(body)
+          offset = self.emit(f"mul nsw i64 {position}, 2")
+          a_tiles = [tile("tileloadd64", ("ptr", self.emit(f"getelementptr inbounds i8, ptr {base}, i64 {offset}")),
+                          ("i64", a_stride)) for base in (a_base, a_lower)]
+          pairs = self.emit(f"mul nsw i64 {position}, {2 * block}")  # (position / 2) pairs of 2 * block i16 values
+          b_tiles = [tile("tileloadd64", ("ptr", self.emit(f"getelementptr inbounds i8, ptr {packed}, i64 "
+                                                          f"{self.emit(f'add nsw i64 {pairs}, {64 * half_index}')}")),
+                          ("i64", str(4 * block))) for half_index in (0, 1)]
+          for i, (current, updated) in enumerate(zip(sums_in, sums_out)):
+            self.line(f"{updated} = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx "
+                      f"{current}, x86_amx {a_tiles[i // 2]}, x86_amx {b_tiles[i % 2]})")
+          self.declarations.add("declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, "
+                                "x86_amx)")
+          self.line(f"{after} = add nsw i64 {position}, {AMX_K}")
+          self.line(f"br label %{header}")
+          self.label(done)
+          for i, current in enumerate(sums_in):
+            corner = self.emit(f"getelementptr inbounds float, ptr {tiles}, "
+                               f"i64 {(i // 2) * half * block + (i % 2) * half}")
+            self.line(f"call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr {corner}, i64 {4 * block}, "
+                      f"x86_amx {current})")
+          self.declarations.add("declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)")
+          if blocked:
+            with self.loop("0", str(block * block), None) as i:
+              total = self.emit(f"fadd double {self.emit(f'load double, ptr {self.slot(sums, F64, i)}')}, "
+                                f"{self.cast(self.emit(f'load float, ptr {self.slot(tiles, F32, i)}'), F32, F64)}")
+              self.line(f"store double {total}, ptr {self.slot(sums, F64, i)}")
+        rows_here = self.capped(row_block, block, "%end")
+        columns_here = self.capped(column_block, block, str(columns))
+        with self.loop(row_block, rows_here, row) as row_index:
+          with self.loop(column_block, columns_here, column) as column_index:
+            row_in_block = self.emit(f"sub nsw i64 {row_index}, {row_block}")
+            slot = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {row_in_block}, {block}')}, "
+                             f"{self.emit(f'sub nsw i64 {column_index}, {column_block}')}")
+            total = self.emit(f"load double, ptr {self.slot(sums, F64, slot)}") if blocked else \
+                self.cast(self.emit(f"load float, ptr {self.slot(tiles, F32, slot)}"), F32, F64)
+            if steps < size:  # the reduce steps past the last tile product, in float32
+              def rest(_: list[str]) -> tuple[list[str], np.dtype]:
+                self.emit_ready(node.src[0])
+                return [self.value(node.src[0])], F32
+              (part,) = self.accumulate(node, F32, 1, [(str(steps), str(size), k, True)], rest, contract=True)
+              total = self.emit(f"fadd double {total}, {self.cast(part, F32, F64)}")
+            self.scopes[-1][node] = self.cast(total, F64, node.dtype)
+            self.emit_ready(self.ast)
 
   def render_transpose_blocks(self, row: UOp, column: UOp) -> None:
     """An elementwise kernel's (rows, columns) loops in blocks of `self.transpose` x `self.transpose` (the last ones

@@ -95,6 +95,11 @@ SPAN_SUMS_BYTES = 1 << 19
 # 2 MB at least) room; 256 KB left 2048^3 and K=1040 unpacked, at half the speed (156 -> 223 GFLOP/s, 158 -> 270).
 PACK_BYTES = 1024 * 1024
 PACK_MIN_ROWS = 16
+# A bfloat16 contraction with float32 sums runs on AMX tiles where the host has them (`_amx_plan`, llvm.py
+# `render_amx`): blocks of AMX_BLOCK x AMX_BLOCK outputs (2 x 2 tiles of 16 x 16 float32), AMX_K reduce steps per tile
+# product (32 bfloat16 = a 64-byte tile row); the tiles' float32 sums are added into float64 every AMX_SUM_BLOCK steps
+# (a tile product adds 32 products at once, so a block is 32 float32 additions per element).
+AMX_K, AMX_BLOCK, AMX_SUM_BLOCK = 32, 32, 1024
 # A contraction reading both operands along its reduction (`g @ w.T`) gets a tile of DOT_ROWS x DOT_COLUMNS output
 # elements, each a vector of partial sums over the reduce loop: per vector step DOT_ROWS + DOT_COLUMNS loads feed
 # DOT_ROWS * DOT_COLUMNS FMAs, and no transposed copy of w is made (`_dot_plan`). 128x512x512: 341 us, against 526 us
@@ -132,6 +137,7 @@ class TilePlan:
   packed: tuple[UOp, ...] = ()  # loads of the reused operand copied into a contiguous array per column tile
   dot: bool = False        # the reduce loop is the vectorised loop, `columns` scalar columns (`_dot_plan`)
   spans: tuple[UOp, ...] = ()  # global ranges a row group runs inside each reduce block (`_spans`)
+  amx: tuple[UOp, ...] = ()  # a bfloat16 contraction on AMX tiles: its (row operand, column operand) loads
 
 
 def accumulator_dtype(node: UOp) -> np.dtype:
@@ -205,6 +211,7 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   # loop (the innermost reduce range) is strided in some load; gated loads would put branches into the tile
   loads = [node for node in value_nodes if node.op is Ops.LOAD]
   if _stride(store_index, column) != 1 or any(len(load.src) > 2 for load in loads): return None
+  if (plan := _amx_plan(reduce, global_ranges, reduce_ranges)) is not None: return plan
   innermost = reduce_ranges[-1]
   # the plain nest is right when its inner loop (the innermost reduce range) is contiguous and long enough to
   # vectorise; a short one (a convolution's kernel width) leaves it a scalar loop of a few iterations per output
@@ -258,6 +265,35 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
       max(group or rows, PACK_MIN_ROWS if packed else 1) if outermost is row else 1
   return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain, group, packed,
                   spans=spans)
+
+
+def amx_bf16() -> bool:
+  """Whether this process may run bfloat16 contractions on AMX tiles (devices/cpu.py `amx_bf16`)."""
+  from tinyjax.devices import cpu  # the host's CPU features and the OS's permission
+  return cpu.amx_bf16()
+
+
+def _amx_plan(reduce: UOp, global_ranges: list[UOp], reduce_ranges: list[UOp]) -> TilePlan | None:
+  """The AMX plan of a bfloat16 matrix product with float32 sums, out[i, j] = epilogue(sum_k a[i, k] * b[k, j]): a
+  read along the reduction (its tiles load in place), b along the columns (packed into pairs of reduce steps per
+  column, AMX's layout), over exactly (rows, columns) and one reduce range of at least AMX_K steps; None otherwise or
+  without AMX (see llvm.py `render_amx`)."""
+  if len(global_ranges) != 2 or len(reduce_ranges) != 1 or reduce.arg is not Ops.ADD or reduce.dtype != F32:
+    return None
+  (row, column), (k,) = global_ranges, reduce_ranges
+  value = reduce.src[0]
+  if value.op is not Ops.MUL or any(src.op is not Ops.CAST or src.src[0].op is not Ops.LOAD or
+                                    src.src[0].dtype != BF16 or len(src.src[0].src) != 2 for src in value.src):
+    return None
+  forms = [linear_strides(src.src[0].src[1]) for src in value.src]
+  if any(other for _, other in forms): return None
+  (a, a_strides), (b, b_strides) = ((src.src[0], form[0]) for src, form in zip(value.src, forms))
+  if a_strides.get(k) != 1 or column in a_strides: a, b, a_strides, b_strides = b, a, b_strides, a_strides
+  if a_strides.get(k) != 1 or column in a_strides or b_strides.get(column) != 1 or row in b_strides: return None
+  steps = k.src[0].arg // AMX_K * AMX_K
+  if steps == 0 or row.src[0].arg < AMX_BLOCK // 2 or steps * AMX_BLOCK * 2 > PACK_BYTES or not amx_bf16(): return None
+  opts = (("amx", row.arg[0], column.arg[0]),)
+  return TilePlan(reduce, column, row, AMX_BLOCK, False, AMX_BLOCK, 16, True, opts, AMX_BLOCK, amx=(a, b))
 
 
 def _spans(loads: list[UOp], row: UOp, global_ranges: list[UOp], group_sums: int) -> tuple[UOp, ...]:

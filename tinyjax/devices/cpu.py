@@ -121,6 +121,18 @@ def cpu_features() -> str:
   return llvm.get_host_cpu_features().flatten()
 
 
+@functools.cache
+def amx_bf16() -> bool:
+  """Whether kernels may use Intel AMX tiles for bfloat16 contractions (codegen/opt.py `amx_plan`): the host has
+  AMX-TILE and AMX-BF16 and Linux grants this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, once, for all
+  its threads). TINYJAX_AMX=0 turns it off."""
+  if not getenv("TINYJAX_AMX", 1) or not sys.platform.startswith("linux"): return False
+  features = cpu_features().split(",")
+  if "+amx-tile" not in features or "+amx-bf16" not in features: return False
+  libc = ctypes.CDLL(None, use_errno=True)
+  return libc.syscall(158, 0x1023, 18) == 0  # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA (x86-64)
+
+
 def target_machine(opt_level: int = 3) -> llvm.TargetMachine:
   """The llvmlite TargetMachine for the host CPU (name and features) at `opt_level` (0-3)."""
   return llvm_compile.target_machine(cpu_target_triple(), cpu_name(), cpu_features(), opt_level)

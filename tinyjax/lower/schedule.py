@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tinyjax.codegen.opt import VECTOR_UNARY, choose_opts, global_ranges_of, launch_grain, linear_strides
+from tinyjax.codegen.opt import BF16, VECTOR_UNARY, choose_opts, global_ranges_of, launch_grain, linear_strides
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import split_reductions
@@ -183,6 +183,14 @@ def _tiles_rows(reduction: UOp) -> bool:
   return sum(extent > 1 for extent in reduction.shape) > 1
 
 
+def _widened_load(node: UOp, realize: set[UOp]) -> bool:
+  """A bfloat16 buffer read as float32 (a contraction's operand): a shift where it is read, and what AMX tiles read
+  directly (codegen/opt.py `_amx_plan`), so never a float32 copy of its own."""
+  source = node.src[0] if node.op is Ops.CAST else None
+  return source is not None and node.dtype == np.dtype(np.float32) and source.dtype == BF16 and \
+      (source.op is Ops.PARAM or source in realize)
+
+
 EARLY_OUTPUT_FRACTION = 0.75
 
 
@@ -207,6 +215,7 @@ def find_buffers(sink: UOp) -> list[UOp]:
       visited.add(state)
       if node in realize: continue
       if expanded and (node.op is Ops.REDUCE_AXIS or (node.op in ELEMENTWISE and math.prod(node.shape) > 1 and
+                                                      not _widened_load(node, realize) and
                                                       (reread or _is_costly(node, realize, cost)))) or \
           ((costly_above == SCALAR_COSTLY or reduced) and node.op is Ops.REDUCE_AXIS and
            _is_contraction(node, realize) and _tiles_rows(node)):
@@ -553,10 +562,10 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
 def _row_split_grain(ast: UOp, threads: int) -> int | None:
   """A packed register tile cut by rows (its outermost range: `_split_columns` kept it, as a weight gradient's
   `x.T @ g`) runs as one chunk of rows per thread: every chunk packs all of the reused operand again, so chunks of a
-  group's rows each (claimed as the runtime's adaptive chunks grow) packed it ~10 times per thread. Its launch grain,
-  or None for other kernels."""
+  group's rows each (claimed as the runtime's adaptive chunks grow) packed it ~10 times per thread. So does an AMX
+  plan's (it packs b per column block). Its launch grain, or None for other kernels."""
   plan = choose_opts(ast)
-  if plan is None or not plan.packed or plan.row is not global_ranges_of(ast)[0]: return None
+  if plan is None or not (plan.packed or plan.amx) or plan.row is not global_ranges_of(ast)[0]: return None
   rows = plan.row.src[0].arg
   return max(plan.grain, -(-rows // (threads * plan.rows)) * plan.rows)
 
