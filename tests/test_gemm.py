@@ -4,6 +4,7 @@ direction), dtypes, epilogues, thread chunks that are no multiple of a tile, and
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 
 import numpy as np
@@ -959,3 +960,19 @@ def test_bfloat16_matmul_through_jit_grad_and_vmap():
   stacked = rng.standard_normal((3, 40, 64)).astype(BF16)
   batched = tj.vmap(lambda x: lax.dot(x, b[:64], preferred_element_type=np.float32))(tnp.asarray(stacked))
   np.testing.assert_allclose(np.asarray(batched), stacked.astype(F64) @ b[:64].astype(F64), rtol=1e-5, atol=1e-4)
+
+
+def test_cached_amx_kernels_run_in_a_fresh_process(tmp_path):
+  """A process that finds a bfloat16 product's schedule and kernels in the disk cache (no lowering, no rendering)
+  still asks the OS for AMX's tile state before running them: the cache key says whether AMX was used, and looking
+  it up asks (an AMX instruction without the permission kills the process with SIGILL)."""
+  import subprocess
+  import sys
+  script = ("import numpy as np, ml_dtypes, tinyjax as tj, tinyjax.numpy as tnp\n"
+            "a = tnp.asarray(np.ones((64, 64), ml_dtypes.bfloat16))\n"
+            "print(float(tj.jit(lambda x: tj.lax.dot(x, x, preferred_element_type=np.float32))(a).sum()))\n")
+  env = {**os.environ, "TINYJAX_CACHE_DIR": str(tmp_path)}
+  for _ in range(2):  # lowered and compiled, then everything from the cache
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert float(result.stdout) == 64.0 ** 3

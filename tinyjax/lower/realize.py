@@ -25,6 +25,7 @@ import numpy as np
 from tinyjax import __version__
 from tinyjax.codegen.gpu import gpu_launch
 from tinyjax.codegen.llvm import render_llvm
+from tinyjax.codegen.opt import amx_bf16
 from tinyjax.devices import LaunchList, compile_cpu_many, compile_worker, cpu_threads
 from tinyjax.devices.device import CPU, move, place
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
@@ -147,9 +148,11 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   now."""
   if (compiled := _memory_cache.get((sink, device))) is not None: return compiled
   gpu = device is not CPU
-  # the schedule depends on the thread count (split reductions), so the disk cache key does too
+  # the schedule depends on the thread count (split reductions) and the kernels on AMX (codegen/opt.py `_amx_plan`),
+  # so the disk cache key does too; asking for AMX also gets this process the OS's permission to run its kernels,
+  # before any cached one is loaded
   threads = GPU_SPLIT_THREADS if gpu else cpu_threads()
-  target = f"gpu={device.arch},groups={device.groups}" if gpu else f"threads={threads}"
+  target = f"gpu={device.arch},groups={device.groups}" if gpu else f"threads={threads},amx={int(amx_bf16())}"
   key = f"{_CODE_FINGERPRINT}|{target}|{structure_key(sink)}"
   lowered = None
   if (payload := _disk_cache.get(key)) is not None:
