@@ -976,3 +976,25 @@ def test_cached_amx_kernels_run_in_a_fresh_process(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert float(result.stdout) == 64.0 ** 3
+
+
+@pytest.mark.parametrize("batch,m,k,n,bounds", [(3, 40, 64, 72, None), (5, 33, 100, 17, (1, 4)),
+                                                (2, 16, 1100, 40, None)])
+def test_batched_bfloat16_contraction_on_amx(batch, m, k, n, bounds):
+  """A batch of bfloat16 products (out[p, i, j] = sum_k a[p, i, k] * b[p, k, j], a vmapped matmul or attention's
+  heads) runs on AMX tiles too, launched over the batch: partial blocks, a reduce tail, float64 block sums, a chunk of
+  the batch; against float64."""
+  p, rows, cols, red = global_range(0, batch), global_range(1, m), global_range(2, n), reduce_range(3, k)
+  a_element = cast(load(buffer(1, BF16), add(add(mul(p, const(m * k)), mul(rows, const(k))), red)), F32)
+  b_element = cast(load(buffer(2, BF16), add(add(mul(p, const(k * n)), mul(red, const(n))), cols)), F32)
+  out_index = add(add(mul(p, const(m * n)), mul(rows, const(n))), cols)
+  ast = kernel(store(buffer(0, F32), out_index, reduce(Ops.ADD, mul(a_element, b_element), red)))
+  if _amx_available(): assert applied_opts(ast) == (("amx", 1, 2),) and launch_grain(ast) == 1
+  rng = np.random.default_rng(19)
+  a, b = rng.standard_normal((batch, m, k)).astype(BF16), rng.standard_normal((batch, k, n)).astype(BF16)
+  out = np.full(batch * m * n, -7.0, F32)
+  start, end = bounds or (0, batch)
+  run_kernel(ast, [out, a, b], True, start, end)
+  got, want = out.reshape(batch, m, n), np.einsum("pik,pkj->pij", a.astype(F64), b.astype(F64))
+  np.testing.assert_allclose(got[start:end], want[start:end], rtol=2e-6 * np.sqrt(k), atol=2e-6 * np.sqrt(k))
+  assert (got[:start] == -7.0).all() and (got[end:] == -7.0).all()

@@ -352,8 +352,19 @@ class _Renderer(Linearizer):
     with self.loop(start, end, binds=rng):
       self.open_global_loops(global_ranges, depth + 1)
 
-  def render_amx(self, row: UOp, column: UOp) -> None:
-    """A bfloat16 matrix product on AMX tiles (opt.py `_amx_plan`), rows [start, end) of the launch. Per block of
+  def render_amx(self, *ranges: UOp) -> None:
+    """A bfloat16 matrix product on AMX tiles (opt.py `_amx_plan`): over rows [start, end) of the launch, or for a
+    batch of them (a batch range first: each of its values in [start, end) over all rows)."""
+    if len(ranges) == 2:
+      self.render_amx_rows(*ranges, "%start", "%end")
+      return
+    batch, row, column = ranges
+    with self.loop("%start", "%end", batch):
+      self.emit_ready(self.ast)
+      self.render_amx_rows(row, column, "0", str(row.src[0].arg))
+
+  def render_amx_rows(self, row: UOp, column: UOp, start: str, end: str) -> None:
+    """Rows [start, end) of a bfloat16 matrix product on AMX tiles. Per block of
     AMX_BLOCK columns, b's values for the block are packed as AMX wants them (pairs of reduce steps per column, zero
     past the last column); per block of AMX_BLOCK rows, 2 x 2 tiles of 16 x 16 float32 sums run the reduce steps in
     tile products of AMX_K, a's tiles loaded in place (a chunk's last, partial row block from a zero-padded copy of
@@ -384,12 +395,12 @@ class _Renderer(Linearizer):
     def tile(op: str, *args: tuple[str, str]) -> str:
       return self.call(f"llvm.x86.{op}.internal", "x86_amx", [("i16", "16"), ("i16", "64"), *args])
 
-    whole = self.emit(f"and i64 {self.emit('sub nsw i64 %end, %start')}, {-block}")
-    full_end = self.emit(f"add nsw i64 %start, {whole}")
-    with self.when(self.emit(f"icmp slt i64 {full_end}, %end")):  # the partial last row block, zero-padded
+    whole = self.emit(f"and i64 {self.emit(f'sub nsw i64 {end}, {start}')}, {-block}")
+    full_end = self.emit(f"add nsw i64 {start}, {whole}")
+    with self.when(self.emit(f"icmp slt i64 {full_end}, {end}")):  # the partial last row block, zero-padded
       with self.loop("0", str(block), None) as r, self.loop("0", str(steps), None) as step:
         index = self.emit(f"add nsw i64 {full_end}, {r}")
-        valid = self.emit(f"icmp slt i64 {index}, %end")
+        valid = self.emit(f"icmp slt i64 {index}, {end}")
         value = raw(element(a, [(row, self.select(valid, index, full_end, I64)), (k, step)]), valid)
         slot = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {r}, {steps}')}, {step}")
         self.line(f"store i16 {value}, ptr {self.emit(f'getelementptr inbounds i16, ptr {tail}, i64 {slot}')}")
@@ -408,7 +419,7 @@ class _Renderer(Linearizer):
           within = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {j}, 2')}, {odd}")
           slot = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {pair}, {2 * block}')}, {within}")
           self.line(f"store i16 {value}, ptr {self.emit(f'getelementptr inbounds i16, ptr {packed}, i64 {slot}')}")
-      with self.loop("%start", "%end", None, step=block, whole=False) as row_block:
+      with self.loop(start, end, None, step=block, whole=False) as row_block:
         in_tail = self.emit(f"icmp sge i64 {row_block}, {full_end}")
         a_base = self.emit(f"select i1 {in_tail}, ptr {tail}, ptr {element(a, [(row, row_block), (k, '0')])}")
         a_stride = self.emit(f"select i1 {in_tail}, i64 {2 * steps}, i64 {2 * lda}")
@@ -460,7 +471,7 @@ class _Renderer(Linearizer):
               total = self.emit(f"fadd double {self.emit(f'load double, ptr {self.slot(sums, F64, i)}')}, "
                                 f"{self.cast(self.emit(f'load float, ptr {self.slot(tiles, F32, i)}'), F32, F64)}")
               self.line(f"store double {total}, ptr {self.slot(sums, F64, i)}")
-        rows_here = self.capped(row_block, block, "%end")
+        rows_here = self.capped(row_block, block, end)
         columns_here = self.capped(column_block, block, str(columns))
         with self.loop(row_block, rows_here, row) as row_index:
           with self.loop(column_block, columns_here, column) as column_index:

@@ -276,11 +276,11 @@ def amx_bf16() -> bool:
 def _amx_plan(reduce: UOp, global_ranges: list[UOp], reduce_ranges: list[UOp]) -> TilePlan | None:
   """The AMX plan of a bfloat16 matrix product with float32 sums, out[i, j] = epilogue(sum_k a[i, k] * b[k, j]): a
   read along the reduction (its tiles load in place), b along the columns (packed into pairs of reduce steps per
-  column, AMX's layout), over exactly (rows, columns) and one reduce range of at least AMX_K steps; None otherwise or
-  without AMX (see llvm.py `render_amx`)."""
-  if len(global_ranges) != 2 or len(reduce_ranges) != 1 or reduce.arg is not Ops.ADD or reduce.dtype != F32:
+  column, AMX's layout), over (rows, columns), or (batch, rows, columns) for a batch of products (vmap, attention's
+  heads), and one reduce range of at least AMX_K steps; None otherwise or without AMX (see llvm.py `render_amx`)."""
+  if len(global_ranges) not in (2, 3) or len(reduce_ranges) != 1 or reduce.arg is not Ops.ADD or reduce.dtype != F32:
     return None
-  (row, column), (k,) = global_ranges, reduce_ranges
+  (row, column), (k,) = global_ranges[-2:], reduce_ranges
   value = reduce.src[0]
   if value.op is not Ops.MUL or any(src.op is not Ops.CAST or src.src[0].op is not Ops.LOAD or
                                     src.src[0].dtype != BF16 or len(src.src[0].src) != 2 for src in value.src):
@@ -293,7 +293,8 @@ def _amx_plan(reduce: UOp, global_ranges: list[UOp], reduce_ranges: list[UOp]) -
   steps = k.src[0].arg // AMX_K * AMX_K
   if steps == 0 or row.src[0].arg < AMX_BLOCK // 2 or steps * AMX_BLOCK * 2 > PACK_BYTES or not amx_bf16(): return None
   opts = (("amx", row.arg[0], column.arg[0]),)
-  return TilePlan(reduce, column, row, AMX_BLOCK, False, AMX_BLOCK, 16, True, opts, AMX_BLOCK, amx=(a, b))
+  grain = AMX_BLOCK if row is global_ranges[0] else 1  # a batch of products is launched over the batch
+  return TilePlan(reduce, column, row, AMX_BLOCK, False, AMX_BLOCK, 16, True, opts, grain, amx=(a, b))
 
 
 def _spans(loads: list[UOp], row: UOp, global_ranges: list[UOp], group_sums: int) -> tuple[UOp, ...]:
