@@ -998,3 +998,19 @@ def test_batched_bfloat16_contraction_on_amx(batch, m, k, n, bounds):
   got, want = out.reshape(batch, m, n), np.einsum("pik,pkj->pij", a.astype(F64), b.astype(F64))
   np.testing.assert_allclose(got[start:end], want[start:end], rtol=2e-6 * np.sqrt(k), atol=2e-6 * np.sqrt(k))
   assert (got[:start] == -7.0).all() and (got[end:] == -7.0).all()
+
+
+@pytest.mark.parametrize("m,k,n", [(64, 64, 64), (70, 100, 83), (40, 1100, 33)])
+def test_bfloat16_product_with_a_transposed_b_on_amx(m, k, n):
+  """`g @ w.T` (b read across its rows: stride k along the columns) packs b for AMX as well; against float64."""
+  rows, cols, red = global_range(0, m), global_range(1, n), reduce_range(2, k)
+  a_element = cast(load(buffer(1, BF16), add(mul(rows, const(k)), red)), F32)
+  b_element = cast(load(buffer(2, BF16), add(mul(cols, const(k)), red)), F32)
+  ast = kernel(store(buffer(0, F32), add(mul(rows, const(n)), cols), reduce(Ops.ADD, mul(a_element, b_element), red)))
+  if _amx_available(): assert applied_opts(ast) == (("amx", 0, 1),)
+  rng = np.random.default_rng(20)
+  a, w = rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((n, k)).astype(BF16)
+  out = np.zeros(m * n, F32)
+  run_kernel(ast, [out, a, w], True)
+  want = a.astype(F64) @ w.astype(F64).T
+  np.testing.assert_allclose(out.reshape(m, n), want, rtol=2e-6 * np.sqrt(k), atol=2e-6 * np.sqrt(k))

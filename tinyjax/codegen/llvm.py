@@ -404,7 +404,8 @@ class _Renderer(Linearizer):
         value = raw(element(a, [(row, self.select(valid, index, full_end, I64)), (k, step)]), valid)
         slot = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {r}, {steps}')}, {step}")
         self.line(f"store i16 {value}, ptr {self.emit(f'getelementptr inbounds i16, ptr {tail}, i64 {slot}')}")
-    ldb = linear_strides(b.src[1])[0][k]
+    b_strides = linear_strides(b.src[1])[0]
+    ldb, column_stride = b_strides[k], b_strides[column]
     with self.loop("0", str(columns), None, step=block, whole=False) as column_block:
       # b's rows 2p and 2p+1 interleaved: packed[p][j][0 / 1]; the columns past the last are zeros
       width = self.emit(f"sub nsw i64 {self.capped(column_block, block, str(columns))}, {column_block}")
@@ -414,7 +415,8 @@ class _Renderer(Linearizer):
       with self.loop("0", str(steps // 2), None) as pair, self.loop("0", width, None) as j:
         for odd in (0, 1):
           step = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {pair}, 2')}, {odd}")
-          offset = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {step}, {ldb}')}, {j}")
+          along = j if column_stride == 1 else self.emit(f"mul nsw i64 {j}, {column_stride}")
+          offset = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {step}, {ldb}')}, {along}")
           value = self.emit(f"load i16, ptr {self.emit(f'getelementptr inbounds i16, ptr {b_base}, i64 {offset}')}")
           within = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {j}, 2')}, {odd}")
           slot = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {pair}, {2 * block}')}, {within}")

@@ -275,9 +275,10 @@ def amx_bf16() -> bool:
 
 def _amx_plan(reduce: UOp, global_ranges: list[UOp], reduce_ranges: list[UOp]) -> TilePlan | None:
   """The AMX plan of a bfloat16 matrix product with float32 sums, out[i, j] = epilogue(sum_k a[i, k] * b[k, j]): a
-  read along the reduction (its tiles load in place), b along the columns (packed into pairs of reduce steps per
-  column, AMX's layout), over (rows, columns), or (batch, rows, columns) for a batch of products (vmap, attention's
-  heads), and one reduce range of at least AMX_K steps; None otherwise or without AMX (see llvm.py `render_amx`)."""
+  read along the reduction (its tiles load in place), b with any strides (packed into pairs of reduce steps per
+  column, AMX's layout; `g @ w.T` reads w across its rows), over (rows, columns) or, for a batch of products (vmap,
+  attention's heads), (batch, rows, columns), and one reduce range of at least AMX_K steps; None otherwise or without
+  AMX (see llvm.py `render_amx`)."""
   if len(global_ranges) not in (2, 3) or len(reduce_ranges) != 1 or reduce.arg is not Ops.ADD or reduce.dtype != F32:
     return None
   (row, column), (k,) = global_ranges[-2:], reduce_ranges
@@ -289,7 +290,9 @@ def _amx_plan(reduce: UOp, global_ranges: list[UOp], reduce_ranges: list[UOp]) -
   if any(other for _, other in forms): return None
   (a, a_strides), (b, b_strides) = ((src.src[0], form[0]) for src, form in zip(value.src, forms))
   if a_strides.get(k) != 1 or column in a_strides: a, b, a_strides, b_strides = b, a, b_strides, a_strides
-  if a_strides.get(k) != 1 or column in a_strides or b_strides.get(column) != 1 or row in b_strides: return None
+  if a_strides.get(k) != 1 or column in a_strides or row in b_strides or not b_strides.get(column) or \
+      not b_strides.get(k):
+    return None
   steps = k.src[0].arg // AMX_K * AMX_K
   if steps == 0 or row.src[0].arg < AMX_BLOCK // 2 or steps * AMX_BLOCK * 2 > PACK_BYTES or not amx_bf16(): return None
   opts = (("amx", row.arg[0], column.arg[0]),)
