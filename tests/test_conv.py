@@ -307,3 +307,22 @@ def test_weight_gradient_as_flat_gemm_matches_numpy(monkeypatch, padding, dilati
   looped = np.stack([np.asarray(per_example(xs[i], gs[i])) for i in range(3)])
   np.testing.assert_allclose(batched, looped, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(batched.sum(0), got, rtol=1e-4, atol=1e-4)
+
+
+def test_gradient_with_a_wider_preferred_element_type():
+  """bfloat16 inputs with float32 results: the cotangent is float32, the transposed convolutions run in float32 and
+  the gradients come back in bfloat16, as in JAX (they equal the float32 gradients of the same values, rounded)."""
+  import ml_dtypes
+  rng = np.random.default_rng(10)
+  x = rng.standard_normal((2, 6, 6, 3)).astype(ml_dtypes.bfloat16)
+  w = rng.standard_normal((3, 3, 3, 4)).astype(ml_dtypes.bfloat16)
+  numbers = ("NHWC", "HWIO", "NHWC")
+
+  def loss(a, b, out=np.float32):
+    return (lax.conv_general_dilated(a, b, (1, 1), "SAME", dimension_numbers=numbers,
+                                     preferred_element_type=out) ** 2).sum()
+  got = tj.jit(tj.grad(loss, argnums=(0, 1)))(tnp.asarray(x), tnp.asarray(w))
+  want = tj.grad(loss, argnums=(0, 1))(tnp.asarray(x.astype(np.float32)), tnp.asarray(w.astype(np.float32)))
+  for g, v in zip(got, want):
+    assert g.dtype == ml_dtypes.bfloat16
+    np.testing.assert_allclose(np.asarray(g).astype(np.float32), np.asarray(v), rtol=1e-2, atol=1e-1)

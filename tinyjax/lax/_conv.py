@@ -17,7 +17,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.lax._base import expand_raw, full, like, reshape_raw, to_array
+from tinyjax.lax._base import cast, expand_raw, full, like, reshape_raw, to_array
 from tinyjax.lax._reductions import dot_general_raw, reduce_raw, sum_raw
 from tinyjax.lax._elementwise import _neg, add, max as lax_max, min as lax_min, mul
 from tinyjax.lax._shape import flip_raw, pad, pad_raw, permute_raw, shrink_raw
@@ -358,13 +358,18 @@ class _ConvLinear:
   """A convolution as a linear map of one operand (the other known), staged in a linear program: its transpose is
   the convolution JAX uses for that operand's gradient."""
 
-  def __init__(self, known: Any, which: str, params: dict, operand_shape: tuple[int, ...], out_shape: tuple):
+  def __init__(self, known: Any, which: str, params: dict, operand_shape: tuple[int, ...], out_shape: tuple,
+               operand_dtype: np.dtype):
     self.known, self.which, self.params = known, which, params
-    self.operand_shape, self.out_shapes = operand_shape, [tuple(out_shape)]
+    self.operand_shape, self.out_shapes, self.operand_dtype = operand_shape, [tuple(out_shape)], operand_dtype
 
   def transpose(self, index: int, ct: Any) -> tuple[Any]:
-    if self.which == "lhs": return (_transpose_lhs(ct, self.known, self.operand_shape, self.params),)
-    return (_transpose_rhs(ct, self.known, self.operand_shape, self.params),)
+    # with preferred_element_type the cotangent is wider than the operands (bfloat16 inputs, float32 result): the
+    # transposed convolution runs in the cotangent's dtype, and the gradient has the operand's, as in JAX
+    known = self.known if self.known.dtype == ct.dtype else cast(self.known, ct.dtype)
+    if self.which == "lhs": result = _transpose_lhs(ct, known, self.operand_shape, self.params)
+    else: result = _transpose_rhs(ct, known, self.operand_shape, self.params)
+    return (result if result.dtype == self.operand_dtype else cast(result, self.operand_dtype),)
 
   __hash__ = object.__hash__
 
@@ -381,7 +386,7 @@ def _linear_conv(tangent: Any, known: Any, which: str, params: dict) -> Any:
   if isinstance(trace, ad.LinearTrace) and trace.is_mine(tangent):
     lhs_shape, rhs_shape = (tangent.shape, known.shape) if which == "lhs" else (known.shape, tangent.shape)
     shape = _conv_out_shape(lhs_shape, rhs_shape, params)
-    handle = _ConvLinear(known, which, params, tuple(tangent.shape), shape)
+    handle = _ConvLinear(known, which, params, tuple(tangent.shape), shape, tangent.dtype)
     node = UOp(Ops.CUSTOM_LINEAR, np.dtype(params["preferred_element_type"]), (tangent.uop,), (handle, 0))
     return StagingTracer(node, False, trace)
   return conv_general_dilated_p.bind(*operands, **params)
