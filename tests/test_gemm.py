@@ -899,12 +899,12 @@ def _amx_available() -> bool:
 
 @pytest.mark.parametrize("m,k,n,bounds", [(64, 64, 64, None), (70, 100, 83, None), (70, 100, 83, (5, 40)),
                                           (33, 32, 17, None), (40, 2100, 48, (0, 40)), (16, 32, 16, None),
-                                          (96, 96, 100, (32, 96))])
+                                          (96, 96, 100, (32, 96)), (24, 99, 40, None), (50, 33, 64, (7, 50))])
 def test_bfloat16_contraction_on_amx(m, k, n, bounds, monkeypatch):
   """A bfloat16 matrix product with float32 sums runs on AMX tiles where the host has them: whole and partial row and
-  column blocks, a reduction with steps past the last tile product (100 = 96 + 4) and one long enough for float64
-  block sums (2100), launch chunks that start anywhere; with a bias and ReLU epilogue. Against float64, and against
-  the register tile it replaces (TINYJAX_AMX=0's plan)."""
+  column blocks, reductions with steps past the last tile product (100 = 96 + 4; odd: 99, 33) and one long enough
+  for float64 block sums (2100), launch chunks that start anywhere; with a bias and ReLU epilogue. Against float64,
+  and against the register tile it replaces (TINYJAX_AMX=0's plan)."""
   from tinyjax.codegen import opt
 
   def epilogue(total: UOp, col: UOp) -> UOp:

@@ -364,23 +364,31 @@ class _Renderer(Linearizer):
       self.render_amx_rows(row, column, "0", str(row.src[0].arg))
 
   def render_amx_rows(self, row: UOp, column: UOp, start: str, end: str) -> None:
-    """Rows [start, end) of a bfloat16 matrix product on AMX tiles. Per block of
-    AMX_BLOCK columns, b's values for the block are packed as AMX wants them (pairs of reduce steps per column, zero
-    past the last column); per block of AMX_BLOCK rows, 2 x 2 tiles of 16 x 16 float32 sums run the reduce steps in
-    tile products of AMX_K, a's tiles loaded in place (a chunk's last, partial row block from a zero-padded copy of
-    it). The tiles' sums are added into float64 every AMX_SUM_BLOCK steps; each element then adds the reduce steps
-    past the last whole AMX_K (in float32), and the epilogue and STORE run per element."""
+    """Rows [start, end) of a bfloat16 matrix product on AMX tiles. Per block of AMX_BLOCK columns, b's values for the
+    block are packed as AMX wants them (pairs of reduce steps per column, zeros past the last column and the last
+    step); per block of AMX_BLOCK rows, 2 x 2 tiles of 16 x 16 float32 sums run the reduce steps in tile products of
+    AMX_K, a's tiles loaded in place (a chunk's last, partial row block from a zero-padded copy of it). The tiles'
+    sums are added into float64 every AMX_SUM_BLOCK steps; the steps past the last whole AMX_K are one more tile
+    product from a zero-padded copy of a's last columns; then the epilogue and STORE run per element."""
     plan = self.plan
     assert plan is not None
     node = plan.reduce
     (k,), (a, b) = node.src[1:], plan.amx
     size, columns = k.src[0].arg, column.src[0].arg
     steps, block, half = size // AMX_K * AMX_K, AMX_BLOCK, AMX_BLOCK // 2
+    rest = size - steps  # reduce steps past the last whole tile product
+    padded = steps + (AMX_K if rest else 0)
     lda = linear_strides(a.src[1])[0].get(row, 0)
-    packed = self.alloca(f"[{steps * block} x i16]", align=VECTOR_BYTES)
+    b_strides = linear_strides(b.src[1])[0]
+    ldb, column_stride = b_strides[k], b_strides[column]
+    packed = self.alloca(f"[{padded * block} x i16]", align=VECTOR_BYTES)
     tail = self.alloca(f"[{block * steps} x i16]", align=VECTOR_BYTES)
+    last_columns = self.alloca(f"[{block * AMX_K} x i16]", align=VECTOR_BYTES)
     tiles = self.alloca(f"[{block * block} x float]", align=VECTOR_BYTES)
+    rest_tiles = self.alloca(f"[{block * block} x float]", align=VECTOR_BYTES)
     sums = self.alloca(f"[{block * block} x double]", align=VECTOR_BYTES)
+    self.declarations.add("declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)")
+    self.declarations.add("declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)")
 
     def element(load: UOp, bindings: list[tuple[UOp, str]]) -> str:
       """The address of `load`'s element with the given ranges bound."""
@@ -389,91 +397,102 @@ class _Renderer(Linearizer):
         self.emit_ready(load.src[1])
         return self.address(load.src[0], load.src[1])
 
-    def raw(address: str, valid: str) -> str:
-      return self.select(valid, self.emit(f"load i16, ptr {address}"), "0", np.dtype(np.int16))
+    def i16_slot(array: str, index: str) -> str:
+      return self.emit(f"getelementptr inbounds i16, ptr {array}, i64 {index}")
 
     def tile(op: str, *args: tuple[str, str]) -> str:
       return self.call(f"llvm.x86.{op}.internal", "x86_amx", [("i16", "16"), ("i16", "64"), *args])
 
+    def products(first: str, last: str, a_start: str, a_stride: str, origin: str, into: str) -> None:
+      """Tile products over reduce steps [first, last), AMX_K at a time: a's rows from `a_start` (step `origin`),
+      `a_stride` bytes apart, b from the pack; the 2 x 2 tiles' sums stored as 32 x 32 float32 into `into`."""
+      lower_half = self.emit(f"mul nsw i64 {a_stride}, {half}")
+      a_lower = self.emit(f"getelementptr inbounds i8, ptr {a_start}, i64 {lower_half}")
+      zero = self.call("llvm.x86.tilezero.internal", "x86_amx", [("i16", "16"), ("i16", "64")])
+      entry = self.block
+      self.counter += 1
+      header, body, done = f"amx{self.counter}", f"amx{self.counter}.body", f"amx{self.counter}.end"
+      position, after = f"%amxk{self.counter}", f"%amxk{self.counter}.next"
+      sums_in = [f"%amxc{self.counter}.{i}" for i in range(4)]
+      sums_out = [f"%amxc{self.counter}.{i}.next" for i in range(4)]
+      self.line(f"br label %{header}")
+      self.label(header)
+      self.line(f"{position} = phi i64 [ {first}, %{entry} ], [ {after}, %{body} ]")
+      for current, updated in zip(sums_in, sums_out):
+        self.line(f"{current} = phi x86_amx [ {zero}, %{entry} ], [ {updated}, %{body} ]")
+      self.line(f"br i1 {self.emit(f'icmp slt i64 {position}, {last}')}, label %{body}, label %{done}")
+      self.label(body)
+      offset = self.emit(f"mul nsw i64 {self.emit(f'sub nsw i64 {position}, {origin}')}, 2")
+      a_tiles = [tile("tileloadd64", ("ptr", self.emit(f"getelementptr inbounds i8, ptr {base}, i64 {offset}")),
+                      ("i64", a_stride)) for base in (a_start, a_lower)]
+      pairs = self.emit(f"mul nsw i64 {position}, {2 * block}")  # (position / 2) pairs of 2 * block i16 values
+      b_tiles = [tile("tileloadd64", ("ptr", self.emit(f"getelementptr inbounds i8, ptr {packed}, i64 "
+                                                      f"{self.emit(f'add nsw i64 {pairs}, {64 * part}')}")),
+                      ("i64", str(4 * block))) for part in (0, 1)]
+      for i, (current, updated) in enumerate(zip(sums_in, sums_out)):
+        self.line(f"{updated} = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx "
+                  f"{current}, x86_amx {a_tiles[i // 2]}, x86_amx {b_tiles[i % 2]})")
+      self.line(f"{after} = add nsw i64 {position}, {AMX_K}")
+      self.line(f"br label %{header}")
+      self.label(done)
+      for i, current in enumerate(sums_in):
+        corner = self.emit(f"getelementptr inbounds float, ptr {into}, i64 {(i // 2) * half * block + (i % 2) * half}")
+        self.line(f"call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr {corner}, i64 {4 * block}, "
+                  f"x86_amx {current})")
+
+    def copy_rows(first_row: str, rows: str, first_step: int, count: int, into: str, width: int) -> None:
+      """a's rows [first_row, first_row + rows) x steps [first_step, first_step + count) into a zeroed array of
+      AMX_BLOCK rows of `width` values."""
+      with self.loop("0", str(block * width), None) as i: self.line(f"store i16 0, ptr {i16_slot(into, i)}")
+      with self.loop("0", rows, None) as r, self.loop("0", str(count), None) as c:
+        address = element(a, [(row, self.emit(f"add nsw i64 {first_row}, {r}")),
+                              (k, self.emit(f"add nsw i64 {c}, {first_step}"))])
+        slot = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {r}, {width}')}, {c}")
+        self.line(f"store i16 {self.emit(f'load i16, ptr {address}')}, ptr {i16_slot(into, slot)}")
+
     whole = self.emit(f"and i64 {self.emit(f'sub nsw i64 {end}, {start}')}, {-block}")
     full_end = self.emit(f"add nsw i64 {start}, {whole}")
     with self.when(self.emit(f"icmp slt i64 {full_end}, {end}")):  # the partial last row block, zero-padded
-      with self.loop("0", str(block), None) as r, self.loop("0", str(steps), None) as step:
-        index = self.emit(f"add nsw i64 {full_end}, {r}")
-        valid = self.emit(f"icmp slt i64 {index}, {end}")
-        value = raw(element(a, [(row, self.select(valid, index, full_end, I64)), (k, step)]), valid)
-        slot = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {r}, {steps}')}, {step}")
-        self.line(f"store i16 {value}, ptr {self.emit(f'getelementptr inbounds i16, ptr {tail}, i64 {slot}')}")
-    b_strides = linear_strides(b.src[1])[0]
-    ldb, column_stride = b_strides[k], b_strides[column]
+      copy_rows(full_end, self.emit(f"sub nsw i64 {end}, {full_end}"), 0, steps, tail, steps)
     with self.loop("0", str(columns), None, step=block, whole=False) as column_block:
       # b's rows 2p and 2p+1 interleaved: packed[p][j][0 / 1]; the columns past the last are zeros
       width = self.emit(f"sub nsw i64 {self.capped(column_block, block, str(columns))}, {column_block}")
       b_base = element(b, [(k, "0"), (column, column_block)])
-      with self.loop("0", str(block * steps), None) as i:  # zero the pack (a partial block's last columns stay zero)
-        self.line(f"store i16 0, ptr {self.emit(f'getelementptr inbounds i16, ptr {packed}, i64 {i}')}")
-      with self.loop("0", str(steps // 2), None) as pair, self.loop("0", width, None) as j:
-        for odd in (0, 1):
-          step = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {pair}, 2')}, {odd}")
+      with self.loop("0", str(block * padded), None) as i: self.line(f"store i16 0, ptr {i16_slot(packed, i)}")
+      def pack(pairs: int, odd_steps: int, first_pair: int) -> None:
+        """Pairs [first_pair, first_pair + pairs) of b's steps into the pack (of each pair, the first `odd_steps`)."""
+        with self.loop("0", str(pairs), None) as pair, self.loop("0", width, None) as j:
           along = j if column_stride == 1 else self.emit(f"mul nsw i64 {j}, {column_stride}")
-          offset = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {step}, {ldb}')}, {along}")
-          value = self.emit(f"load i16, ptr {self.emit(f'getelementptr inbounds i16, ptr {b_base}, i64 {offset}')}")
-          within = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {j}, 2')}, {odd}")
-          slot = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {pair}, {2 * block}')}, {within}")
-          self.line(f"store i16 {value}, ptr {self.emit(f'getelementptr inbounds i16, ptr {packed}, i64 {slot}')}")
+          pair = self.emit(f"add nsw i64 {pair}, {first_pair}")
+          for odd in range(odd_steps):
+            step = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {pair}, 2')}, {odd}")
+            offset = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {step}, {ldb}')}, {along}")
+            value = self.emit(f"load i16, ptr {i16_slot(b_base, offset)}")
+            within = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {j}, 2')}, {odd}")
+            slot = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {pair}, {2 * block}')}, {within}")
+            self.line(f"store i16 {value}, ptr {i16_slot(packed, slot)}")
+      pack(size // 2, 2, 0)
+      if size % 2: pack(1, 1, size // 2)  # the last step alone
       with self.loop(start, end, None, step=block, whole=False) as row_block:
-        in_tail = self.emit(f"icmp sge i64 {row_block}, {full_end}")
-        a_base = self.emit(f"select i1 {in_tail}, ptr {tail}, ptr {element(a, [(row, row_block), (k, '0')])}")
-        a_stride = self.emit(f"select i1 {in_tail}, i64 {2 * steps}, i64 {2 * lda}")
-        lower_half = self.emit(f"mul nsw i64 {a_stride}, {half}")
-        a_lower = self.emit(f"getelementptr inbounds i8, ptr {a_base}, i64 {lower_half}")
+        rows_here = self.capped(row_block, block, end)
         blocked = steps > AMX_SUM_BLOCK  # else the tiles' float32 sums are the totals
+        in_tail = self.emit(f"icmp sge i64 {row_block}, {full_end}")
+        a_start = self.emit(f"select i1 {in_tail}, ptr {tail}, ptr {element(a, [(row, row_block), (k, '0')])}")
+        a_stride = self.emit(f"select i1 {in_tail}, i64 {2 * steps}, i64 {2 * lda}")
         if blocked:
           with self.loop("0", str(block * block), None) as i:
             self.line(f"store double 0.0, ptr {self.slot(sums, F64, i)}")
         with self.loop("0", str(-(-steps // AMX_SUM_BLOCK)), None, vectorize=False) as sum_block:
           first, last = self.block_bounds(sum_block, AMX_SUM_BLOCK, str(steps))
-          zero = self.call("llvm.x86.tilezero.internal", "x86_amx", [("i16", "16"), ("i16", "64")])
-          entry = self.block
-          self.counter += 1
-          header, body, done = f"amx{self.counter}", f"amx{self.counter}.body", f"amx{self.counter}.end"
-          position, after = f"%amxk{self.counter}", f"%amxk{self.counter}.next"
-          sums_in = [f"%amxc{self.counter}.{i}" for i in range(4)]
-          sums_out = [f"%amxc{self.counter}.{i}.next" for i in range(4)]
-          self.line(f"br label %{header}")
-          self.label(header)
-          self.line(f"{position} = phi i64 [ {first}, %{entry} ], [ {after}, %{body} ]")
-          for current, updated in zip(sums_in, sums_out):
-            self.line(f"{current} = phi x86_amx [ {zero}, %{entry} ], [ {updated}, %{body} ]")
-          self.line(f"br i1 {self.emit(f'icmp slt i64 {position}, {last}')}, label %{body}, label %{done}")
-          self.label(body)
-          offset = self.emit(f"mul nsw i64 {position}, 2")
-          a_tiles = [tile("tileloadd64", ("ptr", self.emit(f"getelementptr inbounds i8, ptr {base}, i64 {offset}")),
-                          ("i64", a_stride)) for base in (a_base, a_lower)]
-          pairs = self.emit(f"mul nsw i64 {position}, {2 * block}")  # (position / 2) pairs of 2 * block i16 values
-          b_tiles = [tile("tileloadd64", ("ptr", self.emit(f"getelementptr inbounds i8, ptr {packed}, i64 "
-                                                          f"{self.emit(f'add nsw i64 {pairs}, {64 * half_index}')}")),
-                          ("i64", str(4 * block))) for half_index in (0, 1)]
-          for i, (current, updated) in enumerate(zip(sums_in, sums_out)):
-            self.line(f"{updated} = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx "
-                      f"{current}, x86_amx {a_tiles[i // 2]}, x86_amx {b_tiles[i % 2]})")
-          self.declarations.add("declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, "
-                                "x86_amx)")
-          self.line(f"{after} = add nsw i64 {position}, {AMX_K}")
-          self.line(f"br label %{header}")
-          self.label(done)
-          for i, current in enumerate(sums_in):
-            corner = self.emit(f"getelementptr inbounds float, ptr {tiles}, "
-                               f"i64 {(i // 2) * half * block + (i % 2) * half}")
-            self.line(f"call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr {corner}, i64 {4 * block}, "
-                      f"x86_amx {current})")
-          self.declarations.add("declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)")
+          products(first, last, a_start, a_stride, "0", tiles)
           if blocked:
             with self.loop("0", str(block * block), None) as i:
               total = self.emit(f"fadd double {self.emit(f'load double, ptr {self.slot(sums, F64, i)}')}, "
                                 f"{self.cast(self.emit(f'load float, ptr {self.slot(tiles, F32, i)}'), F32, F64)}")
               self.line(f"store double {total}, ptr {self.slot(sums, F64, i)}")
-        rows_here = self.capped(row_block, block, end)
+        if rest:
+          copy_rows(row_block, self.emit(f"sub nsw i64 {rows_here}, {row_block}"), steps, rest, last_columns, AMX_K)
+          products(str(steps), str(padded), last_columns, str(2 * AMX_K), str(steps), rest_tiles)
         columns_here = self.capped(column_block, block, str(columns))
         with self.loop(row_block, rows_here, row) as row_index:
           with self.loop(column_block, columns_here, column) as column_index:
@@ -482,12 +501,9 @@ class _Renderer(Linearizer):
                              f"{self.emit(f'sub nsw i64 {column_index}, {column_block}')}")
             total = self.emit(f"load double, ptr {self.slot(sums, F64, slot)}") if blocked else \
                 self.cast(self.emit(f"load float, ptr {self.slot(tiles, F32, slot)}"), F32, F64)
-            if steps < size:  # the reduce steps past the last tile product, in float32
-              def rest(_: list[str]) -> tuple[list[str], np.dtype]:
-                self.emit_ready(node.src[0])
-                return [self.value(node.src[0])], F32
-              (part,) = self.accumulate(node, F32, 1, [(str(steps), str(size), k, True)], rest, contract=True)
-              total = self.emit(f"fadd double {total}, {self.cast(part, F32, F64)}")
+            if rest:
+              part = self.cast(self.emit(f"load float, ptr {self.slot(rest_tiles, F32, slot)}"), F32, F64)
+              total = self.emit(f"fadd double {total}, {part}")
             self.scopes[-1][node] = self.cast(total, F64, node.dtype)
             self.emit_ready(self.ast)
 
