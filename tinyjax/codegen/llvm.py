@@ -367,8 +367,7 @@ class _Renderer(Linearizer):
     """Rows [start, end) of a bfloat16 matrix product on AMX tiles. Per block of AMX_BLOCK columns, b's values for the
     block are packed as AMX wants them (pairs of reduce steps per column, zeros past the last column and the last
     step); per block of AMX_BLOCK rows, 2 x 2 tiles of 16 x 16 float32 sums run the reduce steps in tile products of
-    AMX_K, a's tiles loaded in place (a chunk's last, partial row block from a zero-padded copy of it; every block
-    from a copy where a is not read along the reduction, as a weight gradient's x.T). The tiles'
+    AMX_K, a's tiles loaded in place (a chunk's last, partial row block from a zero-padded copy of it). The tiles'
     sums are added into float64 every AMX_SUM_BLOCK steps; the steps past the last whole AMX_K are one more tile
     product from a zero-padded copy of a's last columns; then the epilogue and STORE run per element."""
     plan = self.plan
@@ -379,8 +378,7 @@ class _Renderer(Linearizer):
     steps, block, half = size // AMX_K * AMX_K, AMX_BLOCK, AMX_BLOCK // 2
     rest = size - steps  # reduce steps past the last whole tile product
     padded = steps + (AMX_K if rest else 0)
-    a_strides = linear_strides(a.src[1])[0]
-    lda, in_place = a_strides.get(row, 0), a_strides[k] == 1  # else a's rows are copied per row block
+    lda = linear_strides(a.src[1])[0].get(row, 0)
     b_strides = linear_strides(b.src[1])[0]
     ldb, column_stride = b_strides[k], b_strides[column]
     packed = self.alloca(f"[{padded * block} x i16]", align=VECTOR_BYTES)
@@ -446,7 +444,7 @@ class _Renderer(Linearizer):
       """a's rows [first_row, first_row + rows) x steps [first_step, first_step + count) into a zeroed array of
       AMX_BLOCK rows of `width` values."""
       with self.loop("0", str(block * width), None) as i: self.line(f"store i16 0, ptr {i16_slot(into, i)}")
-      with self.loop("0", str(count), None) as c, self.loop("0", rows, None) as r:  # (a transposed: along its rows)
+      with self.loop("0", rows, None) as r, self.loop("0", str(count), None) as c:
         address = element(a, [(row, self.emit(f"add nsw i64 {first_row}, {r}")),
                               (k, self.emit(f"add nsw i64 {c}, {first_step}"))])
         slot = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {r}, {width}')}, {c}")
@@ -454,9 +452,8 @@ class _Renderer(Linearizer):
 
     whole = self.emit(f"and i64 {self.emit(f'sub nsw i64 {end}, {start}')}, {-block}")
     full_end = self.emit(f"add nsw i64 {start}, {whole}")
-    if in_place:
-      with self.when(self.emit(f"icmp slt i64 {full_end}, {end}")):  # the partial last row block, zero-padded
-        copy_rows(full_end, self.emit(f"sub nsw i64 {end}, {full_end}"), 0, steps, tail, steps)
+    with self.when(self.emit(f"icmp slt i64 {full_end}, {end}")):  # the partial last row block, zero-padded
+      copy_rows(full_end, self.emit(f"sub nsw i64 {end}, {full_end}"), 0, steps, tail, steps)
     with self.loop("0", str(columns), None, step=block, whole=False) as column_block:
       # b's rows 2p and 2p+1 interleaved: packed[p][j][0 / 1]; the columns past the last are zeros
       width = self.emit(f"sub nsw i64 {self.capped(column_block, block, str(columns))}, {column_block}")
@@ -479,13 +476,9 @@ class _Renderer(Linearizer):
       with self.loop(start, end, None, step=block, whole=False) as row_block:
         rows_here = self.capped(row_block, block, end)
         blocked = steps > AMX_SUM_BLOCK  # else the tiles' float32 sums are the totals
-        if in_place:
-          in_tail = self.emit(f"icmp sge i64 {row_block}, {full_end}")
-          a_start = self.emit(f"select i1 {in_tail}, ptr {tail}, ptr {element(a, [(row, row_block), (k, '0')])}")
-          a_stride = self.emit(f"select i1 {in_tail}, i64 {2 * steps}, i64 {2 * lda}")
-        else:
-          copy_rows(row_block, self.emit(f"sub nsw i64 {rows_here}, {row_block}"), 0, steps, tail, steps)
-          a_start, a_stride = tail, str(2 * steps)
+        in_tail = self.emit(f"icmp sge i64 {row_block}, {full_end}")
+        a_start = self.emit(f"select i1 {in_tail}, ptr {tail}, ptr {element(a, [(row, row_block), (k, '0')])}")
+        a_stride = self.emit(f"select i1 {in_tail}, i64 {2 * steps}, i64 {2 * lda}")
         if blocked:
           with self.loop("0", str(block * block), None) as i:
             self.line(f"store double 0.0, ptr {self.slot(sums, F64, i)}")

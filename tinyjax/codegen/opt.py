@@ -275,8 +275,7 @@ def amx_bf16() -> bool:
 
 def _amx_plan(reduce: UOp, global_ranges: list[UOp], reduce_ranges: list[UOp]) -> TilePlan | None:
   """The AMX plan of a bfloat16 matrix product with float32 sums, out[i, j] = epilogue(sum_k a[i, k] * b[k, j]): a
-  (its tiles load in place where it is read along the reduction, else from a copy per row block: a weight
-  gradient's `x.T @ g`), b with any strides (packed into pairs of reduce steps per
+  read along the reduction (its tiles load in place), b with any strides (packed into pairs of reduce steps per
   column, AMX's layout; `g @ w.T` reads w across its rows), over (rows, columns) or, for a batch of products (vmap,
   attention's heads), (batch, rows, columns), and one reduce range of at least AMX_K steps; None otherwise or without
   AMX (see llvm.py `render_amx`)."""
@@ -290,8 +289,8 @@ def _amx_plan(reduce: UOp, global_ranges: list[UOp], reduce_ranges: list[UOp]) -
   forms = [linear_strides(src.src[0].src[1]) for src in value.src]
   if any(other for _, other in forms): return None
   (a, a_strides), (b, b_strides) = ((src.src[0], form[0]) for src, form in zip(value.src, forms))
-  if column in a_strides: a, b, a_strides, b_strides = b, a, b_strides, a_strides
-  if column in a_strides or row in b_strides or not a_strides.get(k) or not b_strides.get(column) or \
+  if a_strides.get(k) != 1 or column in a_strides: a, b, a_strides, b_strides = b, a, b_strides, a_strides
+  if a_strides.get(k) != 1 or column in a_strides or row in b_strides or not b_strides.get(column) or \
       not b_strides.get(k):
     return None
   steps = k.src[0].arg // AMX_K * AMX_K
