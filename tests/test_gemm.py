@@ -898,8 +898,8 @@ def _amx_available() -> bool:
 
 
 @pytest.mark.parametrize("m,k,n,bounds", [(64, 64, 64, None), (70, 100, 83, None), (70, 100, 83, (5, 40)),
-                                          (33, 32, 17, None), (40, 2100, 48, (0, 40)), (16, 32, 16, None),
-                                          (96, 96, 100, (32, 96)), (24, 99, 40, None), (50, 33, 64, (7, 50))])
+                                          (33, 32, 17, None), (40, 2100, 48, (0, 40)), (32, 32, 16, None),
+                                          (96, 96, 100, (32, 96)), (40, 99, 40, None), (50, 33, 64, (7, 50))])
 def test_bfloat16_contraction_on_amx(m, k, n, bounds, monkeypatch):
   """A bfloat16 matrix product with float32 sums runs on AMX tiles where the host has them: whole and partial row and
   column blocks, reductions with steps past the last tile product (100 = 96 + 4; odd: 99, 33) and one long enough
@@ -929,10 +929,11 @@ def test_bfloat16_contraction_on_amx(m, k, n, bounds, monkeypatch):
 
 
 def test_amx_only_for_bfloat16_products_it_can_tile():
-  """Float32 operands, a short reduction (< 32 steps), a transposed a (its reduce steps strided) and more than two
-  global ranges keep the register tile."""
+  """Float32 operands, a short reduction (< 32 steps), fewer rows than a block (b's pack would serve too few) and
+  a transposed a (its reduce steps strided) keep the register tile."""
   assert not any(opt[0] == "amx" for opt in applied_opts(matmul_kernel(64, 64, 64, F32)))
   assert not any(opt[0] == "amx" for opt in applied_opts(bf16_matmul_kernel(64, 16, 64)))
+  assert not any(opt[0] == "amx" for opt in applied_opts(bf16_matmul_kernel(16, 1024, 1024)))
   rows, cols, red = global_range(0, 64), global_range(1, 64), reduce_range(2, 64)
   strided = cast(load(buffer(1, BF16), add(mul(red, const(64)), rows)), F32)  # a.T @ b
   other = cast(load(buffer(2, BF16), add(mul(red, const(64)), cols)), F32)
@@ -979,7 +980,7 @@ def test_cached_amx_kernels_run_in_a_fresh_process(tmp_path):
 
 
 @pytest.mark.parametrize("batch,m,k,n,bounds", [(3, 40, 64, 72, None), (5, 33, 100, 17, (1, 4)),
-                                                (2, 16, 1100, 40, None)])
+                                                (2, 32, 1100, 40, None)])
 def test_batched_bfloat16_contraction_on_amx(batch, m, k, n, bounds):
   """A batch of bfloat16 products (out[p, i, j] = sum_k a[p, i, k] * b[p, k, j], a vmapped matmul or attention's
   heads) runs on AMX tiles too, launched over the batch: partial blocks, a reduce tail, float64 block sums, a chunk of

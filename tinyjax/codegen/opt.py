@@ -294,7 +294,9 @@ def _amx_plan(reduce: UOp, global_ranges: list[UOp], reduce_ranges: list[UOp]) -
       not b_strides.get(k):
     return None
   steps = k.src[0].arg // AMX_K * AMX_K
-  if steps == 0 or row.src[0].arg < AMX_BLOCK // 2 or steps * AMX_BLOCK * 2 > PACK_BYTES or not amx_bf16(): return None
+  # fewer rows than a block leave b's pack (all of b, a column block at a time) unused for most of its rows: 16 x
+  # 1024 x 1024 ran 314 us on AMX, 237 us in the register tile
+  if steps == 0 or row.src[0].arg < AMX_BLOCK or steps * AMX_BLOCK * 2 > PACK_BYTES or not amx_bf16(): return None
   opts = (("amx", row.arg[0], column.arg[0]),)
   grain = AMX_BLOCK if row is global_ranges[0] else 1  # a batch of products is launched over the batch
   return TilePlan(reduce, column, row, AMX_BLOCK, False, AMX_BLOCK, 16, True, opts, grain, amx=(a, b))
