@@ -83,16 +83,22 @@ MOVES = {
 }
 
 
+def build_chain(chain: tuple[str, ...], data: np.ndarray) -> tuple[UOp, np.ndarray]:
+  """The movement ops `chain` (MOVES names, innermost first) over a PARAM holding `data`, and numpy's result."""
+  graph, expected = param(0, data.shape), data
+  for name in chain:
+    build, reference = MOVES[name]
+    graph, expected = build(graph), reference(expected)
+  return graph, expected
+
+
 @pytest.mark.parametrize("chain", [("permute",), ("flip0",), ("pad",), ("shrink",), ("permute", "reshape_flat"),
                                    ("pad", "permute", "shrink"), ("flip0", "pad", "reshape_flat"),
                                    ("shrink", "flip0", "permute", "pad")])
 def test_movement_chains_match_numpy(chain):
   rng = np.random.default_rng(0)
   data = rng.standard_normal((3, 4, 5)).astype(np.float32)
-  graph, expected = param(0, data.shape), data
-  for name in chain:
-    build, reference = MOVES[name]
-    graph, expected = build(graph), reference(expected)
+  graph, expected = build_chain(chain, data)
   (out,) = interpret(node(Ops.SINK, graph), [data])
   np.testing.assert_array_equal(out, expected)
 
@@ -105,10 +111,7 @@ def test_reshape_under_a_pad_folds_its_index(chain, mods):
   first (lower/schedule.py) and the reshape's div / mod fold instead of stacking one MOD per reshape."""
   rng = np.random.default_rng(2)
   data = rng.standard_normal((3, 4, 5)).astype(np.float32)
-  graph, expected = param(0, data.shape), data
-  for name in chain:
-    build, reference = MOVES[name]
-    graph, expected = build(graph), reference(expected)
+  graph, expected = build_chain(chain, data)
   (out,) = interpret(node(Ops.SINK, graph), [data])
   np.testing.assert_array_equal(out, expected)
   (kernel,) = schedule(node(Ops.SINK, graph)).kernels
@@ -122,10 +125,7 @@ def test_elementwise_kernel_reading_across_the_flat_order_loops_over_rows(chain)
   the last axis, no division of the flat index per element, and the same values."""
   rng = np.random.default_rng(1)
   data = rng.standard_normal((3, 2, 24)).astype(np.float32)
-  graph, expected = param(0, data.shape), data
-  for name in chain:
-    build, reference = MOVES[name]
-    graph, expected = build(graph), reference(expected)
+  graph, expected = build_chain(chain, data)
   assert expected.shape[-1] >= ROW_LOOP_MIN
   (kernel,) = schedule(node(Ops.SINK, graph)).kernels
   ranges = [n for n in kernel.ast.toposort if n.op is Ops.RANGE]

@@ -237,8 +237,8 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   stream = row is None and (column.src[0].arg > lanes * TILE_VECTORS and not resident or
                             not _vector_epilogue(store, reduce))
   if stream and len(reduce_ranges) != 1: return None  # the stream tile handles one reduce range (and its blocking)
-  rows = 1 if stream else _tile_rows(row, column.src[0].arg, lanes)
   width = column.src[0].arg  # a column of fewer whole vectors than a tile's is one tile of its width
+  rows = 1 if stream else _tile_rows(row, width, lanes)
   columns = STREAM_TILE if stream else width if width < lanes * TILE_VECTORS and width % lanes == 0 else \
       lanes * TILE_VECTORS
   contract = _contracts(reduce)
@@ -248,14 +248,13 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   group = GROUP_ROWS // rows * rows if row is not None and row is global_ranges[-2] and reduce.arg is Ops.ADD and \
       accumulator_dtype(reduce) == F32 and len(reduce_ranges) == 1 and innermost.src[0].arg > 2 * TILE_SUM_BLOCK \
       else 0
-  if group: opts.append(("group", row.arg[0], group))
   spans = _spans(loads, row, global_ranges, group * columns) if group else ()
   if spans:  # the sums are in L2 anyway: the group grows to the whole row where they fit (one pass, not two)
     values = math.prod(rng.src[0].arg for rng in spans)
     whole = -(-row.src[0].arg // rows) * rows
     group = max(group, min(whole, SPAN_SUMS_BYTES // (values * columns * 8) // rows * rows))
-    opts[-1] = ("group", row.arg[0], group)
-    opts.append(("span", *(rng.arg[0] for rng in spans)))
+  if group: opts.append(("group", row.arg[0], group))
+  if spans: opts.append(("span", *(rng.arg[0] for rng in spans)))
   packed = _packed_loads(loads, row, column, reduce_ranges, columns, global_ranges)
   if packed: opts.append(("pack", column.arg[0], len(packed)))
   outermost = global_ranges[0]

@@ -103,58 +103,41 @@ def split_reduction(reduction: UOp, partials: int, contiguous: bool) -> UOp:
   """The two-stage form of REDUCE_AXIS `reduction` (same shape, dtype and value, up to reassociation) with `partials`
   partial results per output; CONTIGUOUS when the original was a buffer of its own (broadcast after it)."""
   reduce_op, axes = reduction.arg
+  axes = tuple(sorted(axes))
   source = reduction.src[0]
   kept = [axis for axis in range(len(source.shape)) if axis not in axes]
   kept_shape = tuple(source.shape[axis] for axis in kept)
-  length = math.prod(source.shape[axis] for axis in axes)
-  axes = tuple(sorted(axes))
-  if len(axes) > 1 and source.shape[axes[0]] % partials == 0:
-    return _split_leading_axis(reduction, partials, contiguous)
-  chunk = length // partials
-  body_length = chunk * partials
-  wide = _F64 if reduce_op is Ops.ADD and reduction.dtype in WIDE_SUM_DTYPES else reduction.dtype
-  full = tuple((0, dim) for dim in kept_shape)
-  order = (*kept, *axes)
-  flat = _node(Ops.RESHAPE, source if order == tuple(range(len(order))) else _node(Ops.PERMUTE, source, order),
-               (*kept_shape, length))
-  # first stage: (P, kept...) partial results, P outermost so that the launch is parallel over the chunks
-  body = flat if body_length == length else _node(Ops.SHRINK, flat, (*full, (0, body_length)))
-  body = _node(Ops.RESHAPE, body, (*kept_shape, partials, chunk))
   n_kept = len(kept_shape)
-  body = _node(Ops.PERMUTE, body, (n_kept, *range(n_kept), n_kept + 1))
-  stage1 = UOp(Ops.REDUCE_AXIS, wide, (body,), (reduce_op, (n_kept + 1,)))
-  partial_results = _node(Ops.CONTIGUOUS, _node(Ops.RESHAPE, stage1, (partials, *kept_shape)))
-  # second stage: the partial results, and the tail that no chunk covers
-  total = _node(Ops.RESHAPE, _node(Ops.REDUCE_AXIS, partial_results, (reduce_op, (0,))), kept_shape)
-  if body_length < length:
-    tail = _node(Ops.SHRINK, flat, (*full, (body_length, length)))
-    if wide != tail.dtype: tail = _node(Ops.CAST, tail, dtype=wide)
-    tail = _node(Ops.RESHAPE, _node(Ops.REDUCE_AXIS, tail, (reduce_op, (n_kept,))), kept_shape)
-    total = UOp(reduce_op, wide, (total, tail))
-  if wide != reduction.dtype: total = _node(Ops.CAST, total, dtype=reduction.dtype)
-  result = _node(Ops.RESHAPE, total, reduction.shape)
-  return _node(Ops.CONTIGUOUS, result) if contiguous else result
-
-
-def _split_leading_axis(reduction: UOp, partials: int, contiguous: bool) -> UOp:
-  """`split_reduction` for a reduction over several axes whose first divides into `partials`: that axis alone is cut
-  into (partials, rest) and the first stage reduces (rest, other axes...), so its kernel keeps one loop per axis with
-  plain strides (a bias gradient's (N, H, W) sum: flattened, H and W were a division and a modulo per element)."""
-  reduce_op, axes = reduction.arg
-  axes = tuple(sorted(axes))
-  source = reduction.src[0]
-  kept = [axis for axis in range(len(source.shape)) if axis not in axes]
-  kept_shape = tuple(source.shape[axis] for axis in kept)
+  length = math.prod(source.shape[axis] for axis in axes)
   wide = _F64 if reduce_op is Ops.ADD and reduction.dtype in WIDE_SUM_DTYPES else reduction.dtype
   order = (*kept, *axes)
   moved = source if order == tuple(range(len(order))) else _node(Ops.PERMUTE, source, order)
   first, *others = (source.shape[axis] for axis in axes)
-  body = _node(Ops.RESHAPE, moved, (*kept_shape, partials, first // partials, *others))
-  n_kept = len(kept_shape)
-  body = _node(Ops.PERMUTE, body, (n_kept, *range(n_kept), *range(n_kept + 1, n_kept + 2 + len(others))))
-  stage1 = UOp(Ops.REDUCE_AXIS, wide, (body,), (reduce_op, tuple(range(n_kept + 1, n_kept + 2 + len(others)))))
+  tail = None
+  if len(axes) > 1 and first % partials == 0:
+    # the first reduced axis alone is cut into (partials, rest), so the first stage keeps one loop per reduced axis
+    # with plain strides (a bias gradient's (N, H, W) sum: flattened, H and W were a division and a modulo each)
+    body = _node(Ops.RESHAPE, moved, (*kept_shape, partials, first // partials, *others))
+    reduced = tuple(range(n_kept + 1, n_kept + 2 + len(others)))
+  else:  # the reduced axes flattened into chunks, and a tail that no chunk covers
+    chunk = length // partials
+    body_length = chunk * partials
+    full = tuple((0, dim) for dim in kept_shape)
+    flat = _node(Ops.RESHAPE, moved, (*kept_shape, length))
+    body = flat if body_length == length else _node(Ops.SHRINK, flat, (*full, (0, body_length)))
+    body = _node(Ops.RESHAPE, body, (*kept_shape, partials, chunk))
+    reduced = (n_kept + 1,)
+    if body_length < length: tail = _node(Ops.SHRINK, flat, (*full, (body_length, length)))
+  # first stage: (P, kept...) partial results, P outermost so that the launch is parallel over the chunks
+  body = _node(Ops.PERMUTE, body, (n_kept, *range(n_kept), *reduced))
+  stage1 = UOp(Ops.REDUCE_AXIS, wide, (body,), (reduce_op, reduced))
   partial_results = _node(Ops.CONTIGUOUS, _node(Ops.RESHAPE, stage1, (partials, *kept_shape)))
+  # second stage: the partial results, and the tail
   total = _node(Ops.RESHAPE, _node(Ops.REDUCE_AXIS, partial_results, (reduce_op, (0,))), kept_shape)
+  if tail is not None:
+    if wide != tail.dtype: tail = _node(Ops.CAST, tail, dtype=wide)
+    tail = _node(Ops.RESHAPE, _node(Ops.REDUCE_AXIS, tail, (reduce_op, (n_kept,))), kept_shape)
+    total = UOp(reduce_op, wide, (total, tail))
   if wide != reduction.dtype: total = _node(Ops.CAST, total, dtype=reduction.dtype)
   result = _node(Ops.RESHAPE, total, reduction.shape)
   return _node(Ops.CONTIGUOUS, result) if contiguous else result
