@@ -278,3 +278,20 @@ def test_block_until_ready_of_a_pytree_and_transformations_of_non_callables():
       transform(3)
   with pytest.raises(TypeError, match="callable"):
     tj.jvp(3, (1.0,), (1.0,))
+
+
+@pytest.mark.parametrize("with_static", [False, True])
+def test_lazy_arguments_are_computed_together(with_static):
+  """The lazy arguments of a jitted call are computed in one schedule, so the work they share is done once: parameters
+  drawn from a chain of split keys (stax's init) run each split once, not once per parameter drawn after it (here 12
+  splits, not 78). Values against numpy."""
+  from tinyjax import random
+  key, params = random.PRNGKey(0), []
+  for _ in range(12):
+    key, sub = random.split(key)
+    params.append(random.normal(sub, (3,)))
+  before = tj.runtime_stats()["kernels_launched"]
+  f = tj.jit(lambda ps, scale: scale * sum(p.sum() for p in ps), static_argnums=(1,) if with_static else ())
+  out = f(params, 2.0)
+  assert tj.runtime_stats()["kernels_launched"] - before <= 2 * 12 + 2
+  np.testing.assert_allclose(float(out), 2 * sum(np.asarray(p, np.float64).sum() for p in params), rtol=1e-5)

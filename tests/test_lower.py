@@ -212,6 +212,25 @@ def test_reduce_consumed_without_broadcast_fuses_nested():
   np.testing.assert_allclose(out.reshape(()), np.exp2(data.sum(1) * np.float32(0.01)).sum(), rtol=1e-6)
 
 
+@pytest.mark.parametrize("pad, axes, ranges", [(False, (0, 1, 2), 1), (False, (0, 1, 3), 2), (False, (0, 2), 2),
+                                               (True, (1, 2), 2)])
+def test_adjacent_reduced_axes_are_one_reduce_range(pad, axes, ranges):
+  """A sum over adjacent axes (an NHWC batch norm's N, H, W) loops once over them all, with a plain stride, where
+  every index reads them linearly; through a pad (whose gate needs each axis) they keep a range each."""
+  rng = np.random.default_rng(1)
+  data = rng.standard_normal((4, 3, 5, 6)).astype(np.float32)
+  x = param(0, data.shape)
+  if pad: x = node(Ops.PAD, x, arg=((0, 0), (1, 2), (2, 1), (0, 0)))
+  sink = node(Ops.SINK, node(Ops.REDUCE_AXIS, node(Ops.MUL, x, x), arg=(Ops.ADD, axes)))
+  (kernel,) = schedule(sink, threads=1).kernels
+  nodes = kernel.ast.toposort
+  assert sum(n.op is Ops.RANGE and n.arg[1] == "reduce" for n in nodes) == ranges
+  assert not any(n.op in (Ops.IDIV, Ops.MOD) for n in nodes)
+  (out,) = interpret(sink, [data])
+  padded = np.pad(data, ((0, 0), (1, 2), (2, 1), (0, 0))) if pad else data
+  np.testing.assert_allclose(out, (padded.astype(np.float64) ** 2).sum(axes, keepdims=True), rtol=1e-5)
+
+
 def test_empty_reduction_gives_identity():
   x = param(0, (3, 0))
   sink = node(Ops.SINK, node(Ops.REDUCE_AXIS, x, arg=(Ops.MAX, (1,))), node(Ops.REDUCE_AXIS, x, arg=(Ops.ADD, (1,))))

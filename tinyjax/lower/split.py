@@ -67,6 +67,18 @@ def _element_cost(node: UOp, realized: set[UOp], memo: dict[UOp, int]) -> int:
   return cost
 
 
+def _broadcasts(source: UOp, realized: set[UOp]) -> bool:
+  """Whether the expression `source` fuses into its kernel (down to buffers) has an EXPAND: a contraction."""
+  seen, stack = set(), [source]
+  while stack:
+    node = stack.pop()
+    if node in seen or node.op is Ops.PARAM or (node in realized and node is not source): continue
+    if node.op is Ops.EXPAND: return True
+    seen.add(node)
+    stack.extend(node.src)
+  return False
+
+
 def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[UOp, int] | None = None) -> int:
   """How many partial results per output REDUCE_AXIS `reduction` is split into on a machine running `threads`
   threads per launch; 0 when it stays one kernel. `realized`: the nodes fusion makes buffers of."""
@@ -76,7 +88,7 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   source = reduction.src[0]
   # over outer axes only (`x.sum(axis=0)`), a kernel streams its outputs in tiles of STREAM_TILE, its unit of
   # parallelism (codegen/opt.py); a contraction (a broadcast product) gets a register tile instead
-  streamed = len(source.shape) - 1 not in axes and not any(node.op is Ops.EXPAND for node in source.toposort)
+  streamed = len(source.shape) - 1 not in axes and not _broadcasts(source, realized)
   # otherwise the launch is over the output's first axis longer than 1 (a weight gradient's (3, 3, C, O): 3 units);
   # when that is the only one and the source's last axis (a contraction's column, register-tiled), over its tiles (a
   # bias gradient's 32 columns: 1 unit; a row sum's rows stay units of their own)

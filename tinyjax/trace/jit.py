@@ -403,7 +403,9 @@ def _fast_signature(leaves: list[Any]) -> tuple[tuple, list[Buffer]] | None:
   for leaf in leaves:
     if type(leaf) is not Array: return None
     uop = leaf.uop
-    if uop.op is not Ops.BUFFER: uop = leaf.realize().uop
+    if uop.op is not Ops.BUFFER:  # the lazy leaves are computed together (see JitWrapped._lookup)
+      realize_arrays([other for other in leaves if type(other) is Array])
+      uop = leaf.uop
     buffer = uop.arg
     signature += (buffer.shape, buffer.dtype, leaf.weak_type, buffer.device)
     buffers.append(buffer)
@@ -529,6 +531,9 @@ class JitWrapped:
   def _lookup(self, args: tuple, kwargs: dict) -> tuple[_Compiled, list[Any]]:
     static, static_values, static_kwargs, dynamic_kwargs = self._split(args, kwargs)
     leaves, in_tree = tree_util.tree_flatten(([args[i] for i in range(len(args)) if i not in static], dynamic_kwargs))
+    # lazy arguments are computed together: they often share work (stax's parameters all come from one chain of
+    # random.split keys, which computed per leaf is redone for each: ResNet-50's first step took 48 s on this)
+    realize_arrays([leaf for leaf in leaves if isinstance(leaf, Array)])
     devices = tuple(_leaf_device(leaf) for leaf in leaves)
     key = (in_tree, tuple(_leaf_signature(leaf) for leaf in leaves), static, static_values, devices)
     compiled = self._cache.get(key)
