@@ -231,6 +231,25 @@ def test_adjacent_reduced_axes_are_one_reduce_range(pad, axes, ranges):
   np.testing.assert_allclose(out, (padded.astype(np.float64) ** 2).sum(axes, keepdims=True), rtol=1e-5)
 
 
+def test_kernels_of_one_structure_are_built_once_over_their_own_slots():
+  """Kernels whose expressions are alike down to their buffers (ResNet's repeated blocks) share one AST, each over
+  its own slots; reading one buffer twice (x + x) is a different kernel from reading two (x + y)."""
+  rng = np.random.default_rng(2)
+  data = [rng.standard_normal((8, 16)).astype(np.float32) for _ in range(3)]
+  x, y, z = (param(i, (8, 16)) for i in range(3))
+
+  def reduced(a, b): return node(Ops.REDUCE_AXIS, node(Ops.EXP2, node(Ops.ADD, a, b)), arg=(Ops.ADD, (1,)))
+  sink = node(Ops.SINK, reduced(x, y), reduced(y, z), reduced(z, z), reduced(x, x))
+  kernels = schedule(sink, threads=1).kernels
+  assert len(kernels) == 4
+  assert kernels[0].ast is kernels[1].ast and kernels[2].ast is kernels[3].ast and kernels[0].ast is not kernels[2].ast
+  assert kernels[0].slots != kernels[1].slots and kernels[2].slots != kernels[3].slots
+  outs = interpret(sink, data)
+  for out, (a, b) in zip(outs, [(0, 1), (1, 2), (2, 2), (0, 0)]):
+    want = np.exp2(data[a].astype(np.float64) + data[b]).sum(1, keepdims=True)
+    np.testing.assert_allclose(out, want, rtol=1e-5)
+
+
 def test_empty_reduction_gives_identity():
   x = param(0, (3, 0))
   sink = node(Ops.SINK, node(Ops.REDUCE_AXIS, x, arg=(Ops.MAX, (1,))), node(Ops.REDUCE_AXIS, x, arg=(Ops.ADD, (1,))))

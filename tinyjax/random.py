@@ -25,6 +25,7 @@ from tinyjax.lax._base import cast, expand_raw, full, reshape_raw, to_array
 from tinyjax.lax._elementwise import _add, _and, _binary, _or
 from tinyjax.trace import batching
 from tinyjax.trace.core import Primitive, Tracer, bind
+from tinyjax.trace.jit import jit
 from tinyjax.uop import Ops
 
 UINT32 = np.dtype(np.uint32)
@@ -94,9 +95,15 @@ def _encipher_counters(data: Array, shape: tuple[int, ...]) -> list[Array]:
   return threefry2x32_p.bind(expand_raw(key1, shape), expand_raw(key2, shape), high, low)
 
 
-def _split_data(data: Array, shape: tuple[int, ...]) -> Array:
+def _split(data: Array, shape: tuple[int, ...]) -> Array:
   bits1, bits2 = _encipher_counters(data, shape)
   return jnp.stack([bits1, bits2], axis=len(shape))
+
+
+# Called eagerly, a split runs at once as a jitted program (compiled once per shape), as JAX's does: left lazy, each
+# key of a chain of splits (stax's init, ResNet-50's 350 of them) was traced again and computed anew by every key
+# and sample drawn from it.
+_split_data = jit(_split, static_argnums=(1,))
 
 
 def _fold_in_data(data: Array, value: Array) -> Array:

@@ -167,8 +167,12 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
     if not gpu: compile_worker()  # started now, it is ready to compile once the kernels are lowered and rendered
     sched = schedule(sink, threads)
     kernels = kernels_of(sched.kernels)
-    lowered = (sched, [device.render(k.name, k.ast, _launch_of(k, device), k.ordered) if gpu
-                       else render_llvm(k.name, k.ast) for k in kernels])
+    rendered: dict[tuple, str] = {}  # a kernel several like blocks run is rendered once
+    for k in kernels:
+      if (kernel_key := (k.name, k.ast, k.ordered)) not in rendered:
+        rendered[kernel_key] = device.render(k.name, k.ast, _launch_of(k, device), k.ordered) if gpu else \
+            render_llvm(k.name, k.ast)
+    lowered = (sched, [rendered[(k.name, k.ast, k.ordered)] for k in kernels])
     counters.schedules_lowered += 1
     _disk_cache.put(key, pickle.dumps(lowered, protocol=pickle.HIGHEST_PROTOCOL))
     origin = f"lowered in {(time.perf_counter() - start) * 1e3:.2f} ms"

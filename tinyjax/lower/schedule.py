@@ -29,7 +29,8 @@ from tinyjax.codegen.opt import BF16, VECTOR_UNARY, choose_opts, global_ranges_o
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import split_reductions
-from tinyjax.uop import BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, PatternMatcher, ScatterArg, UOp, UPat, graph_rewrite
+from tinyjax.uop import (BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, PatternMatcher, ScatterArg, UOp, UPat, _arg_key,
+                         graph_rewrite)
 
 REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
 LOOPS = (Ops.SCAN, Ops.WHILE, Ops.COND)  # control flow: nodes whose operands are read from buffers
@@ -710,6 +711,7 @@ class _Scheduler:
     # relayout copies made so far, (copy AST, source slot) -> their slot: a weight read transposed by the forward and
     # the backward pass is copied once. Forgotten for a slot written again (in place), and all at a loop or switch.
     self.copies: dict[tuple[UOp, int], int] = {}
+    self.built: dict[tuple, tuple] = {}  # region_key -> (AST, its slots' numbers in the key, outer size, work)
 
   def new_slot(self, shape: tuple[int, ...], dtype: np.dtype) -> int:
     self.specs.append((tuple(shape), np.dtype(dtype)))
@@ -732,9 +734,12 @@ class _Scheduler:
     if node.op is Ops.SCATTER and 0 not in node.src[2].shape: builders.append((_Rangeify(node, self.slot_of), True))
     kernels = []
     for builder, is_scatter in builders:
-      ast, outer, ordered = builder.build_scatter() if is_scatter else (*builder.build(), 0)
-      ast, slots = _drop_unread_buffers(symbolic.simplify(ast), builder.params)
-      if not is_scatter:
+      if is_scatter:
+        ast, outer, ordered = builder.build_scatter()
+        ast, slots = _drop_unread_buffers(symbolic.simplify(ast), builder.params)
+      else:
+        ast, slots, outer = self.build(node, builder)
+        ordered = 0
         ast, slots, copies = self.relayout(ast, slots, builder.work)
         kernels += copies
         if (split := _split_columns(ast, self.threads)) is not None: ast, outer = split
@@ -743,6 +748,49 @@ class _Scheduler:
       grain = 1 if is_scatter else _row_split_grain(ast, self.threads) or launch_grain(ast)
       kernels.append(Kernel(name, ast, slots, outer, builder.work, grain, sequential=is_scatter, ordered=ordered))
     return kernels
+
+  def build(self, node: UOp, builder: _Rangeify) -> tuple[UOp, tuple[int, ...], int]:
+    """The simplified AST of the kernel computing buffer node `node`, its slots and outer size (`builder.work` set):
+    built once per structure (`region_key`), the same AST for each of ResNet-50's like blocks with its own slots."""
+    key, slot_list = self.region_key(node)
+    try: hit = self.built.get(key)
+    except TypeError: key = hit = None  # an unhashable arg: built every time
+    if hit is not None:
+      ast, numbers, outer, builder.work = hit
+      return ast, tuple(slot_list[number] for number in numbers), outer
+    ast, outer = builder.build()
+    ast, slots = _drop_unread_buffers(symbolic.simplify(ast), builder.params)
+    if key is not None:
+      number_of = {slot: number for number, slot in reversed(list(enumerate(slot_list)))}
+      self.built[key] = (ast, tuple(number_of[slot] for slot in slots), outer, builder.work)
+    return ast, slots, outer
+
+  def region_key(self, root: UOp) -> tuple[tuple, list[int]]:
+    """The structure of what the kernel computing buffer node `root` evaluates, down to the buffers it reads
+    (`_Rangeify.emit`'s leaves, numbered by their slot in order of first appearance, `root`'s first), and those slots:
+    two nodes with equal keys get the same kernel AST over their own slots."""
+    slots, number = [self.slot_of[root]], {self.slot_of[root]: 0}
+    index: dict[UOp, int] = {}
+    entries: list[tuple] = []
+    value = root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.SCATTER) else root
+    stack = [(value, False)]
+    while stack:
+      node, ready = stack.pop()
+      if node in index: continue
+      if node is not root and (node.op is Ops.PARAM or node in self.slot_of):
+        slot = self.slot_of[node]
+        if slot not in number:
+          number[slot] = len(slots)
+          slots.append(slot)
+        index[node] = len(entries)
+        entries.append((number[slot], node.shape, node.dtype))
+      elif not ready:
+        stack.append((node, True))
+        stack.extend((src, False) for src in reversed(node.src) if src not in index)
+      else:
+        index[node] = len(entries)
+        entries.append((node.op, node.dtype, node.shape, _arg_key(node.arg), tuple(index[src] for src in node.src)))
+    return (root.op, root.dtype, root.shape, tuple(entries)), slots
 
   def relayout(self, ast: UOp, slots: tuple[int, ...], work: int) -> tuple[UOp, tuple[int, ...], list[Kernel]]:
     """A contraction kernel slowed by one operand read against its layout gets that operand copied first, by a kernel
