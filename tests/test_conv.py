@@ -349,3 +349,46 @@ def test_padded_input_is_copied_in_its_own_layout():
   ref = np.pad(ref, ((0, 0), (1, 1), (1, 1), (0, 0)))
   windows = np.stack([ref[:, i:i + 11, j:j + 11] for i in range(3) for j in range(3)], axis=3)  # (2, 11, 11, 9, 16)
   np.testing.assert_allclose(got, np.einsum("nhwkc,kco->nhwo", windows, w.reshape(9, 16, 8)), rtol=1e-5, atol=1e-5)
+
+
+def _max_pool_grad_reference(x: np.ndarray, ct: np.ndarray, window: tuple[int, int], strides: tuple[int, int],
+                             dilation: tuple[int, int]) -> np.ndarray:
+  """The gradient of a VALID max pool over axes 1, 2 of NHWC `x`: each window's cotangent to its first maximum."""
+  grad = np.zeros(x.shape, np.float64)
+  for i in range(ct.shape[1]):
+    for j in range(ct.shape[2]):
+      rows = [i * strides[0] + a * dilation[0] for a in range(window[0])]
+      cols = [j * strides[1] + b * dilation[1] for b in range(window[1])]
+      patch = x[:, rows][:, :, cols].reshape(x.shape[0], -1, x.shape[3])  # (N, window, C), window order
+      first = patch.argmax(axis=1)
+      for n in range(x.shape[0]):
+        for c in range(x.shape[3]):
+          a, b = divmod(first[n, c], window[1])
+          grad[n, rows[a], cols[b], c] += ct[n, i, j, c]
+  return grad
+
+
+@pytest.mark.parametrize("window, strides, dilation", [((3, 3), (2, 2), (1, 1)), ((3, 2), (2, 1), (2, 3)),
+                                                       ((11, 11), (1, 1), (1, 1)), ((2, 2), (2, 2), (1, 1))])
+def test_max_pool_gradient_with_overlapping_windows(window, strides, dilation):
+  """Overlapping windows (ResNet's 3x3 stride 2), dilated ones, a single global window and disjoint ones: the
+  gradient (built from strided slices of the input reshaped by the stride, see `_phased_windows`) against numpy, also
+  under jit, vmap and jit(vmap(grad))."""
+  rng = np.random.default_rng(7)
+  x = rng.standard_normal((2, 11, 11, 3)).astype(np.float32)
+
+  def pooled(v):
+    return lax.reduce_window(v, -tnp.inf, lax.max, (1, *window, 1), (1, *strides, 1), "VALID",
+                             window_dilation=(1, *dilation, 1))
+
+  out = np.asarray(pooled(tnp.asarray(x)))
+  ct = rng.standard_normal(out.shape)
+
+  def loss(v): return (pooled(v) * tnp.asarray(ct.astype(np.float32))).sum()
+  want = _max_pool_grad_reference(x.astype(np.float64), ct, window, strides, dilation)
+  for transform in (lambda g: g, tj.jit):
+    np.testing.assert_allclose(np.asarray(transform(tj.grad(loss))(tnp.asarray(x))), want, rtol=1e-6, atol=1e-6)
+  batched = np.asarray(tj.jit(tj.vmap(tj.grad(loss)))(tnp.asarray(np.stack([x, -x]))))
+  np.testing.assert_allclose(batched[0], want, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(batched[1], _max_pool_grad_reference(-x.astype(np.float64), ct, window, strides, dilation),
+                             rtol=1e-6, atol=1e-6)

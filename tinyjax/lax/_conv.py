@@ -20,7 +20,7 @@ from tinyjax.array import Array
 from tinyjax.lax._base import cast, expand_raw, full, like, reshape_raw, to_array
 from tinyjax.lax._reductions import dot_general_raw, reduce_raw, sum_raw
 from tinyjax.lax._elementwise import _neg, add, max as lax_max, min as lax_min, mul
-from tinyjax.lax._shape import flip_raw, pad, pad_raw, permute_raw, shrink_raw
+from tinyjax.lax._shape import concatenate, flip_raw, pad, pad_raw, permute_raw, shrink_raw
 from tinyjax.trace import ad
 from tinyjax.trace.control_flow import BodyTrace
 from tinyjax.trace.core import Primitive, StagingTracer, bind, current_trace
@@ -97,9 +97,11 @@ def _windows(x: Array, axes: Sequence[int], sizes: Sequence[int], strides: Seque
       raise ValueError(f"window of size {size} (dilation {dilation}) does not fit an axis of size {n}")
     out_sizes.append(out)
     before, after = x.shape[:axis], x.shape[axis + 1:]
-    if stride >= (size - 1) * dilation + 1:
-      # windows that don't overlap: each is a block of the axis cut into `stride`-long pieces (pad / shrink and
-      # reshapes only, so the transpose, a pooling gradient, is a cheap copy instead of the tiled view's sums)
+    if stride >= (size - 1) * dilation + 1 or out == 1:
+      # windows that don't overlap (or a single one: a global pooling): each is a block of the axis cut into
+      # `stride`-long pieces (pad / shrink and reshapes only, so the transpose, a pooling gradient, is a cheap copy
+      # instead of the tiled view's sums)
+      if out == 1: stride = (size - 1) * dilation + 1
       x = _cut(x, axis, out * stride)
       x = reshape_raw(x, (*before, out, stride, *after))
       x = _cut(x, axis + 1, size * dilation)  # the window elements, `dilation` apart
@@ -125,6 +127,33 @@ def _windows(x: Array, axes: Sequence[int], sizes: Sequence[int], strides: Seque
     order[axis], order[axis + 1] = axis + 1, axis  # (out, size): window position first
     x = permute_raw(rows, order)
   return x, out_sizes
+
+
+def _phased_windows(x: Array, axes: Sequence[int], sizes: Sequence[int], strides: Sequence[int],
+                    dilations: Sequence[int]) -> Array:
+  """`_windows(x, ...)[0]` built for its transpose: an axis whose windows overlap is reshaped into (rows, stride) and
+  materialised, and window offset a is the slice of it starting at row a * dilation // stride, column
+  a * dilation % stride. Transposed (a max-pool gradient), every offset's cotangent is shifted into that layout and
+  summed there, in one kernel over (rows, stride): plain strides, where the tiled view's transpose divides by the axis
+  length per element (ResNet-50's first max pool: 75 ms, 3.6 GFLOP/s)."""
+  for position, (axis, size, stride, dilation) in enumerate(zip(axes, sizes, strides, dilations)):
+    axis = axis + position  # every earlier axis became two
+    n = x.shape[axis]
+    out = (n - dilation * (size - 1) - 1) // stride + 1
+    if stride >= (size - 1) * dilation + 1 or out == 1:
+      x, _ = _windows(x, [axis], [size], [stride], [dilation])
+      continue
+    before, after = x.shape[:axis], x.shape[axis + 1:]
+    rows = out + (size - 1) * dilation // stride
+    grid = _materialize(reshape_raw(_cut(x, axis, rows * stride), (*before, rows, stride, *after)))
+    pieces = []
+    for offset in range(size):
+      row, column = divmod(offset * dilation, stride)
+      bounds = [(0, d) for d in grid.shape]
+      bounds[axis], bounds[axis + 1] = (row, row + out), (column, column + 1)
+      pieces.append(shrink_raw(grid, bounds))  # (..., out, 1, ...)
+    x = concatenate(pieces, axis + 1)
+  return x
 
 
 def _cut(x: Array, axis: int, length: int) -> Array:
@@ -551,7 +580,7 @@ def _window_max_jvp(primals, tangents, out, *, window, strides, dilation, minimu
   (x,), (t,) = primals, tangents
   ndim = x.ndim
   patches, out_sizes = _windows(x, range(ndim), window, strides, dilation)
-  t_patches, _ = _windows(t, range(ndim), window, strides, dilation)
+  t_patches = _phased_windows(t, range(ndim), window, strides, dilation)
   window_axes = tuple(1 + 2 * i for i in range(ndim))
   spread = tuple(d for size in out_sizes for d in (size, 1))  # out with a 1 at every window axis
   position_shape = tuple(d for size in window for d in (1, size))  # a window element's number, in window order

@@ -303,7 +303,7 @@ transpose_rules.update({
   Ops.FDIV: lambda ct, node, known: (div(ct, known[1]), None),
   Ops.CAST: lambda ct, node, known: (cast(ct, node.src[0].dtype),),
   Ops.WHERE: lambda ct, node, known: (None, where(known[0], ct, zeros_like(ct)), where(known[0], zeros_like(ct), ct)),
-  Ops.CONTIGUOUS: lambda ct, node, known: (ct,),
+  Ops.CONTIGUOUS: lambda ct, node, known: (bind(Ops.CONTIGUOUS, ct, weak_type=ct.weak_type),),  # a buffer both ways
   Ops.REDUCE_AXIS: lambda ct, node, known: (_reduce_transpose(ct, node),),
   Ops.RESHAPE: lambda ct, node, known: (bind(Ops.RESHAPE, ct, arg=node.src[0].shape),),
   Ops.PERMUTE: lambda ct, node, known: (bind(Ops.PERMUTE, ct, arg=tuple(np.argsort(node.arg).tolist())),),
