@@ -392,3 +392,34 @@ def test_max_pool_gradient_with_overlapping_windows(window, strides, dilation):
   np.testing.assert_allclose(batched[0], want, rtol=1e-6, atol=1e-6)
   np.testing.assert_allclose(batched[1], _max_pool_grad_reference(-x.astype(np.float64), ct, window, strides, dilation),
                              rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("im2col", [False, True])
+def test_im2col_and_direct_products_agree_with_numpy(monkeypatch, im2col):
+  """Convolutions with many taps take an explicit im2col copy and one GEMM (IM2COL_TAPS_BYTES), others the direct
+  product of the windowed view: both, forced, against numpy for strides, dilation and padding, NCHW and NHWC, values
+  and the gradients (the transposed convolutions take the same path)."""
+  from tinyjax.lax import _conv
+  monkeypatch.setattr(_conv, "IM2COL_TAPS_BYTES", 0 if im2col else 1 << 62)
+  rng = np.random.default_rng(11)
+  x = rng.standard_normal((2, 5, 9, 8)).astype(np.float32)
+  w = rng.standard_normal((6, 5, 3, 2)).astype(np.float32)
+  for stride, padding, dilation in [((1, 1), ((1, 1), (0, 1)), (1, 1)), ((2, 1), ((0, 0), (2, 1)), (1, 2))]:
+    want = numpy_conv(x, w, stride, padding, dilation)
+    got = lax.conv_general_dilated(x, w, stride, padding, rhs_dilation=dilation)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+    nhwc = tj.jit(lambda a, b, s=stride, p=padding, d=dilation: lax.conv_general_dilated(
+      a, b, s, p, rhs_dilation=d, dimension_numbers=("NHWC", "HWIO", "NHWC")))
+    got = nhwc(x.transpose(0, 2, 3, 1), w.transpose(2, 3, 1, 0))
+    np.testing.assert_allclose(np.asarray(got), want.transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
+    # gradients of <conv(x, w), ct>: each is linear, so exact against numpy's directional derivative
+    ct = rng.standard_normal(want.shape)
+
+    def loss(a, b, s=stride, p=padding, d=dilation):
+      return (lax.conv_general_dilated(a, b, s, p, rhs_dilation=d) * tnp.asarray(ct.astype(np.float32))).sum()
+    gx, gw = tj.jit(tj.grad(loss, argnums=(0, 1)))(x, w)
+    dx, dw = rng.standard_normal(x.shape), rng.standard_normal(w.shape)
+    np.testing.assert_allclose((np.asarray(gx, np.float64) * dx).sum(),
+                               (numpy_conv(dx, w, stride, padding, dilation) * ct).sum(), rtol=1e-4)
+    np.testing.assert_allclose((np.asarray(gw, np.float64) * dw).sum(),
+                               (numpy_conv(x, dw, stride, padding, dilation) * ct).sum(), rtol=1e-4)

@@ -249,7 +249,19 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
   patches, out_sizes = _windows(x, range(2, 2 + n_spatial), kernel, strides, rhs_dilation)
   # patches: (N, C, o1, k1, o2, k2, ...); kernel w: (O, I, k1, k2, ...)
   spatial_k = [3 + 2 * i for i in range(n_spatial)]
-  if groups == 1 and batch_groups == 1:
+  taps_bytes = math.prod(kernel) * channels * out_features * w.dtype.itemsize
+  if groups == 1 and batch_groups == 1 and math.prod(kernel) > 1 and taps_bytes >= IM2COL_TAPS_BYTES:
+    # taps too many to stay in cache: the patches are copied into rows (N o..., k... C) first, so that the product is
+    # one GEMM with a single reduce range, which gets the K-blocked row groups and the packed kernel (codegen/opt.py)
+    order = (0, *[2 + 2 * i for i in range(n_spatial)], *spatial_k, 1)
+    rows = _materialize(permute_raw(patches, order))
+    rows = reshape_raw(rows, (batch * math.prod(out_sizes), math.prod(kernel) * channels))
+    taps = _materialize(permute_raw(w, (*range(2, 2 + n_spatial), 1, 0)))  # (k..., C, O)
+    taps = reshape_raw(taps, (math.prod(kernel) * channels, out_features))
+    result = dot_general_raw(rows, taps, ((1,), (0,)), ((), ()), out_dtype)
+    result = reshape_raw(_materialize(result), (batch, *out_sizes, out_features))
+    result = permute_raw(result, (0, n_spatial + 1, *range(1, n_spatial + 1)))  # (N, o..., O) -> (N, O, o...)
+  elif groups == 1 and batch_groups == 1:
     # a GEMM (N o...) x (C k...) @ (C k...) x O: the kernel goes first into (C, k..., O) and the product is computed
     # as (N, o..., O), so that the output channels are the contiguous, vectorised axis of the tile (codegen/opt.py)
     w = _materialize(permute_raw(w, (*range(1, n_spatial + 2), 0)))
@@ -283,6 +295,13 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
 # gradient of a 3x3 convolution of 32x64x56x56 (SAME) into 64 channels, a 64x576 result summed over 100K grid points:
 # 129 ms (57 GFLOP/s, a register tile per output row streaming the whole output gradient) -> 43 ms, 2 cores.
 FLAT_WASTE = 1.5
+# A convolution whose taps (kernel window x input x output features) take at least this many bytes (ResNet's 3x3
+# convolutions of 256 and 512 features: 2.4 and 9.4 MB) is an explicit im2col copy and one GEMM. Read in place, its
+# several reduce ranges (C, kh, kw) leave the register tiles without K-blocked row groups, and each 4-row tile
+# streamed all the taps from memory (7x7x512 into 512, batch 8: 31 -> 13 ms; 14x14x256: 15.5 -> 6.6 ms). Taps that
+# stay in cache keep the direct product: examples/cnn.py's 3x3x32 -> 64 (74 KB) ran 30% slower as im2col, the copy
+# costing more than the GEMM gains.
+IM2COL_TAPS_BYTES = 1 << 20
 
 
 def _flat_conv(x: Array, w: Array, out_dtype: np.dtype) -> Array:
