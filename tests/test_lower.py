@@ -231,6 +231,30 @@ def test_adjacent_reduced_axes_are_one_reduce_range(pad, axes, ranges):
   np.testing.assert_allclose(out, (padded.astype(np.float64) ** 2).sum(axes, keepdims=True), rtol=1e-5)
 
 
+def test_reduced_axes_after_one_read_alone_are_one_range_and_get_register_tiles():
+  """A sum over (N, H, W) of an NHWC product with an operand read per (N, C) (a global average pool's gradient):
+  H and W merge into one range, N keeps its own, and the nest gets register tiles over C (the stream tile takes one
+  range only). Values against numpy."""
+  from tinyjax.codegen.opt import choose_opts
+  rng = np.random.default_rng(3)
+  data = rng.standard_normal((4, 3, 5, 96)).astype(np.float32)
+  per_n = rng.standard_normal((4, 1, 1, 96)).astype(np.float32)
+  x, y = param(0, data.shape), param(1, per_n.shape)
+  value = node(Ops.MUL, x, node(Ops.EXPAND, y, arg=data.shape))
+  sink = node(Ops.SINK, node(Ops.REDUCE_AXIS, value, arg=(Ops.ADD, (0, 1, 2))))
+  (kernel,) = schedule(sink, threads=1).kernels
+  ranges = [n for n in kernel.ast.toposort if n.op is Ops.RANGE and n.arg[1] == "reduce"]
+  assert sorted(r.src[0].arg for r in ranges) == [4, 15]
+  plan = choose_opts(kernel.ast)
+  assert plan is not None and not plan.stream and plan.columns == 64
+  want = (data.astype(np.float64) * per_n).sum((0, 1, 2), keepdims=True)
+  (out,) = interpret(sink, [data, per_n])
+  np.testing.assert_allclose(out, want, rtol=1e-5)
+  import tinyjax as tj
+  compiled = tj.jit(lambda a, b: (a * b).sum((0, 1, 2), keepdims=True))(data, per_n)
+  np.testing.assert_allclose(np.asarray(compiled), want, rtol=1e-5, atol=1e-5)
+
+
 def test_kernels_of_one_structure_are_built_once_over_their_own_slots():
   """Kernels whose expressions are alike down to their buffers (ResNet's repeated blocks) share one AST, each over
   its own slots; reading one buffer twice (x + x) is a different kernel from reading two (x + y)."""

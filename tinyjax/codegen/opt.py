@@ -236,7 +236,9 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   resident = reduce_steps * column.src[0].arg * _accumulator_bytes(reduce) <= RESIDENT_BYTES
   stream = row is None and (column.src[0].arg > lanes * TILE_VECTORS and not resident or
                             not _vector_epilogue(store, reduce))
-  if stream and len(reduce_ranges) != 1: return None  # the stream tile handles one reduce range (and its blocking)
+  # the stream tile handles one reduce range (and its blocking); over several (a batch-norm sum over N and H x W, N
+  # read alone by a broadcast operand) the columns go in register tiles, each walking the nest over its columns
+  if stream and len(reduce_ranges) != 1: stream = False
   width = column.src[0].arg  # a column of fewer whole vectors than a tile's is one tile of its width
   rows = 1 if stream else _tile_rows(row, width, lanes)
   columns = STREAM_TILE if stream else width if width < lanes * TILE_VECTORS and width % lanes == 0 else \

@@ -515,11 +515,13 @@ class _Rangeify:
       for axis in long_axes[1:]:
         if axis == runs[-1][-1] + 1: runs[-1].append(axis)
         else: runs.append([axis])
-      if any(len(run) > 1 for run in runs):
-        # adjacent reduced axes that every index reads linearly (a sum over N, H, W of an NHWC batch norm) are one
-        # reduce range: one loop (which the tile plans need) and no short inner loops
+      # adjacent reduced axes that every index reads linearly (a sum over N, H, W of an NHWC batch norm) are one
+      # reduce range: one loop (which the tile plans need) and no short inner loops; failing that, the axes after
+      # each run's first (H, W where an operand is read per N alone)
+      for merged in (runs, [part for run in runs for part in (run[:1], run[1:]) if part]):
+        if all(len(run) == 1 for run in merged): break
         state = self.range_count, self.work
-        value, ranges = self._reduce_value(src, idx, valid, axes, runs)
+        value, ranges = self._reduce_value(src, idx, valid, axes, merged)
         if not any(_divides(value, rng) for rng in ranges):
           return UOp(Ops.REDUCE, node.dtype, (value, *ranges), reduce_op)
         self.range_count, self.work = state
