@@ -91,9 +91,10 @@ SPAN_SUMS_BYTES = 1 << 19
 # (2 KB for 512 float32 columns), so the rows of a K block land in a few L1 sets and evict each other: packed, the
 # same GEMMs ran 1.35-1.8x faster (128x784x512 173 -> 239 GFLOP/s, 512^3 137-185 -> 249-279; 2 cores, AVX-512).
 # Packing pays when at least PACK_MIN_ROWS rows share a pack: a launch chunk keeps that many rows together.
-# The pack lives on the stack: 1 MB (K up to 4096 float32 steps of 64 columns) leaves a thread's stack (8 MB, or glibc's
-# 2 MB at least) room; 256 KB left 2048^3 and K=1040 unpacked, at half the speed (156 -> 223 GFLOP/s, 158 -> 270).
-PACK_BYTES = 1024 * 1024
+# The pack lives on the stack: 1.25 MB (K up to 5120 float32 steps of 64 columns) leaves a thread's stack (8 MB, or
+# glibc's 2 MB at least) room; 256 KB left 2048^3 and K=1040 unpacked, at half the speed (156 -> 223 GFLOP/s, 158 ->
+# 270), and 1 MB left ResNet's 3x3x512 im2col GEMM (K=4608) unpacked (13.1 -> 6.8 ms).
+PACK_BYTES = 1280 * 1024
 PACK_MIN_ROWS = 16
 # A bfloat16 contraction with float32 sums runs on AMX tiles where the host has them (`_amx_plan`, llvm.py
 # `render_amx`): blocks of AMX_BLOCK x AMX_BLOCK outputs (2 x 2 tiles of 16 x 16 float32), AMX_K reduce steps per tile
