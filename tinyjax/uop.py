@@ -167,15 +167,7 @@ class UOp:
   @functools.cached_property
   def toposort(self) -> list[UOp]:
     """Every node this one depends on, itself last, each before its users. Iterative: graphs can be deep."""
-    order, seen, stack = [], set(), [(self, False)]
-    while stack:
-      node, expanded = stack.pop()
-      if expanded: order.append(node); continue
-      if node in seen: continue
-      seen.add(node)
-      stack.append((node, True))
-      stack.extend((s, False) for s in reversed(node.src) if s not in seen)
-    return order
+    return toposort_of([self])
 
   # small constructors used by lower/ and codegen/ (symbolic simplification lives in lower/symbolic.py)
   @staticmethod
@@ -194,6 +186,22 @@ class UOp:
   def vmin_vmax(self) -> tuple[Any, Any]:
     """Conservative bounds of an integer kernel-level expression (for index simplification)."""
     return _bounds(self)
+
+
+def toposort_of(roots: list[UOp]) -> list[UOp]:
+  """Every node the roots depend on, each before its users: the first root's nodes (as its `toposort`), then those of
+  the second not yet listed, and so on; one walk over the graph."""
+  order: list[UOp] = []
+  seen: set[UOp] = set()
+  stack = [(root, False) for root in reversed(roots)]
+  while stack:
+    node, expanded = stack.pop()
+    if expanded: order.append(node); continue
+    if node in seen: continue
+    seen.add(node)
+    stack.append((node, True))
+    stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+  return order
 
 
 def _broadcast_ok(node: UOp) -> tuple[int, ...]:

@@ -30,7 +30,7 @@ from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import split_reductions
 from tinyjax.uop import (BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, PatternMatcher, ScatterArg, UOp, UPat, _arg_key,
-                         graph_rewrite)
+                         graph_rewrite, toposort_of)
 
 REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
 LOOPS = (Ops.SCAN, Ops.WHILE, Ops.COND)  # control flow: nodes whose operands are read from buffers
@@ -255,17 +255,7 @@ def _outputs_first(sink: UOp) -> list[UOp]:
   for node in sink.toposort: depth[node] = 1 + max((depth[src] for src in node.src), default=0)
   largest = max((depth[node] for node in sink.src), default=0)
   early = [node for node in sink.src if depth[node] <= EARLY_OUTPUT_FRACTION * largest]
-  order: list[UOp] = []
-  seen: set[UOp] = set()
-  stack = [(output, False) for output in reversed(early + [node for node in sink.src if node not in early])]
-  while stack:  # each output's nodes not yet ordered, as in its toposort: one walk over the graph
-    node, expanded = stack.pop()
-    if expanded: order.append(node); continue
-    if node in seen: continue
-    seen.add(node)
-    stack.append((node, True))
-    stack.extend((src, False) for src in reversed(node.src) if src not in seen)
-  return order + [sink]
+  return toposort_of(early + [node for node in sink.src if node not in early]) + [sink]
 
 
 def _shared_reductions(realize: set[UOp]) -> list[UOp]:
