@@ -599,17 +599,21 @@ def test_transposed_weight_gradient_needs_no_copy():
   np.testing.assert_allclose(np.asarray(tj.jit(lambda u, v: u @ v.T)(x, w)), x.astype(F64) @ w.T, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("rows, columns, copied", [(256, 128, True), (255, 128, False), (256, 136, False)], ids=str)
-def test_tall_transposed_contraction_copies_w_for_a_register_tile(rows, columns, copied):
-  """x @ w.T with DOT_MAX_ROWS rows or more and whole column tiles: w is copied transposed and the contraction gets a
-  register tile (faster there than the dot tile); fewer rows, or a column tail, keep the dot tile. numpy's values."""
+@pytest.mark.parametrize("rows, columns, reduce, plan", [(256, 128, 300, "pack"), (255, 128, 300, "dot"),
+                                                          (256, 136, 300, "dot"), (256, 128, 5200, "copy")], ids=str)
+def test_tall_transposed_contraction_packs_w_for_a_register_tile(rows, columns, reduce, plan):
+  """x @ w.T with DOT_MAX_ROWS rows or more and whole column tiles gets a register tile (faster there than the dot
+  tile) that packs w's columns transposed, in one kernel; where the pack would not fit in PACK_BYTES, w is copied
+  transposed by a kernel of its own first. Fewer rows, or a column tail, keep the dot tile. numpy's values."""
   import tinyjax as tj
-  from tinyjax.codegen.opt import DOT_MAX_ROWS
-  assert DOT_MAX_ROWS == 256
+  from tinyjax.codegen.opt import DOT_MAX_ROWS, PACK_BYTES
+  assert DOT_MAX_ROWS == 256 and (reduce * 64 * 4 > PACK_BYTES) == (plan == "copy")
   rng = np.random.default_rng(rows + columns)
-  x, w = rng.standard_normal((rows, 300)).astype(F32), rng.standard_normal((columns, 300)).astype(F32)
+  x, w = rng.standard_normal((rows, reduce)).astype(F32), rng.standard_normal((columns, reduce)).astype(F32)
   f = tj.jit(lambda u, v: jnp_relu(u @ v.T))
-  assert f.lower(x, w).as_text().count("# kernel ") == (2 if copied else 1)
+  text = f.lower(x, w).as_text()
+  assert text.count("# kernel ") == (2 if plan == "copy" else 1)
+  assert ("('dot'," in text) == (plan == "dot") and ("('pack'," in text) == (plan == "pack")
   np.testing.assert_allclose(np.asarray(f(x, w)), np.maximum(x.astype(F64) @ w.T, 0), rtol=1e-4, atol=1e-4)
 
 

@@ -383,17 +383,25 @@ def test_costly_epilogue_of_a_contraction_gets_its_own_kernel_but_not_of_a_row_r
   np.testing.assert_allclose(out, np.exp2(a_data[:1] @ b_data), rtol=1e-6)
 
 
-def test_strided_contraction_operand_is_copied_into_the_tile_layout():
-  """a @ w.T (a matmul's input gradient): w is read along the output column with a stride, which keeps the kernel off
-  the register tile; a copy kernel lays it out column-innermost first, then the contraction is tiled."""
+@pytest.mark.parametrize("n", [32, 100])
+def test_strided_contraction_operand_is_packed_or_copied_into_the_tile_layout(n):
+  """a @ w.T (a matmul's input gradient): w is read along the output column with a stride. Where the register tile
+  packs w per column tile (whole column tiles: 32 columns), the pack reads it transposed, in the one kernel; else (100
+  columns end in a partial tile, read in place) a copy kernel lays it out column-innermost first, then the
+  contraction is tiled."""
   from tinyjax.codegen.opt import applied_opts
-  m, k, n = 16, 16, 32
+  m, k = 16, 16
   rng = np.random.default_rng(3)
   a_data, w_data = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
   a, w = param(0, (m, k)), param(1, (n, k))
   program = node(Ops.SINK, _matmul(a, node(Ops.PERMUTE, w, arg=(1, 0))))
-  copy, product = schedule(program).kernels
-  assert not any(n.op is Ops.REDUCE for n in copy.ast.toposort) and applied_opts(product.ast)
+  kernels = schedule(program).kernels
+  if n == 32:
+    (product,) = kernels
+    assert ("pack", 1, 1) in applied_opts(product.ast)
+  else:
+    copy, product = kernels
+    assert not any(n.op is Ops.REDUCE for n in copy.ast.toposort) and applied_opts(product.ast)
   (out,) = interpret(program, [a_data, w_data])
   np.testing.assert_allclose(out, a_data.astype(np.float64) @ w_data.T, rtol=1e-5, atol=1e-5)
   # a small contraction (less work than RELAYOUT_WORK_RATIO times the copy) keeps its one kernel
@@ -403,8 +411,8 @@ def test_strided_contraction_operand_is_copied_into_the_tile_layout():
 
 def test_relayout_copy_read_by_two_contractions_is_made_once():
   """h @ w and g @ w.T (a classifier's forward and its input gradient) both read the narrow w with the reduction
-  innermost: one copy kernel serves both contractions."""
-  m, k, n = 32, 64, 10
+  innermost: one copy kernel serves both contractions (w.T's 100 columns end in a partial tile: not packed)."""
+  m, k, n = 32, 100, 10
   h, g, w = param(0, (m, k)), param(1, (m, n)), param(2, (k, n))
   program = node(Ops.SINK, _matmul(h, w), _matmul(g, node(Ops.PERMUTE, w, arg=(1, 0))))
   kernels = schedule(program).kernels

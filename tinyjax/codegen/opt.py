@@ -217,9 +217,11 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   # the plain nest is right when its inner loop (the innermost reduce range) is contiguous and long enough to
   # vectorise; a short one (a convolution's kernel width) leaves it a scalar loop of a few iterations per output
   short = innermost.src[0].arg < SHORT_REDUCE
+  # loads strided along the column (w in `g @ w.T`) are only read where the operand is packed (`_packed_loads`)
+  across = [load for load in loads if _stride(load.src[1], column) not in (0, 1)]
   if all(_stride(load.src[1], innermost) in (0, 1) for load in loads) and not short:
-    return _dot_plan(reduce, column, global_ranges, loads, reduce_ranges)
-  if any(_stride(load.src[1], column) not in (0, 1) for load in loads): return None
+    plan = _dot_plan(reduce, column, global_ranges, loads, reduce_ranges)
+    if plan is not None or not across: return plan
   lanes = max(1, VECTOR_BYTES // _accumulator_bytes(reduce))
   # the row: a global range some load under the REDUCE does not depend on (that load is reused across the rows), the
   # innermost one long enough for a whole tile (a weight gradient's (C, kh, kw, O) tiles C, not the 3-long kw)
@@ -259,6 +261,8 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   if group: opts.append(("group", row.arg[0], group))
   if spans: opts.append(("span", *(rng.arg[0] for rng in spans)))
   packed = _packed_loads(loads, row, column, reduce_ranges, columns, global_ranges)
+  # every tile must then be packed: whole column tiles, and a row tile that runs inside the column tile's pack
+  if across and (stream or column.src[0].arg % columns or not set(across) <= set(packed)): return None
   if packed: opts.append(("pack", column.arg[0], len(packed)))
   outermost = global_ranges[0]
   # a launch chunk of a grouped GEMM is whole groups: each chunk streams all of the reused operand through the cache
