@@ -381,3 +381,34 @@ def test_memory_analysis_counts_bytes():
   stats = tj.jit(lambda x: x + 1).lower(np.ones(8, np.float32)).memory_analysis()
   assert (stats.argument_size_in_bytes, stats.output_size_in_bytes, stats.temp_size_in_bytes,
           stats.peak_memory_in_bytes) == (32, 32, 0, 64)
+
+
+def test_pool_keeps_a_quarter_of_memory_and_a_runs_arena_for_the_next_run(monkeypatch):
+  """The pool of freed blocks holds up to a quarter of the machine's memory (at least 1 GiB), so a big program's
+  arena (ResNet-50's: 1.1 GB) is handed to its next run instead of being faulted in afresh; a block past the limit
+  goes back to the system."""
+  import importlib
+  buffer = importlib.import_module("tinyjax.devices.buffer")
+  assert buffer.POOL_LIMIT_BYTES == max(1 << 30, buffer._physical_memory() // 4)
+  if buffer._physical_memory():
+    assert buffer.POOL_LIMIT_BYTES >= buffer._physical_memory() // 4
+  f = tj.jit(lambda x: ((x @ x) @ x) @ x)
+  x = _normal(64, 64)
+  arena = f.lower(x)._compiled.schedule.plan.arena_bytes
+  assert arena > 0
+  taken, take = [], realize.take_block
+
+  def recorded(nbytes):
+    raw, address = take(nbytes)
+    taken.append(address)
+    return raw, address
+  monkeypatch.setattr(realize, "take_block", recorded)
+  first, second = np.asarray(f(x)), np.asarray(f(x))
+  assert taken[0] == taken[1]  # the same arena, from the pool
+  np.testing.assert_array_equal(first, second)
+  monkeypatch.setattr(buffer, "POOL_LIMIT_BYTES", 0)  # nothing is kept past the limit
+  raw, address = buffer.take_block(4096)
+  before = buffer._pool_bytes
+  buffer.give_block(raw, address)
+  assert buffer._pool_bytes == before
+

@@ -9,13 +9,25 @@ and `allocate_buffers` makes the buffers of a launch without re-checking shapes 
 from __future__ import annotations
 
 import math
+import os
 import sys
 
 import numpy as np
 
 from tinyjax.devices.device import CPU
 
-POOL_LIMIT_BYTES = 1 << 30  # memory kept for reuse, in all; beyond it freed allocations go back to the system
+
+def _physical_memory() -> int:
+  """The machine's physical memory in bytes (0 where the OS doesn't say)."""
+  try: return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  except (AttributeError, ValueError, OSError): return 0
+
+
+# Memory kept for reuse, in all: a quarter of the machine's memory, at least 1 GiB; beyond it freed allocations go
+# back to the system. A training step's arena of intermediates is one block (ResNet-50 at batch 8: 1.1 GB), taken and
+# given back once per step: left out of the pool, every step paid a page fault per 4 KiB (or 2 MiB) of it on first
+# touch, 2.45 -> 1.63 s per step on a 24 GB machine.
+POOL_LIMIT_BYTES = max(1 << 30, _physical_memory() // 4)
 _pool: dict[int, list[tuple[np.ndarray, int]]] = {}  # nbytes -> free (uint8 block, its address)
 _pool_bytes = 0
 
