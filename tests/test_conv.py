@@ -423,3 +423,43 @@ def test_im2col_and_direct_products_agree_with_numpy(monkeypatch, im2col):
                                (numpy_conv(dx, w, stride, padding, dilation) * ct).sum(), rtol=1e-4)
     np.testing.assert_allclose((np.asarray(gw, np.float64) * dw).sum(),
                                (numpy_conv(x, dw, stride, padding, dilation) * ct).sum(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("stride, padding", [((1, 1), ((0, 0), (0, 0))), ((2, 2), ((0, 0), (0, 0))),
+                                             ((2, 1), ((1, 0), (0, 2)))], ids=str)
+def test_pointwise_convolution_is_one_gemm_over_the_channels_last_rows(stride, padding):
+  """A 1x1 convolution of a channels-last input is one GEMM (N * H * W, C) @ (C, O) over the input as it lies
+  (`_pointwise_conv`; a strided one's positions copied first): values against numpy, gradients against numpy's
+  directional derivative (conv is bilinear), jit(vmap(grad)) against a loop, and NCHW, which keeps the general path."""
+  rng = np.random.default_rng(5)
+  x = rng.standard_normal((3, 5, 7, 6)).astype(np.float32)  # NCHW for numpy_conv
+  w = rng.standard_normal((32, 5, 1, 1)).astype(np.float32)  # OIHW
+  want = numpy_conv(x, w, stride, padding)
+  nhwc = lambda a, b: lax.conv_general_dilated(a, b, stride, padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  xl, wl = x.transpose(0, 2, 3, 1), w.transpose(2, 3, 1, 0)
+  lowered = tj.jit(nhwc).lower(xl, wl).as_text()
+  assert f"reshape[({3 * want.shape[2] * want.shape[3]}, 5)]" in lowered  # the rows of the one GEMM
+  if stride == (1, 1) and padding == ((0, 0), (0, 0)): assert lowered.count("# kernel ") == 1
+  np.testing.assert_allclose(np.asarray(tj.jit(nhwc)(xl, wl)), want.transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(lax.conv_general_dilated(x, w, stride, padding)), want, rtol=1e-5, atol=1e-5)
+  # an output in another layout than the input's
+  nchw_out = lax.conv_general_dilated(xl, wl, stride, padding, dimension_numbers=("NHWC", "HWIO", "NCHW"))
+  np.testing.assert_allclose(np.asarray(nchw_out), want, rtol=1e-5, atol=1e-5)
+  ct = rng.standard_normal(want.shape).transpose(0, 2, 3, 1)
+
+  def loss(a, b): return (nhwc(a, b) * tnp.asarray(ct.astype(np.float32))).sum()
+  gx, gw = tj.jit(tj.grad(loss, argnums=(0, 1)))(xl, wl)
+  dx, dw = rng.standard_normal(x.shape), rng.standard_normal(w.shape)
+  ct_nchw = ct.transpose(0, 3, 1, 2)
+  np.testing.assert_allclose((np.asarray(gx, np.float64) * dx.transpose(0, 2, 3, 1)).sum(),
+                             (numpy_conv(dx, w, stride, padding) * ct_nchw).sum(), rtol=1e-4)
+  np.testing.assert_allclose((np.asarray(gw, np.float64) * dw.transpose(2, 3, 1, 0)).sum(),
+                             (numpy_conv(x, dw, stride, padding) * ct_nchw).sum(), rtol=1e-4)
+  # per-example weight gradients: vmap over the batch, each example a batch of one
+  per_example = tj.jit(tj.vmap(tj.grad(lambda b, a: (nhwc(a[None], b) ** 2).sum()), in_axes=(None, 0)))(wl, xl)
+  for i in range(x.shape[0]):
+    single = numpy_conv(x[i:i + 1], w, stride, padding)  # d/dw sum(conv^2) = 2 * sum over positions of conv * x
+    xi = np.pad(x[i].astype(np.float64), ((0, 0), *padding))[:, ::stride[0], ::stride[1]][:, :single.shape[2],
+                                                                                       :single.shape[3]]
+    expected = 2 * np.einsum("ohw,chw->co", single[0], xi)
+    np.testing.assert_allclose(np.asarray(per_example[i], np.float64)[0, 0], expected, rtol=1e-4, atol=1e-4)
