@@ -16,8 +16,8 @@ from test_codegen import (BF16, BOOL, F16, F32, F64, add, alu, assert_same, buff
 from tinyjax.array import Array
 from tinyjax.codegen import llvm
 from tinyjax.codegen.llvm import SUM_BLOCK, TILE_SUM_BLOCK, render_llvm
-from tinyjax.codegen.opt import (DOT_MIN_REDUCE, GROUP_ROWS, PACK_BYTES, PACK_MIN_ROWS, STREAM_TILE, TILE_ROWS,
-                                 VECTOR_BYTES, applied_opts, choose_opts, launch_grain)
+from tinyjax.codegen.opt import (DOT_MIN_REDUCE, GROUP_ROWS, PACK_BYTES, PACK_MIN_ROWS, PANEL_GROUP_ROWS, STREAM_TILE,
+                                 TILE_ROWS, VECTOR_BYTES, applied_opts, choose_opts, launch_grain)
 from tinyjax.trace.core import bind
 from tinyjax.uop import Ops, UOp
 
@@ -478,12 +478,17 @@ def test_k_blocking_applies_to_long_float32_sums_only():
 # the reused operand packed per column tile
 
 def test_reused_operand_is_packed():
-  """b of a @ b is packed (one load) when enough rows share it and its copy fits; not with few rows, nor when the
-  copy would be too big for the stack, nor for a load that depends on the row."""
+  """b of a @ b is packed (one load) when enough rows share it and its copy fits; not with few rows, nor for a load
+  that depends on the row. A copy too big for the stack is packed in panels of whole reduce blocks where the sum is
+  K-blocked (a float32 sum), by row groups of PANEL_GROUP_ROWS, and not packed otherwise (an int32 sum)."""
   assert ("pack", 1, 1) in applied_opts(matmul_kernel(PACK_MIN_ROWS, 64, 64, F32))
   assert not any(opt[0] == "pack" for opt in applied_opts(matmul_kernel(PACK_MIN_ROWS - 1, 64, 64, F32)))
   too_long = PACK_BYTES // (4 * 64) + 1
-  assert not any(opt[0] == "pack" for opt in applied_opts(matmul_kernel(64, too_long, 64, F32)))
+  panel = PACK_BYTES // (4 * 64) // TILE_SUM_BLOCK * TILE_SUM_BLOCK
+  opts = applied_opts(matmul_kernel(256, too_long, 64, F32))
+  assert ("pack", 1, 1) in opts and ("panel", 2, panel) in opts and ("group", 0, PANEL_GROUP_ROWS) in opts
+  assert ("panel", 2, panel) not in applied_opts(matmul_kernel(256, too_long - 1, 64, F32))
+  assert not any(opt[0] in ("pack", "panel") for opt in applied_opts(matmul_kernel(64, too_long, 64, I32)))
   plan = choose_opts(matmul_kernel(64, 64, 64, F32))
   assert [load.src[0].arg for load in plan.packed] == [2]  # buffer 2 is b; a depends on the row
 
@@ -599,22 +604,29 @@ def test_transposed_weight_gradient_needs_no_copy():
   np.testing.assert_allclose(np.asarray(tj.jit(lambda u, v: u @ v.T)(x, w)), x.astype(F64) @ w.T, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("rows, columns, reduce, plan", [(256, 128, 300, "pack"), (255, 128, 300, "dot"),
-                                                          (256, 136, 300, "dot"), (256, 128, 5200, "copy")], ids=str)
-def test_tall_transposed_contraction_packs_w_for_a_register_tile(rows, columns, reduce, plan):
+@pytest.mark.parametrize("rows, columns, reduce, dtype, plan", [
+  (256, 128, 300, F32, "pack"), (255, 128, 300, F32, "dot"), (256, 136, 300, F32, "dot"),
+  (256, 128, 5200, F32, "panel"), (256, 128, 5200, I32, "copy")], ids=str)
+def test_tall_transposed_contraction_packs_w_for_a_register_tile(rows, columns, reduce, dtype, plan):
   """x @ w.T with DOT_MAX_ROWS rows or more and whole column tiles gets a register tile (faster there than the dot
-  tile) that packs w's columns transposed, in one kernel; where the pack would not fit in PACK_BYTES, w is copied
-  transposed by a kernel of its own first. Fewer rows, or a column tail, keep the dot tile. numpy's values."""
+  tile) that packs w's columns transposed, in one kernel (past PACK_BYTES, a float32 sum packs panel by panel);
+  where it can't pack (an int32 sum past PACK_BYTES), w is copied transposed by a kernel of its own first. Fewer
+  rows, or a column tail, keep the dot tile. numpy's values."""
   import tinyjax as tj
   from tinyjax.codegen.opt import DOT_MAX_ROWS, PACK_BYTES
-  assert DOT_MAX_ROWS == 256 and (reduce * 64 * 4 > PACK_BYTES) == (plan == "copy")
+  assert DOT_MAX_ROWS == 256 and (reduce * 64 * 4 > PACK_BYTES) == (plan in ("panel", "copy"))
   rng = np.random.default_rng(rows + columns)
-  x, w = rng.standard_normal((rows, reduce)).astype(F32), rng.standard_normal((columns, reduce)).astype(F32)
+  x, w = rng.standard_normal((rows, reduce)), rng.standard_normal((columns, reduce))
+  if dtype == I32: x, w = np.round(x * 3), np.round(w * 3)
+  x, w = x.astype(dtype), w.astype(dtype)
   f = tj.jit(lambda u, v: jnp_relu(u @ v.T))
   text = f.lower(x, w).as_text()
   assert text.count("# kernel ") == (2 if plan == "copy" else 1)
-  assert ("('dot'," in text) == (plan == "dot") and ("('pack'," in text) == (plan == "pack")
-  np.testing.assert_allclose(np.asarray(f(x, w)), np.maximum(x.astype(F64) @ w.T, 0), rtol=1e-4, atol=1e-4)
+  assert ("('dot'," in text) == (plan == "dot") and ("('pack'," in text) == (plan in ("pack", "panel"))
+  assert ("('panel'," in text) == (plan == "panel")
+  expected = np.maximum(x.astype(F64) @ w.T.astype(F64), 0)
+  if dtype == I32: np.testing.assert_array_equal(np.asarray(f(x, w)), expected.astype(I32))
+  else: np.testing.assert_allclose(np.asarray(f(x, w)), expected, rtol=1e-4, atol=1e-4)
 
 
 def jnp_relu(x):
@@ -1019,3 +1031,28 @@ def test_bfloat16_product_with_a_transposed_b_on_amx(m, k, n):
   run_kernel(ast, [out, a, w], True)
   want = a.astype(F64) @ w.astype(F64).T
   np.testing.assert_allclose(out.reshape(m, n), want, rtol=2e-6 * np.sqrt(k), atol=2e-6 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("form", ["a @ b", "a.T @ b", "a @ b.T"])
+def test_packs_in_panels_past_pack_bytes_match_numpy(form):
+  """A GEMM whose reused operand's pack would pass PACK_BYTES (K = 5120 + 165 float32 steps, not a whole number of
+  blocks; 300 rows, not a whole number of row groups) packs it panel by panel in one kernel: numpy's values for a
+  plain, a transposed-a and a transposed-b (packed across its rows) product, also through jit(grad)."""
+  import tinyjax as tj
+  m, k, n = 300, PACK_BYTES // (4 * 64) + 165, 128
+  rng = np.random.default_rng(7)
+  a, b = rng.standard_normal((m, k)).astype(F32), rng.standard_normal((k, n)).astype(F32)
+  args = {"a @ b": (a, b), "a.T @ b": (np.ascontiguousarray(a.T), b), "a @ b.T": (a, np.ascontiguousarray(b.T))}[form]
+  product = {"a @ b": lambda x, y: x @ y, "a.T @ b": lambda x, y: x.T @ y, "a @ b.T": lambda x, y: x @ y.T}[form]
+  f = tj.jit(product)
+  text = f.lower(*args).as_text()
+  assert text.count("# kernel ") == 1 and "('panel'," in text
+  expected = a.astype(F64) @ b.astype(F64)
+  tolerance = 1e-5 * np.abs(expected).max()
+  np.testing.assert_allclose(np.asarray(f(*args), F64), expected, atol=tolerance)
+  # d/dy of sum(product(x, y) * c) through the same kernels' transposes
+  c = rng.standard_normal((m, n)).astype(F32)
+  grad_y = tj.jit(tj.grad(lambda x, y: (product(x, y) * c).sum(), argnums=1))(*args)
+  want = a.astype(F64).T @ c.astype(F64)
+  np.testing.assert_allclose(np.asarray(grad_y, F64), want.T if form == "a @ b.T" else want,
+                             atol=1e-5 * np.abs(want).max())

@@ -221,6 +221,7 @@ class _Renderer(Linearizer):
     self.block = "entry"  # the basic block being emitted (phis name their predecessors)
     self.row_tile: tuple[str, int] | None = None  # (first row, height) of the row tile open around the column loops
     self.packs: dict[UOp, str] = {}  # the plan's packed loads -> their arrays, while a packed column tile is open
+    self.pack_origin = "0"  # the reduce step at the packed arrays' start (a panel's first, `pack`)
     self.vector_body = vector_body_ok(plan, self.deps)  # a register tile's body emitted on vectors (tile_body)
     self.vector_epilogue = vector_epilogue_ok(plan, self.deps, ast)  # and its epilogue (vector_store)
 
@@ -852,7 +853,7 @@ class _Renderer(Linearizer):
         self.tile_sizes(plan.row, plan.rows, outermost, TILE_ROWS)
     for width in self.tile_sizes(plan.column, plan.columns, outermost, plan.lanes):
       with self.loop(column_start, column_end, None, step=width) as column_index:
-        if width == plan.columns and plan.packed: self.pack(column_index)
+        if width == plan.columns and plan.packed and not plan.panel: self.pack(column_index)
         if self.row_tile is not None:  # the row's tile loop is open further out (render_row_tiles)
           self.render_block(*self.row_tile, column_index, width)
         elif plan.row is None:
@@ -883,22 +884,25 @@ class _Renderer(Linearizer):
     if rng is plan.row and rng is not outermost: return [tile, size % tile]
     return sorted({tile, narrower, 1}, reverse=True)
 
-  def pack(self, column_start: str) -> None:
+  def pack(self, column_start: str, panel: tuple[str, str] | None = None) -> None:
     """Copy the plan's packed loads (the reused operand) for the column tile at `column_start` into arrays, one
     contiguous row of `plan.columns` values per reduce step in loop-nest order (values in their compute type), which
-    the tile bodies then read (`tile_body`) instead of the operand itself (see opt.PACK_BYTES)."""
+    the tile bodies then read (`tile_body`) instead of the operand itself (see opt.PACK_BYTES). With `panel`, only
+    the reduce steps [start, end) of its one reduce range (`plan.panel` at most), from the array's start."""
     plan = self.plan
     assert plan is not None
     ranges = plan.reduce.src[1:]
-    steps = math.prod(rng.src[0].arg for rng in ranges)
+    steps = plan.panel if panel else math.prod(rng.src[0].arg for rng in ranges)
     packs = {load: self.alloca(f"[{steps * plan.columns} x {compute_type(load.dtype)}]", align=VECTOR_BYTES)
              for load in plan.packed}
+    self.pack_origin = panel[0] if panel else "0"
 
     def nest(depth: int) -> None:
       if depth < len(ranges):
-        with self.loop("0", str(ranges[depth].src[0].arg), ranges[depth]): nest(depth + 1)
+        start, end = panel if panel else ("0", str(ranges[depth].src[0].arg))
+        with self.loop(start, end, ranges[depth]): nest(depth + 1)
         return
-      first = self.emit(f"mul nsw i64 {self.reduce_step()}, {plan.columns}")
+      first = self.emit(f"mul nsw i64 {self.pack_row()}, {plan.columns}")
       with self.loop("0", str(plan.columns), None) as j:
         with self.bound(plan.column, self.emit(f"add nsw i64 {column_start}, {j}", "idx")):
           for load, array in packs.items():
@@ -907,6 +911,11 @@ class _Renderer(Linearizer):
             self.line(f"store {compute_type(load.dtype)} {self.value(load)}, ptr {address}")
     nest(0)
     self.packs = packs
+
+  def pack_row(self) -> str:
+    """The packed arrays' row at the current reduce step (`pack`)."""
+    step = self.reduce_step()
+    return step if self.pack_origin == "0" else self.emit(f"sub nsw i64 {step}, {self.pack_origin}")
 
   def reduce_step(self) -> str:
     """The plan's reduce ranges, at their current values, as one step number (row-major over the loop nest): where a
@@ -925,7 +934,7 @@ class _Renderer(Linearizer):
     if not self.packs: return [{} for _ in range(columns)]
     plan = self.plan
     assert plan is not None
-    first = self.emit(f"mul nsw i64 {self.reduce_step()}, {plan.columns}")
+    first = self.emit(f"mul nsw i64 {self.pack_row()}, {plan.columns}")
     return [{load: self.emit(f"load {vector_type(load.dtype, lanes)}, ptr "
                              f"{self.slot(array, load.dtype, self.emit(f'add nsw i64 {first}, {j * lanes}'))}"
                              f"{f', align {load.dtype.itemsize}' if lanes > 1 else ''}")
@@ -1128,29 +1137,20 @@ class _Renderer(Linearizer):
           row_in_group = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {span}, {plan.group}')}, {row_in_group}")
         return self.emit(f"mul nsw i64 {row_in_group}, {columns}")
 
-      with self.loop("0", str(-(-size // TILE_SUM_BLOCK)), None, vectorize=False) as block, \
-          self.span_loops() as span:
-        block_start, block_end = self.block_bounds(block, TILE_SUM_BLOCK, str(size))
-        tiles_start = group
-        for height in heights:
-          with self.loop(tiles_start, group_end, None, step=height) as row_index:
-            row_values, column_values = self.offsets(row_index, height), self.offsets(column_start, columns)
-            body, lanes = self.tile_body(row_values, column_values)
-            parts = self.accumulate(node, F32, height * columns // lanes, [(block_start, block_end, rng, True)],
-                                    lambda _: ([self.cast(part, dtype, F32, lanes) for part, dtype in body()], F32),
-                                    tiled=True, contract=plan.contract, lanes=lanes)
-            # the float32 sums go through an array of their own: stored straight into the float64 array, SLP
-            # would vectorise from those stores, 8 doubles wide, i.e. the whole tile at half the vector width
-            for i, part in enumerate(parts):
-              self.line(f"store {vector_type(F32, lanes)} {part}, ptr {self.slot(block_sums, F32, str(i * lanes))}"
-                        f"{', align 4' if lanes > 1 else ''}")
-            first = row_slots(span, row_index)
-            with self.loop("0", str(height * columns), None) as i:
-              address = self.slot(sums, F64, self.emit(f"add nsw i64 {first}, {i}"))
-              part = self.cast(self.emit(f"load float, ptr {self.slot(block_sums, F32, i)}"), F32, F64)
-              total = self.combine(Ops.ADD, F64, self.emit(f"load double, ptr {address}"), part, ordered=True)
-              self.line(f"store double {total}, ptr {address}")
-          tiles_start = row_index
+      # a pack too big for PACK_BYTES is made a panel of `plan.panel` reduce steps at a time, per row group
+      panel = plan.panel if plan.panel and columns == plan.columns else size
+      with contextlib.ExitStack() as panels:
+        if panel < size:
+          index = panels.enter_context(self.loop("0", str(-(-size // panel)), None, vectorize=False))
+          panel_start, panel_end = self.block_bounds(index, panel, str(size))
+          self.pack(column_start, (panel_start, panel_end))
+          first_block = self.emit(f"sdiv i64 {panel_start}, {TILE_SUM_BLOCK}")
+          last_block = self.emit(f"sdiv i64 {self.emit(f'add nsw i64 {panel_end}, {TILE_SUM_BLOCK - 1}')}, "
+                                 f"{TILE_SUM_BLOCK}")
+        else:
+          first_block, last_block = "0", str(-(-size // TILE_SUM_BLOCK))
+        self.render_group_blocks(first_block, last_block, size, group, group_end, column_start, columns, heights,
+                                 sums, block_sums, row_slots)
       with self.span_loops() as span, self.loop(group, group_end, None) as row_index:
         first = row_slots(span, row_index)
         with self.bound(plan.row, row_index):
@@ -1164,6 +1164,38 @@ class _Renderer(Linearizer):
                 continue
               self.scopes[-1][node] = self.cast(total, F64, node.dtype)
               self.emit_ready(self.ast)
+
+  def render_group_blocks(self, first_block: str, last_block: str, size: int, group: str, group_end: str,
+                          column_start: str, columns: int, heights: list[int], sums: str, block_sums: str,
+                          row_slots: Callable[[str, str], str]) -> None:
+    """Reduce blocks [first_block, last_block) of a row group (`render_row_groups`): every tile of the group runs
+    each block, its float32 sums added into the group's float64 sums."""
+    plan = self.plan
+    assert plan is not None
+    node = plan.reduce
+    rng = node.src[1]
+    with self.loop(first_block, last_block, None, vectorize=False) as block, self.span_loops() as span:
+      block_start, block_end = self.block_bounds(block, TILE_SUM_BLOCK, str(size))
+      tiles_start = group
+      for height in heights:
+        with self.loop(tiles_start, group_end, None, step=height) as row_index:
+          row_values, column_values = self.offsets(row_index, height), self.offsets(column_start, columns)
+          body, lanes = self.tile_body(row_values, column_values)
+          parts = self.accumulate(node, F32, height * columns // lanes, [(block_start, block_end, rng, True)],
+                                  lambda _: ([self.cast(part, dtype, F32, lanes) for part, dtype in body()], F32),
+                                  tiled=True, contract=plan.contract, lanes=lanes)
+          # the float32 sums go through an array of their own: stored straight into the float64 array, SLP
+          # would vectorise from those stores, 8 doubles wide, i.e. the whole tile at half the vector width
+          for i, part in enumerate(parts):
+            self.line(f"store {vector_type(F32, lanes)} {part}, ptr {self.slot(block_sums, F32, str(i * lanes))}"
+                      f"{', align 4' if lanes > 1 else ''}")
+          first = row_slots(span, row_index)
+          with self.loop("0", str(height * columns), None) as i:
+            address = self.slot(sums, F64, self.emit(f"add nsw i64 {first}, {i}"))
+            part = self.cast(self.emit(f"load float, ptr {self.slot(block_sums, F32, i)}"), F32, F64)
+            total = self.combine(Ops.ADD, F64, self.emit(f"load double, ptr {address}"), part, ordered=True)
+            self.line(f"store double {total}, ptr {address}")
+        tiles_start = row_index
 
   @contextlib.contextmanager
   def span_loops(self) -> Iterator[str]:

@@ -96,6 +96,11 @@ SPAN_SUMS_BYTES = 1 << 19
 # 270), and 1 MB left ResNet's 3x3x512 im2col GEMM (K=4608) unpacked (13.1 -> 6.8 ms).
 PACK_BYTES = 1280 * 1024
 PACK_MIN_ROWS = 16
+# Beyond PACK_BYTES (K over 5120 float32 steps), the K-blocked row groups pack panels of the reduce steps, each row
+# group every panel in turn (`TilePlan.panel`), BLIS's kc x nc panels: the groups grow to PANEL_GROUP_ROWS rows, so
+# that a pack serves that many rows. Unpacked, such GEMMs ran at about half the speed (a 1x1 convolution's weight
+# gradient over 8x55x55 positions: K = 24200).
+PANEL_GROUP_ROWS = 128
 # A bfloat16 contraction with float32 sums runs on AMX tiles where the host has them (`_amx_plan`, llvm.py
 # `render_amx`): blocks of AMX_BLOCK x AMX_BLOCK outputs (2 x 2 tiles of 16 x 16 float32), AMX_K reduce steps per tile
 # product (32 bfloat16 = a 64-byte tile row); the tiles' float32 sums are added into float64 every AMX_SUM_BLOCK steps
@@ -138,6 +143,7 @@ class TilePlan:
   packed: tuple[UOp, ...] = ()  # loads of the reused operand copied into a contiguous array per column tile
   dot: bool = False        # the reduce loop is the vectorised loop, `columns` scalar columns (`_dot_plan`)
   spans: tuple[UOp, ...] = ()  # global ranges a row group runs inside each reduce block (`_spans`)
+  panel: int = 0           # reduce steps per pack when all of them would not fit in PACK_BYTES (0: one pack)
   amx: tuple[UOp, ...] = ()  # a bfloat16 contraction on AMX tiles: its (row operand, column operand) loads
 
 
@@ -258,19 +264,21 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
     values = math.prod(rng.src[0].arg for rng in spans)
     whole = -(-row.src[0].arg // rows) * rows
     group = max(group, min(whole, SPAN_SUMS_BYTES // (values * columns * 8) // rows * rows))
-  if group: opts.append(("group", row.arg[0], group))
-  if spans: opts.append(("span", *(rng.arg[0] for rng in spans)))
-  packed = _packed_loads(loads, row, column, reduce_ranges, columns, global_ranges)
+  packed, panel = _packed_loads(loads, row, column, reduce_ranges, columns, global_ranges, group > 0)
+  if panel and not spans: group = max(group, min(-(-row.src[0].arg // rows) * rows, PANEL_GROUP_ROWS // rows * rows))
   # every tile must then be packed: whole column tiles, and a row tile that runs inside the column tile's pack
   if across and (stream or column.src[0].arg % columns or not set(across) <= set(packed)): return None
+  if group: opts.append(("group", row.arg[0], group))
+  if spans: opts.append(("span", *(rng.arg[0] for rng in spans)))
   if packed: opts.append(("pack", column.arg[0], len(packed)))
+  if panel: opts.append(("panel", innermost.arg[0], panel))
   outermost = global_ranges[0]
   # a launch chunk of a grouped GEMM is whole groups: each chunk streams all of the reused operand through the cache
   # once per group, so chunks of a single tile's rows would stream it once per 4 rows; a packed one packs per chunk
   grain = columns if outermost is column else \
       max(group or rows, PACK_MIN_ROWS if packed else 1) if outermost is row else 1
   return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain, group, packed,
-                  spans=spans)
+                  spans=spans, panel=panel)
 
 
 def amx_bf16() -> bool:
@@ -351,16 +359,19 @@ def _vector_epilogue(store: UOp, reduce: UOp) -> bool:
 
 
 def _packed_loads(loads: list[UOp], row: UOp | None, column: UOp, reduce_ranges: list[UOp], columns: int,
-                  global_ranges: list[UOp]) -> tuple[UOp, ...]:
+                  global_ranges: list[UOp], blocked: bool) -> tuple[tuple[UOp, ...], int]:
   """The loads a register tile packs per column tile (see PACK_BYTES): those of the reused operand (they depend on
   the column and the reduce, not the row), when the row loop runs inside the column tile (the row is the range just
-  outside the column), at least PACK_MIN_ROWS rows share the pack and the copies fit in PACK_BYTES."""
-  if row is None or row is not global_ranges[-2] or row.src[0].arg < PACK_MIN_ROWS: return ()
+  outside the column) and at least PACK_MIN_ROWS rows share the pack; and the panel: 0 when the copies of all the
+  reduce steps fit in PACK_BYTES, else, for K-blocked row groups (`blocked`), how many steps one pack holds (whole
+  blocks of TILE_SUM_BLOCK; each row group packs each panel in turn). ((), 0) when nothing is packed."""
+  if row is None or row is not global_ranges[-2] or row.src[0].arg < PACK_MIN_ROWS: return (), 0
   packed = tuple(load for load in loads if row not in load.src[1].toposort and column in load.src[1].toposort and
                  any(rng in load.src[1].toposort for rng in reduce_ranges))
-  steps = math.prod(rng.src[0].arg for rng in reduce_ranges)
-  if steps * columns * sum(max(4, load.dtype.itemsize) for load in packed) > PACK_BYTES: return ()
-  return packed
+  step_bytes = columns * sum(max(4, load.dtype.itemsize) for load in packed)
+  if not packed or math.prod(rng.src[0].arg for rng in reduce_ranges) * step_bytes <= PACK_BYTES: return packed, 0
+  if not blocked: return (), 0
+  return packed, PACK_BYTES // step_bytes // TILE_SUM_BLOCK * TILE_SUM_BLOCK
 
 
 def _dot_plan(reduce: UOp, column: UOp, global_ranges: list[UOp], loads: list[UOp],
