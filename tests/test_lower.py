@@ -578,3 +578,32 @@ def test_kernels_that_can_not_merge_stay_apart():
   data = np.arange(16, dtype=np.float32).reshape(4, 4)
   first, second = interpret(node(Ops.SINK, y, transposed), [data])
   np.testing.assert_array_equal(second, (data + 1).T * 2)
+
+
+def test_elementwise_value_recomputed_by_several_kernels_from_many_buffers_gets_its_own():
+  """A residual block's gradient: a chain of adds and ReLU masks over six full-size buffers, read by two
+  column reductions (the batch-norm sums) and an elementwise output. Each of those kernels recomputed the chain,
+  six buffers read three times; the chain gets a kernel of its own (six reads, one write) that the three read.
+  Below SHARED_MIN_SAVED_BYTES (a small one), or read by a single kernel, it stays fused. Values against numpy."""
+  import tinyjax as tj
+  import tinyjax.numpy as tnp
+  from tinyjax.lower.schedule import SHARED_MIN_SAVED_BYTES
+
+  def block_gradient(a, b, c, d, e, f):
+    chain = tnp.where(a > 0, tnp.where(b > 0, c + d, 0.0) + e, 0.0) * f
+    return chain.sum(axis=0), (chain * a).sum(axis=0), chain * 2.0
+
+  def loads_per_kernel(shape):
+    args = [np.zeros(shape, F32)] * 6
+    kernels = tj.jit(block_gradient).lower(*args)._compiled.schedule.schedule.kernels
+    return sorted(len(k.slots) - 1 for k in kernels)
+  rows, columns = 256, 128
+  assert 8 * rows * columns * 4 >= SHARED_MIN_SAVED_BYTES  # (3 * 6 - 6 - 1 - 3) buffers' worth saved
+  assert loads_per_kernel((rows, columns)) == [1, 1, 2, 6]  # the chain's kernel reads the six, the others read it
+  assert loads_per_kernel((8, 16)) == [6, 6, 6]  # small: each kernel computes the chain from the six
+  rng = np.random.default_rng(0)
+  arrays = [rng.standard_normal((rows, columns)).astype(F32) for _ in range(6)]
+  a, b, c, d, e, f = (x.astype(np.float64) for x in arrays)
+  chain = np.where(a > 0, np.where(b > 0, c + d, 0.0) + e, 0.0) * f
+  for got, want in zip(tj.jit(block_gradient)(*arrays), (chain.sum(0), (chain * a).sum(0), chain * 2)):
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-4)

@@ -238,7 +238,7 @@ def find_buffers(sink: UOp) -> list[UOp]:
       else:
         stack.extend((src, expanded, costly_above, reduced, reread) for src in node.src)
     if not pending:
-      pending = _shared_reductions(realize)
+      pending = _shared_reductions(realize) or _shared_elementwise(realize)
       realize.update(pending)
   return [node for node in _outputs_first(sink) if node in realize]
 
@@ -282,6 +282,55 @@ def _shared_reductions(realize: set[UOp]) -> list[UOp]:
     if len(set().union(*views.values())) < 2: continue
     shared.append(next(iter(views)) if len(views) == 1 else base)
   return shared
+
+
+# An elementwise value that several kernels compute, each from the same L buffers of its size (K kernels), is
+# computed once into a buffer of its own when that saves at least SHARED_MIN_SAVED_BYTES of memory traffic: K * L
+# reads become L reads, one write and K reads. ResNet-50's backward pass adds the gradients of a residual block
+# through its ReLUs' masks, a chain over 8 buffers of 24200x256 floats that each batch-norm reduction and the input
+# gradient recomputed: the reductions read 200 MB each.
+SHARED_MIN_SAVED_BYTES = 1 << 18
+
+
+def _shared_elementwise(realize: set[UOp]) -> list[UOp]:
+  """Elementwise values more than one kernel recomputes from several full-size buffers (SHARED_MIN_SAVED_BYTES),
+  the topmost of each chain of such values: they get a buffer of their own."""
+  readers: dict[UOp, set[UOp]] = {}  # node -> the kernels (their roots) that compute it
+  users: dict[UOp, list[UOp]] = {}
+  for root in realize:
+    if root.op is Ops.PROJECT: continue
+    seen: set[UOp] = set()
+    stack = list(root.src)
+    while stack:
+      node = stack.pop()
+      if node in seen or node in realize or node.op is Ops.PARAM: continue
+      seen.add(node)
+      readers.setdefault(node, set()).add(root)
+      for src in node.src: users.setdefault(src, []).append(node)
+      stack.extend(node.src)
+  leaves: dict[UOp, frozenset[UOp]] = {}  # node -> the buffers it reads (through non-buffer nodes)
+
+  def leaves_of(node: UOp) -> frozenset[UOp]:
+    stack, seen = [(node, False)], set()
+    while stack:  # (iterative, sources first: a chain can be thousands of nodes deep)
+      current, sources_done = stack.pop()
+      if current in leaves: continue
+      if current in realize or current.op is Ops.PARAM: leaves[current] = frozenset((current,))
+      elif sources_done: leaves[current] = frozenset().union(*(leaves[src] for src in current.src))
+      elif current not in seen:
+        seen.add(current)
+        stack.append((current, True))
+        stack.extend((src, False) for src in current.src)
+    return leaves[node]
+
+  def saved_bytes(node: UOp) -> int:
+    kernels, size = len(readers[node]), math.prod(node.shape)
+    loads = sum(1 for leaf in leaves_of(node) if math.prod(leaf.shape) >= size)
+    return (kernels * loads - loads - 1 - kernels) * size * node.dtype.itemsize
+
+  shared = {node for node, kernels in readers.items() if len(kernels) > 1 and node.op in ELEMENTWISE and
+            math.prod(node.shape) > 1 and saved_bytes(node) >= SHARED_MIN_SAVED_BYTES}
+  return [node for node in shared if not any(user in shared for user in users.get(node, ()))]
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
