@@ -241,3 +241,21 @@ def test_bias_gradient_splits_only_its_leading_axis(threads):
   want = ((host.astype(F64) + bias_host) * host).sum(axis=(0, 1, 2))
   np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
   assert kernel_count(lambda: tj.jit(lambda a: a.sum(axis=(0, 1, 2)))(tnp.asarray(host))) == 2
+
+
+def test_batch_norm_sum_with_a_per_channel_scale_streams_and_splits(threads):
+  """A sum over (N, H, W) of x times a per-channel vector (a batch-norm gradient's) into more channels than one
+  register tile reads a broadcast operand, but has no row to tile: it is a stream over its channels, split by rows
+  across the threads (unsplit, ResNet-50's ran on one thread). A contraction with a row still doesn't split.
+  Values against numpy."""
+  shape = (16, 16, 16, 256)
+  x, scale = param(shape), UOp(Ops.PARAM, F32, (), (1, (256,)))
+  broadcast = UOp(Ops.EXPAND, F32, (UOp(Ops.RESHAPE, F32, (scale,), (1, 1, 1, 256)),), shape)
+  value = UOp(Ops.MUL, F32, (x, broadcast))
+  assert split.split_partials(reduce_axis(value, Ops.ADD, (0, 1, 2)), SPLIT_THREADS, set()) > 0
+  assert len(schedule(UOp(Ops.SINK, F32, (reduce_axis(value, Ops.ADD, (0, 1, 2)),)), threads=SPLIT_THREADS).kernels) \
+      == 2
+  host, scale_host = make(shape, F32), make((256,), F32)
+  got = tj.jit(lambda a, s: (a * s).sum(axis=(0, 1, 2)))(tnp.asarray(host), tnp.asarray(scale_host))
+  want = (host.astype(np.float64) * scale_host).sum(axis=(0, 1, 2))
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-4)

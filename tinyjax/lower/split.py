@@ -87,12 +87,14 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   outputs = math.prod(reduction.shape)
   source = reduction.src[0]
   # over outer axes only (`x.sum(axis=0)`), a kernel streams its outputs in tiles of STREAM_TILE, its unit of
-  # parallelism (codegen/opt.py); a contraction (a broadcast product) gets a register tile instead
-  streamed = len(source.shape) - 1 not in axes and not _broadcasts(source, realized)
+  # parallelism (codegen/opt.py); a contraction (a broadcast product) gets a register tile instead, when it has a
+  # row: a kept axis besides the last (a batch-norm sum of x times a per-channel scale, over N, H and W, has none:
+  # it streams, and one unsplit stream tile of ResNet-50's 8x55x55x256 ran on one thread at 18 GB/s)
+  kept = [axis for axis in range(len(source.shape)) if axis not in axes and source.shape[axis] > 1]
+  streamed = len(source.shape) - 1 not in axes and (len(kept) <= 1 or not _broadcasts(source, realized))
   # otherwise the launch is over the output's first axis longer than 1 (a weight gradient's (3, 3, C, O): 3 units);
   # when that is the only one and the source's last axis (a contraction's column, register-tiled), over its tiles (a
   # bias gradient's 32 columns: 1 unit; a row sum's rows stay units of their own)
-  kept = [axis for axis in range(len(source.shape)) if axis not in axes and source.shape[axis] > 1]
   column = kept == [len(source.shape) - 1]
   units = -(-outputs // STREAM_TILE) if streamed else \
       -(-outputs // (VECTOR_BYTES // 4 * TILE_VECTORS)) if column else source.shape[kept[0]] if kept else 1
