@@ -607,3 +607,22 @@ def test_elementwise_value_recomputed_by_several_kernels_from_many_buffers_gets_
   chain = np.where(a > 0, np.where(b > 0, c + d, 0.0) + e, 0.0) * f
   for got, want in zip(tj.jit(block_gradient)(*arrays), (chain.sum(0), (chain * a).sum(0), chain * 2)):
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-4)
+
+
+def test_two_contractions_summed_get_a_kernel_each():
+  """relu-masked g1 @ w1.T + g2 @ w2.T (where two branches' input gradients meet): the first contraction gets a
+  kernel of its own, the second adds it in its epilogue; each kernel has one REDUCE and gets a register tile (one
+  kernel with both had none). Values against numpy."""
+  import tinyjax as tj
+  import tinyjax.numpy as tnp
+  from tinyjax.codegen.opt import applied_opts
+
+  def meet(g1, w1, g2, w2, x): return tnp.where(x > 0, g1 @ w1.T + g2 @ w2.T, 0.0)
+  rng = np.random.default_rng(2)
+  args = [rng.standard_normal(shape).astype(F32) for shape in ((256, 96), (64, 96), (256, 128), (64, 128), (256, 64))]
+  kernels = tj.jit(meet).lower(*args)._compiled.schedule.schedule.kernels
+  assert len(kernels) == 2
+  for kernel in kernels: assert sum(n.op is Ops.REDUCE for n in kernel.ast.toposort) == 1 and applied_opts(kernel.ast)
+  g1, w1, g2, w2, x = (a.astype(np.float64) for a in args)
+  np.testing.assert_allclose(np.asarray(tj.jit(meet)(*args)), np.where(x > 0, g1 @ w1.T + g2 @ w2.T, 0.0),
+                             rtol=1e-5, atol=1e-4)
