@@ -857,8 +857,9 @@ class _Scheduler:
   def relayout(self, ast: UOp, slots: tuple[int, ...], work: int) -> tuple[UOp, tuple[int, ...], list[Kernel]]:
     """A contraction kernel slowed by one operand read against its layout gets that operand copied first, by a kernel
     of its own, into a new buffer laid out as the contraction wants it:
-    - read with a stride along the output column (W in `ct @ W.T`, a matmul's gradient), which keeps the kernel off
-      the register tile: the copy has the column innermost, and the rewritten kernel must get the tile;
+    - read with a stride along the output column (W in `ct @ W.T`, a matmul's gradient) where the register tile
+      can't pack it (codegen/opt.py: a column tile cut short, an integer sum too long for one pack), which keeps the
+      kernel off the tile: the copy has the column innermost, and the rewritten kernel must get the tile;
     - with a column narrower than a vector (a classifier's 10 outputs), read with a stride along the innermost
       reduction: the copy has the reduction innermost, so the plain loop nest vectorises each dot product.
     Only when the copy is small next to the contraction (RELAYOUT_WORK_RATIO)."""
