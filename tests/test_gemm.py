@@ -1056,3 +1056,19 @@ def test_packs_in_panels_past_pack_bytes_match_numpy(form):
   want = a.astype(F64).T @ c.astype(F64)
   np.testing.assert_allclose(np.asarray(grad_y, F64), want.T if form == "a @ b.T" else want,
                              atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("epilogue", ["add", "mul", "where"])
+def test_register_tile_epilogue_reading_an_array_transposed(epilogue):
+  """A contraction's epilogue that reads another array across the column (`a @ b + c.T`) is computed per element:
+  the vector epilogue loaded 16 consecutive elements of c's row instead of its column (wrong values). Against
+  numpy."""
+  import tinyjax as tj
+  import tinyjax.numpy as tnp
+  rng = np.random.default_rng(12)
+  a, b, c = (rng.standard_normal((64, 64)).astype(F32) for _ in range(3))
+  fun = {"add": lambda a, b, c: a @ b + c.T, "mul": lambda a, b, c: (a @ b) * c.T,
+         "where": lambda a, b, c: tnp.where(c.T > 0, a @ b, 0.0)}[epilogue]
+  a64, b64, c64 = (x.astype(F64) for x in (a, b, c))
+  want = {"add": a64 @ b64 + c64.T, "mul": (a64 @ b64) * c64.T, "where": np.where(c64.T > 0, a64 @ b64, 0.0)}[epilogue]
+  np.testing.assert_allclose(np.asarray(tj.jit(fun)(a, b, c)), want, rtol=1e-4, atol=1e-4)

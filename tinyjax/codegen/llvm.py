@@ -154,17 +154,24 @@ _WORD_DTYPES = {F32, np.dtype(np.int32), np.dtype(np.uint32)}
 _COMPUTE_HEAVY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.REDUCE}
 
 
-def _vector_nodes_ok(root: UOp, column: UOp, deps: dict[UOp, frozenset[UOp]], leaf: UOp | None = None) -> bool:
+def _vector_nodes_ok(root: UOp, column: UOp, deps: dict[UOp, frozenset[UOp]], leaf: UOp | None = None,
+                     packed: tuple[UOp, ...] = ()) -> bool:
   """Whether every node under `root` that depends on `column` (down to LOADs, the column itself and `leaf`) is an
   operation with a one-instruction vector form that rounds as the scalar code does (float16 and bfloat16 arithmetic
-  rounds after every operation in several instructions)."""
+  rounds after every operation in several instructions), and every LOAD of them reads consecutive elements along the
+  column (one vector load; a packed one is read from its pack). An epilogue reading another array transposed
+  (`a @ b + c.T`) is scalar code."""
   stack, seen = [root], set()
   while stack:
     node = stack.pop()
     if node in seen or node is leaf or column not in deps[node]: continue
     seen.add(node)
     op, dtype = node.op, node.dtype
-    if op in (Ops.LOAD, Ops.RANGE): continue
+    if op is Ops.LOAD:
+      strides, nonlinear = linear_strides(node.src[1])
+      if node not in packed and (column in nonlinear or strides.get(column) != 1): return False
+      continue
+    if op is Ops.RANGE: continue
     if op is Ops.CAST: ok = vector_cast_ok(node.src[0].dtype, dtype)
     elif op is Ops.BITCAST: ok = {node.src[0].dtype, dtype} <= _WORD_DTYPES  # float32 <-> 32-bit integer bits
     elif op in VECTOR_UNARY and op is not Ops.NEG: ok = dtype == F32  # TRUNC, SQRT, RECIP, EXP2, LOG2
@@ -182,7 +189,7 @@ def vector_body_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]]) -> bo
   between the column and the value only LOADs (contiguous along the column, as the plan requires), the column itself
   and operations `_vector_nodes_ok` admits."""
   if plan is None or plan.stream or plan.dot: return False
-  return _vector_nodes_ok(plan.reduce.src[0], plan.column, deps)
+  return _vector_nodes_ok(plan.reduce.src[0], plan.column, deps, packed=plan.packed)
 
 
 def vector_epilogue_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]], ast: UOp) -> bool:
