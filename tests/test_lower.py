@@ -626,3 +626,21 @@ def test_two_contractions_summed_get_a_kernel_each():
   g1, w1, g2, w2, x = (a.astype(np.float64) for a in args)
   np.testing.assert_allclose(np.asarray(tj.jit(meet)(*args)), np.where(x > 0, g1 @ w1.T + g2 @ w2.T, 0.0),
                              rtol=1e-5, atol=1e-4)
+
+
+def test_narrow_contraction_is_computed_transposed_then_copied_into_place():
+  """A classifier's weight gradient h.T @ g (10 columns; h read along its rows): computed as a (10, rows) register
+  tile over h's contiguous rows, then copied into place (a small copy), instead of copying all of h transposed. Also
+  with an epilogue reading an array of the output's layout (an update w - lr * grad, in eager mode fused with it).
+  Launched over its column tiles (its 10 rows are one launch chunk). Values against numpy."""
+  import tinyjax as tj
+  from tinyjax.codegen.opt import applied_opts
+  rng = np.random.default_rng(3)
+  h, g, w = (rng.standard_normal(shape).astype(F32) for shape in ((256, 512), (256, 10), (512, 10)))
+  for fun, want in ((lambda h, g, w: h.T @ g, h.astype(np.float64).T @ g),
+                    (lambda h, g, w: w - 0.1 * (h.T @ g), w - 0.1 * (h.astype(np.float64).T @ g))):
+    kernels = tj.jit(fun).lower(h, g, w)._compiled.schedule.schedule.kernels
+    product, copy = kernels
+    assert product.outer_size > 1 and applied_opts(product.ast) and product.name.startswith("r_512_10")
+    assert not any(n.op is Ops.REDUCE for n in copy.ast.toposort) and copy.slots[1] == product.slots[0]
+    np.testing.assert_allclose(np.asarray(tj.jit(fun)(h, g, w)), want, rtol=1e-5, atol=1e-4)

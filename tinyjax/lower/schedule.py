@@ -631,7 +631,9 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
   column tiles as threads and a column count that is a multiple of the tile. Returns the new AST and its outer size,
   or None."""
   plan = choose_opts(ast)
-  if plan is None or plan.stream or plan.dot or not plan.packed: return None
+  if plan is None or plan.stream or plan.dot or plan.row is None: return None
+  # (unpacked, only when the rows are one launch chunk: a classifier's transposed weight gradient, 10 rows)
+  if not plan.packed and plan.row.src[0].arg > plan.grain: return None
   if global_ranges_of(ast) != [plan.row, plan.column]: return None
   rows, columns = plan.row.src[0].arg, plan.column.src[0].arg
   if columns % plan.columns or columns // plan.columns < 2 * threads: return None
@@ -802,13 +804,15 @@ class _Scheduler:
       else:
         ast, slots, outer = self.build(node, builder)
         ordered = 0
-        ast, slots, copies = self.relayout(ast, slots, builder.work)
+        ast, slots, copies, after = self.relayout(ast, slots, builder.work)
         kernels += copies
+        if after: outer = global_ranges_of(ast)[0].src[0].arg  # (computed transposed: launched over its columns)
         if (split := _split_columns(ast, self.threads)) is not None: ast, outer = split
       kind = "s" if is_scatter else "r" if any(n.op is Ops.REDUCE for n in ast.toposort) else "e"
       name = f"{kind}_{'_'.join(map(str, node.shape)) or 'scalar'}_{structure_key(ast)[:8]}"
       grain = 1 if is_scatter else _row_split_grain(ast, self.threads) or launch_grain(ast)
       kernels.append(Kernel(name, ast, slots, outer, builder.work, grain, sequential=is_scatter, ordered=ordered))
+      if not is_scatter: kernels += after
     return kernels
 
   def build(self, node: UOp, builder: _Rangeify) -> tuple[UOp, tuple[int, ...], int]:
@@ -854,9 +858,12 @@ class _Scheduler:
         entries.append((node.op, node.dtype, node.shape, _arg_key(node.arg), tuple(index[src] for src in node.src)))
     return (root.op, root.dtype, root.shape, tuple(entries)), slots
 
-  def relayout(self, ast: UOp, slots: tuple[int, ...], work: int) -> tuple[UOp, tuple[int, ...], list[Kernel]]:
-    """A contraction kernel slowed by one operand read against its layout gets that operand copied first, by a kernel
-    of its own, into a new buffer laid out as the contraction wants it:
+  def relayout(self, ast: UOp, slots: tuple[int, ...], work: int
+               ) -> tuple[UOp, tuple[int, ...], list[Kernel], list[Kernel]]:
+    """A contraction kernel slowed by operands read against its layout: its new AST and slots, with the kernels to
+    run before it and after it. A narrow one (`transposed_output`) computes its output transposed, then copies it
+    into place. Otherwise, such an operand is copied first, by a kernel of its own, into a new buffer laid out as the
+    contraction wants it:
     - read with a stride along the output column (W in `ct @ W.T`, a matmul's gradient) where the register tile
       can't pack it (codegen/opt.py: a column tile cut short, an integer sum too long for one pack), which keeps the
       kernel off the tile: the copy has the column innermost, and the rewritten kernel must get the tile;
@@ -866,24 +873,25 @@ class _Scheduler:
     nodes = ast.toposort
     reduces = [n for n in nodes if n.op is Ops.REDUCE]
     ranges = global_ranges_of(ast)
-    if len(reduces) != 1 or reduces[0].arg is not Ops.ADD or not ranges: return ast, slots, []
+    if len(reduces) != 1 or reduces[0].arg is not Ops.ADD or not ranges: return ast, slots, [], []
     column, inner = ranges[-1], reduces[0].src[-1]
     tiled = choose_opts(ast) is not None
     narrow = column.src[0].op is Ops.CONST and column.src[0].arg < NARROW_COLUMN
-    if tiled and not narrow: return ast, slots, []
+    if tiled and not narrow: return ast, slots, [], []
+    if narrow and (transposed := self.transposed_output(ast, slots)) is not None: return transposed
     axis = inner if narrow else column  # the range the copy makes innermost
     strided = []
     for load in (n for n in reduces[0].src[0].toposort if n.op is Ops.LOAD):
       strides, nonlinear = linear_strides(load.src[1])
       if len(load.src) == 2 and not nonlinear and strides.get(axis, 0) not in (0, 1): strided.append((load, strides))
-    if not strided or (not narrow and len(strided) != 1): return ast, slots, []
+    if not strided or (not narrow and len(strided) != 1): return ast, slots, [], []
     plans = []
     for load, strides in strided:
       order = sorted((r for r in strides if r is not axis), key=lambda r: r.arg[0]) + [axis]
-      if any(r.src[0].op is not Ops.CONST for r in order): return ast, slots, []
+      if any(r.src[0].op is not Ops.CONST for r in order): return ast, slots, [], []
       plans.append((load, order, [r.src[0].arg for r in order]))
     ratio = RELAYOUT_WORK_RATIO // 4 if narrow else RELAYOUT_WORK_RATIO  # (a narrow strided kernel is the slower)
-    if sum(math.prod(extents) for _, _, extents in plans) * ratio > work: return ast, slots, []
+    if sum(math.prod(extents) for _, _, extents in plans) * ratio > work: return ast, slots, [], []
     # the contraction, reading each copy (a new parameter) at its flat index over its `order`
     replacements = {}
     for i, (load, order, extents) in enumerate(plans):
@@ -895,7 +903,7 @@ class _Scheduler:
     if narrow: wanted = all(linear_strides(n.src[1])[0].get(inner, 0) in (0, 1) for n in rewritten.toposort
                             if n.op is Ops.LOAD and inner in n.src[1].toposort)
     else: wanted = choose_opts(rewritten) is not None
-    if not wanted: return ast, slots, []
+    if not wanted: return ast, slots, [], []
     copies, copy_slots = [], []
     for load, order, extents in plans:
       # the copy kernel: one global range per axis of the copy, reading the operand where the contraction did
@@ -923,7 +931,39 @@ class _Scheduler:
                              launch_grain(copy_ast)))
       copy_slots.append(copy_slot)
     rewritten, new_slots = _drop_unread_buffers(rewritten, [*slots, *copy_slots])
-    return rewritten, tuple(new_slots), copies
+    return rewritten, tuple(new_slots), copies, []
+
+  def transposed_output(self, ast: UOp, slots: tuple[int, ...]
+                        ) -> tuple[UOp, tuple[int, ...], list[Kernel], list[Kernel]] | None:
+    """A contraction out[r, c] with a column narrower than a vector (a classifier's weight gradient h.T @ g: 10
+    columns, its operand h read along the rows r) computed as out_t[c, r] (a new buffer) by a register tile over the
+    rows, then copied into place: the copy is of the small output, not of the operand (h.T, read against its layout
+    along the reduction; the MLP step's 512x512 h2: 122 us). None where the transposed kernel gets no tile."""
+    ranges = global_ranges_of(ast)
+    stores = [n for n in ast.toposort if n.op is Ops.STORE]
+    if len(ranges) != 2 or len(stores) != 1 or any(r.src[0].op is not Ops.CONST for r in ranges): return None
+    row, column = ranges
+    (store,) = stores
+    rows, columns = row.src[0].arg, column.src[0].arg
+    if linear_strides(store.src[1]) != ({row: columns, column: 1}, set()): return None
+    new_column = UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(rows),), (1, "global"))
+    new_row = UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(columns),), (0, "global"))
+    value = _substitute(store.src[2], {row: new_column, column: new_row})
+    index = symbolic.add(symbolic.mul(new_row, rows), new_column)
+    transposed = UOp(Ops.SINK, ast.dtype, (UOp(Ops.STORE, store.dtype, (store.src[0], index, value)),))
+    transposed = symbolic.simplify(transposed)
+    if choose_opts(transposed) is None: return None
+    dtype = store.src[0].dtype
+    temp = self.new_slot((columns, rows), dtype)
+    # the copy into place: out[r, c] = out_t[c, r]
+    r, c = (UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(n),), (i, "global")) for i, n in enumerate((rows, columns)))
+    read = UOp(Ops.LOAD, dtype, (UOp(Ops.DEFINE_GLOBAL, dtype, (), 1), symbolic.add(symbolic.mul(c, rows), r)))
+    target = symbolic.add(symbolic.mul(r, columns), c)
+    write = UOp(Ops.STORE, dtype, (UOp(Ops.DEFINE_GLOBAL, dtype, (), 0), target, read))
+    copy_ast = symbolic.simplify(UOp(Ops.SINK, dtype, (write,)))
+    copy = Kernel(f"e_{rows}_{columns}_{structure_key(copy_ast)[:8]}", copy_ast, (slots[0], temp), rows,
+                  rows * columns, launch_grain(copy_ast))
+    return transposed, (temp, *slots[1:]), [], [copy]
 
   def copy(self, source: UOp, out_slot: int) -> list[Kernel]:
     """Kernels writing the value of `source` into slot `out_slot` (a CONTIGUOUS whose arg names the slot, so that it
