@@ -173,3 +173,27 @@ def test_dot_general_layout_and_errors():
     lax.dot(tnp.ones((2, 3)), tnp.ones((4,)))
   with pytest.raises(TypeError):
     lax.dot(tnp.ones((2, 3)), tnp.ones((3,), dtype=tnp.int32))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.float32, np.float16, np.int16], ids=str)
+@pytest.mark.parametrize("size", [1, 2, 255, 1000, 70000])
+def test_iota_is_the_loop_index_in_every_kernel(dtype, size):
+  """lax.iota is a leaf that a kernel computes from its loop index: numpy's arange in each dtype (float16 rounds
+  past 2048 and uint8 wraps past 255 as a cast of the index does), no division or modulo and no buffer of its own in
+  the kernels of arange, one_hot and a masked reduction; under jit, vmap and grad."""
+  import tinyjax as tj
+  from tinyjax.uop import Ops
+  want = np.arange(size).astype(dtype)
+  np.testing.assert_array_equal(np.asarray(lax.iota(dtype, size)), want)
+  np.testing.assert_array_equal(np.asarray(tj.jit(lambda: lax.iota(dtype, size))()), want)
+  labels = np.arange(7, dtype=np.int32) * 3 % max(size, 1)
+  f = tj.jit(lambda y: tj.nn.one_hot(y, size))
+  np.testing.assert_array_equal(np.asarray(f(labels)), labels[:, None] == np.arange(size)[None, :])
+  for kernel in f.lower(labels)._compiled.schedule.schedule.kernels:  # (a tiny one is one flat loop: div / mod)
+    assert size < 16 or not any(n.op in (Ops.IDIV, Ops.MOD) for n in kernel.ast.toposort)
+    assert len(kernel.slots) == 2
+  x = np.linspace(-1, 1, 3 * size, dtype=np.float32).reshape(3, size)
+  masked = tj.jit(tj.vmap(lambda row: (row * (lax.iota(np.float32, size) < size / 2)).sum()))(x)
+  np.testing.assert_allclose(np.asarray(masked), (x * (np.arange(size) < size / 2)).sum(axis=1), rtol=1e-5, atol=1e-5)
+  grad = tj.grad(lambda row: (row * lax.iota(np.float32, size)).sum())(x[0])
+  np.testing.assert_array_equal(np.asarray(grad), np.arange(size, dtype=np.float32))

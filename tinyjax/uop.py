@@ -23,6 +23,7 @@ class Ops(Enum):
   CONST = auto()      # scalar constant, arg = Python value, shape ()
   BUFFER = auto()     # a realised buffer, arg = devices.buffer.Buffer (has .shape)
   PARAM = auto()      # an input of a traced program, arg = (index, shape)
+  IOTA = auto()       # [0, 1, ..., arg - 1] in the node's dtype, shape (arg,): a kernel computes it from its index
   # unary elementwise
   NEG = auto(); RECIP = auto(); SQRT = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto()  # noqa: E702
   TRUNC = auto()      # round toward zero, float -> same float dtype
@@ -215,6 +216,7 @@ def _shape(node: UOp) -> tuple[int, ...] | None:
   if op is Ops.CONST: return ()
   if op is Ops.BUFFER: return tuple(arg.shape)
   if op is Ops.PARAM: return tuple(arg[1])
+  if op is Ops.IOTA: return (arg,)
   if op is Ops.CUSTOM_LINEAR: return tuple(arg[0].out_shapes[arg[1]])
   if op in (Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS) or op in UNARY: return node.src[0].shape
   if op in BINARY or op is Ops.WHERE:

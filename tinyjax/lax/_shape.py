@@ -222,24 +222,12 @@ def concatenate(operands: Sequence[Any], dimension: int) -> Array:
 
 
 def iota(dtype: Any, size: int) -> Array:
-  """[0, 1, ..., size - 1] in `dtype`, built without host data: the sum of one binary digit pattern per bit
-  (a padded constant [0, 2**k] broadcast over a (2, 2, ..., 2) shape), reshaped flat and shrunk to `size`."""
+  """[0, 1, ..., size - 1] in `dtype`, built without host data: a leaf that the kernels reading it compute from
+  their loop index (lower/schedule.py), so it is never stored."""
   dtype = dtypes.canonicalize_dtype(dtypes.dtype(dtype))
   size = int(size)
   if size <= 1: return _full_const((size,), 0, dtype)
-  bits = (size - 1).bit_length()
-  digits_shape = (2,) * bits
-  accumulate = dtypes.default_int_dtype() if dtypes.is_floating(dtype) or dtype.kind == "u" and size > 255 else dtype
-  if not dtypes.is_floating(dtype) and np.iinfo(accumulate).max < size: accumulate = np.dtype(np.int64)
-  total = None
-  for axis in range(bits):
-    digit = pad_raw(_full_const((1,), 1 << (bits - 1 - axis), accumulate), [(1, 0)])  # [0, 2**k]
-    shape = [1] * bits
-    shape[axis] = 2
-    term = expand_raw(reshape_raw(digit, shape), digits_shape)
-    total = term if total is None else bind(Ops.ADD, total, term)
-  flat = shrink_raw(reshape_raw(total, (1 << bits,)), [(0, size)])
-  return cast(flat, dtype)
+  return bind(Ops.IOTA, arg=size, dtype=dtype)
 
 
 def iota_along(dtype: Any, shape: Sequence[int], axis: int) -> Array:

@@ -527,6 +527,7 @@ class _Rangeify:
   def _emit_op(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
     op, arg = node.op, node.arg
     if op is Ops.CONST: return UOp.const(node.dtype, arg)
+    if op is Ops.IOTA: return UOp(Ops.CAST, node.dtype, (idx[0],))
     if op in ELEMENTWISE:
       return UOp(op, node.dtype, tuple(self.emit(src, idx, valid) for src in node.src), arg)
     src = node.src[0]
