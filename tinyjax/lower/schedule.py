@@ -461,15 +461,20 @@ class _Rangeify:
       flat = self.new_range(size, "global") if size > 1 else symbolic.const(0)
       idx, out_index, outer = _unflatten(flat, shape), flat, size
       value = self.emit(value_node, idx, None, top=value_node is root)
-      if size > 1 and shape[-1] >= ROW_LOOP_MIN and _divides(value, flat):
+      # the inner axes: the last, or the fewest last ones that make a row of ROW_LOOP_MIN elements (a copy into
+      # (C, kh, kw, oh, ow, N) rows of an HWCN input: ow and N, 8 long, instead of five divisions per element)
+      inner = next((k for k in range(1, len(shape) + 1) if math.prod(shape[-k:]) >= ROW_LOOP_MIN), 0)
+      if size > 1 and inner and _divides(value, flat):
         # a load reads across the flat order (a pad, a transpose, a broadcast): a division and a modulo per element,
-        # and gated loads the vectoriser leaves scalar. Rows instead: the last axis is its own inner loop (the pad's
-        # gate and the loads' strides are plain in it), the rows one flat loop (divisions once per row)
+        # and gated loads the vectoriser leaves scalar. Rows instead: each inner axis is its own inner loop (the pad's
+        # gate and the loads' strides are plain in them), the rows one flat loop (divisions once per row)
         self.__init__(root, self.slot_of)
-        rows = size // shape[-1]
+        rows = size // math.prod(shape[-inner:])
         row = self.new_range(rows, "global") if rows > 1 else symbolic.const(0)
-        idx = (*_unflatten(row, shape[:-1]), self.new_range(shape[-1], "global"))
-        out_index, outer = _flat_index(idx, shape), rows if rows > 1 else shape[-1]
+        inner_idx = [self.new_range(dim, "global") if dim > 1 else symbolic.const(0) for dim in shape[-inner:]]
+        idx = (*_unflatten(row, shape[:-inner]), *inner_idx)
+        out_index = _flat_index(idx, shape)
+        outer = rows if rows > 1 else next(dim for dim in shape[-inner:] if dim > 1)
         value = self.emit(value_node, idx, None, top=value_node is root)
     else:
       idx, out_index, outer = self.loop_nest(shape)
