@@ -16,8 +16,8 @@ from test_codegen import (BF16, BOOL, F16, F32, F64, add, alu, assert_same, buff
 from tinyjax.array import Array
 from tinyjax.codegen import llvm
 from tinyjax.codegen.llvm import SUM_BLOCK, TILE_SUM_BLOCK, render_llvm
-from tinyjax.codegen.opt import (DOT_MIN_REDUCE, GROUP_ROWS, PACK_BYTES, PACK_MIN_ROWS, PANEL_GROUP_ROWS, STREAM_TILE,
-                                 TILE_ROWS, VECTOR_BYTES, applied_opts, choose_opts, launch_grain)
+from tinyjax.codegen.opt import (DOT_MIN_REDUCE, GROUP_ROWS, PACK_BYTES, PACK_MIN_ROWS, PANEL_BYTES, PANEL_GROUP_ROWS,
+                                 STREAM_TILE, TILE_ROWS, VECTOR_BYTES, applied_opts, choose_opts, launch_grain)
 from tinyjax.trace.core import bind
 from tinyjax.uop import Ops, UOp
 
@@ -484,7 +484,7 @@ def test_reused_operand_is_packed():
   assert ("pack", 1, 1) in applied_opts(matmul_kernel(PACK_MIN_ROWS, 64, 64, F32))
   assert not any(opt[0] == "pack" for opt in applied_opts(matmul_kernel(PACK_MIN_ROWS - 1, 64, 64, F32)))
   too_long = PACK_BYTES // (4 * 64) + 1
-  panel = PACK_BYTES // (4 * 64) // TILE_SUM_BLOCK * TILE_SUM_BLOCK
+  panel = PANEL_BYTES // (4 * 64) // TILE_SUM_BLOCK * TILE_SUM_BLOCK
   opts = applied_opts(matmul_kernel(256, too_long, 64, F32))
   assert ("pack", 1, 1) in opts and ("panel", 2, panel) in opts and ("group", 0, PANEL_GROUP_ROWS) in opts
   assert ("panel", 2, panel) not in applied_opts(matmul_kernel(256, too_long - 1, 64, F32))

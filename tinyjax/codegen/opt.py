@@ -96,11 +96,15 @@ SPAN_SUMS_BYTES = 1 << 19
 # 270), and 1 MB left ResNet's 3x3x512 im2col GEMM (K=4608) unpacked (13.1 -> 6.8 ms).
 PACK_BYTES = 1280 * 1024
 PACK_MIN_ROWS = 16
-# Beyond PACK_BYTES (K over 5120 float32 steps), the K-blocked row groups pack panels of the reduce steps, each row
-# group every panel in turn (`TilePlan.panel`), BLIS's kc x nc panels: the groups grow to PANEL_GROUP_ROWS rows, so
-# that a pack serves that many rows. Unpacked, such GEMMs ran at about half the speed (a 1x1 convolution's weight
-# gradient over 8x55x55 positions: K = 24200).
+# Beyond PACK_BYTES (K over 5120 float32 steps), the K-blocked row groups pack panels of PANEL_BYTES of the reduce
+# steps, each row group every panel in turn (`TilePlan.panel`), BLIS's kc x nc panels: the groups grow to
+# PANEL_GROUP_ROWS rows, so that a pack serves that many rows. Unpacked, such GEMMs ran at about half the speed (a
+# 1x1 convolution's weight gradient over 8x55x55 positions: K = 24200). A panel that stays in L2 beside the group's
+# rows beats one as big as the stack allows (256 KB against 1.25 MB: 256x8192x256 207 -> 250 GFLOP/s, 64x24200x256
+# 203 -> 240, 512x6272x128 255 -> 280); groups of 512 rows ran the larger GEMMs faster but cut launches of 512 rows
+# into one chunk, on one thread. Panels where one pack fits: slower (1568x4608x512 277 -> 207: a pack per group).
 PANEL_GROUP_ROWS = 128
+PANEL_BYTES = 1 << 18
 # A bfloat16 contraction with float32 sums runs on AMX tiles where the host has them (`_amx_plan`, llvm.py
 # `render_amx`): blocks of AMX_BLOCK x AMX_BLOCK outputs (2 x 2 tiles of 16 x 16 float32), AMX_K reduce steps per tile
 # product (32 bfloat16 = a 64-byte tile row); the tiles' float32 sums are added into float64 every AMX_SUM_BLOCK steps
@@ -371,7 +375,7 @@ def _packed_loads(loads: list[UOp], row: UOp | None, column: UOp, reduce_ranges:
   step_bytes = columns * sum(max(4, load.dtype.itemsize) for load in packed)
   if not packed or math.prod(rng.src[0].arg for rng in reduce_ranges) * step_bytes <= PACK_BYTES: return packed, 0
   if not blocked: return (), 0
-  return packed, PACK_BYTES // step_bytes // TILE_SUM_BLOCK * TILE_SUM_BLOCK
+  return packed, max(TILE_SUM_BLOCK, PANEL_BYTES // step_bytes // TILE_SUM_BLOCK * TILE_SUM_BLOCK)
 
 
 def _dot_plan(reduce: UOp, column: UOp, global_ranges: list[UOp], loads: list[UOp],
