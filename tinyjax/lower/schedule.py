@@ -802,8 +802,9 @@ class _Scheduler:
     if 0 in node.shape: return []  # nothing to compute
     builders = [] if scatter_only else [(_Rangeify(node, self.slot_of), False)]
     if node.op is Ops.SCATTER and 0 not in node.src[2].shape: builders.append((_Rangeify(node, self.slot_of), True))
-    kernels = []
+    kernels: list[Kernel] = []
     for builder, is_scatter in builders:
+      after: list[Kernel] = []  # kernels to run after this one (a contraction computed transposed: its copy)
       if is_scatter:
         ast, outer, ordered = builder.build_scatter()
         ast, slots = _drop_unread_buffers(symbolic.simplify(ast), builder.params)
@@ -818,7 +819,7 @@ class _Scheduler:
       name = f"{kind}_{'_'.join(map(str, node.shape)) or 'scalar'}_{structure_key(ast)[:8]}"
       grain = 1 if is_scatter else _row_split_grain(ast, self.threads) or launch_grain(ast)
       kernels.append(Kernel(name, ast, slots, outer, builder.work, grain, sequential=is_scatter, ordered=ordered))
-      if not is_scatter: kernels += after
+      kernels += after
     return kernels
 
   def build(self, node: UOp, builder: _Rangeify) -> tuple[UOp, tuple[int, ...], int]:
