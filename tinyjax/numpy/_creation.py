@@ -141,8 +141,9 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) ->
   else:
     compute = dtypes.default_int_dtype()
   index = lax_shape.iota(compute, size)
-  values_out = ew._add(ew._mul(index, like(index, step)), like(index, start))
-  return cast(values_out, out_dtype, weak_type=False)
+  if step != 1: index = ew._mul(index, like(index, step))
+  if start != 0: index = ew._add(index, like(index, start))
+  return cast(index, out_dtype, weak_type=False)
 
 
 def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retstep: bool = False,
