@@ -1121,7 +1121,7 @@ class _Renderer(Linearizer):
                         heights: list[int]) -> None:
     """The register tiles of one column tile, K-blocked: rows go in groups of GROUP_ROWS, and for each block of
     TILE_SUM_BLOCK reduce steps every tile of the group runs that block (float32 accumulators in registers, added into
-    the group's float64 sums in an array), so the block's slice of the reused operand (TILE_SUM_BLOCK x columns, 16
+    the group's float64 sums in an array), so the block's slice of the reused operand (TILE_SUM_BLOCK x columns, 32
     KB) is read from L1 by all the group's tiles instead of from L2 by each. The float32 block sums and their float64
     total are the same operations, in the same order, as `reduce_loops` performs for a single tile. Then the epilogue
     and STORE per element, row by row."""

@@ -79,9 +79,10 @@ SHORT_REDUCE = 16
 # 32 3.0e-7. The flush (one float64 add per accumulator per block) cost nothing measurable at 64 on the 4096x4096
 # column sum or the 1024^3 matmul (both within this machine's noise); 32 made the column sum ~1.5x slower.
 TILE_SUM_BLOCK = 128
-# A register tile's float32 GEMM runs in groups of GROUP_ROWS rows (`render_row_groups`): the group's float64 sums
-# (GROUP_ROWS x 64 columns x 8 bytes = 16 KB), the reused operand's block (TILE_SUM_BLOCK x 64 x 4 = 16 KB) and the
-# group's rows of the other (8 KB) stay in a 48 KB L1 data cache together.
+# A register tile's float32 GEMM runs in groups of GROUP_ROWS rows (`render_row_groups`): the reused operand's block
+# (TILE_SUM_BLOCK x 64 x 4 = 32 KB) stays in a 48 KB L1 data cache while the group's tiles read it, beside the group's
+# float64 sums (GROUP_ROWS x 64 columns x 8 bytes = 16 KB, touched once per tile and block) and its rows of the other
+# operand (16 KB); 16 and 64 rows measured no better.
 GROUP_ROWS = 32
 # A row group's float64 sums for the values of the ranges it spans (`_spans`) stay in L2: at most SPAN_SUMS_BYTES.
 SPAN_SUMS_BYTES = 1 << 19
