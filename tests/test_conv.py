@@ -487,3 +487,21 @@ def test_weight_gradient_is_launched_over_its_column_tiles(channels):
     for b in range(3):
       want[a, b] = np.einsum("nhwc,nhwo->co", xp[:, a:a + 14, b:b + 14], g.astype(np.float64))
   np.testing.assert_allclose(np.asarray(f(w)), want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("strides, padding", [((2, 2), "SAME"), ((2, 1), "VALID"), ((1, 1), ((1, 0), (0, 1)))],
+                         ids=str)
+def test_pointwise_transposed_convolution_matches_the_general_path(strides, padding):
+  """A 1x1 conv_transpose of a channels-last input (zeros interleaved by lhs dilation, then the flat GEMM) equals
+  the same transposed convolution in NCHW (the windowed product), and the lhs-dilated conv_general_dilated."""
+  rng = np.random.default_rng(4)
+  x, w = rng.standard_normal((2, 5, 6, 3)).astype(np.float32), rng.standard_normal((1, 1, 3, 4)).astype(np.float32)
+  nhwc = lax.conv_transpose(x, w, strides, padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  nchw = lax.conv_transpose(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), strides, padding,
+                            dimension_numbers=("NCHW", "OIHW", "NCHW"))
+  np.testing.assert_allclose(np.asarray(nhwc), np.asarray(nchw).transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
+  dilated = lax.conv_general_dilated(x, w, (1, 1), [(0, 0), (0, 0)], lhs_dilation=strides,
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  spread = np.zeros((2, (5 - 1) * strides[0] + 1, (6 - 1) * strides[1] + 1, 3))
+  spread[:, ::strides[0], ::strides[1]] = x
+  np.testing.assert_allclose(np.asarray(dilated), spread @ w[0, 0].astype(np.float64), rtol=1e-5, atol=1e-5)
