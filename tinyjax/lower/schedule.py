@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -258,25 +258,34 @@ def _outputs_first(sink: UOp) -> list[UOp]:
   return toposort_of(early + [node for node in sink.src if node not in early]) + [sink]
 
 
-def _shared_reductions(realize: set[UOp]) -> list[UOp]:
-  """Reductions that two kernels would each compute (a gradient feeding both of Adam's moments): they get a buffer
-  of their own, computed once. When every reader sees the reduction through the same reshape / permute (a weight
-  gradient computed transposed), that view is what is stored, in the layout the readers read."""
-  readers: dict[UOp, dict[UOp, set[UOp]]] = {}  # reduction -> {top of the movement chain read: the kernels reading it}
+def _walk_regions(realize: set[UOp], visit: Callable[[UOp, UOp], bool]) -> None:
+  """Call `visit(root, node)` once for each node that the kernel of each root in `realize` computes (down to
+  buffers: realised nodes and PARAMs); the walk goes below `node` when `visit` returns True."""
   for root in realize:
-    if root.op is Ops.PROJECT: continue
+    if root.op is Ops.PROJECT: continue  # (written by its loop, not by a kernel)
     seen: set[UOp] = set()
     stack = list(root.src)
     while stack:
       node = stack.pop()
       if node in seen or node in realize or node.op is Ops.PARAM: continue
       seen.add(node)
-      base = node
-      while base.op in (Ops.RESHAPE, Ops.PERMUTE) and base not in realize: base = base.src[0]
-      if base.op is Ops.REDUCE_AXIS and base not in realize:
-        readers.setdefault(base, {}).setdefault(node, set()).add(root)
-        continue
-      stack.extend(node.src)
+      if visit(root, node): stack.extend(node.src)
+
+
+def _shared_reductions(realize: set[UOp]) -> list[UOp]:
+  """Reductions that two kernels would each compute (a gradient feeding both of Adam's moments): they get a buffer
+  of their own, computed once. When every reader sees the reduction through the same reshape / permute (a weight
+  gradient computed transposed), that view is what is stored, in the layout the readers read."""
+  readers: dict[UOp, dict[UOp, set[UOp]]] = {}  # reduction -> {top of the movement chain read: the kernels reading it}
+
+  def visit(root: UOp, node: UOp) -> bool:
+    base = node
+    while base.op in (Ops.RESHAPE, Ops.PERMUTE) and base not in realize: base = base.src[0]
+    if base.op is Ops.REDUCE_AXIS and base not in realize:
+      readers.setdefault(base, {}).setdefault(node, set()).add(root)
+      return False
+    return True
+  _walk_regions(realize, visit)
   shared = []
   for base, views in readers.items():
     if len(set().union(*views.values())) < 2: continue
@@ -289,20 +298,15 @@ def _sibling_contractions(realize: set[UOp]) -> list[UOp]:
   meet: the sum of two 1x1 convolutions' transposes), but the one found first: a kernel with two REDUCEs gets no
   register tile (codegen/opt.py), so each gets a kernel of its own, the last with the sum as its epilogue.
   ResNet-50's 8x55x55x64 sum of two: 14.6 ms at 14% of the FMA peak as one kernel."""
-  separate = []
-  for root in realize:
-    if root.op is Ops.PROJECT: continue
-    found, seen, stack = [], set(), list(root.src)
-    while stack:
-      node = stack.pop()
-      if node in seen or node in realize or node.op is Ops.PARAM: continue
-      seen.add(node)
-      if node.op is Ops.REDUCE_AXIS and _is_contraction(node, realize) and _tiles_rows(node):
-        found.append(node)
-        continue  # (what it reduces is its own kernel's business)
-      stack.extend(node.src)
-    separate += found[1:]
-  return separate
+  found: dict[UOp, list[UOp]] = {}  # kernel root -> the contractions it would compute
+
+  def visit(root: UOp, node: UOp) -> bool:
+    if node.op is Ops.REDUCE_AXIS and _is_contraction(node, realize) and _tiles_rows(node):
+      found.setdefault(root, []).append(node)
+      return False  # (what it reduces is its own kernel's business)
+    return True
+  _walk_regions(realize, visit)
+  return [node for contractions in found.values() for node in contractions[1:]]
 
 
 # An elementwise value that several kernels compute, each from the same L buffers of its size (K kernels), is
@@ -318,17 +322,12 @@ def _shared_elementwise(realize: set[UOp]) -> list[UOp]:
   the topmost of each chain of such values: they get a buffer of their own."""
   readers: dict[UOp, set[UOp]] = {}  # node -> the kernels (their roots) that compute it
   users: dict[UOp, list[UOp]] = {}
-  for root in realize:
-    if root.op is Ops.PROJECT: continue
-    seen: set[UOp] = set()
-    stack = list(root.src)
-    while stack:
-      node = stack.pop()
-      if node in seen or node in realize or node.op is Ops.PARAM: continue
-      seen.add(node)
-      readers.setdefault(node, set()).add(root)
-      for src in node.src: users.setdefault(src, []).append(node)
-      stack.extend(node.src)
+
+  def visit(root: UOp, node: UOp) -> bool:
+    readers.setdefault(node, set()).add(root)
+    for src in node.src: users.setdefault(src, []).append(node)
+    return True
+  _walk_regions(realize, visit)
   leaves: dict[UOp, frozenset[UOp]] = {}  # node -> the buffers it reads (through non-buffer nodes)
 
   def leaves_of(node: UOp) -> frozenset[UOp]:
