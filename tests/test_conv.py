@@ -472,8 +472,8 @@ def test_weight_gradient_is_launched_over_its_column_tiles(channels):
   (`schedule._split_columns`), kh and kw inside, each tile's work the same. Values against numpy in float64."""
   from tinyjax.codegen.opt import applied_opts
   rng = np.random.default_rng(channels)
-  x = rng.standard_normal((2, 14, 14, channels)).astype(np.float32)  # (a grid near the window: the flat GEMM)
-  g = rng.standard_normal((2, 14, 14, channels)).astype(np.float32)
+  x = rng.standard_normal((3, 14, 14, channels)).astype(np.float32)  # (a grid near the window: the flat GEMM)
+  g = rng.standard_normal((3, 14, 14, channels)).astype(np.float32)
   w = rng.standard_normal((3, 3, channels, channels)).astype(np.float32)
 
   def loss(b): return (lax.conv_general_dilated(x, b, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))

@@ -15,9 +15,10 @@ from test_codegen import (BF16, BOOL, F16, F32, F64, add, alu, assert_same, buff
 
 from tinyjax.array import Array
 from tinyjax.codegen import llvm
-from tinyjax.codegen.llvm import SUM_BLOCK, TILE_SUM_BLOCK, render_llvm
-from tinyjax.codegen.opt import (DOT_MIN_REDUCE, GROUP_ROWS, PACK_BYTES, PACK_MIN_ROWS, PANEL_BYTES, PANEL_GROUP_ROWS,
-                                 STREAM_TILE, TILE_ROWS, VECTOR_BYTES, applied_opts, choose_opts, launch_grain)
+from tinyjax.codegen.llvm import SUM_BLOCK, render_llvm
+from tinyjax.codegen.opt import (CONTRACTION_SUM_BLOCK, DOT_MIN_REDUCE, GROUP_ROWS, PACK_BYTES, PACK_MIN_ROWS,
+                                 PANEL_BYTES, PANEL_GROUP_ROWS, STREAM_TILE, TILE_ROWS, TILE_ROWS_REST, TILE_SUM_BLOCK,
+                                 VECTOR_BYTES, WINDOW_TILE_ROWS, applied_opts, choose_opts, launch_grain)
 from tinyjax.trace.core import bind
 from tinyjax.uop import Ops, UOp
 
@@ -191,10 +192,14 @@ def test_matmul(shape: tuple[int, int, int], dtype: np.dtype):
 
 @pytest.mark.parametrize("bounds", [(0, 1), (1, 6), (3, 4), (2, 31), (5, 33), (0, 33)], ids=str)
 def test_matmul_chunk_of_rows(bounds: tuple[int, int]):
-  """A thread runs rows [start, end): tiles of TILE_ROWS start at `start`, a short chunk ends in single rows, and
-  nothing outside the chunk is written."""
+  """A thread runs rows [start, end): tiles of TILE_ROWS start at `start`, a short chunk ends in tiles of
+  TILE_ROWS_REST rows and single rows, and nothing outside the chunk is written."""
   m, k, n = 33, 19, 37
   start, end = bounds
+  ast = matmul_kernel(m, k, n, F32)
+  plan = choose_opts(ast)
+  assert llvm._Renderer(ast, plan).tile_sizes(plan.row, plan.rows, plan.row, TILE_ROWS_REST) == \
+      [TILE_ROWS, TILE_ROWS_REST, 1]
   a, b = matmul_inputs(m, k, n, F32, seed=3)
   out = np.full(m * n, -7.0, F32)
   run_kernel(matmul_kernel(m, k, n, F32), [out, a, b], True, start, end)
@@ -260,21 +265,26 @@ def test_launch_grain_keeps_tiles_whole():
   assert launch_grain(kernel(store(buffer(0, F32), elementwise, load(buffer(1, F32), elementwise)))) == 1
 
 
-# float32 sums of 0.1 must be accurate (API.md: pairwise or blocked): relative error against float64 below this
+# float32 sums of 0.1 must be accurate (pairwise or blocked): relative error against float64 below this; a
+# contraction's register tile flushes its float32 sums every CONTRACTION_SUM_BLOCK steps, within CONTRACTION_SUM_RTOL
 TIGHT_SUM_RTOL = 1e-6
+CONTRACTION_SUM_RTOL = 3e-6
 
 
 def test_long_contraction_is_blocked():
   """k >> SUM_BLOCK: float32 sums are blocked (float64 between blocks) inside a tile too. Each accumulator of a tile
-  is one running float32 sum per block (no vector lanes to spread it), so tiles use short blocks (TILE_SUM_BLOCK):
-  ~6e-7 for 0.1s, where blocks of SUM_BLOCK would be off by ~1.6e-5 and one running sum over all of k by ~1e-3."""
+  is one running float32 sum per block (no vector lanes to spread it), so a contraction's tiles use short blocks
+  (CONTRACTION_SUM_BLOCK, 256 steps): ~2.4e-6 for 0.1s (JAX's CPU GEMM: 5.1e-6 at k = 64K), where blocks of SUM_BLOCK
+  would be off by ~1.6e-5 and one running sum over all of k by ~1e-3."""
   m, k, n = 5, SUM_BLOCK * 16 + 37, 17
   a = np.full((m, k), 0.1, F32)
   b = np.ones((k, n), F32)
   out = np.zeros(m * n, F32)
-  run_kernel(matmul_kernel(m, k, n, F32), [out, a, b], True)
+  ast = matmul_kernel(m, k, n, F32)
+  assert choose_opts(ast).sum_block == CONTRACTION_SUM_BLOCK
+  run_kernel(ast, [out, a, b], True)
   exact = float(np.float32(0.1)) * k
-  assert np.abs(out.astype(F64) - exact).max() / exact < TIGHT_SUM_RTOL
+  assert np.abs(out.astype(F64) - exact).max() / exact < CONTRACTION_SUM_RTOL
 
 
 def weight_gradient_kernel(c: int, kh: int, kw: int, o: int, n: int, h: int, w: int) -> UOp:
@@ -312,8 +322,8 @@ def test_row_tile_around_other_ranges(bounds):
 
 def test_nested_reduce_ranges_are_blocked_as_one_loop():
   """A float32 sum over several reduce ranges is blocked over the flattened nest: the window ranges (3 x 3) run whole
-  inside a block and the range outside them is cut into chunks (TILE_SUM_BLOCK // 9 steps), so the sum stays accurate
-  and the short window loops don't flush their accumulators every few steps."""
+  inside a block and the range outside them is cut into chunks (CONTRACTION_SUM_BLOCK // 9 steps), so the sum stays
+  accurate and the short window loops don't flush their accumulators every few steps."""
   c, kh, kw, o, n, h, w = 4, 3, 3, 16, 13, 40, 50  # 26000 steps per output
   ast = weight_gradient_kernel(c, kh, kw, o, n, h, w)
   source = render_llvm("kernel", ast, optimize=True)
@@ -325,7 +335,7 @@ def test_nested_reduce_ranges_are_blocked_as_one_loop():
   out = np.zeros(c * kh * kw * o, F32)
   run_kernel(ast, [out, images, grads], True)
   exact = float(np.float32(0.1)) * n * h * w
-  assert np.abs(out.astype(F64) - exact).max() / exact < TIGHT_SUM_RTOL
+  assert np.abs(out.astype(F64) - exact).max() / exact < CONTRACTION_SUM_RTOL
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -442,7 +452,7 @@ def test_k_blocked_row_groups(bounds: tuple[int, int], dtype: np.dtype, monkeypa
   reduce range: full and partial groups, row tiles then single rows, vector then single columns, a partial last
   block, a chunk [start, end) of rows with an epilogue. Its block sums are the same operations in the same order as
   one tile's blocked loop, so the result is bit-identical to the plain tiles', and as close to float64."""
-  m, k, n = 70, 3 * TILE_SUM_BLOCK + 44, 83
+  m, k, n = 70, 3 * CONTRACTION_SUM_BLOCK + 44, 83
   start, end = bounds
   a, b = matmul_inputs(m, k, n, dtype, seed=8)
   bias = sample(F32, n, seed=9).astype(dtype)
@@ -466,10 +476,11 @@ def test_k_blocked_row_groups(bounds: tuple[int, int], dtype: np.dtype, monkeypa
 
 def test_k_blocking_applies_to_long_float32_sums_only():
   """Row groups for float32 sums over one range of more than two blocks; a launch chunk is then whole groups."""
-  ast = matmul_kernel(64, 3 * TILE_SUM_BLOCK, 64, F32)
+  ast = matmul_kernel(64, 3 * CONTRACTION_SUM_BLOCK, 64, F32)
   assert llvm._Renderer(ast, choose_opts(ast)).k_blocked()
-  assert ("group", 0, GROUP_ROWS) in applied_opts(ast) and launch_grain(ast) == GROUP_ROWS
-  for other in (matmul_kernel(64, 2 * TILE_SUM_BLOCK, 64, F32), matmul_kernel(64, 300, 64, F64),
+  group = GROUP_ROWS // TILE_ROWS * TILE_ROWS  # whole tiles
+  assert ("group", 0, group) in applied_opts(ast) and launch_grain(ast) == group
+  for other in (matmul_kernel(64, 2 * CONTRACTION_SUM_BLOCK, 64, F32), matmul_kernel(64, 300, 64, F64),
                 matmul_kernel(64, 300, 64, I32), matmul_kernel(64, 300, 64, F32, reduce_op=Ops.MAX)):
     assert not llvm._Renderer(other, choose_opts(other)).k_blocked()
 
@@ -484,9 +495,10 @@ def test_reused_operand_is_packed():
   assert ("pack", 1, 1) in applied_opts(matmul_kernel(PACK_MIN_ROWS, 64, 64, F32))
   assert not any(opt[0] == "pack" for opt in applied_opts(matmul_kernel(PACK_MIN_ROWS - 1, 64, 64, F32)))
   too_long = PACK_BYTES // (4 * 64) + 1
-  panel = PANEL_BYTES // (4 * 64) // TILE_SUM_BLOCK * TILE_SUM_BLOCK
+  panel = PANEL_BYTES // (4 * 64) // CONTRACTION_SUM_BLOCK * CONTRACTION_SUM_BLOCK
   opts = applied_opts(matmul_kernel(256, too_long, 64, F32))
-  assert ("pack", 1, 1) in opts and ("panel", 2, panel) in opts and ("group", 0, PANEL_GROUP_ROWS) in opts
+  group = PANEL_GROUP_ROWS // TILE_ROWS * TILE_ROWS  # whole tiles
+  assert ("pack", 1, 1) in opts and ("panel", 2, panel) in opts and ("group", 0, group) in opts
   assert ("panel", 2, panel) not in applied_opts(matmul_kernel(256, too_long - 1, 64, F32))
   assert not any(opt[0] in ("pack", "panel") for opt in applied_opts(matmul_kernel(64, too_long, 64, I32)))
   plan = choose_opts(matmul_kernel(64, 64, 64, F32))
@@ -501,6 +513,37 @@ def conv_like_kernel(m: int, c: int, t: int, n: int, dtype: np.dtype) -> UOp:
   w = load(buffer(2, dtype), add(mul(add(mul(channel, const(t)), tap), const(n)), cols))
   total = add(reduce(Ops.ADD, mul(x, w), channel, tap), load(buffer(3, dtype), cols))
   return kernel(store(buffer(0, dtype), add(mul(rows, const(n)), cols), total))
+
+
+def sliding_conv_kernel(n: int, width: int, taps: int, c: int, o: int) -> UOp:
+  """out[b, x, j] = sum_{ci, t} x[b, x + t, ci] * w[t, ci, j]: a 1-d convolution read in place, its output position
+  the tile's row and its taps a short reduce range that slides along it."""
+  b, x, j = global_range(0, n), global_range(1, width), global_range(2, o)
+  ci, t = reduce_range(3, c), reduce_range(4, taps)
+  padded = width + taps - 1
+  image = load(buffer(1, F32), add(add(mul(b, const(padded * c)), mul(add(x, t), const(c))), ci))
+  weight = load(buffer(2, F32), add(mul(add(mul(t, const(c)), ci), const(o)), j))
+  return kernel(store(buffer(0, F32), add(mul(add(mul(b, const(width)), x), const(o)), j),
+                      reduce(Ops.ADD, mul(image, weight), ci, t)))
+
+
+def test_sliding_window_tiles_are_shorter():
+  """A tile whose row slides along a short reduce range (a convolution's taps, unrolled whole) is WINDOW_TILE_ROWS
+  high: the unrolled taps of neighbouring rows read the same values, which LLVM keeps live across the copies (6 rows
+  and 3 taps spilled accumulators). A GEMM and a weight gradient (its row the channels) keep TILE_ROWS. Values of the
+  sliding kernel against float64, whole and partial row tiles."""
+  ast = sliding_conv_kernel(2, 14, 3, 32, 64)
+  assert choose_opts(ast).rows == WINDOW_TILE_ROWS < TILE_ROWS
+  assert choose_opts(matmul_kernel(64, 64, 64, F32)).rows == TILE_ROWS
+  assert choose_opts(weight_gradient_kernel(12, 3, 3, 64, 2, 5, 6)).rows == TILE_ROWS
+  rng = np.random.default_rng(21)
+  image = rng.standard_normal((2, 16, 32)).astype(F32)
+  weight = rng.standard_normal((3, 32, 64)).astype(F32)
+  out = np.zeros(2 * 14 * 64, F32)
+  run_kernel(ast, [out, image, weight], True)
+  windows = np.lib.stride_tricks.sliding_window_view(image.astype(F64), 3, axis=1)  # b x ci t
+  np.testing.assert_allclose(out.reshape(2, 14, 64), np.einsum("bxct,tco->bxo", windows, weight.astype(F64)),
+                             rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("case", [
@@ -742,11 +785,12 @@ def test_vector_tile_matches_scalar_tile(case, monkeypatch):
 
 
 def test_vector_tile_shrinks_the_ir():
-  """The 4 x 64 float32 tile is 16 vector FMAs per reduce step, not 256 scalar multiplies for SLP to pack; the
-  columns (512, static) have no tails, the rows (the launch-chunked outermost range) a one-row tile after the tiles."""
+  """The 6 x 64 float32 tile is 24 vector FMAs per reduce step, not 384 scalar multiplies for SLP to pack; the
+  columns (512, static) have no tails, the rows (the launch-chunked outermost range) a two-row and a one-row tile
+  after the tiles."""
   ast = matmul_kernel(512, 512, 512, F32)
   source = render_llvm("kernel", ast)
-  assert source.count("fmul contract <16 x float>") == (TILE_ROWS + 1) * 4
+  assert source.count("fmul contract <16 x float>") == (TILE_ROWS + TILE_ROWS_REST + 1) * 4
   assert "fmul contract float" not in source
 
 
@@ -763,13 +807,13 @@ def test_only_a_nests_short_ranges_are_unrolled_whole():
   np.testing.assert_allclose(out.reshape(24, 64), x.astype(F64) @ w + bias, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("m,k,n,rows", [(64, 300, 32, 8), (14, 9, 32, 7), (56, 600, 48, 5), (37, 20, 16, 8),
-                                        (29, 700, 32, 8), (12, 40, 64, TILE_ROWS), (6, 30, 32, 6)])
+@pytest.mark.parametrize("m,k,n,rows", [(64, 300, 32, 8), (14, 9, 32, 7), (56, 600, 48, 8), (40, 600, 48, 8),
+                                        (37, 20, 16, 8), (29, 700, 32, 8), (12, 40, 64, TILE_ROWS), (6, 30, 32, 6)])
 @pytest.mark.parametrize("bounds", [None, (3, 11)], ids=["all", "chunk"])
 def test_narrow_columns_get_taller_tiles(m, k, n, rows, bounds):
   """A column of fewer than TILE_VECTORS vectors (a 32-channel convolution's output) gets up to MAX_TILE_ROWS rows
-  per tile, the tallest that divides the row count where one does (14 rows: 7), so the tile keeps about as many
-  accumulators as a 4 x 64 one; grouped GEMMs group whole tiles. Values against float64 for whole and partial row
+  per tile, the tallest that divides the row count where one does (14 rows: 7), so the tile keeps at most as many
+  accumulators as a 6 x 64 one; grouped GEMMs group whole tiles. Values against float64 for whole and partial row
   tiles, with and without K-blocked groups, and for a launch chunk that is no multiple of the tile."""
   ast = matmul_kernel(m, k, n, F32)
   opts = applied_opts(ast)
@@ -803,7 +847,7 @@ def test_row_groups_span_the_ranges_between_launch_and_row(b, o, bounds, monkeyp
   them inside each reduce block (`span`), with one group for the whole row where the sums fit: the same float64 sums
   in the same order as without spans (bit-identical), and float64-close to numpy."""
   from tinyjax.codegen import opt
-  outer, spans, q, width = 3, 4, 3 * TILE_SUM_BLOCK + 17, 5
+  outer, spans, q, width = 3, 4, 3 * CONTRACTION_SUM_BLOCK + 17, 5
   ast = _shifted_gemm_kernel(outer, spans, b, o, q, width)
   assert ("span", 1) in applied_opts(ast)
   rng = np.random.default_rng(13)
@@ -824,10 +868,10 @@ def test_row_groups_span_the_ranges_between_launch_and_row(b, o, bounds, monkeyp
   assert (got[:start] == -7.0).all() and (got[end:] == -7.0).all()
 
 
-@pytest.mark.parametrize("b,q", [(7, 50), (14, 50), (7, 3 * TILE_SUM_BLOCK + 5), (30, 50)])
+@pytest.mark.parametrize("b,q", [(7, 50), (14, 50), (7, 3 * CONTRACTION_SUM_BLOCK + 5), (30, 50)])
 def test_fixed_length_row_ends_in_one_tile_of_the_rest(b, q):
   """A row that is not the launch range (a convolution's 7 or 14 output columns) runs in tiles of TILE_ROWS and one
-  tile of the rest (7: 4 + 3), not single rows; with and without K-blocked groups, against float64."""
+  tile of the rest (14: 6 + 6 + 2), not smaller tiles; with and without K-blocked groups, against float64."""
   outer, spans, o, width = 2, 3, 64, 4
   ast = _shifted_gemm_kernel(outer, spans, b, o, q, width)
   assert ("upcast", 2, TILE_ROWS) in applied_opts(ast)

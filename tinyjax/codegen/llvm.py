@@ -35,8 +35,8 @@ import numpy as np
 from tinyjax.codegen import transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
-from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, SHORT_REDUCE, TILE_ROWS,
-                                 TILE_SUM_BLOCK, VECTOR_BYTES, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts,
+from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, SHORT_REDUCE,
+                                 TILE_ROWS_REST, VECTOR_BYTES, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts,
                                  choose_opts, global_ranges_of, linear_strides, transpose_block)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.uop import BOOL, Ops, UOp
@@ -752,10 +752,10 @@ class _Renderer(Linearizer):
     """Emit the loop nest of REDUCE `node` over its ranges, folding the `count` values `body()` emits per innermost
     iteration into `count` accumulators; return their final values in `node.dtype`. float16 / bfloat16 accumulate in
     float32, rounded once at the end (`accumulator_dtype`). A float32 sum is blocked: the flattened loop nest is cut
-    into blocks of at most SUM_BLOCK steps (TILE_SUM_BLOCK for a tile), each summed in float32 and added into float64
-    accumulators. The innermost ranges whose product fits a block run whole inside it, the range just outside them is
-    cut into chunks of block // product iterations, and the ranges further out only add block sums up: one set of
-    float32 accumulators per block whatever the nesting (a 3x3 convolution's window loops don't flush every 3 steps).
+    into blocks of at most SUM_BLOCK steps (the plan's `sum_block` for a tile), each summed in float32 and added into
+    float64 accumulators. The innermost ranges whose product fits a block run whole inside it, the range just outside
+    them is cut into chunks of block // product iterations, and the ranges further out only add block sums up: one set
+    of float32 accumulators per block whatever the nesting (a 3x3 convolution's window loops don't flush every 3 steps).
     `tiled`: the accumulators are a tile (vectors, or scalars SLP vectorises), so the loops are not vectorised over the
     reduce range and float accumulation keeps its order; `contract` lets a float product and its accumulation fuse
     into an FMA. With `lanes` > 1 `body()` emits vectors of that many values (a vector tile body) and the `count`
@@ -763,7 +763,7 @@ class _Renderer(Linearizer):
     `count` vectors themselves."""
     ranges = list(node.src[1:])
     inner_dtype = accumulator_dtype(node)
-    block = TILE_SUM_BLOCK if tiled else GPU_SUM_BLOCK if self.gpu else SUM_BLOCK
+    block = self.plan.sum_block if tiled else GPU_SUM_BLOCK if self.gpu else SUM_BLOCK
 
     # the short ranges of a nest (a convolution's window) are unrolled whole (see loop_hints), innermost first while
     # their product stays at most UNROLL_WHOLE: LLVM took 69 s on an 8x14x14 nest unrolled into 1568 copies
@@ -802,7 +802,7 @@ class _Renderer(Linearizer):
       return self.accumulate(node, inner_dtype, count, [(chunk_start, chunk_end, chunked, True), *loops(inner)],
                              innermost, tiled, contract, lanes), inner_dtype
 
-    # the block loop is kept a loop, one memory stream (see SUM_BLOCK); a tile's blocks are short (TILE_SUM_BLOCK) and
+    # the block loop is kept a loop, one memory stream (see SUM_BLOCK); a tile's blocks are short (plan.sum_block) and
     # its loop nest is laid out by hand, so its block loop is left to LLVM
     block_loop = ("0", str(-(-size // chunk)), None, tiled)
     results = self.accumulate(node, F64, count, [*loops(outer), block_loop], block_sum, tiled, lanes=lanes)
@@ -857,7 +857,7 @@ class _Renderer(Linearizer):
       return
     outermost = global_ranges[0]
     row_heights = None if plan.row is None else \
-        self.tile_sizes(plan.row, plan.rows, outermost, TILE_ROWS)
+        self.tile_sizes(plan.row, plan.rows, outermost, TILE_ROWS_REST)
     for width in self.tile_sizes(plan.column, plan.columns, outermost, plan.lanes):
       with self.loop(column_start, column_end, None, step=width) as column_index:
         if width == plan.columns and plan.packed and not plan.panel: self.pack(column_index)
@@ -887,7 +887,7 @@ class _Renderer(Linearizer):
     if size % tile == 0: return sorted({tile, 1}, reverse=True) if rng is outermost else [tile]
     plan = self.plan
     assert plan is not None
-    # a row of fixed length ends in one tile of what is left (7 rows: 4 and 3, not 4 and three of 1)
+    # a row of fixed length ends in one tile of what is left (9 rows: 6 and 3, not 6, 2 and 1)
     if rng is plan.row and rng is not outermost: return [tile, size % tile]
     return sorted({tile, narrower, 1}, reverse=True)
 
@@ -953,7 +953,7 @@ class _Renderer(Linearizer):
     plan = self.plan
     assert plan is not None and plan.row is not None
     row_start, row_end = ("%start", "%end") if depth == 0 else ("0", self.value(plan.row.src[0]))
-    for height in self.tile_sizes(plan.row, plan.rows, global_ranges[0], TILE_ROWS):
+    for height in self.tile_sizes(plan.row, plan.rows, global_ranges[0], TILE_ROWS_REST):
       with self.loop(row_start, row_end, None, step=height) as row_index:
         self.row_tile = (row_index, height)
         self.open_global_loops(global_ranges, depth + 1)
@@ -1120,11 +1120,11 @@ class _Renderer(Linearizer):
   def render_row_groups(self, row_start: str, row_end: str, column_start: str, columns: int,
                         heights: list[int]) -> None:
     """The register tiles of one column tile, K-blocked: rows go in groups of GROUP_ROWS, and for each block of
-    TILE_SUM_BLOCK reduce steps every tile of the group runs that block (float32 accumulators in registers, added into
-    the group's float64 sums in an array), so the block's slice of the reused operand (TILE_SUM_BLOCK x columns, 32
-    KB) is read from L1 by all the group's tiles instead of from L2 by each. The float32 block sums and their float64
-    total are the same operations, in the same order, as `reduce_loops` performs for a single tile. Then the epilogue
-    and STORE per element, row by row."""
+    `plan.sum_block` reduce steps every tile of the group runs that block (float32 accumulators in registers, added
+    into the group's float64 sums in an array), so the block's slice of the reused operand (sum_block x columns) is
+    read from a near cache by all the group's tiles instead of from a far one by each. The float32 block sums and
+    their float64 total are the same operations, in the same order, as `reduce_loops` performs for a single tile.
+    Then the epilogue and STORE per element, row by row."""
     plan = self.plan
     assert plan is not None and plan.row is not None
     node = plan.reduce
@@ -1151,11 +1151,11 @@ class _Renderer(Linearizer):
           index = panels.enter_context(self.loop("0", str(-(-size // panel)), None, vectorize=False))
           panel_start, panel_end = self.block_bounds(index, panel, str(size))
           self.pack(column_start, (panel_start, panel_end))
-          first_block = self.emit(f"sdiv i64 {panel_start}, {TILE_SUM_BLOCK}")
-          last_block = self.emit(f"sdiv i64 {self.emit(f'add nsw i64 {panel_end}, {TILE_SUM_BLOCK - 1}')}, "
-                                 f"{TILE_SUM_BLOCK}")
+          first_block = self.emit(f"sdiv i64 {panel_start}, {plan.sum_block}")
+          last_block = self.emit(f"sdiv i64 {self.emit(f'add nsw i64 {panel_end}, {plan.sum_block - 1}')}, "
+                                 f"{plan.sum_block}")
         else:
-          first_block, last_block = "0", str(-(-size // TILE_SUM_BLOCK))
+          first_block, last_block = "0", str(-(-size // plan.sum_block))
         self.render_group_blocks(first_block, last_block, size, group, group_end, column_start, columns, heights,
                                  sums, block_sums, row_slots)
       with self.span_loops() as span, self.loop(group, group_end, None) as row_index:
@@ -1182,7 +1182,7 @@ class _Renderer(Linearizer):
     node = plan.reduce
     rng = node.src[1]
     with self.loop(first_block, last_block, None, vectorize=False) as block, self.span_loops() as span:
-      block_start, block_end = self.block_bounds(block, TILE_SUM_BLOCK, str(size))
+      block_start, block_end = self.block_bounds(block, plan.sum_block, str(size))
       tiles_start = group
       for height in heights:
         with self.loop(tiles_start, group_end, None, step=height) as row_index:
@@ -1227,7 +1227,7 @@ class _Renderer(Linearizer):
     node = plan.reduce
     value, rng = node.src
     inner_dtype = accumulator_dtype(node)
-    blocked = node.arg is Ops.ADD and inner_dtype == F32 and rng.src[0].arg > TILE_SUM_BLOCK
+    blocked = node.arg is Ops.ADD and inner_dtype == F32 and rng.src[0].arg > plan.sum_block
 
     def columns(body: Callable[[str], None]) -> None:
       """`body(slot)` for each column of the tile, the column range bound to its value."""
@@ -1262,8 +1262,8 @@ class _Renderer(Linearizer):
       reduce_range(result, "0", bound)
     else:
       result, result_dtype = accumulators(F64), F64
-      with self.loop("0", str(-(-rng.src[0].arg // TILE_SUM_BLOCK)), None, vectorize=False) as block:
-        block_start, block_end = self.block_bounds(block, TILE_SUM_BLOCK, bound)
+      with self.loop("0", str(-(-rng.src[0].arg // plan.sum_block)), None, vectorize=False) as block:
+        block_start, block_end = self.block_bounds(block, plan.sum_block, bound)
         block_sums = accumulators(F32)
         reduce_range(block_sums, block_start, block_end)
         columns(lambda slot: fold(result, F64, slot, self.emit(f"load float, ptr {self.slot(block_sums, F32, slot)}"),

@@ -48,14 +48,23 @@ F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 # The register budget of the tile, for x86-64 with AVX-512 (32 vector registers of 64 bytes). A tile of
-# TILE_ROWS x TILE_VECTORS accumulators (4 x 4 = 16 registers) leaves room for the TILE_VECTORS loaded vectors of the
-# reused operand and the broadcast values: no spills, and 16 independent FMA chains per reduce step hide FMA latency.
+# TILE_ROWS x TILE_VECTORS accumulators (6 x 4 = 24 registers) leaves room for the TILE_VECTORS loaded vectors of the
+# reused operand and a broadcast value: no spills, and 24 independent FMA chains per reduce step hide FMA latency.
+# The FMA loop alone, operands in L1 (one thread, AVX-512): 4 x 4 182 GFLOP/s, 5 x 4 195, 6 x 4 205-225, 8 x 3 211,
+# 14 x 2 223 of a 244 peak; 4 x 4 does 16 FMAs per 8 loads, 6 x 4 24 per 10. In the GEMM kernels 6 x 4 paid once its
+# blocks' float64 flush was halved (CONTRACTION_SUM_BLOCK): 512^3 285-308 -> 318-350 GFLOP/s on 2 cores.
+# Rows left over after the whole tiles (512 rows: 2) go in tiles of TILE_ROWS_REST rows, then one by one. A tile over a
+# window (a convolution's 3 x 3 taps, unrolled whole) has WINDOW_TILE_ROWS rows: LLVM keeps the broadcast values that
+# neighbouring taps share live across the unrolled copies (6 rows + 2 taps: 8), and 6 x 4 then spilled 7 accumulators
+# (the CNN's 3x3 convolution 3.4 -> 3.8 ms).
 # Kernels with a tile ask LLVM for vectors of VECTOR_BYTES (llvm.py): where it prefers 256-bit vectors (Intel AVX-512
-# parts) the tile became 32 ymm accumulators, 11 of them spilled: 128x512x512 matmul 139 -> 231 GFLOP/s with zmm. Tile
-# shapes 6x4, 8x3, 8x2, 12x2, 14x2 measured no better than 4x4 on 128-1024 row problems (2 cores, AVX-512). Launching
-# a small-batch GEMM along its columns (each thread reads half the weights) measured slower than along its rows.
+# parts) the tile became 32 ymm accumulators, 11 of them spilled: 128x512x512 matmul 139 -> 231 GFLOP/s with zmm.
+# Launching a small-batch GEMM along its columns (each thread reads half the weights) measured slower than along its
+# rows.
 VECTOR_BYTES = 64
-TILE_ROWS = 4
+TILE_ROWS = 6
+TILE_ROWS_REST = 2
+WINDOW_TILE_ROWS = 4
 TILE_VECTORS = 4
 # A column narrower than TILE_VECTORS vectors gets taller tiles instead, at most MAX_TILE_ROWS (`_tile_rows`).
 MAX_TILE_ROWS = 8
@@ -79,10 +88,18 @@ SHORT_REDUCE = 16
 # 32 3.0e-7. The flush (one float64 add per accumulator per block) cost nothing measurable at 64 on the 4096x4096
 # column sum or the 1024^3 matmul (both within this machine's noise); 32 made the column sum ~1.5x slower.
 TILE_SUM_BLOCK = 128
-# A register tile's float32 GEMM runs in groups of GROUP_ROWS rows (`render_row_groups`): the reused operand's block
-# (TILE_SUM_BLOCK x 64 x 4 = 32 KB) stays in a 48 KB L1 data cache while the group's tiles read it, beside the group's
-# float64 sums (GROUP_ROWS x 64 columns x 8 bytes = 16 KB, touched once per tile and block) and its rows of the other
-# operand (16 KB); 16 and 64 rows measured no better.
+# A contraction's register tile (a GEMM's, a convolution's) flushes every CONTRACTION_SUM_BLOCK steps instead: its
+# flush (24 vectors stored, widened, added, 48 stored) and the restart of its FMA chains cost 10-14% of a 6 x 4 tile's
+# 128-step block (one thread, 480x512x512: 164 GFLOP/s, 256 steps 182, one block 190). Max error of a float32 GEMM of
+# normal values against float64, 512^3 / 1024^3 / 2048^3: 128 steps 3.4e-5 / 4.6e-5 / 5.5e-5, 256 steps 5.0e-5 /
+# 6.7e-5 / 1.0e-4; JAX 9.4e-5 / 1.1e-4 / 1.7e-4, numpy (OpenBLAS) 5.0e-5 / 9.8e-5 / 1.3e-4. A k=64K contraction of
+# 0.1s: 2.4e-6 relative (JAX 5.1e-6).
+CONTRACTION_SUM_BLOCK = 256
+# A register tile's float32 GEMM runs in groups of GROUP_ROWS rows (whole tiles: 30) (`render_row_groups`): the reused
+# operand's block (sum_block x 64 x 4 = 32 or 64 KB) stays in L1 or L2 while the group's tiles read it, beside the
+# group's float64 sums (30 rows x 64 columns x 8 bytes = 15 KB, touched once per tile and block) and its rows of the
+# other operand; groups of 12 rows, or no groups up to K = 2048, measured within noise of it (4 x 4 tiles: 16 and 64
+# rows no better).
 GROUP_ROWS = 32
 # A row group's float64 sums for the values of the ranges it spans (`_spans`) stay in L2: at most SPAN_SUMS_BYTES.
 SPAN_SUMS_BYTES = 1 << 19
@@ -149,6 +166,7 @@ class TilePlan:
   dot: bool = False        # the reduce loop is the vectorised loop, `columns` scalar columns (`_dot_plan`)
   spans: tuple[UOp, ...] = ()  # global ranges a row group runs inside each reduce block (`_spans`)
   panel: int = 0           # reduce steps per pack when all of them would not fit in PACK_BYTES (0: one pack)
+  sum_block: int = TILE_SUM_BLOCK  # float32 steps per flush into float64 (CONTRACTION_SUM_BLOCK for a contraction)
   amx: tuple[UOp, ...] = ()  # a bfloat16 contraction on AMX tiles: its (row operand, column operand) loads
 
 
@@ -241,7 +259,9 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   operand = [load for load in loads if any(rng in load.src[1].toposort for rng in reduce_ranges)]
   reused = [rng for rng in reversed(global_ranges[:-1])
             if rng in value_nodes and any(rng not in load.src[1].toposort for load in operand)]
-  row = next((rng for rng in reused if rng.src[0].arg >= TILE_ROWS), reused[0] if reused else None)
+  row = next((rng for rng in reused if rng.src[0].arg >= WINDOW_TILE_ROWS), reused[0] if reused else None)
+  height = TILE_ROWS if row is not None and row.src[0].arg >= TILE_ROWS and not _slides(loads, row, reduce_ranges) \
+      else WINDOW_TILE_ROWS
   # without a row, a column of at most one register tile's width (a vector-matrix product, an RNN step's h @ w) keeps
   # its sums in registers: in the stream tile's memory array each step's adds wait on the last step's stores (64x64:
   # 180 -> 90 ns). Not when the epilogue has an operation without a vector form (tanh's exp2): the register tile
@@ -254,22 +274,23 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   # read alone by a broadcast operand) the columns go in register tiles, each walking the nest over its columns
   if stream and len(reduce_ranges) != 1: stream = False
   width = column.src[0].arg  # a column of fewer whole vectors than a tile's is one tile of its width
-  rows = 1 if stream else _tile_rows(row, width, lanes)
+  rows = 1 if stream else _tile_rows(row, width, lanes, height)
   columns = STREAM_TILE if stream else width if width < lanes * TILE_VECTORS and width % lanes == 0 else \
       lanes * TILE_VECTORS
   contract = _contracts(reduce)
+  sum_block = CONTRACTION_SUM_BLOCK if contract and not stream else TILE_SUM_BLOCK
   opts: list[Opt] = [("reduce_outside", innermost.arg[0]), ("tile" if stream else "upcast", column.arg[0], columns)]
   if row is not None: opts.append(("upcast", row.arg[0], rows))
   # a float32 sum over one range longer than two blocks, its row just outside its column: K-blocked row groups
   group = GROUP_ROWS // rows * rows if row is not None and row is global_ranges[-2] and reduce.arg is Ops.ADD and \
-      accumulator_dtype(reduce) == F32 and len(reduce_ranges) == 1 and innermost.src[0].arg > 2 * TILE_SUM_BLOCK \
+      accumulator_dtype(reduce) == F32 and len(reduce_ranges) == 1 and innermost.src[0].arg > 2 * sum_block \
       else 0
   spans = _spans(loads, row, global_ranges, group * columns) if group else ()
   if spans:  # the sums are in L2 anyway: the group grows to the whole row where they fit (one pass, not two)
     values = math.prod(rng.src[0].arg for rng in spans)
     whole = -(-row.src[0].arg // rows) * rows
     group = max(group, min(whole, SPAN_SUMS_BYTES // (values * columns * 8) // rows * rows))
-  packed, panel = _packed_loads(loads, row, column, reduce_ranges, columns, global_ranges, group > 0)
+  packed, panel = _packed_loads(loads, row, column, reduce_ranges, columns, global_ranges, group > 0, sum_block)
   if panel and not spans: group = max(group, min(-(-row.src[0].arg // rows) * rows, PANEL_GROUP_ROWS // rows * rows))
   # every tile must then be packed: whole column tiles, and a row tile that runs inside the column tile's pack
   if across and (stream or column.src[0].arg % columns or not set(across) <= set(packed)): return None
@@ -283,7 +304,7 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   grain = columns if outermost is column else \
       max(group or rows, PACK_MIN_ROWS if packed else 1) if outermost is row else 1
   return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain, group, packed,
-                  spans=spans, panel=panel)
+                  spans=spans, panel=panel, sum_block=sum_block)
 
 
 def amx_bf16() -> bool:
@@ -333,16 +354,28 @@ def _spans(loads: list[UOp], row: UOp, global_ranges: list[UOp], group_sums: int
   return spans if math.prod(rng.src[0].arg for rng in spans) * group_sums * 8 <= SPAN_SUMS_BYTES else ()
 
 
-def _tile_rows(row: UOp | None, width: int, lanes: int) -> int:
-  """The register tile's height: TILE_ROWS, or for a column of fewer than TILE_VECTORS whole vectors (a 32-channel
-  convolution: 2) up to MAX_TILE_ROWS rows, so that the tile keeps about TILE_ROWS x TILE_VECTORS accumulators (a 4 x
-  16-column tile has 4 FMAs per 5 loads; 8 x 32 columns, 16 per 10). The tallest height from TILE_ROWS up that
-  divides the row's length is taken (14 rows: 7), else the tallest (the rest in tiles of TILE_ROWS and of 1)."""
+def _slides(loads: list[UOp], row: UOp, reduce_ranges: list[UOp]) -> bool:
+  """Whether a load reads along the row as it reads along a short range of a reduce nest (a convolution's input at x
+  + kw: the unrolled taps of neighbouring rows read the same values)."""
+  if len(reduce_ranges) < 2: return False
+  short = [rng for rng in reduce_ranges if rng.src[0].arg <= SHORT_REDUCE]
+  for load in loads:
+    strides, _ = linear_strides(load.src[1])
+    if strides.get(row) and any(strides.get(rng) == strides[row] for rng in short): return True
+  return False
+
+
+def _tile_rows(row: UOp | None, width: int, lanes: int, height: int) -> int:
+  """The register tile's height: `height` (TILE_ROWS, or WINDOW_TILE_ROWS over a window), or for a column of fewer
+  than TILE_VECTORS whole vectors (a 32-channel convolution: 2) up to MAX_TILE_ROWS rows, so that the tile keeps at
+  most height x TILE_VECTORS accumulators (a 6 x 16-column tile has 6 FMAs per 7 loads; 8 x 32 columns, 16 per 10;
+  12 x 32 measured no better than 8 x 32 on the CNN step). The tallest height from `height` up that divides the row's
+  length is taken (14 rows: 7), else the tallest (the rest in tiles of TILE_ROWS_REST and of 1)."""
   vectors = width // lanes
-  if row is None or width % lanes or vectors >= TILE_VECTORS: return TILE_ROWS
-  tallest = min(MAX_TILE_ROWS, TILE_ROWS * TILE_VECTORS // vectors, row.src[0].arg)
-  if tallest <= TILE_ROWS: return TILE_ROWS
-  return next((rows for rows in range(tallest, TILE_ROWS, -1) if row.src[0].arg % rows == 0), tallest)
+  if row is None or width % lanes or vectors >= TILE_VECTORS: return height
+  tallest = min(MAX_TILE_ROWS, height * TILE_VECTORS // vectors, row.src[0].arg)
+  if tallest <= height: return height
+  return next((rows for rows in range(tallest, height, -1) if row.src[0].arg % rows == 0), tallest)
 
 
 # The unary operations the renderer has a vector form of (llvm.py `_vector_nodes_ok`, which also checks dtypes: the
@@ -364,19 +397,19 @@ def _vector_epilogue(store: UOp, reduce: UOp) -> bool:
 
 
 def _packed_loads(loads: list[UOp], row: UOp | None, column: UOp, reduce_ranges: list[UOp], columns: int,
-                  global_ranges: list[UOp], blocked: bool) -> tuple[tuple[UOp, ...], int]:
+                  global_ranges: list[UOp], blocked: bool, sum_block: int) -> tuple[tuple[UOp, ...], int]:
   """The loads a register tile packs per column tile (see PACK_BYTES): those of the reused operand (they depend on
   the column and the reduce, not the row), when the row loop runs inside the column tile (the row is the range just
   outside the column) and at least PACK_MIN_ROWS rows share the pack; and the panel: 0 when the copies of all the
   reduce steps fit in PACK_BYTES, else, for K-blocked row groups (`blocked`), how many steps one pack holds (whole
-  blocks of TILE_SUM_BLOCK; each row group packs each panel in turn). ((), 0) when nothing is packed."""
+  blocks of `sum_block`; each row group packs each panel in turn). ((), 0) when nothing is packed."""
   if row is None or row is not global_ranges[-2] or row.src[0].arg < PACK_MIN_ROWS: return (), 0
   packed = tuple(load for load in loads if row not in load.src[1].toposort and column in load.src[1].toposort and
                  any(rng in load.src[1].toposort for rng in reduce_ranges))
   step_bytes = columns * sum(max(4, load.dtype.itemsize) for load in packed)
   if not packed or math.prod(rng.src[0].arg for rng in reduce_ranges) * step_bytes <= PACK_BYTES: return packed, 0
   if not blocked: return (), 0
-  return packed, max(TILE_SUM_BLOCK, PANEL_BYTES // step_bytes // TILE_SUM_BLOCK * TILE_SUM_BLOCK)
+  return packed, max(sum_block, PANEL_BYTES // step_bytes // sum_block * sum_block)
 
 
 def _dot_plan(reduce: UOp, column: UOp, global_ranges: list[UOp], loads: list[UOp],
