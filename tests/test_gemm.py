@@ -17,7 +17,7 @@ from tinyjax.array import Array
 from tinyjax.codegen import llvm
 from tinyjax.codegen.llvm import SUM_BLOCK, render_llvm
 from tinyjax.codegen.opt import (CONTRACTION_SUM_BLOCK, DOT_MIN_REDUCE, GROUP_ROWS, PACK_BYTES, PACK_MIN_ROWS,
-                                 PANEL_BYTES, PANEL_GROUP_ROWS, STREAM_TILE, TILE_ROWS, TILE_ROWS_REST, TILE_SUM_BLOCK,
+                                 PANEL_BYTES, PANEL_GROUP_ROWS, STREAM_TILE, TILE_ROWS, TILE_SUM_BLOCK,
                                  VECTOR_BYTES, WINDOW_TILE_ROWS, applied_opts, choose_opts, launch_grain)
 from tinyjax.trace.core import bind
 from tinyjax.uop import Ops, UOp
@@ -192,20 +192,39 @@ def test_matmul(shape: tuple[int, int, int], dtype: np.dtype):
 
 @pytest.mark.parametrize("bounds", [(0, 1), (1, 6), (3, 4), (2, 31), (5, 33), (0, 33)], ids=str)
 def test_matmul_chunk_of_rows(bounds: tuple[int, int]):
-  """A thread runs rows [start, end): tiles of TILE_ROWS start at `start`, a short chunk ends in tiles of
-  TILE_ROWS_REST rows and single rows, and nothing outside the chunk is written."""
+  """A thread runs rows [start, end): tiles of TILE_ROWS start at `start`, a chunk that is no multiple of them ends
+  in a tile whose rows past the end repeat the last row without storing, and nothing outside the chunk is written."""
   m, k, n = 33, 19, 37
   start, end = bounds
-  ast = matmul_kernel(m, k, n, F32)
-  plan = choose_opts(ast)
-  assert llvm._Renderer(ast, plan).tile_sizes(plan.row, plan.rows, plan.row, TILE_ROWS_REST) == \
-      [TILE_ROWS, TILE_ROWS_REST, 1]
   a, b = matmul_inputs(m, k, n, F32, seed=3)
   out = np.full(m * n, -7.0, F32)
   run_kernel(matmul_kernel(m, k, n, F32), [out, a, b], True, start, end)
   grid = out.reshape(m, n)
   np.testing.assert_allclose(grid[start:end], (a.astype(F64) @ b)[start:end], rtol=1e-5, atol=1e-5)
   assert (grid[:start] == -7.0).all() and (grid[end:] == -7.0).all()
+
+
+@pytest.mark.parametrize("bounds", [(0, 33), (2, 31), (5, 9)], ids=str)
+@pytest.mark.parametrize("k", [19, 3 * CONTRACTION_SUM_BLOCK + 7], ids=["plain", "grouped"])
+def test_clamped_rows_store_once_in_place(bounds: tuple[int, int], k: int):
+  """out += a @ b in one kernel (an epilogue reading the element it stores, as a donated buffer's update does): the
+  rows a chunk's last, clamped tile repeats must not store, or they would add the product again."""
+  m, n = 33, 37
+  start, end = bounds
+  a, b = matmul_inputs(m, k, n, F32, seed=15)
+  rows, cols, red = global_range(0, m), global_range(1, n), reduce_range(2, k)
+  index = add(mul(rows, const(n)), cols)
+  product = mul(load(buffer(1, F32), add(mul(rows, const(k)), red)),
+                load(buffer(2, F32), add(mul(red, const(n)), cols)))
+  ast = kernel(store(buffer(0, F32), index, add(reduce(Ops.ADD, product, red), load(buffer(0, F32), index))))
+  assert choose_opts(ast).rows == TILE_ROWS and (end - start) % TILE_ROWS
+  initial = sample(F32, m * n, seed=16)
+  out = initial.copy()
+  run_kernel(ast, [out, a, b], True, start, end)
+  grid, before = out.reshape(m, n), initial.reshape(m, n).astype(F64)
+  want = before + a.astype(F64) @ b.astype(F64)
+  np.testing.assert_allclose(grid[start:end], want[start:end], rtol=1e-5 * np.sqrt(k), atol=1e-5 * np.sqrt(k))
+  assert (grid[:start] == before[:start]).all() and (grid[end:] == before[end:]).all()
 
 
 def test_matmul_epilogue_fused_at_the_store():
@@ -258,7 +277,8 @@ def test_batched_matmul():
 def test_launch_grain_keeps_tiles_whole():
   """A launch is cut into chunks of whole tiles when the tiled row or column is the outermost loop."""
   assert launch_grain(matmul_kernel(8, 64, 64, F32)) == TILE_ROWS  # rows of the register tile
-  assert launch_grain(matmul_kernel(64, 64, 64, F32)) == PACK_MIN_ROWS  # rows sharing a packed operand
+  grain = launch_grain(matmul_kernel(64, 64, 64, F32))  # rows sharing a packed operand, whole tiles
+  assert grain >= PACK_MIN_ROWS and grain % TILE_ROWS == 0 and grain - TILE_ROWS < PACK_MIN_ROWS
   assert launch_grain(column_reduce_kernel(Ops.ADD, F32, 4096, 1024)) == STREAM_TILE  # columns of the stream tile
   assert launch_grain(matmul_kernel(64, 64, 64, F32), enabled=False) == 1
   elementwise = global_range(0, 100)
@@ -786,11 +806,11 @@ def test_vector_tile_matches_scalar_tile(case, monkeypatch):
 
 def test_vector_tile_shrinks_the_ir():
   """The 6 x 64 float32 tile is 24 vector FMAs per reduce step, not 384 scalar multiplies for SLP to pack; the
-  columns (512, static) have no tails, the rows (the launch-chunked outermost range) a two-row and a one-row tile
-  after the tiles."""
+  columns (512, static) have no tails, and the rows (the launch-chunked outermost range, 512 = 85 x 6 + 2) end in the
+  same tile, clamped: one tile body in all."""
   ast = matmul_kernel(512, 512, 512, F32)
   source = render_llvm("kernel", ast)
-  assert source.count("fmul contract <16 x float>") == (TILE_ROWS + TILE_ROWS_REST + 1) * 4
+  assert source.count("fmul contract <16 x float>") == TILE_ROWS * 4
   assert "fmul contract float" not in source
 
 
@@ -884,7 +904,7 @@ def test_fixed_length_row_ends_in_one_tile_of_the_rest(b, q):
                              for y in range(spans)]) for p in range(outer)])
   np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5 * np.sqrt(q), atol=1e-5 * np.sqrt(q))
   plan = choose_opts(ast)
-  heights = llvm._Renderer(ast, plan).tile_sizes(plan.row, plan.rows, global_range(0, outer), TILE_ROWS)
+  heights = llvm._Renderer(ast, plan).row_heights(global_range(0, outer))
   assert heights == ([TILE_ROWS, b % TILE_ROWS] if b % TILE_ROWS else [TILE_ROWS])
 
 

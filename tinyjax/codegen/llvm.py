@@ -36,7 +36,7 @@ from tinyjax.codegen import transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
 from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, SHORT_REDUCE,
-                                 TILE_ROWS_REST, VECTOR_BYTES, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts,
+                                 VECTOR_BYTES, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts,
                                  choose_opts, global_ranges_of, linear_strides, transpose_block)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.uop import BOOL, Ops, UOp
@@ -226,7 +226,8 @@ class _Renderer(Linearizer):
     self.declarations: set[str] = set()
     self.metadata: list[str] = []  # module-level metadata nodes (loop hints)
     self.block = "entry"  # the basic block being emitted (phis name their predecessors)
-    self.row_tile: tuple[str, int] | None = None  # (first row, height) of the row tile open around the column loops
+    # (first row, height, clamp) of the row tile open around the column loops (`row_tiles`)
+    self.row_tile: tuple[str, int, str | None] | None = None
     self.packs: dict[UOp, str] = {}  # the plan's packed loads -> their arrays, while a packed column tile is open
     self.pack_origin = "0"  # the reduce step at the packed arrays' start (a panel's first, `pack`)
     self.vector_body = vector_body_ok(plan, self.deps)  # a register tile's body emitted on vectors (tile_body)
@@ -856,40 +857,69 @@ class _Renderer(Linearizer):
         self.render_stream_tile(tile_start, width)
       return
     outermost = global_ranges[0]
-    row_heights = None if plan.row is None else \
-        self.tile_sizes(plan.row, plan.rows, outermost, TILE_ROWS_REST)
+    row_heights = None if plan.row is None else self.row_heights(outermost)
     for width in self.tile_sizes(plan.column, plan.columns, outermost, plan.lanes):
       with self.loop(column_start, column_end, None, step=width) as column_index:
         if width == plan.columns and plan.packed and not plan.panel: self.pack(column_index)
         if self.row_tile is not None:  # the row's tile loop is open further out (render_row_tiles)
-          self.render_block(*self.row_tile, column_index, width)
+          row_index, height, clamp = self.row_tile
+          self.render_block(row_index, height, column_index, width, clamp)
         elif plan.row is None:
           self.render_block(None, 1, column_index, width)
         elif self.k_blocked():
           self.render_row_groups(*bounds(plan.row), column_index, width, row_heights)
         else:
           row_start, row_end = bounds(plan.row)
-          for height in row_heights:
-            with self.loop(row_start, row_end, None, step=height) as row_index:
-              self.render_block(row_index, height, column_index, width)
-            row_start = row_index
+          for row_index, height, clamp in self.row_tiles(row_start, row_end, row_heights):
+            self.render_block(row_index, height, column_index, width, clamp)
         self.packs = {}
       column_start = column_index
 
   def tile_sizes(self, rng: UOp, tile: int, outermost: UOp, narrower: int = 1) -> list[int]:
-    """The tile sizes, widest first, that a loop over the plan's row or column runs in: `tile`, then `narrower` and
-    1 for what is left (a row that is not the launch range: one tile of exactly what is left). A range of a multiple
-    of `tile` values leaves nothing (a GEMM's 512 columns in tiles of 64), so only whole tiles are emitted: less IR
-    for LLVM to optimise (a 512^3 matmul kernel's body had 405 multiplies for its 256-multiply tile). The kernel's
-    outermost range runs a launch chunk [start, end), whose bounds are multiples of the plan's grain in every launch
-    the runtime makes; it keeps a one-by-one loop after its tiles, so that any chunk is still computed right."""
+    """The tile sizes, widest first, that a loop over the plan's column runs in: `tile`, then `narrower` and 1 for
+    what is left. A range of a multiple of `tile` values leaves nothing (a GEMM's 512 columns in tiles of 64), so only
+    whole tiles are emitted: less IR for LLVM to optimise (a 512^3 matmul kernel's body had 405 multiplies for its
+    256-multiply tile). The kernel's outermost range runs a launch chunk [start, end), whose bounds are multiples of
+    the plan's grain in every launch the runtime makes; it keeps a one-by-one loop after its tiles, so that any chunk
+    is still computed right."""
     size = rng.src[0].arg
     if size % tile == 0: return sorted({tile, 1}, reverse=True) if rng is outermost else [tile]
+    return sorted({tile, narrower, 1}, reverse=True)
+
+  def row_heights(self, outermost: UOp) -> list[int]:
+    """The tile heights, tallest first, that the plan's row runs in: a row of fixed length in tiles of `plan.rows`
+    and one tile of exactly what is left (14 rows: 6, 6 and 2); the launch range in tiles of `plan.rows` only, the
+    last one clamped where the chunk ends inside it ([], see `row_tiles`): one tile body for LLVM to compile, where
+    tiles of 2 and 1 rows for the rest made the MLP's GEMM kernels twice the IR (cold first call +40 ms)."""
+    plan = self.plan
+    assert plan is not None and plan.row is not None
+    size, tile = plan.row.src[0].arg, plan.rows
+    if plan.row is outermost: return []
+    return [tile, size % tile] if size % tile else [tile]
+
+  def row_tiles(self, row_start: str, row_end: str, heights: list[int]) -> Iterator[tuple[str, int, str | None]]:
+    """Loops over row tiles of [row_start, row_end) in the `heights` (`row_heights`): yields (first row, height,
+    clamp) inside each loop, for the caller's `for` body to emit the tile there. With no heights (the launch range)
+    it is one loop over tiles of `plan.rows`, the last one partial where the chunk ends inside it: its rows past the
+    end read the last row again (`clamp`, the last row, bounds each row value; `tile_rows`) and don't store
+    (`render_block`)."""
     plan = self.plan
     assert plan is not None
-    # a row of fixed length ends in one tile of what is left (9 rows: 6 and 3, not 6, 2 and 1)
-    if rng is plan.row and rng is not outermost: return [tile, size % tile]
-    return sorted({tile, narrower, 1}, reverse=True)
+    if not heights:
+      last = self.emit(f"sub nsw i64 {row_end}, 1")
+      with self.loop(row_start, row_end, None, step=plan.rows, whole=False) as row_index:
+        yield row_index, plan.rows, last
+      return
+    for height in heights:
+      with self.loop(row_start, row_end, None, step=height) as row_index:
+        yield row_index, height, None
+      row_start = row_index
+
+  def tile_rows(self, row_start: str, height: int, clamp: str | None) -> list[str]:
+    """The row values of a tile: row_start + i, each at most `clamp` (the last row of the chunk) when clamped."""
+    rows = self.offsets(row_start, height)
+    if clamp is None: return rows
+    return rows[:1] + [self.call("llvm.smin.i64", "i64", [("i64", row), ("i64", clamp)]) for row in rows[1:]]
 
   def pack(self, column_start: str, panel: tuple[str, str] | None = None) -> None:
     """Copy the plan's packed loads (the reused operand) for the column tile at `column_start` into arrays, one
@@ -953,12 +983,10 @@ class _Renderer(Linearizer):
     plan = self.plan
     assert plan is not None and plan.row is not None
     row_start, row_end = ("%start", "%end") if depth == 0 else ("0", self.value(plan.row.src[0]))
-    for height in self.tile_sizes(plan.row, plan.rows, global_ranges[0], TILE_ROWS_REST):
-      with self.loop(row_start, row_end, None, step=height) as row_index:
-        self.row_tile = (row_index, height)
-        self.open_global_loops(global_ranges, depth + 1)
-        self.row_tile = None
-      row_start = row_index
+    for row_index, height, clamp in self.row_tiles(row_start, row_end, self.row_heights(global_ranges[0])):
+      self.row_tile = (row_index, height, clamp)
+      self.open_global_loops(global_ranges, depth + 1)
+      self.row_tile = None
 
   def tile_body(self, row_values: list[str | None],
                 column_values: list[str]) -> tuple[Callable[[], list[tuple[str, np.dtype]]], int]:
@@ -1088,29 +1116,33 @@ class _Renderer(Linearizer):
       return self.emit(f"{'sitofp' if src_kind == 'i' else 'uitofp'} {src_type} {value} to {dst_type}")
     return self.emit(f"{'fpext' if dst == F64 else 'fptrunc'} {src_type} {value} to {dst_type}")
 
-  def render_block(self, row_start: str | None, rows: int, column_start: str, columns: int) -> None:
+  def render_block(self, row_start: str | None, rows: int, column_start: str, columns: int,
+                   clamp: str | None = None) -> None:
     """One tile: rows x columns accumulators of the plan's REDUCE, updated in one pass of its loop nest
-    (`tile_body`), then the epilogue and STORE of each element."""
+    (`tile_body`), then the epilogue and STORE of each element. A clamped tile's rows past `clamp` repeat the last
+    row's values and store nothing (an epilogue may read what the store overwrites: a donated buffer)."""
     plan = self.plan
     assert plan is not None
-    row_values = [None] if row_start is None else self.offsets(row_start, rows)
+    row_values = [None] if row_start is None else self.tile_rows(row_start, rows, clamp)
     column_values = self.offsets(column_start, columns)
     body, lanes = self.tile_body(row_values, column_values)
     vectors = lanes > 1 and self.vector_epilogue
     results = iter(self.reduce_loops(plan.reduce, rows * columns // lanes, body, tiled=not plan.dot,
                                      contract=plan.contract, lanes=lanes, vectors=vectors))
-    if vectors:
-      for row_value in row_values:
+    for i, row_value in enumerate(row_values):
+      with contextlib.ExitStack() as stack:
+        if clamp is not None and i > 0:
+          stack.enter_context(self.when(self.emit(f"icmp sle i64 {self.emit(f'add nsw i64 {row_start}, {i}')}, "
+                                                  f"{clamp}")))
         with self.bound(plan.row, row_value):
-          for column_value in column_values[::lanes]:
-            with self.bound(plan.column, column_value): self.vector_store(next(results), lanes)
-      return
-    for row_value in row_values:
-      with self.bound(plan.row, row_value):
-        for column_value in column_values:
-          with self.bound(plan.column, column_value):
-            self.scopes[-1][plan.reduce] = next(results)
-            self.emit_ready(self.ast)
+          if vectors:
+            for column_value in column_values[::lanes]:
+              with self.bound(plan.column, column_value): self.vector_store(next(results), lanes)
+            continue
+          for column_value in column_values:
+            with self.bound(plan.column, column_value):
+              self.scopes[-1][plan.reduce] = next(results)
+              self.emit_ready(self.ast)
 
   def k_blocked(self) -> bool:
     """Whether the plan's register tiles run in row groups with the reduce range cut into blocks (`render_row_groups`,
@@ -1183,26 +1215,24 @@ class _Renderer(Linearizer):
     rng = node.src[1]
     with self.loop(first_block, last_block, None, vectorize=False) as block, self.span_loops() as span:
       block_start, block_end = self.block_bounds(block, plan.sum_block, str(size))
-      tiles_start = group
-      for height in heights:
-        with self.loop(tiles_start, group_end, None, step=height) as row_index:
-          row_values, column_values = self.offsets(row_index, height), self.offsets(column_start, columns)
-          body, lanes = self.tile_body(row_values, column_values)
-          parts = self.accumulate(node, F32, height * columns // lanes, [(block_start, block_end, rng, True)],
-                                  lambda _: ([self.cast(part, dtype, F32, lanes) for part, dtype in body()], F32),
-                                  tiled=True, contract=plan.contract, lanes=lanes)
-          # the float32 sums go through an array of their own: stored straight into the float64 array, SLP
-          # would vectorise from those stores, 8 doubles wide, i.e. the whole tile at half the vector width
-          for i, part in enumerate(parts):
-            self.line(f"store {vector_type(F32, lanes)} {part}, ptr {self.slot(block_sums, F32, str(i * lanes))}"
-                      f"{', align 4' if lanes > 1 else ''}")
-          first = row_slots(span, row_index)
-          with self.loop("0", str(height * columns), None) as i:
-            address = self.slot(sums, F64, self.emit(f"add nsw i64 {first}, {i}"))
-            part = self.cast(self.emit(f"load float, ptr {self.slot(block_sums, F32, i)}"), F32, F64)
-            total = self.combine(Ops.ADD, F64, self.emit(f"load double, ptr {address}"), part, ordered=True)
-            self.line(f"store double {total}, ptr {address}")
-        tiles_start = row_index
+      # (a clamped tile's rows past the group's end add into the group's unused sums: the group is whole tiles)
+      for row_index, height, clamp in self.row_tiles(group, group_end, heights):
+        row_values, column_values = self.tile_rows(row_index, height, clamp), self.offsets(column_start, columns)
+        body, lanes = self.tile_body(row_values, column_values)
+        parts = self.accumulate(node, F32, height * columns // lanes, [(block_start, block_end, rng, True)],
+                                lambda _: ([self.cast(part, dtype, F32, lanes) for part, dtype in body()], F32),
+                                tiled=True, contract=plan.contract, lanes=lanes)
+        # the float32 sums go through an array of their own: stored straight into the float64 array, SLP
+        # would vectorise from those stores, 8 doubles wide, i.e. the whole tile at half the vector width
+        for i, part in enumerate(parts):
+          self.line(f"store {vector_type(F32, lanes)} {part}, ptr {self.slot(block_sums, F32, str(i * lanes))}"
+                    f"{', align 4' if lanes > 1 else ''}")
+        first = row_slots(span, row_index)
+        with self.loop("0", str(height * columns), None) as i:
+          address = self.slot(sums, F64, self.emit(f"add nsw i64 {first}, {i}"))
+          part = self.cast(self.emit(f"load float, ptr {self.slot(block_sums, F32, i)}"), F32, F64)
+          total = self.combine(Ops.ADD, F64, self.emit(f"load double, ptr {address}"), part, ordered=True)
+          self.line(f"store double {total}, ptr {address}")
 
   @contextlib.contextmanager
   def span_loops(self) -> Iterator[str]:

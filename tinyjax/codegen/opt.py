@@ -53,17 +53,16 @@ F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 # The FMA loop alone, operands in L1 (one thread, AVX-512): 4 x 4 182 GFLOP/s, 5 x 4 195, 6 x 4 205-225, 8 x 3 211,
 # 14 x 2 223 of a 244 peak; 4 x 4 does 16 FMAs per 8 loads, 6 x 4 24 per 10. In the GEMM kernels 6 x 4 paid once its
 # blocks' float64 flush was halved (CONTRACTION_SUM_BLOCK): 512^3 285-308 -> 318-350 GFLOP/s on 2 cores.
-# Rows left over after the whole tiles (512 rows: 2) go in tiles of TILE_ROWS_REST rows, then one by one. A tile over a
-# window (a convolution's 3 x 3 taps, unrolled whole) has WINDOW_TILE_ROWS rows: LLVM keeps the broadcast values that
-# neighbouring taps share live across the unrolled copies (6 rows + 2 taps: 8), and 6 x 4 then spilled 7 accumulators
-# (the CNN's 3x3 convolution 3.4 -> 3.8 ms).
+# A launch chunk's rows past its last whole tile (512 rows: 2) go in one tile whose rows past the end repeat the last
+# row (llvm.py `row_tiles`). A tile whose row slides along a window (a convolution's 3 x 3 taps, unrolled whole) has
+# WINDOW_TILE_ROWS rows: LLVM keeps the broadcast values that neighbouring taps share live across the unrolled copies
+# (6 rows + 2 taps: 8), and 6 x 4 then spilled 7 accumulators (the CNN's 3x3 convolution 3.4 -> 3.8 ms).
 # Kernels with a tile ask LLVM for vectors of VECTOR_BYTES (llvm.py): where it prefers 256-bit vectors (Intel AVX-512
 # parts) the tile became 32 ymm accumulators, 11 of them spilled: 128x512x512 matmul 139 -> 231 GFLOP/s with zmm.
 # Launching a small-batch GEMM along its columns (each thread reads half the weights) measured slower than along its
 # rows.
 VECTOR_BYTES = 64
 TILE_ROWS = 6
-TILE_ROWS_REST = 2
 WINDOW_TILE_ROWS = 4
 TILE_VECTORS = 4
 # A column narrower than TILE_VECTORS vectors gets taller tiles instead, at most MAX_TILE_ROWS (`_tile_rows`).
@@ -300,9 +299,10 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   if panel: opts.append(("panel", innermost.arg[0], panel))
   outermost = global_ranges[0]
   # a launch chunk of a grouped GEMM is whole groups: each chunk streams all of the reused operand through the cache
-  # once per group, so chunks of a single tile's rows would stream it once per 4 rows; a packed one packs per chunk
+  # once per group, so chunks of a single tile's rows would stream it once per tile; a packed one packs per chunk
+  # (whole tiles: a chunk's last tile is clamped, llvm.py `row_tiles`, so one of 16 rows of 6-row tiles computed 18)
   grain = columns if outermost is column else \
-      max(group or rows, PACK_MIN_ROWS if packed else 1) if outermost is row else 1
+      max(group or rows, -(-PACK_MIN_ROWS // rows) * rows if packed else 1) if outermost is row else 1
   return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain, group, packed,
                   spans=spans, panel=panel, sum_block=sum_block)
 
@@ -370,7 +370,7 @@ def _tile_rows(row: UOp | None, width: int, lanes: int, height: int) -> int:
   than TILE_VECTORS whole vectors (a 32-channel convolution: 2) up to MAX_TILE_ROWS rows, so that the tile keeps at
   most height x TILE_VECTORS accumulators (a 6 x 16-column tile has 6 FMAs per 7 loads; 8 x 32 columns, 16 per 10;
   12 x 32 measured no better than 8 x 32 on the CNN step). The tallest height from `height` up that divides the row's
-  length is taken (14 rows: 7), else the tallest (the rest in tiles of TILE_ROWS_REST and of 1)."""
+  length is taken (14 rows: 7), else the tallest."""
   vectors = width // lanes
   if row is None or width % lanes or vectors >= TILE_VECTORS: return height
   tallest = min(MAX_TILE_ROWS, height * TILE_VECTORS // vectors, row.src[0].arg)
