@@ -193,6 +193,42 @@ def test_cache_hit_takes_the_fast_path():
   assert len(traces) == 2 and f._fast_calls == 7
 
 
+def test_one_output_programs_run_directly():
+  """A program with one new output and no intermediates (`jit(x + 1)`, with or without closed-over constants) runs
+  through its direct runner on a cache hit: the same values and launch count as `run_schedule`'s path, which a
+  call made inside a profile takes. A program with two outputs has no direct runner."""
+  from tinyjax.trace.jit import _Compiled
+  constant = tnp.asarray(np.arange(8, dtype=np.float32) * 10)
+  f = tj.jit(lambda x, y: x * y + constant)
+  x, y = (tnp.asarray(np.arange(8, dtype=np.float32) + i) for i in (1, 2))
+  want = (np.arange(8) + 1.0) * (np.arange(8) + 2.0) + np.arange(8) * 10
+  np.testing.assert_array_equal(np.asarray(f(x, y)), want)
+  (compiled,) = f._fast_cache.values()
+  assert isinstance(compiled, _Compiled) and compiled.direct is not None
+  counters.reset()
+  direct = f(x, y)
+  assert counters.kernels_launched == 1 and not direct.weak_type
+  with tj.profile():
+    profiled = f(x, y)  # (run_schedule: each kernel timed on its own)
+  assert counters.kernels_launched == 2
+  np.testing.assert_array_equal(np.asarray(direct), np.asarray(profiled))
+  assert direct.uop.arg is not profiled.uop.arg and direct.uop.arg is not f(x, y).uop.arg  # a new buffer each call
+  two = tj.jit(lambda x: (x + 1, x * 2))
+  two(x)
+  assert next(iter(two._fast_cache.values())).direct is None
+
+
+def test_flat_and_nested_calls_with_the_same_leaves_are_different_programs():
+  """The hot path keys a flat call (every argument an Array) by its argument count, a nested one by its tree: the
+  leaves of f(a, b) and f((a, b)) are alike, their programs are not."""
+  f = tj.jit(lambda *args: tj.tree_util.tree_leaves(args)[0] * 2 + len(args))
+  a, b = tnp.asarray(np.ones(4, np.float32)), tnp.asarray(np.zeros(4, np.float32))
+  for _ in range(2):
+    np.testing.assert_array_equal(np.asarray(f(a, b)), np.full(4, 4.0))
+    np.testing.assert_array_equal(np.asarray(f((a, b))), np.full(4, 3.0))
+  assert f._fast_calls >= 2
+
+
 def test_fast_path_outputs_are_fresh_or_shared_as_traced():
   """Outputs that are inputs, or the same value twice, stay the same buffer; new outputs are new each call."""
   f = tj.jit(lambda x: (x, x * 2, x * 2))

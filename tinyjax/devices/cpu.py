@@ -383,6 +383,7 @@ class LaunchList:
     self._flatten(items, fields)
     self.count = len(fields)
     self.table = (ctypes.c_void_p * max(1, len(self.slots)))()
+    self._table_size = len(self.slots)
     # addresses -> the table's entries in one C call (itemgetter of one index returns the item, not a tuple)
     self._gather = (operator.itemgetter(*self.slots) if len(self.slots) > 1 else
                     (lambda addresses, slot=self.slots[0]: (addresses[slot],)) if self.slots else (lambda _: ()))
@@ -437,9 +438,8 @@ class LaunchList:
       self.launched = other.launched
       return
     try:
-      self.table[:len(self.slots)] = self._gather(addresses)
-      self._launched.value = 0
-      aborted = self._run_launches(self.records, self.count, self._launched_address)
+      self.table[:self._table_size] = self._gather(addresses)
+      aborted = self._run_launches(self.records, self.count, self._launched_address)  # (it zeroes the count first)
       self.launched = self._launched.value
     finally:
       self._lock.release()

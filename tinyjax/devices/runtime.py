@@ -7,7 +7,7 @@ Python makes one ctypes call per program run (ctypes releases the GIL); everythi
       (first chunk n / SERIAL_CHUNKS); 2: one call of the kernel, for kernels too small to need chunks), or the
       header of a loop over the records after it (a counted loop, which may write its pass number into an int32
       counter buffer before each pass, or a while loop whose condition kernels leave a flag in a buffer: lax.scan /
-      while_loop run here, not in Python). Counts the kernel launches into *launched.
+      while_loop run here, not in Python). Sets *launched to the number of kernel launches it made.
       Clears the abort flag once, then stops at the first launch or loop pass that Ctrl-C cut short. A jitted
       program is one call of this, whatever its number of kernels and loop iterations.
   tj_parallel_for(fn, args, n, max_grains, grain) -> aborted  splits [0, n) into grains of a multiple of `grain`
@@ -524,9 +524,10 @@ exit:
 ; `grain` records n times; n = -1 runs the next `parallel` records (a condition), then, while the i8 flag at the buffer
 ; whose address is at `args` is non-zero, the `grain` records after them and the condition again; n = -2 is a switch:
 ; `grain` one-pass blocks (`parallel` records in all) follow, and the one the i32 at the buffer at `args` picks runs.
-; Each kernel launch adds 1 to the i64 at %launched.
+; The i64 at %launched is set to the number of kernel launches (each adds 1 to it).
 define i32 @tj_run_launches(ptr %launches, i64 %count, ptr %launched) {{
   store atomic i32 0, ptr @tj_abort seq_cst, align 4
+  store i64 0, ptr %launched, align 8
   %float_mode = call i64 @tj_flush_subnormals()
   %aborted = call i32 @tj_run_records(ptr %launches, i64 %count, ptr %launched)
   call void @tj_restore_float_mode(i64 %float_mode)
