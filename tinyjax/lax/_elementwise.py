@@ -153,13 +153,33 @@ def _round_half_away(x: Array) -> Array:
 
 def _exp(x: Array) -> Array:
   """e**x with the exponent split as n*ln2 + r (Cody-Waite), so exp2 sees a small argument and large |x| stays
-  accurate; the clip keeps n finite (x = +-inf give inf and 0)."""
+  accurate; the clip keeps n finite (x = +-inf give inf and 0). EXP2 is evaluated once, for r: 2**n is made from
+  exponent bits (`_scale_by_pow2`), not by a second EXP2 (softmax over 8192x1024: 6.2 -> 5.3 ms)."""
   if x.dtype == FLOAT32: ln2_hi, ln2_lo, limit = 0.693359375, -2.12194440e-4, 200.0
   else: ln2_hi, ln2_lo, limit = 6.93147180369123816490e-01, 1.90821492927058770002e-10, 2000.0
   scaled = _mul(x, _c(x, LOG2_E))
   n = _trunc(_min(_max(scaled, _c(x, -limit)), _c(x, limit)))
   reduced = _sub(_sub(x, _mul(n, _c(x, ln2_hi))), _mul(n, _c(x, ln2_lo)))
-  return _mul(_unary(Ops.EXP2, _mul(reduced, _c(x, LOG2_E))), _unary(Ops.EXP2, n))
+  return _scale_by_pow2(_unary(Ops.EXP2, _mul(reduced, _c(x, LOG2_E))), n)
+
+
+def _scale_by_pow2(value: Array, n: Array) -> Array:
+  """value * 2**n for an integral float n (|n| <= 200 for float32, 2000 for float64), as value * 2**h * 2**(n - h)
+  with h = trunc(n / 2): each factor a normal float built from its exponent bits, the first product exact for a
+  `value` near 1, the second rounding once (into the subnormals, or to 0 or inf). The integer m of a factor is read
+  from the low bits of m + 1.5 * 2**mantissa_bits (float addition, a bitcast, integer multiply-adds: all of which
+  vectorise, where a float-to-integer conversion saturates and did not: softmax 3.5 -> 12 ms)."""
+  if n.dtype == FLOAT32: integer, bias, mantissa_bits = np.dtype(np.int32), 127, 23
+  else: integer, bias, mantissa_bits = np.dtype(np.int64), 1023, 52
+  magic = 1.5 * 2.0 ** mantissa_bits
+  magic_bits = int(np.array(magic, n.dtype).view(integer))
+  half = _trunc(_mul(n, _c(n, 0.5)))
+  for part in (half, _sub(n, half)):
+    exponent = _add(bind(Ops.BITCAST, _add(part, _c(n, magic)), dtype=integer), like(n, bias - magic_bits, integer))
+    factor = bind(Ops.BITCAST, _mul(exponent, like(n, 1 << mantissa_bits, integer)), dtype=n.dtype,
+                  weak_type=n.weak_type)
+    value = _mul(value, factor)
+  return value
 
 
 def _log(x: Array) -> Array: return _mul(_unary(Ops.LOG2, x), _c(x, LN2))
