@@ -269,12 +269,12 @@ def _float64_programs():
 def _gpu_kernels():
   for name, f, args in _programs():
     sink = tj.jit(f).lower(*args)._compiled.jaxpr.sink
-    for kernel in kernels_of(schedule(sink, GPU_SPLIT_THREADS).kernels):
+    for kernel in kernels_of(schedule(sink, GPU_SPLIT_THREADS, fuse_rows=False).kernels):
       yield name, kernel
   with tj.config.override("jax_enable_x64", True):
     for name, f, args in _float64_programs():
       sink = tj.jit(f).lower(*args)._compiled.jaxpr.sink
-      for kernel in kernels_of(schedule(sink, GPU_SPLIT_THREADS).kernels):
+      for kernel in kernels_of(schedule(sink, GPU_SPLIT_THREADS, fuse_rows=False).kernels):
         yield name, kernel
 
 

@@ -190,18 +190,37 @@ def test_symbolic_divmod_by_a_common_factor_exhaustive(divisor):
     assert strides[w] == 4 and strides[c] == 1 and other == {h}
 
 
-def test_fusion_softmax_is_three_kernels_and_correct():
-  data = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
-  x = param(0, data.shape)
-  row_max = node(Ops.REDUCE_AXIS, x, arg=(Ops.MAX, (1,)))
-  exps = node(Ops.EXP2, node(Ops.ADD, x, node(Ops.NEG, node(Ops.EXPAND, row_max, arg=(4, 8)))))
-  total = node(Ops.REDUCE_AXIS, exps, arg=(Ops.ADD, (1,)))
-  softmax = node(Ops.FDIV, exps, node(Ops.EXPAND, total, arg=(4, 8)))
-  sink = node(Ops.SINK, softmax)
-  assert len(schedule(sink).kernels) == 3
-  (out,) = interpret(sink, [data])
-  expected = np.exp2(data - data.max(1, keepdims=True))
+def test_fusion_softmax_is_one_kernel_on_the_cpu_and_correct():
+  """The row's max and sum are reductions over the kernel's trailing axis, read broadcast back along it: they stay
+  in the kernel (computed once per row, before its loop); a GPU schedule gives them kernels of their own, as do rows
+  shorter than ROW_FUSE_MIN and a single row (each launch chunk would compute its reductions again)."""
+  from tinyjax.lower.schedule import ROW_FUSE_MIN
+
+  def softmax_of(shape):
+    x = param(0, shape)
+    row_max = node(Ops.REDUCE_AXIS, x, arg=(Ops.MAX, (1,)))
+    exps = node(Ops.EXP2, node(Ops.ADD, x, node(Ops.NEG, node(Ops.EXPAND, row_max, arg=shape))))
+    total = node(Ops.REDUCE_AXIS, exps, arg=(Ops.ADD, (1,)))
+    return node(Ops.SINK, node(Ops.FDIV, exps, node(Ops.EXPAND, total, arg=shape)))
+  data = np.random.default_rng(1).standard_normal((4, 2 * ROW_FUSE_MIN)).astype(np.float32)
+  sink = softmax_of(data.shape)
+  assert len(schedule(sink).kernels) == 1 and len(schedule(sink, fuse_rows=False).kernels) == 3
+  assert len(schedule(softmax_of((4, ROW_FUSE_MIN // 2))).kernels) == 3
+  assert len(schedule(softmax_of((1, 2 * ROW_FUSE_MIN))).kernels) == 3
+  (out,) = interpret(softmax_of((2, 3)), [data[:2, :3]])  # (the interpreter recomputes a nested reduction per term)
+  expected = np.exp2(data[:2, :3] - data[:2, :3].max(1, keepdims=True))
   np.testing.assert_allclose(out, expected / expected.sum(1, keepdims=True), rtol=1e-6)
+  # the fused kernel, compiled: jax.nn.softmax and a layer norm against numpy in float64
+  import tinyjax as tj
+  import tinyjax.numpy as tnp
+  softmax = tj.jit(lambda x: tj.nn.softmax(x, axis=-1))
+  layer_norm = tj.jit(lambda x: (x - x.mean(1, keepdims=True)) / tnp.sqrt(x.var(1, keepdims=True) + 1e-5))
+  for f in (softmax, layer_norm): assert len(f.lower(data)._compiled.schedule.schedule.kernels) == 1
+  wide = data.astype(np.float64)
+  want = np.exp(wide - wide.max(1, keepdims=True))
+  np.testing.assert_allclose(np.asarray(softmax(data)), want / want.sum(1, keepdims=True), rtol=2e-6, atol=1e-7)
+  want = (wide - wide.mean(1, keepdims=True)) / np.sqrt(wide.var(1, keepdims=True) + 1e-5)
+  np.testing.assert_allclose(np.asarray(layer_norm(data)), want, rtol=1e-5, atol=1e-5)
 
 
 def test_matmul_is_one_kernel_of_movement_multiply_reduce():

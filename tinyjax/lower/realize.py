@@ -166,7 +166,7 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   if lowered is None:
     start = time.perf_counter()
     if not gpu: compile_worker()  # started now, it is ready to compile once the kernels are lowered and rendered
-    sched = schedule(sink, threads)
+    sched = schedule(sink, threads, fuse_rows=not gpu)
     kernels = kernels_of(sched.kernels)
     rendered: dict[tuple, str] = {}  # a kernel several like blocks run is rendered once
     for k in kernels:

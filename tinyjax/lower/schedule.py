@@ -195,8 +195,31 @@ def _widened_load(node: UOp, realize: set[UOp]) -> bool:
 EARLY_OUTPUT_FRACTION = 0.75
 
 
-def find_buffers(sink: UOp) -> list[UOp]:
-  """The nodes that become buffers (kernel outputs), in an order where producers come before consumers."""
+# A reduction over a kernel's trailing axes that the kernel reads broadcast back along them (softmax's max and sum,
+# layernorm's mean and variance) stays in that kernel: its loop nest has those axes innermost, so the reduction is
+# computed once per row, before the row's loop, and the row is read again from the cache (`_row_reduction`). Only
+# for rows of ROW_FUSE_MIN to ROW_FUSE_BYTES (per operand), and on the CPU: a short row's reductions cost little as
+# kernels of their own, and fused into a classifier's 10-wide loss gradient (whose kernel the scheduler then lays out
+# transposed, the row innermost) they were recomputed per element, in a kernel that took 161 ms to compile.
+ROW_FUSE_MIN, ROW_FUSE_BYTES = 64, 1 << 16
+
+
+def _row_reduction(expand: UOp, space: tuple[int, ...], root: UOp) -> tuple[int, ...] | None:
+  """The axes an EXPAND broadcasts a per-row value along, when they are the trailing axes of the kernel's iteration
+  `space` (and the kernel, if a reduction, reduces exactly those axes) and a row is short enough; else None."""
+  source, shape = expand.src[0].shape, expand.shape
+  if shape != space or len(source) != len(shape): return None
+  axes = tuple(i for i, (a, b) in enumerate(zip(source, shape)) if a != b)
+  if not axes or axes != tuple(range(axes[0], len(shape))) or any(source[i] != 1 for i in axes): return None
+  if root.op is Ops.REDUCE_AXIS and tuple(root.arg[1]) != axes: return None
+  # (rows to launch over: without them, each launch chunk would compute a whole-array reduction again)
+  row, rows = math.prod(shape[axes[0]:]), math.prod(shape[:axes[0]])
+  return axes if rows > 1 and ROW_FUSE_MIN <= row and row * 8 <= ROW_FUSE_BYTES else None
+
+
+def find_buffers(sink: UOp, fuse_rows: bool = True) -> list[UOp]:
+  """The nodes that become buffers (kernel outputs), in an order where producers come before consumers.
+  `fuse_rows`: per-row reductions stay in the kernels that read them (`_row_reduction`; the CPU's loop nests)."""
   realize = {out for out in sink.src if out.op is not Ops.PARAM}
   realize |= {node for node in sink.toposort if node.op in (Ops.CONTIGUOUS, Ops.SCATTER, Ops.PROJECT)}
   # a loop reads its operands from buffers
@@ -206,15 +229,24 @@ def find_buffers(sink: UOp) -> list[UOp]:
     kernel_root = pending.pop()
     if kernel_root.op is Ops.PROJECT: continue  # written by its loop, not by a kernel
     # (node, read through a broadcast, below how costly an op (_costliness), below a reduction, reread > REREAD_LIMIT
-    # times by one)
-    root_state = (False, _costliness(kernel_root), kernel_root.op is Ops.REDUCE_AXIS, False)
+    # times by one, the axes of a per-row broadcast above it (`_row_reduction`) or None)
+    root_state = (False, _costliness(kernel_root), kernel_root.op is Ops.REDUCE_AXIS, False, None)
+    space = kernel_root.src[0].shape if kernel_root.op is Ops.REDUCE_AXIS else kernel_root.shape
     stack = [(src, *root_state) for src in kernel_root.src]
     while stack:
       state = stack.pop()
-      node, expanded, costly_above, reduced, reread = state
+      node, expanded, costly_above, reduced, reread, row = state
       if state in visited or node.op is Ops.PARAM: continue
       visited.add(state)
       if node in realize: continue
+      if row is not None:  # below a per-row broadcast: elementwise per-row values, and the row's reduction
+        if node.op is Ops.REDUCE_AXIS and tuple(node.arg[1]) == row and node.src[0].shape == space:
+          stack.extend((src, False, costly_above, True, reread, None) for src in node.src)
+          continue
+        if node.op in ELEMENTWISE or node.op is Ops.CONST:
+          stack.extend((src, expanded, costly_above, reduced, reread, row) for src in node.src)
+          continue
+        expanded, row = True, None  # anything else: as any broadcast
       if expanded and (node.op is Ops.REDUCE_AXIS or (node.op in ELEMENTWISE and math.prod(node.shape) > 1 and
                                                       not _widened_load(node, realize) and
                                                       (reread or _is_costly(node, realize, cost)))) or \
@@ -224,6 +256,9 @@ def find_buffers(sink: UOp) -> list[UOp]:
         pending.append(node)
         continue
       if _is_expanding(node):
+        if fuse_rows and not expanded and (row := _row_reduction(node, space, kernel_root)) is not None:
+          stack.extend((src, expanded, costly_above, reduced, reread, row) for src in node.src)
+          continue
         expanded = True
         reread = reread or (reduced and math.prod(node.shape) > REREAD_LIMIT * math.prod(node.src[0].shape))
       costly_above = max(costly_above, _costliness(node))
@@ -233,10 +268,10 @@ def find_buffers(sink: UOp) -> list[UOp]:
         # reads fewer elements than the operand has (then computing them where they are read costs less in any case)
         operand, indices = node.src
         rereads = math.prod(node.shape) > math.prod(operand.shape)
-        stack.extend([(operand, expanded or rereads, costly_above, reduced, reread),
-                      (indices, expanded, costly_above, reduced, reread)])
+        stack.extend([(operand, expanded or rereads, costly_above, reduced, reread, None),
+                      (indices, expanded, costly_above, reduced, reread, None)])
       else:
-        stack.extend((src, expanded, costly_above, reduced, reread) for src in node.src)
+        stack.extend((src, expanded, costly_above, reduced, reread, None) for src in node.src)
     if not pending:
       pending = _shared_reductions(realize) or _sibling_contractions(realize) or _shared_elementwise(realize)
       realize.update(pending)
@@ -688,12 +723,14 @@ def _drop_unread_buffers(ast: UOp, slots: list[int]) -> tuple[UOp, tuple[int, ..
   return rebuilt[ast], tuple(slots[index] for index in used)
 
 
-def schedule(sink: UOp, threads: int | None = None) -> Schedule:
+def schedule(sink: UOp, threads: int | None = None, fuse_rows: bool = True) -> Schedule:
   """Lower a program (SINK over outputs, PARAM inputs) to kernels over buffer slots, for a device that runs a parallel
-  launch on `threads` threads (default: `cpu_threads()`; long reductions with few outputs split for them, split.py)."""
+  launch on `threads` threads (default: `cpu_threads()`; long reductions with few outputs split for them, split.py).
+  `fuse_rows` keeps per-row reductions in the kernels that read them (`find_buffers`): the CPU's loop nests compute
+  them once per row; a GPU's work-item per output would compute them once per element."""
   threads = cpu_threads() if threads is None else threads
   sink = expand_primitives(sink)
-  sink = split_reductions(sink, threads, set(find_buffers(sink)))
+  sink = split_reductions(sink, threads, set(find_buffers(sink, fuse_rows)))
   params = sorted({node for node in sink.toposort if node.op is Ops.PARAM}, key=lambda node: node.arg[0])
   n_inputs = max((p.arg[0] + 1 for p in params), default=0)
   builder = _Scheduler(n_inputs, threads)
@@ -701,7 +738,7 @@ def schedule(sink: UOp, threads: int | None = None) -> Schedule:
   projections: dict[UOp, list[UOp]] = {}
   for node in sink.toposort:
     if node.op is Ops.PROJECT: projections.setdefault(node.src[0], []).append(node)
-  for node in find_buffers(sink):
+  for node in find_buffers(sink, fuse_rows):
     if node.op is Ops.PROJECT:
       if node not in builder.slot_of:
         builder.steps += builder.loop(node.src[0], projections[node.src[0]])
