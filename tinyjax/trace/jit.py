@@ -34,8 +34,8 @@ from tinyjax.devices.buffer import Buffer, DeletedBuffer, is_exclusive
 from tinyjax.devices.device import CPU, default_device, move, place
 from tinyjax.lower.memory import donation_aliases
 from tinyjax.lower.realize import CompiledSchedule, direct_runner, get_schedule, normalize, run_schedule
-from tinyjax.profiler import open_profiles
 from tinyjax.lower.schedule import kernels_of
+from tinyjax.profiler import open_profiles
 from tinyjax.trace.core import (EvalTrace, StagingTrace, Tracer, check_callable, check_nans, current_trace, debug_nans,
                                 new_trace)
 from tinyjax.uop import Ops, UOp
