@@ -60,11 +60,15 @@ class BatchTracer(Tracer):
 
 
 class BatchTrace(Trace):
-  """Vectorisation over one axis of `axis_size` elements, named `axis_name` (for collectives) or None."""
+  """Vectorisation over one axis of `axis_size` elements, named `axis_name` (for collectives) or None.
+
+  `spmd`: the axis is a mesh axis of `shard_map` with check_vma (trace/shard_map.py), whose collectives follow JAX's
+  varying/invariant typing: an unbatched value is invariant over the axis, a batched one varies, and reverse mode
+  transposes `psum` of a varying value into a broadcast (not into another `psum`, as under `vmap`)."""
   fun_name = "vmap"
 
-  def __init__(self, parent: Trace, axis_size: int, axis_name: Hashable | None):
-    self.parent, self.axis_size, self.axis_name, self.active = parent, axis_size, axis_name, True
+  def __init__(self, parent: Trace, axis_size: int, axis_name: Hashable | None, spmd: bool = False):
+    self.parent, self.axis_size, self.axis_name, self.active, self.spmd = parent, axis_size, axis_name, True, spmd
 
   def unpack(self, operands: Sequence[Any]) -> tuple[list[Any], list[int | None]]:
     """Each operand as (value of the parent trace, batch dim or None); values of other traces are unbatched."""
