@@ -438,6 +438,12 @@ def vmap(fun: Callable, in_axes: int | None | Sequence[Any] = 0, out_axes: Any =
   outputs that do not depend on a mapped input). `axis_size`: the size of the mapped axis, required when no input is
   mapped. `axis_name`: a name for the axis, for `psum`/`pmean`/`pmax`/`axis_index` inside `fun`.
   Mapped axes of different sizes are a ValueError naming them."""
+  return batched(fun, in_axes, out_axes, axis_name, axis_size)
+
+
+def batched(fun: Callable, in_axes: int | None | Sequence[Any] = 0, out_axes: Any = 0,
+            axis_name: Hashable | None = None, axis_size: int | None = None, spmd: bool = False) -> Callable:
+  """`vmap` whose BatchTrace has `spmd` (a shard_map mesh axis, see BatchTrace)."""
   check_callable(fun)
   if isinstance(in_axes, list): in_axes = tuple(in_axes)  # as JAX: lists and tuples are interchangeable here
   if not (in_axes is None or type(in_axes) in (int, tuple)):
@@ -464,7 +470,7 @@ def vmap(fun: Callable, in_axes: int | None | Sequence[Any] = 0, out_axes: Any =
       raise _inconsistent_sizes(fun, args, kwargs, leaves, axes, axis_size)
     size = axis_size if axis_size is not None else sizes.pop()
 
-    trace = BatchTrace(current_trace.get(), size, axis_name)
+    trace = BatchTrace(current_trace.get(), size, axis_name, spmd)
     with new_trace(trace):
       inputs = [leaf if axis is None else BatchTracer(trace, _as_array(leaf), axis) for leaf, axis in zip(leaves, axes)]
       call_args, call_kwargs = tree_util.tree_unflatten(in_tree, inputs)
