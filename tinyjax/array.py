@@ -50,8 +50,35 @@ class Array:
     return self.realize().uop.arg.device
 
   def devices(self) -> set:
-    """The set of devices this array lives on (one)."""
-    return {self.device}
+    """The set of devices this array lives on (one, or a sharded array's mesh devices)."""
+    return self.sharding.device_set
+
+  @property
+  def sharding(self):
+    """How this array is laid out over devices: a `tinyjax.sharding.NamedSharding` if it was placed or computed with
+    one (`device_put`, `shard_map`, `jit(out_shardings=)`), else a `SingleDeviceSharding` of its device."""
+    from tinyjax.sharding import SingleDeviceSharding
+    buffer = self.realize().uop.arg
+    sharding = getattr(buffer, "sharding", None)
+    return SingleDeviceSharding(buffer.device) if sharding is None else sharding
+
+  @property
+  def is_fully_replicated(self) -> bool: return self.sharding.is_fully_replicated
+
+  @property
+  def addressable_shards(self) -> list:
+    """One `Shard` per device: its `device`, its `index` into this array (a tuple of slices), its `replica_id` (0 for
+    the first copy of a block) and its `data` (the block, an Array on that device)."""
+    from tinyjax.sharding import Shard
+    sharding = self.sharding
+    shards, copies = [], {}
+    for device, index in sharding.devices_indices_map(self.shape).items():
+      key = tuple((s.start, s.stop) for s in index)
+      replica = copies[key] = copies.get(key, -1) + 1
+      shards.append(Shard(device, index, replica, self))
+    return shards
+
+  global_shards = addressable_shards
 
   def __len__(self) -> int:
     if not self.shape: raise TypeError("len() of unsized object")

@@ -19,6 +19,8 @@ class Config:
     jax_debug_nans: bool, False.
     jax_platforms: str or None, None (e.g. "cpu", "cuda", "cpu,cuda").
     jax_compilation_cache_dir: str or None, None.
+    jax_num_cpu_devices: int, -1: how many CPU devices `devices("cpu")` lists (-1: the environment variable
+      TINYJAX_CPU_DEVICES, else 1). They share the host's memory and thread pool (devices/device.py).
   """
 
   # name -> (accepted types, default). None in the types means the option may be unset.
@@ -27,6 +29,7 @@ class Config:
     "jax_debug_nans": ((bool,), False),
     "jax_platforms": ((str, None), None),
     "jax_compilation_cache_dir": ((str, None), None),
+    "jax_num_cpu_devices": ((int,), -1),
   }
 
   def __init__(self) -> None:

@@ -8,11 +8,12 @@ import numpy as np
 
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
+from tinyjax.devices.buffer import ShardedBuffer, shard
 from tinyjax.devices.device import backend_devices, default_backend, default_device, host_buffer, move
 from tinyjax.uop import Ops, UOp
 
 __all__ = ["default_backend", "device_count", "device_get", "device_put", "devices", "local_device_count",
-           "local_devices"]
+           "local_devices", "process_count", "process_index"]
 
 
 def devices(backend: str | None = None) -> list:
@@ -27,34 +28,81 @@ def local_devices(process_index: int | None = None, backend: str | None = None) 
 
 def device_count(backend: str | None = None) -> int: return len(devices(backend))
 def local_device_count(backend: str | None = None) -> int: return len(devices(backend))
+def process_index(backend: str | None = None) -> int: return 0
+def process_count(backend: str | None = None) -> int: return 1
 
 
 def _is_device(value: Any) -> bool:
   return hasattr(value, "platform") and hasattr(value, "id") and not isinstance(value, (Array, np.ndarray))
 
 
-def device_put(x: Any, device: Any = None) -> Any:
-  """`x` (a pytree of arrays, numpy arrays or scalars) with every leaf on `device` (default: the default device).
-  Arrays already there are returned as they are; others are copied."""
+def device_put(x: Any, device: Any = None, *, src: Any = None, donate: bool = False, may_alias: bool | None = None
+               ) -> Any:
+  """`x` (a pytree of arrays, numpy arrays or scalars) with every leaf on `device` (default: the default device), or
+  laid out as a `tinyjax.sharding` Sharding says (a NamedSharding splits each leaf into blocks over the mesh's
+  devices), or per leaf as a pytree prefix of devices and shardings says. Arrays already there are returned as they
+  are; others are copied (between CPU devices, which share the host's memory, nothing is)."""
+  from tinyjax.sharding import NamedSharding, Sharding, SingleDeviceSharding
   if device is None: device = default_device()
-  if not _is_device(device):
-    raise TypeError(f"device_put: expected a device such as tinyjax.devices()[0], got {type(device).__name__} "
-                    "(shardings come with tinyjax.sharding)")
 
-  def put(leaf: Any) -> Array:
+  def target_of(value: Any) -> Any:
+    if isinstance(value, SingleDeviceSharding): return next(iter(value.device_set))
+    if _is_device(value) or isinstance(value, NamedSharding): return value
+    raise TypeError(f"device_put: expected a device such as tinyjax.devices()[0] or a tinyjax.sharding Sharding, got "
+                    f"{type(value).__name__}")
+
+  def put(leaf: Any, target: Any) -> Array:
+    if isinstance(target, NamedSharding): return _put_sharded(leaf, target)
     if isinstance(leaf, Array):
       buffer = leaf.realize().uop.arg
-      if buffer.device is device: return leaf
-      return Array(UOp(Ops.BUFFER, leaf.dtype, (), move(buffer, device)), leaf.weak_type)
-    if isinstance(leaf, (bool, int, float, complex)) and not isinstance(leaf, np.generic):
-      host, weak = np.asarray(leaf, dtypes.python_scalar_dtype(leaf)), True
-    else:
-      host, weak = np.asarray(leaf), False
-      host = host.astype(dtypes.canonicalize_dtype(dtypes.dtype(host.dtype)), copy=False)
-    host = np.array(host, copy=True, order="C")
-    host.flags.writeable = False
-    return Array(UOp(Ops.BUFFER, host.dtype, (), host_buffer(host, device)), weak)
-  return tree_util.tree_map(put, x)
+      if buffer.device is target and not isinstance(buffer, ShardedBuffer): return leaf
+      return Array(UOp(Ops.BUFFER, leaf.dtype, (), move(buffer, target)), leaf.weak_type)
+    host, weak = _host_value(leaf)
+    return Array(UOp(Ops.BUFFER, host.dtype, (), host_buffer(host, target)), weak)
+
+  if _is_device(device) or isinstance(device, Sharding):
+    target = target_of(device)
+    return tree_util.tree_map(lambda leaf: put(leaf, target), x)
+  targets, target_tree = tree_util.tree_flatten(device, is_leaf=lambda v: _is_device(v) or isinstance(v, Sharding))
+  try: subtrees = target_tree.flatten_up_to(x)
+  except ValueError:
+    raise ValueError(f"device_put: the devices / shardings must be a device, a Sharding, or a pytree prefix of x; got "
+                     f"{target_tree} for a value of structure {tree_util.tree_structure(x)}") from None
+  placed = [tree_util.tree_map(lambda leaf, target=target_of(t): put(leaf, target), subtree)
+            for subtree, t in zip(subtrees, targets)]
+  return tree_util.tree_unflatten(target_tree, placed)
+
+
+def _host_value(leaf: Any) -> tuple[np.ndarray, bool]:
+  """A leaf that is not an Array as a read-only C-contiguous host copy in its canonical dtype, and its weak type."""
+  if isinstance(leaf, (bool, int, float, complex)) and not isinstance(leaf, np.generic):
+    host, weak = np.asarray(leaf, dtypes.python_scalar_dtype(leaf)), True
+  else:
+    host, weak = np.asarray(leaf), False
+    host = host.astype(dtypes.canonicalize_dtype(dtypes.dtype(host.dtype)), copy=False)
+  host = np.array(host, copy=True, order="C")
+  host.flags.writeable = False
+  return host, weak
+
+
+def _put_sharded(leaf: Any, sharding: Any) -> Array:
+  """`leaf` laid out as NamedSharding `sharding` (its mesh of CPU devices share the host's memory: no copy of an
+  Array's buffer)."""
+  shape = tuple(leaf.shape) if isinstance(leaf, Array) else np.shape(leaf)
+  sharding.check_shape(shape)
+  mesh_devices = list(sharding.mesh.devices.flat)
+  if any(device.platform != "cpu" for device in mesh_devices):
+    if len(mesh_devices) == 1: return device_put(leaf, mesh_devices[0])
+    raise NotImplementedError("device_put: a sharding over several devices needs CPU devices (jax_num_cpu_devices "
+                              "or TINYJAX_CPU_DEVICES); GPU meshes are not supported yet")
+  if isinstance(leaf, Array):
+    buffer, weak = leaf.realize().uop.arg, leaf.weak_type
+    if isinstance(buffer, ShardedBuffer) and buffer.sharding == sharding: return leaf
+    if buffer.device.platform != "cpu": buffer = move(buffer, mesh_devices[0])
+  else:
+    host, weak = _host_value(leaf)
+    buffer = host_buffer(host, mesh_devices[0])
+  return Array(UOp(Ops.BUFFER, buffer.dtype, (), shard(buffer, sharding)), weak)
 
 
 def device_get(x: Any) -> Any:

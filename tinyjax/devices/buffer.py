@@ -1,4 +1,5 @@
-"""Device memory. On the CPU a buffer is a C-contiguous host allocation, held as a numpy array.
+"""Device memory. On the CPU a buffer is a C-contiguous host allocation, held as a numpy array (on any of the CPU
+devices: they share the host's memory, a buffer's `device` says which one it is placed on).
 
 Freed allocations go to a small pool and are handed to the next buffer of the same size: a fresh large allocation
 costs a page fault per 4 KiB on first touch, often more than the kernel that fills it.
@@ -58,11 +59,10 @@ class Buffer:
   unseen) or a host array it was made from; the typed view of a block (`_host`) is made when first asked for, since a
   launch needs only the address (a view costs ~0.5 us of a jitted call's few). Buffers hash by identity: a BUFFER node
   of the UOp graph names one buffer, and the buffer keeps a weak reference to that node (`_node`, see UOp)."""
-  __slots__ = ("shape", "dtype", "nbytes", "_raw", "_host", "_address", "_node", "__weakref__")
-  device = CPU  # (GPU buffers are DeviceBuffers, below)
+  __slots__ = ("shape", "dtype", "nbytes", "device", "_raw", "_host", "_address", "_node", "__weakref__")
 
-  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, host: np.ndarray | None = None):
-    self.shape, self.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
+  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, host: np.ndarray | None = None, device=CPU):
+    self.shape, self.dtype, self.device = tuple(int(d) for d in shape), np.dtype(dtype), device
     self.nbytes = math.prod(self.shape) * self.dtype.itemsize
     self._raw, self._address, self._node = None, 0, None
     if host is not None:
@@ -108,6 +108,20 @@ class Buffer:
 
   def __repr__(self) -> str:
     return f"Buffer({self.shape}, {self.dtype.name}, {'allocated' if self.is_allocated else 'empty'})"
+
+
+class ShardedBuffer(Buffer):
+  """The buffer of an array with a `sharding` over several CPU devices (tinyjax/sharding.py): the whole array in host
+  memory, which those devices share; each device's shard is a block of it. Made over another buffer's memory (no
+  copy); `device` is the first device of the sharding's mesh."""
+  __slots__ = ("sharding",)
+
+
+def shard(buffer: Buffer, sharding) -> ShardedBuffer:
+  """A CPU buffer's memory, laid out as `sharding` says (no copy)."""
+  out = ShardedBuffer(buffer.shape, buffer.dtype, buffer.numpy(), next(iter(sharding.mesh.devices.flat)))
+  out.sharding = sharding
+  return out
 
 
 def is_exclusive(buffer: Buffer) -> bool:
@@ -157,6 +171,7 @@ def allocate_buffers(specs: list[tuple[tuple[int, ...], np.dtype, int]]) -> list
     else:
       buffer._raw, buffer._address = take_block(nbytes)
     buffer.shape, buffer.dtype, buffer.nbytes, buffer._host, buffer._node = shape, dtype, nbytes, None, None
+    buffer.device = CPU
     buffers.append(buffer)
   return buffers
 

@@ -18,20 +18,55 @@ import os
 
 
 class CpuDevice:
-  """The host CPU (all its cores: kernels run on a thread pool)."""
+  """A CPU device. There is one unless `jax_num_cpu_devices` (or TINYJAX_CPU_DEVICES) asks for more: then the host is
+  split into that many virtual devices, as JAX's `--xla_force_host_platform_device_count`, so that multi-device
+  programs (meshes, `shard_map`) run on one machine. They share the host's memory and its thread pool: each kernel
+  runs on all the cores, whichever device it is placed on, and code compiled for one serves them all."""
   platform = "cpu"
   device_kind = "cpu"
+  process_index = 0
+  host_id = 0
 
   def __init__(self, ordinal: int = 0):
     self.id = ordinal
 
   def __repr__(self) -> str: return f"CpuDevice(id={self.id})"
+  def __str__(self) -> str: return f"cpu:{self.id}"
+
+  @property
+  def local_hardware_id(self) -> int: return self.id
 
   def synchronize(self) -> None:
     """Kernels on the CPU have finished when their launch returns: nothing to wait for."""
 
 
-CPU = CpuDevice(0)
+CPU = CpuDevice(0)  # the first CPU device: the default, and the one CPU programs are compiled and cached for
+_cpu_devices = [CPU]  # every CpuDevice made so far, by id (kept: arrays may live on them)
+
+
+def cpu_device_count() -> int:
+  """How many CPU devices there are: the `jax_num_cpu_devices` option, else TINYJAX_CPU_DEVICES, else 1."""
+  from tinyjax.config import config
+  count = config.jax_num_cpu_devices
+  if count < 0: count = int(os.environ.get("TINYJAX_CPU_DEVICES") or 1)
+  if count < 1: raise ValueError(f"the number of CPU devices must be at least 1, got {count} (jax_num_cpu_devices / "
+                                 "TINYJAX_CPU_DEVICES)")
+  return count
+
+
+def cpu_devices() -> list[CpuDevice]:
+  """The CPU devices, CPU (id 0) first."""
+  count = cpu_device_count()
+  while len(_cpu_devices) < count: _cpu_devices.append(CpuDevice(len(_cpu_devices)))
+  return _cpu_devices[:count]
+
+
+def compute_device(device):
+  """The device whose compiled programs run a computation placed on `device`: CPU for every CPU device (they share
+  the host), the device itself otherwise."""
+  return CPU if device.platform == "cpu" else device
+
+
 _ALIASES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda", "opencl": "opencl"}
 
 
@@ -41,7 +76,7 @@ def backend_devices(platform: str) -> list:
   name = _ALIASES.get(platform.strip().lower())
   if name is None:
     raise RuntimeError(f"Unknown backend {platform!r}. Known platforms are: cpu, cuda (alias gpu), opencl")
-  if name == "cpu": return [CPU]
+  if name == "cpu": return cpu_devices()
   if name == "cuda":
     from tinyjax.devices.cuda import cuda_devices as devices_of_platform
   else:
@@ -100,8 +135,16 @@ def place(devices: list):
 
 
 def move(buffer, device):
-  """`buffer` on `device`: itself when it is there, else a copy (through the host)."""
+  """`buffer` on `device`: itself when it is there, else a copy (through the host; between CPU devices, which share
+  the host's memory, the same memory under the other device's name)."""
   return buffer if buffer.device is device else host_buffer(buffer.numpy(), device)
+
+
+def runnable(buffer, device):
+  """`buffer` where the programs of a computation placed on `device` can read it: as it is on any CPU device (they
+  share the host's memory), else moved (`move`)."""
+  if buffer.device is device or buffer.device.platform == device.platform == "cpu": return buffer
+  return move(buffer, device)
 
 
 def host_buffer(host, device=None):
@@ -110,5 +153,5 @@ def host_buffer(host, device=None):
   device = default_device() if device is None else device
   if device.platform == "cpu":
     from tinyjax.devices.buffer import Buffer
-    return Buffer(host.shape, host.dtype, host)
+    return Buffer(host.shape, host.dtype, host, device)
   return device.buffer(host.shape, host.dtype, host)

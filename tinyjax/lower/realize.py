@@ -28,7 +28,7 @@ from tinyjax.codegen.gpu import gpu_launch
 from tinyjax.codegen.llvm import render_llvm
 from tinyjax.codegen.opt import amx_bf16
 from tinyjax.devices import LaunchList, compile_cpu_many, compile_worker, cpu_threads
-from tinyjax.devices.device import CPU, move, place
+from tinyjax.devices.device import CPU, compute_device, place, runnable
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
 from tinyjax.devices.buffer import Buffer, allocate_buffers, give_block, take_block
 from tinyjax.devices.cache import DiskCache
@@ -147,6 +147,7 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   """The compiled schedule of a normalised program on `device`: from the memory cache, else from the disk cache
   (schedule and LLVM IR; the machine code then comes from the device's compile cache), else lowered and rendered
   now."""
+  device = compute_device(device)
   if (compiled := _memory_cache.get((sink, device))) is not None: return compiled
   gpu = device is not CPU
   # the schedule depends on the thread count (split reductions) and the kernels on AMX (codegen/opt.py `_amx_plan`),
@@ -342,13 +343,13 @@ def _run_steps(steps: tuple, programs, buffers: list[Buffer], device, timed: boo
 def _read_scalar(buffer: Buffer):
   """The value of a one-element buffer that the kernels of this run may write again (a loop's flag, a switch's
   index): a GPU buffer is read from the device each time, not from its kept host copy."""
-  if buffer.device is CPU: return buffer.numpy()
+  if buffer.device.platform == "cpu": return buffer.numpy()
   return buffer.device.read(buffer)
 
 
 def _write_counter(buffer: Buffer, value: int) -> None:
   """Write a counted loop's pass number into its int32 counter buffer (what the CPU runtime does before each pass)."""
-  if buffer.device is CPU: ctypes.c_int32.from_address(buffer.address).value = value
+  if buffer.device.platform == "cpu": ctypes.c_int32.from_address(buffer.address).value = value
   else: buffer.device.upload(buffer.address, np.array(value, np.int32))
 
 
@@ -368,4 +369,16 @@ def realize(roots: list[UOp]) -> list[Buffer]:
   """Compute the given lazy nodes on the device of their inputs (`place`); return one buffer per root."""
   sink, inputs = normalize(roots)
   device = place([buffer.device for buffer in inputs])
-  return run_schedule(get_schedule(sink, device), [move(buffer, device) for buffer in inputs])
+  inputs = [runnable(buffer, device) for buffer in inputs]
+  outputs = run_schedule(get_schedule(sink, device), inputs)
+  return place_outputs(outputs, inputs, device)
+
+
+def place_outputs(outputs: list[Buffer], inputs: list[Buffer], device) -> list[Buffer]:
+  """The new output buffers of a computation placed on a CPU device other than CPU (which ran CPU's programs) put
+  on that device; inputs passed through are left where they are."""
+  if device is CPU or device.platform != "cpu": return outputs
+  passed = {id(buffer) for buffer in inputs}
+  for buffer in outputs:
+    if id(buffer) not in passed: buffer.device = device
+  return outputs

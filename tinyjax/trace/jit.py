@@ -31,9 +31,10 @@ import numpy as np
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array, deleted_uop, realize_arrays
 from tinyjax.devices.buffer import Buffer, DeletedBuffer, is_exclusive
-from tinyjax.devices.device import CPU, default_device, move, place
+from tinyjax.devices.device import CPU, compute_device, default_device, place, runnable
 from tinyjax.lower.memory import donation_aliases
-from tinyjax.lower.realize import CompiledSchedule, direct_runner, get_schedule, normalize, run_schedule
+from tinyjax.lower.realize import (CompiledSchedule, direct_runner, get_schedule, normalize, place_outputs,
+                                   run_schedule)
 from tinyjax.lower.schedule import kernels_of
 from tinyjax.profiler import open_profiles
 from tinyjax.trace.core import (EvalTrace, StagingTrace, Tracer, check_callable, check_nans, current_trace, debug_nans,
@@ -332,7 +333,7 @@ class _Compiled:
   donated: tuple[int, ...] = ()  # flat indices of the donated arguments
 
   def __post_init__(self):
-    self.consts = [move(buffer, self.device) for buffer in self.jaxpr.consts]
+    self.consts = [runnable(buffer, self.device) for buffer in self.jaxpr.consts]
     self.single_leaf = self.jaxpr.out_tree.num_nodes == 1 and self.jaxpr.out_tree.num_leaves == 1
     self.outputs: list[tuple[bool, bool]] = []
     self.aliases: list[tuple[int, int, UOp]] = []  # (donated argument, output slot, what the argument holds after)
@@ -343,14 +344,14 @@ class _Compiled:
       self.outputs.append((slot >= sched.n_inputs and slot not in seen, weak))
       seen.add(slot)
     if self.donated: self._plan_donation()
-    if self.single_leaf and self.outputs[0][0] and not self.moves and not self.aliases and not self.jaxpr.prints:
+    if self.single_leaf and self.outputs[0][0] and self.device is CPU and not self.aliases and not self.jaxpr.prints:
       self.direct = direct_runner(self.schedule, len(self.jaxpr.in_avals), self.consts)
 
   def _plan_donation(self) -> None:
     """Decide which donated argument gives its buffer to which output, and warn (as JAX) about those none can use.
     Only on the CPU; elsewhere donation is accepted and does nothing."""
     sched, avals = self.schedule.schedule, self.jaxpr.in_avals
-    if self.device is not CPU or self.moves: return
+    if compute_device(self.device) is not CPU or self.moves: return
     aliases = donation_aliases(sched, self.donated, [aval[:2] for aval in avals])
     self.aliases = [(index, slot, deleted_uop(avals[index][0], avals[index][1])) for index, slot in aliases.items()]
     unusable = [index for index in self.donated if index < sched.n_inputs and index not in aliases]
@@ -385,9 +386,9 @@ class _Compiled:
       return array
     jaxpr = self.jaxpr
     if self.schedule is None: return tree_util.tree_unflatten(jaxpr.out_tree, [])
-    if self.moves: inputs = [move(buffer, self.device) for buffer in inputs]
+    if self.moves: inputs = [runnable(buffer, self.device) for buffer in inputs]
     reuse = self.donate(inputs, arrays) if self.aliases else None
-    buffers = run_schedule(self.schedule, inputs + self.consts, reuse)
+    buffers = place_outputs(run_schedule(self.schedule, inputs + self.consts, reuse), inputs, self.device)
     for fmt, tree, slots in jaxpr.prints:  # debug.print: the values of this run
       shown = [buffers[value].numpy() if kind == "output" else value for kind, value in slots]
       print(format_values(fmt, tree, shown))
@@ -545,8 +546,9 @@ class JitWrapped:
       if static_kwargs: functools.update_wrapper(fun, self.fun)
       jaxpr = trace_to_jaxpr(fun, args, dynamic_kwargs, static)
       device = place([*devices, *(buffer.device for buffer in jaxpr.consts)])
-      compiled = _Compiled(jaxpr, get_schedule(jaxpr.sink, device) if jaxpr.sink.src else None, device,
-                           any(d is not device for d in devices), self._donated_leaves(args, static))
+      moves = any(d is not device and not d.platform == device.platform == "cpu" for d in devices)
+      compiled = _Compiled(jaxpr, get_schedule(jaxpr.sink, device) if jaxpr.sink.src else None, device, moves,
+                           self._donated_leaves(args, static))
       self._cache[key] = compiled
     return compiled, leaves
 
