@@ -603,15 +603,44 @@ class JitWrapped:
   def _cache_size(self) -> int: return len(self._cache)
 
 
+class ShardedJitWrapped(JitWrapped):
+  """A jitted function with `in_shardings` / `out_shardings`: its arguments are placed as in_shardings say (a pytree
+  prefix of the positional arguments; None leaves an argument as it is) and its outputs as out_shardings say, with
+  `device_put` (on the CPU devices, which share the host's memory, that copies nothing). The program itself computes
+  on whole arrays; only `shard_map` computes per shard."""
+
+  def __init__(self, fun: Callable, static_argnums: tuple[int, ...], static_argnames: tuple[str, ...],
+               donate_argnums: tuple[int, ...], in_shardings: Any, out_shardings: Any):
+    super().__init__(fun, static_argnums, static_argnames, donate_argnums)
+    self.in_shardings, self.out_shardings = in_shardings, out_shardings
+
+  def __call__(self, *args, **kwargs) -> Any:
+    from tinyjax.placement import device_put
+    if type(current_trace.get()) is not EvalTrace: return self.fun(*args, **kwargs)
+    if self.in_shardings is not None:
+      shardings = self.in_shardings if isinstance(self.in_shardings, (tuple, list)) else \
+          (self.in_shardings,) * len(args)
+      if len(shardings) != len(args):
+        raise ValueError(f"jit in_shardings has {len(shardings)} entries for {len(args)} positional arguments")
+      args = tuple(arg if i in self.static_argnums or sharding is None else device_put(arg, sharding)
+                   for i, (arg, sharding) in enumerate(zip(args, shardings)))
+    out = super().__call__(*args, **kwargs)
+    return out if self.out_shardings is None else device_put(out, self.out_shardings)
+
+
 def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | None = None,
         static_argnames: str | Sequence[str] | None = None,
-        donate_argnums: int | Sequence[int] | None = None) -> Any:
+        donate_argnums: int | Sequence[int] | None = None, in_shardings: Any = None, out_shardings: Any = None) -> Any:
   """Compile `fun` with tinyjax: trace once per input signature into a UOp program, fuse it into kernels, compile
-  them, and replay them on later calls. Usable as `jit(f)`, `@jit` and `@jit(static_argnums=...)`."""
+  them, and replay them on later calls. Usable as `jit(f)`, `@jit` and `@jit(static_argnums=...)`.
+  `in_shardings` / `out_shardings` place the arguments and outputs (see ShardedJitWrapped)."""
   if fun is None:
     return lambda f: jit(f, static_argnums=static_argnums, static_argnames=static_argnames,
-                         donate_argnums=donate_argnums)
+                         donate_argnums=donate_argnums, in_shardings=in_shardings, out_shardings=out_shardings)
   check_callable(fun)
   names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames or ())
+  if in_shardings is not None or out_shardings is not None:
+    return ShardedJitWrapped(fun, _normalize_argnums(static_argnums), names, _normalize_argnums(donate_argnums),
+                             in_shardings, out_shardings)
   return JitWrapped(fun, _normalize_argnums(static_argnums), names, _normalize_argnums(donate_argnums))
 

@@ -52,7 +52,7 @@ class ShardMapped:
   def __init__(self, f: Callable, mesh: Any, in_specs: Any, out_specs: Any, axis_names: frozenset, check_vma: bool):
     self.f, self.mesh, self.in_specs, self.out_specs = f, mesh, in_specs, out_specs
     self.axis_names, self.check_vma = axis_names, check_vma
-    self._compiled: Callable | None = None  # the jitted whole, for calls outside any transformation
+    self._compiled: dict = {}  # inferred in_specs (None: given) -> the jitted whole, for calls outside transformations
     functools.update_wrapper(self, f, updated=())
 
   def _mesh(self):
@@ -66,26 +66,28 @@ class ShardMapped:
   def __call__(self, *args: Any) -> Any:
     if type(current_trace.get()) is not EvalTrace or \
         any(isinstance(leaf, Tracer) for leaf in tree_util.tree_leaves(args)):
-      return self._mapped(*args)
+      return self._mapped(None, *args)
     from tinyjax.placement import device_put
     from tinyjax.sharding import NamedSharding
     from tinyjax.trace.jit import jit
     mesh = self._mesh()
-    if self._compiled is None: self._compiled = jit(self._mapped)
-    out = self._compiled(*args)
+    specs = None if self.in_specs is not None else tuple(self._in_specs(args, tree_util.tree_leaves(args), mesh))
+    if (compiled := self._compiled.get(specs)) is None:
+      compiled = self._compiled[specs] = jit(functools.partial(self._mapped, specs))
+    out = compiled(*args)
     leaves, tree = tree_util.tree_flatten(out)
     specs = _flatten_specs(self.out_specs, out, "out_specs")
     return tree_util.tree_unflatten(tree, [device_put(leaf, NamedSharding(mesh, spec))
                                            for leaf, spec in zip(leaves, specs)])
 
-  def _mapped(self, *args: Any) -> Any:
+  def _mapped(self, in_specs: tuple | None, *args: Any) -> Any:
     """The whole computation on the current trace: blocks in, the per-shard function over nested BatchTraces, the
-    assembled outputs back."""
+    assembled outputs back. `in_specs`: one spec per argument leaf when they were inferred, else None."""
     from tinyjax.sharding import PartitionSpec
     mesh = self._mesh()
     manual = [name for name in mesh.axis_names if not self.axis_names or name in self.axis_names]
     leaves, in_tree = tree_util.tree_flatten(args)
-    specs = self._in_specs(args, leaves, mesh)
+    specs = list(in_specs) if in_specs is not None else self._in_specs(args, leaves, mesh)
     expanded, labels = [], []
     for index, (leaf, spec) in enumerate(zip(leaves, specs)):
       array = _as_array(leaf)
@@ -138,6 +140,9 @@ class ShardMapped:
     if self.in_specs is not None: return _flatten_specs(self.in_specs, args, "in_specs")
     specs = []
     for leaf in leaves:
+      if isinstance(leaf, Tracer):
+        raise ValueError("shard_map: in_specs cannot be inferred from traced arguments (inside jit, grad, vmap...): "
+                         "pass in_specs")
       sharding = getattr(leaf.realize().uop.arg, "sharding", None) if type(leaf) is Array else None
       specs.append(sharding.spec if isinstance(sharding, NamedSharding) and sharding.mesh == mesh else PartitionSpec())
     return specs

@@ -1,0 +1,313 @@
+"""Several CPU devices, tinyjax.sharding and shard_map: results against numpy float64 references (values JAX 0.10.2
+gives for the same programs are noted where they pin a semantic), transformations composed, and JAX's errors."""
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as jnp
+from tinyjax import lax
+from tinyjax.sharding import Mesh, NamedSharding, PartitionSpec as P, SingleDeviceSharding
+
+DEVICES = 8
+
+
+@pytest.fixture(autouse=True)
+def eight_devices():
+  tj.config.update("jax_num_cpu_devices", DEVICES)
+  yield
+  tj.config.update("jax_num_cpu_devices", -1)
+
+
+def mesh_1d(n: int = 4, name: str = "i") -> Mesh:
+  return Mesh(np.array(tj.devices()[:n]), (name,))
+
+
+def normal(shape, seed=0):
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# ---- devices
+
+def test_devices_count_and_attributes():
+  devices = tj.devices()
+  assert len(devices) == DEVICES == tj.device_count() == tj.local_device_count()
+  assert [d.id for d in devices] == list(range(DEVICES))
+  assert all(d.platform == "cpu" and d.process_index == 0 for d in devices)
+  assert repr(devices[3]) == "CpuDevice(id=3)" and str(devices[3]) == "cpu:3"
+  assert tj.process_index() == 0 and tj.process_count() == 1
+  assert tj.devices()[0] is tj.devices()[0]  # the same objects every time
+
+
+def test_device_count_from_config_back_to_one():
+  tj.config.update("jax_num_cpu_devices", -1)
+  assert tj.device_count() == 1
+  tj.config.update("jax_num_cpu_devices", 0)
+  with pytest.raises(ValueError, match="at least 1"):
+    tj.devices()
+
+
+def test_computation_follows_its_device():
+  device = tj.devices()[5]
+  x = tj.device_put(jnp.arange(4.0), device)
+  assert x.device is device and x.sharding == SingleDeviceSharding(device)
+  assert (x * 2).device is device
+  y = tj.jit(lambda v: jnp.sin(v) + 1)(x)
+  assert y.device is device
+  np.testing.assert_allclose(np.asarray(y), np.sin(np.arange(4.0)) + 1, rtol=1e-6)
+  # two committed devices: JAX's error
+  z = tj.device_put(jnp.ones(4), tj.devices()[2])
+  with pytest.raises(ValueError, match="incompatible devices"):
+    np.asarray(x + z)
+  # an input stays where it was when jit passes it through
+  same = tj.jit(lambda v: v)(x)
+  assert same.device is device
+
+
+# ---- meshes, specs, shardings
+
+def test_mesh_and_make_mesh():
+  mesh = tj.make_mesh((2, 4), ("x", "y"))
+  assert mesh.shape == {"x": 2, "y": 4} and mesh.size == 8 and mesh.axis_names == ("x", "y")
+  assert [d.id for d in mesh.devices.flat] == list(range(8))
+  assert repr(mesh) == "Mesh('x': 2, 'y': 4, axis_types=(Auto, Auto))"
+  with pytest.raises(ValueError, match="needs 16 devices"):
+    tj.make_mesh((4, 4), ("x", "y"))
+  with pytest.raises(ValueError, match="unique"):
+    Mesh(np.array(tj.devices()[:4]).reshape(2, 2), ("x", "x"))
+  with pytest.raises(ValueError, match="rank"):
+    Mesh(np.array(tj.devices()[:4]), ("x", "y"))
+
+
+def test_partition_spec():
+  assert P("x", None, ("x", "y")) == ("x", None, ("x", "y"))
+  assert repr(P("i")) == "P('i',)" and repr(P()) == "P()"
+  assert P(("a",)) == P("a")  # a one-name tuple is the name
+  assert tj.P is P
+  with pytest.raises(TypeError):
+    P(3)
+
+
+@pytest.mark.parametrize("spec,shape", [(P("x", "y"), (4, 8)), (P("y"), (8, 6)), (P(None, "x"), (3, 4)),
+                                        (P(("x", "y")), (16,)), (P(("y", "x"), None), (8, 2)), (P(), (5, 3))])
+def test_device_put_sharded_blocks(spec, shape):
+  mesh = tj.make_mesh((2, 4), ("x", "y"))
+  host = normal(shape)
+  sharding = NamedSharding(mesh, spec)
+  x = tj.device_put(host, sharding)
+  assert x.sharding == sharding and x.devices() == set(mesh.devices.flat)
+  np.testing.assert_array_equal(np.asarray(x), host)
+  shards = x.addressable_shards
+  assert len(shards) == 8
+  block = sharding.shard_shape(shape)
+  coverage = np.zeros(shape, np.int64)
+  for shard in shards:
+    data = np.asarray(shard.data)
+    assert data.shape == block and shard.data.device is shard.device
+    np.testing.assert_array_equal(data, host[shard.index])
+    coverage[shard.index] += 1
+  replicas = 8 // int(np.prod([mesh.shape[n] for n in spec.axis_names()] or [1]))
+  assert (coverage == replicas).all()  # every element in as many shards as there are copies of it
+  assert sorted(s.replica_id for s in shards) == sorted(list(range(replicas)) * (8 // replicas))
+  assert x.is_fully_replicated == (spec == P())
+
+
+def test_shard_index_order_is_row_major_over_named_axes():
+  mesh = tj.make_mesh((2, 4), ("x", "y"))
+  x = tj.device_put(jnp.arange(16.0), NamedSharding(mesh, P(("y", "x"))))
+  # device (x, y) holds block number y * 2 + x: the first name is major
+  for shard in x.addressable_shards:
+    xi, yi = np.argwhere(mesh.devices == shard.device)[0]
+    number = yi * 2 + xi
+    assert shard.index == (slice(2 * number, 2 * number + 2),)
+
+
+def test_sharding_errors():
+  mesh = tj.make_mesh((2, 4), ("x", "y"))
+  with pytest.raises(ValueError, match="divisible by 4"):
+    tj.device_put(jnp.ones(6), NamedSharding(mesh, P("y")))
+  with pytest.raises(ValueError, match="not found in mesh"):
+    NamedSharding(mesh, P("z"))
+  with pytest.raises(ValueError, match="more than once"):
+    NamedSharding(mesh, P("x", "x"))
+  with pytest.raises(ValueError, match="rank"):
+    tj.device_put(jnp.ones(4), NamedSharding(mesh, P("x", "y")))
+  with pytest.raises(TypeError, match="Sharding"):
+    tj.device_put(jnp.ones(4), "cpu")
+
+
+def test_device_put_tree_prefix_and_jit_shardings():
+  mesh = mesh_1d(4)
+  row, rep = NamedSharding(mesh, P("i")), NamedSharding(mesh, P())
+  tree = {"a": np.ones((4, 2), np.float32), "b": [np.zeros(8, np.float32), np.ones(3, np.float32)]}
+  placed = tj.device_put(tree, {"a": row, "b": rep})
+  assert placed["a"].sharding == row and placed["b"][0].sharding == rep and placed["b"][1].sharding == rep
+  f = tj.jit(lambda a, b: (a * 2, b + 1), in_shardings=(row, None), out_shardings=(row, rep))
+  out = f(np.arange(8.0, dtype=np.float32), np.ones(2, np.float32))
+  assert out[0].sharding == row and out[1].sharding == rep
+  np.testing.assert_array_equal(np.asarray(out[0]), np.arange(8.0) * 2)
+  # the computation on sharded arrays gives the values of the whole arrays
+  x = tj.device_put(normal((8, 3)), row)
+  np.testing.assert_allclose(np.asarray(tj.jit(lambda v: (v @ v.T).sum(0))(x)),
+                             (np.asarray(x, np.float64) @ np.asarray(x, np.float64).T).sum(0), rtol=1e-5)
+
+
+def test_visualize_array_sharding(capsys):
+  mesh = tj.make_mesh((2, 2), ("x", "y"))
+  tj.debug.visualize_array_sharding(tj.device_put(jnp.ones((4, 4)), NamedSharding(mesh, P("x"))))
+  assert capsys.readouterr().out.splitlines() == [
+    "┌─────────┐", "│ CPU 0,1 │", "├─────────┤", "│ CPU 2,3 │", "└─────────┘"]
+  tj.debug.visualize_array_sharding(tj.device_put(jnp.ones((4, 4)), NamedSharding(mesh, P("x", "y"))))
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[1] == "│  CPU 0  │  CPU 1  │" and lines[3] == "│  CPU 2  │  CPU 3  │"
+  with pytest.raises(ValueError, match="1- and 2-dimensional"):
+    tj.debug.visualize_array_sharding(jnp.ones((2, 2, 2)))
+
+
+# ---- shard_map
+
+def blocks(x: np.ndarray, n: int) -> list[np.ndarray]:
+  return np.split(x, n)
+
+
+def test_shard_map_elementwise_and_axis_index():
+  mesh = mesh_1d(4)
+  x = np.arange(8.0, dtype=np.float32)
+  f = tj.shard_map(lambda v: v * lax.axis_index("i"), mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+  y = f(x)
+  np.testing.assert_array_equal(np.asarray(y), [0, 0, 2, 3, 8, 10, 18, 21])  # JAX 0.10.2
+  assert y.sharding == NamedSharding(mesh, P("i"))
+  assert [s.index for s in y.addressable_shards] == [(slice(2 * k, 2 * k + 2),) for k in range(4)]
+
+
+def test_shard_map_psum_pmean_pmax_replicated_output():
+  mesh = mesh_1d(4)
+  x = normal((8, 3))
+  total = tj.shard_map(lambda v: lax.psum(v, "i"), mesh=mesh, in_specs=P("i"), out_specs=P())(x)
+  np.testing.assert_allclose(np.asarray(total), sum(blocks(x.astype(np.float64), 4)), rtol=1e-6)
+  assert total.sharding.spec == P() and total.is_fully_replicated
+  mean = tj.shard_map(lambda v: lax.pmean(v.sum(0), "i"), mesh=mesh, in_specs=P("i"), out_specs=P())(x)
+  np.testing.assert_allclose(np.asarray(mean), x.astype(np.float64).sum(0) / 4, rtol=1e-5)
+  top = tj.shard_map(lambda v: lax.pmax(v, "i"), mesh=mesh, in_specs=P("i"), out_specs=P())(x)
+  np.testing.assert_array_equal(np.asarray(top), np.max(np.stack(blocks(x, 4)), axis=0))
+
+
+def test_shard_map_two_axes():
+  mesh = tj.make_mesh((2, 2), ("x", "y"))
+  a = np.arange(16.0, dtype=np.float32).reshape(4, 4)
+  f = tj.shard_map(lambda b: b.sum(keepdims=True), mesh=mesh, in_specs=P("x", "y"), out_specs=P("x", "y"))
+  np.testing.assert_array_equal(np.asarray(f(a)), [[10, 18], [42, 50]])  # JAX 0.10.2
+  g = tj.shard_map(lambda b: lax.psum(b, "y"), mesh=mesh, in_specs=P("x", "y"), out_specs=P("x", None))
+  np.testing.assert_array_equal(np.asarray(g(a)), a[:, :2] + a[:, 2:])
+  h = tj.shard_map(lambda b: b * 10 + lax.axis_index("y"), mesh=mesh, in_specs=P(("x", "y")),
+                   out_specs=P(("x", "y")))
+  np.testing.assert_array_equal(np.asarray(h(np.arange(8.0, dtype=np.float32))), [0, 10, 21, 31, 40, 50, 61, 71])
+  both = tj.shard_map(lambda b: lax.psum(b, ("x", "y")), mesh=mesh, in_specs=P("x", "y"), out_specs=P())
+  np.testing.assert_array_equal(np.asarray(both(a)), a[:2, :2] + a[:2, 2:] + a[2:, :2] + a[2:, 2:])
+
+
+def test_shard_map_replicated_input_and_pytrees():
+  mesh = mesh_1d(2)
+  w, xs = normal((3, 4), 1), normal((6, 3), 2)
+
+  def local(params, batch):
+    return {"out": batch["x"] @ params["w"], "n": lax.psum(jnp.ones(()), "i")}
+  f = tj.shard_map(local, mesh=mesh, in_specs=({"w": P()}, {"x": P("i")}), out_specs={"out": P("i"), "n": P()})
+  out = f({"w": w}, {"x": xs})
+  np.testing.assert_allclose(np.asarray(out["out"]), xs.astype(np.float64) @ w, rtol=1e-5)
+  assert float(out["n"]) == 2.0
+
+
+def test_shard_map_check_vma():
+  mesh = mesh_1d(4)
+  x = np.arange(8.0, dtype=np.float32)
+  with pytest.raises(ValueError, match="replicated across mesh axis 'i'"):
+    tj.shard_map(lambda v: v, mesh=mesh, in_specs=P("i"), out_specs=P())(x)
+  first = tj.shard_map(lambda v: v, mesh=mesh, in_specs=P("i"), out_specs=P(), check_vma=False)(x)
+  np.testing.assert_array_equal(np.asarray(first), x[:2])  # the first shard's value
+  from tinyjax.experimental.shard_map import shard_map as old_shard_map
+  np.testing.assert_array_equal(np.asarray(old_shard_map(lambda v: v, mesh=mesh, in_specs=P("i"), out_specs=P(),
+                                                         check_rep=False)(x)), x[:2])
+
+
+def test_shard_map_errors():
+  mesh = mesh_1d(4)
+  with pytest.raises(ValueError, match="does not divide"):
+    tj.shard_map(lambda v: v, mesh=mesh, in_specs=P("i"), out_specs=P("i"))(np.ones(6, np.float32))
+  with pytest.raises(ValueError, match="not found in mesh"):
+    tj.shard_map(lambda v: v, mesh=mesh, in_specs=P("j"), out_specs=P("i"))(np.ones(8, np.float32))
+  with pytest.raises(ValueError, match="tree prefix"):
+    tj.shard_map(lambda a, b: a, mesh=mesh, in_specs=(P("i"),), out_specs=P("i"))(np.ones(8), np.ones(8))
+  with pytest.raises(ValueError, match="rank"):
+    tj.shard_map(lambda v: v.sum(), mesh=mesh, in_specs=P("i"), out_specs=P("i"))(np.ones(8, np.float32))
+  with pytest.raises(NameError, match="unbound axis name: j"):
+    tj.shard_map(lambda v: lax.psum(v, "j"), mesh=mesh, in_specs=P("i"), out_specs=P("i"))(np.ones(8, np.float32))
+  with pytest.raises(ValueError, match="needs a mesh"):
+    tj.shard_map(lambda v: v, in_specs=P("i"), out_specs=P("i"))(np.ones(8, np.float32))
+  with mesh:  # the mesh of an enclosing `with mesh:`
+    out = tj.shard_map(lambda v: v + 1, in_specs=P("i"), out_specs=P("i"))(np.ones(8, np.float32))
+  np.testing.assert_array_equal(np.asarray(out), np.full(8, 2.0))
+
+
+def test_shard_map_in_specs_from_argument_shardings():
+  mesh = mesh_1d(4)
+  x = tj.device_put(np.arange(8.0, dtype=np.float32), NamedSharding(mesh, P("i")))
+  out = tj.shard_map(lambda v: v.sum(keepdims=True), mesh=mesh, out_specs=P("i"))(x)
+  np.testing.assert_array_equal(np.asarray(out), [1, 5, 9, 13])
+
+
+def test_shard_map_traced_once_and_one_program():
+  mesh = mesh_1d(4)
+  calls = []
+
+  def local(v):
+    calls.append(v.shape)
+    return jnp.tanh(v) * 2
+  f = tj.shard_map(local, mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+  x = normal((16, 5))
+  for _ in range(3): y = f(x)
+  assert calls == [(4, 5)]  # the per-shard function sees one block, traced once
+  np.testing.assert_allclose(np.asarray(y), np.tanh(x.astype(np.float64)) * 2, rtol=1e-5, atol=1e-6)
+  jitted = tj.jit(f)
+  assert len(jitted.lower(x)._compiled.schedule.schedule.kernels) == 1  # every shard in one fused kernel
+  np.testing.assert_allclose(np.asarray(jitted(x)), np.asarray(y), rtol=1e-6)
+
+
+def test_shard_map_composes_with_grad_jit_vmap():
+  mesh = mesh_1d(4)
+  x = normal((8,), 3)
+  total = tj.shard_map(lambda v: lax.psum(v, "i"), mesh=mesh, in_specs=P("i"), out_specs=P())
+  # grad outside shard_map: psum's batch rule is a sum, transposed into a broadcast (JAX 0.10.2: all ones)
+  np.testing.assert_array_equal(np.asarray(tj.grad(lambda v: total(v).sum())(x)), np.ones(8))
+  np.testing.assert_array_equal(np.asarray(tj.jit(tj.grad(lambda v: total(v).sum()))(x)), np.ones(8))
+  square = tj.shard_map(lambda v: lax.psum((v * v).sum(), "i"), mesh=mesh, in_specs=P("i"), out_specs=P())
+  g = tj.grad(square)(x)
+  np.testing.assert_allclose(np.asarray(g), 2 * x, rtol=1e-6)
+  eps = 1e-3
+  fd = [(float(square(x + eps * e)) - float(square(x - eps * e))) / (2 * eps) for e in np.eye(8, dtype=np.float32)]
+  np.testing.assert_allclose(np.asarray(g), fd, rtol=2e-2)
+  # vmap over shard_map and shard_map over vmap
+  xs = normal((3, 8), 4)
+  batched = tj.vmap(total)(xs)
+  np.testing.assert_allclose(np.asarray(batched), xs.reshape(3, 4, 2).sum(1), rtol=1e-6)
+  inner = tj.shard_map(tj.vmap(lambda v: lax.psum(v, "i")), mesh=mesh, in_specs=P(None, "i"), out_specs=P())
+  np.testing.assert_allclose(np.asarray(inner(xs)), xs.reshape(3, 4, 2).sum(1), rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(tj.jit(tj.vmap(tj.jit(total)))(xs)), xs.reshape(3, 4, 2).sum(1), rtol=1e-6)
+
+
+def test_data_parallel_step_equals_one_device():
+  """The gradient of a mean loss computed per shard and pmean'ed is the whole batch's gradient."""
+  mesh = mesh_1d(4, "data")
+  rng = np.random.default_rng(7)
+  params = {"w": rng.standard_normal((5, 3)).astype(np.float32), "b": np.zeros(3, np.float32)}
+  x, y = rng.standard_normal((16, 5)).astype(np.float32), rng.standard_normal((16, 3)).astype(np.float32)
+
+  def loss(p, xb, yb):
+    return ((jnp.tanh(xb @ p["w"] + p["b"]) - yb) ** 2).mean()
+
+  def local_grads(p, xb, yb):
+    return lax.pmean(tj.grad(loss)(p, xb, yb), "data")
+  sharded = tj.jit(tj.shard_map(local_grads, mesh=mesh, in_specs=(P(), P("data"), P("data")), out_specs=P()))
+  whole = tj.grad(loss)(params, x, y)
+  got = sharded(params, x, y)
+  for name in params:
+    np.testing.assert_allclose(np.asarray(got[name]), np.asarray(whole[name]), rtol=1e-5, atol=1e-7)
