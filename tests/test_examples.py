@@ -33,3 +33,16 @@ def test_training_examples(name, tmp_path):
 def test_dp_sgd_example():
   out = run_example("dp_sgd.py", "--limit", "512", "--batch_size", "64")
   assert re.search(r"test accuracy [0-9.]+", out), out
+
+
+def test_data_parallel_example_equals_one_device():
+  """Training with the batch sharded over 2 CPU devices (shard_map + pmean) ends with the one-device parameters."""
+  env = dict(os.environ, TINYJAX_CPU_DEVICES="2")
+  result = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "data_parallel.py"), "--steps", "8",
+                           "--batch", "64"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "2 devices on the data axis" in result.stdout, result.stdout
+  difference = float(re.search(r"largest parameter difference from one-device training: (\S+)", result.stdout)[1])
+  assert difference < 1e-5, result.stdout
+  losses = re.search(r"loss (\S+) -> (\S+)", result.stdout)
+  assert float(losses[2]) < float(losses[1]), result.stdout
