@@ -311,3 +311,29 @@ def test_data_parallel_step_equals_one_device():
   got = sharded(params, x, y)
   for name in params:
     np.testing.assert_allclose(np.asarray(got[name]), np.asarray(whole[name]), rtol=1e-5, atol=1e-7)
+
+
+def test_set_mesh_and_spec_alone():
+  """JAX's tutorial style: a current mesh, device_put with a PartitionSpec, shard_map without mesh=."""
+  mesh = tj.make_mesh((4, 2), ("x", "y"), (tj.sharding.AxisType.Auto,) * 2)
+  with tj.set_mesh(mesh):
+    a = tj.device_put(jnp.arange(8 * 16.0).reshape(8, 16), P("x", "y"))
+    assert a.sharding == NamedSharding(mesh, P("x", "y"))
+
+    @tj.shard_map(in_specs=(P("x", "y"), P("y", None)), out_specs=P("x", None))
+    def matmul(a_block, b_block):
+      assert a_block.shape == (2, 8) and b_block.shape == (8, 4)
+      return lax.psum(a_block @ b_block, "y")
+    b = np.arange(16 * 4.0, dtype=np.float32).reshape(16, 4)
+    c = matmul(a, b)
+  np.testing.assert_allclose(np.asarray(c), np.arange(8 * 16.0).reshape(8, 16) @ b.astype(np.float64), rtol=1e-6)
+  assert tj.sharding.get_abstract_mesh() is None  # the block's mesh is gone after it
+  with pytest.raises(ValueError, match="needs a mesh"):
+    tj.device_put(jnp.ones(4), P("x"))
+
+
+def test_xla_flags_device_count(monkeypatch):
+  tj.config.update("jax_num_cpu_devices", -1)
+  monkeypatch.delenv("TINYJAX_CPU_DEVICES", raising=False)
+  monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=3")
+  assert tj.device_count() == 3

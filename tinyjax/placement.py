@@ -42,10 +42,15 @@ def device_put(x: Any, device: Any = None, *, src: Any = None, donate: bool = Fa
   laid out as a `tinyjax.sharding` Sharding says (a NamedSharding splits each leaf into blocks over the mesh's
   devices), or per leaf as a pytree prefix of devices and shardings says. Arrays already there are returned as they
   are; others are copied (between CPU devices, which share the host's memory, nothing is)."""
-  from tinyjax.sharding import NamedSharding, Sharding, SingleDeviceSharding
+  from tinyjax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding, get_abstract_mesh
   if device is None: device = default_device()
 
   def target_of(value: Any) -> Any:
+    if isinstance(value, PartitionSpec):  # a spec alone: over the current mesh (set_mesh)
+      mesh = get_abstract_mesh()
+      if mesh is None: raise ValueError(f"device_put with a PartitionSpec {value} needs a mesh: use "
+                                        "NamedSharding(mesh, spec) or tinyjax.set_mesh(mesh) first")
+      return NamedSharding(mesh, value)
     if isinstance(value, SingleDeviceSharding): return next(iter(value.device_set))
     if _is_device(value) or isinstance(value, NamedSharding): return value
     raise TypeError(f"device_put: expected a device such as tinyjax.devices()[0] or a tinyjax.sharding Sharding, got "
@@ -60,10 +65,11 @@ def device_put(x: Any, device: Any = None, *, src: Any = None, donate: bool = Fa
     host, weak = _host_value(leaf)
     return Array(UOp(Ops.BUFFER, host.dtype, (), host_buffer(host, target)), weak)
 
-  if _is_device(device) or isinstance(device, Sharding):
+  if _is_device(device) or isinstance(device, (Sharding, PartitionSpec)):
     target = target_of(device)
     return tree_util.tree_map(lambda leaf: put(leaf, target), x)
-  targets, target_tree = tree_util.tree_flatten(device, is_leaf=lambda v: _is_device(v) or isinstance(v, Sharding))
+  targets, target_tree = tree_util.tree_flatten(
+    device, is_leaf=lambda v: _is_device(v) or isinstance(v, (Sharding, PartitionSpec)))
   try: subtrees = target_tree.flatten_up_to(x)
   except ValueError:
     raise ValueError(f"device_put: the devices / shardings must be a device, a Sharding, or a pytree prefix of x; got "

@@ -20,8 +20,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["Mesh", "NamedSharding", "PartitionSpec", "Shard", "Sharding", "SingleDeviceSharding", "get_abstract_mesh",
-           "make_mesh", "use_mesh"]
+__all__ = ["AxisType", "Mesh", "NamedSharding", "PartitionSpec", "Shard", "Sharding", "SingleDeviceSharding",
+           "get_abstract_mesh", "make_mesh", "set_mesh", "use_mesh"]
 
 
 class PartitionSpec(tuple):
@@ -138,13 +138,31 @@ def use_mesh(mesh: Mesh) -> Iterator[Mesh]:
   with mesh: yield mesh
 
 
+class set_mesh:  # noqa: N801  (a function in JAX's API that is also a context manager)
+  """`set_mesh(mesh)` makes `mesh` the current mesh from now on (`shard_map` without `mesh=`, `device_put(x, P(...))`);
+  `with set_mesh(mesh):` only inside the block."""
+
+  def __init__(self, mesh: Mesh):
+    if not isinstance(mesh, Mesh): raise TypeError(f"set_mesh expects a Mesh, got {type(mesh).__name__}")
+    self.previous, self.mesh = list(_mesh_stack), mesh
+    _mesh_stack.append(mesh)
+
+  def __enter__(self) -> Mesh: return self.mesh
+  def __exit__(self, *exc: Any) -> None: _mesh_stack[:] = self.previous
+
+
 def get_abstract_mesh() -> Mesh | None:
-  """The mesh of the innermost enclosing `with mesh:` / `use_mesh` block, or None."""
+  """The current mesh (`set_mesh`, `with mesh:`), or None."""
   return _mesh_stack[-1] if _mesh_stack else None
 
 
-def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[str], *, devices: Sequence | None = None,
-              axis_types: Any = None) -> Mesh:
+class AxisType:
+  """How a mesh axis is partitioned (JAX's `AxisType`): recorded on the mesh; every axis behaves as Auto here."""
+  Auto, Explicit, Manual = "Auto", "Explicit", "Manual"
+
+
+def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[str], axis_types: Any = None, *,
+              devices: Sequence | None = None) -> Mesh:
   """A mesh of the first prod(axis_shapes) devices (default: `tinyjax.devices()`) in order, shaped `axis_shapes`."""
   from tinyjax.placement import devices as all_devices
   axis_shapes, axis_names = tuple(int(s) for s in axis_shapes), tuple(axis_names)

@@ -15,6 +15,7 @@ is a ValueError.
 from __future__ import annotations
 
 import os
+import re
 
 
 class CpuDevice:
@@ -45,10 +46,13 @@ _cpu_devices = [CPU]  # every CpuDevice made so far, by id (kept: arrays may liv
 
 
 def cpu_device_count() -> int:
-  """How many CPU devices there are: the `jax_num_cpu_devices` option, else TINYJAX_CPU_DEVICES, else 1."""
+  """How many CPU devices there are: the `jax_num_cpu_devices` option, else TINYJAX_CPU_DEVICES, else JAX's
+  `--xla_force_host_platform_device_count=N` in XLA_FLAGS (what JAX programs set to get N CPU devices), else 1."""
   from tinyjax.config import config
   count = config.jax_num_cpu_devices
-  if count < 0: count = int(os.environ.get("TINYJAX_CPU_DEVICES") or 1)
+  if count < 0:
+    forced = re.search(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    count = int(os.environ.get("TINYJAX_CPU_DEVICES") or (forced[1] if forced else 1))
   if count < 1: raise ValueError(f"the number of CPU devices must be at least 1, got {count} (jax_num_cpu_devices / "
                                  "TINYJAX_CPU_DEVICES)")
   return count
