@@ -169,9 +169,10 @@ def cnn_problem():
   return _cnn_apply, params, _normal((CNN_BATCH, 28, 28, 1), seed=10), _rng(11).integers(0, 10, CNN_BATCH)
 
 
-def train_step(jax, jnp, problem):
+def train_step(jax, jnp, problem, devices: int = 0):
   """A jitted step (params, m, v, count, x, y) -> (params, m, v, count + 1, loss) of softmax cross-entropy and
-  Adam, and its first state and batch on the device."""
+  Adam, and its first state and batch on the device. With `devices`, data-parallel: the gradient is computed per
+  shard of the batch over a mesh of that many devices (`shard_map`) and averaged (`pmean`)."""
   import numpy as np
   apply, params, x, y = problem()
 
@@ -179,9 +180,20 @@ def train_step(jax, jnp, problem):
     logits = apply(jax, params, x)
     return -(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, 10)).sum(axis=-1).mean()
 
+  grads_of = jax.value_and_grad(loss_fn)
+  if devices:
+    Mesh, PartitionSpec = jax.sharding.Mesh, jax.sharding.PartitionSpec
+    mesh = Mesh(np.array(jax.devices()[:devices]), ("data",))
+
+    def local(params, x, y):
+      loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+      return jax.lax.pmean(loss, "data"), jax.lax.pmean(grads, "data")
+    grads_of = jax.shard_map(local, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec("data"),
+                                                         PartitionSpec("data")), out_specs=PartitionSpec())
+
   @jax.jit
   def step(params, m, v, count, x, y):
-    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+    loss, grads = grads_of(params, x, y)
     params, m, v = adam_update(jax, jnp, params, grads, m, v, count)
     return params, m, v, count + 1, loss
   params = jax.tree.map(jnp.asarray, params)
@@ -190,15 +202,32 @@ def train_step(jax, jnp, problem):
   return step, state, (jnp.asarray(x), jnp.asarray(y.astype(np.int32)))
 
 
-def _training(problem):
+def _training(problem, devices: int = 0):
   def bench(jax, jnp):
-    step, state, batch = train_step(jax, jnp, problem)
+    step, state, batch = train_step(jax, jnp, problem, devices)
 
     def call():
       nonlocal state
       *state, loss = step(*state, *batch)
       return loss
     return Bench(call, lambda first, second: [float(first), float(second)])  # the loss before steps 1 and 2
+  return bench
+
+
+PSUM_BYTES = 64 << 20
+
+
+def bench_psum(devices: int):
+  """psum over a mesh axis of `devices` CPU devices, each holding 64 MB of float32: the replicated sum comes back."""
+  def bench(jax, jnp):
+    import numpy as np
+    Mesh, NamedSharding, PartitionSpec = jax.sharding.Mesh, jax.sharding.NamedSharding, jax.sharding.PartitionSpec
+    mesh = Mesh(np.array(jax.devices()[:devices]), ("i",))
+    shard = PSUM_BYTES // 4
+    x = jax.device_put(_normal((devices * shard,)), NamedSharding(mesh, PartitionSpec("i")))
+    total = jax.jit(jax.shard_map(lambda v: jax.lax.psum(v, "i"), mesh=mesh, in_specs=PartitionSpec("i"),
+                                  out_specs=PartitionSpec()))
+    return Bench(lambda: total(x), lambda first, second: [float(np.abs(np.asarray(first, np.float64)).sum())])
   return bench
 
 
@@ -242,6 +271,7 @@ class Workload:
   flops: float = 0.0  # floating-point operations per call: the row's fraction of the FMA peak
   bytes: float = 0.0  # bytes read and written per call: the row's fraction of the copy bandwidth
   note: str = ""
+  devices: int = 1  # CPU devices the child asks for (XLA_FLAGS' forced host device count, which both libraries read)
 
 
 def _training_flops(layers: list[int]) -> float:
@@ -265,6 +295,10 @@ WORKLOADS = {w.name: w for w in [
     for n in (512, 1024, 2048)],
   Workload("mlp_adam", _training(mlp_problem), "steps/s", flops=MLP_FLOPS,
            note="784-512-512-10, batch 512"),
+  *[Workload(f"mlp_adam_dp{n}", _training(mlp_problem, n), "steps/s", flops=MLP_FLOPS, devices=n,
+             note=f"mlp_adam, shard_map + pmean over {n} CPU device{'s' if n > 1 else ''}") for n in (1, 2)],
+  *[Workload(f"psum_{n}dev", bench_psum(n), "ms", bytes=(n + 1) * PSUM_BYTES, devices=n,
+             note=f"psum of 64 MB per device over {n} CPU devices") for n in (4, 8)],
   Workload("cnn_step", _training(cnn_problem), "steps/s", flops=CNN_FLOPS, note="examples/cnn.py model, batch 128"),
   Workload("vmap_grad", bench_vmap_grad, "ms", note="784-256-10, 128 examples"),
   Workload("scan", bench_scan, "ms", note="1000 steps tanh(h@W+x), 64 wide"),
@@ -344,6 +378,8 @@ def run_child(library: str, name: str, args, cache_dir: str | None) -> dict:
   # source checkout of tinyjax would compile every module on each import
   env.pop("PYTHONDONTWRITEBYTECODE", None)
   if args.quick: command.append("--quick")
+  if WORKLOADS[name].devices > 1:
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={WORKLOADS[name].devices}"
   if library == "tinyjax":
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     env["TINYJAX_CACHE_DIR"] = cache_dir
