@@ -456,6 +456,18 @@ def _linearize(fun: Callable, primal_leaves: list[Any], in_tree: Any, has_aux: b
   return arrays, primals_out, out_tree, program, linear, aux
 
 
+def _input_cotangent(ct: Any, primal: Any) -> Any:
+  """The cotangent of an input as the traces below type it: each trace from the current one down that has an
+  `input_cotangent(ct, primal)` method applies it (shard_map's mesh axes sum the cotangent of an input that does not
+  vary over them, see BatchTrace)."""
+  trace = current_trace.get()
+  while trace is not None:
+    rule = getattr(trace, "input_cotangent", None)
+    if rule is not None: ct = rule(ct, primal)
+    trace = trace.parent
+  return ct
+
+
 def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> Any:
   """Reverse mode: `(fun(*primals), vjp_fn)` where `vjp_fn(cotangent)` returns the cotangent of each primal."""
   check_callable(fun)
@@ -476,7 +488,8 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> Any:
       ct_arrays.append(ct)
     grads = transpose(program, len(arrays), linear.consts, ct_arrays)
     # each cotangent has its primal's dtype and weak type (grad of a Python float is a weak float32, as JAX)
-    grads = [zeros_like(a) if g is None else cast(g, a.dtype, a.weak_type) for g, a in zip(grads, arrays)]
+    grads = [zeros_like(a) if g is None else cast(_input_cotangent(g, a), a.dtype, a.weak_type)
+             for g, a in zip(grads, arrays)]
     return tree_util.tree_unflatten(in_tree, grads)
 
   result = (tree_util.tree_unflatten(out_tree, primals_out), vjp_fn)

@@ -96,6 +96,13 @@ class BatchTrace(Trace):
       out, out_dim = rule(vals, dims, arg, dtype, weak_type)
     return self.pack(out, out_dim)
 
+  def input_cotangent(self, ct: Any, primal: Any) -> Any:
+    """Reverse mode's cotangent of an input (`ad.vjp`): under spmd, one of an input that does not vary over this axis
+    is summed over it if it varies (the input met varying values, where JAX inserts a pvary, which transposes to a
+    psum); under vmap it is left as it is."""
+    if self.spmd and _varies(ct, self) and not _varies(primal, self): return psum_p.bind(ct, axis_name=self.axis_name)
+    return ct
+
   def process_primitive(self, prim: Primitive, operands: tuple[Any, ...], params: dict) -> Any:
     """With a rule: apply it (even when nothing is batched: collectives need that). Without one: an unbatched call
     goes to the parent as the primitive itself (so an outer trace still sees it and applies its own rules); a batched
