@@ -1,5 +1,6 @@
-"""Automatic batching: `vmap`, as in JAX, and the collectives over its named axes (`psum`, `pmean`, `pmax`,
-`axis_index`).
+"""Automatic batching: `vmap`, as in JAX, and the collectives over its named axes (`psum`, `pmean`, `pmax`, `pmin`,
+`pvary`, `all_gather`, `psum_scatter`, `ppermute`, `all_to_all`, `axis_index`, `axis_size`), which are also those of
+shard_map's mesh axes (a BatchTrace with `spmd`).
 
 `vmap(f)` runs `f` once on a `BatchTrace`: each value is a `BatchTracer`, a value of the parent trace (`val`) that
 carries one extra axis, the batch axis, at position `batch_dim`; its `shape` hides that axis, so `f` sees one example.
@@ -277,15 +278,21 @@ def _as_array(x: Any) -> Any:
   return x if isinstance(x, Array) else ad._to_array(x)
 
 
+def _chain(trace: Trace | None) -> set[int]:
+  """The ids of `trace` and of the traces below it."""
+  ids = set()
+  while trace is not None:
+    ids.add(id(trace))
+    trace = trace.parent
+  return ids
+
+
 def _varies(x: Any, trace: BatchTrace) -> bool:
   """Whether `x` may differ between the examples of `trace` (JAX's "varying" under shard_map): a value of `trace`
   with its batch axis does, a value of a trace below it does not. Values of traces in between are looked through (a
   vmap's value, a JVP's primal: a tangent varies as its primal does); a staged value above it (a loop body, a
   linearized tangent) is taken as varying."""
-  below, parent = set(), trace.parent
-  while parent is not None:
-    below.add(id(parent))
-    parent = parent.parent
+  below = _chain(trace.parent)
   while isinstance(x, Tracer) and id(x.trace) not in below:
     if isinstance(x, BatchTracer) and x.trace is trace: return True
     if isinstance(x, BatchTracer): x = x.val
@@ -307,11 +314,7 @@ class Collective(Primitive):
     for name in names: _find_axis(name)  # NameError if unbound
     remaining = [name for name in names if name not in params.get("gathered", ())]
     target = next(trace for trace in _named_traces() if trace.axis_name in remaining)
-    below, trace = set(), target
-    while trace is not None:
-      below.add(id(trace))
-      trace = trace.parent
-    if isinstance(x, Tracer) and id(x.trace) not in below:
+    if isinstance(x, Tracer) and id(x.trace) not in _chain(target):
       raise NotImplementedError(
         f"{self.name} over the vmap axis {target.axis_name!r} of a value traced by "
         f"`{getattr(x.trace, 'fun_name', '?')}` inside that vmap is not supported (e.g. a collective in a loop body "
@@ -344,23 +347,16 @@ def _order_reversed(x: Any) -> Any:
 
 # one name at a time: the reductions and pvary; rule(trace, vals, dims, *, axis_name) -> (out, out batch dim)
 
-_REDUCERS: dict[str, Callable[[Any, int], Any]] = {
-  "psum": lambda x, dim: _reduce_away(x, dim, Ops.ADD),
-  "pmax": lambda x, dim: _reduce_away(x, dim, Ops.MAX),
-  "pmin": lambda x, dim: _order_reversed(_reduce_away(_order_reversed(x), dim, Ops.MAX)),
-}
-
-
-def _reduction_rule(prim: Collective) -> Callable:
-  """Over this trace's axis: reduce the batch axis away (the result is unbatched, as JAX); an unbatched operand is
-  the same in every example (its sum is `axis_size` times it). Over another name: the collective is elementwise along
-  this trace's axis, so it passes to the parent with the batch dim unchanged."""
+def _reduction_rule(prim: Collective, reduce_away: Callable[[Any, int], Any],
+                    of_copies: Callable[[Any, int], Any]) -> Callable:
+  """Over this trace's axis: `reduce_away(x, dim)` removes the batch axis (the result is unbatched, as JAX); an
+  unbatched operand is the same in every example: `of_copies(x, axis size)`. Over another name: the collective is
+  elementwise along this trace's axis, so it passes to the parent with the batch dim unchanged."""
   def rule(trace: BatchTrace, vals, dims, *, axis_name):
     (x,), (dim,) = vals, dims
     if axis_name != trace.axis_name: return prim.bind(x, axis_name=axis_name), dim
     x = _as_array(x)
-    if dim is None: return (ad.mul(x, ad.full_like(x, trace.axis_size)) if prim is psum_p else x), None
-    return _REDUCERS[prim.name](x, dim), None
+    return (of_copies(x, trace.axis_size), None) if dim is None else (reduce_away(x, dim), None)
   return rule
 
 
@@ -372,7 +368,11 @@ def _pvary_rule(trace: BatchTrace, vals, dims, *, axis_name):
 
 
 psum_p, pmax_p, pmin_p, pvary_p = Collective("psum"), Collective("pmax"), Collective("pmin"), Collective("pvary")
-for _prim in (psum_p, pmax_p, pmin_p): batch_rules[_prim] = _reduction_rule(_prim)
+batch_rules[psum_p] = _reduction_rule(psum_p, lambda x, dim: _reduce_away(x, dim, Ops.ADD),
+                                      lambda x, size: ad.mul(x, ad.full_like(x, size)))
+batch_rules[pmax_p] = _reduction_rule(pmax_p, lambda x, dim: _reduce_away(x, dim, Ops.MAX), lambda x, size: x)
+batch_rules[pmin_p] = _reduction_rule(
+  pmin_p, lambda x, dim: _order_reversed(_reduce_away(_order_reversed(x), dim, Ops.MAX)), lambda x, size: x)
 batch_rules[pvary_p] = _pvary_rule
 
 
