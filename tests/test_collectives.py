@@ -227,6 +227,19 @@ def test_collective_over_the_outer_name_with_the_inner_batch_axis_elsewhere():
   np.testing.assert_array_equal(run(lambda x: lax.all_to_all(x, "x", 0, 0)), np.transpose(grid, (2, 1, 0)))
 
 
+def test_tuple_axis_names_with_another_vmap_between_them():
+  # vmaps x > z > y, collectives over ('x', 'y'): z's batch axis passes through while y's is already gathered
+  grid = RNG.standard_normal((2, 5, 3, 6, 2)).astype(np.float32)  # (x, z, y, example)
+  perm = [(0, 4), (4, 5), (5, 0)]
+  for fun, ref in [(lambda v: lax.all_to_all(v, ("x", "y"), 0, 1), lambda s: all_to_all_ref(s, 0, 1)),
+                   (lambda v: lax.ppermute(v, ("x", "y"), perm), lambda s: ppermute_ref(s, perm))]:
+    nested = vmap(vmap(vmap(fun, in_axes=1, axis_name="y"), in_axes=2, axis_name="z"), axis_name="x")
+    # (x, 6, y, z, 2): z's axis is 2 of each x example, y's is 1 of each (x, z) example
+    out = np.asarray(nested(np.moveaxis(grid, (1, 2), (3, 2))))
+    for z in range(5):
+      np.testing.assert_array_equal(out[:, z], ref(grid[:, z].reshape(6, 6, 2)).reshape(2, 3, *out.shape[3:]))
+
+
 # ------------------------------------------------------------------------------------ jit, grad and vmap composed
 
 def loss_with(collective):
