@@ -33,12 +33,15 @@ from tinyjax.lax._reductions import (argmax_p, argmin_p, dot_general_p, reduce_m
 from tinyjax.lax._shape import clamp_p, select_n_p
 from tinyjax.trace.ad import stop_gradient_p
 # collectives over named axes (vmap's axis_name today; shard_map's mesh axes later)
-from tinyjax.trace.batching import axis_index, pmax, pmean, psum
+from tinyjax.trace.batching import (all_gather, all_to_all, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum,
+                                    psum_scatter, pvary)
 
 __all__ = [
-  "abs", "abs_p", "acos", "acos_p", "acosh", "acosh_p", "add", "argmax", "argmax_p", "argmin", "argmin_p", "asin",
+  "abs", "abs_p", "acos", "acos_p", "acosh", "acosh_p", "add", "all_gather", "all_to_all", "argmax", "argmax_p",
+  "argmin", "argmin_p", "asin",
   "asin_p", "asinh", "asinh_p", "associative_scan", "atan", "atan2", "atan2_p", "atan_p", "atanh", "atanh_p",
-  "axis_index", "bitcast_convert_type", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast_in_dim",
+  "axis_index", "axis_size", "bitcast_convert_type", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor",
+  "broadcast_in_dim",
   "broadcasted_iota", "cbrt", "cbrt_p", "ceil", "ceil_p", "clamp", "clamp_p", "clz", "concatenate", "cond", "conv",
   "conv_dimension_numbers", "conv_general_dilated", "conv_transpose", "conv_with_general_padding",
   "ConvDimensionNumbers", "convert_element_type", "cos", "cos_p", "cosh", "cosh_p", "cumlogsumexp", "cummax", "cummin",
@@ -48,8 +51,9 @@ __all__ = [
   "expm1_p", "floor", "floor_p", "fori_loop", "full", "full_like", "gather", "GatherDimensionNumbers",
   "GatherScatterMode", "ge", "gt", "integer_pow", "integer_pow_p", "iota", "is_finite", "is_finite_p", "le", "log",
   "log1p", "log1p_p", "log_p", "logistic", "logistic_p", "lt", "map", "max", "max_p", "min", "min_p", "mul", "ne",
-  "neg", "nextafter", "optimization_barrier", "pad", "padtype_to_pads", "pmax", "pmean", "population_count", "pow",
-  "pow_p", "Precision", "psum", "reciprocal", "reduce", "reduce_and", "reduce_max", "reduce_max_p", "reduce_min",
+  "neg", "nextafter", "optimization_barrier", "pad", "padtype_to_pads", "pmax", "pmean", "pmin", "population_count",
+  "pow", "pow_p", "ppermute", "Precision", "psum", "psum_scatter", "pvary", "reciprocal", "reduce", "reduce_and",
+  "reduce_max", "reduce_max_p", "reduce_min",
   "reduce_min_p", "reduce_or", "reduce_precision", "reduce_prod", "reduce_prod_p", "reduce_sum", "reduce_sum_p",
   "reduce_window", "rem", "rem_p", "reshape", "rev", "round", "round_p", "RoundingMethod", "rsqrt", "rsqrt_p", "scan",
   "scatter", "scatter_add", "scatter_apply", "scatter_max", "scatter_min", "scatter_mul", "scatter_sub",

@@ -5,7 +5,8 @@ say how each operation maps them. Reverse mode is linearize + transpose, so both
 `vjp` runs the JVP trace with tangents that are *staged* on a `LinearTrace` (primal work runs concretely on the
 parent trace, as it happens, so Python control flow on concrete values works), which leaves a linear UOp program
 from tangent inputs to tangent outputs; `transpose` then walks that program backwards with `transpose_rules`, one
-per linear Op (about twenty), to turn output cotangents into input cotangents.
+per linear Op (about twenty) and per linear Primitive (the collectives, staged whole as PRIMITIVE nodes), to turn
+output cotangents into input cotangents.
 
 Rules are written with `bind` on Ops, so they run on whatever trace is current when they are applied; that is
 what makes `grad(grad(f))`, `jit(grad(f))` and `grad` of a jitted function work.
@@ -19,12 +20,16 @@ import numpy as np
 
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
-from tinyjax.trace.core import (Primitive, StagingTrace, StagingTracer, Trace, Tracer, bind, check_callable,
-                                current_trace, new_trace, set_current_trace)
+from tinyjax.trace.core import (Primitive, PrimitiveCall, StagingTrace, StagingTracer, Trace, Tracer, bind,
+                                check_callable, current_trace, new_trace, set_current_trace)
 from tinyjax.uop import BOOL, MOVEMENT, Ops, UOp
 
 jvp_rules: dict[Ops | Primitive, Callable] = {}
-transpose_rules: dict[Ops, Callable] = {}
+# rule(ct, node, known) -> a cotangent per operand of `node` (None: zero or not linear); keyed by the node's Op, or by
+# the Primitive of a PRIMITIVE node: a primitive with a transpose rule is linear (the collectives of trace/batching.py)
+transpose_rules: dict[Ops | Primitive, Callable] = {}
+# rule(*operands, **params) -> the (shape, dtype, weak_type) of a linear primitive's result, to stage it on a tangent
+abstract_eval_rules: dict[Primitive, Callable] = {}
 
 LN2 = math.log(2.0)
 
@@ -185,8 +190,14 @@ class LinearTrace(StagingTrace):
     return StagingTracer(UOp(op, dtype, uops, arg), weak_type, self)
 
   def process_primitive(self, prim: Primitive, operands: tuple[Any, ...], params: dict) -> Any:
+    """A linear primitive (one with a transpose rule) applied to a tangent is staged whole, as one PRIMITIVE node;
+    any other primitive is staged as its decomposition into Ops."""
     if not any(self.is_mine(x) for x in operands): return self.parent.process_primitive(prim, operands, params)
-    return prim.impl(*operands, **params)
+    if prim not in transpose_rules: return prim.impl(*operands, **params)
+    shape, dtype, weak_type = abstract_eval_rules[prim](*operands, **params)
+    call = PrimitiveCall(prim, tuple(sorted(params.items())), ((shape, dtype, weak_type),))
+    uops = tuple(x.uop if self.is_mine(x) else self.const_param(x) for x in operands)
+    return StagingTracer(UOp(Ops.PRIMITIVE, dtype, uops, call), weak_type, self)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -352,8 +363,9 @@ def transpose(program: UOp, n_inputs: int, consts: list[Any], cotangents: list[A
       outputs[node.arg[0]] = ct
       continue
     known = [None if s in linear else known_value(s) for s in node.src]
-    rule = transpose_rules.get(node.op)
-    if rule is None: raise NotImplementedError(f"transpose rule for {node.op.name} (a non-linear op in a tangent)")
+    op = node.arg.prim if node.op is Ops.PRIMITIVE else node.op
+    rule = transpose_rules.get(op)
+    if rule is None: raise NotImplementedError(f"transpose rule for {op.name} (a non-linear op in a tangent)")
     for src, contribution in zip(node.src, rule(ct, node, known)):
       if contribution is not None and src in linear: accumulate(src, contribution)
   return [accumulated.get(inputs[i]) if i in inputs else None for i in range(n_inputs)]
@@ -444,6 +456,18 @@ def _linearize(fun: Callable, primal_leaves: list[Any], in_tree: Any, has_aux: b
   return arrays, primals_out, out_tree, program, linear, aux
 
 
+def _input_cotangent(ct: Any, primal: Any) -> Any:
+  """The cotangent of an input as the traces below type it: each trace from the current one down that has an
+  `input_cotangent(ct, primal)` method applies it (shard_map's mesh axes sum the cotangent of an input that does not
+  vary over them, see BatchTrace)."""
+  trace = current_trace.get()
+  while trace is not None:
+    rule = getattr(trace, "input_cotangent", None)
+    if rule is not None: ct = rule(ct, primal)
+    trace = trace.parent
+  return ct
+
+
 def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> Any:
   """Reverse mode: `(fun(*primals), vjp_fn)` where `vjp_fn(cotangent)` returns the cotangent of each primal."""
   check_callable(fun)
@@ -464,7 +488,8 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> Any:
       ct_arrays.append(ct)
     grads = transpose(program, len(arrays), linear.consts, ct_arrays)
     # each cotangent has its primal's dtype and weak type (grad of a Python float is a weak float32, as JAX)
-    grads = [zeros_like(a) if g is None else cast(g, a.dtype, a.weak_type) for g, a in zip(grads, arrays)]
+    grads = [zeros_like(a) if g is None else cast(_input_cotangent(g, a), a.dtype, a.weak_type)
+             for g, a in zip(grads, arrays)]
     return tree_util.tree_unflatten(in_tree, grads)
 
   result = (tree_util.tree_unflatten(out_tree, primals_out), vjp_fn)

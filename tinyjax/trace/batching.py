@@ -1,5 +1,6 @@
-"""Automatic batching: `vmap`, as in JAX, and the collectives over its named axes (`psum`, `pmean`, `pmax`,
-`axis_index`).
+"""Automatic batching: `vmap`, as in JAX, and the collectives over its named axes (`psum`, `pmean`, `pmax`, `pmin`,
+`pvary`, `all_gather`, `psum_scatter`, `ppermute`, `all_to_all`, `axis_index`, `axis_size`), which are also those of
+shard_map's mesh axes (a BatchTrace with `spmd`).
 
 `vmap(f)` runs `f` once on a `BatchTrace`: each value is a `BatchTracer`, a value of the parent trace (`val`) that
 carries one extra axis, the batch axis, at position `batch_dim`; its `shape` hides that axis, so `f` sees one example.
@@ -17,15 +18,16 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
-from typing import Any, Callable, Hashable, Sequence
+import math
+from typing import Any, Callable, Hashable, Iterator, Sequence
 
 import numpy as np
 
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
 from tinyjax.trace import ad
-from tinyjax.trace.core import (ConcretizationTypeError, Primitive, Trace, Tracer, bind, check_callable, current_trace,
-                                new_trace, set_current_trace)
+from tinyjax.trace.core import (ConcretizationTypeError, Primitive, StagingTrace, Trace, Tracer, bind, check_callable,
+                                current_trace, new_trace, set_current_trace)
 from tinyjax.uop import ELEMENTWISE, Ops
 
 batch_rules: dict[Ops | Primitive, Callable] = {}
@@ -94,6 +96,13 @@ class BatchTrace(Trace):
       if rule is None: raise NotImplementedError(f"batching rule for {op.name} is not implemented")
       out, out_dim = rule(vals, dims, arg, dtype, weak_type)
     return self.pack(out, out_dim)
+
+  def input_cotangent(self, ct: Any, primal: Any) -> Any:
+    """Reverse mode's cotangent of an input (`ad.vjp`): under spmd, one of an input that does not vary over this axis
+    is summed over it if it varies (the input met varying values, where JAX inserts a pvary, which transposes to a
+    psum); under vmap it is left as it is."""
+    if self.spmd and _varies(ct, self) and not _varies(primal, self): return psum_p.bind(ct, axis_name=self.axis_name)
+    return ct
 
   def process_primitive(self, prim: Primitive, operands: tuple[Any, ...], params: dict) -> Any:
     """With a rule: apply it (even when nothing is batched: collectives need that). Without one: an unbatched call
@@ -235,62 +244,30 @@ defelementwise(ad.stop_gradient_p)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# collectives over a vmap axis name
+# collectives over named axes
+#
+# A collective is a `Collective` primitive: its meaning is the batching rule of the BatchTraces it names. Reductions
+# (psum, pmax, pmin) and pvary take one name (a tuple of names is a loop over them). all_gather, psum_scatter,
+# ppermute and all_to_all mix the examples of a combined axis (a tuple of names, the first major) that no single
+# BatchTrace holds: each named trace in turn makes its batch axis a leading axis of the operand (a view; its name goes
+# to the `gathered` param), and the last one applies the collective's global rule to the stack of all examples,
+# (N, *example shape) with N the combined axis size, and gives each trace its axis back as its batch axis.
+
+def _named_traces() -> Iterator[BatchTrace]:
+  """The named BatchTraces in the chain of traces from the current one down."""
+  trace: Trace | None = current_trace.get()
+  while trace is not None:
+    if isinstance(trace, BatchTrace) and trace.axis_name is not None: yield trace
+    trace = trace.parent
+
 
 def _find_axis(axis_name: Hashable) -> BatchTrace:
   """The BatchTrace named `axis_name` in the chain of traces from the current one down; NameError if none."""
-  trace: Trace | None = current_trace.get()
-  names = []
-  while trace is not None:
-    if isinstance(trace, BatchTrace) and trace.axis_name is not None:
-      if trace.axis_name == axis_name: return trace
-      names.append(trace.axis_name)
-    trace = trace.parent
+  for trace in _named_traces():
+    if trace.axis_name == axis_name: return trace
+  names = [trace.axis_name for trace in _named_traces()]
   raise NameError(f"unbound axis name: {axis_name}. The following axis names (e.g. defined by vmap) are available to "
                   f"collective operations: {names}")
-
-
-def _collective_impl(name: str) -> Callable:
-  """What a collective does on a trace with no rule for it (one between the current trace and the named vmap):
-  apply the named vmap's rule directly if the operand is a value of that trace or of one below it."""
-  def impl(x: Any, *, axis_name: Hashable) -> Any:
-    target = _find_axis(axis_name)
-    below, trace = set(), target
-    while trace is not None:
-      below.add(id(trace))
-      trace = trace.parent
-    if isinstance(x, Tracer) and id(x.trace) not in below:
-      raise NotImplementedError(
-        f"{name} over the vmap axis {axis_name!r} of a value traced by `{getattr(x.trace, 'fun_name', '?')}` inside "
-        "that vmap is not supported (e.g. reverse-mode differentiation through a collective); apply the collective "
-        "outside the inner transformation")
-    return target.process_primitive(prim_of[name], (x,), {"axis_name": axis_name})
-  return impl
-
-
-psum_p = Primitive("psum", _collective_impl("psum"))
-pmax_p = Primitive("pmax", _collective_impl("pmax"))
-prim_of = {"psum": psum_p, "pmax": pmax_p}
-
-
-def _collective_rule(prim: Primitive, reduce_op: Ops) -> Callable:
-  """Over this trace's axis: reduce the batch axis away (the result is unbatched, as JAX); over another axis name:
-  the collective is elementwise along this trace's axis, so pass it to the parent with the batch dim unchanged."""
-  def rule(trace: BatchTrace, vals, dims, *, axis_name):
-    (x,), (dim,) = vals, dims
-    if axis_name != trace.axis_name: return prim.bind(x, axis_name=axis_name), dim
-    x = _as_array(x)
-    if dim is None:  # every example holds the same x
-      return (ad.mul(x, ad.full_like(x, trace.axis_size)) if reduce_op is Ops.ADD else x), None
-    reduced = bind(Ops.REDUCE_AXIS, x, arg=(reduce_op, (dim,)), weak_type=x.weak_type)
-    shape = tuple(x.shape)
-    return bind(Ops.RESHAPE, reduced, arg=shape[:dim] + shape[dim + 1:], weak_type=x.weak_type), None
-  return rule
-
-
-batch_rules[psum_p] = _collective_rule(psum_p, Ops.ADD)
-batch_rules[pmax_p] = _collective_rule(pmax_p, Ops.MAX)
-ad.jvp_rules[psum_p] = lambda primals, tangents, out, axis_name: psum_p.bind(tangents[0], axis_name=axis_name)
 
 
 def _axis_names(axis_name: Hashable | tuple) -> tuple:
@@ -301,28 +278,305 @@ def _as_array(x: Any) -> Any:
   return x if isinstance(x, Array) else ad._to_array(x)
 
 
-def psum(x: Any, axis_name: Hashable | tuple) -> Any:
-  """The sum of `x` (a pytree of arrays) over the examples of the vmap named `axis_name` (or several names);
-  the result is the same for every example. `psum(1, name)` is the axis size."""
+def _chain(trace: Trace | None) -> set[int]:
+  """The ids of `trace` and of the traces below it."""
+  ids = set()
+  while trace is not None:
+    ids.add(id(trace))
+    trace = trace.parent
+  return ids
+
+
+def _varies(x: Any, trace: BatchTrace) -> bool:
+  """Whether `x` may differ between the examples of `trace` (JAX's "varying" under shard_map): a value of `trace`
+  with its batch axis does, a value of a trace below it does not. Values of traces in between are looked through (a
+  vmap's value, a JVP's primal: a tangent varies as its primal does); a staged value above it (a loop body, a
+  linearized tangent) is taken as varying."""
+  below = _chain(trace.parent)
+  while isinstance(x, Tracer) and id(x.trace) not in below:
+    if isinstance(x, BatchTracer) and x.trace is trace: return True
+    if isinstance(x, BatchTracer): x = x.val
+    elif isinstance(x, ad.JVPTracer): x = x.primal
+    else: return True
+  return False
+
+
+class Collective(Primitive):
+  """A collective over the axes `axis_name` (a name, or a tuple of names with the `gathered` param). On a trace with
+  no rule for it (one between the current trace and the named BatchTraces, e.g. a staging trace) it goes straight to
+  the topmost of the named traces it still has to visit, if its operand is a value of that trace or of one below."""
+
+  def __init__(self, name: str):
+    super().__init__(name, self._impl)
+
+  def _impl(self, x: Any, **params: Any) -> Any:
+    names = _axis_names(params["axis_name"])
+    for name in names: _find_axis(name)  # NameError if unbound
+    remaining = [name for name in names if name not in params.get("gathered", ())]
+    target = next(trace for trace in _named_traces() if trace.axis_name in remaining)
+    if isinstance(x, Tracer) and id(x.trace) not in _chain(target):
+      raise NotImplementedError(
+        f"{self.name} over the vmap axis {target.axis_name!r} of a value traced by "
+        f"`{getattr(x.trace, 'fun_name', '?')}` inside that vmap is not supported (e.g. a collective in a loop body "
+        "under vmap); apply the collective outside the inner transformation")
+    return target.process_primitive(self, (x,), params)
+
+
+def _reshape(x: Any, shape: tuple[int, ...]) -> Any:
+  return x if tuple(x.shape) == tuple(shape) else bind(Ops.RESHAPE, x, arg=tuple(shape), weak_type=x.weak_type)
+
+
+def _permute(x: Any, perm: Sequence[int]) -> Any:
+  perm = tuple(int(a) for a in perm)
+  return x if perm == tuple(range(len(perm))) else bind(Ops.PERMUTE, x, arg=perm, weak_type=x.weak_type)
+
+
+def _reduce_away(x: Any, dim: int, reduce_op: Ops) -> Any:
+  """`x` reduced with `reduce_op` over its axis `dim`, which is removed."""
+  shape = tuple(x.shape)
+  reduced = bind(Ops.REDUCE_AXIS, x, arg=(reduce_op, (dim,)), weak_type=x.weak_type)
+  return _reshape(reduced, shape[:dim] + shape[dim + 1:])
+
+
+def _order_reversed(x: Any) -> Any:
+  """A value ordered as `x` reversed: -x for floats, ~x for integers and bools (no overflow at the minimum)."""
+  if dtypes.is_floating(x.dtype): return ad.neg(x)
+  all_ones = True if x.dtype == np.dtype(np.bool_) else -1 if x.dtype.kind == "i" else np.iinfo(x.dtype).max
+  return bind(Ops.XOR, x, ad.full_like(x, all_ones), weak_type=x.weak_type)
+
+
+# one name at a time: the reductions and pvary; rule(trace, vals, dims, *, axis_name) -> (out, out batch dim)
+
+def _reduction_rule(prim: Collective, reduce_away: Callable[[Any, int], Any],
+                    of_copies: Callable[[Any, int], Any]) -> Callable:
+  """Over this trace's axis: `reduce_away(x, dim)` removes the batch axis (the result is unbatched, as JAX); an
+  unbatched operand is the same in every example: `of_copies(x, axis size)`. Over another name: the collective is
+  elementwise along this trace's axis, so it passes to the parent with the batch dim unchanged."""
+  def rule(trace: BatchTrace, vals, dims, *, axis_name):
+    (x,), (dim,) = vals, dims
+    if axis_name != trace.axis_name: return prim.bind(x, axis_name=axis_name), dim
+    x = _as_array(x)
+    return (of_copies(x, trace.axis_size), None) if dim is None else (reduce_away(x, dim), None)
+  return rule
+
+
+def _pvary_rule(trace: BatchTrace, vals, dims, *, axis_name):
+  """Identity in value; over this trace's axis an unbatched operand becomes batched (a broadcast, no copy)."""
+  (x,), (dim,) = vals, dims
+  if axis_name != trace.axis_name: return pvary_p.bind(x, axis_name=axis_name), dim
+  return (broadcast_axis(x, 0, trace.axis_size), 0) if dim is None else (x, dim)
+
+
+psum_p, pmax_p, pmin_p, pvary_p = Collective("psum"), Collective("pmax"), Collective("pmin"), Collective("pvary")
+batch_rules[psum_p] = _reduction_rule(psum_p, lambda x, dim: _reduce_away(x, dim, Ops.ADD),
+                                      lambda x, size: ad.mul(x, ad.full_like(x, size)))
+batch_rules[pmax_p] = _reduction_rule(pmax_p, lambda x, dim: _reduce_away(x, dim, Ops.MAX), lambda x, size: x)
+batch_rules[pmin_p] = _reduction_rule(
+  pmin_p, lambda x, dim: _order_reversed(_reduce_away(_order_reversed(x), dim, Ops.MAX)), lambda x, size: x)
+batch_rules[pvary_p] = _pvary_rule
+
+
+# a combined axis: global rules, rule(stack (N, *example shape), **params) -> (N, *example shape of the result)
+
+def _all_gather_global(stack: Any, *, axis: int, tiled: bool) -> Any:
+  """Every example gets the stack with its example axis at `axis` (tiled: merged into the example axis there)."""
+  size, shape = stack.shape[0], tuple(stack.shape[1:])
+  gathered = move_axis(stack, 0, axis)
+  if tiled: gathered = _reshape(gathered, shape[:axis] + (size * shape[axis],) + shape[axis + 1:])
+  return broadcast_axis(gathered, 0, size)
+
+
+def _psum_scatter_global(stack: Any, *, scatter_dimension: int, tiled: bool) -> Any:
+  """The sum over the examples, split along `scatter_dimension` into N chunks: chunk k to example k (not tiled: the
+  dimension, of size N, is removed)."""
+  size, shape, dim = stack.shape[0], tuple(stack.shape[1:]), scatter_dimension
+  total = bind(Ops.REDUCE_AXIS, stack, arg=(Ops.ADD, (0,)), weak_type=stack.weak_type)
+  chunk = (shape[dim] // size,) if tiled else ()
+  return move_axis(_reshape(total, shape[:dim] + (size,) + chunk + shape[dim + 1:]), dim, 0)
+
+
+def _ppermute_global(stack: Any, *, perm: tuple) -> Any:
+  """Example `destination` gets example `source`'s value for each pair, zeros where nothing arrives: one slice and
+  pad per run of pairs that shift by the same offset (a cyclic shift is two)."""
+  size, rest = stack.shape[0], [(0, n) for n in stack.shape[1:]]
+  out = None
+  for source, destination, length in _shift_runs(perm):
+    piece = bind(Ops.SHRINK, stack, arg=((source, source + length), *rest), weak_type=stack.weak_type)
+    piece = bind(Ops.PAD, piece, arg=((destination, size - destination - length), *[(0, 0)] * len(rest)),
+                 weak_type=stack.weak_type)
+    out = piece if out is None else ad.add(out, piece)
+  return ad.zeros_like(stack) if out is None else out
+
+
+def _shift_runs(perm: tuple) -> list[tuple[int, int, int]]:
+  """`perm`'s pairs as runs (source, destination, length) of consecutive sources going to consecutive destinations."""
+  runs: list[list[int]] = []
+  for source, destination in sorted(perm):
+    if runs and runs[-1][0] + runs[-1][2] == source and runs[-1][1] + runs[-1][2] == destination: runs[-1][2] += 1
+    else: runs.append([source, destination, 1])
+  return [tuple(run) for run in runs]
+
+
+def _all_to_all_global(stack: Any, *, split_axis: int, concat_axis: int, tiled: bool) -> Any:
+  """Example s splits its `split_axis` into N chunks and sends chunk d to example d, which concatenates what it gets
+  along `concat_axis` in the order of s (not tiled: the split axis, of size N, is removed and the received values
+  stacked along a new axis at `concat_axis`). A transpose of the (sender, chunk) axes, and a reshape when tiled."""
+  size, shape = stack.shape[0], tuple(stack.shape[1:])
+  if tiled: stack = _reshape(stack, (size,) + shape[:split_axis] + (size, shape[split_axis] // size) +
+                             shape[split_axis + 1:])
+  received = move_axis(move_axis(stack, 1 + split_axis, 0), 1, 1 + concat_axis)  # (receiver, ..., sender, ...)
+  if not tiled: return received
+  out_shape = tuple(received.shape)
+  return _reshape(received, out_shape[:1 + concat_axis] + (size * out_shape[2 + concat_axis],) +
+                  out_shape[3 + concat_axis:])
+
+
+def _apply_global(global_rule: Callable, x: Any, axis_name: tuple, gathered: tuple, params: dict) -> Any:
+  """`x` has a leading axis per name of `gathered` (in that order) and the example shape; the collective over the
+  combined axis `axis_name` (first name major) as its global rule on the stack, with the same leading axes."""
+  count = len(gathered)
+  order = [gathered.index(name) for name in axis_name]
+  sizes = [x.shape[i] for i in order]
+  stack = _permute(x, order + list(range(count, len(x.shape))))
+  out = global_rule(_reshape(stack, (math.prod(sizes),) + tuple(x.shape[count:])), **params)
+  out = _reshape(out, tuple(sizes) + tuple(out.shape[1:]))
+  return _permute(out, list(np.argsort(order)) + list(range(count, len(out.shape))))
+
+
+def _combined_rule(prim: Collective, global_rule: Callable, axis_params: tuple[str, ...]) -> Callable:
+  """Over another name: elementwise along this trace's axis, which goes to the parent as the first example axis
+  (`axis_params`, the params that are example axes, shift by one). Over a name of `axis_name`: this trace's batch
+  axis becomes the operand's first axis; the last of the names applies the global rule."""
+  def rule(trace: BatchTrace, vals, dims, *, axis_name, gathered, **params):
+    (x,), (dim,) = vals, dims
+    if trace.axis_name not in axis_name:
+      if dim is None: return prim.bind(x, axis_name=axis_name, gathered=gathered, **params), None
+      shifted = {key: value + 1 if key in axis_params else value for key, value in params.items()}
+      x = move_axis(x, dim, len(gathered))
+      return prim.bind(x, axis_name=axis_name, gathered=gathered, **shifted), len(gathered)
+    x, gathered = match_axis(x, dim, 0, trace.axis_size), (trace.axis_name,) + gathered
+    if len(gathered) < len(axis_name): return prim.bind(x, axis_name=axis_name, gathered=gathered, **params), 0
+    return _apply_global(global_rule, x, axis_name, gathered, params), 0
+  return rule
+
+
+all_gather_p, psum_scatter_p = Collective("all_gather"), Collective("psum_scatter")
+ppermute_p, all_to_all_p = Collective("ppermute"), Collective("all_to_all")
+_GLOBAL_RULES: dict[Collective, tuple[Callable, tuple[str, ...]]] = {  # the rule and its params that are axes
+  all_gather_p: (_all_gather_global, ("axis",)),
+  psum_scatter_p: (_psum_scatter_global, ("scatter_dimension",)),
+  ppermute_p: (_ppermute_global, ()),
+  all_to_all_p: (_all_to_all_global, ("split_axis", "concat_axis")),
+}
+for _prim, (_global_rule, _axis_params) in _GLOBAL_RULES.items():
+  batch_rules[_prim] = _combined_rule(_prim, _global_rule, _axis_params)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# differentiating collectives: JVP rules, avals for staging them in linear programs, transpose rules
+
+def _combined_aval(prim: Collective) -> Callable:
+  """The result's (shape, dtype, weak_type) of a combined-axis collective: its global rule on a staged stack."""
+  global_rule = _GLOBAL_RULES[prim][0]
+
+  def aval(x: Any, *, axis_name: tuple, gathered: tuple, **params: Any) -> tuple:
+    count = len(gathered)
+    size = math.prod(x.shape[:count]) * axis_size(tuple(name for name in axis_name if name not in gathered))
+    scratch = StagingTrace(current_trace.get(), [], f"abstract evaluation of {prim.name}")
+    with new_trace(scratch):
+      out = global_rule(scratch.new_arg(0, (size,) + tuple(x.shape[count:]), x.dtype, x.weak_type), **params)
+    return tuple(x.shape[:count]) + tuple(out.shape[1:]), np.dtype(x.dtype), bool(x.weak_type)
+  return aval
+
+
+def _linear_jvp(prim: Collective) -> Callable:
+  return lambda primals, tangents, out, **params: prim.bind(tangents[0], **params)
+
+
+def _extremum_jvp(primals, tangents, out, *, axis_name):
+  """pmax/pmin: the tangent of the example holding the result, shared evenly between ties (as reduce_max's JVP; JAX
+  0.10 has no rule). An invariant operand under shard_map is its own result."""
+  (x,), (t,) = primals, tangents
+  trace = _find_axis(axis_name)
+  if trace.spmd and not _varies(x, trace): return t
+  hits = ad.cast(ad.eq(x, out), x.dtype)
+  share = ad.div(hits, psum_p.bind(hits, axis_name=axis_name))
+  return psum_p.bind(ad.mul(t, share), axis_name=axis_name)
+
+
+def _psum_transpose(ct: Any, *, axis_name: Hashable) -> Any:
+  """Under vmap, psum (as JAX). Under shard_map (spmd), each shard gets the cotangent once: pvary, a broadcast; a
+  varying cotangent (the psum's invariant result met a varying value) is summed first, as the pvary JAX inserts
+  there transposes to a psum."""
+  trace = _find_axis(axis_name)
+  if not trace.spmd: return psum_p.bind(ct, axis_name=axis_name)
+  if _varies(ct, trace): ct = psum_p.bind(ct, axis_name=axis_name)
+  return pvary_p.bind(ct, axis_name=axis_name)
+
+
+def _deftranspose(prim: Collective, rule: Callable) -> None:
+  """Register `rule(ct, **params)`, the cotangent of a collective's operand, for its PRIMITIVE nodes."""
+  ad.transpose_rules[prim] = lambda ct, node, known: (rule(ct, **dict(node.arg.params)),)
+
+
+for _prim in (psum_p, pvary_p, *_GLOBAL_RULES): ad.jvp_rules[_prim] = _linear_jvp(_prim)
+ad.jvp_rules[pmax_p] = ad.jvp_rules[pmin_p] = _extremum_jvp
+ad.abstract_eval_rules[psum_p] = ad.abstract_eval_rules[pvary_p] = lambda x, **params: (
+  tuple(x.shape), np.dtype(x.dtype), bool(x.weak_type))
+for _prim in _GLOBAL_RULES: ad.abstract_eval_rules[_prim] = _combined_aval(_prim)
+_deftranspose(psum_p, _psum_transpose)
+_deftranspose(pvary_p, lambda ct, *, axis_name: psum_p.bind(ct, axis_name=axis_name))
+_deftranspose(all_gather_p, lambda ct, *, axis, **params: psum_scatter_p.bind(ct, scatter_dimension=axis, **params))
+_deftranspose(psum_scatter_p, lambda ct, *, scatter_dimension, **params: all_gather_p.bind(
+  ct, axis=scatter_dimension, **params))
+_deftranspose(ppermute_p, lambda ct, *, perm, **params: ppermute_p.bind(
+  ct, perm=tuple((destination, source) for source, destination in perm), **params))
+_deftranspose(all_to_all_p, lambda ct, *, split_axis, concat_axis, **params: all_to_all_p.bind(
+  ct, split_axis=concat_axis, concat_axis=split_axis, **params))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the collectives' API (jax.lax's): each takes a name or a tuple of names (the combined axis, first name major) and a
+# pytree of arrays
+
+def axis_size(axis_name: Hashable | tuple) -> int:
+  """The number of examples along the vmap (or shard_map mesh axis) named `axis_name`; for a tuple of names, the
+  product of their sizes."""
+  return math.prod(_find_axis(name).axis_size for name in _axis_names(axis_name))
+
+
+def _reduce_each_name(prim: Collective, x: Any, axis_name: Hashable | tuple) -> Any:
   def one(leaf: Any) -> Any:
-    for name in _axis_names(axis_name): leaf = psum_p.bind(_as_array(leaf), axis_name=name)
+    leaf = _as_array(leaf)
+    for name in _axis_names(axis_name):
+      trace = _find_axis(name)
+      # shard_map: an invariant value becomes varying first (JAX's pvary), so reverse mode gives it one cotangent
+      if prim is psum_p and trace.spmd and not _varies(leaf, trace): leaf = pvary_p.bind(leaf, axis_name=name)
+      leaf = prim.bind(leaf, axis_name=name)
     return leaf
   return tree_util.tree_map(one, x)
+
+
+def psum(x: Any, axis_name: Hashable | tuple) -> Any:
+  """The sum of `x` (a pytree of arrays) over the examples of the named axis (or axes); the result is the same for
+  every example. `psum(1, name)` is the axis size."""
+  return _reduce_each_name(psum_p, x, axis_name)
 
 
 def pmax(x: Any, axis_name: Hashable | tuple) -> Any:
-  """The maximum of `x` (a pytree of arrays) over the examples of the vmap named `axis_name` (or several names)."""
-  def one(leaf: Any) -> Any:
-    for name in _axis_names(axis_name): leaf = pmax_p.bind(_as_array(leaf), axis_name=name)
-    return leaf
-  return tree_util.tree_map(one, x)
+  """The maximum of `x` (a pytree of arrays) over the examples of the named axis (or axes)."""
+  return _reduce_each_name(pmax_p, x, axis_name)
+
+
+def pmin(x: Any, axis_name: Hashable | tuple) -> Any:
+  """The minimum of `x` (a pytree of arrays) over the examples of the named axis (or axes)."""
+  return _reduce_each_name(pmin_p, x, axis_name)
 
 
 def pmean(x: Any, axis_name: Hashable | tuple) -> Any:
-  """The mean of `x` (a pytree of arrays) over the examples of the vmap named `axis_name` (or several names);
-  integers give floats, as JAX."""
-  size = 1
-  for name in _axis_names(axis_name): size *= _find_axis(name).axis_size
+  """The mean of `x` (a pytree of arrays) over the examples of the named axis (or axes); integers give floats, as
+  JAX."""
+  size = axis_size(axis_name)
 
   def one(leaf: Any) -> Any:
     total = psum(leaf, axis_name)
@@ -331,10 +585,109 @@ def pmean(x: Any, axis_name: Hashable | tuple) -> Any:
   return tree_util.tree_map(one, x)
 
 
-def axis_index(axis_name: Hashable) -> Any:
-  """The index of the current example along the vmap named `axis_name`: an int32 scalar per example."""
-  trace = _find_axis(axis_name)
-  return BatchTracer(trace, Array.from_numpy(np.arange(trace.axis_size, dtype=np.int32)), 0)
+def pvary(x: Any, axis_name: Hashable | tuple) -> Any:
+  """`x` (a pytree of arrays) unchanged in value, made varying over the named axes: an unbatched (invariant) value
+  becomes batched, a broadcast without copy. Under shard_map that decides reverse mode: each shard's copy gets its own
+  cotangent and they are summed (pvary transposes to psum). JAX 0.10 spells it `pcast(x, axis_name, to='varying')`."""
+  def one(leaf: Any) -> Any:
+    leaf = _as_array(leaf)
+    for name in _axis_names(axis_name):
+      _find_axis(name)
+      leaf = pvary_p.bind(leaf, axis_name=name)
+    return leaf
+  return tree_util.tree_map(one, x)
+
+
+def axis_index(axis_name: Hashable | tuple) -> Any:
+  """The index of the current example along the named axis: an int32 scalar per example. For a tuple of names, the
+  index along the combined axis, the first name major: `axis_index(('x', 'y')) == ix * ny + iy`."""
+  index = None
+  for name in _axis_names(axis_name):
+    trace = _find_axis(name)
+    own = BatchTracer(trace, Array.from_numpy(np.arange(trace.axis_size, dtype=np.int32)), 0)
+    index = own if index is None else ad.add(ad.mul(index, ad.full_like(index, trace.axis_size)), own)
+  return index
+
+
+def _canonical_axis(axis: int, bound: int) -> int:
+  """`axis` (negative counts from the end) as a position in [0, bound); ValueError outside."""
+  if not -bound <= axis < bound:
+    raise ValueError(f"axis {axis} is out of bounds for array of dimension {bound}")
+  return axis % bound
+
+
+def _combined(prim: Collective, x: Any, axis_name: Hashable | tuple, check: Callable[[Any, int], dict]) -> Any:
+  """Apply `prim` over the combined axis to each leaf of `x`; `check(leaf, axis size)` validates the leaf and
+  returns the primitive's params."""
+  names = _axis_names(axis_name)
+  size = axis_size(names)
+
+  def one(leaf: Any) -> Any:
+    leaf = _as_array(leaf)
+    return prim.bind(leaf, axis_name=names, gathered=(), **check(leaf, size))
+  return tree_util.tree_map(one, x)
+
+
+def all_gather(x: Any, axis_name: Hashable | tuple, *, axis: int = 0, tiled: bool = False) -> Any:
+  """Every example's `x` (a pytree of arrays) stacked over the named axis (or axes) along a new axis at `axis`, the
+  same for every example: shape (..., N, ...) with N the axis size; `tiled`: concatenated along the existing `axis`
+  instead (its size times N). Transposes to psum_scatter."""
+  def check(leaf: Any, size: int) -> dict:
+    return {"axis": _canonical_axis(axis, len(leaf.shape) + (not tiled)), "tiled": bool(tiled)}
+  return _combined(all_gather_p, x, axis_name, check)
+
+
+def psum_scatter(x: Any, axis_name: Hashable | tuple, *, scatter_dimension: int = 0, tiled: bool = False) -> Any:
+  """The sum of `x` (a pytree of arrays) over the named axis (or axes), of which example k keeps the k-th of N
+  chunks along `scatter_dimension`: `tiled`, a chunk of size dim / N (dim divisible by N); not tiled, the dimension
+  must be N and is removed. Transposes to all_gather."""
+  def check(leaf: Any, size: int) -> dict:
+    dim = _canonical_axis(scatter_dimension, len(leaf.shape))
+    if tiled and leaf.shape[dim] % size:
+      raise ValueError(f"tiled reduce_scatter operand scatter dimension size {leaf.shape[dim]} must be divisible by "
+                       f"shard_count {size}")
+    if not tiled and leaf.shape[dim] != size:
+      raise ValueError(f"reduce_scatter operand scatter dimension size {leaf.shape[dim]} must match shard count "
+                       f"{size}")
+    return {"scatter_dimension": dim, "tiled": bool(tiled)}
+  return _combined(psum_scatter_p, x, axis_name, check)
+
+
+def ppermute(x: Any, axis_name: Hashable | tuple, perm: Sequence[tuple[int, int]]) -> Any:
+  """`x` (a pytree of arrays) sent along the named axis (or axes): for each pair (source, destination) of `perm`,
+  example `destination` gets example `source`'s value; examples that receive nothing get zeros. Sources and
+  destinations are each distinct indices into the axis. Transposes to the inverse permutation."""
+  pairs = tuple((int(source), int(destination)) for source, destination in perm)
+
+  def check(leaf: Any, size: int) -> dict:
+    sources, destinations = [s for s, _ in pairs], [d for _, d in pairs]
+    if len(set(sources)) < len(sources) or len(set(destinations)) < len(destinations):
+      raise ValueError(f"ppermute sources and destinations must be unique, got {pairs}.")
+    if not all(0 <= i < size for i in sources + destinations):
+      raise ValueError(f"ppermute indices must be in [0, {size}) for the axis {axis_name!r} of size {size}, got "
+                       f"{pairs}.")
+    return {"perm": pairs}
+  return _combined(ppermute_p, x, axis_name, check)
+
+
+def all_to_all(x: Any, axis_name: Hashable | tuple, split_axis: int, concat_axis: int, *, tiled: bool = False) -> Any:
+  """Each example splits `x` (a pytree of arrays) into N chunks along `split_axis` and sends chunk k to example k,
+  which concatenates the chunks it receives along `concat_axis`, in the order of their senders. `tiled`: the split
+  axis (divisible by N) shrinks N times and the concat axis grows N times; not tiled: the split axis must be N and is
+  removed, and the N received values are stacked along a new axis at `concat_axis`. Transposes to all_to_all with the
+  two axes swapped."""
+  def check(leaf: Any, size: int) -> dict:
+    ndim = len(leaf.shape)
+    split = _canonical_axis(split_axis, ndim)
+    concat = _canonical_axis(concat_axis, ndim)
+    if tiled and leaf.shape[split] % size:
+      raise ValueError(f"The size of all_to_all split_axis ({leaf.shape[split]}) has to be divisible by the size of "
+                       f"the named axis {axis_name} ({size})")
+    if not tiled and leaf.shape[split] != size:
+      raise ValueError("all_to_all requires the size of the mapped axis axis_name to equal x.shape[split_axis], but "
+                       f"they are {size} and {leaf.shape[split]} respectively.")
+    return {"split_axis": split, "concat_axis": concat, "tiled": bool(tiled)}
+  return _combined(all_to_all_p, x, axis_name, check)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
