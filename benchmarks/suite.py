@@ -185,9 +185,8 @@ def train_step(jax, jnp, problem, devices: int = 0):
     Mesh, PartitionSpec = jax.sharding.Mesh, jax.sharding.PartitionSpec
     mesh = Mesh(np.array(jax.devices()[:devices]), ("data",))
 
-    def local(params, x, y):
-      loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-      return jax.lax.pmean(loss, "data"), jax.lax.pmean(grads, "data")
+    def local(params, x, y):  # the pmean'ed loss's gradient: the whole batch's, on every device (check_vma)
+      return jax.value_and_grad(lambda p: jax.lax.pmean(loss_fn(p, x, y), "data"))(params)
     grads_of = jax.shard_map(local, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec("data"),
                                                          PartitionSpec("data")), out_specs=PartitionSpec())
 

@@ -1,6 +1,7 @@
 """Data-parallel training with `shard_map`: the batch is split over a mesh axis "data", each device computes the
-gradient of its shard's loss, `lax.pmean` averages them, and every device applies the same Adam update to its copy of
-the parameters. The result equals training on one device with the whole batch (checked at the end).
+loss of its shard, `lax.pmean` averages the losses, the gradient of that with respect to the replicated parameters is
+the whole batch's gradient on every device, and every device applies the same Adam update to its copy of the
+parameters. The result equals training on one device with the whole batch (checked at the end).
 
     TINYJAX_CPU_DEVICES=2 .venv/bin/python examples/data_parallel.py          # 2 CPU devices in this process
     TINYJAX_CPU_DEVICES=4 .venv/bin/python examples/data_parallel.py --steps 50 --batch 256
@@ -35,11 +36,12 @@ def loss_fn(params: list[dict], x, y):
 
 
 def make_step(optimizer, mesh=None):
-  """The jitted training step; with a mesh, the gradient is computed per shard of the batch and averaged."""
+  """The jitted training step; with a mesh, each device computes the loss of its shard of the batch, `pmean` makes
+  it the whole batch's mean loss, and its gradient with respect to the replicated parameters is the same on every
+  device (under shard_map's check_vma the parameters' cotangents are summed over the shards, as in JAX)."""
   def grads_of(params, x, y):
-    loss, grads = tj.value_and_grad(loss_fn)(params, x, y)
-    if mesh is None: return loss, grads
-    return lax.pmean(loss, "data"), lax.pmean(grads, "data")
+    if mesh is None: return tj.value_and_grad(loss_fn)(params, x, y)
+    return tj.value_and_grad(lambda p: lax.pmean(loss_fn(p, x, y), "data"))(params)
 
   if mesh is not None:
     grads_of = tj.shard_map(grads_of, mesh=mesh, in_specs=(P(), P("data"), P("data")), out_specs=P())

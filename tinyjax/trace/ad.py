@@ -327,10 +327,23 @@ transpose_rules.update({
 })
 
 
-def transpose(program: UOp, n_inputs: int, consts: list[Any], cotangents: list[Any]) -> list[Any]:
+def _cotangent_typers(program: UOp, n_inputs: int, consts: list[Any], primals: list[Any] | None) -> list[Callable]:
+  """From each trace below the current one that types values (shard_map's mesh axes under check_vma: BatchTrace
+  `cotangent_typer`), a function (node, cotangent) -> the cotangent as that node's type wants it."""
+  typers, trace = [], current_trace.get()
+  while trace is not None:
+    make = getattr(trace, "cotangent_typer", None)
+    if make is not None and (typer := make(program, n_inputs, consts, primals)) is not None: typers.append(typer)
+    trace = trace.parent
+  return typers
+
+
+def transpose(program: UOp, n_inputs: int, consts: list[Any], cotangents: list[Any],
+              primals: list[Any] | None = None) -> list[Any]:
   """Given a linear `program` (SINK over tangent outputs; PARAM i < n_inputs are tangent inputs, the other PARAMs
   index `consts`) and a cotangent per output (None for zero), return the cotangent of each input (None for zero).
-  Runs on the current trace."""
+  Runs on the current trace. `primals`: the values the tangent inputs are tangents of, where known (they type the
+  cotangents under shard_map, see `_cotangent_typers`)."""
   linear: set[UOp] = set()
   inputs: dict[int, UOp] = {}
   for node in program.toposort:
@@ -349,8 +362,10 @@ def transpose(program: UOp, n_inputs: int, consts: list[Any], cotangents: list[A
     return known_values[node]
 
   accumulated: dict[UOp, Any] = {}
+  typers = _cotangent_typers(program, n_inputs, consts, primals)
 
   def accumulate(node: UOp, ct: Any) -> None:
+    for typer in typers: ct = typer(node, ct)
     accumulated[node] = ct if node not in accumulated else add(accumulated[node], ct)
 
   for out, ct in zip(program.src, cotangents):
@@ -456,18 +471,6 @@ def _linearize(fun: Callable, primal_leaves: list[Any], in_tree: Any, has_aux: b
   return arrays, primals_out, out_tree, program, linear, aux
 
 
-def _input_cotangent(ct: Any, primal: Any) -> Any:
-  """The cotangent of an input as the traces below type it: each trace from the current one down that has an
-  `input_cotangent(ct, primal)` method applies it (shard_map's mesh axes sum the cotangent of an input that does not
-  vary over them, see BatchTrace)."""
-  trace = current_trace.get()
-  while trace is not None:
-    rule = getattr(trace, "input_cotangent", None)
-    if rule is not None: ct = rule(ct, primal)
-    trace = trace.parent
-  return ct
-
-
 def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> Any:
   """Reverse mode: `(fun(*primals), vjp_fn)` where `vjp_fn(cotangent)` returns the cotangent of each primal."""
   check_callable(fun)
@@ -486,10 +489,9 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> Any:
       if ct.shape != primal.shape:
         raise ValueError(f"unexpected shape of cotangent: got {ct.shape}, expected {primal.shape} for an output")
       ct_arrays.append(ct)
-    grads = transpose(program, len(arrays), linear.consts, ct_arrays)
+    grads = transpose(program, len(arrays), linear.consts, ct_arrays, arrays)
     # each cotangent has its primal's dtype and weak type (grad of a Python float is a weak float32, as JAX)
-    grads = [zeros_like(a) if g is None else cast(_input_cotangent(g, a), a.dtype, a.weak_type)
-             for g, a in zip(grads, arrays)]
+    grads = [zeros_like(a) if g is None else cast(g, a.dtype, a.weak_type) for g, a in zip(grads, arrays)]
     return tree_util.tree_unflatten(in_tree, grads)
 
   result = (tree_util.tree_unflatten(out_tree, primals_out), vjp_fn)

@@ -28,7 +28,7 @@ from tinyjax.array import Array
 from tinyjax.trace import ad
 from tinyjax.trace.core import (ConcretizationTypeError, Primitive, StagingTrace, Trace, Tracer, bind, check_callable,
                                 current_trace, new_trace, set_current_trace)
-from tinyjax.uop import ELEMENTWISE, Ops
+from tinyjax.uop import ELEMENTWISE, Ops, UOp
 
 batch_rules: dict[Ops | Primitive, Callable] = {}
 
@@ -97,12 +97,30 @@ class BatchTrace(Trace):
       out, out_dim = rule(vals, dims, arg, dtype, weak_type)
     return self.pack(out, out_dim)
 
-  def input_cotangent(self, ct: Any, primal: Any) -> Any:
-    """Reverse mode's cotangent of an input (`ad.vjp`): under spmd, one of an input that does not vary over this axis
-    is summed over it if it varies (the input met varying values, where JAX inserts a pvary, which transposes to a
-    psum); under vmap it is left as it is."""
-    if self.spmd and _varies(ct, self) and not _varies(primal, self): return psum_p.bind(ct, axis_name=self.axis_name)
-    return ct
+  def cotangent_typer(self, program: UOp, n_inputs: int, consts: list[Any], primals: list[Any] | None
+                      ) -> Callable[[UOp, Any], Any] | None:
+    """Under spmd, reverse mode's typing of cotangents (`ad.transpose`) for a linear program: which of its nodes vary
+    over this axis (a tangent input as its primal, a const as it is, a psum / pmax / pmin over this axis does not,
+    any other node if an operand does), and a function that sums over the axis the cotangent of a node that does not
+    vary when the cotangent does (the node met varying values, where JAX inserts a pvary, whose transpose is a psum).
+    None under vmap."""
+    if not self.spmd: return None
+    varying: set[UOp] = set()
+    for node in program.toposort:
+      if node.op is Ops.PARAM:
+        index = node.arg[0]
+        value = consts[index - n_inputs] if index >= n_inputs else None if primals is None else primals[index]
+        if value is None or _varies(value, self): varying.add(node)
+      elif node.op is Ops.PRIMITIVE and node.arg.prim in (psum_p, pmax_p, pmin_p) and \
+          dict(node.arg.params)["axis_name"] == self.axis_name: continue
+      elif node.op is Ops.PRIMITIVE and node.arg.prim is pvary_p and \
+          dict(node.arg.params)["axis_name"] == self.axis_name: varying.add(node)
+      elif any(src in varying for src in node.src): varying.add(node)
+
+    def typer(node: UOp, ct: Any) -> Any:
+      if node not in varying and _varies(ct, self): return psum_p.bind(ct, axis_name=self.axis_name)
+      return ct
+    return typer
 
   def process_primitive(self, prim: Primitive, operands: tuple[Any, ...], params: dict) -> Any:
     """With a rule: apply it (even when nothing is batched: collectives need that). Without one: an unbatched call
@@ -505,12 +523,10 @@ def _extremum_jvp(primals, tangents, out, *, axis_name):
 
 
 def _psum_transpose(ct: Any, *, axis_name: Hashable) -> Any:
-  """Under vmap, psum (as JAX). Under shard_map (spmd), each shard gets the cotangent once: pvary, a broadcast; a
-  varying cotangent (the psum's invariant result met a varying value) is summed first, as the pvary JAX inserts
-  there transposes to a psum."""
+  """Under vmap, psum (as JAX). Under shard_map (spmd), each shard gets the cotangent once: pvary, a broadcast (a
+  varying cotangent of the psum's invariant result was summed first: BatchTrace.cotangent_typer)."""
   trace = _find_axis(axis_name)
   if not trace.spmd: return psum_p.bind(ct, axis_name=axis_name)
-  if _varies(ct, trace): ct = psum_p.bind(ct, axis_name=axis_name)
   return pvary_p.bind(ct, axis_name=axis_name)
 
 
