@@ -330,3 +330,22 @@ def test_grad_of_replicated_input_mixing_invariant_and_varying_uses():
     return tj.grad(lambda q: lax.psum((q * x).sum(), "i") + (q * q).sum())(p)
   out = tj.shard_map(body, mesh=mesh, in_specs=(P(), P("i")), out_specs=P())(p, xs)
   np.testing.assert_array_equal(np.asarray(out), [14.0, 20.0])
+
+
+def test_typeof_varying_axes_and_pcast():
+  """typeof shows the mesh axes a value varies over (JAX's vma); pcast(to='varying') makes a replicated value vary."""
+  mesh = tj.make_mesh((4, 2), ("i", "j"))
+  seen = []
+
+  def body(x, y):
+    seen.append((tj.typeof(x).vma, tj.typeof(lax.psum(x, "j")).vma, tj.typeof(y).vma,
+                 tj.typeof(lax.pcast(y, "i", to="varying")).vma, str(tj.typeof(x))))
+    return lax.psum(x, "j") * lax.pcast(y, "i", to="varying")
+  out = tj.shard_map(body, mesh=mesh, in_specs=(P("i", "j"), P()), out_specs=P("i"))(
+    np.arange(32.0, dtype=np.float32).reshape(8, 4), np.float32(2))
+  assert seen == [({"i", "j"}, {"i"}, frozenset(), {"i"}, "float32[2,2]{i,j}")]
+  x = np.arange(32.0).reshape(8, 4)
+  np.testing.assert_array_equal(np.asarray(out), 2 * (x[:, :2] + x[:, 2:]))
+  with pytest.raises(ValueError, match="to='varying'"):
+    tj.shard_map(lambda v: lax.pcast(v, "i", to="invariant"), mesh=mesh, in_specs=P("i"), out_specs=P("i"))(
+      np.ones(8, np.float32))

@@ -32,9 +32,9 @@ from tinyjax.lax._reductions import (argmax_p, argmin_p, dot_general_p, reduce_m
                                      reduce_sum_p)
 from tinyjax.lax._shape import clamp_p, select_n_p
 from tinyjax.trace.ad import stop_gradient_p
-# collectives over named axes (vmap's axis_name today; shard_map's mesh axes later)
-from tinyjax.trace.batching import (all_gather, all_to_all, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum,
-                                    psum_scatter, pvary)
+# collectives over named axes (vmap's axis_name, shard_map's mesh axes)
+from tinyjax.trace.batching import (all_gather, all_to_all, axis_index, axis_size, pcast, pmax, pmean, pmin, ppermute,
+                                    psum, psum_scatter, pvary)
 
 __all__ = [
   "abs", "abs_p", "acos", "acos_p", "acosh", "acosh_p", "add", "all_gather", "all_to_all", "argmax", "argmax_p",
@@ -51,7 +51,8 @@ __all__ = [
   "expm1_p", "floor", "floor_p", "fori_loop", "full", "full_like", "gather", "GatherDimensionNumbers",
   "GatherScatterMode", "ge", "gt", "integer_pow", "integer_pow_p", "iota", "is_finite", "is_finite_p", "le", "log",
   "log1p", "log1p_p", "log_p", "logistic", "logistic_p", "lt", "map", "max", "max_p", "min", "min_p", "mul", "ne",
-  "neg", "nextafter", "optimization_barrier", "pad", "padtype_to_pads", "pmax", "pmean", "pmin", "population_count",
+  "neg", "nextafter", "optimization_barrier", "pad", "padtype_to_pads", "pcast", "pmax", "pmean", "pmin",
+  "population_count",
   "pow", "pow_p", "ppermute", "Precision", "psum", "psum_scatter", "pvary", "reciprocal", "reduce", "reduce_and",
   "reduce_max", "reduce_max_p", "reduce_min",
   "reduce_min_p", "reduce_or", "reduce_precision", "reduce_prod", "reduce_prod_p", "reduce_sum", "reduce_sum_p",

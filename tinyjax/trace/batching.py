@@ -601,6 +601,27 @@ def pmean(x: Any, axis_name: Hashable | tuple) -> Any:
   return tree_util.tree_map(one, x)
 
 
+def pcast(x: Any, axis_name: Hashable | tuple, *, to: str) -> Any:
+  """JAX 0.10's cast of a value's varying type over mesh axes: `to='varying'` is `pvary`. ('invariant' would need
+  the value to be the same along the axes: use psum / pmean / all_gather instead.)"""
+  if to != "varying":
+    raise ValueError(f"pcast to={to!r} is not supported: only to='varying' (a value becomes invariant over an axis "
+                     "through a collective, e.g. lax.psum or lax.pmean)")
+  return pvary(x, axis_name)
+
+
+def varying_axes(x: Any) -> frozenset:
+  """The shard_map mesh axes (spmd BatchTraces) along which `x` may differ: JAX's `typeof(x).vma`."""
+  axes = set()
+  while isinstance(x, Tracer):
+    if isinstance(x, BatchTracer):
+      if x.trace.spmd: axes.add(x.trace.axis_name)
+      x = x.val
+    elif isinstance(x, ad.JVPTracer): x = x.primal
+    else: break
+  return frozenset(axes)
+
+
 def pvary(x: Any, axis_name: Hashable | tuple) -> Any:
   """`x` (a pytree of arrays) unchanged in value, made varying over the named axes: an unbatched (invariant) value
   becomes batched, a broadcast without copy. Under shard_map that decides reverse mode: each shard's copy gets its own

@@ -195,23 +195,24 @@ class StagingTrace(Trace):
 
 class ShapedArray:
   """An abstract value: shape, dtype and weak type (what `typeof` returns; prints like JAX's, `float32[3]`)."""
-  __slots__ = ("shape", "dtype", "weak_type")
+  __slots__ = ("shape", "dtype", "weak_type", "vma")
 
-  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool = False):
-    self.shape, self.dtype, self.weak_type = tuple(shape), np.dtype(dtype), bool(weak_type)
+  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool = False, vma: frozenset = frozenset()):
+    self.shape, self.dtype, self.weak_type, self.vma = tuple(shape), np.dtype(dtype), bool(weak_type), frozenset(vma)
 
   @property
   def ndim(self) -> int: return len(self.shape)
 
   def str_short(self) -> str:
-    return f"{self.dtype.name}[{','.join(map(str, self.shape))}]"
+    varying = f"{{{','.join(sorted(map(str, self.vma)))}}}" if self.vma else ""
+    return f"{self.dtype.name}[{','.join(map(str, self.shape))}]{varying}"
 
   def __str__(self) -> str: return self.str_short()
   def __repr__(self) -> str: return f"ShapedArray({self.str_short()}{', weak_type=True' if self.weak_type else ''})"
   def __eq__(self, other: Any) -> bool:
-    return isinstance(other, ShapedArray) and (self.shape, self.dtype, self.weak_type) == (
-      other.shape, other.dtype, other.weak_type)
-  def __hash__(self) -> int: return hash((self.shape, self.dtype, self.weak_type))
+    return isinstance(other, ShapedArray) and (self.shape, self.dtype, self.weak_type, self.vma) == (
+      other.shape, other.dtype, other.weak_type, other.vma)
+  def __hash__(self) -> int: return hash((self.shape, self.dtype, self.weak_type, self.vma))
 
 
 def typeof(x: Any) -> ShapedArray:
@@ -219,7 +220,8 @@ def typeof(x: Any) -> ShapedArray:
   if not isinstance(x, Array):
     from tinyjax.lax._base import to_array
     x = to_array(x)
-  return ShapedArray(x.shape, x.dtype, x.weak_type)
+  from tinyjax.trace.batching import varying_axes  # (batching sits above core)
+  return ShapedArray(x.shape, x.dtype, x.weak_type, varying_axes(x))
 
 
 class PrimitiveCall:
