@@ -327,23 +327,29 @@ transpose_rules.update({
 })
 
 
-def _cotangent_typers(program: UOp, n_inputs: int, consts: list[Any], primals: list[Any] | None) -> list[Callable]:
-  """From each trace below the current one that types values (shard_map's mesh axes under check_vma: BatchTrace
-  `cotangent_typer`), a function (node, cotangent) -> the cotangent as that node's type wants it."""
-  typers, trace = [], current_trace.get()
+def _spmd_axes(program: UOp, n_inputs: int, consts: list[Any], primals: list[Any] | None) -> list[tuple[Any, set]]:
+  """The traces below the current one that type values as varying or not (shard_map's mesh axes under check_vma:
+  BatchTrace `varying_nodes`), each with the nodes of `program` that vary over its axis."""
+  axes, trace = [], current_trace.get()
   while trace is not None:
-    make = getattr(trace, "cotangent_typer", None)
-    if make is not None and (typer := make(program, n_inputs, consts, primals)) is not None: typers.append(typer)
+    find = getattr(trace, "varying_nodes", None)
+    if find is not None and (varying := find(program, n_inputs, consts, primals)) is not None:
+      axes.append((trace, varying))
     trace = trace.parent
-  return typers
+  return axes
 
 
 def transpose(program: UOp, n_inputs: int, consts: list[Any], cotangents: list[Any],
               primals: list[Any] | None = None) -> list[Any]:
   """Given a linear `program` (SINK over tangent outputs; PARAM i < n_inputs are tangent inputs, the other PARAMs
   index `consts`) and a cotangent per output (None for zero), return the cotangent of each input (None for zero).
-  Runs on the current trace. `primals`: the values the tangent inputs are tangents of, where known (they type the
-  cotangents under shard_map, see `_cotangent_typers`)."""
+  Runs on the current trace. `primals`: the values the tangent inputs are tangents of, where known.
+
+  Under shard_map's check_vma (`_spmd_axes`), a node that does not vary over a mesh axis but receives a cotangent that
+  does (it met varying values, where JAX inserts a pvary) must have that cotangent summed over the axis (pvary's
+  transpose is psum). The sum commutes with the transposes of the nodes that don't vary (their known operands don't
+  vary either), so it is kept `pending` through them and done where it must: at a tangent input or a collective. A
+  weight gradient is then summed once over the shards, after its contraction, not as a product per example."""
   linear: set[UOp] = set()
   inputs: dict[int, UOp] = {}
   for node in program.toposort:
@@ -362,27 +368,43 @@ def transpose(program: UOp, n_inputs: int, consts: list[Any], cotangents: list[A
     return known_values[node]
 
   accumulated: dict[UOp, Any] = {}
-  typers = _cotangent_typers(program, n_inputs, consts, primals)
+  pending: dict[UOp, list[tuple[Any, tuple]]] = {}  # node -> [(cotangent, the spmd traces to sum it over)]
+  spmd = _spmd_axes(program, n_inputs, consts, primals)
+
+  def add_to(node: UOp, ct: Any) -> None:
+    accumulated[node] = ct if node not in accumulated else add(accumulated[node], ct)
 
   def accumulate(node: UOp, ct: Any) -> None:
-    for typer in typers: ct = typer(node, ct)
-    accumulated[node] = ct if node not in accumulated else add(accumulated[node], ct)
+    over = tuple(trace for trace, varying in spmd if node not in varying and trace.varies(ct))
+    if over: pending.setdefault(node, []).append((ct, over))
+    else: add_to(node, ct)
+
+  def settle(node: UOp) -> None:
+    for ct, over in pending.pop(node, ()):
+      for trace in over: ct = trace.psum(ct)
+      add_to(node, ct)
 
   for out, ct in zip(program.src, cotangents):
     if ct is not None and out in linear: accumulate(out, cast(ct, out.dtype))
   for node in reversed(program.toposort):
-    if node.op in (Ops.SINK, Ops.PARAM) or node not in accumulated: continue
-    ct = accumulated.pop(node)
+    if node.op in (Ops.SINK, Ops.PARAM): continue
+    if node.op in (Ops.PROJECT, Ops.PRIMITIVE): settle(node)  # (collectives and multi-output nodes: summed first)
+    if node not in accumulated and node not in pending: continue
     if node.op is Ops.PROJECT:  # one output of a multi-output node: its rule gets {output index: cotangent}
       outputs = accumulated.setdefault(node.src[0], {})
-      outputs[node.arg[0]] = ct
+      outputs[node.arg[0]] = accumulated.pop(node)
       continue
     known = [None if s in linear else known_value(s) for s in node.src]
     op = node.arg.prim if node.op is Ops.PRIMITIVE else node.op
     rule = transpose_rules.get(op)
     if rule is None: raise NotImplementedError(f"transpose rule for {op.name} (a non-linear op in a tangent)")
-    for src, contribution in zip(node.src, rule(ct, node, known)):
-      if contribution is not None and src in linear: accumulate(src, contribution)
+    if node in accumulated:
+      for src, contribution in zip(node.src, rule(accumulated.pop(node), node, known)):
+        if contribution is not None and src in linear: accumulate(src, contribution)
+    for ct, over in pending.pop(node, ()):
+      for src, contribution in zip(node.src, rule(ct, node, known)):
+        if contribution is not None and src in linear: pending.setdefault(src, []).append((contribution, over))
+  for node in inputs.values(): settle(node)
   return [accumulated.get(inputs[i]) if i in inputs else None for i in range(n_inputs)]
 
 

@@ -97,13 +97,10 @@ class BatchTrace(Trace):
       out, out_dim = rule(vals, dims, arg, dtype, weak_type)
     return self.pack(out, out_dim)
 
-  def cotangent_typer(self, program: UOp, n_inputs: int, consts: list[Any], primals: list[Any] | None
-                      ) -> Callable[[UOp, Any], Any] | None:
-    """Under spmd, reverse mode's typing of cotangents (`ad.transpose`) for a linear program: which of its nodes vary
-    over this axis (a tangent input as its primal, a const as it is, a psum / pmax / pmin over this axis does not,
-    any other node if an operand does), and a function that sums over the axis the cotangent of a node that does not
-    vary when the cotangent does (the node met varying values, where JAX inserts a pvary, whose transpose is a psum).
-    None under vmap."""
+  def varying_nodes(self, program: UOp, n_inputs: int, consts: list[Any], primals: list[Any] | None) -> set | None:
+    """Under spmd, the nodes of a linear program (`ad.transpose`) that vary over this axis: a tangent input as its
+    primal does (unknown: it does), a const as it is, a psum / pmax / pmin over this axis does not, any other node if
+    an operand does. None under vmap (no typing)."""
     if not self.spmd: return None
     varying: set[UOp] = set()
     for node in program.toposort:
@@ -116,11 +113,10 @@ class BatchTrace(Trace):
       elif node.op is Ops.PRIMITIVE and node.arg.prim is pvary_p and \
           dict(node.arg.params)["axis_name"] == self.axis_name: varying.add(node)
       elif any(src in varying for src in node.src): varying.add(node)
+    return varying
 
-    def typer(node: UOp, ct: Any) -> Any:
-      if node not in varying and _varies(ct, self): return psum_p.bind(ct, axis_name=self.axis_name)
-      return ct
-    return typer
+  def varies(self, x: Any) -> bool: return _varies(x, self)
+  def psum(self, x: Any) -> Any: return psum_p.bind(x, axis_name=self.axis_name)
 
   def process_primitive(self, prim: Primitive, operands: tuple[Any, ...], params: dict) -> Any:
     """With a rule: apply it (even when nothing is batched: collectives need that). Without one: an unbatched call
@@ -524,7 +520,7 @@ def _extremum_jvp(primals, tangents, out, *, axis_name):
 
 def _psum_transpose(ct: Any, *, axis_name: Hashable) -> Any:
   """Under vmap, psum (as JAX). Under shard_map (spmd), each shard gets the cotangent once: pvary, a broadcast (a
-  varying cotangent of the psum's invariant result was summed first: BatchTrace.cotangent_typer)."""
+  varying cotangent of the psum's invariant result was summed first: ad.transpose)."""
   trace = _find_axis(axis_name)
   if not trace.spmd: return psum_p.bind(ct, axis_name=axis_name)
   return pvary_p.bind(ct, axis_name=axis_name)
