@@ -364,3 +364,22 @@ def test_data_parallel_weight_gradient_is_one_contraction():
   assert stats.temp_size_in_bytes < 1 << 20, stats
   expected = x.astype(np.float64).T @ (1 - np.tanh(x.astype(np.float64) @ w) ** 2) / 4
   np.testing.assert_allclose(np.asarray(f(w, x)), expected, rtol=2e-4, atol=1e-5)
+
+
+def test_sum_over_shards_of_per_shard_sums():
+  """A replicated layer's gradients over 2 shards: per-shard sums over the batch, then their sum over the shards (the
+  reduction over 2 shards was split into 2 one-element partials, whose float64 partial had no loop and kept the
+  float32 sum's type: invalid LLVM IR)."""
+  tj.config.update("jax_num_cpu_devices", 2)
+  mesh = mesh_1d(2, "data")
+  w, b, x = normal((256, 512), 1) * 0.1, normal((512,), 2), normal((512, 256), 3)
+
+  def loss(p, xb):
+    return jnp.maximum(xb @ p[0] + p[1], 0).sum(-1).mean()
+
+  def local(p, xb):
+    return tj.grad(lambda q: lax.pmean(loss(q, xb), "data"))(p)
+  out = tj.jit(tj.shard_map(local, mesh=mesh, in_specs=(P(), P("data")), out_specs=P()))((w, b), x)
+  whole = tj.grad(loss)((w, b), x)
+  for got, want in zip(out, whole):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)

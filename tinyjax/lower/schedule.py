@@ -626,7 +626,9 @@ class _Rangeify:
           return UOp(Ops.REDUCE, node.dtype, (value, *ranges), reduce_op)
         self.range_count, self.work = state
       value, ranges = self._reduce_value(src, idx, valid, axes, [[axis] for axis in long_axes])
-      return UOp(Ops.REDUCE, node.dtype, (value, *ranges), reduce_op) if ranges else value
+      if ranges: return UOp(Ops.REDUCE, node.dtype, (value, *ranges), reduce_op)
+      # every reduced axis has length 1: the value itself (in the reduction's dtype: a split sum's float64 partial)
+      return value if value.dtype == node.dtype else UOp(Ops.CAST, node.dtype, (value,))
     raise NotImplementedError(f"rangeify: no rule for {op.name}")
 
   def _reduce_value(self, src: UOp, idx: tuple[UOp, ...], valid: UOp | None, axes: tuple[int, ...],

@@ -103,7 +103,9 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   per_output = length * _element_cost(source, realized, {} if memo is None else memo)
   if outputs * per_output < SPLIT_MIN_WORK: return 0  # also an empty reduction
   chunk_work = outputs * per_output if streamed else per_output  # a streamed chunk reads all its outputs' columns
-  partials = min(threads * SPLIT_PARTIALS_PER_THREAD, chunk_work // SPLIT_MIN_CHUNK_WORK, length) // threads * threads
+  # (chunks of at least 2 elements: a partial result per element is the input copied)
+  partials = min(threads * SPLIT_PARTIALS_PER_THREAD, chunk_work // SPLIT_MIN_CHUNK_WORK, length // 2) // threads * \
+      threads
   # a count that divides the first reduced axis splits that axis alone (`split_reduction`): prefer one if there is
   leading = source.shape[min(axes)]
   return next((p for p in range(partials, 0, -threads) if leading % p == 0), partials)
