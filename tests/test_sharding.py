@@ -383,3 +383,40 @@ def test_sum_over_shards_of_per_shard_sums():
   whole = tj.grad(loss)((w, b), x)
   for got, want in zip(out, whole):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+def test_jit_infers_in_specs_from_sharded_arguments_and_keys_on_them():
+  """Inside jit (and grad of it) a shard_map without in_specs reads the sharded arguments' specs; the program is
+  traced again for another sharding of the same shapes."""
+  mesh = mesh_1d(4, "batch")
+  loss = tj.shard_map(lambda w, x: lax.pmean(((x @ w) ** 2).mean(), "batch"), mesh=mesh, out_specs=P())
+  w, x = normal((3, 2), 1), normal((8, 3), 2)
+  w_rep = tj.device_put(w, NamedSharding(mesh, P()))
+  x_rows = tj.device_put(x, NamedSharding(mesh, P("batch")))
+  expected = ((x.astype(np.float64) @ w) ** 2).mean()
+  np.testing.assert_allclose(float(tj.jit(loss)(w_rep, x_rows)), expected, rtol=1e-5)
+  grad = tj.jit(tj.grad(loss))(w_rep, x_rows)
+  np.testing.assert_allclose(np.asarray(grad), 2 * x.T.astype(np.float64) @ (x @ w) / 16, rtol=1e-4, atol=1e-6)
+  # the same shapes replicated: another program, in which every shard holds the whole batch
+  x_rep = tj.device_put(x, NamedSharding(mesh, P()))
+  np.testing.assert_allclose(float(tj.jit(loss)(w_rep, x_rep)), expected, rtol=1e-5)
+  with pytest.raises(ValueError, match="cannot be inferred"):
+    tj.jit(loss)(w, x)
+
+
+def test_remat_with_collectives_inside_shard_map():
+  """FSDP as JAX's shard_map tutorial writes it: parameters sharded, all_gather'ed inside a remat'ed function."""
+  mesh = mesh_1d(4, "batch")
+  w, x = normal((8, 6), 1), normal((16, 8), 2)
+
+  @tj.checkpoint
+  def predict(w_frag, inputs):
+    return jnp.tanh(inputs @ lax.all_gather(w_frag, "batch", tiled=True))
+
+  def local(w_frag, xb):
+    return lax.pmean((predict(w_frag, xb) ** 2).mean(), "batch")
+  loss = tj.shard_map(local, mesh=mesh, in_specs=(P("batch"), P("batch")), out_specs=P())
+  whole = lambda w, x: (jnp.tanh(x @ w) ** 2).mean()  # noqa: E731
+  np.testing.assert_allclose(float(tj.jit(loss)(w, x)), float(whole(w, x)), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(tj.jit(tj.grad(loss))(w, x)), np.asarray(tj.grad(whole)(w, x)),
+                             rtol=1e-4, atol=1e-6)

@@ -178,6 +178,7 @@ class StagingTrace(Trace):
 
   def __init__(self, parent: Trace, arg_names: list[str], fun_name: str):
     self.parent, self.arg_names, self.fun_name, self.active = parent, arg_names, fun_name, True
+    self.arg_shardings: dict[int, Any] = {}  # PARAM index -> the NamedSharding of a sharded argument (jit's)
 
   def process(self, op: Ops, operands: tuple[Array, ...], arg: Any, dtype: np.dtype, weak_type: bool) -> Tracer:
     uops = []

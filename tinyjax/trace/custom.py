@@ -232,15 +232,17 @@ class custom_vjp:  # noqa: N801  (JAX's name)
       return [ad.zeros_like(v) if g is None else ad._to_array(g) for g, v in zip(grad_leaves, example_vals)]
 
     example_vals = [_unbatched_like(v, d) for v, d in zip(vals, dims)]
-    batched = custom_vjp(batching.vmap(lambda *flat: self.fun(*full_args(flat)), in_axes=tuple(dims), axis_size=size))
+    # (the same axis name, so that collectives inside over a vmap's or shard_map's axis find it)
+    def rebatched(fn: Callable, in_axes: Any) -> Callable:
+      return batching.batched(fn, in_axes, 0, trace.axis_name, size, trace.spmd)
+    batched = custom_vjp(rebatched(lambda *flat: self.fun(*full_args(flat)), tuple(dims)))
 
     def batched_bwd(residuals: Any, cotangent: Any) -> tuple:
-      per_example = batching.vmap(flat_bwd, in_axes=(0, 0), axis_size=size)(residuals, cotangent)
+      per_example = rebatched(flat_bwd, (0, 0))(residuals, cotangent)
       return tuple(ad.bind(Ops.RESHAPE, ad.bind(Ops.REDUCE_AXIS, g, arg=(Ops.ADD, (0,))), arg=tuple(g.shape[1:]))
                    if d is None else batching.move_axis(g, 0, d) for g, d in zip(per_example, dims))
 
-    batched.defvjp(batching.vmap(lambda *flat: self.fwd(*full_args(flat)), in_axes=tuple(dims), axis_size=size),
-                   batched_bwd)
+    batched.defvjp(rebatched(lambda *flat: self.fwd(*full_args(flat)), tuple(dims)), batched_bwd)
     with set_current_trace(trace.parent):
       out = batched(*vals)
     return tree_util.tree_map(lambda value: trace.pack(value, 0), out)

@@ -30,7 +30,7 @@ import numpy as np
 
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array, deleted_uop, realize_arrays
-from tinyjax.devices.buffer import Buffer, DeletedBuffer, is_exclusive
+from tinyjax.devices.buffer import Buffer, DeletedBuffer, ShardedBuffer, is_exclusive
 from tinyjax.devices.device import CPU, compute_device, default_device, place, runnable
 from tinyjax.lower.memory import donation_aliases
 from tinyjax.lower.realize import (CompiledSchedule, direct_runner, get_schedule, normalize, place_outputs,
@@ -95,8 +95,17 @@ def _leaf_device(leaf: Any) -> Any:
 
 
 def _leaf_signature(leaf: Any) -> tuple:
-  try: return _leaf_aval(leaf)
+  """What a jitted program depends on of an argument leaf: its aval, and a sharded array's sharding (`shard_map`
+  inside infers its in_specs from it)."""
+  try: aval = _leaf_aval(leaf)
   except TypeError: return (type(leaf),)  # not an array: tracing raises with a message
+  sharding = _leaf_sharding(leaf)
+  return aval if sharding is None else (*aval, sharding)
+
+
+def _leaf_sharding(leaf: Any) -> Any:
+  """A sharded Array argument's NamedSharding, else None."""
+  return getattr(leaf.uop.arg, "sharding", None) if type(leaf) is Array and leaf.uop.op is Ops.BUFFER else None
 
 
 @dataclass
@@ -233,6 +242,7 @@ def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Seq
   avals = [_leaf_aval(leaf) for leaf in leaves]
   trace = StagingTrace(current_trace.get(), _flat_arg_names(fun, args, kwargs, dynamic),
                        getattr(fun, "__name__", "function"))
+  trace.arg_shardings = {i: sharding for i, leaf in enumerate(leaves) if (sharding := _leaf_sharding(leaf))}
   with new_trace(trace):
     tracers = [trace.new_arg(i, shape, dtype, weak) for i, (shape, dtype, weak) in enumerate(avals)]
     dynamic_args, traced_kwargs = tree_util.tree_unflatten(in_tree, tracers)
@@ -411,6 +421,7 @@ def _fast_signature(leaves: list[Any]) -> tuple[tuple, list[Buffer]] | None:
       realize_arrays([other for other in leaves if type(other) is Array])
       uop = leaf.uop
     buffer = uop.arg
+    if type(buffer) is ShardedBuffer: return None  # (its sharding is part of the signature: the slow path's)
     signature += (buffer.shape, buffer.dtype, leaf.weak_type, buffer.device)
     buffers.append(buffer)
   return tuple(signature), buffers

@@ -141,9 +141,12 @@ class ShardMapped:
     specs = []
     for leaf in leaves:
       if isinstance(leaf, Tracer):
-        raise ValueError("shard_map: in_specs cannot be inferred from traced arguments (inside jit, grad, vmap...): "
-                         "pass in_specs")
-      sharding = getattr(leaf.realize().uop.arg, "sharding", None) if type(leaf) is Array else None
+        sharding = _traced_sharding(leaf)
+        if sharding is None:
+          raise ValueError("shard_map: in_specs cannot be inferred from traced arguments (inside grad, vmap, or jit "
+                           "of an argument that is not sharded): pass in_specs")
+      else:
+        sharding = getattr(leaf.realize().uop.arg, "sharding", None) if type(leaf) is Array else None
       specs.append(sharding.spec if isinstance(sharding, NamedSharding) and sharding.mesh == mesh else PartitionSpec())
     return specs
 
@@ -171,6 +174,15 @@ class ShardMapped:
     first = bind(Ops.SHRINK, val, arg=tuple((0, 1) if i == dim else (0, s) for i, s in enumerate(val.shape)),
                  weak_type=val.weak_type)
     return bind(Ops.RESHAPE, first, arg=tuple(s for i, s in enumerate(val.shape) if i != dim), weak_type=val.weak_type)
+
+
+def _traced_sharding(leaf: Tracer) -> Any:
+  """The NamedSharding of a jit argument that was a sharded array, if `leaf` is that argument itself."""
+  from tinyjax.trace.ad import JVPTracer
+  from tinyjax.trace.core import StagingTracer
+  while isinstance(leaf, JVPTracer): leaf = leaf.primal  # (grad of a jitted shard_map: its primal is the argument)
+  if type(leaf) is not StagingTracer or leaf.uop.op is not Ops.PARAM: return None
+  return getattr(leaf.trace, "arg_shardings", {}).get(leaf.uop.arg[0])
 
 
 def _expanded_labels(spec: Any, ndim: int) -> list[Label]:
