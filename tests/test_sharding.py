@@ -420,3 +420,24 @@ def test_remat_with_collectives_inside_shard_map():
   np.testing.assert_allclose(float(tj.jit(loss)(w, x)), float(whole(w, x)), rtol=1e-5)
   np.testing.assert_allclose(np.asarray(tj.jit(tj.grad(loss))(w, x)), np.asarray(tj.grad(whole)(w, x)),
                              rtol=1e-4, atol=1e-6)
+
+
+def test_collectives_inside_loops_under_shard_map():
+  """scan / fori_loop bodies with collectives over the mesh axis (values from JAX 0.10.2)."""
+  mesh = mesh_1d(4)
+  ring = [(k, (k + 1) % 4) for k in range(4)]
+
+  def body(x):
+    return lax.scan(lambda c, _: (lax.ppermute(c, "i", ring) + lax.psum(c, "i"), None), x, None, length=3)[0]
+  f = tj.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+  x = np.arange(8.0, dtype=np.float32)
+  expected = [374, 499, 376, 501, 378, 503, 372, 497]
+  np.testing.assert_array_equal(np.asarray(f(x)), expected)
+  np.testing.assert_array_equal(np.asarray(tj.jit(f)(x)), expected)
+  np.testing.assert_array_equal(np.asarray(tj.grad(lambda v: f(v).sum())(x)), np.full(8, 125.0))
+  g = tj.shard_map(lambda v: lax.fori_loop(0, 3, lambda i, c: lax.pmax(c, "i") + c, v), mesh=mesh, in_specs=P("i"),
+                   out_specs=P("i"))
+  np.testing.assert_array_equal(np.asarray(g(x)), [42, 50, 44, 52, 46, 54, 48, 56])
+  # the same under a plain named vmap: a loop's collective over the vmap's axis
+  sums = tj.vmap(lambda v: lax.fori_loop(0, 2, lambda i, c: lax.psum(c, "k") * 0.5, v), axis_name="k")(x)
+  np.testing.assert_allclose(np.asarray(sums), np.full(8, x.sum() * 0.5 * 8 * 0.5), rtol=1e-6)

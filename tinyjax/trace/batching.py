@@ -533,7 +533,8 @@ def _deftranspose(prim: Collective, rule: Callable) -> None:
 
 for _prim in (psum_p, pvary_p, *_GLOBAL_RULES): ad.jvp_rules[_prim] = _linear_jvp(_prim)
 ad.jvp_rules[pmax_p] = ad.jvp_rules[pmin_p] = _extremum_jvp
-ad.abstract_eval_rules[psum_p] = ad.abstract_eval_rules[pvary_p] = lambda x, **params: (
+ad.abstract_eval_rules[psum_p] = ad.abstract_eval_rules[pvary_p] = ad.abstract_eval_rules[pmax_p] = \
+    ad.abstract_eval_rules[pmin_p] = lambda x, **params: (
   tuple(x.shape), np.dtype(x.dtype), bool(x.weak_type))
 for _prim in _GLOBAL_RULES: ad.abstract_eval_rules[_prim] = _combined_aval(_prim)
 _deftranspose(psum_p, _psum_transpose)

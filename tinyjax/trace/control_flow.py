@@ -66,13 +66,16 @@ class BodyTrace(StagingTrace):
     except TypeError:  # params that cannot key a node: record the decomposition instead
       return prim.impl(*operands, **params)
     arrays = [x if isinstance(x, Array) else ad._to_array(x) for x in operands]
-    scratch = StagingTrace(self, [], f"abstract evaluation of {prim.name}")
-    with new_trace(scratch):
-      args = [scratch.new_arg(i, a.shape, a.dtype, a.weak_type) for i, a in enumerate(arrays)]
-      out = prim.impl(*args, **params)
-    outs = [o if isinstance(o, Array) else ad._to_array(o) for o in (out if prim.multiple_results else [out])]
-    out_avals = tuple(aval_of(o) for o in outs)
-    fingerprint = ""
+    fingerprint, outs = "", []
+    if prim in ad.abstract_eval_rules:  # (a collective: its impl needs the named axis, which the body is inside of)
+      out_avals = (ad.abstract_eval_rules[prim](*arrays, **params),)
+    else:
+      scratch = StagingTrace(self, [], f"abstract evaluation of {prim.name}")
+      with new_trace(scratch):
+        args = [scratch.new_arg(i, a.shape, a.dtype, a.weak_type) for i, a in enumerate(arrays)]
+        out = prim.impl(*args, **params)
+      outs = [o if isinstance(o, Array) else ad._to_array(o) for o in (out if prim.multiple_results else [out])]
+      out_avals = tuple(aval_of(o) for o in outs)
     if not prim.fixed:  # what the impl computes, for the persistent caches' keys
       from tinyjax.lower.schedule import structure_key
       fingerprint = structure_key(UOp(Ops.SINK, BOOL, tuple(o.uop for o in outs)))[:16]
@@ -360,13 +363,15 @@ def _scan_transpose(cts: dict[int, Any], node: UOp, known: list[Any]):
 
 
 def _batch_body(program: UOp, in_avals: list[Aval], batched: list[bool], out_batched: list[bool] | None,
-                size: int, axis_name: Any):
-  """Vmap a body program: inputs marked `batched` get a leading batch axis of `size`. Returns the program, the
-  output avals, its consts and which outputs are batched (those in `out_batched` made batched by broadcasting)."""
+                outer: batching.BatchTrace):
+  """Vmap a body program over the axis of BatchTrace `outer` (its size, name and spmd typing, so that collectives in
+  the body find it): inputs marked `batched` get a leading batch axis. Returns the program, the output avals, its
+  consts and which outputs are batched (those in `out_batched` made batched by broadcasting)."""
   result_batched: list[bool] = []
+  size = outer.axis_size
 
   def transform(args: list[Any]) -> list[Any]:
-    trace = batching.BatchTrace(current_trace.get(), size, axis_name)
+    trace = batching.BatchTrace(current_trace.get(), size, outer.axis_name, outer.spmd)
     with new_trace(trace):
       inputs = [batching.BatchTracer(trace, a, 0) if b else a for a, b in zip(args, batched)]
       outs = ad.evaluate(program, inputs)
@@ -398,7 +403,7 @@ def _scan_batch(trace, vals, dims, *, body, length, reverse, n_carry, n_xs, out_
   while True:
     carry_batched = batched[:n_carry]
     program, avals, consts, out_batched = _batch_body(body, plain_avals, batched, carry_batched + [False] * (
-      len(body.src) - n_carry), size, trace.axis_name)
+      len(body.src) - n_carry), trace)
     grown = [a or b for a, b in zip(carry_batched, out_batched[:n_carry])]
     if grown == carry_batched: break
     batched[:n_carry] = grown
@@ -494,15 +499,14 @@ def _while_batch(trace, vals, dims, *, cond, body, n_carry, out_avals):
     plain_avals.append((shape, np.dtype(v.dtype), bool(v.weak_type)))
   batched = [d is not None for d in dims]
   while True:  # carries that become batched (or all of them, with a batched condition): a fixed point
-    _, _, _, cond_batched = _batch_body(cond, plain_avals, batched, None, size, trace.axis_name)
+    _, _, _, cond_batched = _batch_body(cond, plain_avals, batched, None, trace)
     if cond_batched[0]: batched[:n_carry] = [True] * n_carry  # examples finish at different passes
-    _, _, _, out_batched = _batch_body(body, plain_avals, batched, batched[:n_carry], size, trace.axis_name)
+    _, _, _, out_batched = _batch_body(body, plain_avals, batched, batched[:n_carry], trace)
     grown = [a or b for a, b in zip(batched[:n_carry], out_batched)]
     if grown == batched[:n_carry]: break
     batched[:n_carry] = grown
-  cond_program, _, cond_consts, cond_batched = _batch_body(cond, plain_avals, batched, None, size, trace.axis_name)
-  body_program, body_avals, body_consts, _ = _batch_body(body, plain_avals, batched, batched[:n_carry], size,
-                                                         trace.axis_name)
+  cond_program, _, cond_consts, cond_batched = _batch_body(cond, plain_avals, batched, None, trace)
+  body_program, body_avals, body_consts, _ = _batch_body(body, plain_avals, batched, batched[:n_carry], trace)
   operands = [batching.match_axis(v, d, 0, size) if b else v for v, d, b in zip(vals, dims, batched)]
   carries, consts = operands[:n_carry], operands[n_carry:]
   if not cond_batched[0]:
@@ -663,7 +667,7 @@ def _cond_batch(trace, vals, dims, *, branches, out_avals):
   if dims[0] is not None:  # a batched index: every branch runs, each example selects its own branch's results
     results = []
     for branch in branches:
-      program, _, consts, _ = _batch_body(branch, plain_avals, batched, [True] * n_out, size, trace.axis_name)
+      program, _, consts, _ = _batch_body(branch, plain_avals, batched, [True] * n_out, trace)
       args = [batching.move_axis(v, d, 0) if d is not None else v for v, d in zip(operands, op_dims)]
       results.append(ad.evaluate(program, args + list(consts)))
     which = batching.move_axis(index, dims[0], 0)
@@ -679,11 +683,11 @@ def _cond_batch(trace, vals, dims, *, branches, out_avals):
     return outs, [0] * n_out
   out_batched = [False] * n_out
   for branch in branches:
-    _, _, _, branch_batched = _batch_body(branch, plain_avals, batched, None, size, trace.axis_name)
+    _, _, _, branch_batched = _batch_body(branch, plain_avals, batched, None, trace)
     out_batched = [a or b for a, b in zip(out_batched, branch_batched)]
   programs, avals = [], None
   for branch in branches:
-    program, branch_avals, consts, _ = _batch_body(branch, plain_avals, batched, out_batched, size, trace.axis_name)
+    program, branch_avals, consts, _ = _batch_body(branch, plain_avals, batched, out_batched, trace)
     programs.append((program, consts))
     avals = branch_avals
   args = [batching.move_axis(v, d, 0) if d is not None else v for v, d in zip(operands, op_dims)]
