@@ -226,9 +226,33 @@ def bench_checkpoint():
          load_ref / load, "safetensors.numpy.load_file")
 
 
+def bench_psum():
+  """psum over N CPU devices (shard_map), each holding 64 MB of float32: read N x 64 MB, write 64 MB, against a numpy
+  copy of the 64 MB (read + write)."""
+  import tinyjax
+  from tinyjax import lax
+  from tinyjax.sharding import NamedSharding, PartitionSpec as P
+  shard = 16 * 1024 * 1024
+  host = np.random.default_rng(0).standard_normal(shard).astype(np.float32)
+  copy = np.empty_like(host)
+  theirs = best_of(lambda: np.copyto(copy, host), repeat=5)
+  for devices in (4, 8):
+    tinyjax.config.update("jax_num_cpu_devices", devices)
+    mesh = tinyjax.make_mesh((devices,), ("i",))
+    x = tinyjax.device_put(np.tile(host, devices), NamedSharding(mesh, P("i")))
+    total = tinyjax.jit(tinyjax.shard_map(lambda v: lax.psum(v, "i"), mesh=mesh, in_specs=P("i"), out_specs=P()))
+    np.testing.assert_allclose(np.asarray(total(x))[:4], host[:4] * devices, rtol=1e-6)
+    ours = best_of(lambda: total(x).block_until_ready(), repeat=5)
+    moved = (devices + 1) * shard * 4
+    report(f"psum of 64 MB over {devices} CPU devices", f"{moved / ours / 1e9:.1f} GB/s vs numpy copy "
+           f"{2 * shard * 4 / theirs / 1e9:.1f} GB/s", (moved / ours) / (2 * shard * 4 / theirs),
+           "bytes read + written per second")
+  tinyjax.config.update("jax_num_cpu_devices", -1)
+
+
 BENCHMARKS = [bench_first_call_compile, bench_elementwise_chain, bench_transcendental, bench_sum_axis, bench_matmul,
               bench_eager_dispatch, bench_jit_dispatch, bench_embedding_gather, bench_scan_rnn,
-              bench_random_normal, bench_conv, bench_checkpoint]
+              bench_random_normal, bench_conv, bench_checkpoint, bench_psum]
 
 if __name__ == "__main__":
   wanted = sys.argv[1:]

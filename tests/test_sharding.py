@@ -441,3 +441,78 @@ def test_collectives_inside_loops_under_shard_map():
   # the same under a plain named vmap: a loop's collective over the vmap's axis
   sums = tj.vmap(lambda v: lax.fori_loop(0, 2, lambda i, c: lax.psum(c, "k") * 0.5, v), axis_name="k")(x)
   np.testing.assert_allclose(np.asarray(sums), np.full(8, x.sum() * 0.5 * 8 * 0.5), rtol=1e-6)
+
+
+def _blocks_reference(x: np.ndarray, mesh_shape: dict, spec: P, summed: tuple[str, ...], out_spec: P):
+  """shard_map(lambda b: psum(b * (1 + axis_index over every mesh axis), summed), in_specs=spec, out_specs=out_spec)
+  computed block by block with numpy: the reference semantics of JAX's shard_map tutorial."""
+  names = list(mesh_shape)
+  sizes = [mesh_shape[n] for n in names]
+
+  def block_index(spec_, coords, shape):
+    index = []
+    for dim, size in enumerate(shape):
+      axes = spec_.axes_of(dim)
+      number, count = 0, 1
+      for name in axes:
+        number = number * mesh_shape[name] + coords[names.index(name)]
+        count *= mesh_shape[name]
+      block = size // count
+      index.append(slice(number * block, (number + 1) * block))
+    return tuple(index)
+
+  def local(coords):
+    scale = 1 + sum(c * 10 ** k for k, c in enumerate(coords))
+    return x[block_index(spec, coords, x.shape)].astype(np.float64) * scale
+
+  all_coords = list(np.ndindex(*sizes))
+  results = {}
+  for coords in all_coords:
+    total = 0
+    for other in all_coords:  # psum over `summed`: the positions that differ only along those axes
+      if all(o == c or names[k] in summed for k, (o, c) in enumerate(zip(other, coords))): total = total + local(other)
+    results[coords] = total
+  block_shape = results[all_coords[0]].shape
+  out_shape = [size * int(np.prod([mesh_shape[n] for n in out_spec.axes_of(dim)] or [1]))
+               for dim, size in enumerate(block_shape)]
+  out = np.zeros(out_shape)
+  for coords, value in results.items():
+    out[block_index(out_spec, coords, out_shape)] = value
+  return out
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_shard_map_random_specs_against_blocks(seed):
+  rng = np.random.default_rng(seed)
+  mesh_shape = {"a": int(rng.choice([1, 2, 4])), "b": int(rng.choice([1, 2]))}
+  mesh = tj.make_mesh(tuple(mesh_shape.values()), tuple(mesh_shape))
+  rank = int(rng.integers(1, 4))
+  names = list(mesh_shape)
+  rng.shuffle(names)
+  entries = [None] * rank
+  for name in names:  # each mesh axis splits one random dimension, or none
+    dim = int(rng.integers(-1, rank))
+    if dim < 0: continue
+    entries[dim] = name if entries[dim] is None else ((entries[dim],) if isinstance(entries[dim], str)
+                                                      else entries[dim]) + (name,)
+  spec = P(*entries)
+  shape = [int(rng.integers(1, 3)) * int(np.prod([mesh_shape[n] for n in spec.axes_of(d)] or [1]))
+           for d in range(rank)]
+  x = rng.standard_normal(shape).astype(np.float32)
+  summed = tuple(n for n in mesh_shape if rng.random() < 0.5)
+  varying = [n for n in mesh_shape if n not in summed]
+  out_entries = [None] * rank  # the axes still varying go somewhere in the output spec
+  for name in varying:
+    dim = int(rng.integers(0, rank))
+    out_entries[dim] = name if out_entries[dim] is None else ((out_entries[dim],) if isinstance(out_entries[dim], str)
+                                                              else out_entries[dim]) + (name,)
+  out_spec = P(*out_entries)
+
+  def body(block):
+    scale = 1 + lax.axis_index("a") + 10 * lax.axis_index("b")
+    value = block * scale.astype(jnp.float32)
+    return lax.psum(value, summed) if summed else value
+  f = tj.shard_map(body, mesh=mesh, in_specs=spec, out_specs=out_spec)
+  expected = _blocks_reference(x, mesh_shape, spec, summed, out_spec)
+  np.testing.assert_allclose(np.asarray(f(x)), expected, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(tj.jit(f)(x)), expected, rtol=1e-5, atol=1e-5)
