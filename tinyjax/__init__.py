@@ -22,13 +22,14 @@ from tinyjax import sharding  # noqa: E402
 from tinyjax.sharding import NamedSharding, PartitionSpec, make_mesh, set_mesh  # noqa: E402
 from tinyjax.sharding import PartitionSpec as P  # noqa: E402
 from tinyjax.trace.shard_map import shard_map  # noqa: E402
+from tinyjax.trace.callback import pure_callback  # noqa: E402
 from tinyjax.trace.core import ShapedArray, typeof  # noqa: E402
 
 __all__ = [
   "Array", "block_until_ready", "checkpoint", "compile_cache_stats", "ConcretizationTypeError", "config", "custom_jvp",
   "custom_vjp", "debug", "default_backend", "device_count", "device_get", "device_put", "devices",
   "local_device_count", "local_devices", "eval_shape", "make_mesh", "NamedSharding", "P", "PartitionSpec",
-  "process_count", "process_index", "set_mesh", "shard_map", "sharding", "machine_limits", "profile",
+  "process_count", "process_index", "pure_callback", "set_mesh", "shard_map", "sharding", "machine_limits", "profile",
   "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
   "lax", "linearize",
   "make_jaxpr", "nn", "numpy", "random", "remat", "runtime_stats", "scipy", "ShapedArray", "ShapeDtypeStruct",

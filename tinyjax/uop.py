@@ -66,6 +66,9 @@ class Ops(Enum):
   # COND: src = (int32 index, *operands), arg = the branch programs (a tuple of SINKs over the operands); runs the
   # branch the index picks (clamped into range)
   COND = auto()
+  # a host function called between kernels (`pure_callback`): src = the operands (read from buffers), arg = a
+  # HostCallback (trace/callback.py: the function and its results' avals); each result is a PROJECT of the node
+  CALLBACK = auto()
   PROJECT = auto()
   # a named primitive (tanh, dot_general, scan, ...) kept whole in a loop body's program, so that differentiating or
   # batching the body applies the primitive's own rules: arg = a `PrimitiveCall` (trace/core.py) that knows the

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tinyjax.lower.schedule import Kernel, Loop, Schedule, Switch, kernels_of
+from tinyjax.lower.schedule import HostCall, Kernel, Loop, Schedule, Switch, kernels_of
 from tinyjax.uop import Ops
 
 ALIGNMENT = 64  # bytes: a cache line, and every vector width the codegen uses
@@ -30,10 +30,10 @@ ALIGNMENT = 64  # bytes: a cache line, and every vector width the codegen uses
 def _aligned(nbytes: int) -> int: return -(-nbytes // ALIGNMENT) * ALIGNMENT
 
 
-def step_slots(step: Kernel | Loop | Switch) -> set[int]:
-  """Every slot a step touches: a kernel's buffers, or everything the kernels of a loop or switch touch with its flag,
-  its counter (which the runtime writes) or branch index."""
-  if isinstance(step, Kernel): return set(step.slots)
+def step_slots(step: Kernel | HostCall | Loop | Switch) -> set[int]:
+  """Every slot a step touches: a kernel's (or host call's) buffers, or everything the steps of a loop or switch
+  touch with its flag, its counter (which the runtime writes) or branch index."""
+  if isinstance(step, (Kernel, HostCall)): return set(step.slots)
   slots = {slot for slot in (step.flag_slot, step.counter_slot) if slot >= 0} if isinstance(step, Loop) else set()
   if isinstance(step, Switch): slots.add(step.index_slot)
   inner = (*step.cond, *step.body) if isinstance(step, Loop) else tuple(s for branch in step.branches for s in branch)

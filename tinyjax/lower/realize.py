@@ -34,7 +34,8 @@ from tinyjax.devices.buffer import Buffer, allocate_buffers, give_block, take_bl
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
 from tinyjax.lower.memory import MemoryPlan, plan_memory
-from tinyjax.lower.schedule import Kernel, Loop, Schedule, Switch, kernels_of, schedule, structure_key
+from tinyjax.lower.schedule import (HostCall, Kernel, Loop, Schedule, Switch, has_host_calls, kernels_of, schedule,
+                                    structure_key)
 from tinyjax.profiler import kernel_flops, record_launch, roofline
 from tinyjax.profiler import open_profiles as _profiles  # (a list: checking it is cheaper than a call)
 from tinyjax.uop import Ops, UOp, pretty
@@ -74,7 +75,10 @@ class CompiledSchedule:
 
   def __post_init__(self):
     sched = self.schedule
-    if self.device is CPU: self.launches = LaunchList(_launch_items(sched.kernels, iter(self.programs)))
+    # a program that calls host functions is launched step by step from Python (`_run_steps`)
+    self.host_calls = has_host_calls(sched.kernels)
+    if self.device is CPU and not self.host_calls:
+      self.launches = LaunchList(_launch_items(sched.kernels, iter(self.programs)))
     self.slot_specs = [(shape, dtype, math.prod(shape) * dtype.itemsize) for shape, dtype in sched.slot_specs]
     self.plan = plan_memory(sched)
 
@@ -176,7 +180,8 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
             render_llvm(k.name, k.ast)
     lowered = (sched, [rendered[(k.name, k.ast, k.ordered)] for k in kernels])
     counters.schedules_lowered += 1
-    _disk_cache.put(key, pickle.dumps(lowered, protocol=pickle.HIGHEST_PROTOCOL))
+    # (a host function is this process's: such a schedule is not kept on disk, and no other one has its key)
+    if not has_host_calls(sched.kernels): _disk_cache.put(key, pickle.dumps(lowered, protocol=pickle.HIGHEST_PROTOCOL))
     origin = f"lowered in {(time.perf_counter() - start) * 1e3:.2f} ms"
   sched, sources = lowered
   if DEBUG >= 2: _print_schedule(sched, sources, origin, device)
@@ -217,6 +222,9 @@ def _print_schedule(sched: Schedule, sources: list[str], origin: str, device) ->
           print(f"{indent}    body:")
         show(step.body, indent + "    ")
         continue
+      if isinstance(step, HostCall):
+        print(f"{indent}  {step.name:40s} slots={list(step.slots)} (host: reads {step.n_in}, writes the rest)")
+        continue
       print(f"{indent}  {step.name:40s} slots={list(step.slots)} outer={step.outer_size} work={step.work}"
             f"{f' grain={step.grain}' if step.grain > 1 else ''}{' parallel' if step.parallel else ''}"
             f"{' sequential' if step.sequential else ''}{'' if device is CPU else f' {_launch_of(step, device)}'}")
@@ -243,9 +251,10 @@ def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer], reuse: dict[i
                 for slot, spec in zip(plan.output_slots, plan.output_specs)]
   else:
     buffers += allocate_buffers(plan.output_specs)
-  if DEBUG >= 1 or _profiles:
+  if DEBUG >= 1 or _profiles or compiled.host_calls:
     arena = take_block(plan.arena_bytes)[0] if plan.arena_bytes else None
-    _run_steps(sched.kernels, iter(compiled.programs), _slot_buffers(compiled, buffers, arena), CPU, timed=True)
+    _run_steps(sched.kernels, iter(compiled.programs), _slot_buffers(compiled, buffers, arena), CPU,
+               timed=DEBUG >= 1 or bool(_profiles))
     if arena is not None: give_block(arena, arena.ctypes.data)
   elif plan.outputs_in_order:  # no intermediates (jit(lambda x: x + 1)): the slots are the inputs, then the outputs
     launches = compiled.launches
@@ -272,7 +281,8 @@ def direct_runner(compiled: CompiledSchedule, n_args: int, consts: list[Buffer]
   benchmarks/suite.py). None for any other program, and while DEBUG times the kernels; a call made while a profile
   is open must take `run_schedule` (the caller checks `open_profiles`)."""
   sched, plan = compiled.schedule, compiled.plan
-  if compiled.device is not CPU or DEBUG >= 1 or not plan.outputs_in_order or len(plan.output_specs) != 1 or \
+  if compiled.device is not CPU or DEBUG >= 1 or compiled.host_calls or not plan.outputs_in_order or \
+      len(plan.output_specs) != 1 or \
       plan.output_index != (sched.n_inputs,) or n_args > sched.n_inputs: return None
   const_addresses = [buffer.address for buffer in consts[:sched.n_inputs - n_args]]
   if len(const_addresses) + n_args != sched.n_inputs: return None
@@ -323,6 +333,9 @@ def _run_steps(steps: tuple, programs, buffers: list[Buffer], device, timed: boo
         _run_steps(tuple(body), iter(body_programs), buffers, device, timed)
         passes += 1
       continue
+    if isinstance(step, HostCall):
+      _run_host_call(step, buffers)
+      continue
     program = next(programs)
     addresses = [buffers[slot].address for slot in step.slots]
     if device is not CPU and not timed:
@@ -338,6 +351,22 @@ def _run_steps(steps: tuple, programs, buffers: list[Buffer], device, timed: boo
     counters.kernels_launched += 1
     counters.launch_seconds += elapsed
     _report_launch(step, buffers, elapsed, device)
+
+
+def _run_host_call(step: HostCall, buffers: list[Buffer]) -> None:
+  """Call a host function on the values of its input slots and write its results into its output slots."""
+  inputs = [_read(buffers[slot]) for slot in step.slots[:step.n_in]]
+  for slot, value in zip(step.slots[step.n_in:], step.callback.run(inputs)):
+    buffer = buffers[slot]
+    if buffer.device.platform == "cpu": np.copyto(buffer._typed(), value)
+    else: buffer.device.upload(buffer.address, np.ascontiguousarray(value))
+  counters.kernels_launched += 1
+
+
+def _read(buffer: Buffer) -> np.ndarray:
+  """A buffer's current values on the host (a GPU buffer read from the device each time)."""
+  if buffer.device.platform == "cpu": return buffer.numpy()
+  return buffer.device.read(buffer)
 
 
 def _read_scalar(buffer: Buffer):

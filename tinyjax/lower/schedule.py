@@ -33,7 +33,7 @@ from tinyjax.uop import (BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, PatternMatcher, Sc
                          graph_rewrite, toposort_of)
 
 REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
-LOOPS = (Ops.SCAN, Ops.WHILE, Ops.COND)  # control flow: nodes whose operands are read from buffers
+LOOPS = (Ops.SCAN, Ops.WHILE, Ops.COND, Ops.CALLBACK)  # control flow and host calls: operands read from buffers
 COUNTER_DTYPE = np.dtype(np.int32)
 # a kernel is split across threads only when it does at least this many loop iterations in all: below it, waking
 # the workers costs more than the work
@@ -80,14 +80,33 @@ class Switch:
   branches: tuple[tuple[Kernel | Loop | Switch, ...], ...]
 
 
+@dataclass(frozen=True)
+class HostCall:
+  """A host function (`pure_callback`) the runtime calls between kernels: `callback.run` gets the values of slots
+  `slots[:n_in]` as numpy arrays and its results are written into slots `slots[n_in:]`."""
+  name: str
+  callback: Any
+  slots: tuple[int, ...]
+  n_in: int
+
+
 def kernels_of(steps: tuple) -> list[Kernel]:
   """Every kernel of a schedule's steps, loops' conditions and bodies and every branch included, in order."""
   out: list[Kernel] = []
   for step in steps:
     if isinstance(step, Loop): out += kernels_of(step.cond) + kernels_of(step.body)
     elif isinstance(step, Switch): out += [kernel for branch in step.branches for kernel in kernels_of(branch)]
-    else: out.append(step)
+    elif isinstance(step, Kernel): out.append(step)
   return out
+
+
+def has_host_calls(steps: tuple) -> bool:
+  """Whether a schedule's steps (loops and branches included) call a host function."""
+  for step in steps:
+    if isinstance(step, HostCall): return True
+    if isinstance(step, Loop) and has_host_calls((*step.cond, *step.body)): return True
+    if isinstance(step, Switch) and any(has_host_calls(branch) for branch in step.branches): return True
+  return False
 
 
 @dataclass(frozen=True)
@@ -1070,9 +1089,20 @@ class _Scheduler:
   def spec(self, slot: int) -> tuple[tuple[int, ...], np.dtype]: return self.specs[slot - self.n_inputs]
 
   def loop(self, node: UOp, projections: list[UOp]) -> list[Kernel | Loop | Switch]:
-    """The steps of a SCAN, WHILE or COND node; assigns its PROJECT nodes their slots."""
+    """The steps of a SCAN, WHILE, COND or CALLBACK node; assigns its PROJECT nodes their slots."""
+    if node.op is Ops.CALLBACK: return [self.host_call(node, projections)]
     if node.op is Ops.COND: return self.cond(node, projections)
     return self.scan(node, projections) if node.op is Ops.SCAN else self.while_loop(node, projections)
+
+  def host_call(self, node: UOp, projections: list[UOp]) -> HostCall:
+    """The step of a CALLBACK node: its operands' slots in, a new slot per result out (the PROJECTs get theirs)."""
+    by_index = {projection.arg[0]: projection for projection in projections}
+    out_slots = []
+    for index, (shape, dtype) in enumerate(node.arg.out_avals):
+      out_slots.append(self.new_slot(shape, dtype))
+      if index in by_index: self.slot_of[by_index[index]] = out_slots[-1]
+    in_slots = [self.slot_of[src] for src in node.src]
+    return HostCall(f"callback_{node.arg.name}", node.arg, (*in_slots, *out_slots), len(in_slots))
 
   def cond(self, node: UOp, projections: list[UOp]) -> list[Kernel | Switch]:
     index, *operands = node.src

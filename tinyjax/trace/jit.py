@@ -146,7 +146,8 @@ class Jaxpr:
     for node in self.sink.toposort:
       if node.op in (Ops.SINK, Ops.CONST, Ops.PARAM, Ops.PROJECT): continue
       operands = " ".join(name_of(src) for src in node.src)
-      if node.op in (Ops.SCAN, Ops.WHILE, Ops.COND) or node.op is Ops.PRIMITIVE and node.arg.prim.multiple_results:
+      if node.op in (Ops.SCAN, Ops.WHILE, Ops.COND, Ops.CALLBACK) or \
+          node.op is Ops.PRIMITIVE and node.arg.prim.multiple_results:
         outs = []
         for index, aval in enumerate(_loop_out_avals(node)):
           projection = projections.get(node, {}).get(index)
@@ -154,6 +155,8 @@ class Jaxpr:
           names[projection if projection is not None else UOp(Ops.PROJECT, aval[1], (node,), (index, aval[0]))] = name
           outs.append(f"{name}:{_short_aval(*aval)}")
         if node.op is Ops.PRIMITIVE: lines.append(f"    {' '.join(outs)} = {node.arg.prim.name} {operands}")
+        elif node.op is Ops.CALLBACK:
+          lines.append(f"    {' '.join(outs)} = pure_callback[callback={node.arg.name}] {operands}")
         else: lines.append(f"    {' '.join(outs)} = {node.op.name.lower()}[{_loop_params(node)}] {operands}")
         continue
       names[node] = _var_name(len(names) + n_inputs - len(params))
@@ -171,10 +174,11 @@ class Jaxpr:
 
 
 def _loop_out_avals(node: UOp) -> list[tuple[tuple[int, ...], np.dtype]]:
-  """(shape, dtype) of each output of a SCAN (final carries, stacked ys), WHILE (final carries) or COND."""
+  """(shape, dtype) of each output of a SCAN (final carries, stacked ys), WHILE (final carries), COND or CALLBACK."""
   if node.op is Ops.WHILE: return [(tuple(c.shape), c.dtype) for c in node.src[:node.arg.n_carry]]
   if node.op is Ops.COND: return [(tuple(out.shape), out.dtype) for out in node.arg[0].src]
   if node.op is Ops.PRIMITIVE: return [(tuple(shape), dtype) for shape, dtype, _ in node.arg.out_avals]
+  if node.op is Ops.CALLBACK: return [(tuple(shape), dtype) for shape, dtype in node.arg.out_avals]
   body, length, _, n_carry, _ = node.arg
   return [(tuple(out.shape), out.dtype) if i < n_carry else ((length, *out.shape), out.dtype)
           for i, out in enumerate(body.src)]
