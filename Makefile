@@ -5,6 +5,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test fuzz bench clean
 
+# The several-process tests (tinyjax.distributed) run under mpiexec from the `mpi` extra (mpi4py and the MPICH wheel).
 # The OpenCL tests run the GPU kernels on PoCL, a CPU OpenCL: Debian's pocl-opencl-icd (installed here when running as
 # root with apt-get) and pyopencl (the `opencl` extra). Where either cannot be had, those tests skip and say why.
 $(STAMP): pyproject.toml
@@ -18,6 +19,8 @@ $(STAMP): pyproject.toml
 	  echo "PoCL could not be installed (sudo apt-get install pocl-opencl-icd): the OpenCL tests will skip"
 	$(VENV)/bin/python -m pip install -q -e '.[test,opencl]' || \
 	  echo "pyopencl could not be installed: the OpenCL tests will skip"
+	$(VENV)/bin/python -m pip install -q -e '.[test,mpi]' || \
+	  echo "mpi4py / mpich could not be installed: the several-process tests will skip"
 	touch $(STAMP)
 
 # the demo trains the CNN for one epoch on Fashion-MNIST, installing Debian's dataset-fashion-mnist when it can (as

@@ -5,12 +5,15 @@ parameters. The result equals training on one device with the whole batch (check
 
     TINYJAX_CPU_DEVICES=2 .venv/bin/python examples/data_parallel.py          # 2 CPU devices in this process
     TINYJAX_CPU_DEVICES=4 .venv/bin/python examples/data_parallel.py --steps 50 --batch 256
+    .venv/bin/mpiexec -n 2 .venv/bin/python examples/data_parallel.py        # 2 processes (pip install '.[mpi]')
 
-(Several processes over MPI, `mpirun -n 2 python examples/data_parallel.py`, are not supported yet.)
+Under an MPI launcher, `tinyjax.distributed.initialize()` joins the processes: the mesh spans every process's devices,
+each process computes the gradient of its shards of the batch, and `pmean` combines them through MPI.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -79,18 +82,22 @@ def main() -> None:
   parser.add_argument("--batch", type=int, default=128)
   parser.add_argument("--devices", type=int, default=0, help="devices on the data axis (default: all)")
   args = parser.parse_args()
+  if any(name in os.environ for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK")):  # started by mpirun
+    tj.distributed.initialize()
   count = args.devices or tj.device_count()
   if args.batch % count:
     raise SystemExit(f"--batch {args.batch} must be divisible by the {count} devices of the data axis")
   mesh = tj.make_mesh((count,), ("data",))
-  print(f"{count} devices on the data axis: {mesh}")
+  say = print if tj.process_index() == 0 else (lambda *_: None)
+  say(f"{count} devices on the data axis ({tj.process_count()} process{'es' if tj.process_count() > 1 else ''}): "
+      f"{mesh}")
   sharded, losses, seconds = train(args.steps, args.batch, mesh)
   single, single_losses, single_seconds = train(args.steps, args.batch)
-  print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {args.steps} steps")
-  print(f"step: {seconds * 1e3:.2f} ms sharded over {count} devices, {single_seconds * 1e3:.2f} ms on one device")
+  say(f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {args.steps} steps")
+  say(f"step: {seconds * 1e3:.2f} ms sharded over {count} devices, {single_seconds * 1e3:.2f} ms on one device")
   difference = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
                    for a, b in zip(tj.tree_util.tree_leaves(sharded), tj.tree_util.tree_leaves(single)))
-  print(f"largest parameter difference from one-device training: {difference:.2e}")
+  say(f"largest parameter difference from one-device training: {difference:.2e}")
 
 
 if __name__ == "__main__":

@@ -41,8 +41,26 @@ def test_data_parallel_example_equals_one_device():
   result = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "data_parallel.py"), "--steps", "8",
                            "--batch", "64"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
   assert result.returncode == 0, result.stderr[-3000:]
-  assert "2 devices on the data axis" in result.stdout, result.stdout
+  assert "2 devices on the data axis (1 process)" in result.stdout, result.stdout
   difference = float(re.search(r"largest parameter difference from one-device training: (\S+)", result.stdout)[1])
   assert difference < 1e-5, result.stdout
   losses = re.search(r"loss (\S+) -> (\S+)", result.stdout)
   assert float(losses[2]) < float(losses[1]), result.stdout
+
+
+def test_data_parallel_example_over_two_processes():
+  """The same training over `mpiexec -n 2` (tinyjax.distributed over MPI, one CPU device per process)."""
+  try:
+    import mpi4py  # noqa: F401
+  except ImportError:
+    pytest.skip("mpi4py is not installed (pip install 'tinyjax[mpi]'; make test installs it)")
+  mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+  if not os.path.exists(mpiexec): pytest.skip("no mpiexec beside the Python (the mpich wheel of the mpi extra)")
+  env = {key: value for key, value in os.environ.items() if key not in ("TINYJAX_CPU_DEVICES", "XLA_FLAGS")}
+  result = subprocess.run([mpiexec, "-n", "2", sys.executable, os.path.join(ROOT, "examples", "data_parallel.py"),
+                           "--steps", "8", "--batch", "64"], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env=env)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "2 devices on the data axis (2 processes)" in result.stdout, result.stdout
+  difference = float(re.search(r"largest parameter difference from one-device training: (\S+)", result.stdout)[1])
+  assert difference < 1e-5, result.stdout

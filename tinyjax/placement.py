@@ -10,6 +10,8 @@ from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
 from tinyjax.devices.buffer import ShardedBuffer, shard
 from tinyjax.devices.device import backend_devices, default_backend, default_device, host_buffer, move
+from tinyjax.devices.device import process_count as _process_count
+from tinyjax.devices.device import process_index as _process_index
 from tinyjax.uop import Ops, UOp
 
 __all__ = ["default_backend", "device_count", "device_get", "device_put", "devices", "local_device_count",
@@ -22,14 +24,15 @@ def devices(backend: str | None = None) -> list:
 
 
 def local_devices(process_index: int | None = None, backend: str | None = None) -> list:
-  """The devices of this process (every device: tinyjax runs in one process)."""
-  return devices(backend)
+  """The devices of process `process_index` (default: this one; several only with tinyjax.distributed)."""
+  index = _process_index() if process_index is None else process_index
+  return [device for device in devices(backend) if getattr(device, "process_index", 0) == index]
 
 
 def device_count(backend: str | None = None) -> int: return len(devices(backend))
-def local_device_count(backend: str | None = None) -> int: return len(devices(backend))
-def process_index(backend: str | None = None) -> int: return 0
-def process_count(backend: str | None = None) -> int: return 1
+def local_device_count(backend: str | None = None) -> int: return len(local_devices(backend=backend))
+def process_index(backend: str | None = None) -> int: return _process_index()
+def process_count(backend: str | None = None) -> int: return _process_count()
 
 
 def _is_device(value: Any) -> bool:

@@ -35,7 +35,7 @@ class CpuDevice:
   def __str__(self) -> str: return f"cpu:{self.id}"
 
   @property
-  def local_hardware_id(self) -> int: return self.id
+  def local_hardware_id(self) -> int: return self.id - self.process_index * (_processes["local"] or 1)
 
   def synchronize(self) -> None:
     """Kernels on the CPU have finished when their launch returns: nothing to wait for."""
@@ -58,11 +58,43 @@ def cpu_device_count() -> int:
   return count
 
 
+# several processes (tinyjax.distributed): this one's index, their count and how many CPU devices each has
+_processes = {"index": 0, "count": 1, "local": 0}
+_remote_devices: list[CpuDevice] = []  # the other processes' CPU devices (descriptions: nothing runs on them here)
+
+
 def cpu_devices() -> list[CpuDevice]:
-  """The CPU devices, CPU (id 0) first."""
-  count = cpu_device_count()
-  while len(_cpu_devices) < count: _cpu_devices.append(CpuDevice(len(_cpu_devices)))
+  """This process's CPU devices, CPU first (ids from process_index * their count on, with several processes)."""
+  count = _processes["local"] or cpu_device_count()
+  first = _processes["index"] * count
+  while len(_cpu_devices) < count: _cpu_devices.append(CpuDevice(first + len(_cpu_devices)))
   return _cpu_devices[:count]
+
+
+def global_cpu_devices() -> list[CpuDevice]:
+  """Every process's CPU devices, by id (this process's alone without tinyjax.distributed)."""
+  if _processes["count"] == 1: return cpu_devices()
+  return sorted(cpu_devices() + _remote_devices, key=lambda device: device.id)
+
+
+def join_processes(index: int, count: int) -> None:
+  """Make this process number `index` of `count` (tinyjax.distributed.initialize): its CPU devices get the global
+  ids index * L ... (L: its CPU device count, the same in every process) and the others' devices are listed."""
+  local = cpu_device_count()
+  _processes.update(index=index, count=count, local=local)
+  for ordinal, device in enumerate(cpu_devices()):
+    device.id, device.process_index = index * local + ordinal, index
+  _remote_devices[:] = []
+  for process in range(count):
+    if process == index: continue
+    for ordinal in range(local):
+      device = CpuDevice(process * local + ordinal)
+      device.process_index = process
+      _remote_devices.append(device)
+
+
+def process_index() -> int: return _processes["index"]
+def process_count() -> int: return _processes["count"]
 
 
 def compute_device(device):
@@ -80,7 +112,7 @@ def backend_devices(platform: str) -> list:
   name = _ALIASES.get(platform.strip().lower())
   if name is None:
     raise RuntimeError(f"Unknown backend {platform!r}. Known platforms are: cpu, cuda (alias gpu), opencl")
-  if name == "cpu": return cpu_devices()
+  if name == "cpu": return global_cpu_devices()
   if name == "cuda":
     from tinyjax.devices.cuda import cuda_devices as devices_of_platform
   else:

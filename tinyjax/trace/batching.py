@@ -68,6 +68,9 @@ class BatchTrace(Trace):
   varying/invariant typing: an unbatched value is invariant over the axis, a batched one varies, and reverse mode
   transposes `psum` of a varying value into a broadcast (not into another `psum`, as under `vmap`)."""
   fun_name = "vmap"
+  # a shard_map mesh axis that spans processes (tinyjax.distributed.ProcessGroup): this trace's examples are this
+  # process's positions along it, and collectives over it combine the processes' values through MPI
+  processes: Any = None
 
   def __init__(self, parent: Trace, axis_size: int, axis_name: Hashable | None, spmd: bool = False):
     self.parent, self.axis_size, self.axis_name, self.active, self.spmd = parent, axis_size, axis_name, True, spmd
@@ -362,16 +365,50 @@ def _order_reversed(x: Any) -> Any:
 # one name at a time: the reductions and pvary; rule(trace, vals, dims, *, axis_name) -> (out, out batch dim)
 
 def _reduction_rule(prim: Collective, reduce_away: Callable[[Any, int], Any],
-                    of_copies: Callable[[Any, int], Any]) -> Callable:
+                    of_copies: Callable[[Any, int], Any], mpi_op: str) -> Callable:
   """Over this trace's axis: `reduce_away(x, dim)` removes the batch axis (the result is unbatched, as JAX); an
   unbatched operand is the same in every example: `of_copies(x, axis size)`. Over another name: the collective is
-  elementwise along this trace's axis, so it passes to the parent with the batch dim unchanged."""
+  elementwise along this trace's axis, so it passes to the parent with the batch dim unchanged. Over an axis that
+  spans processes, the local result is then combined with the other processes' (`mpi_op`: MPI Allreduce)."""
   def rule(trace: BatchTrace, vals, dims, *, axis_name):
     (x,), (dim,) = vals, dims
     if axis_name != trace.axis_name: return prim.bind(x, axis_name=axis_name), dim
     x = _as_array(x)
-    return (of_copies(x, trace.axis_size), None) if dim is None else (reduce_away(x, dim), None)
+    group = trace.processes
+    if dim is None: return of_copies(x, trace.axis_size if group is None else group.size), None
+    out = reduce_away(x, dim)
+    return (out if group is None else _host_collective(out, f"mpi_allreduce_{mpi_op}",
+                                                       lambda v: group.allreduce(v, mpi_op))), None
   return rule
+
+
+def _host_collective(x: Any, name: str, fn: Callable[[np.ndarray], np.ndarray], shape: tuple | None = None) -> Any:
+  """`fn` of `x`'s value, called on the host (a host step under jit: an MPI exchange with the other processes).
+  Elementwise along leading axes an outer vmap adds (`fn` sees them: it must keep them)."""
+  from tinyjax.trace.callback import HostCallback, pure_callback_p
+  aval = (tuple(x.shape) if shape is None else tuple(shape), np.dtype(x.dtype))
+  (out,) = pure_callback_p.bind(x, callback=HostCallback(lambda v: [fn(v)], (aval,), name),
+                                vmap_method="broadcast_all")
+  return out
+
+
+def _gather_processes(x: Any, axis: int, group: Any) -> Any:
+  """`x` with its axis `axis` (this process's positions along a mesh axis) replaced by every process's, in order."""
+  from_end = len(x.shape) - axis
+  shape = list(x.shape)
+  shape[axis] = group.size
+
+  def gather(value: np.ndarray) -> np.ndarray:
+    position = value.ndim - from_end  # (an outer vmap's leading axes shift it)
+    stacked = group.allgather(np.moveaxis(value, position, 0))
+    return np.moveaxis(stacked, 0, position)
+  return _host_collective(x, f"mpi_allgather_{group.name}", gather, tuple(shape))
+
+
+def _local_positions(x: Any, axis: int, group: Any, count: int) -> Any:
+  """This process's `count` positions of `x` along `axis` (which holds every process's)."""
+  bounds = tuple((group.offset, group.offset + count) if i == axis else (0, n) for i, n in enumerate(x.shape))
+  return bind(Ops.SHRINK, x, arg=bounds, weak_type=x.weak_type)
 
 
 def _pvary_rule(trace: BatchTrace, vals, dims, *, axis_name):
@@ -383,10 +420,11 @@ def _pvary_rule(trace: BatchTrace, vals, dims, *, axis_name):
 
 psum_p, pmax_p, pmin_p, pvary_p = Collective("psum"), Collective("pmax"), Collective("pmin"), Collective("pvary")
 batch_rules[psum_p] = _reduction_rule(psum_p, lambda x, dim: _reduce_away(x, dim, Ops.ADD),
-                                      lambda x, size: ad.mul(x, ad.full_like(x, size)))
-batch_rules[pmax_p] = _reduction_rule(pmax_p, lambda x, dim: _reduce_away(x, dim, Ops.MAX), lambda x, size: x)
+                                      lambda x, size: ad.mul(x, ad.full_like(x, size)), "sum")
+batch_rules[pmax_p] = _reduction_rule(pmax_p, lambda x, dim: _reduce_away(x, dim, Ops.MAX), lambda x, size: x,
+                                      "max")
 batch_rules[pmin_p] = _reduction_rule(
-  pmin_p, lambda x, dim: _order_reversed(_reduce_away(_order_reversed(x), dim, Ops.MAX)), lambda x, size: x)
+  pmin_p, lambda x, dim: _order_reversed(_reduce_away(_order_reversed(x), dim, Ops.MAX)), lambda x, size: x, "min")
 batch_rules[pvary_p] = _pvary_rule
 
 
@@ -469,8 +507,12 @@ def _combined_rule(prim: Collective, global_rule: Callable, axis_params: tuple[s
       x = move_axis(x, dim, len(gathered))
       return prim.bind(x, axis_name=axis_name, gathered=gathered, **shifted), len(gathered)
     x, gathered = match_axis(x, dim, 0, trace.axis_size), (trace.axis_name,) + gathered
-    if len(gathered) < len(axis_name): return prim.bind(x, axis_name=axis_name, gathered=gathered, **params), 0
-    return _apply_global(global_rule, x, axis_name, gathered, params), 0
+    # an axis spanning processes: every process's positions along it (MPI Allgather), this process's of the result
+    group = trace.processes
+    if group is not None: x = _gather_processes(x, 0, group)
+    if len(gathered) < len(axis_name): out = prim.bind(x, axis_name=axis_name, gathered=gathered, **params)
+    else: out = _apply_global(global_rule, x, axis_name, gathered, params)
+    return (out if group is None else _local_positions(out, 0, group, trace.axis_size)), 0
   return rule
 
 
@@ -495,6 +537,7 @@ def _combined_aval(prim: Collective) -> Callable:
 
   def aval(x: Any, *, axis_name: tuple, gathered: tuple, **params: Any) -> tuple:
     count = len(gathered)
+    # (the gathered axes are already whole: an axis spanning processes is gathered from them first)
     size = math.prod(x.shape[:count]) * axis_size(tuple(name for name in axis_name if name not in gathered))
     scratch = StagingTrace(current_trace.get(), [], f"abstract evaluation of {prim.name}")
     with new_trace(scratch):
@@ -555,7 +598,12 @@ _deftranspose(all_to_all_p, lambda ct, *, split_axis, concat_axis, **params: all
 def axis_size(axis_name: Hashable | tuple) -> int:
   """The number of examples along the vmap (or shard_map mesh axis) named `axis_name`; for a tuple of names, the
   product of their sizes."""
-  return math.prod(_find_axis(name).axis_size for name in _axis_names(axis_name))
+  return math.prod(_global_size(_find_axis(name)) for name in _axis_names(axis_name))
+
+
+def _global_size(trace: BatchTrace) -> int:
+  """The length of a trace's axis (across processes, for a mesh axis that spans them)."""
+  return trace.axis_size if trace.processes is None else trace.processes.size
 
 
 def _reduce_each_name(prim: Collective, x: Any, axis_name: Hashable | tuple) -> Any:
@@ -638,8 +686,9 @@ def axis_index(axis_name: Hashable | tuple) -> Any:
   index = None
   for name in _axis_names(axis_name):
     trace = _find_axis(name)
-    own = BatchTracer(trace, Array.from_numpy(np.arange(trace.axis_size, dtype=np.int32)), 0)
-    index = own if index is None else ad.add(ad.mul(index, ad.full_like(index, trace.axis_size)), own)
+    first = 0 if trace.processes is None else trace.processes.offset  # (this process's first position)
+    own = BatchTracer(trace, Array.from_numpy(np.arange(first, first + trace.axis_size, dtype=np.int32)), 0)
+    index = own if index is None else ad.add(ad.mul(index, ad.full_like(index, _global_size(trace))), own)
   return index
 
 

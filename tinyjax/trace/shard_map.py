@@ -75,6 +75,7 @@ class ShardMapped:
     if (compiled := self._compiled.get(specs)) is None:
       compiled = self._compiled[specs] = jit(functools.partial(self._mapped, specs))
     out = compiled(*args)
+    if _local_block(mesh) is not None: return out  # (several processes: every one has the whole value)
     leaves, tree = tree_util.tree_flatten(out)
     specs = _flatten_specs(self.out_specs, out, "out_specs")
     return tree_util.tree_unflatten(tree, [device_put(leaf, NamedSharding(mesh, spec))
@@ -88,15 +89,19 @@ class ShardMapped:
     manual = [name for name in mesh.axis_names if not self.axis_names or name in self.axis_names]
     leaves, in_tree = tree_util.tree_flatten(args)
     specs = list(in_specs) if in_specs is not None else self._in_specs(args, leaves, mesh)
+    # with several processes (tinyjax.distributed): this process's block of the mesh, its positions along each axis
+    local = _local_block(mesh)
+    counts = {name: size if local is None else local[name][1] - local[name][0] for name, size in mesh.shape.items()}
     expanded, labels = [], []
     for index, (leaf, spec) in enumerate(zip(leaves, specs)):
       array = _as_array(leaf)
       _check_spec(mesh, spec, array.shape, manual, f"argument {index} (shape {tuple(array.shape)})", "in_specs")
+      if local is not None: array = _local_part(array, spec, mesh, local)
       shape, leaf_labels = [], []
       for dim, size in enumerate(array.shape):
         names = spec.axes_of(dim)
-        block = size // int(np.prod([mesh.shape[name] for name in names], dtype=np.int64))
-        shape += [mesh.shape[name] for name in names] + [block]
+        block = size // int(np.prod([counts[name] for name in names], dtype=np.int64))
+        shape += [counts[name] for name in names] + [block]
         leaf_labels += [("mesh", name) for name in names] + [("block", dim)]
       expanded.append(bind(Ops.RESHAPE, array, arg=tuple(shape), weak_type=array.weak_type)
                       if tuple(shape) != tuple(array.shape) else array)
@@ -117,7 +122,10 @@ class ShardMapped:
     def level(depth: int, values: list[Any], value_labels: list[list[Label]]) -> list[Any]:
       if depth == len(manual): return innermost(values)
       name = manual[depth]
-      trace = BatchTrace(current_trace.get(), mesh.shape[name], name, spmd=self.check_vma)
+      trace = BatchTrace(current_trace.get(), counts[name], name, spmd=self.check_vma)
+      if counts[name] < mesh.shape[name]:  # the other positions along the axis are other processes'
+        from tinyjax.distributed import process_group
+        trace.processes = process_group(mesh, name, local)
       with new_trace(trace):
         inputs = [BatchTracer(trace, _as_array(v), lbl.index(("mesh", name))) if ("mesh", name) in lbl else v
                   for v, lbl in zip(values, value_labels)]
@@ -128,6 +136,13 @@ class ShardMapped:
     results = []
     for leaf, spec in zip(outs, out_specs):
       leaf = _as_array(leaf)
+      if local is not None:  # the other processes' positions along the axes the output is split over
+        from tinyjax.distributed import process_group
+        from tinyjax.trace.batching import _gather_processes
+        layout = _expanded_labels(spec, _rank_of(leaf.shape, spec))
+        for position, label in enumerate(layout):
+          if label[0] == "mesh" and counts[label[1]] < mesh.shape[label[1]]:
+            leaf = _gather_processes(leaf, position, process_group(mesh, label[1], local))
       global_shape = _global_shape(leaf.shape, spec)
       results.append(bind(Ops.RESHAPE, leaf, arg=global_shape, weak_type=leaf.weak_type)
                      if tuple(global_shape) != tuple(leaf.shape) else leaf)
@@ -183,6 +198,52 @@ def _traced_sharding(leaf: Tracer) -> Any:
   while isinstance(leaf, JVPTracer): leaf = leaf.primal  # (grad of a jitted shard_map: its primal is the argument)
   if type(leaf) is not StagingTracer or leaf.uop.op is not Ops.PARAM: return None
   return getattr(leaf.trace, "arg_shardings", {}).get(leaf.uop.arg[0])
+
+
+def _rank_of(expanded_shape: Sequence[int], spec: Any) -> int:
+  """The rank of an output whose expanded shape (mesh axes before each dimension they split) is `expanded_shape`."""
+  position, rank = 0, 0
+  while position < len(expanded_shape):
+    position += len(spec.axes_of(rank)) + 1
+    rank += 1
+  return rank
+
+
+def _local_block(mesh: Any) -> dict[str, tuple[int, int]] | None:
+  """This process's devices' block of `mesh` ({axis name: (first, stop)}), or None when every device is its own.
+  ValueError if it has none; NotImplementedError if they are not one block."""
+  from tinyjax.devices.device import process_index
+  me = process_index()
+  coords = [index for index, device in np.ndenumerate(mesh.devices) if getattr(device, "process_index", 0) == me]
+  if len(coords) == mesh.size: return None
+  if not coords: raise ValueError(f"shard_map: the mesh {mesh} has no device of this process ({me})")
+  block = {name: (min(c[i] for c in coords), max(c[i] for c in coords) + 1) for i, name in enumerate(mesh.axis_names)}
+  if len(coords) != int(np.prod([stop - start for start, stop in block.values()])):
+    raise NotImplementedError(f"shard_map over several processes needs each process's devices to be one block of "
+                              f"the mesh {mesh} (make_mesh lays them out so, process by process)")
+  return block
+
+
+def _local_part(array: Any, spec: Any, mesh: Any, local: dict[str, tuple[int, int]]) -> Any:
+  """This process's blocks of an argument every process holds whole: along each split dimension, the blocks of its
+  devices' positions (a contiguous run: the dimension's minor mesh axes must be the process's whole)."""
+  bounds = []
+  for dim, size in enumerate(array.shape):
+    names = spec.axes_of(dim)
+    if not names:
+      bounds.append((0, size))
+      continue
+    block = size // int(np.prod([mesh.shape[name] for name in names], dtype=np.int64))
+    numbers = [0]
+    for name in names:  # the block numbers of this process's positions, the first name major
+      numbers = [number * mesh.shape[name] + c for number in numbers for c in range(*local[name])]
+    first, last = min(numbers), max(numbers) + 1
+    if last - first != len(numbers):
+      raise NotImplementedError(f"shard_map: dimension {dim} of an argument split over {names} would give this "
+                                "process blocks that are not contiguous; put the mesh axes that span processes first")
+    bounds.append((first * block, last * block))
+  if all(bound == (0, size) for bound, size in zip(bounds, array.shape)): return array
+  return bind(Ops.SHRINK, array, arg=tuple(bounds), weak_type=array.weak_type)
 
 
 def _expanded_labels(spec: Any, ndim: int) -> list[Label]:
