@@ -51,6 +51,21 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     raise ValueError(f"every process needs the same number of CPU devices (TINYJAX_CPU_DEVICES), got {counts}")
   _state["comm"] = comm
   _device.join_processes(rank, size)
+  _share_cores(comm, MPI)
+
+
+def _share_cores(comm: Any, MPI: Any) -> None:
+  """Processes on one machine share its cores: unless TINYJAX_CPU_THREADS says otherwise, each runs its kernels on
+  cores / (its processes there) threads (2 processes on 2 cores each with 2 threads: the MLP step 9.2 -> 7.3 ms).
+  Only before the runtime has started (its threads are made on the first parallel launch)."""
+  import os
+
+  from tinyjax.devices import cpu
+  from tinyjax.helpers import getenv
+  if os.environ.get("TINYJAX_CPU_THREADS") or cpu._runtime is not None: return
+  here = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
+  os.environ["TINYJAX_CPU_THREADS"] = str(max(1, cpu._cpu_count() // here))
+  getenv.cache_clear()
 
 
 def is_initialized() -> bool: return _state["comm"] is not None
