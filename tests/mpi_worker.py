@@ -74,8 +74,21 @@ def run(count: int) -> dict:
   return results
 
 
+def misbehave(mode: str) -> None:
+  """Process 1 fails ("fail": an exception) or hangs ("stuck") before a psum the others wait in."""
+  if tj.process_index() == 1:
+    if mode == "fail": raise RuntimeError("process 1 fails on purpose")
+    import time
+    time.sleep(120)
+  mesh = tj.make_mesh((tj.device_count(),), ("i",))
+  tj.shard_map(lambda v: lax.psum(v, "i"), mesh=mesh, in_specs=P("i"), out_specs=P())(np.ones(4, np.float32))
+
+
 if __name__ == "__main__":
   tj.distributed.initialize()
+  if len(sys.argv) > 2:
+    misbehave(sys.argv[2])
+    sys.exit(0)
   result = {"process": tj.process_index(), "processes": tj.process_count(), "devices": tj.device_count(),
             "local_devices": tj.local_device_count(), "results": run(tj.device_count())}
   with open(f"{sys.argv[1]}/process{tj.process_index()}.json", "w") as file: json.dump(result, file)

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -70,3 +71,18 @@ def test_initialize_without_mpi4py_says_what_to_install(monkeypatch):
   with pytest.raises(ImportError, match=r"tinyjax\[mpi\]"):
     tj.distributed.initialize()
   assert not tj.distributed.is_initialized()
+
+
+@pytest.mark.parametrize("mode", ["fail", "stuck"])
+def test_a_failed_or_stuck_process_ends_the_job(mode, tmp_path):
+  """A process that dies of an exception aborts the job at once (the others are waiting in a psum); one that hangs
+  makes the others give up after TINYJAX_MPI_TIMEOUT_S with a message. Neither leaves the job running."""
+  mpiexec = _skip_without_mpi()
+  env = dict(os.environ, TINYJAX_CPU_DEVICES="1", PYTHONPATH=ROOT, TINYJAX_MPI_TIMEOUT_S="3")
+  start = time.perf_counter()
+  done = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "tests.mpi_worker", str(tmp_path), mode], cwd=ROOT,
+                        env=env, capture_output=True, text=True, timeout=100)
+  assert done.returncode != 0
+  assert time.perf_counter() - start < 60
+  expected = "process 1 fails on purpose" if mode == "fail" else "waited 3 s for the other processes"
+  assert expected in done.stderr, done.stderr[-3000:]

@@ -52,6 +52,20 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   _state["comm"] = comm
   _device.join_processes(rank, size)
   _share_cores(comm, MPI)
+  _abort_on_uncaught_errors(comm)
+
+
+def _abort_on_uncaught_errors(comm: Any) -> None:
+  """A process that dies of an exception takes the job down (MPI Abort) after printing it, instead of leaving the
+  others waiting in a collective forever."""
+  import sys
+  previous = sys.excepthook
+
+  def hook(kind, value, traceback) -> None:
+    previous(kind, value, traceback)
+    sys.stderr.flush()
+    comm.Abort(1)
+  sys.excepthook = hook
 
 
 def _share_cores(comm: Any, MPI: Any) -> None:
@@ -78,26 +92,69 @@ def shutdown() -> None:
 
 # ---- what shard_map uses
 
+# how long a collective waits for the other processes before the job is aborted with a message (seconds)
+TIMEOUT_S = float(__import__("os").environ.get("TINYJAX_MPI_TIMEOUT_S", "600"))
+SPIN_S = 0.05  # polled without sleeping this long: a collective's usual wait is microseconds
+
+
+def _wait(request: Any, what: str) -> None:
+  """Wait for a non-blocking MPI operation, at most TIMEOUT_S; then say so and abort the job (a peer that died or
+  hangs would otherwise block this process forever)."""
+  import time
+  start = time.perf_counter()
+  while not request.Test():
+    waited = time.perf_counter() - start
+    if waited > TIMEOUT_S:
+      import sys
+      print(f"tinyjax.distributed: {what} waited {TIMEOUT_S:.0f} s for the other processes (TINYJAX_MPI_TIMEOUT_S); "
+            "one of them died or is stuck: aborting the job", file=sys.stderr, flush=True)
+      _state["comm"].Abort(2)
+    if waited > SPIN_S: time.sleep(0.001)  # (a peer far behind: stop burning a core on it)
+
+
 class ProcessGroup:
   """The processes that hold the other positions along one mesh axis (those whose devices share this process's
   coordinates on the other axes): an MPI sub-communicator, ordered along the axis. `offset` is this process's first
-  position along the axis, `size` the axis's whole length."""
+  position along the axis, `size` the axis's whole length.
+
+  Its exchanges are point-to-point messages tagged with the collective's number (`next_tag`, given when the program
+  is traced, in the same order in every process), not MPI collectives, which must be called in the same order
+  everywhere: the compiled programs of two processes differ (each slices its own blocks), and so may the order in
+  which they run independent host steps. Every process combines the values in process order: the same bits."""
 
   def __init__(self, comm: Any, offset: int, size: int, name: str):
     self.comm, self.offset, self.size, self.name = comm, offset, size, name
 
-  def allreduce(self, value: np.ndarray, op: str) -> np.ndarray:
-    MPI = _mpi()
-    out = np.empty_like(value)
-    self.comm.Allreduce(np.ascontiguousarray(value), out, op={"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op])
-    return out
+  def _exchange(self, value: np.ndarray, tag: int, what: str) -> list[np.ndarray]:
+    """Every process's `value` (the same shape in all), in process order."""
+    value = np.asarray(value, order="C")  # (ascontiguousarray would make a scalar 1-D)
+    me, count = self.comm.Get_rank(), self.comm.Get_size()
+    received = {rank: np.empty_like(value) for rank in range(count) if rank != me}
+    requests = [self.comm.Isend(value, dest=rank, tag=tag) for rank in received]
+    requests += [self.comm.Irecv(buffer, source=rank, tag=tag) for rank, buffer in received.items()]
+    for request in requests: _wait(request, f"{what} over mesh axis {self.name!r}")
+    return [value if rank == me else received[rank] for rank in range(count)]
 
-  def allgather(self, value: np.ndarray) -> np.ndarray:
+  def allreduce(self, value: np.ndarray, op: str, tag: int) -> np.ndarray:
+    combine = {"sum": np.add, "max": np.maximum, "min": np.minimum}[op]
+    parts = self._exchange(value, tag, "an allreduce")
+    total = parts[0].copy()
+    for part in parts[1:]: combine(total, part, out=total)
+    return total
+
+  def allgather(self, value: np.ndarray, tag: int) -> np.ndarray:
     """Every process's `value` stacked along axis 0 in the order of their positions (each the same shape)."""
-    value = np.ascontiguousarray(value)
-    out = np.empty((self.comm.Get_size(), *value.shape), value.dtype)
-    self.comm.Allgather(value, out)
-    return out.reshape((-1, *value.shape[1:])) if value.ndim else out
+    parts = self._exchange(value, tag, "an allgather")
+    return np.concatenate(parts) if value.ndim else np.stack(parts)
+
+
+_tags = [0]
+
+
+def next_tag() -> int:
+  """The message tag of the next cross-process collective traced (MPI guarantees tags up to 32767)."""
+  _tags[0] = (_tags[0] + 1) % 32768
+  return _tags[0]
 
 
 _groups: dict[tuple, ProcessGroup] = {}
@@ -110,6 +167,8 @@ def process_group(mesh: Any, axis: str, local_block: dict[str, tuple[int, int]])
   if key not in _groups:
     others = tuple((name, bounds) for name, bounds in sorted(local_block.items()) if name != axis)
     color = zlib.crc32(repr(others).encode()) & 0x7FFFFFFF
-    comm = _state["comm"].Split(color, local_block[axis][0])
+    world = _state["comm"]
+    _wait(world.Ibarrier(), f"setting up mesh axis {axis!r}")  # (Split blocks: first make sure everyone is here)
+    comm = world.Split(color, local_block[axis][0])
     _groups[key] = ProcessGroup(comm, local_block[axis][0], mesh.shape[axis], axis)
   return _groups[key]

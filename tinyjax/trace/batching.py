@@ -377,8 +377,10 @@ def _reduction_rule(prim: Collective, reduce_away: Callable[[Any, int], Any],
     group = trace.processes
     if dim is None: return of_copies(x, trace.axis_size if group is None else group.size), None
     out = reduce_away(x, dim)
-    return (out if group is None else _host_collective(out, f"mpi_allreduce_{mpi_op}",
-                                                       lambda v: group.allreduce(v, mpi_op))), None
+    if group is None: return out, None
+    from tinyjax.distributed import next_tag
+    tag = next_tag()
+    return _host_collective(out, f"mpi_allreduce_{mpi_op}", lambda v: group.allreduce(v, mpi_op, tag)), None
   return rule
 
 
@@ -394,13 +396,14 @@ def _host_collective(x: Any, name: str, fn: Callable[[np.ndarray], np.ndarray], 
 
 def _gather_processes(x: Any, axis: int, group: Any) -> Any:
   """`x` with its axis `axis` (this process's positions along a mesh axis) replaced by every process's, in order."""
-  from_end = len(x.shape) - axis
+  from tinyjax.distributed import next_tag
+  from_end, tag = len(x.shape) - axis, next_tag()
   shape = list(x.shape)
   shape[axis] = group.size
 
   def gather(value: np.ndarray) -> np.ndarray:
     position = value.ndim - from_end  # (an outer vmap's leading axes shift it)
-    stacked = group.allgather(np.moveaxis(value, position, 0))
+    stacked = group.allgather(np.moveaxis(value, position, 0), tag)
     return np.moveaxis(stacked, 0, position)
   return _host_collective(x, f"mpi_allgather_{group.name}", gather, tuple(shape))
 
