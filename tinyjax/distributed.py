@@ -6,9 +6,9 @@ every process's, `local_devices()` this one's, and a mesh (`make_mesh`) spans th
 runs in every process on its own devices' shards: each process takes its blocks of the (replicated) arguments, and a
 collective over a mesh axis that spans processes combines the local shards' values in the compiled program, then the
 processes' values through MPI (a host step: an all-reduce for psum / pmean / pmax / pmin, an all-gather of the
-shards for all_gather, psum_scatter, ppermute and all_to_all, as tagged point-to-point messages: see ProcessGroup). Outputs whose spec names such an axis are gathered from every
-process, so every process ends with the whole value (JAX would return an array whose other shards live in the other
-processes). A process that dies of an exception aborts the job; one that hangs makes the others give up after
+shards for all_gather, psum_scatter, ppermute and all_to_all, as tagged point-to-point messages: see ProcessGroup).
+Outputs whose spec names such an axis are gathered from every process, so every process ends with the whole value
+(JAX would return an array whose other shards live in the other processes). A process that dies of an exception aborts the job; one that hangs makes the others give up after
 TINYJAX_MPI_TIMEOUT_S seconds.
 """
 from __future__ import annotations
