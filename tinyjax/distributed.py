@@ -8,8 +8,8 @@ collective over a mesh axis that spans processes combines the local shards' valu
 processes' values through MPI (a host step: an all-reduce for psum / pmean / pmax / pmin, an all-gather of the
 shards for all_gather, psum_scatter, ppermute and all_to_all, as tagged point-to-point messages: see ProcessGroup).
 Outputs whose spec names such an axis are gathered from every process, so every process ends with the whole value
-(JAX would return an array whose other shards live in the other processes). A process that dies of an exception aborts the job; one that hangs makes the others give up after
-TINYJAX_MPI_TIMEOUT_S seconds.
+(JAX would return an array whose other shards live in the other processes). A process that dies of an exception
+aborts the job; one that hangs makes the others give up after TINYJAX_MPI_TIMEOUT_S seconds.
 """
 from __future__ import annotations
 
