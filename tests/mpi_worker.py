@@ -38,6 +38,7 @@ def cases(count: int) -> dict:
     "all_to_all": lambda: tj.shard_map(lambda v: lax.all_to_all(v, "i", 0, 0, tiled=True), mesh=mesh,
                                        in_specs=P("i"), out_specs=P("i"))(_data(count * count * 2, 1)),
     "data_parallel_grad": lambda: _data_parallel(mesh),
+    "from_process_local_data": lambda: _from_local_data(mesh),
   }
   if count == 4:
     grid = tj.make_mesh((2, 2), ("x", "y"))
@@ -63,6 +64,20 @@ def _data_parallel(mesh) -> list:
     return tj.grad(lambda q: lax.pmean(loss(q, xb, yb), "i"))(p)
   grads = tj.jit(tj.shard_map(local, mesh=mesh, in_specs=(P(), P("i"), P("i")), out_specs=P()))(params, x, y)
   return np.concatenate([np.asarray(grads["w"]).ravel(), np.asarray(grads["b"])]).tolist()
+
+
+def _from_local_data(mesh) -> list:
+  """A global batch made from each process's rows (make_array_from_process_local_data), reduced in a shard_map,
+  and gathered back (multihost_utils.process_allgather)."""
+  from tinyjax.experimental import multihost_utils
+  from tinyjax.sharding import NamedSharding
+  full = np.arange(8.0 * mesh.size, dtype=np.float32).reshape(4 * mesh.size, 2)
+  rows = len(full) // tj.process_count()
+  local = full[tj.process_index() * rows:(tj.process_index() + 1) * rows]
+  batch = tj.make_array_from_process_local_data(NamedSharding(mesh, P("i")), local)
+  total = tj.shard_map(lambda b: lax.psum(b.sum(0), "i"), mesh=mesh, in_specs=P("i"), out_specs=P())(batch)
+  gathered = multihost_utils.process_allgather(batch)
+  return np.concatenate([np.asarray(total), gathered.ravel()]).tolist()
 
 
 def run(count: int) -> dict:

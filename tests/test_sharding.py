@@ -516,3 +516,25 @@ def test_shard_map_random_specs_against_blocks(seed):
   expected = _blocks_reference(x, mesh_shape, spec, summed, out_spec)
   np.testing.assert_allclose(np.asarray(f(x)), expected, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.asarray(tj.jit(f)(x)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_make_array_from_callback_single_device_arrays_and_local_data():
+  """JAX's constructors of global arrays, in one process (tests/test_distributed.py runs them over processes)."""
+  from tinyjax.experimental import multihost_utils
+  mesh = tj.make_mesh((4, 2), ("x", "y"))
+  sharding = NamedSharding(mesh, P("x", "y"))
+  full = np.arange(32.0, dtype=np.float32).reshape(8, 4)
+  made = tj.make_array_from_callback((8, 4), sharding, lambda index: full[index])
+  assert made.sharding == sharding
+  np.testing.assert_array_equal(np.asarray(made), full)
+  shards = [tj.device_put(full[index], device) for device, index in sharding.devices_indices_map((8, 4)).items()]
+  np.testing.assert_array_equal(np.asarray(tj.make_array_from_single_device_arrays((8, 4), sharding, shards)), full)
+  local = tj.make_array_from_process_local_data(NamedSharding(mesh, P("x")), full)
+  np.testing.assert_array_equal(np.asarray(local), full)
+  assert local.sharding.spec == P("x")
+  np.testing.assert_array_equal(multihost_utils.process_allgather(np.float32(3)), [3.0])
+  assert int(multihost_utils.broadcast_one_to_all(np.int32(7))) == 7
+  with pytest.raises(ValueError, match="cover only"):
+    tj.make_array_from_single_device_arrays((8, 4), sharding, shards[:3])
+  with pytest.raises(ValueError, match="does not fit"):
+    tj.make_array_from_callback((8, 4), sharding, lambda index: np.zeros((3, 3), np.float32))

@@ -17,7 +17,9 @@ from tinyjax import debug, nn, random, scipy, test_util  # noqa: E402  (`import 
 from tinyjax.devices import cache_stats as compile_cache_stats  # noqa: E402
 # (after every import of tinyjax.devices: the name `devices` is the function from here on, as in JAX)
 from tinyjax.placement import (default_backend, device_count, device_get, device_put, devices,  # noqa: E402
-                               local_device_count, local_devices, process_count, process_index)
+                               local_device_count, local_devices, make_array_from_callback,
+                               make_array_from_process_local_data, make_array_from_single_device_arrays,
+                               process_count, process_index)
 from tinyjax import distributed, sharding  # noqa: E402
 from tinyjax.sharding import NamedSharding, PartitionSpec, make_mesh, set_mesh  # noqa: E402
 from tinyjax.sharding import PartitionSpec as P  # noqa: E402
@@ -28,7 +30,9 @@ from tinyjax.trace.core import ShapedArray, typeof  # noqa: E402
 __all__ = [
   "Array", "block_until_ready", "checkpoint", "compile_cache_stats", "ConcretizationTypeError", "config", "custom_jvp",
   "custom_vjp", "debug", "default_backend", "device_count", "device_get", "device_put", "devices", "distributed",
-  "local_device_count", "local_devices", "eval_shape", "make_mesh", "NamedSharding", "P", "PartitionSpec",
+  "local_device_count", "local_devices", "eval_shape", "make_array_from_callback",
+  "make_array_from_process_local_data", "make_array_from_single_device_arrays", "make_mesh", "NamedSharding", "P",
+  "PartitionSpec",
   "process_count", "process_index", "pure_callback", "set_mesh", "shard_map", "sharding", "machine_limits", "profile",
   "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
   "lax", "linearize",

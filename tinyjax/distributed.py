@@ -86,6 +86,13 @@ def _share_cores(comm: Any, MPI: Any) -> None:
 def is_initialized() -> bool: return _state["comm"] is not None
 
 
+def gather_objects(value: Any) -> list:
+  """Every process's `value` (picklable), in process order (the process's own included)."""
+  comm = _state["comm"]
+  _wait(comm.Ibarrier(), "gathering data from every process")
+  return comm.allgather(value)
+
+
 def shutdown() -> None:
   """Leave the job: a barrier with the other processes (MPI itself finalizes at exit)."""
   if _state["comm"] is not None: _state["comm"].Barrier()

@@ -15,7 +15,8 @@ from tinyjax.devices.device import process_index as _process_index
 from tinyjax.uop import Ops, UOp
 
 __all__ = ["default_backend", "device_count", "device_get", "device_put", "devices", "local_device_count",
-           "local_devices", "process_count", "process_index"]
+           "local_devices", "make_array_from_callback", "make_array_from_process_local_data",
+           "make_array_from_single_device_arrays", "process_count", "process_index"]
 
 
 def devices(backend: str | None = None) -> list:
@@ -117,3 +118,88 @@ def _put_sharded(leaf: Any, sharding: Any) -> Array:
 def device_get(x: Any) -> Any:
   """`x` with every Array leaf copied to a numpy array on the host."""
   return tree_util.tree_map(lambda leaf: np.asarray(leaf) if isinstance(leaf, Array) else leaf, x)
+
+
+# ---- global arrays from per-process (or per-device) data, as JAX's make_array_from_* functions
+
+def _bounds(index: tuple, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+  """A device's index (a tuple of slices) as (start, stop) per dimension."""
+  return tuple(piece.indices(size)[:2] for piece, size in zip(index, shape))
+
+
+def _assemble(shape: tuple[int, ...], sharding: Any, pieces: list, dtype: Any) -> Array:
+  """The global array from this process's pieces ((bounds, values) each) and, with several processes, every other
+  process's (each process then holds the whole value: its shards are blocks of one host buffer), laid out as
+  `sharding`. ValueError if some element is in no piece."""
+  from tinyjax.devices.device import process_count
+  if process_count() > 1:
+    from tinyjax.distributed import gather_objects
+    pieces = [piece for process_pieces in gather_objects(pieces) for piece in process_pieces]
+  if dtype is None: dtype = pieces[0][1].dtype if pieces else np.float32
+  dtype = dtypes.canonicalize_dtype(np.dtype(dtype))
+  full = np.zeros(shape, dtype)
+  covered = np.zeros(shape, bool)
+  for bounds, values in pieces:
+    region = tuple(slice(start, stop) for start, stop in bounds)
+    if full[region].shape != np.shape(values):
+      raise ValueError(f"a shard of shape {np.shape(values)} does not fit its place {region} in the global shape "
+                       f"{shape} laid out as {sharding}")
+    full[region] = values
+    covered[region] = True
+  if not covered.all():
+    raise ValueError(f"the shards given cover only {int(covered.sum())} of the {covered.size} elements of the global "
+                     f"shape {shape} laid out as {sharding}")
+  return device_put(full, sharding)
+
+
+def _local_index_map(shape: tuple[int, ...], sharding: Any) -> dict:
+  """{this process's device: its index} for an array of `shape` laid out as `sharding`."""
+  from tinyjax.devices.device import process_index
+  return {device: index for device, index in sharding.devices_indices_map(shape).items()
+          if getattr(device, "process_index", 0) == process_index()}
+
+
+def make_array_from_callback(shape: tuple[int, ...], sharding: Any, data_callback: Any, dtype: Any = None) -> Array:
+  """The array of `shape` laid out as `sharding` whose shard on each of this process's devices is
+  `data_callback(index)` (index: a tuple of slices into the global array), as JAX's."""
+  shape = tuple(int(d) for d in shape)
+  pieces = [(_bounds(index, shape), np.asarray(data_callback(index)))
+            for index in _local_index_map(shape, sharding).values()]
+  return _assemble(shape, sharding, pieces, dtype)
+
+
+def make_array_from_single_device_arrays(shape: tuple[int, ...], sharding: Any, arrays: Any, *,
+                                         dtype: Any = None) -> Array:
+  """The array of `shape` laid out as `sharding` from one array per device of this process (each on its device,
+  holding that device's shard), as JAX's."""
+  shape = tuple(int(d) for d in shape)
+  index_map = _local_index_map(shape, sharding)
+  pieces = []
+  for array in arrays:
+    device = array.device if isinstance(array, Array) else None
+    if device not in index_map:
+      raise ValueError(f"make_array_from_single_device_arrays: an array on {device} is not on one of this process's "
+                       f"devices of {sharding}: {sorted(map(repr, index_map))}")
+    pieces.append((_bounds(index_map[device], shape), np.asarray(array)))
+  return _assemble(shape, sharding, pieces, dtype)
+
+
+def make_array_from_process_local_data(sharding: Any, local_data: Any, global_shape: Any = None) -> Array:
+  """The global array laid out as `sharding` of which this process holds `local_data`: the block its devices'
+  shards cover (the whole array in one process), as JAX's. `global_shape` defaults to the local shape scaled by how
+  many such blocks each dimension has."""
+  local_data = np.asarray(local_data)
+  ndim = local_data.ndim
+  probe = tuple(max(1, n) * 2 * 3 * 4 * 5 * 7 * 8 for n in local_data.shape)  # a shape every mesh here divides
+  mine = _local_index_map(probe, sharding)
+  lows = [min(_bounds(index, probe)[d][0] for index in mine.values()) for d in range(ndim)]
+  highs = [max(_bounds(index, probe)[d][1] for index in mine.values()) for d in range(ndim)]
+  if global_shape is None:
+    global_shape = tuple(local_data.shape[d] * probe[d] // (highs[d] - lows[d]) for d in range(ndim))
+  global_shape = tuple(int(d) for d in global_shape)
+  scale = [global_shape[d] / probe[d] for d in range(ndim)]
+  bounds = tuple((round(lows[d] * scale[d]), round(highs[d] * scale[d])) for d in range(ndim))
+  if tuple(stop - start for start, stop in bounds) != local_data.shape:
+    raise ValueError(f"make_array_from_process_local_data: this process's data has shape {local_data.shape}, but its "
+                     f"devices hold the block {bounds} of the global shape {global_shape} laid out as {sharding}")
+  return _assemble(global_shape, sharding, [(bounds, local_data)], local_data.dtype)
