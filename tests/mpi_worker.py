@@ -39,6 +39,7 @@ def cases(count: int) -> dict:
                                        in_specs=P("i"), out_specs=P("i"))(_data(count * count * 2, 1)),
     "data_parallel_grad": lambda: _data_parallel(mesh),
     "from_process_local_data": lambda: _from_local_data(mesh),
+    "jvp_from_outside": lambda: _jvp_from_outside(mesh, x),
   }
   if count == 4:
     grid = tj.make_mesh((2, 2), ("x", "y"))
@@ -78,6 +79,23 @@ def _from_local_data(mesh) -> list:
   total = tj.shard_map(lambda b: lax.psum(b.sum(0), "i"), mesh=mesh, in_specs=P("i"), out_specs=P())(batch)
   gathered = multihost_utils.process_allgather(batch)
   return np.concatenate([np.asarray(total), gathered.ravel()]).tolist()
+
+
+def _jvp_from_outside(mesh, x: np.ndarray) -> list:
+  """Forward mode through shard_maps from outside them (psum, all_gather); reverse mode from outside raises
+  NotImplementedError over several processes (checked here: the value recorded is the same either way)."""
+  gathered = tj.shard_map(lambda v: lax.all_gather(v, "i", tiled=True) * (1 + lax.axis_index("i")), mesh=mesh,
+                          in_specs=P("i"), out_specs=P("i"))
+  total = tj.shard_map(lambda v: lax.psum(v * v, "i"), mesh=mesh, in_specs=P("i"), out_specs=P())
+  ones = np.ones_like(x)
+  _, first = tj.jvp(lambda v: (gathered(v) ** 2).sum(), (x,), (ones,))
+  _, second = tj.jvp(lambda v: total(v).sum(), (x,), (ones,))
+  try:
+    tj.grad(lambda v: total(v).sum())(x)
+    raised = tj.process_count() == 1
+  except NotImplementedError:
+    raised = tj.process_count() > 1
+  return [float(first), float(second), float(raised)]
 
 
 def run(count: int) -> dict:

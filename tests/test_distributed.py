@@ -82,7 +82,10 @@ def test_a_failed_or_stuck_process_ends_the_job(mode, tmp_path):
   start = time.perf_counter()
   done = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "tests.mpi_worker", str(tmp_path), mode], cwd=ROOT,
                         env=env, capture_output=True, text=True, timeout=100)
-  assert done.returncode != 0
-  assert time.perf_counter() - start < 60
-  expected = "process 1 fails on purpose" if mode == "fail" else "waited 3 s for the other processes"
-  assert expected in done.stderr, done.stderr[-3000:]
+  elapsed = time.perf_counter() - start
+  assert done.returncode != 0 and elapsed < 60
+  if mode == "fail":
+    assert "process 1 fails on purpose" in done.stderr, done.stderr[-3000:]
+  else:  # (the launcher may drop the message when the abort kills the job: then the abort's own exit status, 2)
+    assert elapsed >= 3
+    assert "waited 3 s for the other processes" in done.stderr or done.returncode == 2, done.stderr[-3000:]

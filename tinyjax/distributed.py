@@ -116,6 +116,7 @@ def _wait(request: Any, what: str) -> None:
       import sys
       print(f"tinyjax.distributed: {what} waited {TIMEOUT_S:.0f} s for the other processes (TINYJAX_MPI_TIMEOUT_S); "
             "one of them died or is stuck: aborting the job", file=sys.stderr, flush=True)
+      time.sleep(0.5)  # (for the launcher to forward the message before the abort kills the job)
       _state["comm"].Abort(2)
     if waited > SPIN_S: time.sleep(0.001)  # (a peer far behind: stop burning a core on it)
 
@@ -166,6 +167,7 @@ def next_tag() -> int:
 
 
 _groups: dict[tuple, ProcessGroup] = {}
+
 
 
 def process_group(mesh: Any, axis: str, local_block: dict[str, tuple[int, int]]) -> ProcessGroup:

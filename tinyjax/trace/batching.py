@@ -379,8 +379,7 @@ def _reduction_rule(prim: Collective, reduce_away: Callable[[Any, int], Any],
     out = reduce_away(x, dim)
     if group is None: return out, None
     from tinyjax.distributed import next_tag
-    tag = next_tag()
-    return _host_collective(out, f"mpi_allreduce_{mpi_op}", lambda v: group.allreduce(v, mpi_op, tag)), None
+    return process_allreduce_p.bind(out, group=group, op=mpi_op, tag=next_tag()), None
   return rule
 
 
@@ -397,15 +396,72 @@ def _host_collective(x: Any, name: str, fn: Callable[[np.ndarray], np.ndarray], 
 def _gather_processes(x: Any, axis: int, group: Any) -> Any:
   """`x` with its axis `axis` (this process's positions along a mesh axis) replaced by every process's, in order."""
   from tinyjax.distributed import next_tag
-  from_end, tag = len(x.shape) - axis, next_tag()
+  return process_allgather_p.bind(x, group=group, from_end=len(x.shape) - axis, tag=next_tag())
+
+
+# The exchanges between processes (tinyjax.distributed), as primitives with rules (the host step that does them,
+# `_host_collective`, has none): JVP applies them to the tangents; reverse mode from outside the shard_map is not
+# built (`_no_transpose`), while inside it the collectives' own rules apply.
+
+def _process_allreduce(x: Any, *, group: Any, op: str, tag: int) -> Any:
+  return _host_collective(x, f"mpi_allreduce_{op}", lambda v: group.allreduce(v, op, tag))
+
+
+def _process_allgather(x: Any, *, group: Any, from_end: int, tag: int) -> Any:
   shape = list(x.shape)
-  shape[axis] = group.size
+  shape[len(shape) - from_end] = group.size
 
   def gather(value: np.ndarray) -> np.ndarray:
     position = value.ndim - from_end  # (an outer vmap's leading axes shift it)
-    stacked = group.allgather(np.moveaxis(value, position, 0), tag)
-    return np.moveaxis(stacked, 0, position)
+    return np.moveaxis(group.allgather(np.moveaxis(value, position, 0), tag), 0, position)
   return _host_collective(x, f"mpi_allgather_{group.name}", gather, tuple(shape))
+
+
+process_allreduce_p = Primitive("process_allreduce", _process_allreduce)
+process_allgather_p = Primitive("process_allgather", _process_allgather)
+
+
+def _process_allreduce_jvp(primals, tangents, out, *, group, op, tag):
+  if op != "sum":
+    raise NotImplementedError(f"the derivative of p{op} over the mesh axis {group.name!r}, which spans processes, "
+                              "outside its shard_map: take the gradient inside the shard_map")
+  from tinyjax.distributed import next_tag
+  return process_allreduce_p.bind(tangents[0], group=group, op=op, tag=next_tag())
+
+
+def _process_allgather_jvp(primals, tangents, out, *, group, from_end, tag):
+  from tinyjax.distributed import next_tag
+  return process_allgather_p.bind(tangents[0], group=group, from_end=from_end, tag=next_tag())
+
+
+def _no_transpose(ct: Any, node: UOp, known: list) -> tuple:
+  """Reverse mode through the processes' exchanges from outside the shard_map: each process would hold a mix of the
+  cotangents of its own shards' uses and of what every process computes whole, which needs a varying / invariant
+  typing across processes that is not built."""
+  raise NotImplementedError("reverse-mode differentiation of a shard_map over a mesh that spans processes, from "
+                            "outside it: take the gradient inside the shard_map (as the data-parallel idiom does: "
+                            "grad of the pmean'ed loss); forward mode (jvp) works")
+
+
+ad.jvp_rules[process_allreduce_p] = _process_allreduce_jvp
+ad.jvp_rules[process_allgather_p] = _process_allgather_jvp
+for _prim in (process_allreduce_p, process_allgather_p): ad.transpose_rules[_prim] = _no_transpose
+ad.abstract_eval_rules[process_allreduce_p] = lambda x, **params: (tuple(x.shape), np.dtype(x.dtype),
+                                                                   bool(x.weak_type))
+
+
+def _allgather_aval(x: Any, *, group: Any, from_end: int, tag: int) -> tuple:
+  shape = list(x.shape)
+  shape[len(shape) - from_end] = group.size
+  return tuple(shape), np.dtype(x.dtype), bool(x.weak_type)
+
+
+ad.abstract_eval_rules[process_allgather_p] = _allgather_aval
+batch_rules[process_allreduce_p] = lambda trace, vals, dims, **params: (process_allreduce_p.bind(vals[0], **params),
+                                                                        dims[0])
+batch_rules[process_allgather_p] = lambda trace, vals, dims, **params: (
+  process_allgather_p.bind(vals[0] if dims[0] is None else move_axis(vals[0], dims[0], 0), **params),
+  None if dims[0] is None else 0)
 
 
 def _local_positions(x: Any, axis: int, group: Any, count: int) -> Any:
