@@ -538,3 +538,17 @@ def test_make_array_from_callback_single_device_arrays_and_local_data():
     tj.make_array_from_single_device_arrays((8, 4), sharding, shards[:3])
   with pytest.raises(ValueError, match="does not fit"):
     tj.make_array_from_callback((8, 4), sharding, lambda index: np.zeros((3, 3), np.float32))
+
+
+def test_with_sharding_constraint_and_reshard():
+  mesh = mesh_1d(4)
+  x = np.arange(8.0, dtype=np.float32)
+  placed = lax.with_sharding_constraint(jnp.asarray(x), NamedSharding(mesh, P("i")))
+  assert placed.sharding == NamedSharding(mesh, P("i"))
+  with tj.set_mesh(mesh):
+    assert tj.reshard(jnp.asarray(x), P("i")).sharding.spec == P("i")
+  # inside jit the value itself: the program computes on whole arrays
+  out = tj.jit(lambda v: lax.with_sharding_constraint(v * 2, NamedSharding(mesh, P("i"))) + 1)(x)
+  np.testing.assert_array_equal(np.asarray(out), x * 2 + 1)
+  np.testing.assert_array_equal(np.asarray(tj.grad(lambda v: lax.with_sharding_constraint(v * v, NamedSharding(
+    mesh, P())).sum())(x)), 2 * x)

@@ -19,7 +19,7 @@ from tinyjax.devices import cache_stats as compile_cache_stats  # noqa: E402
 from tinyjax.placement import (default_backend, device_count, device_get, device_put, devices,  # noqa: E402
                                local_device_count, local_devices, make_array_from_callback,
                                make_array_from_process_local_data, make_array_from_single_device_arrays,
-                               process_count, process_index)
+                               process_count, process_index, reshard)
 from tinyjax import distributed, sharding  # noqa: E402
 from tinyjax.sharding import NamedSharding, PartitionSpec, make_mesh, set_mesh  # noqa: E402
 from tinyjax.sharding import PartitionSpec as P  # noqa: E402
@@ -32,8 +32,8 @@ __all__ = [
   "custom_vjp", "debug", "default_backend", "device_count", "device_get", "device_put", "devices", "distributed",
   "local_device_count", "local_devices", "eval_shape", "make_array_from_callback",
   "make_array_from_process_local_data", "make_array_from_single_device_arrays", "make_mesh", "NamedSharding", "P",
-  "PartitionSpec",
-  "process_count", "process_index", "pure_callback", "set_mesh", "shard_map", "sharding", "machine_limits", "profile",
+  "PartitionSpec", "process_count", "process_index", "pure_callback", "reshard", "set_mesh", "shard_map", "sharding",
+  "machine_limits", "profile",
   "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
   "lax", "linearize",
   "make_jaxpr", "nn", "numpy", "random", "remat", "runtime_stats", "scipy", "ShapedArray", "ShapeDtypeStruct",

@@ -16,7 +16,8 @@ from tinyjax.uop import Ops, UOp
 
 __all__ = ["default_backend", "device_count", "device_get", "device_put", "devices", "local_device_count",
            "local_devices", "make_array_from_callback", "make_array_from_process_local_data",
-           "make_array_from_single_device_arrays", "process_count", "process_index"]
+           "make_array_from_single_device_arrays", "process_count", "process_index", "reshard",
+           "with_sharding_constraint"]
 
 
 def devices(backend: str | None = None) -> list:
@@ -203,3 +204,15 @@ def make_array_from_process_local_data(sharding: Any, local_data: Any, global_sh
     raise ValueError(f"make_array_from_process_local_data: this process's data has shape {local_data.shape}, but its "
                      f"devices hold the block {bounds} of the global shape {global_shape} laid out as {sharding}")
   return _assemble(global_shape, sharding, [(bounds, local_data)], local_data.dtype)
+
+
+def with_sharding_constraint(x: Any, shardings: Any) -> Any:
+  """`x` laid out as `shardings` say (a Sharding, a PartitionSpec under `set_mesh`, or a pytree prefix of them), as
+  JAX's `lax.with_sharding_constraint`: eagerly a `device_put`; inside a transformation the value itself (a traced
+  program computes on whole arrays: there is no layout to constrain)."""
+  from tinyjax.trace.core import Tracer
+  if any(isinstance(leaf, Tracer) for leaf in tree_util.tree_leaves(x)): return x
+  return device_put(x, shardings)
+
+
+reshard = with_sharding_constraint  # (JAX's `reshard` for explicit mesh axes: the same here)

@@ -33,6 +33,7 @@ from tinyjax.lax._reductions import (argmax_p, argmin_p, dot_general_p, reduce_m
 from tinyjax.lax._shape import clamp_p, select_n_p
 from tinyjax.trace.ad import stop_gradient_p
 # collectives over named axes (vmap's axis_name, shard_map's mesh axes)
+from tinyjax.placement import with_sharding_constraint
 from tinyjax.trace.batching import (all_gather, all_to_all, axis_index, axis_size, pcast, pmax, pmean, pmin, ppermute,
                                     psum, psum_scatter, pvary)
 
@@ -61,5 +62,5 @@ __all__ = [
   "ScatterDimensionNumbers", "select", "select_n", "select_n_p", "shift_left", "shift_right_arithmetic",
   "shift_right_logical", "sign", "sign_p", "sin", "sin_p", "sinh", "sinh_p", "slice", "slice_in_dim", "sort",
   "sort_key_val", "sqrt", "sqrt_p", "square", "square_p", "squeeze", "stop_gradient", "stop_gradient_p", "sub",
-  "switch", "tan", "tan_p", "tanh", "tanh_p", "top_k", "transpose", "while_loop",
+  "switch", "tan", "tan_p", "tanh", "tanh_p", "top_k", "transpose", "while_loop", "with_sharding_constraint",
 ]
