@@ -552,3 +552,28 @@ def test_with_sharding_constraint_and_reshard():
   np.testing.assert_array_equal(np.asarray(out), x * 2 + 1)
   np.testing.assert_array_equal(np.asarray(tj.grad(lambda v: lax.with_sharding_constraint(v * v, NamedSharding(
     mesh, P())).sum())(x)), 2 * x)
+
+
+def test_out_sharding_trace_and_manual_axis_type():
+  """Spellings of newer JAX code (its shard_map docs): `out_sharding=` of the products, `jit(f).trace(...).jaxpr`,
+  `typeof(x).manual_axis_type.varying`."""
+  mesh = tj.make_mesh((4, 2), ("x", "y"))
+  a, b = normal((8, 16), 1), normal((16, 4), 2)
+  with tj.set_mesh(mesh):
+    c = jnp.dot(a, b, out_sharding=P("x", None))
+    assert c.sharding == NamedSharding(mesh, P("x", None))
+    np.testing.assert_allclose(np.asarray(c), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(jnp.matmul(a, b, out_sharding=P())), a.astype(np.float64) @ b, rtol=1e-5,
+                               atol=1e-5)
+    e = jnp.einsum("ij,jk->ik", a, b, out_sharding=P("x"))
+    assert e.sharding.spec == P("x")
+    seen = []
+
+    @tj.shard_map(in_specs=P("x", "y"), out_specs=P("x"))
+    def f(block):
+      seen.append(tj.typeof(lax.psum(block, "y")).manual_axis_type.varying)
+      return lax.psum(block, "y")
+    traced = tj.jit(f).trace(a)
+    assert "reduce" in str(traced.jaxpr) and seen == [{"x"}]
+    np.testing.assert_allclose(np.asarray(tj.jit(f)(a)), a[:, :8] + a[:, 8:], rtol=1e-6)
+    assert traced.lower().as_text()

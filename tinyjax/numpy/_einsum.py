@@ -82,9 +82,15 @@ def _sum_out(x: Array, term: str, keep: set[str]) -> tuple[Array, str]:
 
 
 def einsum(subscripts: str, *operands: Any, out: None = None, optimize: Any = "auto", precision: Any = None,
-           preferred_element_type: Any = None, _use_xeinsum: bool = False, _dot_general: Any = None) -> Array:
+           preferred_element_type: Any = None, _use_xeinsum: bool = False, _dot_general: Any = None,
+           out_sharding: Any = None) -> Array:
   """Einstein summation: `einsum("ij,jk->ik", a, b)` is a @ b. Operands are promoted to one dtype (or
-  `preferred_element_type`); 16-bit floats accumulate in float32."""
+  `preferred_element_type`); 16-bit floats accumulate in float32. `out_sharding`: how the result is laid out."""
+  if out_sharding is not None:
+    from tinyjax.placement import with_sharding_constraint
+    result = einsum(subscripts, *operands, out=out, optimize=optimize, precision=precision,
+                    preferred_element_type=preferred_element_type)
+    return with_sharding_constraint(result, out_sharding)
   if out is not None: raise NotImplementedError("The 'out' argument to einsum is not supported.")
   if not isinstance(subscripts, str):
     raise TypeError("einsum: the first argument must be a subscripts string (the interleaved form is not supported)")

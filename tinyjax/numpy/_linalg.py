@@ -26,10 +26,20 @@ def _contract(a: Array, b: Array, contracting: tuple[Sequence[int], Sequence[int
   return lax_red.dot_general_raw(a, b, contracting, batch, a.dtype)
 
 
-def matmul(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
+def _placed(result: Array, out_sharding: Any) -> Array:
+  """`result` laid out as `out_sharding` (JAX's `out_sharding=` of the products: see lax.with_sharding_constraint)."""
+  if out_sharding is None: return result
+  from tinyjax.placement import with_sharding_constraint
+  return with_sharding_constraint(result, out_sharding)
+
+
+def matmul(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None,
+           out_sharding: Any = None) -> Array:
   """Matrix product with numpy's rules: (..., m, k) @ (..., k, n) -> (..., m, n) with broadcast batch axes; a 1-D
   operand is a row (left) or column (right) vector whose axis is removed from the result.
-  Inner dimension mismatch: TypeError naming both shapes."""
+  Inner dimension mismatch: TypeError naming both shapes. `out_sharding`: how the result is laid out."""
+  if out_sharding is not None:
+    return _placed(matmul(a, b, precision=precision, preferred_element_type=preferred_element_type), out_sharding)
   del precision
   a, b = _promoted_pair("matmul", a, b)
   if a.ndim == 0 or b.ndim == 0:
@@ -55,9 +65,13 @@ def matmul(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any
   return result
 
 
-def dot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
+def dot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None, out_sharding: Any = None
+        ) -> Array:
   """numpy's dot: scalars multiply; 1-D·1-D is the inner product; otherwise the sum over the last axis of `a` and
-  the second-to-last of `b` (the last if b is 1-D): shape a.shape[:-1] + b.shape[:-2] + b.shape[-1:]."""
+  the second-to-last of `b` (the last if b is 1-D): shape a.shape[:-1] + b.shape[:-2] + b.shape[-1:].
+  `out_sharding`: how the result is laid out."""
+  if out_sharding is not None:
+    return _placed(dot(a, b, precision=precision, preferred_element_type=preferred_element_type), out_sharding)
   del precision
   a, b = _promoted_pair("dot", a, b)
   if a.ndim == 0 or b.ndim == 0: return multiply(a, b)

@@ -204,6 +204,12 @@ class ShapedArray:
   @property
   def ndim(self) -> int: return len(self.shape)
 
+  @property
+  def manual_axis_type(self) -> Any:
+    """JAX's spelling of the varying mesh axes: `.varying` is `vma`."""
+    from types import SimpleNamespace
+    return SimpleNamespace(varying=self.vma)
+
   def str_short(self) -> str:
     varying = f"{{{','.join(sorted(map(str, self.vma)))}}}" if self.vma else ""
     return f"{self.dtype.name}[{','.join(map(str, self.shape))}]{varying}"

@@ -300,6 +300,18 @@ def block_until_ready(tree: Any) -> Any:
   return tree
 
 
+class Traced:
+  """`jit(f).trace(*args)`: the traced program (`jaxpr`) and `lower()` for those arguments."""
+
+  def __init__(self, jitted: JitWrapped, args: tuple, kwargs: dict):
+    static, _, static_kwargs, dynamic_kwargs = jitted._split(args, kwargs)
+    fun = functools.partial(jitted.fun, **static_kwargs) if static_kwargs else jitted.fun
+    self.jaxpr = trace_to_jaxpr(fun, args, dynamic_kwargs, static)
+    self._jitted, self._args, self._kwargs = jitted, args, kwargs
+
+  def lower(self) -> Lowered: return self._jitted.lower(*self._args, **self._kwargs)
+
+
 def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable[..., Jaxpr]:
   """`make_jaxpr(f)(*args)` returns the UOp program `jit(f)` would compile for these arguments."""
   static = _normalize_argnums(static_argnums)
@@ -614,6 +626,10 @@ class JitWrapped:
   def lower(self, *args, **kwargs) -> Lowered:
     """Trace and compile for these arguments without running; `.as_text()` prints the program and kernels."""
     return Lowered(self._lookup(args, kwargs)[0])
+
+  def trace(self, *args, **kwargs) -> Traced:
+    """Trace for these arguments (JAX's AOT `trace`): `.jaxpr` is the program, `.lower()` compiles it."""
+    return Traced(self, args, kwargs)
 
   def _cache_size(self) -> int: return len(self._cache)
 
