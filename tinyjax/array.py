@@ -66,7 +66,7 @@ class Array:
   def is_fully_replicated(self) -> bool: return self.sharding.is_fully_replicated
 
   @property
-  def addressable_shards(self) -> list:
+  def global_shards(self) -> list:
     """One `Shard` per device: its `device`, its `index` into this array (a tuple of slices), its `replica_id` (0 for
     the first copy of a block) and its `data` (the block, an Array on that device)."""
     from tinyjax.sharding import Shard
@@ -78,7 +78,12 @@ class Array:
       shards.append(Shard(device, index, replica, self))
     return shards
 
-  global_shards = addressable_shards
+  @property
+  def addressable_shards(self) -> list:
+    """The `global_shards` on this process's devices (all of them without tinyjax.distributed)."""
+    from tinyjax.devices.device import process_index
+    me = process_index()
+    return [shard for shard in self.global_shards if getattr(shard.device, "process_index", 0) == me]
 
   def __len__(self) -> int:
     if not self.shape: raise TypeError("len() of unsized object")
