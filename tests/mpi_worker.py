@@ -122,6 +122,11 @@ if __name__ == "__main__":
   if len(sys.argv) > 2:
     misbehave(sys.argv[2])
     sys.exit(0)
+  from tinyjax.sharding import NamedSharding
+  placed = tj.device_put(np.arange(4.0 * tj.device_count()), NamedSharding(tj.make_mesh((tj.device_count(),), ("i",)),
+                                                                         P("i")))
   result = {"process": tj.process_index(), "processes": tj.process_count(), "devices": tj.device_count(),
-            "local_devices": tj.local_device_count(), "results": run(tj.device_count())}
+            "local_devices": tj.local_device_count(), "results": run(tj.device_count()),
+            "addressable_shards": [[shard.device.id, np.asarray(shard.data).tolist()]
+                                   for shard in placed.addressable_shards]}
   with open(f"{sys.argv[1]}/process{tj.process_index()}.json", "w") as file: json.dump(result, file)

@@ -47,6 +47,9 @@ def test_processes_give_the_one_process_values(processes, devices_each, tmp_path
   for number, output in enumerate(outputs):
     assert (output["process"], output["processes"]) == (number, processes)
     assert (output["devices"], output["local_devices"]) == (total, devices_each)
+    # its own devices' shards only: devices number * devices_each + k, each holding its 4 values
+    ids = [number * devices_each + k for k in range(devices_each)]
+    assert output["addressable_shards"] == [[i, [4.0 * i + j for j in range(4)]] for i in ids]
   from tests.mpi_worker import run
   tj.config.update("jax_num_cpu_devices", total)
   try:
