@@ -680,3 +680,20 @@ def test_narrow_contraction_is_computed_transposed_then_copied_into_place():
     assert product.outer_size > 1 and applied_opts(product.ast) and product.name.startswith("r_512_10")
     assert not any(n.op is Ops.REDUCE for n in copy.ast.toposort) and copy.slots[1] == product.slots[0]
     np.testing.assert_allclose(np.asarray(tj.jit(fun)(h, g, w)), want, rtol=1e-5, atol=1e-4)
+
+
+def test_sum_of_a_sum_is_one_reduction():
+  """A sum of a sum (through permutes and reshapes of length-1 axes) is one reduction (lower/schedule.py
+  `merge_sums`), unless the inner sum is read elsewhere too."""
+  import tinyjax as tj
+  import tinyjax.numpy as jnp
+  x = np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32)
+  f = tj.jit(lambda v: v.sum(axis=1).T.sum(axis=1))
+  np.testing.assert_allclose(np.asarray(f(x)), x.astype(np.float64).sum(axis=(0, 1)), rtol=1e-5)
+  assert len(f.lower(x)._compiled.schedule.schedule.kernels) == 1
+  g = tj.jit(lambda v: (v.sum(axis=2) * 2, v.sum(axis=2).sum(0)))
+  doubled, total = g(x)
+  np.testing.assert_allclose(np.asarray(doubled), x.astype(np.float64).sum(axis=2) * 2, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(total), x.astype(np.float64).sum(axis=(2, 0)), rtol=1e-5)
+  h = tj.jit(lambda v: jnp.max(v.sum(axis=0), axis=0))  # (a max of a sum is left as it is)
+  np.testing.assert_allclose(np.asarray(h(x)), x.astype(np.float64).sum(axis=0).max(axis=0), rtol=1e-5)

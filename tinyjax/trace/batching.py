@@ -351,6 +351,7 @@ def _permute(x: Any, perm: Sequence[int]) -> Any:
 def _reduce_away(x: Any, dim: int, reduce_op: Ops) -> Any:
   """`x` reduced with `reduce_op` over its axis `dim`, which is removed."""
   shape = tuple(x.shape)
+  if shape[dim] == 1: return _reshape(x, shape[:dim] + shape[dim + 1:])  # (a mesh axis of one device: nothing to do)
   reduced = bind(Ops.REDUCE_AXIS, x, arg=(reduce_op, (dim,)), weak_type=x.weak_type)
   return _reshape(reduced, shape[:dim] + shape[dim + 1:])
 
