@@ -579,3 +579,13 @@ def test_out_sharding_trace_and_manual_axis_type():
     assert "reduce" in str(traced.jaxpr) and seen == [{"x"}]
     np.testing.assert_allclose(np.asarray(tj.jit(f)(a)), a[:, :8] + a[:, 8:], rtol=1e-6)
     assert traced.lower().as_text()
+
+
+def test_shard_map_follows_the_current_mesh():
+  """A shard_map without mesh= uses the mesh current at each call (a program per mesh)."""
+  f = tj.shard_map(lambda v: lax.psum(v, "i"), in_specs=P("i"), out_specs=P())
+  x = np.arange(8.0, dtype=np.float32)
+  with tj.set_mesh(mesh_1d(4)):
+    np.testing.assert_array_equal(np.asarray(f(x)), x.reshape(4, 2).sum(0))
+  with tj.set_mesh(mesh_1d(2)):
+    np.testing.assert_array_equal(np.asarray(f(x)), x.reshape(2, 4).sum(0))

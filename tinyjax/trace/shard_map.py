@@ -52,7 +52,7 @@ class ShardMapped:
   def __init__(self, f: Callable, mesh: Any, in_specs: Any, out_specs: Any, axis_names: frozenset, check_vma: bool):
     self.f, self.mesh, self.in_specs, self.out_specs = f, mesh, in_specs, out_specs
     self.axis_names, self.check_vma = axis_names, check_vma
-    self._compiled: dict = {}  # inferred in_specs (None: given) -> the jitted whole, for calls outside transformations
+    self._compiled: dict = {}  # (inferred in_specs or None, mesh) -> the jitted whole, for eager calls
     functools.update_wrapper(self, f, updated=())
 
   def _mesh(self):
@@ -72,8 +72,8 @@ class ShardMapped:
     from tinyjax.trace.jit import jit
     mesh = self._mesh()
     specs = None if self.in_specs is not None else tuple(self._in_specs(args, tree_util.tree_leaves(args), mesh))
-    if (compiled := self._compiled.get(specs)) is None:
-      compiled = self._compiled[specs] = jit(functools.partial(self._mapped, specs))
+    if (compiled := self._compiled.get((specs, mesh))) is None:  # (the mesh may be set_mesh's, which changes)
+      compiled = self._compiled[(specs, mesh)] = jit(functools.partial(self._mapped, specs))
     out = compiled(*args)
     if _local_block(mesh) is not None: return out  # (several processes: every one has the whole value)
     leaves, tree = tree_util.tree_flatten(out)
