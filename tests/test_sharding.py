@@ -589,3 +589,12 @@ def test_shard_map_follows_the_current_mesh():
     np.testing.assert_array_equal(np.asarray(f(x)), x.reshape(4, 2).sum(0))
   with tj.set_mesh(mesh_1d(2)):
     np.testing.assert_array_equal(np.asarray(f(x)), x.reshape(2, 4).sum(0))
+
+
+def test_jit_keys_its_programs_on_the_current_mesh():
+  f = tj.jit(tj.shard_map(lambda v: lax.psum(v, "i"), in_specs=P("i"), out_specs=P()))
+  x = np.arange(8.0, dtype=np.float32)
+  with tj.set_mesh(mesh_1d(4)):
+    np.testing.assert_array_equal(np.asarray(f(x)), x.reshape(4, 2).sum(0))
+  with tj.set_mesh(mesh_1d(2)):
+    np.testing.assert_array_equal(np.asarray(f(x)), x.reshape(2, 4).sum(0))

@@ -37,6 +37,7 @@ from tinyjax.lower.realize import (CompiledSchedule, direct_runner, get_schedule
                                    run_schedule)
 from tinyjax.lower.schedule import kernels_of
 from tinyjax.profiler import open_profiles
+from tinyjax.sharding import _mesh_stack
 from tinyjax.trace.core import (EvalTrace, StagingTrace, Tracer, check_callable, check_nans, current_trace, debug_nans,
                                 new_trace)
 from tinyjax.uop import Ops, UOp
@@ -566,7 +567,8 @@ class JitWrapped:
     # random.split keys, which computed per leaf is redone for each: ResNet-50's first step took 48 s on this)
     realize_arrays([leaf for leaf in leaves if isinstance(leaf, Array)])
     devices = tuple(_leaf_device(leaf) for leaf in leaves)
-    key = (in_tree, tuple(_leaf_signature(leaf) for leaf in leaves), static, static_values, devices)
+    key = (in_tree, tuple(_leaf_signature(leaf) for leaf in leaves), static, static_values, devices,
+           _mesh_stack[-1] if _mesh_stack else None)  # (shard_map without mesh= takes set_mesh's: JAX keys on it too)
     compiled = self._cache.get(key)
     if compiled is None:
       fun = functools.partial(self.fun, **static_kwargs) if static_kwargs else self.fun
@@ -594,7 +596,7 @@ class JitWrapped:
     if type(current_trace.get()) is not EvalTrace:
       return self.fun(*args, **kwargs)  # inside another trace: inline (a nested jit traces into the outer program)
     fast_key = None
-    if not kwargs and not self.static_argnums:
+    if not kwargs and not self.static_argnums and not _mesh_stack:  # (a current mesh keys the slow path's programs)
       for arg in args:  # a flat call (every argument an Array) has no tree to walk (optree's flatten: ~0.5 us)
         if type(arg) is not Array:
           leaves, in_tree = tree_util.tree_flatten(args)
