@@ -596,7 +596,7 @@ class JitWrapped:
     if type(current_trace.get()) is not EvalTrace:
       return self.fun(*args, **kwargs)  # inside another trace: inline (a nested jit traces into the outer program)
     fast_key = None
-    if not kwargs and not self.static_argnums and not _mesh_stack:  # (a current mesh keys the slow path's programs)
+    if not kwargs and not self.static_argnums:
       for arg in args:  # a flat call (every argument an Array) has no tree to walk (optree's flatten: ~0.5 us)
         if type(arg) is not Array:
           leaves, in_tree = tree_util.tree_flatten(args)
@@ -604,7 +604,7 @@ class JitWrapped:
       else: leaves, in_tree = args, len(args)  # (its key: the count; hashing a tree structure takes 0.15 us)
       if (fast := _fast_signature(leaves)) is not None:
         signature, inputs = fast
-        fast_key = (in_tree, signature)
+        fast_key = (in_tree, signature, _mesh_stack[-1] if _mesh_stack else None)  # (the current mesh: see _lookup)
         if (compiled := self._fast_cache.get(fast_key)) is not None and not debug_nans[0]:
           self._fast_calls += 1
           return compiled.run(inputs, leaves)
