@@ -74,7 +74,7 @@ class Mesh:
                        f"devices array (shape {devices.shape})")
     ids = [device.id for device in devices.flat]
     if len(set(ids)) != len(ids): raise ValueError(f"Mesh devices must be distinct, got ids {ids}")
-    self.devices, self.axis_names = devices, names
+    self.devices, self.axis_names, self._hash = devices, names, None
     self.axis_types = tuple(axis_types) if isinstance(axis_types, (list, tuple)) else \
         (axis_types,) * len(names) if axis_types is not None else ("Auto",) * len(names)
 
@@ -100,7 +100,10 @@ class Mesh:
     return isinstance(other, Mesh) and self.axis_names == other.axis_names and \
         self.devices.shape == other.devices.shape and all(a is b for a, b in zip(self.devices.flat, other.devices.flat))
 
-  def __hash__(self) -> int: return hash((self.axis_names, self.devices.shape, tuple(map(id, self.devices.flat))))
+  def __hash__(self) -> int:
+    if self._hash is None:  # (once: jit's hot path hashes the current mesh on every call)
+      self._hash = hash((self.axis_names, self.devices.shape, tuple(map(id, self.devices.flat))))
+    return self._hash
 
   def __repr__(self) -> str:
     axes = ", ".join(f"{name!r}: {size}" for name, size in self.shape.items())
