@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable
 
 from tinyjax.devices import runtime
 from tinyjax.devices.cache import DiskCache
@@ -361,6 +362,35 @@ class CPUProgram:
 
   def __repr__(self) -> str:
     return f"CPUProgram({self.name!r}, fn_addr=0x{self.fn_addr:x}, O{self.opt_level})"
+
+
+_HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+
+class HostProgram:
+  """A host step (lower/schedule.py HostCall: `pure_callback`, an MPI exchange) as a launch of the runtime: a C
+  function pointer with a kernel's ABI (`fn(args, start, end)`, args: its slots' addresses) that calls back into
+  Python, so a program with host steps still runs in one call (launched with mode MODE_WHOLE, on the calling thread).
+  An exception it raises is kept in `error` (ctypes can't pass it through C) for the caller to raise."""
+
+  def __init__(self, name: str, run: Callable[[list], list], n_in: int, avals: tuple):
+    self.name, self.run, self.n_in, self.avals = name, run, n_in, avals
+    self.error: BaseException | None = None
+    self._fn = _HOST_FN(self._call)  # (kept: the runtime holds only its address)
+    self.fn_addr = ctypes.cast(self._fn, ctypes.c_void_p).value
+
+  def _call(self, args: int, start: int, end: int) -> None:
+    import numpy as np
+    try:
+      addresses = (ctypes.c_void_p * len(self.avals)).from_address(args)
+      arrays = []
+      for address, (shape, dtype) in zip(addresses, self.avals):
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        raw = (ctypes.c_char * max(nbytes, 1)).from_address(address or 0) if nbytes else bytearray(1)
+        arrays.append(np.frombuffer(raw, np.uint8, nbytes).view(dtype).reshape(shape))
+      for out, value in zip(arrays[self.n_in:], self.run(arrays[:self.n_in])): np.copyto(out, value)
+    except BaseException as error:  # noqa: BLE001 -- raised again by the caller, after the launch returns
+      self.error = self.error or error
 
 
 class LaunchList:

@@ -28,6 +28,7 @@ from tinyjax.codegen.gpu import gpu_launch
 from tinyjax.codegen.llvm import render_llvm
 from tinyjax.codegen.opt import amx_bf16
 from tinyjax.devices import LaunchList, compile_cpu_many, compile_worker, cpu_threads
+from tinyjax.devices.cpu import HostProgram
 from tinyjax.devices.device import CPU, compute_device, place, runnable
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
 from tinyjax.devices.buffer import Buffer, allocate_buffers, give_block, take_block
@@ -75,24 +76,29 @@ class CompiledSchedule:
 
   def __post_init__(self):
     sched = self.schedule
-    # a program that calls host functions is launched step by step from Python (`_run_steps`)
     self.host_calls = has_host_calls(sched.kernels)
-    if self.device is CPU and not self.host_calls:
-      self.launches = LaunchList(_launch_items(sched.kernels, iter(self.programs)))
+    self.host_programs: list[HostProgram] = []  # (the CPU's: their exceptions are raised after each run)
+    if self.device is CPU:
+      self.launches = LaunchList(_launch_items(sched.kernels, iter(self.programs), self.host_programs))
     self.slot_specs = [(shape, dtype, math.prod(shape) * dtype.itemsize) for shape, dtype in sched.slot_specs]
     self.plan = plan_memory(sched)
 
 
-def _launch_items(steps: tuple, programs) -> list:
-  """The LaunchList items of a schedule's steps, with the compiled programs in `kernels_of` order."""
+def _launch_items(steps: tuple, programs, host_programs: list) -> list:
+  """The LaunchList items of a schedule's steps, with the compiled programs in `kernels_of` order; a host step is
+  a HostProgram (appended to `host_programs`)."""
   items = []
   for step in steps:
     if isinstance(step, Switch):
-      items.append(("switch", step.index_slot, [_launch_items(branch, programs) for branch in step.branches]))
+      items.append(("switch", step.index_slot, [_launch_items(branch, programs, host_programs)
+                                                for branch in step.branches]))
     elif isinstance(step, Loop):
-      cond = _launch_items(step.cond, programs)
+      cond = _launch_items(step.cond, programs, host_programs)
       items.append(("loop", step.trip, step.flag_slot if step.trip is None else step.counter_slot, cond,
-                    _launch_items(step.body, programs)))
+                    _launch_items(step.body, programs, host_programs)))
+    elif isinstance(step, HostCall):
+      host_programs.append(HostProgram(step.name, step.callback.run, step.n_in, step.avals))
+      items.append((host_programs[-1], step.slots, 1, 1, MODE_WHOLE))
     else:
       mode = MODE_PARALLEL if step.parallel else MODE_WHOLE if step.work < WHOLE_LAUNCH_WORK else MODE_SERIAL
       items.append((next(programs), step.slots, step.outer_size, step.grain, mode))
@@ -251,15 +257,15 @@ def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer], reuse: dict[i
                 for slot, spec in zip(plan.output_slots, plan.output_specs)]
   else:
     buffers += allocate_buffers(plan.output_specs)
-  if DEBUG >= 1 or _profiles or compiled.host_calls:
+  if DEBUG >= 1 or _profiles:
     arena = take_block(plan.arena_bytes)[0] if plan.arena_bytes else None
-    _run_steps(sched.kernels, iter(compiled.programs), _slot_buffers(compiled, buffers, arena), CPU,
-               timed=DEBUG >= 1 or bool(_profiles))
+    _run_steps(sched.kernels, iter(compiled.programs), _slot_buffers(compiled, buffers, arena), CPU, timed=True)
     if arena is not None: give_block(arena, arena.ctypes.data)
   elif plan.outputs_in_order:  # no intermediates (jit(lambda x: x + 1)): the slots are the inputs, then the outputs
     launches = compiled.launches
     launches([buffer._address for buffer in buffers])
     counters.kernels_launched += launches.launched
+    if compiled.host_programs: _raise_host_errors(compiled)
   else:
     arena, base = take_block(plan.arena_bytes)
     addresses = [buffer._address for buffer in buffers[:sched.n_inputs]]
@@ -269,6 +275,7 @@ def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer], reuse: dict[i
     launches(addresses)  # (runs to completion before returning: the arena is free again after it)
     give_block(arena, base)
     counters.kernels_launched += launches.launched
+    if compiled.host_programs: _raise_host_errors(compiled)
   if len(plan.output_index) == 1: return [buffers[plan.output_index[0]]]  # (a jitted call's common case)
   return [buffers[index] for index in plan.output_index]
 
@@ -351,6 +358,13 @@ def _run_steps(steps: tuple, programs, buffers: list[Buffer], device, timed: boo
     counters.kernels_launched += 1
     counters.launch_seconds += elapsed
     _report_launch(step, buffers, elapsed, device)
+
+
+def _raise_host_errors(compiled: CompiledSchedule) -> None:
+  """Raise the first exception a host step of the last run kept (HostProgram), forgetting all of them."""
+  errors = [host.error for host in compiled.host_programs if host.error is not None]
+  for host in compiled.host_programs: host.error = None
+  if errors: raise errors[0]
 
 
 def _run_host_call(step: HostCall, buffers: list[Buffer]) -> None:

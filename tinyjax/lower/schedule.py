@@ -88,6 +88,7 @@ class HostCall:
   callback: Any
   slots: tuple[int, ...]
   n_in: int
+  avals: tuple[tuple[tuple[int, ...], np.dtype], ...] = ()  # (shape, dtype) of each slot, in `slots` order
 
 
 def kernels_of(steps: tuple) -> list[Kernel]:
@@ -1157,7 +1158,9 @@ class _Scheduler:
       out_slots.append(self.new_slot(shape, dtype))
       if index in by_index: self.slot_of[by_index[index]] = out_slots[-1]
     in_slots = [self.slot_of[src] for src in node.src]
-    return HostCall(f"callback_{node.arg.name}", node.arg, (*in_slots, *out_slots), len(in_slots))
+    avals = tuple((tuple(src.shape), np.dtype(src.dtype)) for src in node.src) + tuple(
+      (tuple(shape), np.dtype(dtype)) for shape, dtype in node.arg.out_avals)
+    return HostCall(f"callback_{node.arg.name}", node.arg, (*in_slots, *out_slots), len(in_slots), avals)
 
   def cond(self, node: UOp, projections: list[UOp]) -> list[Kernel | Switch]:
     index, *operands = node.src

@@ -1,11 +1,12 @@
 """`pure_callback`, as JAX's: call a Python function on the host from inside transformed code.
 
 Eagerly the function runs at once on numpy values. Under `jit` the call is a CALLBACK node of the program, and the
-schedule has a host step there (lower/schedule.py `HostCall`): the runtime launches the kernels before it, hands the
-function its operands' values as numpy arrays, writes its results into their buffers, and goes on (a program with
-host steps is launched step by step from Python). In a `scan` / `while_loop` body it runs on every iteration. Under
-`vmap`, `vmap_method` says how: "sequential" calls it once per example, "expand_dims" once with unbatched operands
-given a leading axis of size 1, "broadcast_all" once with every operand broadcast to the batch. It has no derivative
+schedule has a host step there (lower/schedule.py `HostCall`): the runtime launches the kernels before it, calls back
+into Python (devices/cpu.py `HostProgram`), which hands the function its operands' values as numpy arrays and writes
+its results into their buffers, and goes on: the program is still one call into the runtime. In a `scan` /
+`while_loop` body it runs on every iteration. Under `vmap`, `vmap_method` says how: "sequential" calls it once per
+example, "expand_dims" once with unbatched operands given a leading axis of size 1, "broadcast_all" once with every
+operand broadcast to the batch. It has no derivative
 (JAX's error); wrap it in `custom_jvp` / `custom_vjp` to give it one.
 """
 from __future__ import annotations
