@@ -9,6 +9,7 @@ import tinyjax as tj
 import tinyjax.numpy as tnp
 from tinyjax import lax
 from tinyjax.trace.batching import batched, vmap
+from tests.gradcheck import numeric_grad
 
 RNG = np.random.default_rng(0)
 N = 4
@@ -263,20 +264,11 @@ COLLECTIVES = {
 }
 
 
-def finite_difference_grad(total, xs, eps=1e-3):
-  grad = np.zeros_like(xs, dtype=np.float64)
-  for index in np.ndindex(xs.shape):
-    step = np.zeros_like(xs)
-    step[index] = eps
-    grad[index] = (float(total(xs + step)) - float(total(xs - step))) / (2 * eps)
-  return grad
-
-
 @pytest.mark.parametrize("name", list(COLLECTIVES))
 def test_grad_of_vmap_against_finite_differences(name):
   xs = RNG.uniform(0.2, 1.5, (N, 4)).astype(np.float32)
   total = lambda xs: tnp.sum(vmap(loss_with(COLLECTIVES[name]), axis_name="i")(xs))
-  expected = finite_difference_grad(total, xs.astype(np.float64))
+  expected = numeric_grad(total, xs.astype(np.float64))
   np.testing.assert_allclose(np.asarray(tj.grad(total)(xs)), expected, rtol=2e-2, atol=2e-3)
   # vmap(grad(f)) sends each example's cotangent through the collective's transpose: for a linear collective (not
   # psum, whose vmap transpose is psum) the per-example gradients equal the gradient of the sum
@@ -320,7 +312,7 @@ def test_grad_through_collectives_with_two_named_vmaps():
   per_row = lambda row: tnp.sum(vmap(inner, axis_name="y")(row))
   grads = vmap(tj.grad(per_row), axis_name="x")(grid)
   total = lambda g: tnp.sum(vmap(vmap(inner, axis_name="y"), axis_name="x")(g))
-  np.testing.assert_allclose(np.asarray(grads), finite_difference_grad(total, grid.astype(np.float64)), rtol=2e-2,
+  np.testing.assert_allclose(np.asarray(grads), numeric_grad(total, grid.astype(np.float64)), rtol=2e-2,
                              atol=2e-3)
   # psum over both names, differentiated inside both vmaps: the vmap transpose (psum), N times the cotangent
   out = over_grid(tj.grad(lambda v: tnp.sum(lax.psum(v * v, ("x", "y")))), grid)

@@ -9,6 +9,7 @@ import tinyjax.numpy as tnp
 from tinyjax import lax
 from tinyjax.devices import LaunchList
 from tinyjax.lower.schedule import kernels_of
+from tests.gradcheck import numeric_grad_f32
 
 RNG = np.random.default_rng(11)
 
@@ -170,22 +171,11 @@ def rnn_unrolled(w, h0, xs):
   return (h ** 2).sum() + (tnp.stack(ys) ** 2).sum()
 
 
-def numerical_grad(fn, host, eps=1e-3):
-  host = np.asarray(host, np.float64)
-  grad = np.zeros_like(host)
-  for position in np.ndindex(host.shape):
-    step = np.zeros_like(host)
-    step[position] = eps
-    grad[position] = (float(fn(tnp.asarray((host + step).astype(np.float32)))) -
-                      float(fn(tnp.asarray((host - step).astype(np.float32))))) / (2 * eps)
-  return grad
-
-
 def test_scan_gradients_match_unrolled_loop_and_finite_differences():
   grads = tj.grad(rnn, argnums=(0, 1, 2))(W, H0, XS)
   unrolled = tj.grad(rnn_unrolled, argnums=(0, 1, 2))(W, H0, XS)
   for got, want in zip(grads, unrolled): np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
-  np.testing.assert_allclose(np.asarray(grads[0]), numerical_grad(lambda w: rnn(w, H0, XS), W), atol=5e-3)
+  np.testing.assert_allclose(np.asarray(grads[0]), numeric_grad_f32(lambda w: rnn(w, H0, XS), W), atol=5e-3)
   jitted = tj.jit(tj.grad(rnn, argnums=(0, 2)))(W, H0, XS)
   np.testing.assert_allclose(np.asarray(jitted[0]), np.asarray(unrolled[0]), atol=1e-5)
   np.testing.assert_allclose(np.asarray(jitted[1]), np.asarray(unrolled[2]), atol=1e-5)
@@ -198,7 +188,7 @@ def test_reverse_scan_and_fori_loop_gradients():
   def reverse_product(x): return lax.scan(lambda c, v: (c * v + 1.0, c), 1.0, x, reverse=True)[1].sum()
   host = RNG.standard_normal(5).astype(np.float32)
   np.testing.assert_allclose(np.asarray(tj.grad(reverse_product)(tnp.asarray(host))),
-                             numerical_grad(reverse_product, host), atol=2e-3)
+                             numeric_grad_f32(reverse_product, host), atol=2e-3)
   assert float(tj.grad(lambda x: lax.fori_loop(0, 5, lambda i, v: v * x, 1.0))(2.0)) == 80.0
   assert float(tj.hessian(lambda x: lax.scan(lambda c, _: (c * x, None), 1.0, None, length=3)[0])(2.0)) == 12.0
 
@@ -289,7 +279,7 @@ def test_nested_loops_and_their_gradients():
       return inner, inner
     return lax.scan(outer, 0.5, x)[1].sum()
   host = RNG.standard_normal((3, 4)).astype(np.float32)
-  np.testing.assert_allclose(np.asarray(tj.grad(nested)(tnp.asarray(host))), numerical_grad(nested, host), atol=3e-3)
+  np.testing.assert_allclose(np.asarray(tj.grad(nested)(tnp.asarray(host))), numeric_grad_f32(nested, host), atol=3e-3)
   counted = lax.scan(lambda c, x: (c + lax.while_loop(lambda v: v < x, lambda v: v + 1, 0), None), 0,
                      tnp.asarray([3, 1, 4]))[0]
   assert int(counted) == 8

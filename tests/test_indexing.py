@@ -10,6 +10,7 @@ from tinyjax import lax
 from tinyjax.lower.realize import normalize
 from tinyjax.lower.schedule import schedule
 from tinyjax.numpy._indexing import NonConcreteBooleanIndexError
+from tests.gradcheck import numeric_grad_f32
 
 RNG = np.random.default_rng(7)
 H = RNG.standard_normal((3, 4, 5)).astype(np.float32)
@@ -143,16 +144,6 @@ def test_dynamic_slice_family_clamps_as_jax():
 
 # ------------------------------------------------------------------------------------------- gradients
 
-def numerical_grad(fn, host, eps=1e-3):
-  host = np.asarray(host, np.float64)
-  grad = np.zeros_like(host)
-  for position in np.ndindex(host.shape):
-    step = np.zeros_like(host)
-    step[position] = eps
-    grad[position] = (float(fn(tnp.asarray((host + step).astype(np.float32)))) -
-                      float(fn(tnp.asarray((host - step).astype(np.float32))))) / (2 * eps)
-  return grad
-
 
 X2 = RNG.standard_normal((4, 5)).astype(np.float32)
 W = tnp.asarray(RNG.standard_normal((4, 5)).astype(np.float32))
@@ -163,7 +154,7 @@ def test_gather_gradient_is_a_scatter_add():
   weights = tnp.asarray(RNG.standard_normal((5, 5)).astype(np.float32))
 
   def loss(a): return (tnp.sin(a[index]) * weights).sum()
-  np.testing.assert_allclose(np.asarray(tj.grad(loss)(tnp.asarray(X2))), numerical_grad(loss, X2), atol=2e-3)
+  np.testing.assert_allclose(np.asarray(tj.grad(loss)(tnp.asarray(X2))), numeric_grad_f32(loss, X2), atol=2e-3)
   # the identity: d/dx sum(x[i] * w) = sum of w over the rows that read x, duplicates and clamped indices included
   expected = np.zeros_like(X2)
   np.add.at(expected, np.clip(np.where(index < 0, index + 4, index), 0, 3), np.asarray(weights))
@@ -179,10 +170,10 @@ def test_scatter_gradients_match_finite_differences(method):
 
   def loss(a, u): return (tnp.sin(getattr(a.at[index], method)(u, **kwargs)) * W).sum()
   grad_x = tj.grad(loss)(tnp.asarray(X2), tnp.asarray(updates))
-  np.testing.assert_allclose(np.asarray(grad_x), numerical_grad(lambda a: loss(a, tnp.asarray(updates)), X2),
+  np.testing.assert_allclose(np.asarray(grad_x), numeric_grad_f32(lambda a: loss(a, tnp.asarray(updates)), X2),
                              atol=2e-3)
   grad_u = tj.jit(tj.grad(loss, 1))(tnp.asarray(X2), tnp.asarray(updates))
-  np.testing.assert_allclose(np.asarray(grad_u), numerical_grad(lambda u: loss(tnp.asarray(X2), u), updates),
+  np.testing.assert_allclose(np.asarray(grad_u), numeric_grad_f32(lambda u: loss(tnp.asarray(X2), u), updates),
                              atol=2e-3)
 
 
@@ -205,10 +196,10 @@ def test_dynamic_slice_gradients():
   def loss(a, u, start): return (tnp.sin(lax.dynamic_update_slice(a, u, (start, 2))) * W).sum()
   start = tnp.asarray(np.int32(3))
   grad_x = tj.grad(loss)(tnp.asarray(X2), tnp.asarray(updates), start)
-  np.testing.assert_allclose(np.asarray(grad_x), numerical_grad(lambda a: loss(a, tnp.asarray(updates), start), X2),
+  np.testing.assert_allclose(np.asarray(grad_x), numeric_grad_f32(lambda a: loss(a, tnp.asarray(updates), start), X2),
                              atol=2e-3)
   grad_u = tj.grad(loss, 1)(tnp.asarray(X2), tnp.asarray(updates), start)
-  np.testing.assert_allclose(np.asarray(grad_u), numerical_grad(lambda u: loss(tnp.asarray(X2), u, start), updates),
+  np.testing.assert_allclose(np.asarray(grad_u), numeric_grad_f32(lambda u: loss(tnp.asarray(X2), u, start), updates),
                              atol=2e-3)
   grad_slice = tj.grad(lambda a: (lax.dynamic_slice(a, (start, 1), (2, 3)) ** 2).sum())(tnp.asarray(X2))
   expected = np.zeros_like(X2)

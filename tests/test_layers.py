@@ -8,6 +8,7 @@ import pytest
 import tinyjax as tj
 import tinyjax.numpy as tnp
 from tinyjax import nn, random
+from tests.gradcheck import numeric_grad
 
 KEY = random.PRNGKey(0)
 RNG = np.random.default_rng(0)
@@ -15,15 +16,6 @@ RNG = np.random.default_rng(0)
 
 def close(got, want, tol=1e-5):
   np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol)
-
-
-def numeric_grad(f, x, eps=1e-3):
-  grad = np.zeros_like(x, dtype=np.float64)
-  for index in np.ndindex(x.shape):
-    step = np.zeros_like(x)
-    step[index] = eps
-    grad[index] = (float(f(x + step)) - float(f(x - step))) / (2 * eps)
-  return grad
 
 
 def test_linear_and_conv_match_numpy():
