@@ -70,9 +70,6 @@ def device_put(x: Any, device: Any = None, *, src: Any = None, donate: bool = Fa
     host, weak = _host_value(leaf)
     return Array(UOp(Ops.BUFFER, host.dtype, (), host_buffer(host, target)), weak)
 
-  if _is_device(device) or isinstance(device, (Sharding, PartitionSpec)):
-    target = target_of(device)
-    return tree_util.tree_map(lambda leaf: put(leaf, target), x)
   targets, target_tree = tree_util.tree_flatten(
     device, is_leaf=lambda v: _is_device(v) or isinstance(v, (Sharding, PartitionSpec)))
   try: subtrees = target_tree.flatten_up_to(x)
@@ -191,15 +188,15 @@ def make_array_from_process_local_data(sharding: Any, local_data: Any, global_sh
   many such blocks each dimension has."""
   local_data = np.asarray(local_data)
   ndim = local_data.ndim
-  probe = tuple(max(1, n) * 2 * 3 * 4 * 5 * 7 * 8 for n in local_data.shape)  # a shape every mesh here divides
-  mine = _local_index_map(probe, sharding)
-  lows = [min(_bounds(index, probe)[d][0] for index in mine.values()) for d in range(ndim)]
-  highs = [max(_bounds(index, probe)[d][1] for index in mine.values()) for d in range(ndim)]
+  blocks = sharding.blocks(ndim)  # (an array of this shape has one element per block: indices are block numbers)
+  mine = [_bounds(index, blocks) for index in _local_index_map(blocks, sharding).values()]
+  lows = [min(bounds[d][0] for bounds in mine) for d in range(ndim)]
+  highs = [max(bounds[d][1] for bounds in mine) for d in range(ndim)]
   if global_shape is None:
-    global_shape = tuple(local_data.shape[d] * probe[d] // (highs[d] - lows[d]) for d in range(ndim))
+    global_shape = tuple(local_data.shape[d] * blocks[d] // (highs[d] - lows[d]) for d in range(ndim))
   global_shape = tuple(int(d) for d in global_shape)
-  scale = [global_shape[d] / probe[d] for d in range(ndim)]
-  bounds = tuple((round(lows[d] * scale[d]), round(highs[d] * scale[d])) for d in range(ndim))
+  bounds = tuple((lows[d] * global_shape[d] // blocks[d], highs[d] * global_shape[d] // blocks[d])
+                 for d in range(ndim))
   if tuple(stop - start for start, stop in bounds) != local_data.shape:
     raise ValueError(f"make_array_from_process_local_data: this process's data has shape {local_data.shape}, but its "
                      f"devices hold the block {bounds} of the global shape {global_shape} laid out as {sharding}")

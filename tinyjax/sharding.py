@@ -194,10 +194,13 @@ class Sharding:
   def addressable_devices_indices_map(self, global_shape: tuple[int, ...]) -> dict:
     return self.devices_indices_map(global_shape)
 
+  def blocks(self, ndim: int) -> tuple[int, ...]:
+    """Into how many blocks each dimension of an array of rank `ndim` is split."""
+    return (1,) * ndim
+
   def is_equivalent_to(self, other: Sharding, ndim: int) -> bool:
-    shape = (2 * 3 * 4 * 5 * 7,) * ndim  # a shape every mesh here divides
-    try: return self.devices_indices_map(shape) == other.devices_indices_map(shape)
-    except ValueError: return False
+    shape = tuple(math.lcm(a, b) for a, b in zip(self.blocks(ndim), other.blocks(ndim)))  # (both divide it)
+    return self.devices_indices_map(shape) == other.devices_indices_map(shape)
 
 
 class SingleDeviceSharding(Sharding):
@@ -240,6 +243,8 @@ class NamedSharding(Sharding):
   def _split(self, dim: int) -> int:
     """Into how many blocks dimension `dim` is split."""
     return math.prod(self.mesh.shape[name] for name in self.spec.axes_of(dim))
+
+  def blocks(self, ndim: int) -> tuple[int, ...]: return tuple(self._split(dim) for dim in range(ndim))
 
   def check_shape(self, global_shape: tuple[int, ...], what: str = "device_put args") -> None:
     """ValueError unless every split dimension of `global_shape` divides evenly over its mesh axes."""

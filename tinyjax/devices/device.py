@@ -176,11 +176,16 @@ def move(buffer, device):
   return buffer if buffer.device is device else host_buffer(buffer.numpy(), device)
 
 
+def same_memory(device, other) -> bool:
+  """Whether buffers on `device` can be read where `other`'s programs run: the same device, or two CPU devices (they
+  share the host's memory)."""
+  return device is other or device.platform == other.platform == "cpu"
+
+
 def runnable(buffer, device):
-  """`buffer` where the programs of a computation placed on `device` can read it: as it is on any CPU device (they
-  share the host's memory), else moved (`move`)."""
-  if buffer.device is device or buffer.device.platform == device.platform == "cpu": return buffer
-  return move(buffer, device)
+  """`buffer` where the programs of a computation placed on `device` can read it: as it is when it is in the same
+  memory (`same_memory`), else moved (`move`)."""
+  return buffer if same_memory(buffer.device, device) else move(buffer, device)
 
 
 def host_buffer(host, device=None):

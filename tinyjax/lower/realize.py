@@ -76,7 +76,6 @@ class CompiledSchedule:
 
   def __post_init__(self):
     sched = self.schedule
-    self.host_calls = has_host_calls(sched.kernels)
     self.host_programs: list[HostProgram] = []  # (the CPU's: their exceptions are raised after each run)
     if self.device is CPU:
       self.launches = LaunchList(_launch_items(sched.kernels, iter(self.programs), self.host_programs))
@@ -288,7 +287,7 @@ def direct_runner(compiled: CompiledSchedule, n_args: int, consts: list[Buffer]
   benchmarks/suite.py). None for any other program, and while DEBUG times the kernels; a call made while a profile
   is open must take `run_schedule` (the caller checks `open_profiles`)."""
   sched, plan = compiled.schedule, compiled.plan
-  if compiled.device is not CPU or DEBUG >= 1 or compiled.host_calls or not plan.outputs_in_order or \
+  if compiled.device is not CPU or DEBUG >= 1 or compiled.host_programs or not plan.outputs_in_order or \
       len(plan.output_specs) != 1 or \
       plan.output_index != (sched.n_inputs,) or n_args > sched.n_inputs: return None
   const_addresses = [buffer.address for buffer in consts[:sched.n_inputs - n_args]]
@@ -324,7 +323,7 @@ def _run_steps(steps: tuple, programs, buffers: list[Buffer], device, timed: boo
   for step in steps:
     if isinstance(step, Switch):
       branch_programs = [[next(programs) for _ in kernels_of(branch)] for branch in step.branches]
-      chosen = min(max(int(_read_scalar(buffers[step.index_slot])), 0), len(step.branches) - 1)
+      chosen = min(max(int(_read(buffers[step.index_slot])), 0), len(step.branches) - 1)
       _run_steps(step.branches[chosen], iter(branch_programs[chosen]), buffers, device, timed)
       continue
     if isinstance(step, Loop):
@@ -335,7 +334,7 @@ def _run_steps(steps: tuple, programs, buffers: list[Buffer], device, timed: boo
       while step.trip is None or passes < step.trip:
         if step.trip is None:
           _run_steps(tuple(cond), iter(cond_programs), buffers, device, timed)
-          if not bool(_read_scalar(buffers[step.flag_slot])): break
+          if not bool(_read(buffers[step.flag_slot])): break
         if step.counter_slot >= 0: _write_counter(buffers[step.counter_slot], passes)
         _run_steps(tuple(body), iter(body_programs), buffers, device, timed)
         passes += 1
@@ -378,14 +377,8 @@ def _run_host_call(step: HostCall, buffers: list[Buffer]) -> None:
 
 
 def _read(buffer: Buffer) -> np.ndarray:
-  """A buffer's current values on the host (a GPU buffer read from the device each time)."""
-  if buffer.device.platform == "cpu": return buffer.numpy()
-  return buffer.device.read(buffer)
-
-
-def _read_scalar(buffer: Buffer):
-  """The value of a one-element buffer that the kernels of this run may write again (a loop's flag, a switch's
-  index): a GPU buffer is read from the device each time, not from its kept host copy."""
+  """The current values of a buffer that the kernels of this run may write (a host step's operand, a loop's flag, a
+  switch's index): a GPU buffer is read from the device each time, not from its kept host copy."""
   if buffer.device.platform == "cpu": return buffer.numpy()
   return buffer.device.read(buffer)
 

@@ -871,8 +871,7 @@ def _merged_sum(outer: UOp, users: dict[UOp, int], done: dict[UOp, UOp]) -> UOp 
   for step in reversed(chain):
     if step.op is Ops.PERMUTE: value = UOp(Ops.PERMUTE, value.dtype, (value,), step.arg)
     else:
-      mapping = _size_one_axes_only(tuple(step.src[0].shape), tuple(step.shape))
-      source_of = {target: source for target, source in mapping.items()}
+      source_of = _size_one_axes_only(tuple(step.src[0].shape), tuple(step.shape))
       shape = tuple(1 if d != 1 and value.shape[source_of[i]] == 1 else d for i, d in enumerate(step.shape))
       value = UOp(Ops.RESHAPE, value.dtype, (value,), shape)
   return value if value.shape == outer.shape else None

@@ -6,8 +6,8 @@ into Python (devices/cpu.py `HostProgram`), which hands the function its operand
 its results into their buffers, and goes on: the program is still one call into the runtime. In a `scan` /
 `while_loop` body it runs on every iteration. Under `vmap`, `vmap_method` says how: "sequential" calls it once per
 example, "expand_dims" once with unbatched operands given a leading axis of size 1, "broadcast_all" once with every
-operand broadcast to the batch. It has no derivative
-(JAX's error); wrap it in `custom_jvp` / `custom_vjp` to give it one.
+operand broadcast to the batch. It has no derivative (JAX's error); wrap it in `custom_jvp` / `custom_vjp` to give
+it one.
 """
 from __future__ import annotations
 
@@ -86,8 +86,9 @@ def _batch(trace: batching.BatchTrace, vals, dims, *, callback: HostCallback, vm
     for index in range(size):
       example = [v if d is None else _take(v, d, index) for v, d in zip(vals, dims)]
       per_example.append(pure_callback_p.bind(*example, callback=callback, vmap_method=vmap_method))
-    stacked = [bind(Ops.CONTIGUOUS, _stack([outs[k] for outs in per_example]))
-               for k in range(len(callback.out_avals))]
+    from tinyjax.lax import concatenate
+    stacked = [concatenate([bind(Ops.RESHAPE, outs[k], arg=(1, *outs[k].shape), weak_type=outs[k].weak_type)
+                            for outs in per_example], 0) for k in range(len(callback.out_avals))]
     return stacked, [0] * len(stacked)
   # one call on the whole batch: the function receives a leading batch axis and must return results with one
   operands = []
@@ -106,18 +107,6 @@ def _take(x: Any, axis: int, index: int) -> Any:
   bounds = tuple((index, index + 1) if i == axis else (0, s) for i, s in enumerate(x.shape))
   piece = bind(Ops.SHRINK, x, arg=bounds, weak_type=x.weak_type)
   return bind(Ops.RESHAPE, piece, arg=tuple(s for i, s in enumerate(x.shape) if i != axis), weak_type=x.weak_type)
-
-
-def _stack(values: list[Any]) -> Any:
-  """Arrays of one shape stacked along a new leading axis (pads and adds: no concatenate Op)."""
-  size = len(values)
-  total = None
-  for index, value in enumerate(values):
-    row = bind(Ops.RESHAPE, value, arg=(1, *value.shape), weak_type=value.weak_type)
-    padded = bind(Ops.PAD, row, arg=((index, size - index - 1), *((0, 0),) * len(value.shape)),
-                  weak_type=value.weak_type)
-    total = padded if total is None else bind(Ops.ADD, total, padded, weak_type=value.weak_type)
-  return total
 
 
 ad.jvp_rules[pure_callback_p] = _jvp

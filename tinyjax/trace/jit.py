@@ -31,7 +31,7 @@ import numpy as np
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array, deleted_uop, realize_arrays
 from tinyjax.devices.buffer import Buffer, DeletedBuffer, ShardedBuffer, is_exclusive
-from tinyjax.devices.device import CPU, compute_device, default_device, place, runnable
+from tinyjax.devices.device import CPU, compute_device, default_device, place, runnable, same_memory
 from tinyjax.lower.memory import donation_aliases
 from tinyjax.lower.realize import (CompiledSchedule, direct_runner, get_schedule, normalize, place_outputs,
                                    run_schedule)
@@ -306,8 +306,7 @@ class Traced:
 
   def __init__(self, jitted: JitWrapped, args: tuple, kwargs: dict):
     static, _, static_kwargs, dynamic_kwargs = jitted._split(args, kwargs)
-    fun = functools.partial(jitted.fun, **static_kwargs) if static_kwargs else jitted.fun
-    self.jaxpr = trace_to_jaxpr(fun, args, dynamic_kwargs, static)
+    self.jaxpr = jitted._trace(args, static, static_kwargs, dynamic_kwargs)
     self._jitted, self._args, self._kwargs = jitted, args, kwargs
 
   def lower(self) -> Lowered: return self._jitted.lower(*self._args, **self._kwargs)
@@ -571,15 +570,19 @@ class JitWrapped:
            _mesh_stack[-1] if _mesh_stack else None)  # (shard_map without mesh= takes set_mesh's: JAX keys on it too)
     compiled = self._cache.get(key)
     if compiled is None:
-      fun = functools.partial(self.fun, **static_kwargs) if static_kwargs else self.fun
-      if static_kwargs: functools.update_wrapper(fun, self.fun)
-      jaxpr = trace_to_jaxpr(fun, args, dynamic_kwargs, static)
+      jaxpr = self._trace(args, static, static_kwargs, dynamic_kwargs)
       device = place([*devices, *(buffer.device for buffer in jaxpr.consts)])
-      moves = any(d is not device and not d.platform == device.platform == "cpu" for d in devices)
+      moves = any(not same_memory(d, device) for d in devices)
       compiled = _Compiled(jaxpr, get_schedule(jaxpr.sink, device) if jaxpr.sink.src else None, device, moves,
                            self._donated_leaves(args, static))
       self._cache[key] = compiled
     return compiled, leaves
+
+  def _trace(self, args: tuple, static: tuple[int, ...], static_kwargs: dict, dynamic_kwargs: dict) -> Jaxpr:
+    """The program of the function for these arguments (`_split`'s parts)."""
+    fun = functools.partial(self.fun, **static_kwargs) if static_kwargs else self.fun
+    if static_kwargs: functools.update_wrapper(fun, self.fun)
+    return trace_to_jaxpr(fun, args, dynamic_kwargs, static)
 
   def _donated_leaves(self, args: tuple, static: tuple[int, ...]) -> tuple[int, ...]:
     """The flat indices of the leaves of the donated positional arguments (every leaf of a donated pytree)."""

@@ -139,7 +139,7 @@ class ShardMapped:
       if local is not None:  # the other processes' positions along the axes the output is split over
         from tinyjax.distributed import process_group
         from tinyjax.trace.batching import _gather_processes
-        layout = _expanded_labels(spec, _rank_of(leaf.shape, spec))
+        layout = _expanded_labels(spec, len(_global_shape(leaf.shape, spec)))
         for position, label in enumerate(layout):
           if label[0] == "mesh" and counts[label[1]] < mesh.shape[label[1]]:
             leaf = _gather_processes(leaf, position, process_group(mesh, label[1], local))
@@ -198,15 +198,6 @@ def _traced_sharding(leaf: Tracer) -> Any:
   while isinstance(leaf, JVPTracer): leaf = leaf.primal  # (grad of a jitted shard_map: its primal is the argument)
   if type(leaf) is not StagingTracer or leaf.uop.op is not Ops.PARAM: return None
   return getattr(leaf.trace, "arg_shardings", {}).get(leaf.uop.arg[0])
-
-
-def _rank_of(expanded_shape: Sequence[int], spec: Any) -> int:
-  """The rank of an output whose expanded shape (mesh axes before each dimension they split) is `expanded_shape`."""
-  position, rank = 0, 0
-  while position < len(expanded_shape):
-    position += len(spec.axes_of(rank)) + 1
-    rank += 1
-  return rank
 
 
 def _local_block(mesh: Any) -> dict[str, tuple[int, int]] | None:
