@@ -40,6 +40,7 @@ def cases(count: int) -> dict:
     "data_parallel_grad": lambda: _data_parallel(mesh),
     "from_process_local_data": lambda: _from_local_data(mesh),
     "jvp_from_outside": lambda: _jvp_from_outside(mesh, x),
+    "grad_from_outside": lambda: _grad_from_outside(mesh, x),
   }
   if count == 4:
     grid = tj.make_mesh((2, 2), ("x", "y"))
@@ -82,20 +83,46 @@ def _from_local_data(mesh) -> list:
 
 
 def _jvp_from_outside(mesh, x: np.ndarray) -> list:
-  """Forward mode through shard_maps from outside them (psum, all_gather); reverse mode from outside raises
-  NotImplementedError over several processes (checked here: the value recorded is the same either way)."""
+  """Forward mode through shard_maps from outside them (psum, all_gather)."""
   gathered = tj.shard_map(lambda v: lax.all_gather(v, "i", tiled=True) * (1 + lax.axis_index("i")), mesh=mesh,
                           in_specs=P("i"), out_specs=P("i"))
   total = tj.shard_map(lambda v: lax.psum(v * v, "i"), mesh=mesh, in_specs=P("i"), out_specs=P())
   ones = np.ones_like(x)
   _, first = tj.jvp(lambda v: (gathered(v) ** 2).sum(), (x,), (ones,))
   _, second = tj.jvp(lambda v: total(v).sum(), (x,), (ones,))
-  try:
-    tj.grad(lambda v: total(v).sum())(x)
-    raised = tj.process_count() == 1
-  except NotImplementedError:
-    raised = tj.process_count() > 1
-  return [float(first), float(second), float(raised)]
+  return [float(first), float(second)]
+
+
+def _grad_from_outside(mesh, x: np.ndarray) -> dict:
+  """Reverse mode through shard_maps from outside them: every collective, arguments split over the processes or the
+  same in all of them, values the same in every process used by each process's shards and by every process whole
+  (their cotangents must be summed over the processes once, not once per process), eagerly and under jit."""
+  w = _data(4, 5)
+  ring = [(k, (k + 1) % mesh.size) for k in range(mesh.size)]
+  maps = {
+    "psum": (lambda v, w: lax.psum(v * v * w.sum(), "i"), P(), (P("i"), P())),
+    "gather": (lambda v, w: lax.all_gather(v * w[0], "i", tiled=True) * (1 + lax.axis_index("i")), P("i"),
+               (P("i"), P())),
+    "scatter": (lambda v, w: lax.psum_scatter(v * w[1], "i", tiled=True), P("i"), (P(), P())),
+    "ppermute": (lambda v, w: lax.ppermute(jnp.sin(v), "i", ring) * w[2], P("i"), (P("i"), P())),
+    "all_to_all": (lambda v, w: lax.all_to_all(v.reshape(mesh.size, -1), "i", 0, 0, tiled=True) * w[3], P("i"),
+                   (P("i"), P())),
+    # w both meets the shards and is used whole by every process (an output that is not split)
+    "mixed": (lambda v, w: (lax.psum(v * w[0], "i") + w[1] * w[2], w * 3.0), (P(), P()), (P("i"), P())),
+    "pmean_loss": (lambda v, w: lax.pmean(((jnp.tanh(v * w[0]) - w[1]) ** 2).mean(), "i"), P(), (P("i"), P())),
+  }
+  results = {}
+  for name, (fn, out_specs, in_specs) in maps.items():
+    mapped = tj.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+
+    def loss(v, w, mapped=mapped):
+      out = mapped(v, w)
+      return sum(jnp.cos(leaf).sum() for leaf in tj.tree_util.tree_leaves(out)) + (v * w.sum()).sum()
+    eager = tj.grad(loss, argnums=(0, 1))(x, w)
+    jitted = tj.jit(tj.value_and_grad(loss, argnums=(0, 1)))(x, w)
+    results[name] = np.concatenate([np.asarray(g).ravel() for g in eager] +
+                                   [np.ravel(jitted[0])] + [np.asarray(g).ravel() for g in jitted[1]]).tolist()
+  return results
 
 
 def run(count: int) -> dict:
@@ -103,7 +130,8 @@ def run(count: int) -> dict:
   results = {}
   for name, fn in cases(count).items():
     value = fn()
-    results[name] = value if isinstance(value, list) else np.asarray(value).tolist()
+    if isinstance(value, dict): results.update({f"{name}.{key}": part for key, part in value.items()})
+    else: results[name] = value if isinstance(value, list) else np.asarray(value).tolist()
   return results
 
 

@@ -95,6 +95,7 @@ class BatchTrace(Trace):
     vals, dims = self.unpack(operands)
     with set_current_trace(self.parent):
       if all(d is None for d in dims): return bind(op, *vals, arg=arg, dtype=dtype, weak_type=weak_type)
+      vals = self.meeting(vals, dims)
       rule = batch_rules.get(op)
       if rule is None: raise NotImplementedError(f"batching rule for {op.name} is not implemented")
       out, out_dim = rule(vals, dims, arg, dtype, weak_type)
@@ -118,6 +119,13 @@ class BatchTrace(Trace):
       elif any(src in varying for src in node.src): varying.add(node)
     return varying
 
+  def meeting(self, vals: list[Any], dims: list[int | None]) -> list[Any]:
+    """An op's operands, where batched ones meet unbatched ones on an axis that spans processes: the unbatched ones
+    (the same in every process) as values of this process's positions (`process_pvary`), so that reverse mode from
+    outside the shard_map sums their cotangents over the processes. Called with the parent trace current."""
+    if self.processes is None or all(d is None for d in dims) or all(d is not None for d in dims): return vals
+    return [process_pvary(v, self.processes) if d is None and isinstance(v, Tracer) else v for v, d in zip(vals, dims)]
+
   def varies(self, x: Any) -> bool: return _varies(x, self)
   def psum(self, x: Any) -> Any: return psum_p.bind(x, axis_name=self.axis_name)
 
@@ -131,7 +139,7 @@ class BatchTrace(Trace):
     if rule is None and any(d is not None for d in dims): return prim.impl(*operands, **params)
     with set_current_trace(self.parent):
       if rule is None: return prim.bind(*vals, **params)
-      out, out_dim = rule(self, vals, dims, **params)
+      out, out_dim = rule(self, self.meeting(vals, dims), dims, **params)
     if prim.multiple_results: return [self.pack(o, d) for o, d in zip(out, out_dim)]
     return self.pack(out, out_dim)
 
@@ -401,8 +409,13 @@ def _gather_processes(x: Any, axis: int, group: Any) -> Any:
 
 
 # The exchanges between processes (tinyjax.distributed), as primitives with rules (the host step that does them,
-# `_host_collective`, has none): JVP applies them to the tangents; reverse mode from outside the shard_map is not
-# built (`_no_transpose`), while inside it the collectives' own rules apply.
+# `_host_collective`, has none): JVP applies them to the tangents. Reverse mode from outside the shard_map (inside it,
+# the collectives' own rules apply) keeps one invariant: the cotangent of a value every process holds the same (an
+# argument, what is computed from the exchanges' results) is the whole cotangent, the same in every process; that of
+# a value of this process's positions is its part. So an allreduce or allgather (this process's part -> the same
+# everywhere) transposes without an exchange (the cotangent as it is, this process's slice of it), and where a value
+# the same everywhere meets this process's positions (`process_pvary_p`: its slice of an argument, an invariant
+# operand of a mesh-axis op) the parts of its cotangent are summed over the processes.
 
 def _process_allreduce(x: Any, *, group: Any, op: str, tag: int) -> Any:
   return _host_collective(x, f"mpi_allreduce_{op}", lambda v: group.allreduce(v, op, tag))
@@ -435,20 +448,38 @@ def _process_allgather_jvp(primals, tangents, out, *, group, from_end, tag):
   return process_allgather_p.bind(tangents[0], group=group, from_end=from_end, tag=next_tag())
 
 
-def _no_transpose(ct: Any, node: UOp, known: list) -> tuple:
-  """Reverse mode through the processes' exchanges from outside the shard_map: each process would hold a mix of the
-  cotangents of its own shards' uses and of what every process computes whole, which needs a varying / invariant
-  typing across processes that is not built."""
-  raise NotImplementedError("reverse-mode differentiation of a shard_map over a mesh that spans processes, from "
-                            "outside it: take the gradient inside the shard_map (as the data-parallel idiom does: "
-                            "grad of the pmean'ed loss); forward mode (jvp) works")
+def _process_allreduce_transpose(ct: Any, node: UOp, known: list) -> tuple:
+  """The sum's cotangent, the same in every process, is each process's part's (only sums are linear)."""
+  return (ct,)
 
 
+def _process_allgather_transpose(ct: Any, node: UOp, known: list) -> tuple:
+  """This process's positions of the gathered value's cotangent (the same in every process)."""
+  params = dict(node.arg.params)
+  axis = len(ct.shape) - params["from_end"]
+  return (_local_positions(ct, axis, params["group"], node.src[0].shape[axis]),)
+
+
+def process_pvary(x: Any, group: Any) -> Any:
+  """`x`, a value every process holds the same, as the value of this process's positions along a mesh axis spanning
+  the processes of `group`: the identity, whose transpose sums the processes' cotangents (JAX's pvary, over them)."""
+  return process_pvary_p.bind(x, group=group)
+
+
+def _process_pvary_transpose(ct: Any, node: UOp, known: list) -> tuple:
+  from tinyjax.distributed import next_tag
+  return (process_allreduce_p.bind(ct, group=dict(node.arg.params)["group"], op="sum", tag=next_tag()),)
+
+
+process_pvary_p = Primitive("process_pvary", lambda x, *, group: x)
 ad.jvp_rules[process_allreduce_p] = _process_allreduce_jvp
 ad.jvp_rules[process_allgather_p] = _process_allgather_jvp
-for _prim in (process_allreduce_p, process_allgather_p): ad.transpose_rules[_prim] = _no_transpose
-ad.abstract_eval_rules[process_allreduce_p] = lambda x, **params: (tuple(x.shape), np.dtype(x.dtype),
-                                                                   bool(x.weak_type))
+ad.jvp_rules[process_pvary_p] = lambda primals, tangents, out, *, group: process_pvary(tangents[0], group)
+ad.transpose_rules[process_allreduce_p] = _process_allreduce_transpose
+ad.transpose_rules[process_allgather_p] = _process_allgather_transpose
+ad.transpose_rules[process_pvary_p] = _process_pvary_transpose
+ad.abstract_eval_rules[process_allreduce_p] = ad.abstract_eval_rules[process_pvary_p] = lambda x, **params: (
+  tuple(x.shape), np.dtype(x.dtype), bool(x.weak_type))
 
 
 def _allgather_aval(x: Any, *, group: Any, from_end: int, tag: int) -> tuple:
@@ -460,22 +491,25 @@ def _allgather_aval(x: Any, *, group: Any, from_end: int, tag: int) -> tuple:
 ad.abstract_eval_rules[process_allgather_p] = _allgather_aval
 batch_rules[process_allreduce_p] = lambda trace, vals, dims, **params: (process_allreduce_p.bind(vals[0], **params),
                                                                         dims[0])
+batch_rules[process_pvary_p] = lambda trace, vals, dims, **params: (process_pvary_p.bind(vals[0], **params), dims[0])
 batch_rules[process_allgather_p] = lambda trace, vals, dims, **params: (
   process_allgather_p.bind(vals[0] if dims[0] is None else move_axis(vals[0], dims[0], 0), **params),
   None if dims[0] is None else 0)
 
 
-def _local_positions(x: Any, axis: int, group: Any, count: int) -> Any:
-  """This process's `count` positions of `x` along `axis` (which holds every process's)."""
+def _local_positions(x: Any, axis: int, group: Any, count: int, pvary: bool = False) -> Any:
+  """This process's `count` positions of `x` along `axis` (which holds every process's); with `pvary`, of a value
+  every process holds the same (reverse mode then sums the processes' parts of the cotangent)."""
   bounds = tuple((group.offset, group.offset + count) if i == axis else (0, n) for i, n in enumerate(x.shape))
-  return bind(Ops.SHRINK, x, arg=bounds, weak_type=x.weak_type)
+  return bind(Ops.SHRINK, process_pvary(x, group) if pvary else x, arg=bounds, weak_type=x.weak_type)
 
 
 def _pvary_rule(trace: BatchTrace, vals, dims, *, axis_name):
   """Identity in value; over this trace's axis an unbatched operand becomes batched (a broadcast, no copy)."""
   (x,), (dim,) = vals, dims
   if axis_name != trace.axis_name: return pvary_p.bind(x, axis_name=axis_name), dim
-  return (broadcast_axis(x, 0, trace.axis_size), 0) if dim is None else (x, dim)
+  if dim is not None: return x, dim
+  return broadcast_axis(x if trace.processes is None else process_pvary(x, trace.processes), 0, trace.axis_size), 0
 
 
 psum_p, pmax_p, pmin_p, pvary_p = Collective("psum"), Collective("pmax"), Collective("pmin"), Collective("pvary")
@@ -566,13 +600,14 @@ def _combined_rule(prim: Collective, global_rule: Callable, axis_params: tuple[s
       shifted = {key: value + 1 if key in axis_params else value for key, value in params.items()}
       x = move_axis(x, dim, len(gathered))
       return prim.bind(x, axis_name=axis_name, gathered=gathered, **shifted), len(gathered)
-    x, gathered = match_axis(x, dim, 0, trace.axis_size), (trace.axis_name,) + gathered
     # an axis spanning processes: every process's positions along it (MPI Allgather), this process's of the result
     group = trace.processes
+    if group is not None and dim is None: x = process_pvary(x, group)
+    x, gathered = match_axis(x, dim, 0, trace.axis_size), (trace.axis_name,) + gathered
     if group is not None: x = _gather_processes(x, 0, group)
     if len(gathered) < len(axis_name): out = prim.bind(x, axis_name=axis_name, gathered=gathered, **params)
     else: out = _apply_global(global_rule, x, axis_name, gathered, params)
-    return (out if group is None else _local_positions(out, 0, group, trace.axis_size)), 0
+    return (out if group is None else _local_positions(out, 0, group, trace.axis_size, pvary=True)), 0
   return rule
 
 

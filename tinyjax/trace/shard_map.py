@@ -21,7 +21,7 @@ import numpy as np
 
 from tinyjax import tree_util
 from tinyjax.array import Array
-from tinyjax.trace.batching import BatchTrace, BatchTracer, _as_array, match_axis
+from tinyjax.trace.batching import BatchTrace, BatchTracer, _as_array, match_axis, process_pvary
 from tinyjax.trace.core import EvalTrace, Tracer, bind, check_callable, current_trace, new_trace
 from tinyjax.uop import Ops
 
@@ -177,7 +177,9 @@ class ShardMapped:
     ndim = len(val.shape) - (dim is not None)
     present = {("mesh", axis) for axis in inner_axes}
     layout = [label for label in _expanded_labels(spec, ndim) if label[0] == "block" or label in present]
-    if ("mesh", name) in layout: return match_axis(val, dim, layout.index(("mesh", name)), trace.axis_size)
+    if ("mesh", name) in layout:
+      if dim is None and trace.processes is not None: val = process_pvary(val, trace.processes)
+      return match_axis(val, dim, layout.index(("mesh", name)), trace.axis_size)
     if dim is None: return val
     if self.check_vma:
       raise ValueError(
@@ -234,6 +236,10 @@ def _local_part(array: Any, spec: Any, mesh: Any, local: dict[str, tuple[int, in
                                 "process blocks that are not contiguous; put the mesh axes that span processes first")
     bounds.append((first * block, last * block))
   if all(bound == (0, size) for bound, size in zip(bounds, array.shape)): return array
+  # (its blocks are this process's: reverse mode sums the processes' blocks of the cotangent into the argument's)
+  from tinyjax.distributed import process_group
+  for name in {name for dim in range(len(array.shape)) for name in spec.axes_of(dim)}:
+    if local[name] != (0, mesh.shape[name]): array = process_pvary(array, process_group(mesh, name, local))
   return bind(Ops.SHRINK, array, arg=tuple(bounds), weak_type=array.weak_type)
 
 
