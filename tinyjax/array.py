@@ -18,11 +18,12 @@ from tinyjax.uop import Ops, UOp
 class Array:
   """An immutable n-dimensional array. `shape`, `dtype` (a numpy dtype) and `weak_type` are known without running
   anything; the values are computed on first use and kept."""
-  __slots__ = ("uop", "weak_type", "__weakref__")
+  # `_named`: the NamedSharding the operations computing this array gave it (trace/sharding_types.py), else None
+  __slots__ = ("uop", "weak_type", "_named", "__weakref__")
   __array_priority__ = 100  # numpy defers to our operators: np.float32(2) * x is an Array
 
   def __init__(self, uop: UOp, weak_type: bool = False):
-    self.uop, self.weak_type = uop, weak_type
+    self.uop, self.weak_type, self._named = uop, weak_type, None
 
   @staticmethod
   def from_numpy(value: np.ndarray, weak_type: bool = False) -> Array:
@@ -56,8 +57,10 @@ class Array:
   @property
   def sharding(self):
     """How this array is laid out over devices: a `tinyjax.sharding.NamedSharding` if it was placed or computed with
-    one (`device_put`, `shard_map`, `jit(out_shardings=)`), else a `SingleDeviceSharding` of its device."""
+    one (`device_put`, `shard_map`, `jit(out_shardings=)`, or computed from such arrays: trace/sharding_types.py),
+    else a `SingleDeviceSharding` of its device."""
     from tinyjax.sharding import SingleDeviceSharding
+    if getattr(self, "_named", None) is not None: return self._named
     buffer = self.realize().uop.arg
     sharding = getattr(buffer, "sharding", None)
     return SingleDeviceSharding(buffer.device) if sharding is None else sharding
@@ -171,4 +174,7 @@ def realize_arrays(arrays: list[Array]) -> None:
   from tinyjax.lower.realize import realize  # lower/ sits beside array.py; imported late to keep start-up small
   buffers = realize([a.uop for a in pending])
   for array, buffer in zip(pending, buffers):
+    if array._named is not None and buffer.device.platform == "cpu":  # computed from sharded arrays: laid out so
+      from tinyjax.devices.buffer import shard
+      buffer = shard(buffer, array._named)
     array.uop = UOp(Ops.BUFFER, buffer.dtype, (), buffer)

@@ -205,11 +205,27 @@ def make_array_from_process_local_data(sharding: Any, local_data: Any, global_sh
 
 def with_sharding_constraint(x: Any, shardings: Any) -> Any:
   """`x` laid out as `shardings` say (a Sharding, a PartitionSpec under `set_mesh`, or a pytree prefix of them), as
-  JAX's `lax.with_sharding_constraint`: eagerly a `device_put`; inside a transformation the value itself (a traced
-  program computes on whole arrays: there is no layout to constrain)."""
+  JAX's `lax.with_sharding_constraint`: eagerly a `device_put`; inside a transformation the value itself, carrying
+  that sharding from there on (trace/sharding_types.py; a traced program computes on whole arrays)."""
   from tinyjax.trace.core import Tracer
-  if any(isinstance(leaf, Tracer) for leaf in tree_util.tree_leaves(x)): return x
-  return device_put(x, shardings)
+  if not any(isinstance(leaf, Tracer) for leaf in tree_util.tree_leaves(x)): return device_put(x, shardings)
+  from tinyjax.sharding import NamedSharding, PartitionSpec, Sharding, get_abstract_mesh
+  from tinyjax.trace.sharding_types import relabelled
+  targets, target_tree = tree_util.tree_flatten(shardings, is_leaf=lambda v: isinstance(v, (Sharding, PartitionSpec)))
+  subtrees = target_tree.flatten_up_to(x)
+
+  def constrain(leaf: Any, target: Any) -> Any:
+    if isinstance(target, PartitionSpec):
+      mesh = get_abstract_mesh()
+      if mesh is None: raise ValueError(f"a sharding constraint with a PartitionSpec {target} needs a mesh: use "
+                                        "NamedSharding(mesh, spec) or tinyjax.set_mesh(mesh) first")
+      target = NamedSharding(mesh, target)
+    if not isinstance(target, NamedSharding) or not isinstance(leaf, Tracer): return leaf
+    target.check_shape(tuple(leaf.shape), "with_sharding_constraint arguments")
+    return relabelled(leaf, target)
+  placed = [tree_util.tree_map(lambda leaf, target=t: constrain(leaf, target), subtree)
+            for subtree, t in zip(subtrees, targets)]
+  return tree_util.tree_unflatten(target_tree, placed)
 
 
 reshard = with_sharding_constraint  # (JAX's `reshard` for explicit mesh axes: the same here)

@@ -160,13 +160,16 @@ def get_abstract_mesh() -> Mesh | None:
 
 
 class AxisType:
-  """How a mesh axis is partitioned (JAX's `AxisType`): recorded on the mesh; every axis behaves as Auto here."""
+  """How a mesh axis is partitioned (JAX's `AxisType`). Arrays over Explicit axes show their sharding in their type
+  (`typeof(x)` prints `float32[8@X,4]`) and JAX's sharding type errors apply to them (trace/sharding_types.py); over
+  Auto axes the same shardings are propagated silently. Manual is shard_map's."""
   Auto, Explicit, Manual = "Auto", "Explicit", "Manual"
 
 
 def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[str], axis_types: Any = None, *,
               devices: Sequence | None = None) -> Mesh:
-  """A mesh of the first prod(axis_shapes) devices (default: `tinyjax.devices()`) in order, shaped `axis_shapes`."""
+  """A mesh of the first prod(axis_shapes) devices (default: `tinyjax.devices()`) in order, shaped `axis_shapes`; its
+  axes are Explicit unless `axis_types` says otherwise (as JAX's make_mesh; the Mesh constructor's default is Auto)."""
   from tinyjax.placement import devices as all_devices
   axis_shapes, axis_names = tuple(int(s) for s in axis_shapes), tuple(axis_names)
   if len(axis_shapes) != len(axis_names):
@@ -178,7 +181,7 @@ def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[str], axis_types:
                      "(more CPU devices: jax_num_cpu_devices or TINYJAX_CPU_DEVICES)")
   grid = np.empty(count, dtype=object)
   grid[:] = pool[:count]
-  return Mesh(grid.reshape(axis_shapes), axis_names, axis_types)
+  return Mesh(grid.reshape(axis_shapes), axis_names, AxisType.Explicit if axis_types is None else axis_types)
 
 
 class Sharding:
@@ -234,6 +237,8 @@ class NamedSharding(Sharding):
       else: raise TypeError(f"NamedSharding expects a PartitionSpec, got {type(spec).__name__}: {spec!r}")
     mesh.check_spec(spec, len(spec))
     self.mesh, self.spec = mesh, spec
+    from tinyjax.trace.sharding_types import enable
+    enable()  # (arrays carry shardings through operations from now on)
 
   @property
   def device_set(self) -> set: return set(self.mesh.devices.flat)

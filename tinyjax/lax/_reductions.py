@@ -18,6 +18,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
+from tinyjax.trace import sharding_types
 from tinyjax.lax._base import BOOL, FLOAT32, LOW_PRECISION_FLOATS, canonicalize_axes, canonicalize_axis, cast, \
   expand_raw, like, reshape_raw, to_array
 from tinyjax.lax._elementwise import _and, _eq, _fdiv, _isnan, _mul, _neg, _not, _where
@@ -180,7 +181,10 @@ def dot_general_raw(lhs: Array, rhs: Array, contracting: tuple[Sequence[int], Se
   """The contraction of `dot_general` for checked operands of one dtype; result (batch, lhs free, rhs free)."""
   dimension_numbers = (tuple(tuple(int(a) for a in axes) for axes in contracting),
                        tuple(tuple(int(a) for a in axes) for axes in batch))
-  return dot_general_p.bind(lhs, rhs, dimension_numbers=dimension_numbers, preferred_element_type=np.dtype(out_dtype))
+  out = dot_general_p.bind(lhs, rhs, dimension_numbers=dimension_numbers, preferred_element_type=np.dtype(out_dtype))
+  if sharding_types._enabled[0] and (layout := sharding_types.dot_sharding(lhs, rhs, *dimension_numbers)) is not None:
+    sharding_types.set_sharding(out, *layout)  # (JAX's rule for the product, not the one of the Ops building it)
+  return out
 
 
 def _dot_general_impl(lhs: Array, rhs: Array, *, dimension_numbers: Any, preferred_element_type: np.dtype) -> Array:
@@ -238,6 +242,8 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any, precision: Any = Non
                     f"{tuple(lhs.shape[i] for i in lhs_batch)} and {tuple(rhs.shape[i] for i in rhs_batch)}.")
   out_dtype = lhs.dtype if preferred_element_type is None else dtypes.canonicalize_dtype(
     dtypes.dtype(preferred_element_type))
+  if sharding_types._enabled[0]:  # JAX's sharding type errors (the derivatives' products pass their layouts)
+    sharding_types.dot_sharding(lhs, rhs, (lhs_contract, rhs_contract), (lhs_batch, rhs_batch), errors=True)
   return dot_general_raw(lhs, rhs, (lhs_contract, rhs_contract), (lhs_batch, rhs_batch), out_dtype)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
+from tinyjax.trace.sharding_types import reshape_spec
 from tinyjax.lax._base import (BOOL, canonicalize_axis, cast, expand_raw, full as _full_const, is_array,
                                lax_operands, reshape_raw, to_array)
 from tinyjax.lax._elementwise import _and, _lt, _max, _min, _where
@@ -76,6 +77,7 @@ def reshape(operand: Any, new_sizes: Sequence[int], dimensions: Sequence[int] | 
     raise TypeError(f"reshape total size must be unchanged, got new_sizes {new_sizes} (size {math.prod(new_sizes)}) "
                     f"for shape {x.shape} (size {x.size})")
   if dimensions is not None: x = transpose(x, dimensions)
+  reshape_spec(x, new_sizes)
   return reshape_raw(x, new_sizes)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
+from tinyjax.trace.sharding_types import check_binary
 from tinyjax.lax import _elementwise as ew
 from tinyjax.lax._base import (BOOL, broadcast_shapes, cast, expand_raw, host_to_array, is_array, is_python_scalar,
                                like, python_scalar)
@@ -73,6 +74,7 @@ def _binary(name: str, fn: Callable[[Array, Array], Array], doc: str, inexact: b
   def ufunc(x1: Any, x2: Any, /) -> Array:
     a, b = promote(name, x1, x2, inexact=inexact, numeric=numeric)
     _check_kind(name, a.dtype, kinds)
+    check_binary(name, a, b)
     result = fn(a, b)
     return result if weak_if is None or weak_if(x1, x2) else cast(result, result.dtype, False)
   ufunc.__name__ = ufunc.__qualname__ = name

@@ -11,6 +11,7 @@ from tinyjax.array import Array
 from tinyjax.lax import _reductions as lax_red
 from tinyjax.lax._base import canonicalize_axis, cast, expand_raw, reshape_raw
 from tinyjax.numpy._elementwise import _operand, multiply
+from tinyjax.trace import sharding_types
 
 
 def _promoted_pair(name: str, a: Any, b: Any) -> tuple[Array, Array]:
@@ -39,7 +40,9 @@ def matmul(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any
   operand is a row (left) or column (right) vector whose axis is removed from the result.
   Inner dimension mismatch: TypeError naming both shapes. `out_sharding`: how the result is laid out."""
   if out_sharding is not None:
-    return _placed(matmul(a, b, precision=precision, preferred_element_type=preferred_element_type), out_sharding)
+    with sharding_types.unchecked():
+      result = matmul(a, b, precision=precision, preferred_element_type=preferred_element_type)
+    return _placed(result, out_sharding)
   del precision
   a, b = _promoted_pair("matmul", a, b)
   if a.ndim == 0 or b.ndim == 0:
@@ -58,8 +61,9 @@ def matmul(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any
   n_batch = len(batch)
   out_dtype = a.dtype if preferred_element_type is None else dtypes.canonicalize_dtype(
     dtypes.dtype(preferred_element_type))
-  result = lax_red.dot_general_raw(a, b, ((n_batch + 1,), (n_batch,)), (tuple(range(n_batch)), tuple(range(n_batch))),
-                                   out_dtype)
+  dimension_numbers = ((n_batch + 1,), (n_batch,)), (tuple(range(n_batch)), tuple(range(n_batch)))
+  if sharding_types._enabled[0]: sharding_types.dot_sharding(a, b, *dimension_numbers, errors=True)
+  result = lax_red.dot_general_raw(a, b, *dimension_numbers, out_dtype)
   if a_vector: result = reshape_raw(result, result.shape[:-2] + result.shape[-1:])
   if b_vector: result = reshape_raw(result, result.shape[:-1])
   return result
@@ -71,7 +75,9 @@ def dot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = 
   the second-to-last of `b` (the last if b is 1-D): shape a.shape[:-1] + b.shape[:-2] + b.shape[-1:].
   `out_sharding`: how the result is laid out."""
   if out_sharding is not None:
-    return _placed(dot(a, b, precision=precision, preferred_element_type=preferred_element_type), out_sharding)
+    with sharding_types.unchecked():
+      result = dot(a, b, precision=precision, preferred_element_type=preferred_element_type)
+    return _placed(result, out_sharding)
   del precision
   a, b = _promoted_pair("dot", a, b)
   if a.ndim == 0 or b.ndim == 0: return multiply(a, b)
@@ -81,8 +87,8 @@ def dot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = 
                     f"{b.shape[b_axis]} (dim {b_axis})")
   out_dtype = a.dtype if preferred_element_type is None else dtypes.canonicalize_dtype(
     dtypes.dtype(preferred_element_type))
-  result = lax_red.dot_general_raw(a, b, ((a.ndim - 1,), (b_axis,)), ((), ()), out_dtype)
-  return result
+  if sharding_types._enabled[0]: sharding_types.dot_sharding(a, b, ((a.ndim - 1,), (b_axis,)), ((), ()), errors=True)
+  return lax_red.dot_general_raw(a, b, ((a.ndim - 1,), (b_axis,)), ((), ()), out_dtype)
 
 
 def vdot(a: Any, b: Any, *, precision: Any = None) -> Array:

@@ -11,6 +11,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
+from tinyjax.trace.sharding_types import reshape_spec
 from tinyjax.lax import _shape as lax_shape
 from tinyjax.lax._base import canonicalize_axes, canonicalize_axis, cast, expand_raw, reshape_raw
 from tinyjax.numpy._creation import asarray
@@ -44,7 +45,9 @@ def reshape(a: Any, shape: int | Sequence[int] | None = None, order: str = "C", 
   if order != "C": raise NotImplementedError(f"reshape: only order='C' is supported, got {order!r}")
   x = _as_array(a)
   shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-  return reshape_raw(x, _resolve_shape(shape, x.size, x.shape))
+  shape = _resolve_shape(shape, x.size, x.shape)
+  reshape_spec(x, shape)
+  return reshape_raw(x, shape)
 
 
 def ravel(a: Any, order: str = "C") -> Array:

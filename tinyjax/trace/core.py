@@ -22,6 +22,10 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from tinyjax.array import Array
+from tinyjax.trace.sharding_types import _enabled as _sharding_enabled
+from tinyjax.trace.sharding_types import is_explicit, named_of
+from tinyjax.trace.sharding_types import propagate as propagate_sharding
+from tinyjax.trace.sharding_types import propagate_primitive as propagate_primitive_sharding
 from tinyjax.uop import ELEMENTWISE, Ops, UOp
 
 
@@ -51,7 +55,9 @@ class Primitive:
   def __repr__(self) -> str: return self.name
 
   def bind(self, *operands: Any, **params: Any) -> Any:
-    return current_trace.get().process_primitive(self, operands, params)
+    out = current_trace.get().process_primitive(self, operands, params)
+    if _sharding_enabled[0]: propagate_primitive_sharding(operands, out)
+    return out
 
 
 class Trace:
@@ -195,11 +201,15 @@ class StagingTrace(Trace):
 
 
 class ShapedArray:
-  """An abstract value: shape, dtype and weak type (what `typeof` returns; prints like JAX's, `float32[3]`)."""
-  __slots__ = ("shape", "dtype", "weak_type", "vma")
+  """An abstract value: shape, dtype and weak type (what `typeof` returns; prints like JAX's, `float32[3]`), the mesh
+  axes it varies over inside a shard_map (`vma`, printed `{V:i}`) and the NamedSharding it carries (`sharding`:
+  trace/sharding_types.py; dimensions split over Explicit mesh axes print as `8@X`)."""
+  __slots__ = ("shape", "dtype", "weak_type", "vma", "sharding")
 
-  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool = False, vma: frozenset = frozenset()):
+  def __init__(self, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool = False, vma: frozenset = frozenset(),
+               sharding: Any = None):
     self.shape, self.dtype, self.weak_type, self.vma = tuple(shape), np.dtype(dtype), bool(weak_type), frozenset(vma)
+    self.sharding = sharding
 
   @property
   def ndim(self) -> int: return len(self.shape)
@@ -211,8 +221,14 @@ class ShapedArray:
     return SimpleNamespace(varying=self.vma)
 
   def str_short(self) -> str:
-    varying = f"{{{','.join(sorted(map(str, self.vma)))}}}" if self.vma else ""
-    return f"{self.dtype.name}[{','.join(map(str, self.shape))}]{varying}"
+    names = sorted(map(str, self.vma))
+    varying = "" if not names else f"{{V:{names[0]}}}" if len(names) == 1 else f"{{V:({','.join(names)})}}"
+    sizes = [str(size) for size in self.shape]
+    if self.sharding is not None and is_explicit(self.sharding.mesh):
+      for dim in range(len(sizes)):
+        axes = self.sharding.spec.axes_of(dim)
+        if axes: sizes[dim] += f"@{axes[0]}" if len(axes) == 1 else f"@({','.join(axes)})"
+    return f"{self.dtype.name}[{','.join(sizes)}]{varying}"
 
   def __str__(self) -> str: return self.str_short()
   def __repr__(self) -> str: return f"ShapedArray({self.str_short()}{', weak_type=True' if self.weak_type else ''})"
@@ -228,7 +244,7 @@ def typeof(x: Any) -> ShapedArray:
     from tinyjax.lax._base import to_array
     x = to_array(x)
   from tinyjax.trace.batching import varying_axes  # (batching sits above core)
-  return ShapedArray(x.shape, x.dtype, x.weak_type, varying_axes(x))
+  return ShapedArray(x.shape, x.dtype, x.weak_type, varying_axes(x), named_of(x))
 
 
 class PrimitiveCall:
@@ -288,4 +304,6 @@ def bind(op: Ops, *operands: Any, arg: Any = None, dtype: np.dtype | None = None
   """Apply primitive `op` to `operands` (arrays of the current trace) with static `arg`; the result has `dtype`
   (default: the first operand's) and `weak_type`."""
   out_dtype = operands[0].dtype if dtype is None else np.dtype(dtype)
-  return current_trace.get().process(op, operands, arg, out_dtype, weak_type)
+  out = current_trace.get().process(op, operands, arg, out_dtype, weak_type)
+  if _sharding_enabled[0]: propagate_sharding(op, operands, arg, out)
+  return out

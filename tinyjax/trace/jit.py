@@ -30,7 +30,7 @@ import numpy as np
 
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array, deleted_uop, realize_arrays
-from tinyjax.devices.buffer import Buffer, DeletedBuffer, ShardedBuffer, is_exclusive
+from tinyjax.devices.buffer import Buffer, DeletedBuffer, ShardedBuffer, is_exclusive, shard
 from tinyjax.devices.device import CPU, compute_device, default_device, place, runnable, same_memory
 from tinyjax.lower.memory import donation_aliases
 from tinyjax.lower.realize import (CompiledSchedule, direct_runner, get_schedule, normalize, place_outputs,
@@ -38,6 +38,7 @@ from tinyjax.lower.realize import (CompiledSchedule, direct_runner, get_schedule
 from tinyjax.lower.schedule import kernels_of
 from tinyjax.profiler import open_profiles
 from tinyjax.sharding import _mesh_stack
+from tinyjax.trace.sharding_types import named_of
 from tinyjax.trace.core import (EvalTrace, StagingTrace, Tracer, check_callable, check_nans, current_trace, debug_nans,
                                 new_trace)
 from tinyjax.uop import Ops, UOp
@@ -106,7 +107,7 @@ def _leaf_signature(leaf: Any) -> tuple:
 
 def _leaf_sharding(leaf: Any) -> Any:
   """A sharded Array argument's NamedSharding, else None."""
-  return getattr(leaf.uop.arg, "sharding", None) if type(leaf) is Array and leaf.uop.op is Ops.BUFFER else None
+  return named_of(leaf) if type(leaf) is Array else None
 
 
 @dataclass
@@ -120,6 +121,7 @@ class Jaxpr:
   out_tree: Any
   in_avals: tuple = ()  # (shape, dtype, weak_type) of each argument, for printing ones the program never reads
   prints: tuple = ()  # debug.print calls: (format, tree, [("output", index) or ("static", value) per value])
+  out_shardings: tuple = ()  # per output, the NamedSharding the operations gave it (trace/sharding_types.py) or None
 
   def __str__(self) -> str:
     names: dict[UOp, str] = {}
@@ -250,6 +252,7 @@ def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Seq
   trace.arg_shardings = {i: sharding for i, leaf in enumerate(leaves) if (sharding := _leaf_sharding(leaf))}
   with new_trace(trace):
     tracers = [trace.new_arg(i, shape, dtype, weak) for i, (shape, dtype, weak) in enumerate(avals)]
+    for i, sharding in trace.arg_shardings.items(): tracers[i]._named = sharding
     dynamic_args, traced_kwargs = tree_util.tree_unflatten(in_tree, tracers)
     call_args = list(args)
     for position, value in zip(dynamic, dynamic_args): call_args[position] = value
@@ -274,8 +277,9 @@ def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Seq
     sink, consts = normalize(roots, first_param=len(avals))
   else:
     sink, consts = UOp(Ops.SINK, np.dtype(np.bool_), ()), []
+  out_shardings = tuple(named_of(a) for a in out_arrays)
   return Jaxpr(sink, len(avals), consts, tuple(a.weak_type for a in out_arrays), out_tree, tuple(avals),
-               tuple(prints))
+               tuple(prints), out_shardings if any(out_shardings) else ())
 
 
 def format_values(fmt: str, tree: Any, values: list[Any]) -> str:
@@ -370,7 +374,8 @@ class _Compiled:
       self.outputs.append((slot >= sched.n_inputs and slot not in seen, weak))
       seen.add(slot)
     if self.donated: self._plan_donation()
-    if self.single_leaf and self.outputs[0][0] and self.device is CPU and not self.aliases and not self.jaxpr.prints:
+    if self.single_leaf and self.outputs[0][0] and self.device is CPU and not self.aliases and not self.jaxpr.prints \
+        and not self.jaxpr.out_shardings:
       self.direct = direct_runner(self.schedule, len(self.jaxpr.in_avals), self.consts)
 
   def _plan_donation(self) -> None:
@@ -418,6 +423,9 @@ class _Compiled:
     for fmt, tree, slots in jaxpr.prints:  # debug.print: the values of this run
       shown = [buffers[value].numpy() if kind == "output" else value for kind, value in slots]
       print(format_values(fmt, tree, shown))
+    if jaxpr.out_shardings:  # laid out as the operations computing them say (trace/sharding_types.py)
+      buffers = [b if named is None or b.device.platform != "cpu" else shard(b, named)
+                 for b, named in zip(buffers, jaxpr.out_shardings)] + buffers[len(jaxpr.out_shardings):]
     if self.single_leaf:  # (the common case, without the list and the tree)
       buffer, (fresh, weak) = buffers[0], self.outputs[0]  # (debug.print's values may follow in `buffers`)
       return Array(UOp.new_buffer(buffer.dtype, buffer) if fresh else UOp(Ops.BUFFER, buffer.dtype, (), buffer), weak)

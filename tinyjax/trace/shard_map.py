@@ -23,6 +23,7 @@ from tinyjax import tree_util
 from tinyjax.array import Array
 from tinyjax.trace.batching import BatchTrace, BatchTracer, _as_array, match_axis, process_pvary
 from tinyjax.trace.core import EvalTrace, Tracer, bind, check_callable, current_trace, new_trace
+from tinyjax.trace.sharding_types import relabelled
 from tinyjax.uop import Ops
 
 Label = tuple  # ("mesh", axis name) | ("block", dimension): what each axis of an expanded array stands for
@@ -84,7 +85,7 @@ class ShardMapped:
   def _mapped(self, in_specs: tuple | None, *args: Any) -> Any:
     """The whole computation on the current trace: blocks in, the per-shard function over nested BatchTraces, the
     assembled outputs back. `in_specs`: one spec per argument leaf when they were inferred, else None."""
-    from tinyjax.sharding import PartitionSpec
+    from tinyjax.sharding import NamedSharding, PartitionSpec
     mesh = self._mesh()
     manual = [name for name in mesh.axis_names if not self.axis_names or name in self.axis_names]
     leaves, in_tree = tree_util.tree_flatten(args)
@@ -144,8 +145,11 @@ class ShardMapped:
           if label[0] == "mesh" and counts[label[1]] < mesh.shape[label[1]]:
             leaf = _gather_processes(leaf, position, process_group(mesh, label[1], local))
       global_shape = _global_shape(leaf.shape, spec)
-      results.append(bind(Ops.RESHAPE, leaf, arg=global_shape, weak_type=leaf.weak_type)
-                     if tuple(global_shape) != tuple(leaf.shape) else leaf)
+      leaf = bind(Ops.RESHAPE, leaf, arg=global_shape, weak_type=leaf.weak_type) \
+          if tuple(global_shape) != tuple(leaf.shape) else leaf
+      # laid out as out_specs say (with several processes, every process has the whole value)
+      if local is None and isinstance(leaf, Tracer): leaf = relabelled(leaf, NamedSharding(mesh, spec))
+      results.append(leaf)
     return tree_util.tree_unflatten(out_tree[0], results)
 
   def _in_specs(self, args: tuple, leaves: list[Any], mesh: Any) -> list[Any]:
