@@ -47,12 +47,12 @@ def device_put(x: Any, device: Any = None, *, src: Any = None, donate: bool = Fa
   laid out as a `tinyjax.sharding` Sharding says (a NamedSharding splits each leaf into blocks over the mesh's
   devices), or per leaf as a pytree prefix of devices and shardings says. Arrays already there are returned as they
   are; others are copied (between CPU devices, which share the host's memory, nothing is)."""
-  from tinyjax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding, get_abstract_mesh
+  from tinyjax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding, get_mesh
   if device is None: device = default_device()
 
   def target_of(value: Any) -> Any:
     if isinstance(value, PartitionSpec):  # a spec alone: over the current mesh (set_mesh)
-      mesh = get_abstract_mesh()
+      mesh = get_mesh()
       if mesh is None: raise ValueError(f"device_put with a PartitionSpec {value} needs a mesh: use "
                                         "NamedSharding(mesh, spec) or tinyjax.set_mesh(mesh) first")
       return NamedSharding(mesh, value)
@@ -209,14 +209,14 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
   that sharding from there on (trace/sharding_types.py; a traced program computes on whole arrays)."""
   from tinyjax.trace.core import Tracer
   if not any(isinstance(leaf, Tracer) for leaf in tree_util.tree_leaves(x)): return device_put(x, shardings)
-  from tinyjax.sharding import NamedSharding, PartitionSpec, Sharding, get_abstract_mesh
+  from tinyjax.sharding import NamedSharding, PartitionSpec, Sharding, get_mesh
   from tinyjax.trace.sharding_types import relabelled
   targets, target_tree = tree_util.tree_flatten(shardings, is_leaf=lambda v: isinstance(v, (Sharding, PartitionSpec)))
   subtrees = target_tree.flatten_up_to(x)
 
   def constrain(leaf: Any, target: Any) -> Any:
     if isinstance(target, PartitionSpec):
-      mesh = get_abstract_mesh()
+      mesh = get_mesh()
       if mesh is None: raise ValueError(f"a sharding constraint with a PartitionSpec {target} needs a mesh: use "
                                         "NamedSharding(mesh, spec) or tinyjax.set_mesh(mesh) first")
       target = NamedSharding(mesh, target)
@@ -229,3 +229,17 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
 
 
 reshard = with_sharding_constraint  # (JAX's `reshard` for explicit mesh axes: the same here)
+
+
+def with_out_sharding(fn: Any) -> Any:
+  """`fn` with JAX's keyword `out_sharding=`: its result laid out so (a NamedSharding, or a PartitionSpec under
+  `set_mesh`), computed without JAX's sharding type errors, which the given layout resolves."""
+  import functools
+
+  @functools.wraps(fn)
+  def call(*args: Any, out_sharding: Any = None, **kwargs: Any) -> Any:
+    if out_sharding is None: return fn(*args, **kwargs)
+    from tinyjax.trace.sharding_types import unchecked
+    with unchecked(): result = fn(*args, **kwargs)
+    return with_sharding_constraint(result, out_sharding)
+  return call

@@ -21,6 +21,7 @@ import numpy as np
 from tinyjax import dtypes, lax, tree_util
 from tinyjax import numpy as jnp
 from tinyjax.array import Array
+from tinyjax.placement import with_out_sharding
 from tinyjax.lax._base import cast, expand_raw, full, reshape_raw, to_array
 from tinyjax.lax._elementwise import _add, _and, _binary, _or
 from tinyjax.trace import batching
@@ -306,6 +307,7 @@ def _check_shape(name: str, shape: tuple[int, ...], *param_shapes: tuple[int, ..
                        f"argument {shape}.")
 
 
+@with_out_sharding
 def bits(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array:
   """Uniformly random unsigned integers of `dtype` (default uint32) and `shape`."""
   data, _ = _key("bits", key)
@@ -338,6 +340,7 @@ def _uniform(data: Array, shape: tuple[int, ...], dtype: np.dtype, minval: Any, 
   return lax.max(low, scaled)
 
 
+@with_out_sharding
 def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = None, minval: Any = 0.0, maxval: Any = 1.0) -> Array:
   """Uniform floats in [minval, maxval) of `shape` and float `dtype` (default float32)."""
   data, _ = _key("uniform", key)
@@ -352,6 +355,7 @@ def _normal(data: Array, shape: tuple[int, ...], dtype: np.dtype) -> Array:
   return lax.mul(full(shape, math.sqrt(2), dtype), lax.erf_inv(u))
 
 
+@with_out_sharding
 def normal(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array:
   """Standard normal floats of `shape` (sqrt(2) erf_inv of a uniform in (-1, 1), as JAX)."""
   data, _ = _key("normal", key)
@@ -370,6 +374,7 @@ def _clip_integer(value: Array, dtype: np.dtype) -> Array:
   return cast(value, dtype, False)
 
 
+@with_out_sharding
 def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any, dtype: Any = None) -> Array:
   """Uniform integers in [minval, maxval) of `shape` and integer `dtype` (default int32), JAX's algorithm: a
   double-width remainder of random bits, so the same key gives the same integers as JAX."""
@@ -408,6 +413,7 @@ def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any, dtype: Any
   return lax.add(minval, cast(offset, dtype, False))
 
 
+@with_out_sharding
 def bernoulli(key: Any, p: Any = 0.5, shape: Sequence[int] | None = None, mode: str = "low") -> Array:
   """Booleans that are True with probability `p` (shape: `shape`, else p's)."""
   data, _ = _key("bernoulli", key)
@@ -428,6 +434,7 @@ def _gumbel(data: Array, shape: tuple[int, ...], dtype: np.dtype) -> Array:
   return lax.neg(lax.log(lax.neg(lax.log(_uniform(data, shape, dtype, tiny, 1.0)))))
 
 
+@with_out_sharding
 def gumbel(key: Any, shape: Sequence[int] = (), dtype: Any = None, mode: str | None = None) -> Array:
   """Standard Gumbel samples: -log(-log(u))."""
   data, _ = _key("gumbel", key)
@@ -436,6 +443,7 @@ def gumbel(key: Any, shape: Sequence[int] = (), dtype: Any = None, mode: str | N
   return _gumbel(data, _shape(shape), _float_dtype("gumbel", dtype))
 
 
+@with_out_sharding
 def categorical(key: Any, logits: Any, axis: int = -1, shape: Sequence[int] | None = None, replace: bool = True,
                 mode: str | None = None) -> Array:
   """Samples of categorical distributions with unnormalized log-probabilities `logits` along `axis` (the Gumbel-max
@@ -466,6 +474,7 @@ def categorical(key: Any, logits: Any, axis: int = -1, shape: Sequence[int] | No
   return jnp.argmax(lax.add(noise, expand_raw(expanded, noise.shape)), axis=relative)
 
 
+@with_out_sharding
 def exponential(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array:
   """Standard exponential samples: -log1p(-u)."""
   data, _ = _key("exponential", key)
@@ -473,6 +482,7 @@ def exponential(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array
   return lax.neg(lax.log1p(lax.neg(_uniform(data, shape, dtype, 0.0, 1.0))))
 
 
+@with_out_sharding
 def laplace(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array:
   """Standard Laplace samples: sign(u) log1p(-|u|) for u uniform in (-1, 1)."""
   data, _ = _key("laplace", key)
@@ -481,6 +491,7 @@ def laplace(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array:
   return lax.mul(lax.sign(u), lax.log1p(lax.neg(lax.abs(u))))
 
 
+@with_out_sharding
 def logistic(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array:
   """Standard logistic samples: log(u / (1 - u))."""
   data, _ = _key("logistic", key)
@@ -489,6 +500,7 @@ def logistic(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array:
   return lax.log(lax.div(u, lax.sub(full(shape, 1.0, dtype), u)))
 
 
+@with_out_sharding
 def truncated_normal(key: Any, lower: Any, upper: Any, shape: Sequence[int] | None = None,
                      dtype: Any = None) -> Array:
   """Normal samples truncated to (lower, upper): sqrt(2) erf_inv of a uniform between erf(lower/sqrt2) and
@@ -506,6 +518,7 @@ def truncated_normal(key: Any, lower: Any, upper: Any, shape: Sequence[int] | No
   return jnp.clip(out, jnp.nextafter(lax.stop_gradient(low), inf), jnp.nextafter(lax.stop_gradient(high), -inf))
 
 
+@with_out_sharding
 def rademacher(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array:
   """Random -1 / +1 values (integer dtype, default int32)."""
   data, _ = _key("rademacher", key)
@@ -515,6 +528,7 @@ def rademacher(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array:
   return lax.sub(lax.mul(cast(heads, dtype, False), full(_shape(shape), 2, dtype)), full(_shape(shape), 1, dtype))
 
 
+@with_out_sharding
 def orthogonal(key: Any, n: int, shape: Sequence[int] = (), dtype: Any = None, m: int | None = None) -> Array:
   """Matrices (*shape, n, m) (m = n by default) drawn uniformly from the orthogonal group (orthonormal columns or rows,
   whichever side is smaller): the Q of a Gaussian matrix's QR, its columns' signs fixed by R's diagonal (as JAX)."""
@@ -528,6 +542,7 @@ def orthogonal(key: Any, n: int, shape: Sequence[int] = (), dtype: Any = None, m
   return jnp.swapaxes(x, -1, -2) if n < columns else x
 
 
+@with_out_sharding
 def multivariate_normal(key: Any, mean: Any, cov: Any, shape: Sequence[int] | None = None, dtype: Any = None,
                         method: str = "cholesky") -> Array:
   """Samples of N(mean, cov): mean + normal @ cholesky(cov).T (method "cholesky", JAX's default)."""
@@ -559,6 +574,7 @@ def _shuffle(data: Array, x: Array, axis: int) -> Array:
   return x
 
 
+@with_out_sharding
 def permutation(key: Any, x: Any, axis: int = 0, independent: bool = False) -> Array:
   """A random permutation of `x` along `axis` (of range(x) for an integer x); rows permuted together unless
   `independent` (then each 1-D slice along `axis` on its own)."""

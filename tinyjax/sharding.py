@@ -16,12 +16,13 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import OrderedDict
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["AxisType", "Mesh", "NamedSharding", "PartitionSpec", "Shard", "Sharding", "SingleDeviceSharding",
-           "get_abstract_mesh", "make_mesh", "set_mesh", "use_mesh"]
+__all__ = ["AbstractMesh", "AxisType", "Mesh", "NamedSharding", "PartitionSpec", "Shard", "Sharding",
+           "SingleDeviceSharding", "auto_axes", "explicit_axes", "get_abstract_mesh", "get_mesh", "make_mesh",
+           "set_mesh", "use_abstract_mesh", "use_mesh"]
 
 
 class PartitionSpec(tuple):
@@ -116,6 +117,11 @@ class Mesh:
 
   def __exit__(self, *exc: Any) -> None: _mesh_stack.pop()
 
+  @property
+  def abstract_mesh(self) -> AbstractMesh:
+    platform = getattr(self.devices.flat[0], "platform", None) if self.devices.size else None
+    return AbstractMesh(self.axis_sizes, self.axis_names, self.axis_types, platform=platform)
+
   def coordinates(self) -> dict[Any, tuple[int, ...]]:
     """{device: its index along each mesh axis}."""
     return {device: index for index, device in np.ndenumerate(self.devices)}
@@ -123,16 +129,21 @@ class Mesh:
   def check_spec(self, spec: PartitionSpec, ndim: int, what: str = "array") -> None:
     """ValueError unless `spec` fits an array of rank `ndim` on this mesh: no more entries than dimensions, only this
     mesh's axis names, each at most once."""
-    if len(spec) > ndim:
-      raise ValueError(f"{spec} has {len(spec)} entries but the {what} has rank {ndim}: a PartitionSpec has at most "
-                       "one entry per dimension")
-    names = spec.axis_names()
-    for name in names:
-      if name not in self.axis_names:
-        raise ValueError(f"Resource axis: {name} of {spec} is not found in mesh: {tuple(self.axis_names)}.")
-    if len(set(names)) != len(names):
-      raise ValueError(f"A mesh axis may split at most one dimension: {spec} names "
-                       f"{sorted({n for n in names if names.count(n) > 1})} more than once")
+    _check_spec(self, spec, ndim, what)
+
+
+def _check_spec(mesh: Mesh | AbstractMesh, spec: PartitionSpec, ndim: int, what: str) -> None:
+  """`Mesh.check_spec`'s checks, for a mesh or an abstract mesh."""
+  if len(spec) > ndim:
+    raise ValueError(f"{spec} has {len(spec)} entries but the {what} has rank {ndim}: a PartitionSpec has at most "
+                     "one entry per dimension")
+  names = spec.axis_names()
+  for name in names:
+    if name not in mesh.axis_names:
+      raise ValueError(f"Resource axis: {name} of {spec} is not found in mesh: {tuple(mesh.axis_names)}.")
+  if len(set(names)) != len(names):
+    raise ValueError(f"A mesh axis may split at most one dimension: {spec} names "
+                     f"{sorted({n for n in names if names.count(n) > 1})} more than once")
 
 
 @contextlib.contextmanager
@@ -154,9 +165,108 @@ class set_mesh:  # noqa: N801  (a function in JAX's API that is also a context m
   def __exit__(self, *exc: Any) -> None: _mesh_stack[:] = self.previous
 
 
-def get_abstract_mesh() -> Mesh | None:
-  """The current mesh (`set_mesh`, `with mesh:`), or None."""
+def get_mesh() -> Mesh | None:
+  """The current concrete mesh (`set_mesh`, `with mesh:`), or None."""
   return _mesh_stack[-1] if _mesh_stack else None
+
+
+def get_abstract_mesh() -> AbstractMesh:
+  """The current mesh's `AbstractMesh` (its axis names, sizes and types); an empty one when no mesh is set."""
+  return _mesh_stack[-1].abstract_mesh if _mesh_stack else AbstractMesh((), ())
+
+
+class AbstractMesh:
+  """A mesh's shape without its devices (JAX's `AbstractMesh`): `axis_sizes`, `axis_names`, `axis_types`. Under
+  `use_abstract_mesh` it renames or reshapes the current mesh's devices (the same number of them)."""
+
+  def __init__(self, axis_sizes: Sequence[int], axis_names: Sequence[str], axis_types: Any = None, *,
+               platform: str | None = None):
+    self.axis_sizes, self.axis_names = tuple(int(s) for s in axis_sizes), tuple(axis_names)
+    if len(self.axis_sizes) != len(self.axis_names):
+      raise ValueError(f"AbstractMesh: {len(self.axis_sizes)} axis sizes but {len(self.axis_names)} axis names")
+    self.axis_types = tuple(axis_types) if isinstance(axis_types, (list, tuple)) else \
+        (axis_types,) * len(self.axis_names) if axis_types is not None else (AxisType.Auto,) * len(self.axis_names)
+    self.platform = platform
+
+  @property
+  def shape(self) -> OrderedDict: return OrderedDict(zip(self.axis_names, self.axis_sizes))
+  @property
+  def size(self) -> int: return math.prod(self.axis_sizes)
+  @property
+  def empty(self) -> bool: return not self.axis_names
+  @property
+  def abstract_mesh(self) -> AbstractMesh: return self
+
+  def check_spec(self, spec: PartitionSpec, ndim: int, what: str = "array") -> None: _check_spec(self, spec, ndim, what)
+
+  def __eq__(self, other: Any) -> bool:
+    return isinstance(other, AbstractMesh) and (self.axis_sizes, self.axis_names, self.axis_types) == (
+      other.axis_sizes, other.axis_names, other.axis_types)
+
+  def __hash__(self) -> int: return hash((self.axis_sizes, self.axis_names, self.axis_types))
+
+  def __repr__(self) -> str:
+    if self.empty: return "AbstractMesh((), axis_types=())"
+    axes = ", ".join(f"{name!r}: {size}" for name, size in self.shape.items())
+    types = ", ".join(str(getattr(t, "name", t)) for t in self.axis_types)
+    device = f", device_kind={self.platform}, num_cores=None, platform={self.platform}" if self.platform else ""
+    return f"AbstractMesh({axes}, axis_types=({types}{',' if len(self.axis_types) == 1 else ''}){device})"
+
+
+@contextlib.contextmanager
+def use_abstract_mesh(mesh: AbstractMesh) -> Iterator[Mesh]:
+  """Inside the block, the current mesh's devices (in order) as `mesh` shapes, names and types them (as JAX's
+  `use_abstract_mesh`: the number of devices must not change)."""
+  current = get_mesh()
+  if current is None: raise ValueError("use_abstract_mesh needs a current mesh: call tinyjax.set_mesh(mesh) first")
+  if mesh.size != current.size:
+    raise ValueError(f"use_abstract_mesh: {mesh} has {mesh.size} devices but the current mesh has {current.size}")
+  with Mesh(current.devices.reshape(mesh.axis_sizes), mesh.axis_names, mesh.axis_types) as concrete: yield concrete
+
+
+def _with_axis_types(f: Callable, axes: Any, kind: str, sharding_name: str, doc: str) -> Callable:
+  """The decorator of `auto_axes` / `explicit_axes`: `f` called with the current mesh's `axes` (all by default)
+  switched to `kind`, its inputs (explicit_axes' `in_sharding`) or output (auto_axes' `out_sharding`) laid out as the
+  call says."""
+  import functools
+
+  from tinyjax import tree_util
+  from tinyjax.placement import with_sharding_constraint
+
+  @functools.wraps(f)
+  def call(*args: Any, **kwargs: Any) -> Any:
+    sharding = kwargs.pop(sharding_name, None)
+    mesh = get_mesh()
+    if mesh is None: raise ValueError(f"{kind.lower()}_axes needs a mesh: call tinyjax.set_mesh(mesh) first")
+    names = mesh.axis_names if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+    types = tuple(kind if name in names else t for name, t in zip(mesh.axis_names, mesh.axis_types))
+    with Mesh(mesh.devices, mesh.axis_names, types):
+      if sharding_name == "in_sharding" and sharding is not None:
+        leaves, tree = tree_util.tree_flatten(args)
+        args = tree_util.tree_unflatten(tree, [with_sharding_constraint(leaf, sharding) for leaf in leaves])
+      out = f(*args, **kwargs)
+    if sharding_name == "out_sharding" and sharding is not None: out = with_sharding_constraint(out, sharding)
+    return out
+  call.__doc__ = doc + (f"\n\n{f.__doc__}" if f.__doc__ else "")
+  return call
+
+
+def auto_axes(f: Callable | None = None, /, *, axes: Any = None, out_sharding: Any = None) -> Callable:
+  """JAX's `auto_axes`: `f` runs with the current mesh's axes (or `axes`) Auto, so its shardings are not in types and
+  raise no sharding type errors; its result is laid out as `out_sharding` (given here or at the call)."""
+  if f is None: return lambda g: auto_axes(g, axes=axes, out_sharding=out_sharding)
+  wrapped = _with_axis_types(f, axes, AxisType.Auto, "out_sharding", auto_axes.__doc__)
+  if out_sharding is None: return wrapped
+  return lambda *args, **kwargs: wrapped(*args, out_sharding=kwargs.pop("out_sharding", out_sharding), **kwargs)
+
+
+def explicit_axes(f: Callable | None = None, /, *, axes: Any = None, in_sharding: Any = None) -> Callable:
+  """JAX's `explicit_axes`: `f` runs with the current mesh's axes (or `axes`) Explicit, its arguments laid out as
+  `in_sharding` (given here or at the call)."""
+  if f is None: return lambda g: explicit_axes(g, axes=axes, in_sharding=in_sharding)
+  wrapped = _with_axis_types(f, axes, AxisType.Explicit, "in_sharding", explicit_axes.__doc__)
+  if in_sharding is None: return wrapped
+  return lambda *args, **kwargs: wrapped(*args, in_sharding=kwargs.pop("in_sharding", in_sharding), **kwargs)
 
 
 class AxisType:
@@ -229,8 +339,9 @@ class SingleDeviceSharding(Sharding):
 class NamedSharding(Sharding):
   """An array split over `mesh` as `spec` says (see the module docstring)."""
 
-  def __init__(self, mesh: Mesh, spec: PartitionSpec, *, memory_kind: str | None = None):
-    if not isinstance(mesh, Mesh): raise TypeError(f"NamedSharding expects a Mesh, got {type(mesh).__name__}")
+  def __init__(self, mesh: Mesh | AbstractMesh, spec: PartitionSpec, *, memory_kind: str | None = None):
+    if not isinstance(mesh, (Mesh, AbstractMesh)):
+      raise TypeError(f"NamedSharding expects a Mesh, got {type(mesh).__name__}")
     if not isinstance(spec, PartitionSpec):
       if spec is None: spec = PartitionSpec()
       elif isinstance(spec, (tuple, list)): spec = PartitionSpec(*spec)
@@ -286,7 +397,9 @@ class NamedSharding(Sharding):
     entries = list(self.spec)
     while entries and entries[-1] is None: entries.pop()
     return hash((self.mesh, tuple(entries)))
-  def __repr__(self) -> str: return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r}, memory_kind=device)"
+  def __repr__(self) -> str:
+    if isinstance(self.mesh, AbstractMesh): return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r})"
+    return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r}, memory_kind=device)"
 
 
 class Shard:

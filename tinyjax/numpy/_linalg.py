@@ -8,6 +8,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
+from tinyjax.placement import with_out_sharding
 from tinyjax.lax import _reductions as lax_red
 from tinyjax.lax._base import canonicalize_axis, cast, expand_raw, reshape_raw
 from tinyjax.numpy._elementwise import _operand, multiply
@@ -115,6 +116,7 @@ def outer(a: Any, b: Any) -> Array:
   return multiply(reshape_raw(a, (a.size, 1)), reshape_raw(b, (1, b.size)))
 
 
+@with_out_sharding
 def tensordot(a: Any, b: Any, axes: int | Sequence[Any] = 2, *, precision: Any = None) -> Array:
   """Sum over `axes` (an int n: the last n of a with the first n of b; or a pair of axis lists): shape
   (a's other axes, b's other axes)."""

@@ -11,6 +11,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
+from tinyjax.placement import with_out_sharding
 from tinyjax.trace.sharding_types import reshape_spec
 from tinyjax.lax import _shape as lax_shape
 from tinyjax.lax._base import canonicalize_axes, canonicalize_axis, cast, expand_raw, reshape_raw
@@ -38,6 +39,7 @@ def _resolve_shape(shape: Sequence[int], size: int, old_shape: tuple[int, ...]) 
   return shape
 
 
+@with_out_sharding
 def reshape(a: Any, shape: int | Sequence[int] | None = None, order: str = "C", *,
             newshape: int | Sequence[int] | None = None) -> Array:
   """The elements of `a` in row-major order, in `shape` (one entry may be -1). TypeError if sizes differ."""
@@ -50,6 +52,7 @@ def reshape(a: Any, shape: int | Sequence[int] | None = None, order: str = "C", 
   return reshape_raw(x, shape)
 
 
+@with_out_sharding
 def ravel(a: Any, order: str = "C") -> Array:
   """The elements of `a` as a 1-D array (row-major)."""
   x = _as_array(a)
@@ -90,6 +93,7 @@ def swapaxes(a: Any, axis1: int, axis2: int) -> Array:
   return lax_shape.permute_raw(x, order)
 
 
+@with_out_sharding
 def broadcast_to(array: Any, shape: int | Sequence[int]) -> Array:
   """`array` broadcast to `shape` by numpy's rules (ValueError if it does not fit)."""
   x = _as_array(array)
@@ -260,6 +264,7 @@ def tile(A: Any, reps: int | Sequence[int]) -> Array:  # noqa: N803
   return reshape(spread, tuple(r * d for r, d in zip(reps, x.shape)))
 
 
+@with_out_sharding
 def repeat(a: Any, repeats: Any, axis: int | None = None, *, total_repeat_length: int | None = None) -> Array:
   """Each element repeated `repeats` times along `axis` (None: of the flattened array). `repeats` may be an array of
   per-element counts: then output position j takes the element whose cumulative count first exceeds j (a binary

@@ -23,7 +23,7 @@ import numpy as np
 
 from tinyjax.array import Array
 from tinyjax.trace.sharding_types import _enabled as _sharding_enabled
-from tinyjax.trace.sharding_types import is_explicit, named_of
+from tinyjax.trace.sharding_types import named_of, type_sharding
 from tinyjax.trace.sharding_types import propagate as propagate_sharding
 from tinyjax.trace.sharding_types import propagate_primitive as propagate_primitive_sharding
 from tinyjax.uop import ELEMENTWISE, Ops, UOp
@@ -224,10 +224,9 @@ class ShapedArray:
     names = sorted(map(str, self.vma))
     varying = "" if not names else f"{{V:{names[0]}}}" if len(names) == 1 else f"{{V:({','.join(names)})}}"
     sizes = [str(size) for size in self.shape]
-    if self.sharding is not None and is_explicit(self.sharding.mesh):
-      for dim in range(len(sizes)):
-        axes = self.sharding.spec.axes_of(dim)
-        if axes: sizes[dim] += f"@{axes[0]}" if len(axes) == 1 else f"@({','.join(axes)})"
+    for dim in range(len(sizes) if self.sharding is not None else 0):  # (the Explicit axes: `type_sharding`)
+      axes = self.sharding.spec.axes_of(dim)
+      if axes: sizes[dim] += f"@{axes[0]}" if len(axes) == 1 else f"@({','.join(axes)})"
     return f"{self.dtype.name}[{','.join(sizes)}]{varying}"
 
   def __str__(self) -> str: return self.str_short()
@@ -244,7 +243,7 @@ def typeof(x: Any) -> ShapedArray:
     from tinyjax.lax._base import to_array
     x = to_array(x)
   from tinyjax.trace.batching import varying_axes  # (batching sits above core)
-  return ShapedArray(x.shape, x.dtype, x.weak_type, varying_axes(x), named_of(x))
+  return ShapedArray(x.shape, x.dtype, x.weak_type, varying_axes(x), type_sharding(named_of(x), len(x.shape)))
 
 
 class PrimitiveCall:

@@ -38,7 +38,7 @@ from tinyjax.lower.realize import (CompiledSchedule, direct_runner, get_schedule
 from tinyjax.lower.schedule import kernels_of
 from tinyjax.profiler import open_profiles
 from tinyjax.sharding import _mesh_stack
-from tinyjax.trace.sharding_types import named_of
+from tinyjax.trace.sharding_types import compiled, named_of
 from tinyjax.trace.core import (EvalTrace, StagingTrace, Tracer, check_callable, check_nans, current_trace, debug_nans,
                                 new_trace)
 from tinyjax.uop import Ops, UOp
@@ -277,7 +277,7 @@ def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Seq
     sink, consts = normalize(roots, first_param=len(avals))
   else:
     sink, consts = UOp(Ops.SINK, np.dtype(np.bool_), ()), []
-  out_shardings = tuple(named_of(a) for a in out_arrays)
+  out_shardings = tuple(compiled(named_of(a)) for a in out_arrays)
   return Jaxpr(sink, len(avals), consts, tuple(a.weak_type for a in out_arrays), out_tree, tuple(avals),
                tuple(prints), out_shardings if any(out_shardings) else ())
 

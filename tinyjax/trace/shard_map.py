@@ -57,8 +57,8 @@ class ShardMapped:
     functools.update_wrapper(self, f, updated=())
 
   def _mesh(self):
-    from tinyjax.sharding import Mesh, get_abstract_mesh
-    mesh = self.mesh if self.mesh is not None else get_abstract_mesh()
+    from tinyjax.sharding import Mesh, get_mesh
+    mesh = self.mesh if self.mesh is not None else get_mesh()
     if mesh is None:
       raise ValueError("shard_map needs a mesh: pass mesh=tinyjax.make_mesh(...) or call it inside `with mesh:`")
     if not isinstance(mesh, Mesh): raise TypeError(f"shard_map mesh must be a tinyjax.sharding.Mesh, got {mesh!r}")

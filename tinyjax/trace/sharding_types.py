@@ -66,8 +66,28 @@ def spec_of(dims: Dims) -> Any:
   return PartitionSpec(*[None if not axes else axes[0] if len(axes) == 1 else tuple(axes) for axes in dims])
 
 
-def is_explicit(mesh: Any) -> bool:
-  return any(str(getattr(kind, "name", kind)) == "Explicit" for kind in getattr(mesh, "axis_types", ()))
+def _axis_types(mesh: Any) -> dict:
+  """{axis name: its type} for `mesh`, as the current mesh says when it is the same devices (auto_axes /
+  explicit_axes switch the types of the current mesh's axes)."""
+  from tinyjax.sharding import get_mesh
+  current = get_mesh()
+  if current is not None and current == mesh: mesh = current
+  return {name: str(getattr(kind, "name", kind)) for name, kind in zip(mesh.axis_names, mesh.axis_types)}
+
+
+def is_explicit(mesh: Any) -> bool: return "Explicit" in _axis_types(mesh).values()
+
+
+def type_sharding(named: Any, ndim: int) -> Any:
+  """The sharding `typeof` shows: over the abstract mesh, only the Explicit axes (JAX hides the Auto ones, the
+  compiler's); with none, the current abstract mesh with nothing split."""
+  from tinyjax.sharding import AbstractMesh, NamedSharding, get_abstract_mesh
+  if named is None: return NamedSharding(get_abstract_mesh(), spec_of(((),) * ndim))
+  types = _axis_types(named.mesh)
+  dims = tuple(tuple(name for name in axes if types.get(name) == "Explicit") for axes in dims_of(named, ndim))
+  base = named.mesh.abstract_mesh
+  abstract = AbstractMesh(base.axis_sizes, base.axis_names, tuple(types.values()), platform=base.platform)
+  return NamedSharding(abstract, spec_of(dims))
 
 
 def _split(mesh: Any, axes: tuple) -> int: return math.prod(mesh.shape[name] for name in axes)
@@ -189,7 +209,17 @@ def propagate_primitive(operands: Sequence[Any], out: Any) -> None:
 def set_sharding(out: Array, mesh: Any, dims: Dims) -> None:
   """Label `out` as laid out over `mesh` as `dims` say (fitted: each axis once, only where it divides)."""
   from tinyjax.sharding import NamedSharding
-  out._named = NamedSharding(mesh, spec_of(_fit(mesh, dims, out.shape)))
+  out._named = compiled(NamedSharding(mesh, spec_of(_fit(mesh, dims, out.shape))))
+
+
+def compiled(named: Any) -> Any:
+  """A sharding as a compiled program's result carries it: over Auto axes without the trailing unsplit entries, as
+  JAX's compiler reports (`P('X',)`); over Explicit ones, its type's (one entry per dimension)."""
+  if named is None or is_explicit(named.mesh) or not named.spec or named.spec[-1] is not None: return named
+  from tinyjax.sharding import NamedSharding, PartitionSpec
+  entries = list(named.spec)
+  while entries and entries[-1] is None: entries.pop()
+  return NamedSharding(named.mesh, PartitionSpec(*entries))
 
 
 def relabelled(x: Array, sharding: Any) -> Array:
@@ -209,14 +239,29 @@ def check_binary(name: str, x: Array, y: Array) -> None:
   first, second = named_of(x), named_of(y)
   if first is None or second is None or first.mesh != second.mesh or not is_explicit(first.mesh): return
   a, b = dims_of(first, len(x.shape)), dims_of(second, len(y.shape))
-  used: set = set()
+  op = _LAX_NAMES.get(name, name)
+  out = []
   for left, right in zip(a, b):
-    axes = left or right
-    if left and right and left != right or any(axis in used for axis in axes):
-      raise ShardingTypeError(f"{name} got incompatible shardings for broadcasting: {spec_of(a)}, {spec_of(b)} (each "
-                              "dimension split one way at most, each mesh axis splitting one dimension at most): "
-                              "reshard an operand first")
-    used.update(axes)
+    if left and right and left != right:
+      raise ShardingTypeError(f"{op} got incompatible shardings for broadcasting: {_entries(a)}, {_entries(b)}.")
+    out.append(left or right)
+  names = [axis for axes in out for axis in axes]
+  if len(set(names)) != len(names):
+    raise ShardingTypeError(f"{op} operation with inputs: {_short_type(x.dtype, x.shape, a)}, "
+                            f"{_short_type(y.dtype, y.shape, b)} produces an illegally sharded result: "
+                            f"{_short_type(x.dtype, x.shape, tuple(out))}")
+
+
+# numpy's names of binary functions -> the lax primitives JAX's errors name
+_LAX_NAMES = {"multiply": "mul", "subtract": "sub", "maximum": "max", "minimum": "min", "divide": "div",
+              "true_divide": "div", "power": "pow", "floor_divide": "div", "remainder": "rem", "equal": "eq",
+              "not_equal": "ne", "less": "lt", "less_equal": "le", "greater": "gt", "greater_equal": "ge",
+              "bitwise_and": "and", "bitwise_or": "or", "bitwise_xor": "xor", "logical_and": "and", "logical_or": "or",
+              "logical_xor": "xor", "arctan2": "atan2"}
+
+
+def _entries(dims: Dims) -> tuple:
+  return tuple(None if not axes else axes[0] if len(axes) == 1 else tuple(axes) for axes in dims)
 
 
 def reshape_spec(x: Array, shape: Sequence[int]) -> None:
@@ -269,3 +314,15 @@ def _type_str(x: Array, dims: Dims) -> str:
   sizes = ",".join(f"{size}@{axes[0] if len(axes) == 1 else '(' + ','.join(axes) + ')'}" if axes else str(size)
                    for size, axes in zip(x.shape, dims))
   return f"{x.dtype.name}[{sizes}]"
+
+
+_SHORT = {"bfloat16": "bf16", "bool": "bool"}
+
+
+def _short_type(dtype: Any, shape: Sequence[int], dims: Dims) -> str:
+  """JAX's short form of a type in its sharding errors: `f32[4@X,4]`."""
+  name = dtype.name
+  short = _SHORT.get(name) or name[0] + "".join(c for c in name if c.isdigit())
+  sizes = ",".join(f"{size}@{axes[0] if len(axes) == 1 else '(' + ','.join(axes) + ')'}" if axes else str(size)
+                   for size, axes in zip(shape, dims))
+  return f"{short}[{sizes}]"
