@@ -282,3 +282,30 @@ def test_auto_mesh_results_report_compiler_specs():
     np.testing.assert_allclose(np.asarray(z), np.arange(32.0).reshape(8, 4) @ np.arange(64.0).reshape(4, 16))
     z = tj.jit(lambda a, b: lax.with_sharding_constraint(jnp.dot(a, b), P("X", None)))(x, y)
     assert z.sharding.spec == P("X")  # (JAX prints P('X',))
+
+
+def test_print_inside_an_eager_shard_map_shows_each_device_block(capsys):
+  one = tj.make_mesh((2,), ("i",))
+  with tj.set_mesh(one):
+    @tj.shard_map(in_specs=P("i"), out_specs=P())
+    def f(x):
+      print(x)  # varying: each device's block
+      y = lax.psum(x, "i")
+      print(y)  # invariant: the same block on each device
+      return y
+    out = f(tj.device_put(jnp.arange(6.0), P("i")))
+  np.testing.assert_array_equal(np.asarray(out), [3.0, 5.0, 7.0])
+  assert capsys.readouterr().out == (  # (JAX 0.10.2's output)
+    "On cpu:0 at mesh coordinates (i,) = (0,):\n[0. 1. 2.]\n\nOn cpu:1 at mesh coordinates (i,) = (1,):\n[3. 4. 5.]\n\n"
+    "On cpu:0 at mesh coordinates (i,) = (0,):\n[3. 5. 7.]\n\nOn cpu:1 at mesh coordinates (i,) = (1,):\n[3. 5. 7.]\n\n")
+  grid = tj.make_mesh((2, 2), ("i", "j"))
+  tj.shard_map(lambda b: print(b) or b, mesh=grid, in_specs=P("i", "j"), out_specs=P("i", "j"))(
+    np.arange(16).reshape(4, 4))
+  printed = capsys.readouterr().out
+  assert printed.startswith("On cpu:0 at mesh coordinates (i, j,) = (0, 0):\n[[0 1]\n [4 5]]\n\n"
+                            "On cpu:1 at mesh coordinates (i, j,) = (0, 1):\n[[2 3]\n [6 7]]\n\n")
+  assert printed.endswith("On cpu:3 at mesh coordinates (i, j,) = (1, 1):\n[[10 11]\n [14 15]]\n\n")
+  # under jit the values are staged: printed as tracers, as JAX
+  tj.jit(tj.shard_map(lambda b: print(b) or b, mesh=grid, in_specs=P("i", "j"), out_specs=P("i", "j")))(
+    np.arange(16).reshape(4, 4))
+  assert capsys.readouterr().out.startswith("Traced<")

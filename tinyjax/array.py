@@ -15,6 +15,9 @@ from tinyjax.devices.device import host_buffer
 from tinyjax.uop import Ops, UOp
 
 
+print_hooks: list = []  # functions giving an array's str() where a transformation prints it its own way, else None
+
+
 class Array:
   """An immutable n-dimensional array. `shape`, `dtype` (a numpy dtype) and `weak_type` are known without running
   anything; the values are computed on first use and kept."""
@@ -149,7 +152,10 @@ class Array:
     weak = ", weak_type=True" if self.weak_type else ""
     return f"Array({body}, dtype={self.dtype.name}{weak})"
 
-  def __str__(self) -> str: return str(self._value())
+  def __str__(self) -> str:
+    for hook in print_hooks:  # (inside an eager shard_map: each device's block, trace/batching.py)
+      if (shown := hook(self)) is not None: return shown
+    return str(self._value())
   def __format__(self, spec: str) -> str:
     return format(self._value().item(), spec) if self.ndim == 0 else format(str(self), spec)
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Hashable, Iterator, Sequence
 import numpy as np
 
 from tinyjax import dtypes, tree_util
-from tinyjax.array import Array
+from tinyjax.array import Array, print_hooks
 from tinyjax.trace import ad
 from tinyjax.trace.core import (ConcretizationTypeError, Primitive, StagingTrace, Trace, Tracer, bind, check_callable,
                                 current_trace, new_trace, set_current_trace)
@@ -52,6 +52,8 @@ class BatchTracer(Tracer):
   @property
   def dtype(self) -> np.dtype: return self.val.dtype
 
+  def __str__(self) -> str: return device_blocks_str(self) or super().__str__()
+
   def concrete(self, what: str) -> Array:
     self.check_alive()
     raise ConcretizationTypeError(
@@ -59,6 +61,45 @@ class BatchTracer(Tracer):
       f"batched by `vmap` (one value per example, {self.trace.axis_size} of them). Python control flow cannot depend "
       "on a batched value: use tinyjax.numpy.where or lax.cond/select instead, or pass the value unbatched "
       "(in_axes=None) if it is the same for every example.")
+
+
+def _device_blocks(x: Array) -> list[tuple] | None:
+  """(device, axis names, mesh coordinates, numpy block) for each device of the eager shard_map running now, `x`'s
+  block on it (a value the same on every device, too); None outside one, or for a staged value."""
+  traces = [trace for trace in _named_traces() if trace.spmd and getattr(trace, "mesh", None) is not None]
+  if not traces or isinstance(x, BatchTracer) and x.trace not in traces: return None
+  value, chain = x, []
+  for trace in traces:  # innermost first
+    if isinstance(value, BatchTracer) and value.trace is trace:
+      chain.append((trace, value.batch_dim))
+      value = value.val
+    else:
+      chain.append((trace, None))
+  if isinstance(value, Tracer): return None  # (staged: jit's tracers have no values)
+  array = np.asarray(value)
+  chain.reverse()  # outermost first: each trace's axis goes to the front, in mesh axis order
+  for k, (trace, dim) in enumerate(chain):
+    if dim is None: array = np.broadcast_to(np.expand_dims(array, k), array.shape[:k] + (trace.axis_size,) +
+                                            array.shape[k:])
+    else: array = np.moveaxis(array, k + dim, k)
+  mesh, names = chain[0][0].mesh, [trace.axis_name for trace, _ in chain]
+  out = []
+  for coords in np.ndindex(*array.shape[:len(chain)]):
+    position = dict(zip(names, coords))
+    device = mesh.devices[tuple(position.get(name, 0) for name in mesh.axis_names)]
+    out.append((device, names, coords, array[coords]))
+  return out
+
+
+def device_blocks_str(x: Array) -> str | None:
+  """Inside an eager shard_map, `x` as JAX prints it there: each device's block; None elsewhere."""
+  shards = _device_blocks(x)
+  if shards is None: return None
+  return "\n".join(f"On {device} at mesh coordinates ({', '.join(map(str, names))},) = {coords}:\n{block}\n"
+                   for device, names, coords, block in shards)
+
+
+print_hooks.append(device_blocks_str)
 
 
 class BatchTrace(Trace):

@@ -70,12 +70,11 @@ class ShardMapped:
       return self._mapped(None, *args)
     from tinyjax.placement import device_put
     from tinyjax.sharding import NamedSharding
-    from tinyjax.trace.jit import jit
     mesh = self._mesh()
     specs = None if self.in_specs is not None else tuple(self._in_specs(args, tree_util.tree_leaves(args), mesh))
-    if (compiled := self._compiled.get((specs, mesh))) is None:  # (the mesh may be set_mesh's, which changes)
-      compiled = self._compiled[(specs, mesh)] = jit(functools.partial(self._mapped, specs))
-    out = compiled(*args)
+    # eagerly, as JAX: `print` shows each device's block; the arrays are lazy, so every shard still runs in the same
+    # fused kernels, compiled once (the compile cache keys them on their structure)
+    out = self._mapped(specs, *args)
     if _local_block(mesh) is not None: return out  # (several processes: every one has the whole value)
     leaves, tree = tree_util.tree_flatten(out)
     specs = _flatten_specs(self.out_specs, out, "out_specs")
@@ -124,6 +123,7 @@ class ShardMapped:
       if depth == len(manual): return innermost(values)
       name = manual[depth]
       trace = BatchTrace(current_trace.get(), counts[name], name, spmd=self.check_vma)
+      trace.mesh = mesh  # (printing a value of an eager shard_map names each block's device)
       if counts[name] < mesh.shape[name]:  # the other positions along the axis are other processes'
         from tinyjax.distributed import process_group
         trace.processes = process_group(mesh, name, local)
