@@ -298,7 +298,8 @@ def test_print_inside_an_eager_shard_map_shows_each_device_block(capsys):
   assert capsys.readouterr().out == (  # (JAX 0.10.2's output)
     "On cpu:0 at mesh coordinates (i,) = (0,):\n[0. 1. 2.]\n\n"
     "On cpu:1 at mesh coordinates (i,) = (1,):\n[3. 4. 5.]\n\n"
-    "On cpu:0 at mesh coordinates (i,) = (0,):\n[3. 5. 7.]\n\nOn cpu:1 at mesh coordinates (i,) = (1,):\n[3. 5. 7.]\n\n")
+    "On cpu:0 at mesh coordinates (i,) = (0,):\n[3. 5. 7.]\n\n"
+    "On cpu:1 at mesh coordinates (i,) = (1,):\n[3. 5. 7.]\n\n")
   grid = tj.make_mesh((2, 2), ("i", "j"))
   tj.shard_map(lambda b: print(b) or b, mesh=grid, in_specs=P("i", "j"), out_specs=P("i", "j"))(
     np.arange(16).reshape(4, 4))
