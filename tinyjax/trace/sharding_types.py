@@ -22,6 +22,7 @@ import math
 from typing import Any, Callable, Iterator, Sequence
 
 from tinyjax.array import Array
+from tinyjax.devices.buffer import ShardedBuffer
 from tinyjax.uop import ELEMENTWISE, Ops
 
 Dims = tuple  # per dimension, the mesh axis names that split it (empty: not split)
@@ -48,13 +49,15 @@ class ShardingTypeError(Exception):
 
 
 def named_of(x: Any) -> Any:
-  """The NamedSharding `x` carries (a placed array's, or one computed by the rules), or None."""
+  """The NamedSharding `x` carries (a placed array's, or one computed by the rules), or None. (On every operation
+  once shardings exist: the common cases first.)"""
   named = getattr(x, "_named", None)
-  if named is not None or not isinstance(x, Array): return named
+  if named is not None: return named
+  if type(x) is Array:
+    uop = x.uop
+    return uop.arg.sharding if uop.op is Ops.BUFFER and type(uop.arg) is ShardedBuffer else None
   primal = getattr(x, "primal", None)  # (a JVP tracer is laid out as its primal)
-  if primal is not None: return named_of(primal)
-  uop = x.uop
-  return getattr(uop.arg, "sharding", None) if uop is not None and uop.op is Ops.BUFFER else None
+  return None if primal is None else named_of(primal)
 
 
 def dims_of(named: Any, ndim: int) -> Dims:
@@ -183,12 +186,24 @@ _RULES.update({Ops.EXPAND: _expand, Ops.PERMUTE: _permute, Ops.REDUCE_AXIS: _red
                Ops.PAD: _keep, Ops.FLIP: _keep, Ops.CONTIGUOUS: _keep})
 
 
+def _any_sharded(operands: Sequence[Any]) -> bool:
+  """Whether some operand carries a sharding (`named_of`, its common cases inline)."""
+  for x in operands:
+    named = getattr(x, "_named", None)
+    if named is None and type(x) is Array:
+      uop = x.uop
+      if uop.op is not Ops.BUFFER or type(uop.arg) is not ShardedBuffer: continue
+    elif named is None and named_of(x) is None: continue
+    return True
+  return False
+
+
 def propagate(op: Ops, operands: Sequence[Any], arg: Any, out: Any) -> None:
-  """Give `out`, the result of `op` on `operands`, the sharding the rules say, when an operand carries one."""
-  if not isinstance(out, Array) or out.shape is None: return
+  """Give `out`, the result of `op` on `operands`, the sharding the rules say, when an operand carries one. (Called
+  on every operation once shardings exist: the unsharded case returns after one look at each operand.)"""
+  if not _any_sharded(operands) or not isinstance(out, Array) or out.shape is None: return
   shardings = [named_of(x) for x in operands]
-  mesh = next((named.mesh for named in shardings if named is not None), None)
-  if mesh is None: return
+  mesh = next(named.mesh for named in shardings if named is not None)
   shapes = [tuple(getattr(x, "shape", ())) for x in operands]
   dims = [dims_of(named, len(shape)) if named is not None and named.mesh == mesh else ((),) * len(shape)
           for shape, named in zip(shapes, shardings)]
@@ -201,7 +216,7 @@ def propagate(op: Ops, operands: Sequence[Any], arg: Any, out: Any) -> None:
 def propagate_primitive(operands: Sequence[Any], out: Any) -> None:
   """A named primitive's result (when it was not built from Ops here, as under a loop body's staging): laid out as
   its operands of the same shape are (an elementwise primitive), else replicated over their mesh."""
-  if isinstance(out, Array) and getattr(out, "_named", None) is None:
+  if _any_sharded(operands) and isinstance(out, Array) and getattr(out, "_named", None) is None:
     same = [x for x in operands if isinstance(x, Array) and tuple(x.shape) == tuple(out.shape)]
     if same: propagate(Ops.ADD if len(same) > 1 else Ops.CONTIGUOUS, same, None, out)
 
