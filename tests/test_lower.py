@@ -6,7 +6,11 @@ import math
 import numpy as np
 import pytest
 
+import tinyjax as tj
+import tinyjax.numpy as tnp
+
 from tinyjax.codegen.opt import linear_strides
+from tinyjax.lower import schedule as schedule_module
 from tinyjax.lower import symbolic
 from tinyjax.lower.schedule import REREAD_LIMIT, ROW_LOOP_MIN, find_buffers, schedule
 from tinyjax.uop import INDEX_DTYPE, Ops, PatternMatcher, UOp, UPat, graph_rewrite
@@ -697,3 +701,38 @@ def test_sum_of_a_sum_is_one_reduction():
   np.testing.assert_allclose(np.asarray(total), x.astype(np.float64).sum(axis=(2, 0)), rtol=1e-5)
   h = tj.jit(lambda v: jnp.max(v.sum(axis=0), axis=0))  # (a max of a sum is left as it is)
   np.testing.assert_allclose(np.asarray(h(x)), x.astype(np.float64).sum(axis=0).max(axis=0), rtol=1e-5)
+
+
+# ---- long chains and a lowering that does not depend on memory layout
+
+@pytest.mark.parametrize("steps", [300, 2000])
+def test_long_fused_chains_lower_eagerly_under_jit_and_grad(steps):
+  """A chain of thousands of elementwise operations (an eager loop that never reads its value, an unrolled loop
+  under jit, and its gradient) is built as kernels of at most MAX_FUSED_DEPTH operations (merge_elementwise may join
+  them again, iteratively): it raised RecursionError from 400 operations on (the kernel builder recurses over them,
+  and so did the shapes of a transposed graph)."""
+  start = np.linspace(-1.0, 1.0, 8).astype(np.float32)
+
+  def chain(y):
+    for _ in range(steps): y = y * 1.0001 + 0.5
+    return y
+  expected = start.copy()  # (float32 steps, as the program's: rounding accumulates over thousands of them)
+  for _ in range(steps): expected = expected * np.float32(1.0001) + np.float32(0.5)
+  np.testing.assert_allclose(np.asarray(chain(tnp.asarray(start))), expected, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(tj.jit(chain)(start)), expected, rtol=1e-5)
+  gradient = tj.jit(tj.grad(lambda y: chain(y).sum()))(start)
+  np.testing.assert_allclose(np.asarray(gradient), np.full(8, np.float64(np.float32(1.0001)) ** steps), rtol=1e-4)
+
+
+def test_kernel_regions_are_walked_in_program_order():
+  """find_buffers' helpers visit the kernels' roots in the program's order, whatever order the set of roots
+  iterates in (it is the nodes' addresses: two processes lowering one program once made 30 and 31 kernels)."""
+  x = tnp.ones((4, 4))
+  roots = [tnp.sin(x + k).uop for k in range(6)]
+  order = {root: position for position, root in enumerate(roots)}
+
+  class Scrambled(set):
+    def __iter__(self): return iter(sorted(set.__iter__(self), key=lambda node: -order[node]))
+  seen = []
+  schedule_module._walk_regions(Scrambled(roots), lambda root, node: seen.append(root) or False, order)
+  assert list(dict.fromkeys(seen)) == roots

@@ -166,6 +166,7 @@ class UOp:
   @functools.cached_property
   def shape(self) -> tuple[int, ...] | None:
     """Shape of an array-level node, None for kernel-level (scalar) nodes."""
+    if any("shape" not in src.__dict__ for src in self.src): _shapes_below(self)
     return _shape(self)
 
   @functools.cached_property
@@ -206,6 +207,21 @@ def toposort_of(roots: list[UOp]) -> list[UOp]:
     stack.append((node, True))
     stack.extend((s, False) for s in reversed(node.src) if s not in seen)
   return order
+
+
+def _shapes_below(node: UOp) -> None:
+  """Compute the shapes of the nodes below `node` not known yet, sources first (iteratively: a graph built without
+  asking its nodes' shapes, as a transposition builds one, can be thousands of nodes deep)."""
+  stack, seen = [(src, False) for src in node.src], set()
+  while stack:
+    current, expanded = stack.pop()
+    if expanded:
+      current.__dict__["shape"] = _shape(current)
+      continue
+    if current in seen or "shape" in current.__dict__: continue
+    seen.add(current)
+    stack.append((current, True))
+    stack.extend((src, False) for src in current.src if "shape" not in src.__dict__)
 
 
 def _broadcast_ok(node: UOp) -> tuple[int, ...]:

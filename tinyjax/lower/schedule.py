@@ -151,6 +151,11 @@ RECOMPUTE_OP_LIMIT = 8
 # beside its FMAs (the MLP's second layer forward ran at 106 GFLOP/s with the bias and ReLU of the first fused into
 # it, 159 without).
 REREAD_LIMIT = 64
+# A kernel computes at most MAX_FUSED_DEPTH operations in a row: a longer chain (an eager loop of a few hundred
+# updates, an unrolled recurrence) gets a buffer every MAX_FUSED_DEPTH elementwise operations. `_Rangeify.emit`
+# builds a kernel by recursion over its operations, three Python frames each, under Python's limit of 1000; a chain
+# of 400 fused operations raised RecursionError.
+MAX_FUSED_DEPTH = 200
 
 
 def _is_costly(node: UOp, realize: set[UOp], cost: dict[UOp, tuple[bool, int]]) -> bool:
@@ -244,7 +249,11 @@ def find_buffers(sink: UOp, fuse_rows: bool = True) -> list[UOp]:
   realize |= {node for node in sink.toposort if node.op in (Ops.CONTIGUOUS, Ops.SCATTER, Ops.PROJECT)}
   # a loop reads its operands from buffers
   realize |= {src for node in sink.toposort if node.op in LOOPS for src in node.src if src.op is not Ops.PARAM}
-  pending, visited, cost = list(realize), set(), {}
+  # kernels are explored in the program's order, never a set's: what is fused where must not depend on where the
+  # nodes happen to lie in memory (a set of nodes iterates in address order; two processes lowering one program
+  # once made 30 and 31 kernels)
+  order = {node: position for position, node in enumerate(sink.toposort)}
+  pending, visited, cost = sorted(realize, key=order.__getitem__), set(), {}
   while pending:
     kernel_root = pending.pop()
     if kernel_root.op is Ops.PROJECT: continue  # written by its loop, not by a kernel
@@ -293,9 +302,26 @@ def find_buffers(sink: UOp, fuse_rows: bool = True) -> list[UOp]:
       else:
         stack.extend((src, expanded, costly_above, reduced, reread, None) for src in node.src)
     if not pending:
-      pending = _shared_reductions(realize) or _sibling_contractions(realize) or _shared_elementwise(realize)
+      pending = _shared_reductions(realize, order) or _sibling_contractions(realize, order) or \
+          _shared_elementwise(realize, order)
       realize.update(pending)
+  _bound_depth(sink, realize)
   return [node for node in _outputs_first(sink) if node in realize]
+
+
+def _bound_depth(sink: UOp, realize: set[UOp]) -> None:
+  """Add to `realize` the elementwise nodes that keep every kernel's chain of operations at most MAX_FUSED_DEPTH
+  long (counted from the kernel's inputs: buffers, parameters, constants)."""
+  depth: dict[UOp, int] = {}
+  for node in sink.toposort:
+    if not node.src or node.op is Ops.PARAM:
+      depth[node] = 0
+      continue
+    reach = 1 + max(depth[src] for src in node.src)
+    if node in realize or reach > MAX_FUSED_DEPTH and node.op in ELEMENTWISE and node.shape is not None:
+      realize.add(node)
+      reach = 0
+    depth[node] = reach
 
 
 def _outputs_first(sink: UOp) -> list[UOp]:
@@ -313,10 +339,11 @@ def _outputs_first(sink: UOp) -> list[UOp]:
   return toposort_of(early + [node for node in sink.src if node not in early]) + [sink]
 
 
-def _walk_regions(realize: set[UOp], visit: Callable[[UOp, UOp], bool]) -> None:
+def _walk_regions(realize: set[UOp], visit: Callable[[UOp, UOp], bool], order: dict[UOp, int]) -> None:
   """Call `visit(root, node)` once for each node that the kernel of each root in `realize` computes (down to
-  buffers: realised nodes and PARAMs); the walk goes below `node` when `visit` returns True."""
-  for root in realize:
+  buffers: realised nodes and PARAMs), the roots in program `order`; the walk goes below `node` when `visit` returns
+  True."""
+  for root in sorted(realize, key=order.__getitem__):
     if root.op is Ops.PROJECT: continue  # (written by its loop, not by a kernel)
     seen: set[UOp] = set()
     stack = list(root.src)
@@ -327,7 +354,7 @@ def _walk_regions(realize: set[UOp], visit: Callable[[UOp, UOp], bool]) -> None:
       if visit(root, node): stack.extend(node.src)
 
 
-def _shared_reductions(realize: set[UOp]) -> list[UOp]:
+def _shared_reductions(realize: set[UOp], order: dict[UOp, int]) -> list[UOp]:
   """Reductions that two kernels would each compute (a gradient feeding both of Adam's moments): they get a buffer
   of their own, computed once. When every reader sees the reduction through the same reshape / permute (a weight
   gradient computed transposed), that view is what is stored, in the layout the readers read."""
@@ -340,7 +367,7 @@ def _shared_reductions(realize: set[UOp]) -> list[UOp]:
       readers.setdefault(base, {}).setdefault(node, set()).add(root)
       return False
     return True
-  _walk_regions(realize, visit)
+  _walk_regions(realize, visit, order)
   shared = []
   for base, views in readers.items():
     if len(set().union(*views.values())) < 2: continue
@@ -348,7 +375,7 @@ def _shared_reductions(realize: set[UOp]) -> list[UOp]:
   return shared
 
 
-def _sibling_contractions(realize: set[UOp]) -> list[UOp]:
+def _sibling_contractions(realize: set[UOp], order: dict[UOp, int]) -> list[UOp]:
   """Contractions that would share a kernel with another (the input gradient where a residual block's two branches
   meet: the sum of two 1x1 convolutions' transposes), but the one found first: a kernel with two REDUCEs gets no
   register tile (codegen/opt.py), so each gets a kernel of its own, the last with the sum as its epilogue.
@@ -360,7 +387,7 @@ def _sibling_contractions(realize: set[UOp]) -> list[UOp]:
       found.setdefault(root, []).append(node)
       return False  # (what it reduces is its own kernel's business)
     return True
-  _walk_regions(realize, visit)
+  _walk_regions(realize, visit, order)
   return [node for contractions in found.values() for node in contractions[1:]]
 
 
@@ -372,7 +399,7 @@ def _sibling_contractions(realize: set[UOp]) -> list[UOp]:
 SHARED_MIN_SAVED_BYTES = 1 << 18
 
 
-def _shared_elementwise(realize: set[UOp]) -> list[UOp]:
+def _shared_elementwise(realize: set[UOp], order: dict[UOp, int]) -> list[UOp]:
   """Elementwise values more than one kernel recomputes from several full-size buffers (SHARED_MIN_SAVED_BYTES),
   the topmost of each chain of such values: they get a buffer of their own."""
   readers: dict[UOp, set[UOp]] = {}  # node -> the kernels (their roots) that compute it
@@ -382,7 +409,7 @@ def _shared_elementwise(realize: set[UOp]) -> list[UOp]:
     readers.setdefault(node, set()).add(root)
     for src in node.src: users.setdefault(src, []).append(node)
     return True
-  _walk_regions(realize, visit)
+  _walk_regions(realize, visit, order)
   leaves: dict[UOp, frozenset[UOp]] = {}  # node -> the buffers it reads (through non-buffer nodes)
 
   def leaves_of(node: UOp) -> frozenset[UOp]:
@@ -405,7 +432,8 @@ def _shared_elementwise(realize: set[UOp]) -> list[UOp]:
 
   shared = {node for node, kernels in readers.items() if len(kernels) > 1 and node.op in ELEMENTWISE and
             math.prod(node.shape) > 1 and saved_bytes(node) >= SHARED_MIN_SAVED_BYTES}
-  return [node for node in shared if not any(user in shared for user in users.get(node, ()))]
+  return sorted((node for node in shared if not any(user in shared for user in users.get(node, ()))),
+                key=order.__getitem__)
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
