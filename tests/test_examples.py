@@ -66,7 +66,7 @@ def test_data_parallel_example_over_two_processes(tmp_path):
   assert "2 devices on the data axis (2 processes)" in result.stdout, result.stdout
   losses = re.search(r"loss (\S+) -> (\S+)", result.stdout)
   assert float(losses[2]) < float(losses[1]), result.stdout
+  # (it once ended 1.35e-2 away, now and then: lower/schedule.py explored kernels in the nodes' address order and
+  # skipped its shared-contraction pass in some orders; tests/test_lower.py has both cases)
   difference = float(re.search(r"largest parameter difference from one-device training: (\S+)", result.stdout)[1])
-  if difference >= 1e-5:  # an open bug (issue 10's note): now and then, in a state of the machine not yet pinned
-    # down, the two processes' training ends about 1e-2 away from one device's (and the next run agrees again)
-    pytest.xfail(f"open bug: 2-process training ended {difference:.2e} away from one-device training\n{result.stdout}")
+  assert difference < 1e-5, result.stdout

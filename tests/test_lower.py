@@ -736,3 +736,27 @@ def test_kernel_regions_are_walked_in_program_order():
   seen = []
   schedule_module._walk_regions(Scrambled(roots), lambda root, node: seen.append(root) or False, order)
   assert list(dict.fromkeys(seen)) == roots
+
+
+def test_a_contraction_read_by_two_kernels_is_computed_once_beside_a_loop():
+  """The passes that give a shared contraction a buffer of its own (`_shared_reductions` ...) also run when the last
+  kernel root explored is a loop's output (a PROJECT): they were skipped, so `x @ w` was computed in both of its
+  readers' kernels, with different roundings; a data-parallel step over MPI (its allreduces are PROJECTs) then got
+  relu's derivative (x == max(x, 0)) wrong where the two disagreed."""
+  from tinyjax import lax
+  from tinyjax.lower.schedule import kernels_of
+
+  def f(c0, x, w):
+    carry, _ = lax.scan(lambda c, _: (c * 2.0, None), c0, None, length=3)  # its result is the first output
+    pre = x @ w
+    return carry, tnp.maximum(pre, 0.0), pre * 3.0
+  rng = np.random.default_rng(0)
+  args = (np.ones(4, np.float32), rng.standard_normal((64, 32)).astype(np.float32),
+          rng.standard_normal((32, 48)).astype(np.float32))
+  kernels = kernels_of(tj.jit(f).lower(*args)._compiled.schedule.schedule.kernels)
+  assert sum(any(node.op is Ops.REDUCE for node in kernel.ast.toposort) for kernel in kernels) == 1
+  carry, relu, tripled = tj.jit(f)(*args)
+  pre = args[1].astype(np.float64) @ args[2]
+  np.testing.assert_allclose(np.asarray(relu), np.maximum(pre, 0), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(tripled), pre * 3, rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(carry), np.full(4, 8.0))

@@ -256,12 +256,14 @@ def find_buffers(sink: UOp, fuse_rows: bool = True) -> list[UOp]:
   pending, visited, cost = sorted(realize, key=order.__getitem__), set(), {}
   while pending:
     kernel_root = pending.pop()
-    if kernel_root.op is Ops.PROJECT: continue  # written by its loop, not by a kernel
     # (node, read through a broadcast, below how costly an op (_costliness), below a reduction, reread > REREAD_LIMIT
     # times by one, the axes of a per-row broadcast above it (`_row_reduction`) or None)
     root_state = (False, _costliness(kernel_root), kernel_root.op is Ops.REDUCE_AXIS, False, None)
     space = kernel_root.src[0].shape if kernel_root.op is Ops.REDUCE_AXIS else kernel_root.shape
-    stack = [(src, *root_state) for src in kernel_root.src]
+    # (a PROJECT is written by its loop, not by a kernel: nothing to walk; but the passes below still run when it is
+    # the last root: skipping them left a contraction computed in two kernels, one of them its reader's epilogue,
+    # whose rounding differed, so relu's derivative (x == max(x, 0)) came out 0 in a data-parallel step over MPI)
+    stack = [] if kernel_root.op is Ops.PROJECT else [(src, *root_state) for src in kernel_root.src]
     while stack:
       state = stack.pop()
       node, expanded, costly_above, reduced, reread, row = state
