@@ -600,3 +600,59 @@ def test_jit_keys_its_programs_on_the_current_mesh():
     np.testing.assert_array_equal(np.asarray(f(x)), x.reshape(4, 2).sum(0))
   with tj.set_mesh(mesh_1d(2)):
     np.testing.assert_array_equal(np.asarray(f(x)), x.reshape(2, 4).sum(0))
+
+
+# ---- JAX's type errors for loops and branches whose values vary over different mesh axes (check_vma)
+
+def _vma_mesh():
+  return tj.make_mesh((2,), ("i",))
+
+
+def test_scan_carry_that_becomes_varying_is_a_type_error():
+  mesh = _vma_mesh()
+  x, y = np.arange(6.0, dtype=np.float32), np.arange(3.0, dtype=np.float32)
+
+  def swap(x, y):
+    def body(carry, _):
+      c1, c2 = carry
+      return (c2, c1), ()
+    return lax.scan(body, (x, y), (), length=2)[0]
+  with pytest.raises(TypeError) as error:
+    tj.shard_map(swap, mesh=mesh, in_specs=(P("i"), P()), out_specs=P("i"))(x, y)
+  assert str(error.value) == (  # (JAX 0.10.2's message)
+    "scan body function carry input and carry output must have equal types, but they differ:\n\n"
+    "  * the input carry component carry[0] has type float32[3]{V:i} but the corresponding output carry component "
+    "has type float32[3], so the manual axis types do not match;\n"
+    "  * the input carry component carry[1] has type float32[3] but the corresponding output carry component has "
+    "type float32[3]{V:i}, so the manual axis types do not match.\n\n"
+    "This might be fixed by applying `jax.lax.pcast(..., ('i',), to='varying')`, to the initial carry value "
+    "corresponding to the input carry component carry[1].\n"
+    "See https://docs.jax.dev/en/latest/notebooks/shard_map.html#scan-vma for more information.\n\n"
+    "Revise the function so that all output types match the corresponding input types.")
+  # fori_loop names its carry as JAX does; while_loop by the body's parameter
+  with pytest.raises(TypeError, match=r"input carry component loop_carry\[1\] has type float32\[3\] but"):
+    tj.shard_map(lambda x, y: lax.fori_loop(0, 2, lambda i, c: c + x, y), mesh=mesh, in_specs=(P("i"), P()),
+                 out_specs=P("i"))(x, y)
+  with pytest.raises(TypeError, match=r"^while_loop body function (.|\n)*input carry component c\[1\]"):
+    tj.shard_map(lambda x, y: lax.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, c[1] + x), (0, y))[1],
+                 mesh=mesh, in_specs=(P("i"), P()), out_specs=P("i"))(x, y)
+  # made varying first (JAX's fix), the same loop runs: each shard adds its own block twice
+  fixed = tj.shard_map(lambda x, y: lax.fori_loop(0, 2, lambda i, c: c + x, lax.pvary(y, "i")), mesh=mesh,
+                       in_specs=(P("i"), P()), out_specs=P("i"))(x, y)
+  np.testing.assert_array_equal(np.asarray(fixed), np.concatenate([y + 2 * x[:3], y + 2 * x[3:]]))
+  # under vmap (no mesh) a carry that becomes batched is no error
+  out = tj.vmap(lambda v: lax.fori_loop(0, 2, lambda i, c: c + v, jnp.zeros(3)))(x.reshape(2, 3))
+  np.testing.assert_array_equal(np.asarray(out), 2 * x.reshape(2, 3))
+
+
+def test_cond_branches_that_vary_differently_are_a_type_error():
+  mesh = _vma_mesh()
+  x, y = np.arange(6.0, dtype=np.float32), np.arange(3.0, dtype=np.float32)
+  with pytest.raises(TypeError, match=r"cond branches must have equal output types but they differ\.(.|\n)*The output "
+                                      r"of true_fun has type float32\[3\]\{V:i\} but the corresponding output of "
+                                      r"false_fun has type float32\[3\]"):
+    tj.shard_map(lambda x, y: lax.cond(True, lambda: x, lambda: y), mesh=mesh, in_specs=(P("i"), P()),
+                 out_specs=P("i"))(x, y)
+  out = tj.shard_map(lambda x, y: lax.cond(True, lambda: x, lambda: lax.pvary(y, "i")), mesh=mesh,
+                     in_specs=(P("i"), P()), out_specs=P("i"))(x, y)
+  np.testing.assert_array_equal(np.asarray(out), x)

@@ -12,6 +12,7 @@ every branch runs and each example selects its own (as JAX).
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -20,7 +21,8 @@ from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
 from tinyjax.lax._base import cast, to_array
 from tinyjax.trace.control_flow import aval_of, bind_cond, bind_scan, bind_while, trace_program
-from tinyjax.trace.core import Tracer, check_callable
+from tinyjax.trace import batching
+from tinyjax.trace.core import ShapedArray, Tracer, check_callable
 
 
 def _leaf_array(x: Any) -> Array:
@@ -49,6 +51,62 @@ def _check_carry(name: str, in_tree: Any, out_tree: Any, in_avals: list[tuple], 
                       f"carry component has type {_type_string([b])}, so the "
                       f"{'shapes do not match' if a[0] != b[0] else 'dtypes do not match'}.")
   return any(a[2] != b[2] for a, b in zip(in_avals, out_avals))
+
+
+def _varying(program: Any, inputs: Sequence[Any], consts: Sequence[Any]) -> tuple[list[tuple], list[tuple]] | None:
+  """Under shard_map's check_vma: the mesh axes each input and each output of a traced body varies over (JAX's vma),
+  sorted; None outside a shard_map."""
+  traces = [trace for trace in batching._named_traces() if trace.spmd]
+  if not traces: return None
+  varying = {trace: trace.varying_nodes(program, len(inputs), list(consts), list(inputs)) for trace in traces}
+  inside = [tuple(sorted(str(t.axis_name) for t in traces if batching._varies(v, t))) for v in inputs]
+  outside = [tuple(sorted(str(t.axis_name) for t in traces if out in varying[t])) for out in program.src]
+  return inside, outside
+
+
+def _vma_type(aval: tuple, axes: tuple) -> str:
+  return ShapedArray(aval[0], aval[1], vma=axes).str_short()
+
+
+def _component_names(function: Callable, tree: Any, default: str) -> list[str]:
+  """How JAX's errors name each leaf of a body function's first argument: its parameter name and the leaf's path."""
+  try: name = next(iter(inspect.signature(function).parameters))
+  except (TypeError, ValueError, StopIteration): name = default
+  paths = [tree_util.keystr(path) for path, _ in tree_util.tree_flatten_with_path(
+    tree_util.tree_unflatten(tree, [0] * tree.num_leaves))[0]]
+  return [name + path for path in paths]
+
+
+_VMA_HELP = "See https://docs.jax.dev/en/latest/notebooks/shard_map.html#scan-vma for more information."
+
+
+def _check_carry_vma(name: str, body: Callable, tree: Any, program: Any, carries: Sequence[Any],
+                     inputs: Sequence[Any], consts: Sequence[Any], avals: Sequence[tuple]) -> None:
+  """JAX's TypeError under shard_map when a loop's carry varies over other mesh axes coming out of the body than
+  going in (a carry made varying in the body must be varying from the start: `lax.pvary` / `pcast`)."""
+  found = _varying(program, inputs, consts)
+  if found is None: return
+  inside, outside = found
+  names = _component_names(body, tree, "carry")
+  bad = [k for k in range(len(carries)) if inside[k] != outside[k]]
+  if not bad: return
+  single = tree.num_leaves == 1 and not names[0].endswith("]")
+  what = "carry" if single else "carry component"
+
+  def line(k: int) -> str:
+    return (f"the input {what} {names[k]} has type {_vma_type(avals[k], inside[k])} but the corresponding output "
+            f"carry component has type {_vma_type(avals[k], outside[k])}, so the manual axis types do not match")
+  details = line(bad[0])[0].upper() + line(bad[0])[1:] + "." if len(bad) == 1 else \
+      "\n".join(f"  * {line(k)}{';' if i < len(bad) - 1 else '.'}" for i, k in enumerate(bad))
+  hint = ""
+  grow = next((k for k in bad if set(inside[k]) < set(outside[k])), None)
+  if grow is not None:
+    axes = tuple(a for a in outside[grow] if a not in inside[grow])
+    hint = (f"\n\nThis might be fixed by applying `jax.lax.pcast(..., {axes!r}, to='varying')`, to the initial carry "
+            f"value corresponding to the input {what} {names[grow]}.\n{_VMA_HELP}")
+  raise TypeError(f"{name} body function carry input and carry output must have equal types, but they differ:\n\n"
+                  f"{details}{hint}\n\nRevise the function so that all output types match the corresponding input "
+                  "types.")
 
 
 def _strong(arrays: list[Array]) -> list[Array]:
@@ -98,6 +156,7 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
     n_carry = len(carries)
     if not _check_carry("scan", carry_tree, new_carry_tree, carry_avals, out_avals[:n_carry]) or attempt: break
     carries = _strong(carries)
+  _check_carry_vma("scan", f, carry_tree, program, carries, carries + xs_arrays, consts, carry_avals)
   outs = bind_scan(carries, xs_arrays, consts, program, out_avals, length, bool(reverse))
   return (tree_util.tree_unflatten(new_carry_tree, outs[:n_carry]),
           tree_util.tree_unflatten(y_tree, outs[n_carry:]))
@@ -127,6 +186,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
                                                                      "while_loop")
     if not _check_carry("while_loop", tree, body_tree, avals, body_avals) or attempt: break
     carries = _strong(carries)
+  _check_carry_vma("while_loop", body_fun, tree, body_program, carries, carries, body_consts, avals)
   outs = bind_while(carries, [], cond_program, cond_consts, body_program, body_consts, body_avals)
   return tree_util.tree_unflatten(tree, outs)
 
@@ -150,8 +210,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *, unro
   index_dtype = dtypes.result_type(lower, upper)
   start, stop = _concrete_int(lower), _concrete_int(upper)
   if start is not None and stop is not None:
-    def step(carry: Any, _: Any) -> Any:
-      i, val = carry
+    def step(loop_carry: Any, _: Any) -> Any:  # (JAX's errors name the carry `loop_carry`)
+      i, val = loop_carry
       return (i + 1, body_fun(i, val)), None
     first = to_array(np.asarray(start, index_dtype))
     (_, result), _ = scan(step, (first, init_val), None, length=max(stop - start, 0))
@@ -188,6 +248,7 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     if [a[:2] for a in avals] != [a[:2] for a in first_avals]:
       raise TypeError(f"branch outputs must have identical types, got [{_type_string(first_avals)}] and "
                       f"[{_type_string(avals)}]")
+  _check_branches_vma(branches, traced, arrays)
   concrete = _concrete_int(index_array) if index_array.dtype != np.bool_ else \
     (None if isinstance(index_array, Tracer) else int(bool(index_array)))
   if concrete is not None: return branches[min(max(concrete, 0), len(branches) - 1)](*operands)
@@ -195,6 +256,27 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
   outs = bind_cond(cast(index_array, np.int32, False), arrays, [(program, consts) for program, _, consts, _ in traced],
                    out_avals)
   return tree_util.tree_unflatten(first_tree, outs)
+
+
+def _check_branches_vma(branches: list[Callable], traced: list[tuple], arrays: list[Any]) -> None:
+  """JAX's TypeError under shard_map when two branches' outputs vary over different mesh axes."""
+  kinds = [_varying(program, arrays, consts) for program, _, consts, _ in traced]
+  if kinds[0] is None: return
+  labels = ["false_fun", "true_fun"] if len(branches) == 2 else [f"branch {k}" for k in range(len(branches))]
+  first_outputs = kinds[0][1]
+  for b, (_, outputs) in enumerate(kinds[1:], 1):
+    for k, (a, c) in enumerate(zip(first_outputs, outputs)):
+      if a == c: continue
+      one, other = (b, 0) if len(branches) == 2 else (0, b)  # (cond names true_fun first, as JAX)
+      axes = {0: a, b: c}
+      aval = traced[0][1][k]
+      where = lambda j: f"{labels[j]} is {getattr(branches[j], '__name__', repr(branches[j]))}"  # noqa: E731
+      name = "cond" if len(branches) == 2 else "switch"
+      raise TypeError(
+        f"{name} branches must have equal output types but they differ.\n\n{where(one)}\n{where(other)}\n\nThe "
+        f"output of {labels[one]} has type {_vma_type(aval, axes[one])} but the corresponding output of "
+        f"{labels[other]} has type {_vma_type(aval, axes[other])}, so the manual axis types do not match.\n\n"
+        f"{_VMA_HELP}\n\nRevise {labels[one]} and/or {labels[other]} so that all output types match.")
 
 
 def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
