@@ -6,6 +6,8 @@ parameters. The result equals training on one device with the whole batch (check
     TINYJAX_CPU_DEVICES=2 .venv/bin/python examples/data_parallel.py          # 2 CPU devices in this process
     TINYJAX_CPU_DEVICES=4 .venv/bin/python examples/data_parallel.py --steps 50 --batch 256
     .venv/bin/mpiexec -n 2 .venv/bin/python examples/data_parallel.py        # 2 processes (pip install '.[mpi]')
+    .venv/bin/python examples/data_parallel.py --coordinator 127.0.0.1:7777 --processes 2 --process-id 0 &
+    .venv/bin/python examples/data_parallel.py --coordinator 127.0.0.1:7777 --processes 2 --process-id 1  # over TCP
 
 Under an MPI launcher, `tinyjax.distributed.initialize()` joins the processes: the mesh spans every process's devices,
 each process computes the gradient of its shards of the batch, and `pmean` combines them through MPI.
@@ -81,8 +83,13 @@ def main() -> None:
   parser.add_argument("--steps", type=int, default=20)
   parser.add_argument("--batch", type=int, default=128)
   parser.add_argument("--devices", type=int, default=0, help="devices on the data axis (default: all)")
+  parser.add_argument("--coordinator", help="host:port of process 0, for processes started by hand (over TCP)")
+  parser.add_argument("--processes", type=int, default=1, help="how many processes, with --coordinator")
+  parser.add_argument("--process-id", type=int, default=0, help="this process's number, with --coordinator")
   args = parser.parse_args()
-  if any(name in os.environ for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK")):  # started by mpirun
+  if args.coordinator:  # started by hand: JAX's initialize(coordinator_address, num_processes, process_id)
+    tj.distributed.initialize(args.coordinator, args.processes, args.process_id)
+  elif any(name in os.environ for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK")):  # started by mpirun
     tj.distributed.initialize()
   count = args.devices or tj.device_count()
   if args.batch % count:

@@ -1,5 +1,6 @@
 """shard_map programs run by tests/test_distributed.py: in one process over N CPU devices, and under `mpiexec -n P`
-over P processes of N / P devices each (`python -m tests.mpi_worker DIR`, after tinyjax.distributed.initialize),
+(or P processes started by hand, joined over TCP through a coordinator address) over P processes of N / P devices
+each (`python -m tests.mpi_worker DIR`, after tinyjax.distributed.initialize),
 where each process writes its results to DIR/process<index>.json; every process must have the one-process values."""
 from __future__ import annotations
 
@@ -105,8 +106,8 @@ def _grad_from_outside(mesh, x: np.ndarray) -> dict:
                (P("i"), P())),
     "scatter": (lambda v, w: lax.psum_scatter(v * w[1], "i", tiled=True), P("i"), (P(), P())),
     "ppermute": (lambda v, w: lax.ppermute(jnp.sin(v), "i", ring) * w[2], P("i"), (P("i"), P())),
-    "all_to_all": (lambda v, w: lax.all_to_all(v.reshape(mesh.size, -1), "i", 0, 0, tiled=True) * w[3], P("i"),
-                   (P("i"), P())),
+    "all_to_all": (lambda v, w: lax.all_to_all(jnp.tile(v, mesh.size).reshape(mesh.size, -1), "i", 0, 0,
+                                               tiled=True) * w[3], P("i"), (P("i"), P())),
     # w both meets the shards and is used whole by every process (an output that is not split)
     "mixed": (lambda v, w: (lax.psum(v * w[0], "i") + w[1] * w[2], w * 3.0), (P(), P()), (P("i"), P())),
     "pmean_loss": (lambda v, w: lax.pmean(((jnp.tanh(v * w[0]) - w[1]) ** 2).mean(), "i"), P(), (P("i"), P())),
@@ -146,7 +147,13 @@ def misbehave(mode: str) -> None:
 
 
 if __name__ == "__main__":
-  tj.distributed.initialize()
+  # started by mpiexec, or by hand: TINYJAX_TEST_COORDINATOR="host:port processes process_id" (over TCP)
+  coordinator = __import__("os").environ.get("TINYJAX_TEST_COORDINATOR")
+  if coordinator:
+    address, processes, process_id = coordinator.split()
+    tj.distributed.initialize(address, int(processes), int(process_id))
+  else:
+    tj.distributed.initialize()
   if len(sys.argv) > 2:
     misbehave(sys.argv[2])
     sys.exit(0)

@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -32,19 +33,42 @@ def _skip_without_mpi() -> str:
   return mpiexec
 
 
-def _run_processes(processes: int, devices_each: int, directory) -> list[dict]:
-  mpiexec = _skip_without_mpi()
+def _free_port() -> int:
+  with socket.socket() as probe:
+    probe.bind(("127.0.0.1", 0))
+    return probe.getsockname()[1]
+
+
+def _start(launcher: str, processes: int, env: dict, args: list[str], timeout: float) -> tuple[int, str, str]:
+  """Run `python -m tests.mpi_worker *args` in `processes` processes: under mpiexec, or started here one by one and
+  joined over TCP through a coordinator address (tinyjax.distributed.initialize's JAX signature). Returns the job's
+  exit status (the first failing process's), stdout and stderr (all processes')."""
+  command = [sys.executable, "-m", "tests.mpi_worker", *args]
+  if launcher == "mpi":
+    done = subprocess.run([_skip_without_mpi(), "-n", str(processes), *command], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    return done.returncode, done.stdout, done.stderr
+  port = _free_port()
+  jobs = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=dict(env, TINYJAX_TEST_COORDINATOR=f"127.0.0.1:{port} {processes} {rank}"))
+          for rank in range(processes)]
+  outputs = [job.communicate(timeout=timeout) for job in jobs]
+  codes = [job.returncode for job in jobs]
+  return next((code for code in codes if code), 0), "".join(o for o, _ in outputs), "".join(e for _, e in outputs)
+
+
+def _run_processes(processes: int, devices_each: int, directory, launcher: str = "mpi") -> list[dict]:
   env = dict(os.environ, TINYJAX_CPU_DEVICES=str(devices_each), PYTHONPATH=ROOT)
   env.pop("XLA_FLAGS", None)
-  done = subprocess.run([mpiexec, "-n", str(processes), sys.executable, "-m", "tests.mpi_worker", str(directory)],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-  assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+  code, out, err = _start(launcher, processes, env, [str(directory)], 300)
+  assert code == 0, out[-2000:] + err[-4000:]
   return [json.loads((directory / f"process{number}.json").read_text()) for number in range(processes)]
 
 
-@pytest.mark.parametrize("processes,devices_each", [(2, 1), (2, 2)])
-def test_processes_give_the_one_process_values(processes, devices_each, tmp_path):
-  outputs = _run_processes(processes, devices_each, tmp_path)
+@pytest.mark.parametrize("processes,devices_each,launcher", [(2, 1, "mpi"), (2, 2, "mpi"), (2, 1, "tcp"),
+                                                             (3, 1, "tcp")])
+def test_processes_give_the_one_process_values(processes, devices_each, launcher, tmp_path):
+  outputs = _run_processes(processes, devices_each, tmp_path, launcher)
   total = processes * devices_each
   for number, output in enumerate(outputs):
     assert (output["process"], output["processes"]) == (number, processes)
@@ -78,22 +102,22 @@ def test_initialize_without_mpi4py_says_what_to_install(monkeypatch):
   assert not tj.distributed.is_initialized()
 
 
+@pytest.mark.parametrize("launcher", ["mpi", "tcp"])
 @pytest.mark.parametrize("mode", ["fail", "stuck"])
-def test_a_failed_or_stuck_process_ends_the_job(mode, tmp_path):
-  """A process that dies of an exception aborts the job at once (the others are waiting in a psum); one that hangs
-  makes the others give up after TINYJAX_MPI_TIMEOUT_S with a message. Neither leaves the job running."""
-  mpiexec = _skip_without_mpi()
+def test_a_failed_or_stuck_process_ends_the_job(mode, launcher, tmp_path):
+  """A process that dies of an exception aborts the job at once (the others are waiting in a psum; over TCP they see
+  its connection close); one that hangs makes the others give up after TINYJAX_MPI_TIMEOUT_S with a message. Neither
+  leaves the job running."""
   env = dict(os.environ, TINYJAX_CPU_DEVICES="1", PYTHONPATH=ROOT, TINYJAX_MPI_TIMEOUT_S="3")
   segments = set(glob.glob("/dev/shm/mpich_shm_*"))
   start = time.perf_counter()
-  done = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "tests.mpi_worker", str(tmp_path), mode], cwd=ROOT,
-                        env=env, capture_output=True, text=True, timeout=100)
+  code, _, err = _start(launcher, 2, env, [str(tmp_path), mode], 100)
   elapsed = time.perf_counter() - start
   for segment in set(glob.glob("/dev/shm/mpich_shm_*")) - segments:  # an aborted MPICH job leaves its 2 MB behind
     with contextlib.suppress(OSError): os.unlink(segment)
-  assert done.returncode != 0 and elapsed < 60
+  assert code != 0 and elapsed < 60
   if mode == "fail":
-    assert "process 1 fails on purpose" in done.stderr, done.stderr[-3000:]
+    assert "process 1 fails on purpose" in err, err[-3000:]
   else:  # (the launcher may drop the message when the abort kills the job: then the abort's own exit status, 2)
     assert elapsed >= 3
-    assert "waited 3 s for the other processes" in done.stderr or done.returncode == 2, done.stderr[-3000:]
+    assert "waited 3 s for the other processes" in err or code == 2, err[-3000:]

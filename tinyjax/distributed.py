@@ -1,5 +1,7 @@
 """Several processes, as `jax.distributed`: `initialize()` joins the processes an MPI launcher started
-(`mpirun -n 2 python train.py`), through mpi4py (`pip install 'tinyjax[mpi]'`: mpi4py and the MPICH wheel).
+(`mpirun -n 2 python train.py`), through mpi4py (`pip install 'tinyjax[mpi]'`: mpi4py and the MPICH wheel), or,
+with JAX's `initialize(coordinator_address, num_processes, process_id)`, processes started by hand, over TCP
+(tinyjax/tcp_comm.py: no MPI needed).
 
 Each process owns its CPU devices (TINYJAX_CPU_DEVICES of them, the same number in every process); `devices()` lists
 every process's, `local_devices()` this one's, and a mesh (`make_mesh`) spans them all. `shard_map` over such a mesh
@@ -36,12 +38,21 @@ def _mpi():
 
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None, local_device_ids: Any = None, **kwargs: Any) -> None:
-  """Join the processes of this MPI job (JAX's signature: `coordinator_address` is not needed with MPI, which knows
-  its processes; `num_processes` / `process_id`, if given, must be what MPI says). Call it once, first, in every
-  process. RuntimeError when called twice; ImportError saying what to install without mpi4py."""
+  """Join the processes of this job, as JAX's: with `coordinator_address` ('host:port', where process 0 listens),
+  `num_processes` and `process_id`, the processes were started by hand and meet over TCP (tinyjax/tcp_comm.py);
+  without, an MPI launcher started them (`mpirun -n 2 python ...`, mpi4py: `num_processes` / `process_id`, if
+  given, must be what MPI says). Call it once, first, in every process. RuntimeError when called twice; ImportError
+  saying what to install without mpi4py."""
   if _state["comm"] is not None: raise RuntimeError("tinyjax.distributed.initialize should only be called once.")
-  MPI = _mpi()
-  comm = MPI.COMM_WORLD
+  if coordinator_address is not None:
+    if num_processes is None or process_id is None:
+      raise ValueError("initialize(coordinator_address=...) needs num_processes and process_id (started by hand, "
+                       "the processes do not know them otherwise)")
+    from tinyjax import tcp_comm
+    comm, shared = tcp_comm.connect(coordinator_address, int(num_processes), int(process_id)), tcp_comm.COMM_TYPE_SHARED
+  else:
+    MPI = _mpi()
+    comm, shared = MPI.COMM_WORLD, MPI.COMM_TYPE_SHARED
   rank, size = comm.Get_rank(), comm.Get_size()
   if num_processes is not None and num_processes != size:
     raise ValueError(f"initialize(num_processes={num_processes}), but MPI started {size} processes")
@@ -52,7 +63,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     raise ValueError(f"every process needs the same number of CPU devices (TINYJAX_CPU_DEVICES), got {counts}")
   _state["comm"] = comm
   _device.join_processes(rank, size)
-  _share_cores(comm, MPI)
+  _share_cores(comm, shared)
   _abort_on_uncaught_errors(comm)
 
 
@@ -69,7 +80,7 @@ def _abort_on_uncaught_errors(comm: Any) -> None:
   sys.excepthook = hook
 
 
-def _share_cores(comm: Any, MPI: Any) -> None:
+def _share_cores(comm: Any, shared: Any) -> None:
   """Processes on one machine share its cores: unless TINYJAX_CPU_THREADS says otherwise, each runs its kernels on
   cores / (its processes there) threads (2 processes on 2 cores each with 2 threads: the MLP step 9.2 -> 7.3 ms).
   Only before the runtime has started (its threads are made on the first parallel launch)."""
@@ -78,7 +89,7 @@ def _share_cores(comm: Any, MPI: Any) -> None:
   from tinyjax.devices import cpu
   from tinyjax.helpers import getenv
   if os.environ.get("TINYJAX_CPU_THREADS") or cpu._runtime is not None: return
-  here = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
+  here = comm.Split_type(shared).Get_size()
   os.environ["TINYJAX_CPU_THREADS"] = str(max(1, cpu._cpu_count() // here))
   getenv.cache_clear()
 
@@ -110,7 +121,14 @@ def _wait(request: Any, what: str) -> None:
   hangs would otherwise block this process forever)."""
   import time
   start = time.perf_counter()
-  while not request.Test():
+  idle = getattr(request, "idle", None)  # (over TCP: block until a message comes in, not spin)
+  while True:
+    try:
+      if request.Test(): return
+    except RuntimeError as error:  # (over TCP: a peer's connection closed, it exited or aborted)
+      import sys
+      print(f"{error}; {what} cannot finish: aborting", file=sys.stderr, flush=True)
+      _state["comm"].Abort(2)
     waited = time.perf_counter() - start
     if waited > TIMEOUT_S:
       import sys
@@ -118,7 +136,8 @@ def _wait(request: Any, what: str) -> None:
             "one of them died or is stuck: aborting the job", file=sys.stderr, flush=True)
       time.sleep(0.5)  # (for the launcher to forward the message before the abort kills the job)
       _state["comm"].Abort(2)
-    if waited > SPIN_S: time.sleep(0.001)  # (a peer far behind: stop burning a core on it)
+    if idle is not None: idle(0.01)
+    elif waited > SPIN_S: time.sleep(0.001)  # (a peer far behind: stop burning a core on it)
 
 
 class ProcessGroup:
