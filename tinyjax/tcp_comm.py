@@ -27,8 +27,11 @@ CONNECT_TIMEOUT_S = float(os.environ.get("TINYJAX_CONNECT_TIMEOUT_S", "120"))
 
 
 def _authkey(address: str) -> bytes:
-  """The key every process of one job derives from its coordinator address (connections of other jobs are refused)."""
-  return hashlib.sha256(f"tinyjax:{address}".encode()).digest()
+  """The key every process of one job authenticates its connections with: TINYJAX_DISTRIBUTED_KEY when set (a
+  secret shared by the job's processes: set it on a network others can reach, since messages are pickles), else one
+  derived from the coordinator address (which keeps other jobs' processes out, not an attacker)."""
+  secret = os.environ.get("TINYJAX_DISTRIBUTED_KEY") or f"tinyjax:{address}"
+  return hashlib.sha256(secret.encode()).digest()
 
 
 def _dial(address: tuple[str, int], authkey: bytes, what: str) -> Connection:
@@ -193,9 +196,11 @@ def connect(coordinator_address: str, num_processes: int, process_id: int) -> Tc
   if not 0 <= process_id < num_processes:
     raise ValueError(f"process_id {process_id} must be in [0, num_processes={num_processes})")
   authkey = _authkey(coordinator_address)
-  own = Listener((host if process_id == 0 else "0.0.0.0", int(port) if process_id == 0 else 0), authkey=authkey)
-  # where the others reach this process: on the coordinator's loopback address when it is one (one machine)
+  # where the others reach this process: on the coordinator's loopback address when it is one (one machine, nothing
+  # listening beyond it), else on this host's name
   loopback = host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
+  own = Listener((host if process_id == 0 or loopback else "0.0.0.0", int(port) if process_id == 0 else 0),
+                 authkey=authkey)
   me = (host if process_id == 0 or loopback else socket.gethostname(), own.address[1])
   if process_id == 0:
     table = {0: (host, int(port))}
