@@ -165,3 +165,20 @@ def test_remainder_derivative_including_exact_multiples(x, y, expected):
   assert grad_value(tnp.fmod, x, y, argnums=(0, 1)) == (1.0, -float(int(x / y)))
   assert grad_value(lax.rem, x, y, argnums=(0, 1)) == (1.0, -float(int(x / y)))
   assert grad_value(lambda a, b: a // b, x, y, argnums=(0, 1)) == (0.0, 0.0)
+
+
+def test_max_min_weights_as_jax_and_independent_of_the_results_bits():
+  """maximum / minimum weight their operands as JAX 0.10.2 does (NaN, signed-zero ties) by comparing the operands
+  with each other, not with the result: a result recomputed with another rounding (a value computed in two kernels)
+  must not turn relu's derivative into 0."""
+  xs = np.array([-1.0, 0.0, 2.0, np.nan, 3.0, -0.0], np.float32)
+  ys = np.array([1.0, 0.0, 1.0, 1.0, np.nan, 0.0], np.float32)
+  np.testing.assert_array_equal(np.asarray(tj.grad(lambda x: tnp.maximum(x, ys).sum())(xs)), [0, 0.5, 1, 0, 0, 0.5])
+  np.testing.assert_array_equal(np.asarray(tj.grad(lambda y: tnp.maximum(xs, y).sum())(ys)), [1, 0.5, 0, 0, 0, 0.5])
+  np.testing.assert_array_equal(np.asarray(tj.grad(lambda x: tnp.minimum(x, ys).sum())(xs)), [1, 0.5, 0, 0, 0, 0.5])
+  from tinyjax.trace import ad
+  from tinyjax.uop import Ops
+  x, y = tnp.asarray(np.array([0.3, -2.0, 5.0], np.float32)), tnp.zeros(3)
+  off_by_an_ulp = tnp.asarray(np.nextafter(np.maximum(np.asarray(x), 0), np.float32(np.inf)))
+  tangent = ad.jvp_rules[Ops.MAX]((x, y), (tnp.ones(3), None), off_by_an_ulp, None)
+  np.testing.assert_array_equal(np.asarray(tangent), [1.0, 0.0, 1.0])

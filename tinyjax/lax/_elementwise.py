@@ -627,17 +627,17 @@ def _ge_zero(x: Array) -> Array: return _le(_c(x, 0), x)
 def _replace_zero(x: Array) -> Array: return _where(_eq(x, _c(x, 0)), _one(x), x)
 
 
-def _min_max_rule(this_operand: int) -> Callable[..., Array]:
+def _min_max_rule(this_operand: int, largest: bool) -> Callable[..., Array]:
   def rule(t, out, x, y):
     this, other = (x, y) if this_operand == 0 else (y, x)
-    return _mul(t, ad.balanced_eq(this, out, other))  # ties split 0.5 / 0.5; NaN results get 0
+    return _mul(t, ad.balanced_eq(this, other, largest))  # ties split 0.5 / 0.5; NaN results get 0
   return rule
 
 
 ad.defjvp(abs_p, lambda t, out, x: _where(_ge_zero(x), t, _neg(t)))  # grad(abs)(0.) == 1, as JAX
 for _prim in (sign_p, floor_p, ceil_p, round_p, is_finite_p): ad.defjvp_zero(_prim)
-ad.defjvp(max_p, _min_max_rule(0), _min_max_rule(1))
-ad.defjvp(min_p, _min_max_rule(0), _min_max_rule(1))
+ad.defjvp(max_p, _min_max_rule(0, True), _min_max_rule(1, True))
+ad.defjvp(min_p, _min_max_rule(0, False), _min_max_rule(1, False))
 ad.defjvp(rem_p, lambda t, out, x, y: t,
           lambda t, out, x, y: _mul(_neg(t), _mul(_sign(_fdiv(x, y)), _floor(_abs(_fdiv(x, y))))))
 ad.defjvp(square_p, lambda t, out, x: _mul(t, _mul(_c(x, 2), x)))

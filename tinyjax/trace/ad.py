@@ -228,18 +228,22 @@ def _reduce_rule(primals, tangents, out, arg):
   return bind(Ops.REDUCE_AXIS, mul(t, div(expanded, x)), arg=(Ops.ADD, axes))
 
 
-def balanced_eq(x: Any, out: Any, y: Any) -> Any:
-  """JAX's weight of operand x in max/min(x, y) = out: 1 where x alone is the result, 0.5 on ties, 0 otherwise
-  (NaN results give both operands 0)."""
-  one, zero = full_like(out, 1.0), full_like(out, 0.0)
-  return div(where(eq(x, out), one, zero), where(eq(y, out), full_like(out, 2.0), one))
+def balanced_eq(x: Any, y: Any, largest: bool = True) -> Any:
+  """JAX's weight of operand x in max(x, y) (`largest`) or min(x, y): 1 where x alone is the result, 0.5 on ties, 0
+  otherwise (and where either is NaN, whose result is NaN). JAX compares each operand with the result; comparing the
+  operands with each other gives the same weights and does not depend on the result being the same bits as the
+  operands it is compared with (a value recomputed in another kernel, rounded differently, made relu's derivative
+  x == max(x, 0) zero)."""
+  one, zero = full_like(x, 1.0), full_like(x, 0.0)
+  wins = bind(Ops.CMPLT, y, x, dtype=BOOL) if largest else bind(Ops.CMPLT, x, y, dtype=BOOL)
+  return where(wins, one, where(eq(x, y), full_like(x, 0.5), zero))
 
 
 def _max_rule(primals, tangents, out, arg):
   (x, y), (tx, ty) = primals, tangents
   if not is_float(out): return None
-  return sum_tangents(None if tx is None else mul(tx, balanced_eq(x, out, y)),
-                      None if ty is None else mul(ty, balanced_eq(y, out, x)))
+  return sum_tangents(None if tx is None else mul(tx, balanced_eq(x, y)),
+                      None if ty is None else mul(ty, balanced_eq(y, x)))
 
 
 def _mul_rule(primals, tangents, out, arg):
