@@ -23,7 +23,7 @@ import numpy as np
 
 from tinyjax.array import Array
 from tinyjax.trace.sharding_types import _enabled as _sharding_enabled
-from tinyjax.trace.sharding_types import named_of, type_sharding
+from tinyjax.trace.sharding_types import named_of, sizes_str, type_sharding
 from tinyjax.trace.sharding_types import propagate as propagate_sharding
 from tinyjax.trace.sharding_types import propagate_primitive as propagate_primitive_sharding
 from tinyjax.uop import ELEMENTWISE, Ops, UOp
@@ -223,11 +223,9 @@ class ShapedArray:
   def str_short(self) -> str:
     names = sorted(map(str, self.vma))
     varying = "" if not names else f"{{V:{names[0]}}}" if len(names) == 1 else f"{{V:({','.join(names)})}}"
-    sizes = [str(size) for size in self.shape]
-    for dim in range(len(sizes) if self.sharding is not None else 0):  # (the Explicit axes: `type_sharding`)
-      axes = self.sharding.spec.axes_of(dim)
-      if axes: sizes[dim] += f"@{axes[0]}" if len(axes) == 1 else f"@({','.join(axes)})"
-    return f"{self.dtype.name}[{','.join(sizes)}]{varying}"
+    # (the split dimensions over Explicit axes: `type_sharding` keeps only those)
+    dims = tuple(() if self.sharding is None else self.sharding.spec.axes_of(dim) for dim in range(len(self.shape)))
+    return f"{self.dtype.name}[{sizes_str(self.shape, dims)}]{varying}"
 
   def __str__(self) -> str: return self.str_short()
   def __repr__(self) -> str: return f"ShapedArray({self.str_short()}{', weak_type=True' if self.weak_type else ''})"

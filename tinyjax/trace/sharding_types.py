@@ -325,10 +325,13 @@ def dot_sharding(lhs: Array, rhs: Array, contracting: tuple, batch: tuple, error
   return mesh, tuple(out)
 
 
-def _type_str(x: Array, dims: Dims) -> str:
-  sizes = ",".join(f"{size}@{axes[0] if len(axes) == 1 else '(' + ','.join(axes) + ')'}" if axes else str(size)
-                   for size, axes in zip(x.shape, dims))
-  return f"{x.dtype.name}[{sizes}]"
+def sizes_str(shape: Sequence[int], dims: Dims) -> str:
+  """A type's dimensions as JAX prints them: `8@X,4@(Y,Z),2`."""
+  return ",".join(f"{size}@{axes[0] if len(axes) == 1 else '(' + ','.join(axes) + ')'}" if axes else str(size)
+                  for size, axes in zip(shape, dims))
+
+
+def _type_str(x: Array, dims: Dims) -> str: return f"{x.dtype.name}[{sizes_str(x.shape, dims)}]"
 
 
 _SHORT = {"bfloat16": "bf16", "bool": "bool"}
@@ -337,7 +340,4 @@ _SHORT = {"bfloat16": "bf16", "bool": "bool"}
 def _short_type(dtype: Any, shape: Sequence[int], dims: Dims) -> str:
   """JAX's short form of a type in its sharding errors: `f32[4@X,4]`."""
   name = dtype.name
-  short = _SHORT.get(name) or name[0] + "".join(c for c in name if c.isdigit())
-  sizes = ",".join(f"{size}@{axes[0] if len(axes) == 1 else '(' + ','.join(axes) + ')'}" if axes else str(size)
-                   for size, axes in zip(shape, dims))
-  return f"{short}[{sizes}]"
+  return f"{_SHORT.get(name) or name[0] + ''.join(c for c in name if c.isdigit())}[{sizes_str(shape, dims)}]"
