@@ -23,6 +23,7 @@ import numpy as np
 import tinyjax as tj
 import tinyjax.numpy as jnp
 from tinyjax import lax, nn
+from tinyjax.sharding import NamedSharding
 from tinyjax.sharding import PartitionSpec as P
 
 SIZES = (64, 128, 128, 10)
@@ -66,6 +67,10 @@ def train(steps: int, batch: int, mesh=None, seed: int = 0) -> tuple[list[dict],
   optimizer = nn.optim.adam(1e-3)
   params = tj.device_put(init(seed))
   opt_state = optimizer.init(params)
+  if mesh is not None:  # the state replicated over the mesh from the start, as the step returns it (committed to the
+    # mesh, as JAX's: otherwise the second step's arguments are laid out differently from the first's, and jit
+    # traces the step again for them)
+    params, opt_state = tj.device_put((params, opt_state), NamedSharding(mesh, P()))
   step = make_step(optimizer, mesh)
   losses, start = [], None
   for number in range(steps):

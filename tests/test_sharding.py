@@ -656,3 +656,56 @@ def test_cond_branches_that_vary_differently_are_a_type_error():
   out = tj.shard_map(lambda x, y: lax.cond(True, lambda: x, lambda: lax.pvary(y, "i")), mesh=mesh,
                      in_specs=(P("i"), P()), out_specs=P("i"))(x, y)
   np.testing.assert_array_equal(np.asarray(out), x)
+
+
+# ---- committed arrays (JAX's placement rules)
+
+def test_committed_arrays_pull_computations_and_clash_as_in_jax():
+  devices = tj.devices()
+  assert not jnp.arange(4.0).committed  # made from host data: uncommitted, as JAX's
+  assert not tj.device_put(np.ones(3)).committed  # device_put without a device: uncommitted too
+  on_one = tj.device_put(np.ones(3, np.float32), devices[1])
+  assert on_one.committed and on_one.devices() == {devices[1]}
+  # an uncommitted operand follows a committed one; the result is committed there
+  out = on_one + jnp.arange(3.0)
+  assert out.committed and out.devices() == {devices[1]}
+  np.testing.assert_array_equal(np.asarray(out), [1.0, 2.0, 3.0])
+  jitted = tj.jit(lambda a, b: a * b)(on_one, jnp.arange(3.0))
+  assert jitted.committed and jitted.devices() == {devices[1]}
+  # two arrays committed to different devices (even the default one): JAX's ValueError, eagerly and under jit
+  on_zero = tj.device_put(np.ones(3, np.float32), devices[0])
+  with pytest.raises(ValueError, match="Received incompatible devices"):
+    np.asarray(on_zero + on_one)
+  with pytest.raises(ValueError, match="Received incompatible devices"):
+    tj.jit(lambda a, b: a + b)(on_zero, on_one)
+  # meshes: arrays committed to different meshes clash; a program over a mesh's arrays gives results on the mesh
+  mesh_a, mesh_b = Mesh(np.array(devices[:4]), ("x",)), Mesh(np.array(devices[4:]), ("x",))
+  xa = tj.device_put(np.arange(8.0, dtype=np.float32), NamedSharding(mesh_a, P("x")))
+  xb = tj.device_put(np.arange(8.0, dtype=np.float32), NamedSharding(mesh_b, P("x")))
+  with pytest.raises(ValueError, match="Received incompatible devices"):
+    np.asarray(xa + xb)
+  total = tj.jit(lambda v: v.sum())(xa)  # not split by the operations: replicated over the mesh, committed
+  assert total.committed and total.sharding == NamedSharding(mesh_a, P()) and float(total) == 28.0
+
+
+def test_partition_specs_that_differ_by_trailing_nones_are_one_sharding():
+  mesh = mesh_1d(4)
+  assert NamedSharding(mesh, P()) == NamedSharding(mesh, P(None)) == NamedSharding(mesh, P(None, None))
+  assert hash(NamedSharding(mesh, P("i"))) == hash(NamedSharding(mesh, P("i", None)))
+  # so a jitted step fed its own replicated outputs runs its compiled program again, not a new one
+  step = tj.jit(lambda w: w * 0.5 + 1.0)
+  w = tj.device_put(np.ones(4, np.float32), NamedSharding(mesh, P()))
+  for _ in range(4): w = step(w)
+  assert len(step._cache) == 1 and step._fast_calls >= 2
+  np.testing.assert_allclose(np.asarray(w), 1.9375)
+
+
+def test_device_put_inside_jit_labels_or_refuses_another_mesh():
+  devices = tj.devices()
+  mesh_a, mesh_b = Mesh(np.array(devices[:4]), ("x",)), Mesh(np.array(devices[4:]), ("x",))
+  xa = tj.device_put(np.arange(8.0, dtype=np.float32), NamedSharding(mesh_a, P("x")))
+  with pytest.raises(ValueError, match="device_put inside jit"):  # JAX's: a traced program can't move between meshes
+    tj.jit(lambda v: tj.device_put(v, NamedSharding(mesh_b, P("x"))))(xa)
+  same = tj.jit(lambda v: tj.device_put(v * 2, NamedSharding(mesh_a, P())))(xa)  # the same devices: a new layout
+  assert same.sharding == NamedSharding(mesh_a, P())
+  np.testing.assert_array_equal(np.asarray(same), np.arange(8.0) * 2)

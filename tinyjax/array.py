@@ -72,6 +72,13 @@ class Array:
   def is_fully_replicated(self) -> bool: return self.sharding.is_fully_replicated
 
   @property
+  def committed(self) -> bool:
+    """Whether this array is committed to its devices, as JAX's: placed there by `device_put` (or `jit` with
+    out_shardings), or computed from such arrays. A computation runs where its committed inputs are; two committed
+    to different devices are a ValueError. Arrays made from host data (`jnp.arange`) are not."""
+    return bool(getattr(self.realize().uop.arg, "committed", False))
+
+  @property
   def global_shards(self) -> list:
     """One `Shard` per device: its `device`, its `index` into this array (a tuple of slices), its `replica_id` (0 for
     the first copy of a block) and its `data` (the block, an Array on that device)."""

@@ -48,6 +48,7 @@ def device_put(x: Any, device: Any = None, *, src: Any = None, donate: bool = Fa
   devices), or per leaf as a pytree prefix of devices and shardings says. Arrays already there are returned as they
   are; others are copied (between CPU devices, which share the host's memory, nothing is)."""
   from tinyjax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding, get_mesh
+  commit = device is not None  # (without a device, as JAX: on the default device, uncommitted)
   if device is None: device = default_device()
 
   def target_of(value: Any) -> Any:
@@ -62,13 +63,19 @@ def device_put(x: Any, device: Any = None, *, src: Any = None, donate: bool = Fa
                     f"{type(value).__name__}")
 
   def put(leaf: Any, target: Any) -> Array:
+    from tinyjax.trace.core import Tracer
+    if isinstance(leaf, Tracer): return _put_traced(leaf, target)
     if isinstance(target, NamedSharding): return _put_sharded(leaf, target)
+    # (the result is committed to `target`, as JAX's device_put: computations with it run there)
     if isinstance(leaf, Array):
       buffer = leaf.realize().uop.arg
-      if buffer.device is target and not isinstance(buffer, ShardedBuffer): return leaf
-      return Array(UOp(Ops.BUFFER, leaf.dtype, (), move(buffer, target)), leaf.weak_type)
+      if buffer.device is target and (buffer.committed or not commit) and not isinstance(buffer, ShardedBuffer):
+        return leaf
+      return Array(UOp(Ops.BUFFER, leaf.dtype, (), move(buffer, target, commit=commit)), leaf.weak_type)
     host, weak = _host_value(leaf)
-    return Array(UOp(Ops.BUFFER, host.dtype, (), host_buffer(host, target)), weak)
+    buffer = host_buffer(host, target)
+    buffer.committed = commit
+    return Array(UOp(Ops.BUFFER, host.dtype, (), buffer), weak)
 
   targets, target_tree = tree_util.tree_flatten(
     device, is_leaf=lambda v: _is_device(v) or isinstance(v, (Sharding, PartitionSpec)))
@@ -79,6 +86,23 @@ def device_put(x: Any, device: Any = None, *, src: Any = None, donate: bool = Fa
   placed = [tree_util.tree_map(lambda leaf, target=target_of(t): put(leaf, target), subtree)
             for subtree, t in zip(subtrees, targets)]
   return tree_util.tree_unflatten(target_tree, placed)
+
+
+def _put_traced(leaf: Any, target: Any) -> Any:
+  """device_put inside a transformation (JAX's): the value, laid out as a NamedSharding target says from there on; a
+  value whose sharding is over other devices than the target's is JAX's ValueError (a traced program cannot move data
+  between meshes). A device target leaves the value as it is."""
+  from tinyjax.sharding import NamedSharding
+  from tinyjax.trace.sharding_types import named_of, relabelled
+  if not isinstance(target, NamedSharding): return leaf
+  current = named_of(leaf)
+  if current is not None and set(current.mesh.devices.flat) != set(target.mesh.devices.flat):
+    ids = sorted(d.id for d in current.mesh.devices.flat)
+    raise ValueError(f"Received incompatible devices for jitted computation: an argument of shape "
+                     f"{tuple(leaf.shape)} is on the devices with ids {ids} and device_put inside jit asks for the "
+                     f"devices with ids {sorted(d.id for d in target.mesh.devices.flat)}; move it before the jit")
+  target.check_shape(tuple(leaf.shape))
+  return relabelled(leaf, target)
 
 
 def _host_value(leaf: Any) -> tuple[np.ndarray, bool]:

@@ -347,7 +347,7 @@ class NamedSharding(Sharding):
       elif isinstance(spec, (tuple, list)): spec = PartitionSpec(*spec)
       else: raise TypeError(f"NamedSharding expects a PartitionSpec, got {type(spec).__name__}: {spec!r}")
     mesh.check_spec(spec, len(spec))
-    self.mesh, self.spec = mesh, spec
+    self.mesh, self.spec, self._hash = mesh, spec, None
     from tinyjax.trace.sharding_types import enable
     enable()  # (arrays carry shardings through operations from now on)
 
@@ -389,14 +389,18 @@ class NamedSharding(Sharding):
       out[device] = tuple(index)
     return out
 
-  def __eq__(self, other: Any) -> bool:
-    return isinstance(other, NamedSharding) and self.mesh == other.mesh and \
-        tuple(self.spec) + (None,) * 8 == tuple(other.spec) + (None,) * 8  # (trailing Nones don't matter)
-
-  def __hash__(self) -> int:
+  def _entries(self) -> tuple:
+    """The spec without its trailing Nones, which don't matter: P('x') and P('x', None) lay an array out alike."""
     entries = list(self.spec)
     while entries and entries[-1] is None: entries.pop()
-    return hash((self.mesh, tuple(entries)))
+    return tuple(entries)
+
+  def __eq__(self, other: Any) -> bool:
+    return isinstance(other, NamedSharding) and self.mesh == other.mesh and self._entries() == other._entries()
+
+  def __hash__(self) -> int:
+    if self._hash is None: self._hash = hash((self.mesh, self._entries()))  # (jit's fast path hashes it every call)
+    return self._hash
   def __repr__(self) -> str:
     if isinstance(self.mesh, AbstractMesh): return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r})"
     return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r}, memory_kind=device)"

@@ -59,10 +59,13 @@ class Buffer:
   unseen) or a host array it was made from; the typed view of a block (`_host`) is made when first asked for, since a
   launch needs only the address (a view costs ~0.5 us of a jitted call's few). Buffers hash by identity: a BUFFER node
   of the UOp graph names one buffer, and the buffer keeps a weak reference to that node (`_node`, see UOp)."""
-  __slots__ = ("shape", "dtype", "nbytes", "device", "_raw", "_host", "_address", "_node", "__weakref__")
+  # `committed`: placed on its device by `device_put`, or computed from such buffers (JAX's committed arrays: a
+  # computation runs where they are, and two committed to different devices are an error, devices/device.py `place`)
+  __slots__ = ("shape", "dtype", "nbytes", "device", "committed", "_raw", "_host", "_address", "_node", "__weakref__")
 
   def __init__(self, shape: tuple[int, ...], dtype: np.dtype, host: np.ndarray | None = None, device=CPU):
     self.shape, self.dtype, self.device = tuple(int(d) for d in shape), np.dtype(dtype), device
+    self.committed = False
     self.nbytes = math.prod(self.shape) * self.dtype.itemsize
     self._raw, self._address, self._node = None, 0, None
     if host is not None:
@@ -118,9 +121,9 @@ class ShardedBuffer(Buffer):
 
 
 def shard(buffer: Buffer, sharding) -> ShardedBuffer:
-  """A CPU buffer's memory, laid out as `sharding` says (no copy)."""
+  """A CPU buffer's memory, laid out as `sharding` says (no copy), committed to its mesh's devices."""
   out = ShardedBuffer(buffer.shape, buffer.dtype, buffer.numpy(), next(iter(sharding.mesh.devices.flat)))
-  out.sharding = sharding
+  out.sharding, out.committed = sharding, True
   return out
 
 
@@ -138,6 +141,7 @@ class DeletedBuffer:
   """What an Array deleted by `delete()` or donated to a jitted call holds instead of its buffer: its shape, dtype and
   device remain (so signatures and error messages can be formed), any use of its memory raises as JAX does."""
   __slots__ = ("shape", "dtype", "nbytes", "device")
+  committed = False  # (a deleted array is placed nowhere in particular)
 
   def __init__(self, shape: tuple[int, ...], dtype: np.dtype, device=CPU):
     self.shape, self.dtype, self.device = tuple(shape), np.dtype(dtype), device
@@ -171,7 +175,7 @@ def allocate_buffers(specs: list[tuple[tuple[int, ...], np.dtype, int]]) -> list
     else:
       buffer._raw, buffer._address = take_block(nbytes)
     buffer.shape, buffer.dtype, buffer.nbytes, buffer._host, buffer._node = shape, dtype, nbytes, None, None
-    buffer.device = CPU
+    buffer.device, buffer.committed = CPU, False
     buffers.append(buffer)
   return buffers
 
@@ -180,10 +184,11 @@ class DeviceBuffer:
   """An array's storage in a GPU device's memory. Same interface as the CPU `Buffer`: `shape`, `dtype`, `nbytes`,
   `address` (the handle kernels get: `device.allocate(nbytes)`'s) and `numpy()` (a host copy, made once: computed
   buffers never change). The device provides `allocate(nbytes)`, `upload(handle, host)` and `read(buffer)`."""
-  __slots__ = ("shape", "dtype", "nbytes", "device", "_address", "_host", "_node", "__weakref__")
+  __slots__ = ("shape", "dtype", "nbytes", "device", "committed", "_address", "_host", "_node", "__weakref__")
 
   def __init__(self, shape: tuple[int, ...], dtype: np.dtype, device, host: np.ndarray | None = None):
     self.shape, self.dtype, self.device = tuple(int(d) for d in shape), np.dtype(dtype), device
+    self.committed = False
     self._node = None
     self.nbytes = math.prod(self.shape) * self.dtype.itemsize
     self._address = device.allocate(self.nbytes)

@@ -157,23 +157,52 @@ def default_backend() -> str:
   return default_device().platform
 
 
-def place(devices: list):
-  """The device a computation over inputs on `devices` runs on (see the module docstring)."""
-  if not devices: return default_device()
-  first = devices[0]
-  if all(device is first for device in devices): return first
+def placement_of(buffer) -> tuple:
+  """(device, committed, the devices it is committed to, its sharding or None) of an input buffer, for `place`: a
+  sharded buffer's devices are its mesh's."""
+  sharding = getattr(buffer, "sharding", None)
+  devices = frozenset(sharding.mesh.devices.flat) if sharding is not None else frozenset((buffer.device,))
+  return buffer.device, getattr(buffer, "committed", False), devices, sharding
+
+
+def place(placements: list) -> tuple:
+  """Where a computation over inputs placed as `placements` says (`placement_of` each) runs, as JAX decides: (device,
+  whether its results are committed, the sharding its unsharded results get). On the devices its committed inputs
+  are committed to (all the same ones, else JAX's ValueError), its uncommitted inputs following; results over a mesh
+  are replicated over it, as JAX's compiler places them. Without committed inputs: on the device they share, else on
+  the one that is not the default (an array moved there), else the default device."""
+  committed = [placement for placement in placements if placement[1]]
+  if committed:
+    first = committed[0][2]
+    if any(devices != first for _, _, devices, _ in committed):
+      ids = sorted({tuple(sorted(d.id for d in devices)) for _, _, devices, _ in committed})
+      raise ValueError("Received incompatible devices for the computation: its inputs are committed to the devices "
+                       f"with ids {ids}; device_put them onto one device or mesh first")
+    mesh = next((sharding.mesh for *_, sharding in committed if sharding is not None), None)
+    replicated = None
+    if mesh is not None and len(first) > 1:
+      from tinyjax.sharding import NamedSharding, PartitionSpec
+      replicated = NamedSharding(mesh, PartitionSpec())
+    return committed[0][0], True, replicated
+  if not placements: return default_device(), False, None
+  first = placements[0][0]
+  if all(placement[0] is first for placement in placements): return first, False, None
   default = default_device()
-  others = {id(device): device for device in devices if device is not default}
+  others = {id(placement[0]): placement[0] for placement in placements if placement[0] is not default}
   if len(others) > 1:
     raise ValueError("Received incompatible devices for the computation: its inputs live on "
                      f"{sorted(map(repr, others.values()))}; move them to one device with device_put first")
-  return next(iter(others.values()))
+  return next(iter(others.values())), False, None
 
 
-def move(buffer, device):
-  """`buffer` on `device`: itself when it is there, else a copy (through the host; between CPU devices, which share
-  the host's memory, the same memory under the other device's name)."""
-  return buffer if buffer.device is device else host_buffer(buffer.numpy(), device)
+def move(buffer, device, commit: bool = False):
+  """`buffer` on `device`: itself when it is there (and committed, with `commit`), else a copy (through the host;
+  between CPU devices, which share the host's memory, the same memory under the other device's name)."""
+  committed = commit or getattr(buffer, "committed", False)
+  if buffer.device is device and (committed == getattr(buffer, "committed", False)): return buffer
+  out = host_buffer(buffer.numpy(), device)
+  out.committed = committed
+  return out
 
 
 def same_memory(device, other) -> bool:

@@ -19,7 +19,7 @@ import math
 import pickle
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -29,9 +29,9 @@ from tinyjax.codegen.llvm import render_llvm
 from tinyjax.codegen.opt import amx_bf16
 from tinyjax.devices import LaunchList, compile_cpu_many, compile_worker, cpu_threads
 from tinyjax.devices.cpu import HostProgram
-from tinyjax.devices.device import CPU, compute_device, place, runnable
+from tinyjax.devices.device import placement_of, CPU, compute_device, place, runnable
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
-from tinyjax.devices.buffer import Buffer, allocate_buffers, give_block, take_block
+from tinyjax.devices.buffer import Buffer, allocate_buffers, give_block, take_block, shard
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
 from tinyjax.lower.memory import MemoryPlan, plan_memory
@@ -404,17 +404,23 @@ def _report_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device
 def realize(roots: list[UOp]) -> list[Buffer]:
   """Compute the given lazy nodes on the device of their inputs (`place`); return one buffer per root."""
   sink, inputs = normalize(roots)
-  device = place([buffer.device for buffer in inputs])
+  device, committed, replicated = place([placement_of(buffer) for buffer in inputs])
   inputs = [runnable(buffer, device) for buffer in inputs]
   outputs = run_schedule(get_schedule(sink, device), inputs)
-  return place_outputs(outputs, inputs, device)
+  return place_outputs(outputs, inputs, device, committed, replicated)
 
 
-def place_outputs(outputs: list[Buffer], inputs: list[Buffer], device) -> list[Buffer]:
-  """The new output buffers of a computation placed on a CPU device other than CPU (which ran CPU's programs) put
-  on that device; inputs passed through are left where they are."""
-  if device is CPU or device.platform != "cpu": return outputs
+def place_outputs(outputs: list[Buffer], inputs: list[Buffer], device, committed: bool = False,
+                  replicated: Any = None) -> list[Buffer]:
+  """The new output buffers of a computation placed on `device`: there (a CPU device other than CPU ran CPU's
+  programs), committed when some input was (JAX's rule), replicated over the committed inputs' mesh when they are on
+  one (`replicated`, a sharding); inputs passed through are left as they are."""
+  if not committed and (device is CPU or device.platform != "cpu"): return outputs
   passed = {id(buffer) for buffer in inputs}
-  for buffer in outputs:
-    if id(buffer) not in passed: buffer.device = device
+  for k, buffer in enumerate(outputs):
+    if id(buffer) in passed: continue
+    if device.platform == "cpu": buffer.device = device
+    buffer.committed = committed
+    if replicated is not None and device.platform == "cpu" and getattr(buffer, "sharding", None) is None:
+      outputs[k] = shard(buffer, replicated)
   return outputs

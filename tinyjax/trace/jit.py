@@ -31,7 +31,8 @@ import numpy as np
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array, deleted_uop, realize_arrays
 from tinyjax.devices.buffer import Buffer, DeletedBuffer, ShardedBuffer, is_exclusive, shard
-from tinyjax.devices.device import CPU, compute_device, default_device, place, runnable, same_memory
+from tinyjax.devices.device import (CPU, compute_device, default_device, place, placement_of, runnable,
+                                    same_memory)
 from tinyjax.lower.memory import donation_aliases
 from tinyjax.lower.realize import (CompiledSchedule, direct_runner, get_schedule, normalize, place_outputs,
                                    run_schedule)
@@ -90,10 +91,12 @@ def _leaf_aval(leaf: Any) -> tuple[tuple[int, ...], np.dtype, bool]:
                   "numpy arrays, Python scalars or pytrees of them, or mark the argument static with static_argnums")
 
 
-def _leaf_device(leaf: Any) -> Any:
-  """The device an argument leaf lives on (host data: the default device, where it will be put)."""
-  if isinstance(leaf, Array): return leaf.realize().uop.arg.device
-  return default_device()
+def _leaf_placement(leaf: Any) -> tuple:
+  """Where an argument leaf lives, for `place` (host data: uncommitted, on the default device, where it will be
+  put)."""
+  if isinstance(leaf, Array): return placement_of(leaf.realize().uop.arg)
+  device = default_device()
+  return device, False, frozenset((device,)), None
 
 
 def _leaf_signature(leaf: Any) -> tuple:
@@ -361,6 +364,8 @@ class _Compiled:
   device: Any = CPU
   moves: bool = False  # some argument lives on another device than the program's: copied to it on each call
   donated: tuple[int, ...] = ()  # flat indices of the donated arguments
+  committed: bool = False  # some argument is committed to its device: so are the results (JAX's rule)
+  replicated: Any = None  # ... to a mesh: the sharding of the results the operations did not split (replicated)
 
   def __post_init__(self):
     self.consts = [runnable(buffer, self.device) for buffer in self.jaxpr.consts]
@@ -368,6 +373,11 @@ class _Compiled:
     self.outputs: list[tuple[bool, bool]] = []
     self.aliases: list[tuple[int, int, UOp]] = []  # (donated argument, output slot, what the argument holds after)
     self.direct = None  # run_schedule for the commonest program, `direct_runner`
+    # each output's sharding: the one its operations gave it (trace/sharding_types.py), else, for a program over
+    # arguments committed to a mesh, replicated over it (as JAX's compiler places results)
+    outs = len(self.jaxpr.out_weak_types)
+    self.layouts = tuple(named or self.replicated for named in self.jaxpr.out_shardings or (None,) * outs) \
+        if self.jaxpr.out_shardings or self.replicated is not None else ()
     if self.schedule is None: return
     sched, seen = self.schedule.schedule, set()
     for slot, weak in zip(sched.outputs, self.jaxpr.out_weak_types):
@@ -375,7 +385,7 @@ class _Compiled:
       seen.add(slot)
     if self.donated: self._plan_donation()
     if self.single_leaf and self.outputs[0][0] and self.device is CPU and not self.aliases and not self.jaxpr.prints \
-        and not self.jaxpr.out_shardings:
+        and not self.layouts and not self.committed:
       self.direct = direct_runner(self.schedule, len(self.jaxpr.in_avals), self.consts)
 
   def _plan_donation(self) -> None:
@@ -419,13 +429,14 @@ class _Compiled:
     if self.schedule is None: return tree_util.tree_unflatten(jaxpr.out_tree, [])
     if self.moves: inputs = [runnable(buffer, self.device) for buffer in inputs]
     reuse = self.donate(inputs, arrays) if self.aliases else None
-    buffers = place_outputs(run_schedule(self.schedule, inputs + self.consts, reuse), inputs, self.device)
+    buffers = place_outputs(run_schedule(self.schedule, inputs + self.consts, reuse), inputs, self.device,
+                            self.committed)
     for fmt, tree, slots in jaxpr.prints:  # debug.print: the values of this run
       shown = [buffers[value].numpy() if kind == "output" else value for kind, value in slots]
       print(format_values(fmt, tree, shown))
-    if jaxpr.out_shardings:  # laid out as the operations computing them say (trace/sharding_types.py)
-      buffers = [b if named is None or b.device.platform != "cpu" else shard(b, named)
-                 for b, named in zip(buffers, jaxpr.out_shardings)] + buffers[len(jaxpr.out_shardings):]
+    if self.layouts:  # laid out as the operations computing them say, or replicated over the inputs' mesh
+      buffers = [b if layout is None or b.device.platform != "cpu" else shard(b, layout)
+                 for b, layout in zip(buffers, self.layouts)] + buffers[len(self.layouts):]
     if self.single_leaf:  # (the common case, without the list and the tree)
       buffer, (fresh, weak) = buffers[0], self.outputs[0]  # (debug.print's values may follow in `buffers`)
       return Array(UOp.new_buffer(buffer.dtype, buffer) if fresh else UOp(Ops.BUFFER, buffer.dtype, (), buffer), weak)
@@ -445,8 +456,8 @@ def _fast_signature(leaves: list[Any]) -> tuple[tuple, list[Buffer]] | None:
       realize_arrays([other for other in leaves if type(other) is Array])
       uop = leaf.uop
     buffer = uop.arg
-    if type(buffer) is ShardedBuffer: return None  # (its sharding is part of the signature: the slow path's)
-    signature += (buffer.shape, buffer.dtype, leaf.weak_type, buffer.device)
+    signature += (buffer.shape, buffer.dtype, leaf.weak_type, buffer.device, buffer.committed,
+                  buffer.sharding if type(buffer) is ShardedBuffer else None)
     buffers.append(buffer)
   return tuple(signature), buffers
 
@@ -573,16 +584,16 @@ class JitWrapped:
     # lazy arguments are computed together: they often share work (stax's parameters all come from one chain of
     # random.split keys, which computed per leaf is redone for each: ResNet-50's first step took 48 s on this)
     realize_arrays([leaf for leaf in leaves if isinstance(leaf, Array)])
-    devices = tuple(_leaf_device(leaf) for leaf in leaves)
-    key = (in_tree, tuple(_leaf_signature(leaf) for leaf in leaves), static, static_values, devices,
+    placements = tuple(_leaf_placement(leaf) for leaf in leaves)
+    key = (in_tree, tuple(_leaf_signature(leaf) for leaf in leaves), static, static_values, placements,
            _mesh_stack[-1] if _mesh_stack else None)  # (shard_map without mesh= takes set_mesh's: JAX keys on it too)
     compiled = self._cache.get(key)
     if compiled is None:
       jaxpr = self._trace(args, static, static_kwargs, dynamic_kwargs)
-      device = place([*devices, *(buffer.device for buffer in jaxpr.consts)])
-      moves = any(not same_memory(d, device) for d in devices)
+      device, committed, replicated = place([*placements, *(placement_of(buffer) for buffer in jaxpr.consts)])
+      moves = any(not same_memory(placement[0], device) for placement in placements)
       compiled = _Compiled(jaxpr, get_schedule(jaxpr.sink, device) if jaxpr.sink.src else None, device, moves,
-                           self._donated_leaves(args, static))
+                           self._donated_leaves(args, static), committed, replicated)
       self._cache[key] = compiled
     return compiled, leaves
 
