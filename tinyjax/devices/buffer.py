@@ -121,8 +121,14 @@ class ShardedBuffer(Buffer):
 
 
 def shard(buffer: Buffer, sharding) -> ShardedBuffer:
-  """A CPU buffer's memory, laid out as `sharding` says (no copy), committed to its mesh's devices."""
-  out = ShardedBuffer(buffer.shape, buffer.dtype, buffer.numpy(), next(iter(sharding.mesh.devices.flat)))
+  """A CPU buffer's memory, laid out as `sharding` says (no copy), committed to its mesh's devices. It shares the
+  buffer's block or host array (a block goes back to the pool only when neither holds it: `__del__` counts
+  references), so a jitted call wraps its sharded outputs for a few hundred ns each."""
+  if buffer._raw is None and buffer._host is None: buffer.allocate()
+  out = object.__new__(ShardedBuffer)
+  out.shape, out.dtype, out.nbytes = buffer.shape, buffer.dtype, buffer.nbytes
+  out.device = sharding.mesh.devices.flat[0]
+  out._raw, out._host, out._address, out._node = buffer._raw, buffer._host, buffer._address, None
   out.sharding, out.committed = sharding, True
   return out
 
