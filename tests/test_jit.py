@@ -331,3 +331,24 @@ def test_lazy_arguments_are_computed_together(with_static):
   out = f(params, 2.0)
   assert tj.runtime_stats()["kernels_launched"] - before <= 2 * 12 + 2
   np.testing.assert_allclose(float(out), 2 * sum(np.asarray(p, np.float64).sum() for p in params), rtol=1e-5)
+
+
+def test_concretization_errors_have_jaxs_classes():
+  """bool / int / np.asarray of a traced value raise JAX's subclasses of ConcretizationTypeError (tinyjax.errors,
+  as jax.errors), so code catching either kind works."""
+  import tinyjax.errors as errors
+
+  def branch(x):
+    if x > 0: return x
+    return -x
+  with pytest.raises(errors.TracerBoolConversionError, match="bool"):
+    tj.jit(branch)(1.0)
+  with pytest.raises(errors.ConcretizationTypeError):
+    tj.jit(branch)(1.0)
+  with pytest.raises(errors.TracerIntegerConversionError):
+    tj.jit(lambda n: tnp.zeros(int(n)))(3)
+  with pytest.raises(errors.TracerArrayConversionError):
+    tj.jit(lambda x: np.asarray(x) + 1)(np.ones(2))
+  with pytest.raises(errors.TracerBoolConversionError):
+    tj.vmap(branch)(np.ones(3))
+  assert issubclass(errors.TracerBoolConversionError, TypeError) and tj.errors.ShardingTypeError

@@ -20,7 +20,7 @@ from tinyjax.placement import (default_backend, device_count, device_get, device
                                local_device_count, local_devices, make_array_from_callback,
                                make_array_from_process_local_data, make_array_from_single_device_arrays,
                                process_count, process_index, reshard)
-from tinyjax import distributed, sharding  # noqa: E402
+from tinyjax import distributed, errors, sharding  # noqa: E402
 from tinyjax.sharding import NamedSharding, PartitionSpec, make_mesh, set_mesh  # noqa: E402
 from tinyjax.sharding import PartitionSpec as P  # noqa: E402
 from tinyjax.trace.shard_map import shard_map  # noqa: E402
@@ -30,6 +30,7 @@ from tinyjax.trace.core import ShapedArray, typeof  # noqa: E402
 __all__ = [
   "Array", "block_until_ready", "checkpoint", "compile_cache_stats", "ConcretizationTypeError", "config", "custom_jvp",
   "custom_vjp", "debug", "default_backend", "device_count", "device_get", "device_put", "devices", "distributed",
+  "errors",
   "local_device_count", "local_devices", "eval_shape", "make_array_from_callback",
   "make_array_from_process_local_data", "make_array_from_single_device_arrays", "make_mesh", "NamedSharding", "P",
   "PartitionSpec", "process_count", "process_index", "pure_callback", "reshard", "set_mesh", "shard_map", "sharding",

@@ -33,6 +33,26 @@ class ConcretizationTypeError(TypeError):
   """A traced value was used where Python needs a concrete one (`bool`, `float`, `int`, `item`, `np.asarray`)."""
 
 
+class TracerBoolConversionError(ConcretizationTypeError):
+  """`bool()` of a traced value (Python control flow on it), as JAX's."""
+
+
+class TracerIntegerConversionError(ConcretizationTypeError):
+  """`int()` or `__index__` of a traced value (a traced size or index), as JAX's."""
+
+
+class TracerArrayConversionError(ConcretizationTypeError):
+  """`np.asarray()` of a traced value, as JAX's."""
+
+
+def _as(error: type, concrete: Callable[[], Any]) -> Any:
+  """`concrete()`, its ConcretizationTypeError raised as the more specific `error` (the same message)."""
+  try: return concrete()
+  except ConcretizationTypeError as failure:
+    if type(failure) is not ConcretizationTypeError: raise
+    raise error(str(failure)) from None
+
+
 class UnexpectedTracerError(TypeError):
   """A traced value was used after the transformation that made it had finished (it escaped, e.g. to a global)."""
 
@@ -94,12 +114,13 @@ class Tracer(Array):
   def block_until_ready(self) -> Array: return self.realize()
   def _value(self) -> np.ndarray: return self.concrete("the values")._value()
   def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-    return self.concrete("np.asarray()").__array__(dtype, copy)
-  def __bool__(self) -> bool: return bool(self.concrete("bool()"))
+    return _as(TracerArrayConversionError, lambda: self.concrete("np.asarray()")).__array__(dtype, copy)
+  def __bool__(self) -> bool: return bool(_as(TracerBoolConversionError, lambda: self.concrete("bool()")))
   def __float__(self) -> float: return float(self.concrete("float()"))
-  def __int__(self) -> int: return int(self.concrete("int()"))
+  def __int__(self) -> int: return int(_as(TracerIntegerConversionError, lambda: self.concrete("int()")))
   def __complex__(self) -> complex: return complex(self.concrete("complex()"))
-  def __index__(self) -> int: return self.concrete("use as an index (__index__)").__index__()
+  def __index__(self) -> int:
+    return _as(TracerIntegerConversionError, lambda: self.concrete("use as an index (__index__)")).__index__()
   def item(self, *args) -> Any: return self.concrete("item()").item(*args)
   def tolist(self) -> Any: return self.concrete("tolist()").tolist()
   def __repr__(self) -> str: return f"Traced<{self.aval_str()}{', weak_type' if self.weak_type else ''}>"
