@@ -282,6 +282,10 @@ def test_indexing_errors():
   with pytest.raises(NonConcreteBooleanIndexError, match="concrete"):
     tj.jit(lambda a: a[a > 0])(x)
   assert issubclass(NonConcreteBooleanIndexError, IndexError)
+  with pytest.raises(TypeError, match=r"immutable .* x = x.at\[idx\].set\(y\)"):  # JAX's message
+    x[0] = 1.0
+  with pytest.raises(TypeError, match="immutable"):
+    tj.jit(lambda a: a.__setitem__(0, 1.0))(x)
   with pytest.raises(ValueError, match="broadcast"):
     tnp.arange(5.0).at[np.array([1, 2])].set(tnp.ones(3))
   with pytest.raises(ValueError, match="mode"):

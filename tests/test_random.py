@@ -97,6 +97,8 @@ def test_typed_keys():
   np.testing.assert_array_equal(np.asarray(random.key_data(wrapped)), np.asarray(random.key_data(keys)))
   assert random.split(k, (2, 3)).shape == (2, 3)
   assert "key<fry>" in repr(k)
+  assert str(tj.typeof(k)) == "key<fry>[]" and str(tj.typeof(keys)) == "key<fry>[3]"  # as JAX prints them
+  assert tj.typeof(keys).shape == (3,) and tj.typeof(keys).dtype == k.dtype
   sample = tj.jit(lambda key: random.uniform(key, (5,)))(k)  # typed keys are pytrees: jit passes them through
   np.testing.assert_array_equal(np.asarray(sample), np.asarray(random.uniform(random.PRNGKey(0), (5,))))
   new_key, value = tj.jit(lambda key: (random.split(key)[0], random.normal(key)))(k)

@@ -102,6 +102,10 @@ class Array:
     if not self.shape: raise TypeError("len() of unsized object")
     return self.shape[0]
 
+  def __setitem__(self, index: Any, value: Any) -> None:
+    raise TypeError("JAX arrays are immutable and do not support in-place item assignment. Instead of x[idx] = y, "
+                    "use x = x.at[idx].set(y) or another .at[] method (.add, .multiply, .min, .max, .get)")
+
   def __hash__(self):
     raise TypeError("unhashable type: 'Array' (use a tuple of its values, or make it static with np.asarray)")
 

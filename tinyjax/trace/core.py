@@ -229,7 +229,9 @@ class ShapedArray:
 
   def __init__(self, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool = False, vma: frozenset = frozenset(),
                sharding: Any = None):
-    self.shape, self.dtype, self.weak_type, self.vma = tuple(shape), np.dtype(dtype), bool(weak_type), frozenset(vma)
+    # (a typed key array's dtype, `key<fry>`, is not a numpy dtype: it is kept as it is)
+    dtype = dtype if getattr(dtype, "name", "").startswith("key<") else np.dtype(dtype)
+    self.shape, self.dtype, self.weak_type, self.vma = tuple(shape), dtype, bool(weak_type), frozenset(vma)
     self.sharding = sharding
 
   @property
@@ -258,6 +260,8 @@ class ShapedArray:
 
 def typeof(x: Any) -> ShapedArray:
   """The abstract value (shape, dtype, weak type) of an array, tracer or Python scalar."""
+  if str(getattr(x, "dtype", "")).startswith("key<"):  # a typed key array (random.PRNGKeyArray): `key<fry>[]`
+    return ShapedArray(x.shape, x.dtype)
   if not isinstance(x, Array):
     from tinyjax.lax._base import to_array
     x = to_array(x)
