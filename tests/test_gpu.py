@@ -179,6 +179,13 @@ def test_sort_gather_scatter_random(gpu):
   expected = a.copy()
   for row, update in zip(index, values): expected[row] = update
   np.testing.assert_array_equal(np.asarray(x.at[jnp.asarray(index)].set(v)), expected)
+  # windows that overlap (3 rows long at clipped starts 1 and 0 of 4 rows): the later update wins where both write
+  dn = tj.lax.ScatterDimensionNumbers((1, 2), (), (0,))
+  windows = rng.standard_normal((2, 3, 37)).astype(np.float32)
+  w, starts = on(gpu, windows, np.array([[5], [0]], np.int32))
+  expected = a.copy()
+  expected[1:4], expected[0:3] = windows[0], windows[1]
+  np.testing.assert_array_equal(np.asarray(tj.lax.scatter(x, starts, w, dn, mode="clip")), expected)
   flat = rng.integers(0, 5, 200)
   counts = tj.jit(lambda i: jnp.zeros(5, jnp.int32).at[i].add(1))(tj.device_put(flat, gpu))
   np.testing.assert_array_equal(np.asarray(counts), np.bincount(flat, minlength=5))

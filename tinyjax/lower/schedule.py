@@ -51,7 +51,8 @@ class Kernel:
   grain: int = 1          # launch chunks keep this many outer iterations together (the codegen's tile, opt.py)
   sequential: bool = False  # iterations must run in order on one thread (a scatter's read-modify-write loop)
   # how many of the outermost global ranges carry that order (a scatter's batch axes: updates of different batch
-  # indices may hit one element; those of one window never do): a GPU runs them as loops inside each work-item
+  # indices may hit one element; and its window axes up to the last along which windows can overlap): a GPU runs
+  # them as loops inside each work-item
   ordered: int = 0
 
   @property
@@ -577,7 +578,7 @@ class _Rangeify:
   def build_scatter(self) -> tuple[UOp, int, int]:
     """The second kernel of a SCATTER: for each update element in order, load the target element of the buffer,
     combine and store it back (a window that does not fit rewrites its target unchanged: dropped). Also returns how
-    many of its outermost global ranges are batch axes (`Kernel.ordered`)."""
+    many of its outermost global ranges must run in order (`Kernel.ordered`)."""
     root = self.root
     operand, indices, updates = root.src
     mode, window, _, clip = root.arg
@@ -597,7 +598,13 @@ class _Rangeify:
     new = _combine(mode, old, self.emit(updates, idx, None))
     if fits is not None: new = UOp(Ops.WHERE, root.dtype, (fits, new, old))
     store = UOp(Ops.STORE, root.dtype, (buffer, target, new))
-    return UOp(Ops.SINK, root.dtype, (store,)), outer, sum(1 for dim in updates.shape[:n_batch] if dim > 1)
+    # the ordered axes: the batch axes, and the window axes up to the last one along which two windows can overlap
+    # (an indexed axis the window covers only in part: updates [1], [5], [0] of windows 3 long into 5 rows, clipped
+    # to starts 1, 2, 0, hit row 2 from three window offsets, which must not run in different work-items)
+    overlapping = [n_batch + axis for axis, (start, size, dim) in enumerate(zip(starts, window, operand.shape))
+                   if 1 < size < dim and start.op is not Ops.CONST]
+    prefix = max(overlapping, default=n_batch - 1) + 1
+    return UOp(Ops.SINK, root.dtype, (store,)), outer, sum(1 for dim in updates.shape[:prefix] if dim > 1)
 
   def emit(self, node: UOp, idx: tuple[UOp, ...], valid: UOp | None, top: bool = False) -> UOp:
     key = (node, idx, valid)
