@@ -83,7 +83,7 @@ def test_cond_and_switch():
   np.testing.assert_array_equal(np.asarray(batched), [2.0, 102.0, 6.0])
 
 
-def test_jitted_scan_of_1000_steps_is_one_call(monkeypatch):
+def test_jitted_scan_of_1000_steps_is_one_call(monkeypatch, on_cpu):
   calls = []
   original = LaunchList.__call__
 

@@ -140,7 +140,7 @@ def test_make_jaxpr_prints_inputs_equations_outputs():
   assert "mul a b" in text and "reduce_axis" in text and text.rstrip().endswith("}")
 
 
-def test_lower_as_text_prints_kernels():
+def test_lower_as_text_prints_kernels(on_cpu):
   text = tj.jit(lambda x: (x * 2 + 1).sum(axis=1)).lower(np.ones((4, 5), np.float32)).as_text()
   assert "# 1 kernels" in text and "define void" in text
 
@@ -193,7 +193,7 @@ def test_cache_hit_takes_the_fast_path():
   assert len(traces) == 2 and f._fast_calls == 7
 
 
-def test_one_output_programs_run_directly():
+def test_one_output_programs_run_directly(on_cpu):
   """A program with one new output and no intermediates (`jit(x + 1)`, with or without closed-over constants) runs
   through its direct runner on a cache hit: the same values and launch count as `run_schedule`'s path, which a
   call made inside a profile takes. A program with two outputs has no direct runner."""

@@ -24,9 +24,9 @@ LONG = 1_000_003  # prime: the chunks never divide it, so there is always a tail
 
 
 @pytest.fixture
-def threads(monkeypatch):
+def threads(monkeypatch, on_cpu):
   """Lower as if launches ran on SPLIT_THREADS threads, with a memory cache of this test's own (the disk cache key
-  includes the thread count)."""
+  includes the thread count); on the CPU, whose splitter this is (a GPU cuts reductions its own way)."""
   monkeypatch.setattr(realize, "cpu_threads", lambda: SPLIT_THREADS)
   monkeypatch.setattr(realize, "_memory_cache", {})
   return SPLIT_THREADS
