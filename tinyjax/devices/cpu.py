@@ -76,13 +76,22 @@ def cache_stats() -> dict:
   the in-process memo (counted separately, not in hits); rejected: disk entries found corrupt or stored under
   another key (each is also a miss); compile_seconds: time spent compiling (parse, optimise, emit);
   load_seconds: time spent loading object code into the process (hits and misses).
+  The GPU devices' own caches, once one was used: "ptx" (PTX for CUDA) and "opencl" (OpenCL binaries), each with
+  hits, misses and compile_seconds.
   """
-  return dict(_stats)
+  return dict(_stats) | {name: dict(counters) for name, counters in _gpu_stats()}
+
+
+def _gpu_stats() -> list[tuple[str, dict]]:
+  """The counters of the GPU devices' compile caches, for those whose module is loaded (none is imported here)."""
+  modules = (("ptx", "tinyjax.devices.cuda"), ("opencl", "tinyjax.devices.opencl"))
+  return [(name, sys.modules[module].stats) for name, module in modules if module in sys.modules]
 
 
 def reset_cache_stats() -> None:
   """Zero the counters returned by `cache_stats`."""
-  for counter in _stats: _stats[counter] = 0.0 if counter.endswith("seconds") else 0
+  for counters in (_stats, *(counters for _, counters in _gpu_stats())):
+    for counter in counters: counters[counter] = 0.0 if counter.endswith("seconds") else 0
 
 
 # ---- target
