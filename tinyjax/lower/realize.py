@@ -15,6 +15,7 @@ code; the code itself goes through the device's compile cache).
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import pickle
 import time
@@ -201,8 +202,12 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
 
 
 def _launch_of(kernel: Kernel, device):
-  """How a kernel runs on GPU `device` (codegen/gpu.py)."""
-  return gpu_launch(kernel.ast, kernel.ordered, groups=device.groups)
+  """How a kernel runs on GPU `device` (codegen/gpu.py): worked out once per kernel, not at each of its renders,
+  compiles and DEBUG launch lines."""
+  return _gpu_launch_memo(kernel.ast, kernel.ordered, device.groups)
+
+
+_gpu_launch_memo = functools.lru_cache(maxsize=4096)(gpu_launch)
 
 
 def _print_schedule(sched: Schedule, sources: list[str], origin: str, device) -> None:
