@@ -466,7 +466,7 @@ def test_pointwise_convolution_is_one_gemm_over_the_channels_last_rows(stride, p
 
 
 @pytest.mark.parametrize("channels", [128, 256])
-def test_weight_gradient_is_launched_over_its_column_tiles(channels):
+def test_weight_gradient_is_launched_over_its_column_tiles(channels, on_cpu):
   """A 3x3 weight gradient (kh, kw, C, O) as one flat GEMM over the grid was launched over kh alone: 3 units, one of
   two threads idle a third of the time. Its output channels are cut into column tiles as the launch range
   (`schedule._split_columns`), kh and kw inside, each tile's work the same. Values against numpy in float64."""

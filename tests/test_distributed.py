@@ -58,7 +58,8 @@ def _start(launcher: str, processes: int, env: dict, args: list[str], timeout: f
 
 
 def _run_processes(processes: int, devices_each: int, directory, launcher: str = "mpi") -> list[dict]:
-  env = dict(os.environ, TINYJAX_CPU_DEVICES=str(devices_each), PYTHONPATH=ROOT)
+  # (on the CPU whatever the suite's default device: several processes share CPU devices only, no GPU meshes yet)
+  env = dict(os.environ, TINYJAX_CPU_DEVICES=str(devices_each), PYTHONPATH=ROOT, TINYJAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
   code, out, err = _start(launcher, processes, env, [str(directory)], 300)
   assert code == 0, out[-2000:] + err[-4000:]
@@ -108,7 +109,7 @@ def test_a_failed_or_stuck_process_ends_the_job(mode, launcher, tmp_path):
   """A process that dies of an exception aborts the job at once (the others are waiting in a psum; over TCP they see
   its connection close); one that hangs makes the others give up after TINYJAX_MPI_TIMEOUT_S with a message. Neither
   leaves the job running."""
-  env = dict(os.environ, TINYJAX_CPU_DEVICES="1", PYTHONPATH=ROOT, TINYJAX_MPI_TIMEOUT_S="3")
+  env = dict(os.environ, TINYJAX_CPU_DEVICES="1", PYTHONPATH=ROOT, TINYJAX_MPI_TIMEOUT_S="3", TINYJAX_PLATFORMS="cpu")
   segments = set(glob.glob("/dev/shm/mpich_shm_*"))
   start = time.perf_counter()
   code, _, err = _start(launcher, 2, env, [str(tmp_path), mode], 100)

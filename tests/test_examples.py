@@ -37,7 +37,7 @@ def test_dp_sgd_example():
 
 def test_data_parallel_example_equals_one_device():
   """Training with the batch sharded over 2 CPU devices (shard_map + pmean) ends with the one-device parameters."""
-  env = dict(os.environ, TINYJAX_CPU_DEVICES="2")
+  env = dict(os.environ, TINYJAX_CPU_DEVICES="2", TINYJAX_PLATFORMS="cpu")  # a mesh of 2 CPU devices
   result = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "data_parallel.py"), "--steps", "8",
                            "--batch", "64"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
   assert result.returncode == 0, result.stderr[-3000:]
@@ -58,7 +58,7 @@ def test_data_parallel_example_over_two_processes(tmp_path):
   mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
   if not os.path.exists(mpiexec): pytest.skip("no mpiexec beside the Python (the mpich wheel of the mpi extra)")
   env = {key: value for key, value in os.environ.items() if key not in ("TINYJAX_CPU_DEVICES", "XLA_FLAGS")}
-  env["TINYJAX_CACHE_DIR"] = str(tmp_path)
+  env["TINYJAX_CACHE_DIR"], env["TINYJAX_PLATFORMS"] = str(tmp_path), "cpu"  # (processes share CPU devices only)
   result = subprocess.run([mpiexec, "-n", "2", sys.executable, os.path.join(ROOT, "examples", "data_parallel.py"),
                            "--steps", "8", "--batch", "64"], capture_output=True, text=True, timeout=600, cwd=ROOT,
                           env=env)
