@@ -20,8 +20,8 @@ from tinyjax.codegen.gpu import GpuLaunch, gpu_launch
 from tinyjax.codegen.llvm import render_gpu
 from tinyjax.devices import cuda, opencl
 from tinyjax.devices.device import CPU
-from tinyjax.lower.realize import GPU_SPLIT_THREADS
-from tinyjax.lower.schedule import kernels_of, schedule
+from tinyjax.lower.realize import gpu_schedule
+from tinyjax.lower.schedule import kernels_of
 
 from gpu_emulator import EmulatedGPU, cpu_module_of_gpu_kernel
 
@@ -276,12 +276,12 @@ def _float64_programs():
 def _gpu_kernels():
   for name, f, args in _programs():
     sink = tj.jit(f).lower(*args)._compiled.jaxpr.sink
-    for kernel in kernels_of(schedule(sink, GPU_SPLIT_THREADS, fuse_rows=False).kernels):
+    for kernel in kernels_of(gpu_schedule(sink).kernels):
       yield name, kernel
   with tj.config.override("jax_enable_x64", True):
     for name, f, args in _float64_programs():
       sink = tj.jit(f).lower(*args)._compiled.jaxpr.sink
-      for kernel in kernels_of(schedule(sink, GPU_SPLIT_THREADS, fuse_rows=False).kernels):
+      for kernel in kernels_of(gpu_schedule(sink).kernels):
         yield name, kernel
 
 
@@ -315,7 +315,7 @@ def test_kernels_compile_to_ptx(arch, tmp_path):
 
 def test_work_items_cover_the_outputs():
   sink = tj.jit(lambda a: a.sum(axis=1)).lower(jnp.ones((6, 10, 7)))._compiled.jaxpr.sink
-  (kernel,) = kernels_of(schedule(sink, GPU_SPLIT_THREADS).kernels)
+  (kernel,) = kernels_of(gpu_schedule(sink).kernels)
   assert gpu_launch(kernel.ast) == GpuLaunch(42, 1) and gpu_launch(kernel.ast).work_items == 42
   cpu_ir = cpu_module_of_gpu_kernel(kernel.name, render_gpu(kernel.name, kernel.ast))
   assert "nvvm" not in cpu_ir and "nvptx" not in cpu_ir
@@ -326,7 +326,7 @@ def test_unsupported_ops_name_themselves(monkeypatch):
   transcendentals are arithmetic, transcendental.py; here they are made intrinsics again)."""
   with tj.config.override("jax_enable_x64", True):
     sink = tj.jit(lambda a: a ** 2.5 + jnp.sin(a)).lower(jnp.ones(8, jnp.float64))._compiled.jaxpr.sink
-  (kernel,) = kernels_of(schedule(sink, GPU_SPLIT_THREADS).kernels)
+  (kernel,) = kernels_of(gpu_schedule(sink).kernels)
   ir = render_gpu(kernel.name, kernel.ast)
   assert "@llvm.pow" not in ir and "@llvm.sin" not in ir
   monkeypatch.setattr(llvm, "_GPU_FLOAT64", {})

@@ -21,7 +21,7 @@ from tinyjax.codegen.gpu import GpuLaunch, gpu_launch
 from tinyjax.codegen.opencl import literal, render_opencl
 from tinyjax.devices import opencl
 from tinyjax.devices.device import CPU
-from tinyjax.lower.realize import GPU_SPLIT_THREADS
+from tinyjax.lower.realize import gpu_schedule
 from tinyjax.lower.schedule import kernels_of, schedule
 
 pytestmark = pytest.mark.skipif(
@@ -181,7 +181,7 @@ def test_composed_transformations(cl):
 
 def _kernels(f, *args):
   sink = tj.jit(f).lower(*args)._compiled.jaxpr.sink
-  return kernels_of(schedule(sink, GPU_SPLIT_THREADS).kernels)
+  return kernels_of(gpu_schedule(sink).kernels)
 
 
 def test_source_reads_as_c():
@@ -250,6 +250,20 @@ def test_row_reductions_are_group_reductions(cl):
   assert max(gpu_launch(kernel.ast).group for kernel in small) == 256  # 64 outputs: a group each
   large = _kernels(lambda a, b: a @ b, jnp.ones((128, 512), jnp.float32), jnp.ones((512, 128), jnp.float32))
   assert all(gpu_launch(kernel.ast).group == 1 for kernel in large)  # they share rows and columns
+
+
+def test_long_reductions_with_few_outputs_split_for_the_gpu(cl):
+  """A column sum of 100000 x 8 was 8 work-items of 100000 strided steps each: it splits into partial sums of a
+  GPU-sized chunk (split.GPU_SPLIT_MIN_CHUNK_WORK), thousands of work-items, where the CPU's chunks would not."""
+  a = np.random.default_rng(5).standard_normal((100000, 8)).astype(np.float32)
+  first, second = _kernels(lambda v: v.sum(axis=0), jnp.ones(a.shape, jnp.float32))
+  assert gpu_launch(first.ast).work_items >= 4096 and gpu_launch(second.ast).work_items == 8
+  assert len(kernels_of(schedule(tj.jit(lambda v: v.sum(axis=0)).lower(a)._compiled.jaxpr.sink, 128).kernels)) == 1
+  x = tj.device_put(a, cl)
+  for axis in (0, None):
+    np.testing.assert_allclose(np.asarray(x.sum(axis=axis)), a.astype(np.float64).sum(axis=axis), rtol=1e-6,
+                               atol=1e-4)
+  np.testing.assert_allclose(np.asarray(jnp.max(x, axis=0)), a.max(axis=0))
 
 
 @pytest.mark.parametrize("columns", [64, 100, 256, 1000, 4099])

@@ -36,6 +36,7 @@ from tinyjax.devices.buffer import Buffer, allocate_buffers, give_block, take_bl
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
 from tinyjax.lower.memory import MemoryPlan, plan_memory
+from tinyjax.lower.split import GPU_SPLIT_MIN_CHUNK_WORK
 from tinyjax.lower.schedule import (HostCall, Kernel, Loop, Schedule, Switch, has_host_calls, kernels_of, schedule,
                                     structure_key)
 from tinyjax.profiler import kernel_flops, record_launch, roofline
@@ -148,9 +149,16 @@ def normalize(roots: list[UOp], first_param: int = 0) -> tuple[UOp, list[Buffer]
 
 
 # A GPU schedule splits long reductions with few outputs (split.py) as if for this many threads: reductions of fewer
-# than 8x as many outputs and at least 2M elements each get up to 4x as many partial results, a work-item each (a
-# loop over its chunk). A stopgap until reductions are done by work-groups.
+# than 8x as many outputs and at least 256K elements get up to 4x as many partial results of at least
+# GPU_SPLIT_MIN_CHUNK_WORK steps each (a work-item or a work-group each).
 GPU_SPLIT_THREADS = 128
+
+
+def gpu_schedule(sink: UOp) -> Schedule:
+  """The schedule of a program on a GPU device: reductions split for GPU_SPLIT_THREADS threads into partial results
+  of GPU_SPLIT_MIN_CHUNK_WORK steps or more, per-row reductions in kernels of their own (a work-item per output would
+  compute them once per element)."""
+  return schedule(sink, GPU_SPLIT_THREADS, fuse_rows=False, min_chunk_work=GPU_SPLIT_MIN_CHUNK_WORK)
 
 
 def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
@@ -177,7 +185,7 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   if lowered is None:
     start = time.perf_counter()
     if not gpu: compile_worker()  # started now, it is ready to compile once the kernels are lowered and rendered
-    sched = schedule(sink, threads, fuse_rows=not gpu)
+    sched = gpu_schedule(sink) if gpu else schedule(sink, threads)
     kernels = kernels_of(sched.kernels)
     rendered: dict[tuple, str] = {}  # a kernel several like blocks run is rendered once
     for k in kernels:

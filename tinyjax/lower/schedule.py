@@ -28,7 +28,7 @@ import numpy as np
 from tinyjax.codegen.opt import BF16, VECTOR_UNARY, choose_opts, global_ranges_of, launch_grain, linear_strides
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
-from tinyjax.lower.split import split_reductions
+from tinyjax.lower.split import SPLIT_MIN_CHUNK_WORK, split_reductions
 from tinyjax.uop import (BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, PatternMatcher, ScatterArg, UOp, UPat, _arg_key,
                          graph_rewrite, toposort_of)
 
@@ -782,14 +782,16 @@ def _drop_unread_buffers(ast: UOp, slots: list[int]) -> tuple[UOp, tuple[int, ..
   return rebuilt[ast], tuple(slots[index] for index in used)
 
 
-def schedule(sink: UOp, threads: int | None = None, fuse_rows: bool = True) -> Schedule:
+def schedule(sink: UOp, threads: int | None = None, fuse_rows: bool = True,
+             min_chunk_work: int = SPLIT_MIN_CHUNK_WORK) -> Schedule:
   """Lower a program (SINK over outputs, PARAM inputs) to kernels over buffer slots, for a device that runs a parallel
-  launch on `threads` threads (default: `cpu_threads()`; long reductions with few outputs split for them, split.py).
-  `fuse_rows` keeps per-row reductions in the kernels that read them (`find_buffers`): the CPU's loop nests compute
-  them once per row; a GPU's work-item per output would compute them once per element."""
+  launch on `threads` threads (default: `cpu_threads()`; long reductions with few outputs split for them into partial
+  results of at least `min_chunk_work` iterations, split.py). `fuse_rows` keeps per-row reductions in the kernels that
+  read them (`find_buffers`): the CPU's loop nests compute them once per row; a GPU's work-item per output would
+  compute them once per element."""
   threads = cpu_threads() if threads is None else threads
   sink = merge_sums(expand_primitives(sink))
-  sink = split_reductions(sink, threads, set(find_buffers(sink, fuse_rows)))
+  sink = split_reductions(sink, threads, set(find_buffers(sink, fuse_rows)), min_chunk_work)
   params = sorted({node for node in sink.toposort if node.op is Ops.PARAM}, key=lambda node: node.arg[0])
   n_inputs = max((p.arg[0] + 1 for p in params), default=0)
   builder = _Scheduler(n_inputs, threads)

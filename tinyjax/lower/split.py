@@ -41,6 +41,9 @@ SPLIT_PARTIALS_PER_THREAD = 4
 # ... with at least SPLIT_MIN_CHUNK_WORK loop iterations per partial result, so that each is one long contiguous
 # stream (64 KB of float32) whose horizontal reduction and store cost nothing next to it ...
 SPLIT_MIN_CHUNK_WORK = 1 << 14
+# (a GPU's work-items are many and cheap: a partial result of GPU_SPLIT_MIN_CHUNK_WORK iterations is enough there; a
+# column sum of 100000x8 was 8 work-items of 100000 strided steps each, 63 ms on PoCL)
+GPU_SPLIT_MIN_CHUNK_WORK = 1 << 10
 # ... and only for reductions of at least SPLIT_MIN_WORK loop iterations in all: below it, a second kernel and its
 # launch cost about what the other cores would save (2^18 float32 elements are 1 MB, ~40 us on one thread).
 SPLIT_MIN_WORK = 1 << 18
@@ -79,9 +82,11 @@ def _broadcasts(source: UOp, realized: set[UOp]) -> bool:
   return False
 
 
-def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[UOp, int] | None = None) -> int:
+def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[UOp, int] | None = None,
+                   min_chunk_work: int = SPLIT_MIN_CHUNK_WORK) -> int:
   """How many partial results per output REDUCE_AXIS `reduction` is split into on a machine running `threads`
-  threads per launch; 0 when it stays one kernel. `realized`: the nodes fusion makes buffers of."""
+  threads per launch, each of at least `min_chunk_work` loop iterations; 0 when it stays one kernel. `realized`: the
+  nodes fusion makes buffers of."""
   reduce_op, axes = reduction.arg
   if threads < 2 or reduce_op not in SPLIT_OPS or reduction.dtype not in SPLIT_DTYPES: return 0
   outputs = math.prod(reduction.shape)
@@ -104,7 +109,7 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   if outputs * per_output < SPLIT_MIN_WORK: return 0  # also an empty reduction
   chunk_work = outputs * per_output if streamed else per_output  # a streamed chunk reads all its outputs' columns
   # (chunks of at least 2 elements: a partial result per element is the input copied)
-  partials = min(threads * SPLIT_PARTIALS_PER_THREAD, chunk_work // SPLIT_MIN_CHUNK_WORK, length // 2) // threads * \
+  partials = min(threads * SPLIT_PARTIALS_PER_THREAD, chunk_work // min_chunk_work, length // 2) // threads * \
       threads
   # a count that divides the first reduced axis splits that axis alone (`split_reduction`): prefer one if there is
   leading = source.shape[min(axes)]
@@ -159,7 +164,7 @@ def split_reduction(reduction: UOp, partials: int, contiguous: bool) -> UOp:
   return _node(Ops.CONTIGUOUS, result) if contiguous else result
 
 
-def split_reductions(sink: UOp, threads: int, realized: set[UOp]) -> UOp:
+def split_reductions(sink: UOp, threads: int, realized: set[UOp], min_chunk_work: int = SPLIT_MIN_CHUNK_WORK) -> UOp:
   """Rewrite every reduction of program `sink` that `split_partials` splits into its two-stage form. `realized`: the
   nodes that fusion makes buffers of (`find_buffers` of the original program)."""
   if threads < 2: return sink
@@ -169,7 +174,7 @@ def split_reductions(sink: UOp, threads: int, realized: set[UOp]) -> UOp:
     new = node
     if node.src and any(replaced[src] is not src for src in node.src):
       new = node.replace(src=tuple(replaced[src] for src in node.src))
-    if node.op is Ops.REDUCE_AXIS and (partials := split_partials(node, threads, realized, memo)):
+    if node.op is Ops.REDUCE_AXIS and (partials := split_partials(node, threads, realized, memo, min_chunk_work)):
       new = split_reduction(new, partials, contiguous=node in realized and node not in sink.src)
     replaced[node] = new
   return replaced[sink]
