@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import re
 import threading
+import time
 
 import numpy as np
 
@@ -43,6 +44,7 @@ class FakeLibcuda:
     self.context = 0xC0DE
     self._current = threading.local()
     self.launches: list[tuple] = []  # (name, grid, block) of each launch
+    self.events: dict[int, float | None] = {}  # handle -> when it was last recorded
 
   def record(self, ptx: str, llvm_ir: str) -> None:
     self.sources[ptx] = llvm_ir
@@ -126,6 +128,26 @@ class FakeLibcuda:
     if not self._current_context(): return INVALID_CONTEXT
     if not self._block_of(device.value, nbytes): return INVALID_VALUE
     ctypes.memmove(host.value, device.value, nbytes)
+    return SUCCESS
+
+  # ---- events (timing)
+  def cuEventCreate(self, event, flags):  # noqa: N802
+    if not self._current_context(): return INVALID_CONTEXT
+    event._obj.value = handle = 5000 + len(self.events)
+    self.events[handle] = None
+    return SUCCESS
+
+  def cuEventRecord(self, event, stream):  # noqa: N802
+    if event.value not in self.events: return INVALID_VALUE
+    self.events[event.value] = time.perf_counter()  # launches run at once here: the host's clock is the device's
+    return SUCCESS
+
+  def cuEventSynchronize(self, event):  # noqa: N802
+    return SUCCESS if self.events.get(event.value) is not None else INVALID_VALUE
+
+  def cuEventElapsedTime(self, milliseconds, start, end):  # noqa: N802
+    if self.events.get(start.value) is None or self.events.get(end.value) is None: return INVALID_VALUE
+    milliseconds._obj.value = (self.events[end.value] - self.events[start.value]) * 1e3
     return SUCCESS
 
   # ---- kernels

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import time
 
 import numpy as np
 
@@ -55,6 +56,11 @@ class EmulatedProgram:
 
   def __call__(self, addresses: list[int]) -> None:
     if self.work_items: self.program(addresses, self.work_items, False)
+
+  def timed(self, addresses: list[int]) -> float:
+    start = time.perf_counter()
+    self(addresses)
+    return time.perf_counter() - start
 
 
 class EmulatedGPU:

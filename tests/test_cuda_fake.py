@@ -136,3 +136,20 @@ def test_rejected_ptx_shows_the_log(fake):
   rejected = r"(?s)loading kernel broken failed: CUDA_ERROR_INVALID_PTX \(218\).*ptxas fatal"  # the driver's log
   with pytest.raises(cuda.CUDAError, match=rejected):
     cuda.CUDAProgram(device, "broken", ".version 7.0\n.target sm_80\n", GpuLaunch(4))
+
+
+def test_debug_times_kernels_with_events(fake, capsys, monkeypatch):
+  """DEBUG>=1 prints each kernel's time as the device's events measure it (CUDAProgram.timed)."""
+  lib, device = fake
+  from tinyjax.lower import realize
+  monkeypatch.setattr(realize, "DEBUG", 1)
+  x = tj.device_put(np.arange(4096, dtype=np.float32), device)
+  np.asarray(jnp.sin(x) * 3)
+  shown = capsys.readouterr().out
+  assert "*** CudaDevice(id=0)" in shown and " us " in shown and "work-items=4096" in shown
+  assert len(lib.events) == 2 and all(when is not None for when in lib.events.values())  # two events, reused
+  program = next(iter(device._modules.values()))
+  out = device.allocate(4096 * 4)
+  assert 0 < program.timed([out, x.uop.arg.address]) < 1.0
+  device.release(out, 4096 * 4)
+

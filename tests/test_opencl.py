@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import ml_dtypes
 import numpy as np
@@ -204,6 +205,18 @@ def test_binaries_come_from_the_disk_cache(cl, tmp_path, monkeypatch):
   assert after["misses"] == before["misses"] + 1 and after["hits"] == before["hits"] + 1
   assert after["compile_seconds"] > 0
   assert any(tmp_path.joinpath("opencl").rglob("*.bin"))
+
+
+def test_kernel_times_are_the_devices(cl):
+  """DEBUG's kernel times are the device's (the profiling queue's event of the kernel), not the host's launch and wait
+  around it."""
+  source = "__kernel void add_one(__global float *restrict b) { b[get_global_id(0)] += 1.0f; }"
+  program = opencl.CLProgram(cl, "add_one", source, GpuLaunch(1 << 16))
+  x = tj.device_put(np.zeros(1 << 16, np.float32), cl)
+  start = time.perf_counter()
+  seconds = program.timed([x.uop.arg.address])
+  assert 0 < seconds <= time.perf_counter() - start
+  assert np.asarray(cl.read(x.uop.arg)).tolist() == [1.0] * (1 << 16)
 
 
 def test_build_errors_show_the_log(cl, capsys):

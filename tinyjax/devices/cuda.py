@@ -143,6 +143,7 @@ class CudaDevice:
     self.context = context
     self._modules: dict[str, CUDAProgram] = {}
     self._pool: dict[int, list[int]] = {}  # nbytes -> free allocations
+    self._events: tuple | None = None
 
   def __repr__(self) -> str: return f"CudaDevice(id={self.id})"
 
@@ -193,6 +194,15 @@ class CudaDevice:
   def synchronize(self) -> None:
     self.activate()
     self.lib("cuCtxSynchronize")
+
+  def events(self) -> tuple[ctypes.c_void_p, ctypes.c_void_p]:
+    """Two CUDA events of this device, made once, to time a kernel between (`CUDAProgram.timed`)."""
+    if self._events is None:
+      self.activate()
+      made = (ctypes.c_void_p(), ctypes.c_void_p())
+      for event in made: self.lib("cuEventCreate", ctypes.byref(event), 0)  # CU_EVENT_DEFAULT: with timing
+      self._events = made
+    return self._events
 
   def memory_info(self) -> tuple[int, int]:
     """(free, total) bytes of device memory."""
@@ -251,6 +261,20 @@ class CUDAProgram:
     params = (ctypes.c_void_p * count)(*range(first, first + 8 * count, 8))
     result = self._launch(self.function, self.blocks, 1, 1, self.block_size, 1, 1, 0, None, params, None)
     if result: self.device.lib.check(result, f"launching {self.name}")
+
+  def timed(self, addresses: list[int]) -> float:
+    """Run the kernel over buffers at `addresses` and wait for it; the seconds it ran on the GPU (between CUDA events
+    recorded before and after it on its stream, not the launch's cost on the host), for DEBUG and profiles."""
+    if self.work_items == 0: return 0.0
+    start, end = self.device.events()
+    lib = self.device.lib
+    lib("cuEventRecord", start, None)
+    self(addresses)
+    lib("cuEventRecord", end, None)
+    lib("cuEventSynchronize", end)
+    milliseconds = ctypes.c_float()
+    lib("cuEventElapsedTime", ctypes.byref(milliseconds), start, end)
+    return milliseconds.value * 1e-3
 
 
 class CUDABuffer(DeviceBuffer):

@@ -54,7 +54,8 @@ class OpenCLDevice:
     self.arch = (f"opencl:{cl_device.platform.name.strip()}:{self.device_kind}:{cl_device.driver_version}:"
                  f"{cl_device.version}")
     self.context = cl.Context([cl_device])
-    self.queue = cl.CommandQueue(self.context)
+    # (profiling on: `CLProgram.timed` reads a kernel's start and end on the device from its event)
+    self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
     self._programs: dict[str, CLProgram] = {}
     self._lock = threading.Lock()
 
@@ -135,12 +136,20 @@ class CLProgram:
     self.global_size = -(-work_items // self.local_size) * self.local_size
     self._enqueue = device.cl.enqueue_nd_range_kernel
 
-  def __call__(self, buffers: list) -> None:
-    """Queue the kernel over `buffers` (asynchronously)."""
-    if self.work_items == 0: return
+  def __call__(self, buffers: list):
+    """Queue the kernel over `buffers` (asynchronously); its event."""
+    if self.work_items == 0: return None
     with self.device._lock:
       if buffers: self.kernel.set_args(*buffers)
-      self._enqueue(self.device.queue, self.kernel, (self.global_size,), (self.local_size,))
+      return self._enqueue(self.device.queue, self.kernel, (self.global_size,), (self.local_size,))
+
+  def timed(self, buffers: list) -> float:
+    """Run the kernel over `buffers` and wait for it; the seconds it ran on the device (its event's profile: the
+    time between its start and end, not the launch's cost on the host), for DEBUG and profiles."""
+    if self.work_items == 0: return 0.0
+    event = self(buffers)
+    event.wait()
+    return (event.profile.end - event.profile.start) * 1e-9
 
 
 class CLBuffer(DeviceBuffer):
