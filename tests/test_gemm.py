@@ -670,7 +670,7 @@ def test_transposed_weight_gradient_needs_no_copy():
 @pytest.mark.parametrize("rows, columns, reduce, dtype, plan", [
   (256, 128, 300, F32, "pack"), (255, 128, 300, F32, "dot"), (256, 136, 300, F32, "dot"),
   (256, 128, 5200, F32, "panel"), (256, 128, 5200, I32, "copy")], ids=str)
-def test_tall_transposed_contraction_packs_w_for_a_register_tile(rows, columns, reduce, dtype, plan):
+def test_tall_transposed_contraction_packs_w_for_a_register_tile(rows, columns, reduce, dtype, plan, on_cpu):
   """x @ w.T with DOT_MAX_ROWS rows or more and whole column tiles gets a register tile (faster there than the dot
   tile) that packs w's columns transposed, in one kernel (past PACK_BYTES, a float32 sum packs panel by panel);
   where it can't pack (an int32 sum past PACK_BYTES), w is copied transposed by a kernel of its own first. Fewer
@@ -1098,7 +1098,7 @@ def test_bfloat16_product_with_a_transposed_b_on_amx(m, k, n):
 
 
 @pytest.mark.parametrize("form", ["a @ b", "a.T @ b", "a @ b.T"])
-def test_packs_in_panels_past_pack_bytes_match_numpy(form):
+def test_packs_in_panels_past_pack_bytes_match_numpy(form, on_cpu):
   """A GEMM whose reused operand's pack would pass PACK_BYTES (K = 5120 + 165 float32 steps, not a whole number of
   blocks; 300 rows, not a whole number of row groups) packs it panel by panel in one kernel: numpy's values for a
   plain, a transposed-a and a transposed-b (packed across its rows) product, also through jit(grad)."""

@@ -194,7 +194,7 @@ def test_symbolic_divmod_by_a_common_factor_exhaustive(divisor):
     assert strides[w] == 4 and strides[c] == 1 and other == {h}
 
 
-def test_fusion_softmax_is_one_kernel_on_the_cpu_and_correct():
+def test_fusion_softmax_is_one_kernel_on_the_cpu_and_correct(on_cpu):
   """The row's max and sum are reductions over the kernel's trailing axis, read broadcast back along it: they stay
   in the kernel (computed once per row, before its loop); a GPU schedule gives them kernels of their own, as do rows
   shorter than ROW_FUSE_MIN and a single row (each launch chunk would compute its reductions again)."""

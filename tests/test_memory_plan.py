@@ -13,6 +13,9 @@ from tinyjax.lower import memory, realize
 from tinyjax.lower.memory import ALIGNMENT, liveness, plan_memory
 from tinyjax.nn import optim
 
+# the CPU runtime's memory plan and donation (a GPU run allocates every slot on its own, lower/realize.py): on the CPU
+# whatever the suite's default device
+pytestmark = pytest.mark.usefixtures("on_cpu")
 RNG = np.random.default_rng(0)
 
 
