@@ -16,6 +16,9 @@ import pytest
 import tinyjax as tj
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# several processes share CPU devices only (no GPU meshes yet): these run on the CPU, here and in the processes they
+# start, whatever the suite's default device
+pytestmark = pytest.mark.usefixtures("on_cpu")
 
 
 def _mpiexec() -> str | None:

@@ -35,7 +35,7 @@ def test_dp_sgd_example():
   assert re.search(r"test accuracy [0-9.]+", out), out
 
 
-def test_data_parallel_example_equals_one_device():
+def test_data_parallel_example_equals_one_device(on_cpu):
   """Training with the batch sharded over 2 CPU devices (shard_map + pmean) ends with the one-device parameters."""
   env = dict(os.environ, TINYJAX_CPU_DEVICES="2", TINYJAX_PLATFORMS="cpu")  # a mesh of 2 CPU devices
   result = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "data_parallel.py"), "--steps", "8",
@@ -48,7 +48,7 @@ def test_data_parallel_example_equals_one_device():
   assert float(losses[2]) < float(losses[1]), result.stdout
 
 
-def test_data_parallel_example_over_two_processes(tmp_path):
+def test_data_parallel_example_over_two_processes(tmp_path, on_cpu):
   """The same training over `mpiexec -n 2` (tinyjax.distributed over MPI, one CPU device per process), with a compile
   cache of its own."""
   try:

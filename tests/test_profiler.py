@@ -86,7 +86,7 @@ def test_kernel_flops_count_the_loops_each_operation_depends_on():
   assert kernel_flops(sink) == 32 + 32 + 4
 
 
-def test_profile_counts_calls_sorts_by_time_and_prints_a_table():
+def test_profile_counts_calls_sorts_by_time_and_prints_a_table(on_cpu):  # (the CPU's roofline)
   x = jnp.asarray(RNG.standard_normal((256, 256), np.float32))
   f = tj.jit(lambda x: jnp.tanh(x @ x).sum(axis=0))
   f(x)

@@ -12,7 +12,8 @@ DEVICES = 8
 
 
 @pytest.fixture(autouse=True)
-def eight_devices():
+def eight_devices(on_cpu):
+  """Eight CPU devices, the default platform (meshes are of CPU devices: a GPU mesh is not built yet)."""
   tj.config.update("jax_num_cpu_devices", DEVICES)
   yield
   tj.config.update("jax_num_cpu_devices", -1)

@@ -13,7 +13,7 @@ from tinyjax.trace.sharding_types import ShardingTypeError
 
 
 @pytest.fixture(autouse=True)
-def mesh():
+def mesh(on_cpu):  # (a mesh of CPU devices, the default platform: a GPU mesh is not built yet)
   tj.config.update("jax_num_cpu_devices", 8)
   mesh = tj.make_mesh((4, 2), ("X", "Y"))
   with tj.set_mesh(mesh): yield mesh
