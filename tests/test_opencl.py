@@ -217,6 +217,9 @@ def test_kernel_times_are_the_devices(cl):
   seconds = program.timed([x.uop.arg.address])
   assert 0 < seconds <= time.perf_counter() - start
   assert np.asarray(cl.read(x.uop.arg)).tolist() == [1.0] * (1 << 16)
+  with tj.profile() as prof:  # a profile names the platform the kernels ran on
+    np.asarray(jnp.sin(x) * 2)
+  assert prof.kernels and all(kernel.device == "opencl" and kernel.seconds > 0 for kernel in prof.kernels)
 
 
 def test_build_errors_show_the_log(cl, capsys):

@@ -227,9 +227,9 @@ def kernel_flops(ast: UOp) -> int:
 
 @dataclass
 class KernelProfile:
-  """One kernel's launches in a profile: `calls` launches took `seconds` in all; each did `flops` floating-point
-  operations over buffers of `bytes` bytes. `compute` and `bandwidth` are the fractions of the machine's limits
-  reached (None on a device without measured limits)."""
+  """One kernel's launches in a profile, on a device of platform `device` ('cpu', 'gpu' for CUDA, 'opencl'): `calls`
+  launches took `seconds` in all; each did `flops` floating-point operations over buffers of `bytes` bytes. `compute`
+  and `bandwidth` are the fractions of the machine's limits reached (None on a device without measured limits)."""
   name: str
   device: str
   calls: int = 0
@@ -297,9 +297,9 @@ def profile():
     result.kernels.sort(key=lambda k: -k.seconds)
 
 
-def record_launch(name: str, seconds: float, flops: int, nbytes: int, cpu: bool) -> None:
-  """Record a timed launch into every open profile."""
-  for result in open_profiles: result.record(name, "cpu" if cpu else "gpu", seconds, flops, nbytes)
+def record_launch(name: str, seconds: float, flops: int, nbytes: int, platform: str) -> None:
+  """Record a timed launch on a device of `platform` ('cpu', 'gpu', 'opencl') into every open profile."""
+  for result in open_profiles: result.record(name, platform, seconds, flops, nbytes)
 
 
 def roofline(seconds: float, flops: int, nbytes: int, cpu: bool) -> str:

@@ -404,7 +404,7 @@ def _write_counter(buffer: Buffer, value: int) -> None:
 def _report_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device=CPU) -> None:
   """Record a timed launch into the open profiles and, with DEBUG>=1, print it with its roofline figures."""
   nbytes, flops = sum(buffers[slot].nbytes for slot in kernel.slots), kernel_flops(kernel.ast)
-  record_launch(kernel.name, seconds, flops, nbytes, cpu=device is CPU)
+  record_launch(kernel.name, seconds, flops, nbytes, device.platform)
   if DEBUG < 1: return
   where = "CPU" if device is CPU else repr(device)
   launch = "  threads" if kernel.parallel else ""
