@@ -23,8 +23,8 @@ rng = np.random.default_rng(0)
 
 
 @pytest.fixture
-def fake(monkeypatch):
-  """(the fake driver, the CudaDevice on it)."""
+def fake(monkeypatch, on_cpu):
+  """(the fake driver, the CudaDevice on it); the CPU is the default device (the references)."""
   if cuda.device_count(): pytest.skip("a real CUDA driver is present: test_gpu.py runs on it")
   lib = FakeLibcuda(total=64 << 20)
   real_cdll, real_compile = ctypes.CDLL, cuda.compile_ptx
