@@ -5,6 +5,10 @@ import numpy as _np
 from tinyjax.array import Array
 from tinyjax.dtypes import finfo, iinfo, issubdtype, promote_types, result_type
 from tinyjax.numpy import _array_methods, linalg
+from tinyjax.numpy._array_api import (__array_api_version__, __array_namespace_info__, acos, acosh, asin, asinh, atan,
+                                      atan2, atanh, bitwise_invert, bitwise_left_shift, bitwise_right_shift, can_cast,
+                                      concat, isdtype, permute_dims, pow, unique_all, unique_counts, unique_inverse,
+                                      unique_values, unstack, vecdot)
 from tinyjax.numpy._creation import (arange, array, asarray, empty, empty_like, eye, full, full_like, identity,
                                      linspace, ones, ones_like, SCALAR_TYPES as _SCALAR_TYPES, tri, tril, triu, zeros,
                                      zeros_like)
@@ -48,6 +52,7 @@ pi, e, inf, nan, euler_gamma = _np.pi, _np.e, _np.inf, _np.nan, _np.euler_gamma
 newaxis = None
 
 bool_ = _SCALAR_TYPES["bool_"]
+bool = bool_  # noqa: A001 (the array API's name, as jax.numpy.bool)
 int8, int16, int32, int64 = (_SCALAR_TYPES[name] for name in ("int8", "int16", "int32", "int64"))
 uint8, uint16, uint32, uint64 = (_SCALAR_TYPES[name] for name in ("uint8", "uint16", "uint32", "uint64"))
 float16, bfloat16, float32, float64 = (_SCALAR_TYPES[name] for name in ("float16", "bfloat16", "float32", "float64"))
@@ -56,6 +61,9 @@ float8_e4m3fn = _SCALAR_TYPES["float8_e4m3fn"]
 _array_methods.attach()
 
 __all__ = [
+  "__array_api_version__", "__array_namespace_info__", "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh",
+  "bitwise_invert", "bitwise_left_shift", "bitwise_right_shift", "bool", "can_cast", "concat", "isdtype",
+  "permute_dims", "pow", "unique_all", "unique_counts", "unique_inverse", "unique_values", "unstack", "vecdot",
   "abs", "absolute", "add", "all", "allclose", "amax", "amin", "any", "append", "arange", "arccos", "arccosh", "arcsin",
   "arcsinh", "arctan", "arctan2", "arctanh", "argmax", "argmin", "argpartition", "argsort", "argwhere", "around",
   "Array", "array", "array_equal", "array_split", "asarray", "astype", "atleast_1d", "atleast_2d", "atleast_3d",

@@ -53,6 +53,21 @@ def _rdivmod(self: Array, other: Any) -> tuple[Array, Array]:
   return ew.floor_divide(other, self), ew.remainder(other, self)
 
 
+def _array_namespace(self, /, *, api_version: str | None = None):
+  """The array API namespace of tinyjax arrays: tinyjax.numpy (standard 2024.12; earlier versions' names too)."""
+  if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12"):
+    raise ValueError(f"Unrecognized array API version {api_version!r}: tinyjax.numpy implements 2024.12")
+  import tinyjax.numpy
+  return tinyjax.numpy
+
+
+def _to_device(self, device, /, *, stream=None):
+  """This array on `device` (a Device or a Sharding): `device_put(x, device)`."""
+  if stream is not None: raise NotImplementedError("to_device: streams are not supported; pass stream=None")
+  from tinyjax.placement import device_put
+  return device_put(self, device)
+
+
 def attach() -> None:
   """Set the operators and methods on Array."""
   for name, fn in _BINARY.items():
@@ -76,3 +91,5 @@ def attach() -> None:
   for name, fn in methods.items(): setattr(Array, name, fn)
   Array.T = property(lambda self: _shape.transpose(self), doc="The array with its axes reversed.")
   Array.mT = property(_shape.matrix_transpose, doc="The array with its last two axes swapped.")
+  Array.__array_namespace__ = _array_namespace
+  Array.to_device = _to_device
