@@ -121,3 +121,30 @@ def test_bad_input():
     jnp.vecdot(jnp.ones(3), jnp.ones(3), axis=1)
   with pytest.raises(ValueError, match="at least one dimension"):
     jnp.unstack(jnp.float32(1.0))
+
+
+def test_dlpack_both_ways_without_copies():
+  x = jnp.arange(12.0, dtype=jnp.float32).reshape(3, 4) * 2  # lazy: computed on export
+  host = np.from_dlpack(x)
+  np.testing.assert_array_equal(host, np.arange(12.0).reshape(3, 4) * 2)
+  assert np.shares_memory(host, np.asarray(x)) and not host.flags.writeable and x.__dlpack_device__() == (1, 0)
+  a = RNG.standard_normal((5, 6)).astype(np.float32)
+  y = jnp.from_dlpack(a)
+  assert np.shares_memory(np.asarray(y), a) and a.flags.writeable  # (the producer's array stays writable)
+  np.testing.assert_array_equal(np.asarray(tj.jit(lambda v: v * 2)(y)), a * 2)
+  copied = jnp.from_dlpack(a, copy=True)
+  assert not np.shares_memory(np.asarray(copied), a)
+  strided = jnp.from_dlpack(a[:, ::2])  # not contiguous: copied
+  np.testing.assert_array_equal(np.asarray(strided), a[:, ::2])
+  assert jnp.from_dlpack(np.arange(3.0)).dtype == np.float32  # float64 without x64: float32, as JAX
+  with tj.config.override("jax_enable_x64", True):
+    wide = np.arange(3.0)
+    assert jnp.from_dlpack(wide).dtype == np.float64 and np.shares_memory(np.asarray(jnp.from_dlpack(wide)), wide)
+  round_trip = jnp.from_dlpack(x)  # tinyjax to tinyjax
+  np.testing.assert_array_equal(np.asarray(round_trip), np.asarray(x))
+  legacy = x.__dlpack__()  # a pre-1.0 consumer can't be told the memory is read-only: it gets a copy
+  assert type(legacy).__name__ == "PyCapsule"
+  with pytest.raises(TypeError, match="does not export DLPack"):
+    jnp.from_dlpack([1.0, 2.0])
+  with pytest.raises(TypeError, match="complex64"):
+    jnp.from_dlpack(np.ones(2, np.complex64))

@@ -7,8 +7,8 @@ from tinyjax.dtypes import finfo, iinfo, issubdtype, promote_types, result_type
 from tinyjax.numpy import _array_methods, linalg
 from tinyjax.numpy._array_api import (__array_api_version__, __array_namespace_info__, acos, acosh, asin, asinh, atan,
                                       atan2, atanh, bitwise_invert, bitwise_left_shift, bitwise_right_shift, can_cast,
-                                      concat, isdtype, permute_dims, pow, unique_all, unique_counts, unique_inverse,
-                                      unique_values, unstack, vecdot)
+                                      concat, from_dlpack, isdtype, permute_dims, pow, unique_all, unique_counts,
+                                      unique_inverse, unique_values, unstack, vecdot)
 from tinyjax.numpy._creation import (arange, array, asarray, empty, empty_like, eye, full, full_like, identity,
                                      linspace, ones, ones_like, SCALAR_TYPES as _SCALAR_TYPES, tri, tril, triu, zeros,
                                      zeros_like)
@@ -62,7 +62,7 @@ _array_methods.attach()
 
 __all__ = [
   "__array_api_version__", "__array_namespace_info__", "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh",
-  "bitwise_invert", "bitwise_left_shift", "bitwise_right_shift", "bool", "can_cast", "concat", "isdtype",
+  "bitwise_invert", "bitwise_left_shift", "bitwise_right_shift", "bool", "can_cast", "concat", "from_dlpack", "isdtype",
   "permute_dims", "pow", "unique_all", "unique_counts", "unique_inverse", "unique_values", "unstack", "vecdot",
   "abs", "absolute", "add", "all", "allclose", "amax", "amin", "any", "append", "arange", "arccos", "arccosh", "arcsin",
   "arcsinh", "arctan", "arctan2", "arctanh", "argmax", "argmin", "argpartition", "argsort", "argwhere", "around",

@@ -9,11 +9,13 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
+from tinyjax.devices.device import CPU, host_buffer
 from tinyjax.numpy._elementwise import (arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, invert, left_shift,
                                         multiply, power, right_shift)
 from tinyjax.numpy._reductions import sum as _sum
 from tinyjax.numpy._searching import unique
 from tinyjax.numpy._shape import broadcast_shapes, concatenate, moveaxis, transpose
+from tinyjax.uop import Ops, UOp
 
 __array_api_version__ = "2024.12"
 
@@ -79,6 +81,27 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1, precision: Any = None, prefer
   product = multiply(moveaxis(x1, axis, -1), moveaxis(x2, axis, -1))
   out = _sum(product, axis=-1)
   return out if preferred_element_type is None else out.astype(preferred_element_type)
+
+
+def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> Array:
+  """An array of the DLPack-exporting object `x` (a numpy array, a torch tensor, a tinyjax array... on the CPU). Its
+  memory is shared, not copied, when it is C-contiguous in a dtype tinyjax uses as it is (as JAX's, the array then
+  aliases the producer's memory: the producer must not write it); `copy=True` copies, and so does a dtype that
+  becomes another (float64 without `jax_enable_x64`). `device=` places the result (`device_put`)."""
+  if not hasattr(x, "__dlpack__"):
+    raise TypeError(f"from_dlpack: {type(x).__name__} does not export DLPack (no __dlpack__ method)")
+  host = np.from_dlpack(x, copy=copy)
+  target = dtypes.canonicalize_dtype(host.dtype)  # (TypeError for a dtype tinyjax has not; float64 -> float32 as JAX)
+  shared = (copy is not True and target == host.dtype and host.flags.c_contiguous and
+            host.ctypes.data % max(host.dtype.itemsize, 1) == 0)
+  if shared:
+    if host.flags.writeable: host = host.view()  # (a view we mark read-only: the producer's own array stays writable)
+    host.flags.writeable = False
+    result = Array(UOp(Ops.BUFFER, host.dtype, (), host_buffer(host, CPU)))
+  else: result = Array.from_numpy(np.ascontiguousarray(host, dtype=target))
+  if device is None: return result
+  from tinyjax.placement import device_put
+  return device_put(result, device)
 
 
 class UniqueAllResult(NamedTuple):

@@ -68,6 +68,25 @@ def _to_device(self, device, /, *, stream=None):
   return device_put(self, device)
 
 
+def _dlpack(self, /, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: bool | None = None):
+  """A DLPack capsule of this array's memory (computed first if it is not yet), shared, not copied: a CPU array
+  only (`np.from_dlpack(x)`, `torch.from_dlpack(x)`). The memory is read-only; a consumer of the pre-1.0 protocol
+  (`max_version=None`), which can't be told so, gets a copy."""
+  host = self._value()
+  if self.uop.arg.device.platform != "cpu":
+    raise BufferError(f"__dlpack__: the array is on {self.uop.arg.device}; only CPU arrays export DLPack (move it "
+                      "with jax.device_get or device_put(x, jax.devices('cpu')[0]) first)")
+  if max_version is None or tuple(max_version) < (1, 0): host = host.copy()
+  return host.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+
+def _dlpack_device(self) -> tuple[int, int]:
+  """(DLPack's device type, device id) of this array: (1, 0), the CPU (kDLCPU), for a CPU array."""
+  device = self.realize().uop.arg.device
+  if device.platform != "cpu": raise BufferError(f"__dlpack_device__: only CPU arrays export DLPack, not {device}")
+  return (1, 0)
+
+
 def attach() -> None:
   """Set the operators and methods on Array."""
   for name, fn in _BINARY.items():
@@ -93,3 +112,4 @@ def attach() -> None:
   Array.mT = property(_shape.matrix_transpose, doc="The array with its last two axes swapped.")
   Array.__array_namespace__ = _array_namespace
   Array.to_device = _to_device
+  Array.__dlpack__, Array.__dlpack_device__ = _dlpack, _dlpack_device
