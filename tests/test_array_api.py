@@ -123,7 +123,7 @@ def test_bad_input():
     jnp.unstack(jnp.float32(1.0))
 
 
-def test_dlpack_both_ways_without_copies():
+def test_dlpack_both_ways_without_copies(on_cpu):  # (DLPack export: CPU arrays)
   x = jnp.arange(12.0, dtype=jnp.float32).reshape(3, 4) * 2  # lazy: computed on export
   host = np.from_dlpack(x)
   np.testing.assert_array_equal(host, np.arange(12.0).reshape(3, 4) * 2)
