@@ -148,3 +148,19 @@ def test_dlpack_both_ways_without_copies(on_cpu):  # (DLPack export: CPU arrays)
     jnp.from_dlpack([1.0, 2.0])
   with pytest.raises(TypeError, match="complex64"):
     jnp.from_dlpack(np.ones(2, np.complex64))
+
+
+def test_device_keyword_of_creation_functions():
+  """`device=` (the array API's and JAX's) puts the result there, committed, as JAX; under jit it labels."""
+  device = tj.devices()[0]
+  made = [jnp.zeros(3, device=device), jnp.ones((2, 2), jnp.int32, device=device), jnp.full(2, 7.0, device=device),
+          jnp.asarray([1.0, 2.0], device=device), jnp.array([1, 2], device=device), jnp.arange(4, device=device),
+          jnp.linspace(0.0, 1.0, 5, device=device), jnp.eye(3, device=device),
+          jnp.zeros_like(np.ones(2), device=device), jnp.astype(jnp.arange(3), jnp.float32, device=device)]
+  for x in made: assert x.committed and x.device is device
+  np.testing.assert_array_equal(np.asarray(made[6]), np.linspace(0.0, 1.0, 5, dtype=np.float32))
+  assert not jnp.zeros(3).committed and not jnp.arange(3).astype(jnp.float32).committed
+  inside = tj.jit(lambda: jnp.zeros(3, device=device) + 1)()
+  np.testing.assert_array_equal(np.asarray(inside), [1.0, 1.0, 1.0])
+  values, step = jnp.linspace(0.0, 1.0, 3, retstep=True, device=device)
+  assert values.committed and float(step) == 0.5

@@ -220,6 +220,7 @@ def test_kernel_times_are_the_devices(cl):
   with tj.profile() as prof:  # a profile names the platform the kernels ran on
     np.asarray(jnp.sin(x) * 2)
   assert prof.kernels and all(kernel.device == "opencl" and kernel.seconds > 0 for kernel in prof.kernels)
+  assert jnp.ones(3, device=cl).device is cl and jnp.arange(3).astype(jnp.float32, device=cl).device is cl
   with pytest.raises(BufferError, match="only CPU arrays export DLPack"):
     np.from_dlpack(x)
 

@@ -255,15 +255,25 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
 reshard = with_sharding_constraint  # (JAX's `reshard` for explicit mesh axes: the same here)
 
 
-def with_out_sharding(fn: Any) -> Any:
+def with_out_sharding(fn: Any, device: bool = False) -> Any:
   """`fn` with JAX's keyword `out_sharding=`: its result laid out so (a NamedSharding, or a PartitionSpec under
-  `set_mesh`), computed without JAX's sharding type errors, which the given layout resolves."""
+  `set_mesh`), computed without JAX's sharding type errors, which the given layout resolves. With `device`, also the
+  keyword `device=` of JAX's (and the array API's) creation functions: the result is `device_put` there (a Device or
+  a Sharding), committed, as JAX's."""
   import functools
 
   @functools.wraps(fn)
   def call(*args: Any, out_sharding: Any = None, **kwargs: Any) -> Any:
-    if out_sharding is None: return fn(*args, **kwargs)
-    from tinyjax.trace.sharding_types import unchecked
-    with unchecked(): result = fn(*args, **kwargs)
-    return with_sharding_constraint(result, out_sharding)
+    target = kwargs.pop("device", None) if device else None
+    if out_sharding is None: result = fn(*args, **kwargs)
+    else:
+      from tinyjax.trace.sharding_types import unchecked
+      with unchecked(): result = fn(*args, **kwargs)
+      result = with_sharding_constraint(result, out_sharding)
+    return result if target is None else device_put(result, target)
   return call
+
+
+def with_device(fn: Any) -> Any:
+  """`with_out_sharding(fn, device=True)`: a creation function's `out_sharding=` and `device=` keywords."""
+  return with_out_sharding(fn, device=True)

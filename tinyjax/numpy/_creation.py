@@ -12,7 +12,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.placement import with_out_sharding
+from tinyjax.placement import with_device
 from tinyjax.lax import _elementwise as ew
 from tinyjax.lax import _shape as lax_shape
 from tinyjax.lax._base import LOW_PRECISION_FLOATS, cast, expand_raw, host_to_array, is_array, like
@@ -37,7 +37,7 @@ def _contains_array(value: Any) -> bool:
   return isinstance(value, (list, tuple)) and any(_contains_array(item) for item in value)
 
 
-@with_out_sharding
+@with_device
 def asarray(a: Any, dtype: Any = None, order: str | None = None, copy: bool | None = None) -> Array:
   """An Array from `a` (Array, numpy array or scalar, Python scalar, nested lists/tuples of those).
 
@@ -56,7 +56,7 @@ def asarray(a: Any, dtype: Any = None, order: str | None = None, copy: bool | No
   return host_to_array(a, target)
 
 
-@with_out_sharding
+@with_device
 def array(object: Any, dtype: Any = None, copy: bool = True, order: str | None = "K",  # noqa: A002
           ndmin: int = 0) -> Array:
   """Like `asarray`, with `ndmin` leading size-1 axes added as needed."""
@@ -65,7 +65,7 @@ def array(object: Any, dtype: Any = None, copy: bool = True, order: str | None =
   return out
 
 
-@with_out_sharding
+@with_device
 def full(shape: int | Sequence[int], fill_value: Any, dtype: Any = None) -> Array:
   """An array of `shape` filled with `fill_value` (scalar, or an array broadcast to `shape`). Without `dtype`, the
   fill value's dtype (Python scalars: default dtypes, weakly typed)."""
@@ -76,25 +76,25 @@ def full(shape: int | Sequence[int], fill_value: Any, dtype: Any = None) -> Arra
   return lax_shape.full(shape, fill_value, dtype)
 
 
-@with_out_sharding
+@with_device
 def zeros(shape: int | Sequence[int], dtype: Any = None) -> Array:
   """An array of `shape` filled with 0 (default dtype: float32, float64 under x64)."""
   return lax_shape.full(_shape_tuple(shape), 0, _requested(dtype, "zeros") or dtypes.default_float_dtype())
 
 
-@with_out_sharding
+@with_device
 def ones(shape: int | Sequence[int], dtype: Any = None) -> Array:
   """An array of `shape` filled with 1 (default dtype: float32, float64 under x64)."""
   return lax_shape.full(_shape_tuple(shape), 1, _requested(dtype, "ones") or dtypes.default_float_dtype())
 
 
-@with_out_sharding
+@with_device
 def empty(shape: int | Sequence[int], dtype: Any = None) -> Array:
   """As `zeros` (arrays are immutable, so an uninitialised array is never useful)."""
   return zeros(shape, dtype)
 
 
-@with_out_sharding
+@with_device
 def full_like(a: Any, fill_value: Any, dtype: Any = None, shape: Any = None) -> Array:
   """An array with the shape and dtype of `a` (unless given) filled with `fill_value`."""
   a = a if is_array(a) else asarray(a)
@@ -106,19 +106,19 @@ def full_like(a: Any, fill_value: Any, dtype: Any = None, shape: Any = None) -> 
   return lax_shape.full_like(a, fill_value, _requested(dtype, "full_like"), out_shape)
 
 
-@with_out_sharding
+@with_device
 def zeros_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
   """Zeros with the shape and dtype of `a` (unless given)."""
   return full_like(a, 0, dtype, shape)
 
 
-@with_out_sharding
+@with_device
 def ones_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
   """Ones with the shape and dtype of `a` (unless given)."""
   return full_like(a, 1, dtype, shape)
 
 
-@with_out_sharding
+@with_device
 def empty_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
   """As `zeros_like`."""
   return full_like(a, 0, dtype, shape)
@@ -132,7 +132,7 @@ def _static_number(value: Any, name: str) -> int | float:
   return value
 
 
-@with_out_sharding
+@with_device
 def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) -> Array:
   """[start, start + step, ...) below `stop` (static numbers). Dtype: `dtype`, else int32 for integer arguments
   and float32 if any is a float (64-bit under x64), as JAX."""
@@ -158,6 +158,7 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) ->
   return cast(index, out_dtype, weak_type=False)
 
 
+@with_device
 def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retstep: bool = False,
              dtype: Any = None, axis: int = 0) -> Array | tuple[Array, Array]:
   """`num` evenly spaced values from `start` to `stop` (included if `endpoint`), along a new axis `axis` when
@@ -194,6 +195,7 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
   return (out, cast(step, out_dtype, False)) if retstep else out
 
 
+@with_device
 def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:  # noqa: N803
   """An (N, M) array with ones on the k-th diagonal and zeros elsewhere (default dtype float32/64)."""
   rows = operator.index(N)

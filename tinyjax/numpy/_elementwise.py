@@ -432,8 +432,12 @@ def where(condition: Any, x: Any = None, y: Any = None, /, *, size: int | None =
   return ew._where(cond, a, b)
 
 
-def astype(x: Any, dtype: Any) -> Array:
-  """The values of x converted to `dtype` (a strongly typed result; float -> int truncates, -> bool is != 0)."""
+def astype(x: Any, dtype: Any, /, *, copy: bool = False, device: Any = None) -> Array:
+  """The values of x converted to `dtype` (a strongly typed result; float -> int truncates, -> bool is != 0), on
+  `device` when given (`device_put`). `copy` changes nothing: arrays are immutable."""
+  if device is not None:
+    from tinyjax.placement import device_put
+    return device_put(astype(x, dtype), device)
   (a,) = promote("astype", x)
   target = dtypes.check_user_dtype_supported(dtype, "astype")
   return cast(a, target, weak_type=False)
