@@ -164,3 +164,38 @@ def test_device_keyword_of_creation_functions():
   np.testing.assert_array_equal(np.asarray(inside), [1.0, 1.0, 1.0])
   values, step = jnp.linspace(0.0, 1.0, 3, retstep=True, device=device)
   assert values.committed and float(step) == 0.5
+
+
+def test_linalg_extension_without_factorisations():
+  x = RNG.standard_normal((2, 3, 3)).astype(np.float32)
+  x64 = x.astype(np.float64)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.trace(x, offset=1)), np.linalg.trace(x64, offset=1), rtol=1e-6)
+  np.testing.assert_array_equal(np.asarray(jnp.linalg.diagonal(x, offset=-1)), np.linalg.diagonal(x, offset=-1))
+  for n in (0, 1, 2, 5):
+    np.testing.assert_allclose(np.asarray(jnp.linalg.matrix_power(x, n)), np.linalg.matrix_power(x64, n), rtol=1e-4,
+                               atol=1e-5)
+  for ord in (2, 1, np.inf, -np.inf, 0, 3):
+    for axis in (None, 1, (0, 2)):
+      got = jnp.linalg.vector_norm(x, axis=axis, ord=ord)
+      np.testing.assert_allclose(np.asarray(got), np.linalg.vector_norm(x64, axis=axis, ord=ord), rtol=1e-5)
+      kept = jnp.linalg.vector_norm(x, axis=axis, ord=ord, keepdims=True)
+      assert kept.shape == np.linalg.vector_norm(x64, axis=axis, ord=ord, keepdims=True).shape
+  for ord in ("fro", 1, -1, np.inf, -np.inf):
+    np.testing.assert_allclose(np.asarray(jnp.linalg.matrix_norm(x, ord=ord)), np.linalg.matrix_norm(x64, ord=ord),
+                               rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.cross(x, x[::-1])), np.linalg.cross(x64, x64[::-1]), atol=1e-5)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.vecdot(x, x)), np.linalg.vecdot(x64, x64), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.outer(x[0, 0], x[0, 1])), np.linalg.outer(x64[0, 0], x64[0, 1]),
+                             rtol=1e-6)
+  # the identity d||v|| / dv = v / ||v||, batched and jitted; and d trace(A^2) / dA = 2 A^T
+  grads = tj.jit(tj.vmap(tj.grad(lambda v: jnp.linalg.vector_norm(v))))(x.reshape(6, 3))
+  np.testing.assert_allclose(np.asarray(grads), x.reshape(6, 3) / np.linalg.norm(x.reshape(6, 3), axis=1,
+                                                                               keepdims=True), rtol=1e-5)
+  squared = tj.grad(lambda a: jnp.linalg.trace(jnp.linalg.matrix_power(a, 2)))(x[0])
+  np.testing.assert_allclose(np.asarray(squared), 2 * x[0].T, rtol=1e-5)
+  with pytest.raises(ValueError, match="3-dimensional vectors"):
+    jnp.linalg.cross(jnp.ones(2), jnp.ones(2))
+  with pytest.raises(ValueError, match="square"):
+    jnp.linalg.matrix_power(jnp.ones((2, 3)), 2)
+  with pytest.raises(NotImplementedError, match="negative power"):
+    jnp.linalg.matrix_power(jnp.eye(2), -1)

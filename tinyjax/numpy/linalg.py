@@ -1,7 +1,9 @@
 """tinyjax.numpy.linalg: the parts of jax.numpy.linalg built so far: `norm`, `cholesky` and `qr` (triangular solves
-are in tinyjax.scipy.linalg). Decompositions are written with the primitives (no LAPACK yet), O(n^3) work, fine for
-the small matrices of covariances, Gaussian processes and weight initialisers, and differentiable like any
-composition: `cholesky` unrolled over the static size, `qr` as Householder reflections in a fori_loop."""
+are in tinyjax.scipy.linalg), and the array API extension's functions that need no factorisation (`vector_norm`,
+`matrix_norm`, `matrix_power` for n >= 0, `trace` and `diagonal` over the last two axes, `cross`, `vecdot`, `outer`,
+`matmul`, `tensordot`, `matrix_transpose`). Decompositions are written with the primitives (no LAPACK yet), O(n^3)
+work, fine for the small matrices of covariances, Gaussian processes and weight initialisers, and differentiable like
+any composition: `cholesky` unrolled over the static size, `qr` as Householder reflections in a fori_loop."""
 from __future__ import annotations
 
 from typing import Any
@@ -81,4 +83,76 @@ def qr(a: Any, mode: str = "reduced") -> Any:
   return fun(x)
 
 
-__all__ = ["cholesky", "norm", "qr"]
+# ---- the array API's linalg extension that needs no factorisation
+
+from tinyjax.numpy._linalg import matmul, outer, tensordot  # noqa: E402 (re-exported: the standard's names)
+from tinyjax.numpy._shape import matrix_transpose  # noqa: E402
+
+
+def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Array:
+  """The dot product of `x1` and `x2` along `axis` (as `tinyjax.numpy.vecdot`)."""
+  from tinyjax.numpy._array_api import vecdot as _vecdot
+  return _vecdot(x1, x2, axis=axis)
+
+
+def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> Array:
+  """The cross product of 3-vectors along `axis` (ValueError for another length, as JAX's linalg.cross)."""
+  from tinyjax.numpy._more import cross as _cross
+  a, b = asarray(x1), asarray(x2)
+  if a.shape[axis] != 3 or b.shape[axis] != 3:
+    raise ValueError(f"Both input arrays must be (arrays of) 3-dimensional vectors, but they have shape[{axis}] = "
+                     f"{a.shape[axis]} and {b.shape[axis]}")
+  return _cross(a, b, axis=axis)
+
+
+def diagonal(x: Any, /, *, offset: int = 0) -> Array:
+  """The `offset` diagonal of each matrix in the last two axes of `x`."""
+  from tinyjax.numpy._more import diagonal as _diagonal
+  return _diagonal(x, offset, -2, -1)
+
+
+def trace(x: Any, /, *, offset: int = 0, dtype: Any = None) -> Array:
+  """The sum of the `offset` diagonal of each matrix in the last two axes of `x`."""
+  from tinyjax.numpy._more import trace as _trace
+  return _trace(x, offset, -2, -1, dtype)
+
+
+def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Array:  # noqa: A002
+  """The vector `ord`-norm of `x` over `axis` (None: all of it, as one vector; a tuple: those axes as one vector)."""
+  from tinyjax.numpy._shape import moveaxis, reshape
+  array = asarray(x)
+  axes = tuple(range(array.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+  axes = tuple(a % array.ndim if array.ndim else a for a in axes)
+  kept = [d for i, d in enumerate(array.shape) if i not in axes]
+  flat = reshape(moveaxis(array, axes, tuple(range(-len(axes), 0))), (*kept, -1)) if axes else array
+  out = norm(flat, ord, axis=-1)
+  if keepdims: out = reshape(out, tuple(1 if i in axes else d for i, d in enumerate(array.shape)))
+  return out
+
+
+def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Array:  # noqa: A002
+  """The matrix `ord`-norm ('fro', 1, -1, inf, -inf) of each matrix in the last two axes of `x`."""
+  return norm(x, ord, axis=(-2, -1), keepdims=keepdims)
+
+
+def matrix_power(a: Any, n: int) -> Array:
+  """The matrix `a` (each in the last two axes) raised to the integer power `n` >= 0, by repeated squaring."""
+  import operator
+  array = asarray(a)
+  n = operator.index(n)
+  if array.ndim < 2 or array.shape[-1] != array.shape[-2]:
+    raise ValueError(f"matrix_power: the last two axes must be square, got shape {array.shape}")
+  if n < 0: raise NotImplementedError("matrix_power with a negative power needs linalg.inv, not built yet")
+  from tinyjax.numpy._creation import eye
+  from tinyjax.numpy._shape import broadcast_to
+  result, square = None, array
+  while n:
+    if n & 1: result = square if result is None else matmul(result, square)
+    n >>= 1
+    if n: square = matmul(square, square)
+  if result is None: result = broadcast_to(eye(array.shape[-1], dtype=array.dtype), array.shape)
+  return result
+
+
+__all__ = ["cholesky", "cross", "diagonal", "matmul", "matrix_norm", "matrix_power", "matrix_transpose", "norm",
+           "outer", "qr", "tensordot", "trace", "vecdot", "vector_norm"]
