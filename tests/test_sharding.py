@@ -584,18 +584,10 @@ def test_out_sharding_trace_and_manual_axis_type():
     assert traced.lower().as_text()
 
 
-def test_shard_map_follows_the_current_mesh():
-  """A shard_map without mesh= uses the mesh current at each call (a program per mesh)."""
-  f = tj.shard_map(lambda v: lax.psum(v, "i"), in_specs=P("i"), out_specs=P())
-  x = np.arange(8.0, dtype=np.float32)
-  with tj.set_mesh(mesh_1d(4)):
-    np.testing.assert_array_equal(np.asarray(f(x)), x.reshape(4, 2).sum(0))
-  with tj.set_mesh(mesh_1d(2)):
-    np.testing.assert_array_equal(np.asarray(f(x)), x.reshape(2, 4).sum(0))
-
-
-def test_jit_keys_its_programs_on_the_current_mesh():
-  f = tj.jit(tj.shard_map(lambda v: lax.psum(v, "i"), in_specs=P("i"), out_specs=P()))
+@pytest.mark.parametrize("wrap", [lambda f: f, tj.jit], ids=["eager", "jit"])
+def test_shard_map_follows_the_current_mesh(wrap):
+  """A shard_map without mesh= uses the mesh current at each call; jit keys its programs on that mesh."""
+  f = wrap(tj.shard_map(lambda v: lax.psum(v, "i"), in_specs=P("i"), out_specs=P()))
   x = np.arange(8.0, dtype=np.float32)
   with tj.set_mesh(mesh_1d(4)):
     np.testing.assert_array_equal(np.asarray(f(x)), x.reshape(4, 2).sum(0))

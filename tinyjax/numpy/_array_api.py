@@ -94,11 +94,10 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> A
   target = dtypes.canonicalize_dtype(host.dtype)  # (TypeError for a dtype tinyjax has not; float64 -> float32 as JAX)
   shared = (copy is not True and target == host.dtype and host.flags.c_contiguous and
             host.ctypes.data % max(host.dtype.itemsize, 1) == 0)
-  if shared:
-    if host.flags.writeable: host = host.view()  # (a view we mark read-only: the producer's own array stays writable)
-    host.flags.writeable = False
-    result = Array(UOp(Ops.BUFFER, host.dtype, (), host_buffer(host, CPU)))
-  else: result = Array.from_numpy(np.ascontiguousarray(host, dtype=target))
+  # shared: a view we mark read-only (the producer's own array stays writable); else a copy of our own
+  host = host.view() if shared else np.array(host, dtype=target, order="C")
+  host.flags.writeable = False
+  result = Array(UOp(Ops.BUFFER, host.dtype, (), host_buffer(host, CPU)))  # on the CPU, where the producer's data is
   if device is None: return result
   from tinyjax.placement import device_put
   return device_put(result, device)

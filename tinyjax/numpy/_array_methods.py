@@ -72,10 +72,11 @@ def _dlpack(self, /, *, stream: Any = None, max_version: Any = None, dl_device: 
   """A DLPack capsule of this array's memory (computed first if it is not yet), shared, not copied: a CPU array
   only (`np.from_dlpack(x)`, `torch.from_dlpack(x)`). The memory is read-only; a consumer of the pre-1.0 protocol
   (`max_version=None`), which can't be told so, gets a copy."""
+  device = self.realize().uop.arg.device
+  if device.platform != "cpu":  # (checked before its values are read back from the device)
+    raise BufferError(f"__dlpack__: the array is on {device}; only CPU arrays export DLPack (move it with "
+                      "jax.device_get or device_put(x, jax.devices('cpu')[0]) first)")
   host = self._value()
-  if self.uop.arg.device.platform != "cpu":
-    raise BufferError(f"__dlpack__: the array is on {self.uop.arg.device}; only CPU arrays export DLPack (move it "
-                      "with jax.device_get or device_put(x, jax.devices('cpu')[0]) first)")
   if max_version is None or tuple(max_version) < (1, 0): host = host.copy()
   return host.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 

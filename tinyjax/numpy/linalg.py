@@ -10,7 +10,7 @@ from typing import Any
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.lax._base import cast
+from tinyjax.lax._base import canonicalize_axis, cast
 from tinyjax.numpy import _elementwise as ew
 from tinyjax.numpy._creation import asarray
 from tinyjax.numpy._more import norm
@@ -122,9 +122,9 @@ def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any
   from tinyjax.numpy._shape import moveaxis, reshape
   array = asarray(x)
   axes = tuple(range(array.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
-  axes = tuple(a % array.ndim if array.ndim else a for a in axes)
+  axes = tuple(canonicalize_axis(a, array.ndim) for a in axes)
   kept = [d for i, d in enumerate(array.shape) if i not in axes]
-  flat = reshape(moveaxis(array, axes, tuple(range(-len(axes), 0))), (*kept, -1)) if axes else array
+  flat = reshape(moveaxis(array, axes, tuple(range(-len(axes), 0))), (*kept, -1))
   out = norm(flat, ord, axis=-1)
   if keepdims: out = reshape(out, tuple(1 if i in axes else d for i, d in enumerate(array.shape)))
   return out

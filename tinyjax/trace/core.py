@@ -221,6 +221,11 @@ class StagingTrace(Trace):
     return StagingTracer(UOp(Ops.PARAM, np.dtype(dtype), (), (index, tuple(shape))), weak_type, self)
 
 
+def is_key_dtype(dtype: Any) -> bool:
+  """Whether `dtype` is a typed random key's (`key<fry>`, random.KeyDtype: not a numpy dtype)."""
+  return getattr(dtype, "name", "").startswith("key<")
+
+
 class ShapedArray:
   """An abstract value: shape, dtype and weak type (what `typeof` returns; prints like JAX's, `float32[3]`), the mesh
   axes it varies over inside a shard_map (`vma`, printed `{V:i}`) and the NamedSharding it carries (`sharding`:
@@ -230,7 +235,7 @@ class ShapedArray:
   def __init__(self, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool = False, vma: frozenset = frozenset(),
                sharding: Any = None):
     # (a typed key array's dtype, `key<fry>`, is not a numpy dtype: it is kept as it is)
-    dtype = dtype if getattr(dtype, "name", "").startswith("key<") else np.dtype(dtype)
+    dtype = dtype if is_key_dtype(dtype) else np.dtype(dtype)
     self.shape, self.dtype, self.weak_type, self.vma = tuple(shape), dtype, bool(weak_type), frozenset(vma)
     self.sharding = sharding
 
@@ -260,7 +265,7 @@ class ShapedArray:
 
 def typeof(x: Any) -> ShapedArray:
   """The abstract value (shape, dtype, weak type) of an array, tracer or Python scalar."""
-  if str(getattr(x, "dtype", "")).startswith("key<"):  # a typed key array (random.PRNGKeyArray): `key<fry>[]`
+  if is_key_dtype(getattr(x, "dtype", None)):  # a typed key array (random.PRNGKeyArray): `key<fry>[]`
     return ShapedArray(x.shape, x.dtype)
   if not isinstance(x, Array):
     from tinyjax.lax._base import to_array
