@@ -1,7 +1,9 @@
-"""GPU figures, on a machine with an NVIDIA GPU (the CUDA driver): matmul TFLOP/s, softmax and layernorm GB/s, jit
-dispatch. With `--compare`, the same figures from JAX (and PyTorch) on the same GPU, when they are installed.
+"""GPU figures, on a machine with an NVIDIA GPU (the CUDA driver): matmul TFLOP/s, softmax, layernorm and column-sum
+GB/s, jit dispatch. With `--compare`, the same figures from JAX (and PyTorch) on the same GPU, when they are
+installed. `--platform=opencl` takes them on an OpenCL device instead (PoCL on a CPU: a check that the GPU path runs,
+not a speed figure).
 
-    python benchmarks/gpu.py [--compare]
+    python benchmarks/gpu.py [--compare] [--platform=opencl]
 """
 from __future__ import annotations
 
@@ -31,8 +33,9 @@ def report(name: str, ours: str, theirs: dict[str, str]) -> None:
 
 def main() -> None:
   compare = "--compare" in sys.argv
-  gpu = tj.devices("gpu")[0]
-  print(f"device: {gpu.device_kind} (compute capability {gpu.compute_capability}, PTX for {gpu.arch})")
+  platform = next((arg.split("=", 1)[1] for arg in sys.argv if arg.startswith("--platform=")), "gpu")
+  gpu = tj.devices(platform)[0]
+  print(f"device: {gpu.device_kind} ({getattr(gpu, 'compute_capability', '')} {gpu.arch})")
   sync = tj.block_until_ready
   others = {}
   if compare:
@@ -48,7 +51,7 @@ def main() -> None:
   rng = np.random.default_rng(0)
 
   for dtype, name in ((np.float32, "float32"), (tnp.bfloat16, "bfloat16")):
-    n = 4096
+    n = 4096 if platform == "gpu" else 512  # (PoCL's matmul without shared-memory tiles: minutes at 4096)
     a, b = (rng.standard_normal((n, n)).astype(np.float32).astype(dtype) for _ in range(2))
     x, y = tj.device_put(a, gpu), tj.device_put(b, gpu)
     matmul = tj.jit(lambda u, v: u @ v)
@@ -76,6 +79,18 @@ def main() -> None:
           jax.jit(lambda u: (u - u.mean(-1, keepdims=True)) / jjnp.sqrt(u.var(-1, keepdims=True) + 1e-5))
       theirs["jax"] = f"{2 * a.nbytes / timed(lambda: f(jx), lambda r: r.block_until_ready()) / 1e9:.0f}"
     report(f"{label} {rows}x{cols} GB/s", f"{2 * a.nbytes / seconds / 1e9:.0f}", theirs)
+
+  # a long reduction with few outputs: split into partial results (lower/split.py, GPU_SPLIT_MIN_CHUNK_WORK)
+  a = rng.standard_normal((1 << 17, 8)).astype(np.float32)  # (4 MB: the CPU-sized chunks would not split it)
+  x = tj.device_put(a, gpu)
+  column_sum = tj.jit(lambda u: u.sum(axis=0))
+  seconds = timed(lambda: column_sum(x), sync)
+  theirs = {}
+  if "jax" in others:
+    jax, _ = others["jax"]
+    jx, f = jax.device_put(a), jax.jit(lambda u: u.sum(axis=0))
+    theirs["jax"] = f"{a.nbytes / timed(lambda: f(jx), lambda r: r.block_until_ready()) / 1e9:.0f}"
+  report("column sum 131072x8 GB/s", f"{a.nbytes / seconds / 1e9:.1f}", theirs)
 
   small = tj.device_put(np.ones(16, np.float32), gpu)
   add = tj.jit(lambda u: u + 1)
