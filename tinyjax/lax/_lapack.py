@@ -1,0 +1,233 @@
+"""LAPACK on the host, for the linear algebra primitives of lax/linalg.py.
+
+Which LAPACK: the one numpy's own wheels ship (scipy-openblas, an ILP64 OpenBLAS with `scipy_`-prefixed, `64_`-suffixed
+Fortran symbols, in `numpy.libs` / `numpy/.dylibs`). It is already installed with numpy, it is what `numpy.linalg`
+itself runs, and its routines are OpenBLAS's tuned, threaded ones; a new dependency (scipy, ~40 MB) would bring the
+same library a second time. Where numpy was built against another LAPACK (Accelerate on recent macOS wheels, a
+distribution's build), the system's `liblapack` / `libopenblas` or Accelerate is used (LP64, plain `name_` symbols);
+`TINYJAX_LAPACK=/path/to/liblapack.so` names one explicitly.
+
+Each routine here takes C-ordered numpy arrays with any leading batch dimensions and loops over the matrices in
+Python (one ctypes call each, a few microseconds; the O(n^3) work is LAPACK's). Row-major matrices are the
+column-major transposes LAPACK sees: where a routine's meaning allows, the call is rephrased on the transpose instead
+of copying (a triangular solve flips side and triangle, an SVD swaps U and V^T); getrf and geqrf copy to column-major.
+Failures are values, as in JAX: a matrix that is not positive-definite gives a NaN factor, a singular one an LU with a
+zero pivot.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import glob
+import os
+from typing import Any
+
+import numpy as np
+
+_PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d"}
+
+
+class Lapack:
+  """One loaded LAPACK: `fn(name)` the Fortran routine `name` (e.g. 'sgetrf'), called with ctypes pointers."""
+
+  def __init__(self, library: ctypes.CDLL, path: str, mangle: str, int_type: Any):
+    self.library, self.path, self.mangle, self.int_type = library, path, mangle, int_type
+
+  def fn(self, name: str) -> Any:
+    return getattr(self.library, self.mangle.format(name))
+
+  def __repr__(self) -> str: return f"Lapack({self.path}, {self.mangle}, {ctypes.sizeof(self.int_type) * 8}-bit ints)"
+
+
+def _numpy_libraries() -> list[str]:
+  """The shared libraries numpy's wheel ships next to it (scipy-openblas among them)."""
+  root = os.path.dirname(os.path.abspath(np.__file__))
+  found = []
+  for folder in (os.path.join(root, ".dylibs"), os.path.join(os.path.dirname(root), "numpy.libs")):
+    found += sorted(glob.glob(os.path.join(folder, "*openblas*")))
+  return found
+
+
+def _system_libraries() -> list[str]:
+  names = [ctypes.util.find_library(name) for name in ("openblas", "lapack", "flexiblas")]
+  accelerate = "/System/Library/Frameworks/Accelerate.framework/Accelerate"
+  return [name for name in names if name] + ([accelerate] if os.path.exists(accelerate) else [])
+
+
+# (symbol pattern, integer type): numpy's ILP64 scipy-openblas, a plain ILP64 OpenBLAS, then the usual LP64 ABI
+_MANGLINGS = (("scipy_{}_64_", ctypes.c_int64), ("{}_64_", ctypes.c_int64), ("{}_", ctypes.c_int32))
+
+
+@functools.cache
+def lapack() -> Lapack:
+  """The LAPACK to call (see the module docstring for the search order); RuntimeError if there is none."""
+  explicit = os.environ.get("TINYJAX_LAPACK")
+  candidates = [explicit] if explicit else _numpy_libraries() + _system_libraries()
+  for path in candidates:
+    try: library = ctypes.CDLL(path)
+    except OSError: continue
+    for mangle, int_type in _MANGLINGS:
+      if hasattr(library, mangle.format("dgetrf")) and hasattr(library, mangle.format("dsyevd")):
+        return Lapack(library, path, mangle, int_type)
+  where = f"TINYJAX_LAPACK={explicit}" if explicit else "numpy's bundled OpenBLAS or a system liblapack"
+  raise RuntimeError(f"tinyjax.linalg needs LAPACK and found none in {where}: install numpy from a wheel (it ships "
+                     "OpenBLAS), or install liblapack and set TINYJAX_LAPACK=/path/to/liblapack.so")
+
+
+class _Call:
+  """Arguments by reference, as Fortran takes them: ints and chars made once, arrays by their data pointers."""
+
+  def __init__(self, dtype: np.dtype):
+    self.lib, self.dtype, self.prefix = lapack(), np.dtype(dtype), _PREFIX[np.dtype(dtype)]
+    self.info = self.lib.int_type(0)
+
+  def int(self, value: int) -> Any: return ctypes.byref(self.lib.int_type(value))
+  @staticmethod
+  def char(value: str) -> Any: return ctypes.byref(ctypes.c_char(value.encode()))
+  @staticmethod
+  def ptr(array: np.ndarray) -> Any: return array.ctypes.data_as(ctypes.c_void_p)
+
+  def __call__(self, name: str, *args: Any, chars: int = 0) -> int:
+    """Call `prefix + name` with `args` and the info pointer last (then the hidden lengths of `chars` string
+    arguments, gfortran's ABI); returns info."""
+    self.lib.fn(self.prefix + name)(*args, ctypes.byref(self.info), *([ctypes.c_size_t(1)] * chars))
+    return self.info.value
+
+  def workspace(self, name: str, *args: Any, chars: int = 0) -> int:
+    """The optimal workspace size of a routine called with lwork = -1 (`args` ends with the work pointer's place)."""
+    query = np.zeros(1, self.dtype)
+    self(name, *args, self.ptr(query), self.int(-1), chars=chars)
+    return max(1, int(query[0]))
+
+
+def _matrices(x: np.ndarray) -> np.ndarray:
+  """`x` as a C-contiguous (batch, m, n) stack (a copy: the routines overwrite it)."""
+  return np.array(x.reshape((-1, *x.shape[-2:])), order="C", copy=True)
+
+
+def potrf(a: np.ndarray) -> np.ndarray:
+  """Lower Cholesky factors of the lower triangles of symmetric matrices (..., n, n); NaN where not positive-definite.
+  Row-major a is LAPACK's a^T, whose upper triangle is a's lower: potrf('U') there leaves L^T column-major = L here."""
+  call, stack = _Call(a.dtype), _matrices(a)
+  n = a.shape[-1]
+  for matrix in stack:
+    if call("potrf", call.char("U"), call.int(n), call.ptr(matrix), call.int(max(1, n)), chars=1) != 0:
+      matrix[...] = np.nan
+  return np.tril(stack).reshape(a.shape)
+
+
+def getrf(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """LU with partial pivoting of (..., m, n): the packed factors (unit-lower L below the diagonal, U on and above) and
+  the 0-based row pivots (..., min(m, n)) int32. A singular matrix factors with a zero pivot (no error), as JAX."""
+  call = _Call(a.dtype)
+  m, n = a.shape[-2:]
+  k = min(m, n)
+  stack = a.reshape((-1, m, n))
+  factors = np.empty_like(stack)
+  pivots = np.zeros((stack.shape[0], k), call.lib.int_type)
+  for index in range(stack.shape[0]):
+    column_major = np.array(stack[index], order="F")
+    call("getrf", call.int(m), call.int(n), call.ptr(column_major), call.int(max(1, m)), call.ptr(pivots[index]))
+    factors[index] = column_major
+  return factors.reshape(a.shape), (pivots - 1).astype(np.int32).reshape((*a.shape[:-2], k))
+
+
+def trsm(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, transpose_a: bool,
+         unit_diagonal: bool) -> np.ndarray:
+  """x with op(a) x = b (left_side) or x op(a) = b, a triangular (..., k, k), b (..., m, n), batch dims equal.
+  On the column-major transposes that is x^T op(a)^T = b^T: the other side and the other triangle, same op."""
+  call = _Call(a.dtype)
+  m, n = b.shape[-2:]
+  out = _matrices(b)
+  triangles = a.reshape((-1, *a.shape[-2:]))
+  triangles = np.ascontiguousarray(triangles)
+  side, uplo = ("R" if left_side else "L"), ("U" if lower else "L")
+  trans, diag = ("T" if transpose_a else "N"), ("U" if unit_diagonal else "N")
+  one = np.ones(1, a.dtype)
+  k = a.shape[-1]
+  for index in range(out.shape[0]):
+    call.lib.fn(call.prefix + "trsm")(call.char(side), call.char(uplo), call.char(trans), call.char(diag),
+                                      call.int(n), call.int(m), call.ptr(one), call.ptr(triangles[index]),
+                                      call.int(max(1, k)), call.ptr(out[index]), call.int(max(1, n)),
+                                      *([ctypes.c_size_t(1)] * 4))
+  return out.reshape(b.shape)
+
+
+def syevd(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Eigenvalues (ascending) and eigenvectors (columns) of symmetric (..., n, n), from their lower triangles."""
+  call, stack = _Call(a.dtype), _matrices(a)
+  n = a.shape[-1]
+  values = np.zeros((stack.shape[0], n), a.dtype)
+  if n == 0: return values.reshape(a.shape[:-1]), stack.reshape(a.shape)
+  query, iquery = np.zeros(1, a.dtype), np.zeros(1, call.lib.int_type)
+  call("syevd", call.char("V"), call.char("U"), call.int(n), call.ptr(stack[0]), call.int(n), call.ptr(values[0]),
+       call.ptr(query), call.int(-1), call.ptr(iquery), call.int(-1), chars=2)
+  work, iwork = np.zeros(max(1, int(query[0])), a.dtype), np.zeros(max(1, int(iquery[0])), call.lib.int_type)
+  for index in range(stack.shape[0]):
+    if call("syevd", call.char("V"), call.char("U"), call.int(n), call.ptr(stack[index]), call.int(n),
+            call.ptr(values[index]), call.ptr(work), call.int(work.size), call.ptr(iwork), call.int(iwork.size),
+            chars=2) != 0:
+      values[index], stack[index] = np.nan, np.nan
+  # column-major eigenvectors read row-major are their transpose
+  return values.reshape(a.shape[:-1]), np.swapaxes(stack, -1, -2).reshape(a.shape)
+
+
+def gesdd(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tuple[np.ndarray, ...]:
+  """Singular values (descending) of (..., m, n), and with `compute_uv` U (..., m, m|k) and V^T (..., n|k, n).
+  LAPACK sees a^T (n x m) = U' S V'^T, so a = V' S U'^T: its V'^T read row-major is our U, its U' our V^T."""
+  call, stack = _Call(a.dtype), _matrices(a)
+  m, n = a.shape[-2:]
+  k, batch = min(m, n), stack.shape[0]
+  jobz = ("A" if full_matrices else "S") if compute_uv else "N"
+  rows_u, cols_vt = (m, n) if full_matrices else (k, k)
+  values = np.zeros((batch, k), a.dtype)
+  u = np.zeros((batch, m, rows_u), a.dtype) if compute_uv else np.zeros((batch, 1), a.dtype)
+  vt = np.zeros((batch, cols_vt, n), a.dtype) if compute_uv else np.zeros((batch, 1), a.dtype)
+  if k > 0:
+    iwork = np.zeros(8 * k, call.lib.int_type)
+    # LAPACK's U' is n x ucol (ld n), its V'^T is vrow x m (ld vrow): our vt[i] and u[i] in row-major
+    ld_u, ld_vt = (max(1, n), max(1, rows_u)) if compute_uv else (1, 1)
+
+    def run(index: int, work: np.ndarray, lwork: int) -> int:
+      return call("gesdd", call.char(jobz), call.int(n), call.int(m), call.ptr(stack[index]), call.int(max(1, n)),
+                  call.ptr(values[index]), call.ptr(vt[index]), call.int(ld_u), call.ptr(u[index]), call.int(ld_vt),
+                  call.ptr(work), call.int(lwork), call.ptr(iwork), chars=1)
+    query = np.zeros(1, a.dtype)
+    run(0, query, -1)
+    work = np.zeros(max(1, int(query[0])), a.dtype)
+    for index in range(batch):
+      if run(index, work, work.size) != 0: values[index], u[index], vt[index] = np.nan, np.nan, np.nan
+  values = values.reshape((*a.shape[:-2], k))
+  if not compute_uv: return (values,)
+  return values, u.reshape((*a.shape[:-2], m, rows_u)), vt.reshape((*a.shape[:-2], cols_vt, n))
+
+
+def geqrf_orgqr(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndarray, np.ndarray]:
+  """QR of (..., m, n) by Householder reflections: Q (..., m, m|k) with orthonormal columns, R (..., m|k, n) upper."""
+  call = _Call(a.dtype)
+  m, n = a.shape[-2:]
+  k = min(m, n)
+  columns = m if full_matrices else k
+  stack = a.reshape((-1, m, n))
+  q = np.zeros((stack.shape[0], m, columns), a.dtype)
+  r = np.zeros((stack.shape[0], columns, n), a.dtype)
+  tau = np.zeros(max(1, k), a.dtype)
+  for index in range(stack.shape[0]):
+    work_matrix = np.zeros((m, max(n, columns)), a.dtype, order="F")
+    work_matrix[:, :n] = stack[index]
+    if k > 0:
+      lwork = call.workspace("geqrf", call.int(m), call.int(n), call.ptr(work_matrix), call.int(max(1, m)),
+                             call.ptr(tau))
+      work = np.zeros(lwork, a.dtype)
+      call("geqrf", call.int(m), call.int(n), call.ptr(work_matrix), call.int(max(1, m)), call.ptr(tau),
+           call.ptr(work), call.int(lwork))
+    r[index] = np.triu(work_matrix[:columns, :n])
+    if columns == 0: continue
+    lwork = call.workspace("orgqr", call.int(m), call.int(columns), call.int(k), call.ptr(work_matrix),
+                           call.int(max(1, m)), call.ptr(tau))
+    work = np.zeros(lwork, a.dtype)
+    call("orgqr", call.int(m), call.int(columns), call.int(k), call.ptr(work_matrix), call.int(max(1, m)),
+         call.ptr(tau), call.ptr(work), call.int(lwork))
+    q[index] = work_matrix[:, :columns]
+  return q.reshape((*a.shape[:-2], m, columns)), r.reshape((*a.shape[:-2], columns, n))
