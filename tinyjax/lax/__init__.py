@@ -19,6 +19,7 @@ from tinyjax.lax._control_flow import cond, fori_loop, map, scan, switch, while_
 from tinyjax.lax._special import erf, erf_inv, erf_inv_p, erf_p, erfc, erfc_p
 from tinyjax.lax._cumulative import cummax, cummin, cumprod, cumsum
 from tinyjax.lax._sort import sort, sort_key_val, top_k
+from tinyjax.lax import linalg  # noqa: F401  (jax.lax.linalg: the LAPACK-backed primitives)
 from tinyjax.lax._slicing import (dynamic_index_in_dim, dynamic_slice, dynamic_slice_in_dim,
                                   dynamic_update_index_in_dim, dynamic_update_slice, dynamic_update_slice_in_dim)
 from tinyjax.lax._shape import (broadcast_in_dim, clamp, concatenate, expand_dims, full, full_like, iota, pad,

@@ -56,8 +56,9 @@ class HostCallback:
     return out
 
 
-def _impl(*args: Any, callback: HostCallback, vmap_method: str | None) -> list[Array]:
-  """Eagerly: call the function now. On a staging trace (jit, a loop body's lowering): a CALLBACK node."""
+def host_call(callback: HostCallback, *args: Any) -> list[Array]:
+  """Eagerly: call the function now. On a staging trace (jit, a loop body's lowering): a CALLBACK node. (Also how
+  primitives computed on the host, as lax.linalg's LAPACK calls, are lowered.)"""
   if not any(isinstance(arg, Tracer) for arg in args):
     return [Array.from_numpy(value) for value in callback.run([np.asarray(arg) for arg in args])]
   node = bind(Ops.CALLBACK, *args, arg=callback, dtype=BOOL)
@@ -65,7 +66,8 @@ def _impl(*args: Any, callback: HostCallback, vmap_method: str | None) -> list[A
           for index, (shape, dtype) in enumerate(callback.out_avals)]
 
 
-pure_callback_p = Primitive("pure_callback", _impl, multiple_results=True)
+pure_callback_p = Primitive("pure_callback", lambda *args, callback, vmap_method: host_call(callback, *args),
+                            multiple_results=True)
 
 
 def _jvp(primals, tangents, *, callback, vmap_method):
