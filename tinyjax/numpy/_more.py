@@ -199,8 +199,8 @@ def kron(a: Any, b: Any) -> Array:
 
 
 def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Array:  # noqa: A002
-  """Vector norms (ord None/2, 1, inf, -inf, 0, any p) over one axis, matrix norms ('fro', 1, -1, inf, -inf) over two
-  (None: the 2-norm of the flattened array, or 'fro' for matrices, as numpy)."""
+  """Vector norms (ord None/2, 1, inf, -inf, 0, any p) over one axis, matrix norms ('fro', 1, -1, inf, -inf; 'nuc',
+  2, -2 by the singular values) over two (None: the 2-norm of the flattened array, or 'fro' for matrices, as numpy)."""
   array = as_array(x, "norm")
   if not dtypes.is_floating(array.dtype): array = cast(array, dtypes.default_float_dtype(), False)
   if axis is None:
@@ -231,9 +231,15 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
     elif ord in (np.inf, -np.inf):
       sums = red.sum(magnitude, axis=col, keepdims=True)
       result = (red.max if ord == np.inf else red.min)(sums, axis=row, keepdims=True)
+    elif ord in (2, -2, "nuc"):
+      from tinyjax.lax.linalg import svd
+      from tinyjax.numpy._shape import moveaxis
+      values = svd(moveaxis(array, (row, col), (-2, -1)), compute_uv=False)
+      reduced = red.sum(values, axis=-1) if ord == "nuc" else (red.max if ord == 2 else red.min)(values, axis=-1)
+      if not keepdims: return reduced
+      return reshape_raw(reduced, tuple(1 if i in axes else d for i, d in enumerate(array.shape)))
     else:
-      raise NotImplementedError(f"matrix norm ord={ord!r} needs singular values (linalg.svd), which tinyjax does "
-                                "not have yet; 'fro', 1, -1, inf and -inf are supported")
+      raise ValueError(f"Invalid norm order {ord!r} for matrices: use 'fro', 'nuc', 1, -1, 2, -2, inf or -inf")
     return result if keepdims else reshape_raw(result, tuple(d for i, d in enumerate(array.shape) if i not in axes))
   raise ValueError(f"Improper number of axes for norm: {axes}")
 

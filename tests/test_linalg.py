@@ -1,0 +1,454 @@
+"""Linear algebra on LAPACK: tinyjax.lax.linalg's primitives, tinyjax.numpy.linalg and tinyjax.scipy.linalg.
+
+Values against numpy's float64 linalg (and identities: reconstructions, orthogonality, det(ab) = det(a) det(b),
+expm(a) expm(-a) = 1), gradients of every rule against central differences in float64, the transformations composed
+(jit(vmap(grad)), vmap(jit), grad(jit)), and JAX's behaviour on bad and singular input."""
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as jnp
+import tinyjax.scipy.linalg as jsl
+from tinyjax.lax import linalg as lax_linalg
+from tests.gradcheck import numeric_grad
+
+RNG = np.random.default_rng(20261127)
+
+
+def _random(*shape, dtype=np.float32):
+  return RNG.standard_normal(shape).astype(dtype)
+
+
+def _spd(*batch, n=4, dtype=np.float32):
+  a = RNG.standard_normal((*batch, n, n))
+  return (a @ np.swapaxes(a, -1, -2) + n * np.eye(n)).astype(dtype)
+
+
+def _symmetric(*batch, n=4, dtype=np.float32):
+  a = RNG.standard_normal((*batch, n, n))
+  return (a + np.swapaxes(a, -1, -2)).astype(dtype)
+
+
+@pytest.fixture
+def x64():
+  with tj.config.override("jax_enable_x64", True): yield
+
+
+def _check_grad(f, x, *, eps=1e-6, rtol=1e-6, atol=1e-7):
+  """grad of sum(f(x) * w) for a random w against central differences, in float64, eagerly and under jit."""
+  w = RNG.standard_normal(np.shape(np.asarray(f(jnp.asarray(x)))))
+  scalar = lambda v: jnp.sum(f(v) * w)  # noqa: E731
+  numeric = numeric_grad(lambda v: scalar(jnp.asarray(v)), np.asarray(x, np.float64), eps)
+  np.testing.assert_allclose(np.asarray(tj.grad(scalar)(jnp.asarray(x))), numeric, rtol=rtol, atol=atol)
+  np.testing.assert_allclose(np.asarray(tj.jit(tj.grad(scalar))(jnp.asarray(x))), numeric, rtol=rtol, atol=atol)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# values against numpy
+
+BATCHES = [(), (3,), (2, 3)]
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_square_functions_match_numpy(batch):
+  a = _random(*batch, 5, 5)
+  a64 = a.astype(np.float64)
+  b = _random(*batch, 5, 2)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.inv(a)), np.linalg.inv(a64), rtol=2e-4, atol=2e-4)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.det(a)), np.linalg.det(a64), rtol=2e-5, atol=1e-5)
+  sign, logdet = jnp.linalg.slogdet(a)
+  want_sign, want_logdet = np.linalg.slogdet(a64)
+  np.testing.assert_array_equal(np.asarray(sign), want_sign)
+  np.testing.assert_allclose(np.asarray(logdet), want_logdet, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.solve(a, b)), np.linalg.solve(a64, b), rtol=2e-4, atol=2e-4)
+  spd = _spd(*batch, n=5)
+  factor = np.asarray(jnp.linalg.cholesky(spd))
+  np.testing.assert_allclose(factor, np.linalg.cholesky(spd.astype(np.float64)), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.cholesky(spd, upper=True)), np.swapaxes(factor, -1, -2))
+  sym = _symmetric(*batch, n=5)
+  values, vectors = jnp.linalg.eigh(sym)
+  np.testing.assert_allclose(np.asarray(values), np.linalg.eigvalsh(sym.astype(np.float64)), rtol=1e-5, atol=1e-5)
+  v = np.asarray(vectors, np.float64)
+  np.testing.assert_allclose(v @ (np.asarray(values)[..., None] * np.swapaxes(v, -1, -2)), sym, atol=3e-5)
+  np.testing.assert_allclose(np.swapaxes(v, -1, -2) @ v, np.broadcast_to(np.eye(5), v.shape), atol=2e-6)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.eigvalsh(sym)), np.asarray(values))
+  np.testing.assert_allclose(np.asarray(jnp.linalg.cond(a)), np.linalg.cond(a64), rtol=1e-3)
+  for p in (1, -1, np.inf, "fro", -2):
+    np.testing.assert_allclose(np.asarray(jnp.linalg.cond(a, p)), np.linalg.cond(a64, p), rtol=1e-3)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.matrix_power(a, -3)), np.linalg.matrix_power(a64, -3),
+                             rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("shape", [(6, 4), (4, 6), (5, 5), (2, 6, 3), (2, 3, 6)])
+def test_rectangular_functions_match_numpy(shape):
+  a = _random(*shape)
+  a64 = a.astype(np.float64)
+  m, n = shape[-2:]
+  k = min(m, n)
+  for full in (True, False):
+    u, s, vh = jnp.linalg.svd(a, full_matrices=full)
+    want_u, want_s, want_vh = np.linalg.svd(a64, full_matrices=full)
+    assert u.shape == want_u.shape and vh.shape == want_vh.shape
+    np.testing.assert_allclose(np.asarray(s), want_s, rtol=1e-5, atol=1e-5)
+    u, vh = np.asarray(u, np.float64), np.asarray(vh, np.float64)
+    np.testing.assert_allclose((u[..., :, :k] * np.asarray(s)[..., None, :]) @ vh[..., :k, :], a64, atol=1e-5)
+    np.testing.assert_allclose(np.swapaxes(u, -1, -2) @ u, np.broadcast_to(np.eye(u.shape[-1]), u.shape[:-2] +
+                                                                           (u.shape[-1],) * 2), atol=2e-6)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.svdvals(a)), np.linalg.svd(a64, compute_uv=False), rtol=1e-5,
+                             atol=1e-5)
+  for mode in ("reduced", "complete"):
+    q, r = jnp.linalg.qr(a, mode=mode)
+    want_q, want_r = np.linalg.qr(a64, mode=mode)
+    assert q.shape == want_q.shape and r.shape == want_r.shape
+    q, r = np.asarray(q, np.float64), np.asarray(r, np.float64)
+    np.testing.assert_allclose(q @ r, a64, atol=1e-5)
+    np.testing.assert_array_equal(r, np.triu(r))
+    np.testing.assert_allclose(np.abs(r), np.abs(want_r), atol=1e-5)  # unique up to the signs of its rows
+  np.testing.assert_allclose(np.asarray(jnp.linalg.qr(a, mode="r")), np.asarray(jnp.linalg.qr(a).R))
+  np.testing.assert_allclose(np.asarray(jnp.linalg.pinv(a)), np.linalg.pinv(a64), rtol=1e-4, atol=1e-4)
+  np.testing.assert_array_equal(np.asarray(jnp.linalg.matrix_rank(a)), np.linalg.matrix_rank(a64))
+  for order in (2, -2, "nuc"):
+    np.testing.assert_allclose(np.asarray(jnp.linalg.norm(a, order, axis=(-2, -1))),
+                               np.linalg.norm(a64, order, axis=(-2, -1)), rtol=1e-5)
+
+
+def test_lstsq_matches_numpy():
+  for m, n in ((6, 3), (3, 6), (4, 4)):
+    a, b = _random(m, n), _random(m, 2)
+    x, residuals, rank, s = jnp.linalg.lstsq(a, b)
+    want = np.linalg.lstsq(a.astype(np.float64), b.astype(np.float64), rcond=None)
+    np.testing.assert_allclose(np.asarray(x), want[0], rtol=1e-4, atol=1e-4)
+    assert int(rank) == want[2] and rank.dtype == np.int32
+    np.testing.assert_allclose(np.asarray(s), want[3], rtol=1e-5)
+    if m > n: np.testing.assert_allclose(np.asarray(residuals), want[1], rtol=1e-3)
+    else: assert residuals.shape == (2,) and np.all(np.asarray(residuals) < 1e-8)  # JAX: always computed
+    assert jnp.linalg.lstsq(a, b, numpy_resid=True)[1].shape == want[1].shape
+  x, residuals, _, _ = jnp.linalg.lstsq(a, b[:, 0])
+  assert x.shape == (n,) and residuals.shape == (1,)
+  deficient = np.array([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]], np.float32)
+  x, _, rank, _ = jnp.linalg.lstsq(deficient, np.array([1.0, 2.0, 3.0], np.float32))
+  assert int(rank) == 1
+  np.testing.assert_allclose(np.asarray(x), np.linalg.pinv(deficient.astype(np.float64)) @ [1, 2, 3], rtol=1e-5)
+
+
+def test_other_functions_match_numpy():
+  chain = [_random(3), _random(3, 5), _random(5, 2), _random(2, 7), _random(7)]
+  np.testing.assert_allclose(np.asarray(jnp.linalg.multi_dot(chain)),
+                             np.linalg.multi_dot([c.astype(np.float64) for c in chain]), rtol=1e-4)
+  square = _random(6, 6).reshape(6, 2, 3)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.tensorinv(square, ind=1)),
+                             np.linalg.tensorinv(square.astype(np.float64), ind=1), rtol=1e-3, atol=1e-3)
+  a, b = _random(6, 2, 3), _random(6)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.tensorsolve(a, b)),
+                             np.linalg.tensorsolve(a.astype(np.float64), b.astype(np.float64)), rtol=1e-3, atol=1e-3)
+  batch_a, vector = _random(3, 4, 4), _random(4)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.solve(batch_a, vector)),
+                             np.linalg.solve(batch_a.astype(np.float64), vector.astype(np.float64)), rtol=1e-3)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.solve(batch_a, _random(2, 1, 4, 3))).shape, (2, 3, 4, 3))
+  integer = np.array([[2, 1], [1, 3]])
+  assert jnp.linalg.inv(integer).dtype == np.float32 and jnp.linalg.det(integer).dtype == np.float32
+  np.testing.assert_allclose(float(jnp.linalg.det(integer)), 5.0, rtol=1e-6)
+
+
+def test_float64_under_x64(x64):
+  a = _random(5, 5, dtype=np.float64)
+  assert jnp.linalg.inv(a).dtype == np.float64
+  np.testing.assert_allclose(np.asarray(jnp.linalg.inv(a)), np.linalg.inv(a), rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.svd(a, compute_uv=False)), np.linalg.svd(a, compute_uv=False),
+                             rtol=1e-13)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.eigvalsh(a + a.T)), np.linalg.eigvalsh(a + a.T), rtol=1e-12,
+                             atol=1e-12)
+
+
+def test_identities():
+  a, b = _random(4, 4).astype(np.float64) / 2, _random(4, 4).astype(np.float64) / 2
+  np.testing.assert_allclose(float(jnp.linalg.det(a @ b)), float(jnp.linalg.det(a)) * float(jnp.linalg.det(b)),
+                             rtol=1e-4)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.inv(a) @ a), np.eye(4), atol=1e-5)
+  np.testing.assert_allclose(np.asarray(jsl.expm(a) @ jsl.expm(-a)), np.eye(4), atol=1e-5)
+  p = np.asarray(jnp.linalg.pinv(_random(5, 3)), np.float64)  # Penrose: p a p = p
+  assert p.shape == (3, 5)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# gradients (float64, central differences)
+
+def _sign_fixed(vectors):
+  """Eigen/singular vectors with their first row made positive (they are unique only up to sign)."""
+  return vectors * jnp.sign(vectors[..., :1, :])
+
+
+def test_primitive_gradients(x64):
+  spd, sym = _spd(n=4, dtype=np.float64), _symmetric(n=4, dtype=np.float64)
+  _check_grad(lambda x: lax_linalg.cholesky(x), spd)
+  _check_grad(lambda x: lax_linalg.eigh(x)[1], sym)
+  _check_grad(lambda x: _sign_fixed(lax_linalg.eigh(x)[0]), sym)
+  for shape in ((4, 4), (5, 3), (3, 5)):
+    a = _random(*shape, dtype=np.float64)
+    _check_grad(lambda x: lax_linalg.lu(x)[0], a)
+    _check_grad(lambda x: lax_linalg.svd(x, compute_uv=False), a)
+    _check_grad(lambda x: _sign_fixed(lax_linalg.svd(x, full_matrices=False)[0]), a)
+    _check_grad(lambda x: lax_linalg.svd(x, full_matrices=False)[2] * jnp.sign(
+      lax_linalg.svd(x, full_matrices=False)[0][..., :1, :]).mT, a)
+    if shape[0] >= shape[1]:
+      _check_grad(lambda x: jnp.concatenate([part.ravel() for part in lax_linalg.qr(x, full_matrices=False)]), a)
+  triangle, rhs = np.tril(_random(4, 4, dtype=np.float64)) + 4 * np.eye(4), _random(4, 3, dtype=np.float64)
+  for left_side in (True, False):
+    for transpose_a in (True, False):
+      for unit in (True, False):
+        b = rhs if left_side else rhs.T
+        params = dict(left_side=left_side, lower=True, transpose_a=transpose_a, unit_diagonal=unit)
+        _check_grad(lambda x: lax_linalg.triangular_solve(x, b, **params), triangle)
+        _check_grad(lambda x: lax_linalg.triangular_solve(triangle, x, **params), b)
+
+
+def test_numpy_linalg_gradients(x64):
+  a, b = _random(4, 4, dtype=np.float64), _random(4, 2, dtype=np.float64)
+  _check_grad(jnp.linalg.inv, a)
+  _check_grad(jnp.linalg.det, a)
+  _check_grad(lambda x: jnp.linalg.slogdet(x).logabsdet, a)
+  _check_grad(lambda x: jnp.linalg.solve(x, b), a)
+  _check_grad(lambda x: jnp.linalg.solve(a, x), b)
+  _check_grad(lambda x: jnp.linalg.solve(a, x), b[:, 0])
+  _check_grad(jnp.linalg.pinv, _random(5, 3, dtype=np.float64))
+  _check_grad(jnp.linalg.pinv, _random(3, 5, dtype=np.float64))
+  _check_grad(lambda x: jnp.linalg.lstsq(x, b[:3].repeat(2, 0)[:5])[0], _random(5, 3, dtype=np.float64))
+  _check_grad(lambda x: jnp.linalg.norm(x, 2), a)
+  _check_grad(lambda x: jnp.linalg.norm(x, "nuc"), a)
+  _check_grad(lambda x: jnp.linalg.eigvalsh(x), _symmetric(n=4, dtype=np.float64))
+  _check_grad(lambda x: jnp.linalg.cholesky(x @ x.T + 4 * jnp.eye(4)), a)
+  _check_grad(lambda x: jnp.linalg.matrix_power(x, -2), a + 3 * np.eye(4), rtol=1e-5)
+
+
+def test_scipy_linalg_gradients(x64):
+  a, b = _random(4, 4, dtype=np.float64) / 2, _random(4, 2, dtype=np.float64)
+  _check_grad(jsl.expm, a, rtol=1e-5)
+  _check_grad(jsl.expm, 4 * a, rtol=1e-5, atol=1e-6)  # with squarings
+  _check_grad(lambda x: jsl.lu_solve(jsl.lu_factor(x), b), a)
+  _check_grad(lambda x: jsl.lu_solve(jsl.lu_factor(x), b, trans=1), a)
+  spd = _spd(n=4, dtype=np.float64)
+  _check_grad(lambda x: jsl.cho_solve(jsl.cho_factor(x, lower=True), b), spd)
+  _check_grad(lambda x: jsl.solve_triangular(x, b, lower=False, trans="T"), np.triu(a) + 3 * np.eye(4))
+  _check_grad(lambda x: jsl.lu(x)[2], a)
+
+
+def test_det_gradient_is_the_adjugate_also_when_singular(x64):
+  a = _random(4, 4, dtype=np.float64)
+  adjugate = np.linalg.det(a) * np.linalg.inv(a)
+  np.testing.assert_allclose(np.asarray(tj.grad(jnp.linalg.det)(a)), adjugate.T, rtol=1e-10)
+  singular = np.array([[1.0, 2.0], [2.0, 4.0]])  # rank 1 = n - 1: the gradient is the cofactor matrix
+  np.testing.assert_allclose(np.asarray(tj.grad(jnp.linalg.det)(singular)), [[4.0, -2.0], [-2.0, 1.0]])
+  rank_one_3 = np.outer([1.0, 2.0, 3.0], [1.0, -1.0, 2.0])  # rank 1 < n - 1: the adjugate is 0
+  np.testing.assert_allclose(np.asarray(tj.grad(jnp.linalg.det)(rank_one_3)), np.zeros((3, 3)), atol=1e-12)
+  rank_two = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0], [1.0, 1.0, 2.0]])
+  cofactors = np.array([[1.0, 1.0, -1.0], [1.0, 1.0, -1.0], [-1.0, -1.0, 1.0]])
+  np.testing.assert_allclose(np.asarray(tj.grad(jnp.linalg.det)(rank_two)), cofactors, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# transformations composed
+
+def test_vmap_jit_compositions():
+  a = _random(5, 4, 4)
+  b = _random(5, 4)
+  solve_each = tj.vmap(jnp.linalg.solve)
+  np.testing.assert_allclose(np.asarray(solve_each(a, b)), np.stack([np.linalg.solve(x, y) for x, y in
+                                                                     zip(a.astype(np.float64), b)]), rtol=1e-3)
+  np.testing.assert_allclose(np.asarray(tj.vmap(jnp.linalg.solve, in_axes=(None, 0))(a[0], b)),
+                             np.linalg.solve(a[0].astype(np.float64), b.T).T, rtol=1e-3, atol=1e-4)
+  grads = tj.jit(tj.vmap(tj.grad(jnp.linalg.det)))(a)
+  want = np.stack([np.linalg.det(x) * np.linalg.inv(x).T for x in a.astype(np.float64)])
+  np.testing.assert_allclose(np.asarray(grads), want, rtol=1e-3, atol=1e-4)
+  svals = tj.vmap(tj.jit(lambda x: jnp.linalg.svd(x, compute_uv=False)), in_axes=2)(_random(3, 4, 6))
+  assert svals.shape == (6, 3)
+  sym = _symmetric(5, n=4)
+  per_example = tj.vmap(tj.grad(lambda x: jnp.linalg.eigh(x).eigenvalues[-1]))(sym)
+  for got, matrix in zip(np.asarray(per_example), sym.astype(np.float64)):
+    top = np.linalg.eigh(matrix)[1][:, -1]
+    np.testing.assert_allclose(got, np.outer(top, top), atol=1e-4)
+  np.testing.assert_allclose(np.asarray(tj.grad(tj.jit(lambda x: jnp.linalg.slogdet(x)[1]))(a[0])),
+                             np.linalg.inv(a[0].astype(np.float64)).T, rtol=1e-3, atol=1e-4)
+  jacobian = tj.jacfwd(jnp.linalg.inv)(a[0])
+  inverse = np.linalg.inv(a[0].astype(np.float64))
+  np.testing.assert_allclose(np.asarray(jacobian), -np.einsum("ik,lj->ijkl", inverse, inverse), rtol=1e-3, atol=1e-3)
+  hessian = tj.hessian(lambda x: jnp.linalg.slogdet(x)[1])(a[0])  # d2 log|det| = -(a^-T)_il (a^-T)_kj
+  np.testing.assert_allclose(np.asarray(hessian), -np.einsum("li,jk->ijkl", inverse, inverse), rtol=1e-3, atol=1e-3)
+
+
+def test_jit_runs_lapack_as_a_host_step(capsys, monkeypatch):
+  from tinyjax.trace import callback
+  a = _random(3, 3)
+  f = tj.jit(lambda x: jnp.linalg.inv(x) * 2 + 1)
+  np.testing.assert_allclose(np.asarray(f(a)), np.linalg.inv(a.astype(np.float64)) * 2 + 1, rtol=1e-4)
+  monkeypatch.setattr(callback, "DEBUG", 1)  # DEBUG=1 names each LAPACK call with its time
+  np.testing.assert_allclose(np.asarray(f(a + 1)), np.linalg.inv(a.astype(np.float64) + 1) * 2 + 1, rtol=1e-4)
+  printed = capsys.readouterr().out
+  assert "host call lu" in printed and printed.count("host call triangular_solve") == 2
+  jaxpr = str(tj.make_jaxpr(jnp.linalg.inv)(a))
+  assert "callback=lu" in jaxpr and "callback=triangular_solve" in jaxpr
+
+
+def test_scan_over_solves():
+  a = _random(4, 4) + 4 * np.eye(4, dtype=np.float32)
+
+  def step(x, _):
+    x = jnp.linalg.solve(a, x)
+    return x / jnp.linalg.norm(x), jnp.linalg.norm(x)
+  x, norms = tj.lax.scan(step, jnp.ones(4), None, length=6)  # inverse iteration
+  want = np.ones(4)
+  for _ in range(6): want = np.linalg.solve(a.astype(np.float64), want); want /= np.linalg.norm(want)
+  np.testing.assert_allclose(np.asarray(x), want, rtol=1e-4, atol=1e-5)
+  assert norms.shape == (6,)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# scipy.linalg
+
+def test_scipy_linalg_matches_numpy():
+  a, b = _random(5, 5), _random(5, 2)
+  a64 = a.astype(np.float64)
+  for shape in ((5, 3), (3, 5), (4, 4)):
+    x = _random(*shape)
+    p, lower, upper = jsl.lu(x)
+    k = min(shape)
+    assert lower.shape == (shape[0], k) and upper.shape == (k, shape[1]) and p.shape == (shape[0],) * 2
+    np.testing.assert_allclose(np.asarray(p) @ np.asarray(lower) @ np.asarray(upper), x, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(lower), np.tril(np.asarray(lower)))
+    permuted_lower, upper_2 = jsl.lu(x, permute_l=True)
+    np.testing.assert_allclose(np.asarray(permuted_lower) @ np.asarray(upper_2), x, atol=1e-5)
+  factors = jsl.lu_factor(a)
+  np.testing.assert_allclose(np.asarray(jsl.lu_solve(factors, b)), np.linalg.solve(a64, b), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(np.asarray(jsl.lu_solve(factors, b[:, 0], trans=1)), np.linalg.solve(a64.T, b[:, 0]),
+                             rtol=1e-4, atol=1e-4)
+  permutation = lax_linalg.lu(a)[2]
+  np.testing.assert_array_equal(np.asarray(lax_linalg.lu_pivots_to_permutation(factors[1], 5)),
+                                np.asarray(permutation))
+  triangle = np.tril(_random(2, 5, 5)) + 5 * np.eye(5, dtype=np.float32)
+  for trans in (0, 1, "T"):
+    op = np.swapaxes(triangle, -1, -2) if trans else triangle
+    np.testing.assert_allclose(np.asarray(jsl.solve_triangular(triangle, np.stack([b, -b]), lower=True, trans=trans)),
+                               np.linalg.solve(op.astype(np.float64), np.stack([b, -b])), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(jsl.solve_triangular(triangle[0], b[:, 0], lower=True, trans=trans)),
+                               np.linalg.solve(op[0].astype(np.float64), b[:, 0]), rtol=1e-5, atol=1e-6)
+    vectors = jsl.solve_triangular(triangle, b.T, lower=True, trans=trans)  # b.ndim == a.ndim - 1: vectors (JAX)
+    np.testing.assert_allclose(np.asarray(vectors), np.linalg.solve(op.astype(np.float64), b.T[..., None])[..., 0],
+                               rtol=1e-5, atol=1e-6)
+  unit = jsl.solve_triangular(triangle[0], b, lower=True, unit_diagonal=True)
+  np.testing.assert_allclose(np.asarray(unit), np.linalg.solve(np.tril(triangle[0], -1) + np.eye(5), b), rtol=1e-5)
+  spd = _spd(n=5)
+  for lower in (True, False):
+    np.testing.assert_allclose(np.asarray(jsl.cho_solve(jsl.cho_factor(spd, lower=lower), b)),
+                               np.linalg.solve(spd.astype(np.float64), b), rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(jsl.solve(np.tril(spd) if lower else np.triu(spd), b, assume_a="pos",
+                                                    lower=lower)), np.linalg.solve(spd.astype(np.float64), b),
+                               rtol=1e-4)
+  np.testing.assert_allclose(np.asarray(jsl.cholesky(spd)), np.linalg.cholesky(spd.astype(np.float64)).T, rtol=1e-5,
+                             atol=1e-5)
+  np.testing.assert_allclose(np.asarray(jsl.det(a)), np.linalg.det(a64), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(jsl.inv(a)), np.linalg.inv(a64), rtol=1e-3, atol=1e-4)
+  np.testing.assert_allclose(np.asarray(jsl.solve(a, b)), np.linalg.solve(a64, b), rtol=1e-3, atol=1e-4)
+  sym = _symmetric(n=5)
+  np.testing.assert_allclose(np.asarray(jsl.eigh(sym, eigvals_only=True)), np.linalg.eigvalsh(sym.astype(np.float64)),
+                             rtol=1e-5, atol=1e-5)
+  assert [x.shape for x in jsl.qr(_random(5, 3))] == [(5, 5), (5, 3)]
+  assert [x.shape for x in jsl.qr(_random(5, 3), mode="economic")] == [(5, 3), (3, 3)]
+  assert [x.shape for x in jsl.qr(_random(5, 3), mode="r")] == [(5, 3)]
+  u, s, vh = jsl.svd(a)
+  np.testing.assert_allclose((np.asarray(u) * np.asarray(s)) @ np.asarray(vh), a, atol=1e-5)
+  blocks = jsl.block_diag(np.ones((2, 2)), 3.0, np.arange(3.0))
+  want = np.zeros((4, 6))
+  want[:2, :2], want[2, 2], want[3, 3:] = 1, 3, np.arange(3)
+  np.testing.assert_array_equal(np.asarray(blocks), want)
+
+
+def _expm_reference(a):
+  """exp(a) in float64 by its Taylor series on a / 2^s, squared back s times."""
+  squarings = max(0, int(np.ceil(np.log2(max(np.abs(a).sum(axis=0).max(), 1e-300)))) + 1)
+  scaled = a / 2.0 ** squarings
+  term, total = np.eye(len(a)), np.eye(len(a))
+  for k in range(1, 40):
+    term = term @ scaled / k
+    total = total + term
+  for _ in range(squarings): total = total @ total
+  return total
+
+
+@pytest.mark.parametrize("scale", [0.01, 1.0, 8.0, 40.0])
+def test_expm_matches_series(scale):
+  a = _random(5, 5).astype(np.float64) * scale / 5
+  np.testing.assert_allclose(np.asarray(jsl.expm(a.astype(np.float32))), _expm_reference(a), rtol=5e-4,
+                             atol=5e-5 * np.abs(_expm_reference(a)).max())
+  nilpotent = np.array([[0.0, 1.0, 2.0], [0.0, 0.0, 3.0], [0.0, 0.0, 0.0]], np.float32) * scale
+  exact = np.eye(3) + nilpotent + nilpotent @ nilpotent / 2
+  np.testing.assert_allclose(np.asarray(jsl.expm(nilpotent)), exact, rtol=1e-5, atol=1e-5)
+  batch = np.stack([a, -a]).astype(np.float32)
+  np.testing.assert_allclose(np.asarray(jsl.expm(batch)), np.stack([_expm_reference(a), _expm_reference(-a)]),
+                             rtol=5e-4, atol=5e-5 * np.abs(_expm_reference(a)).max())
+
+
+def test_expm_of_symmetric_is_exp_of_eigenvalues(x64):
+  sym = _symmetric(n=4, dtype=np.float64) / 2
+  w, v = np.linalg.eigh(sym)
+  np.testing.assert_allclose(np.asarray(tj.jit(jsl.expm)(sym)), (v * np.exp(w)) @ v.T, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# singular and bad input
+
+def test_singular_input_gives_values_not_exceptions():
+  singular = np.array([[1.0, 2.0], [2.0, 4.0]], np.float32)
+  inverse = np.asarray(jnp.linalg.inv(singular))
+  assert not np.all(np.isfinite(inverse))
+  assert float(jnp.linalg.det(singular)) == 0.0 and not np.signbit(float(jnp.linalg.det(singular)))
+  sign, logdet = jnp.linalg.slogdet(singular)
+  assert float(sign) == 0.0 and float(logdet) == -np.inf
+  assert np.isinf(float(jnp.linalg.cond(singular, 1)))
+  not_positive = np.array([[1.0, 2.0], [2.0, 1.0]], np.float32)
+  factor = np.asarray(jnp.linalg.cholesky(not_positive))  # JAX: NaN in the lower triangle
+  assert np.all(np.isnan(factor[np.tril_indices(2)])) and factor[0, 1] == 0
+  assert np.all(np.isnan(np.asarray(tj.jit(jnp.linalg.cholesky)(np.stack([not_positive] * 2)))[:, 1, 0]))
+  mixed = np.stack([_spd(n=2), not_positive])
+  out = np.asarray(jnp.linalg.cholesky(mixed))
+  assert np.all(np.isfinite(out[0])) and np.all(np.isnan(out[1][np.tril_indices(2)]))
+
+
+def test_bad_input_raises_jax_errors():
+  with pytest.raises(ValueError, match=r"shape \[\.\.\., n, n\], got \(2, 3\)"):
+    jnp.linalg.inv(np.ones((2, 3)))
+  with pytest.raises(ValueError, match="shape"):
+    jnp.linalg.det(np.ones(3))
+  with pytest.raises(ValueError, match="solve"):
+    jnp.linalg.solve(np.eye(3), np.ones(4))
+  with pytest.raises(ValueError, match="Invalid shapes for solve"):
+    jnp.linalg.solve(np.ones((2, 3, 3)), np.ones((2, 3)))
+  with pytest.raises(ValueError, match=r"cholesky must have shape \[\.\.\., n, n\], got \(2, 3\)"):
+    jnp.linalg.cholesky(np.ones((2, 3)))
+  with pytest.raises(ValueError, match=r"eigh must have shape \[\.\.\., n, n\]"):
+    jnp.linalg.eigh(np.ones((2, 3)))
+  with pytest.raises(TypeError, match="rank at least 2"):
+    jnp.linalg.svd(np.ones(3))
+  with pytest.raises(ValueError, match="mode"):
+    jnp.linalg.qr(np.ones((3, 3)), mode="economic")
+  with pytest.raises(NotImplementedError, match="float16"):
+    jnp.linalg.inv(np.eye(2, dtype=np.float16))
+  with pytest.raises(NotImplementedError, match="complex"):
+    jnp.linalg.eig(np.eye(2))
+  with pytest.raises(TypeError, match="floating-point"):
+    lax_linalg.cholesky(np.eye(2, dtype=np.int32))
+  with pytest.raises(ValueError, match="batch dimensions"):
+    lax_linalg.triangular_solve(np.eye(2, dtype=np.float32), np.ones((3, 2, 2), np.float32))
+  with pytest.raises(NotImplementedError, match="full matrices"):
+    tj.grad(lambda x: jnp.sum(jnp.linalg.svd(x)[0]))(np.eye(3, dtype=np.float32))
+  with pytest.raises(NotImplementedError, match="QR"):
+    tj.grad(lambda x: jnp.sum(jnp.linalg.qr(x)[1]))(np.ones((2, 3), np.float32))
+  with pytest.raises(ValueError, match="trans"):
+    jsl.solve_triangular(np.eye(2), np.ones(2), trans=3)
+  with pytest.raises(ValueError, match="must be square"):
+    jnp.linalg.cond(np.ones((2, 3)), 1)
+
+
+def test_lapack_library_is_named():
+  from tinyjax.lax import _lapack
+  library = _lapack.lapack()
+  assert "dgetrf" in library.mangle.format("dgetrf") and library.int_type in (_lapack.ctypes.c_int32,
+                                                                              _lapack.ctypes.c_int64)
