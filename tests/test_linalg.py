@@ -452,3 +452,35 @@ def test_lapack_library_is_named():
   library = _lapack.lapack()
   assert "dgetrf" in library.mangle.format("dgetrf") and library.int_type in (_lapack.ctypes.c_int32,
                                                                               _lapack.ctypes.c_int64)
+
+
+def test_batched_small_matrices_agree_with_lapack_per_matrix():
+  """Batches of small matrices take the vectorised path (lax/_lapack.py); each single matrix takes LAPACK's."""
+  from tinyjax.lax import _lapack
+  a = _random(6, 4, 4)
+  a[1] = [[1, 2, 3, 4], [2, 4, 6, 8], [0, 1, 0, 1], [1, 0, 0, 0]]  # singular: a zero pivot on the way
+  spd = _spd(6, n=4)
+  spd[2] = [[1, 2, 0, 0], [2, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]  # not positive-definite
+  assert _lapack._batched(a) and not _lapack._batched(a[0])
+  factors, pivots = _lapack.getrf(a)
+  for index in range(6):
+    single_factors, single_pivots = _lapack.getrf(a[index])
+    np.testing.assert_allclose(factors[index], single_factors, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(pivots[index], single_pivots)
+  chol = _lapack.potrf(spd)
+  for index in range(6):
+    np.testing.assert_allclose(chol[index], _lapack.potrf(spd[index]), rtol=1e-5, atol=1e-6)
+  triangle, rhs = np.tril(a) + 4 * np.eye(4, dtype=np.float32), _random(6, 4, 3)
+  for left_side in (True, False):
+    for transpose_a in (True, False):
+      b = rhs if left_side else np.ascontiguousarray(np.swapaxes(rhs, -1, -2))
+      params = dict(left_side=left_side, lower=True, transpose_a=transpose_a, unit_diagonal=False)
+      batch = _lapack.trsm(triangle, b, **params)
+      for index in range(6):
+        np.testing.assert_allclose(batch[index], _lapack.trsm(triangle[index], b[index], **params), rtol=1e-5)
+  values, _ = _lapack.syevd(spd)
+  np.testing.assert_allclose(values[0], _lapack.syevd(spd[0])[0], rtol=1e-5)
+  with_nan = a.copy()
+  with_nan[3, 0, 0] = np.nan  # numpy's gufunc raises for it: the per-matrix loop takes over, NaN for that one
+  s = _lapack.gesdd(with_nan, full_matrices=False, compute_uv=False)[0]
+  assert np.all(np.isnan(s[3])) and np.all(np.isfinite(s[[0, 1, 2, 4, 5]]))

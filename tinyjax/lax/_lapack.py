@@ -8,7 +8,9 @@ distribution's build), the system's `liblapack` / `libopenblas` or Accelerate is
 `TINYJAX_LAPACK=/path/to/liblapack.so` names one explicitly.
 
 Each routine here takes C-ordered numpy arrays with any leading batch dimensions and loops over the matrices in
-Python (one ctypes call each, a few microseconds; the O(n^3) work is LAPACK's). Row-major matrices are the
+Python (one ctypes call each, a few microseconds; the O(n^3) work is LAPACK's). For batches of small matrices
+(n <= SMALL_MATRIX), where those microseconds would dominate, the same algorithms run vectorised over the batch in
+numpy instead (see the section below). Row-major matrices are the
 column-major transposes LAPACK sees: where a routine's meaning allows, the call is rephrased on the transpose instead
 of copying (a triangular solve flips side and triangle, an SVD swaps U and V^T); getrf and geqrf copy to column-major.
 Failures are values, as in JAX: a matrix that is not positive-definite gives a NaN factor, a singular one an LU with a
@@ -106,7 +108,7 @@ def _matrices(x: np.ndarray) -> np.ndarray:
   return np.array(x.reshape((-1, *x.shape[-2:])), order="C", copy=True)
 
 
-def potrf(a: np.ndarray) -> np.ndarray:
+def _potrf_each(a: np.ndarray) -> np.ndarray:
   """Lower Cholesky factors of the lower triangles of symmetric matrices (..., n, n); NaN where not positive-definite.
   Row-major a is LAPACK's a^T, whose upper triangle is a's lower: potrf('U') there leaves L^T column-major = L here."""
   call, stack = _Call(a.dtype), _matrices(a)
@@ -117,7 +119,7 @@ def potrf(a: np.ndarray) -> np.ndarray:
   return np.tril(stack).reshape(a.shape)
 
 
-def getrf(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _getrf_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """LU with partial pivoting of (..., m, n): the packed factors (unit-lower L below the diagonal, U on and above) and
   the 0-based row pivots (..., min(m, n)) int32. A singular matrix factors with a zero pivot (no error), as JAX."""
   call = _Call(a.dtype)
@@ -133,7 +135,7 @@ def getrf(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   return factors.reshape(a.shape), (pivots - 1).astype(np.int32).reshape((*a.shape[:-2], k))
 
 
-def trsm(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, transpose_a: bool,
+def _trsm_each(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, transpose_a: bool,
          unit_diagonal: bool) -> np.ndarray:
   """x with op(a) x = b (left_side) or x op(a) = b, a triangular (..., k, k), b (..., m, n), batch dims equal.
   On the column-major transposes that is x^T op(a)^T = b^T: the other side and the other triangle, same op."""
@@ -154,7 +156,7 @@ def trsm(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, transpos
   return out.reshape(b.shape)
 
 
-def syevd(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _syevd_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Eigenvalues (ascending) and eigenvectors (columns) of symmetric (..., n, n), from their lower triangles."""
   call, stack = _Call(a.dtype), _matrices(a)
   n = a.shape[-1]
@@ -173,7 +175,7 @@ def syevd(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   return values.reshape(a.shape[:-1]), np.swapaxes(stack, -1, -2).reshape(a.shape)
 
 
-def gesdd(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tuple[np.ndarray, ...]:
+def _gesdd_each(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tuple[np.ndarray, ...]:
   """Singular values (descending) of (..., m, n), and with `compute_uv` U (..., m, m|k) and V^T (..., n|k, n).
   LAPACK sees a^T (n x m) = U' S V'^T, so a = V' S U'^T: its V'^T read row-major is our U, its U' our V^T."""
   call, stack = _Call(a.dtype), _matrices(a)
@@ -203,7 +205,7 @@ def gesdd(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tuple[np.n
   return values, u.reshape((*a.shape[:-2], m, rows_u)), vt.reshape((*a.shape[:-2], cols_vt, n))
 
 
-def geqrf_orgqr(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndarray, np.ndarray]:
+def _geqrf_orgqr_each(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndarray, np.ndarray]:
   """QR of (..., m, n) by Householder reflections: Q (..., m, m|k) with orthonormal columns, R (..., m|k, n) upper."""
   call = _Call(a.dtype)
   m, n = a.shape[-2:]
@@ -231,3 +233,130 @@ def geqrf_orgqr(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndarray, np.n
          call.ptr(tau), call.ptr(work), call.int(lwork))
     q[index] = work_matrix[:, :columns]
   return q.reshape((*a.shape[:-2], m, columns)), r.reshape((*a.shape[:-2], columns, n))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# batches of small matrices: one LAPACK call per matrix costs more in Python than its O(n^3) work, so these run the
+# same algorithms (partial pivoting as getf2, substitution, Cholesky-Banachiewicz) as n numpy steps over the whole
+# batch; eigh, svd and qr go to numpy.linalg's gufuncs, which loop over the batch in C (in float64: numpy's rule)
+
+SMALL_MATRIX = 16  # n at most this, and more than one matrix: the batched path (measured: benchmarks/run.py linalg)
+
+
+
+def _getrf_batched(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  m, n = a.shape[-2:]
+  k = min(m, n)
+  factors = _matrices(a)
+  index = np.arange(factors.shape[0])
+  pivots = np.zeros((factors.shape[0], k), np.int32)
+  for j in range(k):
+    pivot_rows = j + np.argmax(np.abs(factors[:, j:, j]), axis=1)
+    pivots[:, j] = pivot_rows
+    row = factors[index, j].copy()
+    factors[index, j] = factors[index, pivot_rows]
+    factors[index, pivot_rows] = row
+    pivot = factors[:, j, j]
+    nonzero = pivot != 0
+    factors[:, j + 1:, j] /= np.where(nonzero, pivot, 1)[:, None]
+    factors[:, j + 1:, j + 1:] -= factors[:, j + 1:, j, None] * factors[:, j, None, j + 1:]
+  return factors.reshape(a.shape), pivots.reshape((*a.shape[:-2], k))
+
+
+def _trsm_batched(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, transpose_a: bool,
+                 unit_diagonal: bool) -> np.ndarray:
+  k = a.shape[-1]
+  triangles = a.reshape((-1, k, k))
+  rhs = b.reshape((-1, *b.shape[-2:]))
+  # as a left-side solve M x = c: M = op(a), or op(a)^T with x, c transposed for the right side
+  matrix = np.swapaxes(triangles, -1, -2) if transpose_a != (not left_side) else triangles
+  is_lower = lower != (transpose_a != (not left_side))
+  if not left_side: rhs = np.swapaxes(rhs, -1, -2)
+  x = np.array(rhs, copy=True)
+  order = range(k) if is_lower else range(k - 1, -1, -1)
+  for i in order:
+    known = slice(0, i) if is_lower else slice(i + 1, k)
+    x[:, i, :] -= np.einsum("bj,bjc->bc", matrix[:, i, known], x[:, known, :])
+    if not unit_diagonal: x[:, i, :] /= matrix[:, i, i, None]
+  if not left_side: x = np.swapaxes(x, -1, -2)
+  return np.ascontiguousarray(x).reshape(b.shape)
+
+
+def _potrf_batched(a: np.ndarray) -> np.ndarray:
+  stack = a.reshape((-1, *a.shape[-2:]))
+  n = a.shape[-1]
+  factor = np.zeros_like(stack)
+  failed = np.zeros(stack.shape[0], bool)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    for j in range(n):
+      pivot = stack[:, j, j] - np.einsum("bk,bk->b", factor[:, j, :j], factor[:, j, :j])
+      failed |= ~(pivot > 0)
+      root = np.sqrt(np.where(pivot > 0, pivot, 1))
+      factor[:, j, j] = root
+      factor[:, j + 1:, j] = (stack[:, j + 1:, j] - np.einsum("bik,bk->bi", factor[:, j + 1:, :j],
+                                                                factor[:, j, :j])) / root[:, None]
+  factor[failed] = np.nan
+  return np.tril(factor).reshape(a.shape)
+
+
+def _per_matrix_on_failure(gufunc: Any, fallback: Any, a: np.ndarray) -> Any:
+  """numpy.linalg's batched `gufunc(a)`, cast back to a's dtype; where it raises (a matrix that did not converge),
+  the per-matrix LAPACK loop `fallback(a)`, which marks such matrices with NaN instead."""
+  try: results = gufunc(a)
+  except np.linalg.LinAlgError: return fallback(a)
+  return tuple(np.asarray(r, a.dtype) for r in results)
+
+
+def _syevd_batched(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  return _per_matrix_on_failure(lambda x: tuple(np.linalg.eigh(x, "L")), _syevd_each, a)
+
+
+def _gesdd_batched(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tuple[np.ndarray, ...]:
+  def gufunc(x):
+    if not compute_uv: return (np.linalg.svd(x, compute_uv=False),)
+    u, s, vt = np.linalg.svd(x, full_matrices=full_matrices)
+    return s, u, vt
+  return _per_matrix_on_failure(gufunc, lambda x: _gesdd_each(x, full_matrices=full_matrices, compute_uv=compute_uv), a)
+
+
+def _geqrf_orgqr_batched(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndarray, np.ndarray]:
+  return tuple(np.asarray(r, a.dtype) for r in np.linalg.qr(a, mode="complete" if full_matrices else "reduced"))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the routines lax/linalg.py calls: batches of small matrices vectorised, the rest one LAPACK call per matrix
+
+def _batched(a: np.ndarray) -> bool:
+  return a.size > 0 and int(np.prod(a.shape[:-2])) > 1 and max(a.shape[-2:]) <= SMALL_MATRIX
+
+
+def potrf(a: np.ndarray) -> np.ndarray:
+  """Lower Cholesky factors of the lower triangles of (..., n, n); NaN where not positive-definite."""
+  return _potrf_batched(a) if _batched(a) else _potrf_each(a)
+
+
+def getrf(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Packed LU factors of (..., m, n) and the 0-based row pivots (..., min(m, n)) int32."""
+  return _getrf_batched(a) if _batched(a) else _getrf_each(a)
+
+
+def trsm(a: np.ndarray, b: np.ndarray, **params: bool) -> np.ndarray:
+  """x with op(a) x = b (left_side) or x op(a) = b; params left_side, lower, transpose_a, unit_diagonal."""
+  return _trsm_batched(a, b, **params) if _batched(a) else _trsm_each(a, b, **params)
+
+
+def syevd(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Ascending eigenvalues and eigenvectors (columns) of symmetric (..., n, n), from their lower triangles."""
+  return _syevd_batched(a) if _batched(a) else _syevd_each(a)
+
+
+def gesdd(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tuple[np.ndarray, ...]:
+  """(s,) or (s, u, vt) of (..., m, n), s descending."""
+  if _batched(a): return _gesdd_batched(a, full_matrices=full_matrices, compute_uv=compute_uv)
+  return _gesdd_each(a, full_matrices=full_matrices, compute_uv=compute_uv)
+
+
+def geqrf_orgqr(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndarray, np.ndarray]:
+  """(q, r) of (..., m, n)."""
+  if _batched(a): return _geqrf_orgqr_batched(a, full_matrices=full_matrices)
+  return _geqrf_orgqr_each(a, full_matrices=full_matrices)

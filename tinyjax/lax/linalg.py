@@ -183,11 +183,15 @@ def cholesky(x: Any, *, symmetrize_input: bool = True) -> Array:
 
 def _permutation_of(pivots: np.ndarray, size: int) -> np.ndarray:
   """The row permutation that LAPACK's sequence of swaps (row i with row pivots[i]) applies."""
-  permutation = np.broadcast_to(np.arange(size, dtype=np.int32), (*pivots.shape[:-1], size)).copy()
-  flat, flat_pivots = permutation.reshape(-1, size), pivots.reshape(-1, pivots.shape[-1])
-  for row, swaps in zip(flat, flat_pivots):
-    for i, j in enumerate(swaps): row[i], row[j] = row[j], row[i]
-  return permutation
+  flat_pivots = pivots.reshape(-1, pivots.shape[-1])
+  permutation = np.tile(np.arange(size, dtype=np.int32), (flat_pivots.shape[0], 1))
+  matrices = np.arange(flat_pivots.shape[0])
+  for i in range(flat_pivots.shape[1]):  # swap i with pivots[i], in every matrix at once
+    targets = flat_pivots[:, i]
+    swapped = permutation[matrices, targets]
+    permutation[matrices, targets] = permutation[:, i]
+    permutation[:, i] = swapped
+  return permutation.reshape((*pivots.shape[:-1], size))
 
 
 def _lu_impl(x):
