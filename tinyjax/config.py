@@ -97,6 +97,28 @@ class Config:
     """Returns a copy of all options and their current values."""
     return dict(self._values)
 
+  def config_with_absl(self) -> None:
+    """As JAX's: define an absl command-line flag per option (`--jax_enable_x64`, ...), so that `absl.app.run`
+    sets the options from the command line. Needs absl-py."""
+    from absl import flags
+    for name, (types, _) in self._options.items():
+      if name in flags.FLAGS: continue
+      current = self._values[name]
+      if bool in types: flags.DEFINE_bool(name, current, f"tinyjax config option {name}")
+      elif int in types: flags.DEFINE_integer(name, current, f"tinyjax config option {name}")
+      else: flags.DEFINE_string(name, current, f"tinyjax config option {name}")
+      flags.register_validator(name, lambda value, name=name: self.update(name, value) is None)
+
+  def parse_flags_with_absl(self) -> None:
+    """As JAX's: set the options from the `--jax_*` flags of sys.argv now, without `absl.app.run`."""
+    import sys
+
+    from absl import flags
+    self.config_with_absl()
+    if not flags.FLAGS.is_parsed():
+      flags.FLAGS([sys.argv[0], *(arg for arg in sys.argv[1:] if arg.lstrip("-").split("=")[0] in self._options)],
+                  known_only=True)
+
 
 config = Config()
 
