@@ -12,7 +12,7 @@ import numpy as np
 
 from tinyjax.devices.buffer import DeletedBuffer
 from tinyjax.devices.device import host_buffer
-from tinyjax.uop import Ops, UOp
+from tinyjax.uop import MOVEMENT, Ops, UOp, toposort_of
 
 
 print_hooks: list = []  # functions giving an array's str() where a transformation prints it its own way, else None
@@ -184,14 +184,51 @@ def deleted_uop(shape: tuple[int, ...], dtype: np.dtype, device: Any = None) -> 
              DeletedBuffer(shape, dtype, device))
 
 
+def _is_view(node: UOp) -> bool:
+  """Whether `node` only rearranges a buffer or a constant (movement ops all the way down): cheap to recompute."""
+  while node.op in MOVEMENT: node = node.src[0]
+  return node.op in (Ops.BUFFER, Ops.CONST)
+
+
+def _reads_a_buffer(node: UOp) -> bool:
+  """Whether the computation of `node` reads some buffer (one made of constants alone may also be embedded in a jitted
+  program's graph, which must not change under it)."""
+  return any(n.op is Ops.BUFFER for n in node.toposort)
+
+
+def held_arrays(pending: list[Array]) -> list[Array]:
+  """The live arrays (other than `pending`) whose lazy values the computation of `pending` passes through: eager
+  operations record on each node the array they made (`held_by`). Computing them in the same schedule and keeping
+  them means a value the program holds on to is computed once, as JAX computes every operation once: without it, a
+  loop that updates state eagerly (an optimizer's moments, `m = 0.9 * m + g` each step) would recompute the state's
+  whole history at each step, from a graph that grows with the number of steps. Views of buffers and constants stay
+  lazy (they cost nothing to recompute and never grow)."""
+  targets = {id(a) for a in pending}
+  held = []
+  for node in toposort_of([a.uop for a in pending]):
+    reference = node.__dict__.get("held_by")
+    if reference is None or node.op is Ops.BUFFER: continue
+    array = reference()
+    if array is None or array.uop is not node or id(array) in targets or _is_view(node): continue
+    targets.add(id(array))
+    held.append(array)
+  return held
+
+
 def realize_arrays(arrays: list[Array]) -> None:
-  """Compute several lazy arrays in one schedule (shared work is done once) and keep their buffers."""
+  """Compute several lazy arrays in one schedule (shared work is done once) and keep their buffers. So are the
+  values on the way that other live arrays hold (`held_arrays`)."""
   pending = [a for a in arrays if a.uop.op is not Ops.BUFFER]
   if not pending: return
+  pending += held_arrays(pending)
   from tinyjax.lower.realize import realize  # lower/ sits beside array.py; imported late to keep start-up small
   buffers = realize([a.uop for a in pending])
   for array, buffer in zip(pending, buffers):
     if array._named is not None and buffer.device.platform == "cpu":  # computed from sharded arrays: laid out so
       from tinyjax.devices.buffer import shard
       buffer = shard(buffer, array._named)
-    array.uop = UOp(Ops.BUFFER, buffer.dtype, (), buffer)
+    node = array.uop
+    if buffer._node is None and node.__dict__.get("held_by") is not None and _reads_a_buffer(node):
+      node.become_buffer(buffer)  # (graphs built on the lazy node now read the result: see UOp.become_buffer)
+    else:
+      array.uop = UOp(Ops.BUFFER, buffer.dtype, (), buffer)

@@ -157,6 +157,17 @@ class UOp:
     buffer._node = weakref.ref(node)
     return node
 
+  def become_buffer(self, buffer: Any) -> None:
+    """Turn this lazy node, now computed into `buffer`, into that buffer's BUFFER node, in place: graphs built on it
+    before it was computed (`m2 = 0.9 * m` just before `m` was realised) then read the buffer, instead of computing
+    its history again and keeping that history alive. The hash-consing entry of the old computation goes (an equal
+    computation built later is a new node). Only for the array-level nodes of eager arrays (array.py)."""
+    key = (self.op, self.dtype, self.src, _arg_key(self.arg))
+    if UOp._cache.get(key) is self: del UOp._cache[key]
+    self.op, self.src, self.arg = Ops.BUFFER, (), buffer
+    for cached in ("toposort", "bounds"): self.__dict__.pop(cached, None)
+    buffer._node = weakref.ref(self)
+
   def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg))
   def __repr__(self) -> str: return pretty(self)
   def replace(self, **kwargs) -> UOp:

@@ -15,6 +15,8 @@ just runs the impl, which binds Ops into the same trace.
 """
 from __future__ import annotations
 
+import weakref
+
 import contextlib
 import contextvars
 from typing import Any, Callable, Iterator
@@ -163,7 +165,9 @@ class EvalTrace(Trace):
         raise UnexpectedTracerError(f"a {type(operand).__name__} reached the eager evaluator: a traced value was used "
                                     "outside the transformation that owns it")
       uops.append(operand.uop)
-    result = Array(UOp(op, dtype, tuple(uops), arg), weak_type)
+    node = UOp(op, dtype, tuple(uops), arg)
+    result = Array(node, weak_type)
+    node.__dict__["held_by"] = weakref.ref(result)  # (array.py realize_arrays: arrays the user holds are kept)
     if debug_nans[0] and not self.in_primitive and op in _CHECKED: check_nans(_jax_name(op, arg), result)
     return result
 
