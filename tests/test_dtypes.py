@@ -580,3 +580,23 @@ def test_config_x64_from_environment(monkeypatch, env, expected):
   assert Config().jax_enable_x64 is expected
   monkeypatch.delenv("JAX_ENABLE_X64")
   assert Config().jax_enable_x64 is False
+
+
+def test_config_with_absl_sets_options_from_the_command_line():
+  """JAX programs call `jax.config.config_with_absl()` before `absl.app.run(main)` (JAX's examples do)."""
+  import subprocess
+  import sys
+  import textwrap
+  program = textwrap.dedent("""
+    from absl import app
+    import tinyjax
+    tinyjax.config.config_with_absl()
+    def main(argv):
+      print(tinyjax.config.jax_enable_x64, tinyjax.config.jax_num_cpu_devices, tinyjax.numpy.ones(2).dtype)
+    app.run(main)
+  """)
+  run = lambda *flags: subprocess.run([sys.executable, "-c", program, *flags], capture_output=True, text=True,  # noqa: E731
+                                      timeout=120, env={**__import__("os").environ, "JAX_ENABLE_X64": "0"})
+  assert run().stdout.split() == ["False", "-1", "float32"]
+  assert run("--jax_enable_x64", "--jax_num_cpu_devices=3").stdout.split() == ["True", "3", "float64"]
+  assert "jax_num_cpu_devices" in run("--jax_num_cpu_devices=x").stderr
