@@ -364,10 +364,22 @@ def test_weak_type_helpers():
   assert dtypes.dtype_and_weak_type(FakeArray(np.int8, weak_type=True)) == (np.dtype(np.int8), True)
 
 
-@pytest.mark.parametrize("operands", [(1j,), (np.float32, 1j), (complex,), (np.complex64, np.float32)])
-def test_complex_is_type_error(operands):
-  with pytest.raises(TypeError, match="does not support dtype complex"):
-    dtypes.result_type(*operands)
+@pytest.mark.parametrize("operands,want,weak", [
+  ((1j,), np.complex64, True), ((np.float32, 1j), np.complex64, False), ((complex,), np.complex64, True),
+  ((np.complex64, np.float32), np.complex64, False), ((np.int32, 1j), np.complex64, True),
+  ((np.float16, 1j), np.complex64, False), ((1.0, 1j), np.complex64, True), ((np.bool_, 2j), np.complex64, True),
+])
+def test_complex_promotion(operands, want, weak):
+  """JAX's lattice: float* -> complex* -> c64 -> c128, f32 -> c64, f64 -> c128 (checked against JAX 0.10.2)."""
+  assert dtypes.result_type(*operands, return_weak_type_flag=True) == (np.dtype(want), weak)
+
+
+def test_complex_promotion_with_x64():
+  with config.override("jax_enable_x64", True):
+    assert dtypes.result_type(np.float64, np.complex64) == np.complex128
+    assert dtypes.result_type(1j) == np.complex128 and dtypes.result_type(np.float32, 1j) == np.complex64
+  assert dtypes.result_type(np.float64, np.complex64) == np.complex64  # canonicalised without x64
+  assert dtypes.promote_types(np.float64, np.complex64) == np.complex128
 
 
 def test_result_type_needs_arguments():
@@ -396,8 +408,8 @@ def test_module_names_are_supported_dtypes(name):
 
 
 @pytest.mark.parametrize("spec,shown", [
-  (np.complex64, "complex64"), ("complex128", "complex128"), (object, "object"), ("U5", "<U5"),
-  ("datetime64[s]", "datetime64[s]"), (np.array(["a"]), "<U1"), (complex, "complex"), (np.float128, "float128"),
+  (np.clongdouble, "complex256"), (object, "object"), ("U5", "<U5"),
+  ("datetime64[s]", "datetime64[s]"), (np.array(["a"]), "<U1"), (np.float128, "float128"),
 ])
 def test_unsupported_dtype_is_type_error(spec, shown):
   with pytest.raises(TypeError, match=r"tinyjax does not support dtype .*supported dtypes are bool, int8"):

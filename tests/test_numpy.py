@@ -495,7 +495,7 @@ def test_asarray_conversions():
   check(tnp.array([1, 2], ndmin=3), np.array([1, 2], ndmin=3), I32)
   x = tnp.asarray(np.arange(3.0))
   assert tnp.asarray(x) is x
-  for bad in (np.array([1 + 2j]), np.array(["a"]), np.array([object()], dtype=object), 1j):
+  for bad in (np.array([1 + 2j], np.clongdouble), np.array(["a"]), np.array([object()], dtype=object)):
     with pytest.raises(TypeError):
       tnp.asarray(bad)
 
@@ -692,10 +692,8 @@ def test_errors():
     tnp.ones((2, 3)).sum(axis=2)
   with pytest.raises(ValueError, match="out of bounds"):
     tnp.moveaxis(tnp.ones(2), 1, 0)
-  with pytest.raises(TypeError, match="complex"):
-    tnp.asarray(np.ones(2, np.complex64))
-  with pytest.raises(TypeError):
-    tnp.zeros(3, dtype=np.complex64)
+  with pytest.raises(TypeError, match="complex256"):
+    tnp.asarray(np.ones(2, np.clongdouble))
   with pytest.raises(ValueError):
     tnp.squeeze(tnp.ones((2, 3)), axis=0)
   with pytest.raises(ValueError):

@@ -30,19 +30,20 @@ bool_ = np.bool_
 int8, int16, int32, int64 = np.int8, np.int16, np.int32, np.int64
 uint8, uint16, uint32, uint64 = np.uint8, np.uint16, np.uint32, np.uint64
 float16, float32, float64 = np.float16, np.float32, np.float64
+complex64, complex128 = np.complex64, np.complex128
 bfloat16 = ml_dtypes.bfloat16
 float8_e4m3fn = ml_dtypes.float8_e4m3fn
 
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(scalar_type) for scalar_type in (
   bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
-  float16, bfloat16, float32, float64, float8_e4m3fn))
+  float16, bfloat16, float32, float64, float8_e4m3fn, complex64, complex128))
 _SUPPORTED_SET = frozenset(SUPPORTED_DTYPES)
 # Floating dtypes numpy does not know as floating (their kind is 'V').
 _CUSTOM_FLOATS = frozenset({np.dtype(bfloat16), np.dtype(float8_e4m3fn)})
 _FLOAT8 = frozenset({np.dtype(float8_e4m3fn)})
 
 _TO_32BIT = {np.dtype(int64): np.dtype(int32), np.dtype(uint64): np.dtype(uint32),
-             np.dtype(float64): np.dtype(float32)}
+             np.dtype(float64): np.dtype(float32), np.dtype(complex128): np.dtype(complex64)}
 
 
 class TypePromotionError(ValueError):
@@ -71,6 +72,11 @@ def default_float_dtype() -> np.dtype:
   return np.dtype(float64) if config.jax_enable_x64 else np.dtype(float32)
 
 
+def default_complex_dtype() -> np.dtype:
+  """complex64, or complex128 when jax_enable_x64 is on."""
+  return np.dtype(complex128) if config.jax_enable_x64 else np.dtype(complex64)
+
+
 def canonicalize_dtype(dt: Any) -> np.dtype:
   """The dtype an array of dtype `dt` really gets: 64-bit types become 32-bit ones unless x64 is on."""
   normal = dtype(dt)
@@ -80,16 +86,16 @@ def canonicalize_dtype(dt: Any) -> np.dtype:
 def _default_for_kind(dt: np.dtype) -> np.dtype:
   if dt in _CUSTOM_FLOATS or dt.kind == "f":
     return default_float_dtype()
+  if dt.kind == "c":
+    return default_complex_dtype()
   return {"b": np.dtype(bool_), "i": default_int_dtype(), "u": default_uint_dtype()}[dt.kind]
 
 
 # ---------------------------------------------------------------- normalising anything to np.dtype
 
 def python_scalar_dtype(x: Any) -> np.dtype:
-  """Dtype of a Python scalar (or scalar type) under the current x64 setting: bool, int32/64, float32/64.
-
-  Python complex is not supported (TypeError).
-  """
+  """Dtype of a Python scalar (or scalar type) under the current x64 setting: bool, int32/64, float32/64,
+  complex64/128."""
   typ = x if isinstance(x, type) else type(x)
   if typ is bool:
     return np.dtype(bool_)
@@ -98,8 +104,8 @@ def python_scalar_dtype(x: Any) -> np.dtype:
   if typ is float:
     return default_float_dtype()
   if typ is complex:
-    raise _unsupported("complex (Python complex scalars)")
-  raise TypeError(f"{x!r} is not a Python scalar (bool, int or float)")
+    return default_complex_dtype()
+  raise TypeError(f"{x!r} is not a Python scalar (bool, int, float or complex)")
 
 
 _PYTHON_SCALAR_TYPES = (bool, int, float, complex)
@@ -117,9 +123,9 @@ def dtype(x: Any) -> np.dtype:
   """Normalises a dtype-like to a supported `np.dtype`.
 
   Accepts np.dtype, strings ('float32', 'bfloat16'), numpy/ml_dtypes scalar types, Python types and scalars
-  (bool, int -> default int dtype, float -> default float dtype) and anything with a `.dtype` (arrays).
-  64-bit dtypes are returned as they are (see `canonicalize_dtype`). Raises TypeError for dtypes tinyjax
-  does not support (complex, object, strings, datetimes, ...).
+  (bool, int -> default int dtype, float -> default float dtype, complex -> default complex dtype) and anything
+  with a `.dtype` (arrays). 64-bit dtypes are returned as they are (see `canonicalize_dtype`). Raises TypeError for
+  dtypes tinyjax does not support (complex256, object, strings, datetimes, ...).
   """
   if x is None:
     raise ValueError("Invalid argument to dtype: None.")
@@ -185,6 +191,16 @@ def is_floating(dt: Any) -> bool:
   return issubdtype(dt, np.floating)
 
 
+def is_complex(dt: Any) -> bool:
+  """True for complex64 and complex128."""
+  return issubdtype(dt, np.complexfloating)
+
+
+def is_inexact(dt: Any) -> bool:
+  """True for the floating and complex dtypes."""
+  return is_floating(dt) or is_complex(dt)
+
+
 def is_integer(dt: Any) -> bool:
   """True for signed and unsigned integer dtypes (not bool)."""
   return issubdtype(dt, np.integer)
@@ -201,8 +217,11 @@ def is_bool(dt: Any) -> bool:
 
 
 def finfo(dt: Any) -> ml_dtypes.finfo:
-  """Machine limits of a floating dtype (bfloat16 and float8 included): eps, max, min, tiny, bits, ..."""
-  return ml_dtypes.finfo(dtype(dt))
+  """Machine limits of a floating dtype (bfloat16 and float8 included; a complex dtype's are its parts'): eps, max,
+  min, tiny, bits, ..."""
+  normal = dtype(dt)
+  if normal.kind == "c": normal = np.dtype(float32) if normal == np.dtype(complex64) else np.dtype(float64)
+  return ml_dtypes.finfo(normal)
 
 
 def iinfo(dt: Any) -> ml_dtypes.iinfo:
@@ -212,12 +231,12 @@ def iinfo(dt: Any) -> ml_dtypes.iinfo:
 
 # ---------------------------------------------------------------- the promotion lattice
 
-# Nodes are dtype names, plus the weak nodes of Python int and float.
-_WEAK_INT, _WEAK_FLOAT = "int*", "float*"
+# Nodes are dtype names, plus the weak nodes of Python int, float and complex.
+_WEAK_INT, _WEAK_FLOAT, _WEAK_COMPLEX = "int*", "float*", "complex*"
 
 
 def _lattice(x64: bool) -> dict[str, list[str]]:
-  """Each node and the nodes immediately above it (jax._src.dtypes._type_promotion_lattice, minus complex)."""
+  """Each node and the nodes immediately above it (jax._src.dtypes._type_promotion_lattice)."""
   return {
     "bool": [_WEAK_INT],
     _WEAK_INT: ["uint8", "int8"],
@@ -230,12 +249,15 @@ def _lattice(x64: bool) -> dict[str, list[str]]:
     "int16": ["int32"],
     "int32": ["int64"],
     "int64": [_WEAK_FLOAT],
-    _WEAK_FLOAT: ["float8_e4m3fn", "bfloat16", "float16"],
+    _WEAK_FLOAT: ["float8_e4m3fn", "bfloat16", "float16", _WEAK_COMPLEX],
     "float8_e4m3fn": [],  # float8 promotes with nothing but weak types and itself.
     "bfloat16": ["float32"],
     "float16": ["float32"],
-    "float32": ["float64"],
-    "float64": [],
+    "float32": ["float64", "complex64"],
+    "float64": ["complex128"],
+    _WEAK_COMPLEX: ["complex64"],
+    "complex64": ["complex128"],
+    "complex128": [],
   }
 
 
@@ -273,7 +295,7 @@ def _least_upper_bound(x64: bool, nodes: frozenset[str]) -> str:
 
 
 _NODE_DTYPES = {supported.name: supported for supported in SUPPORTED_DTYPES}
-_NODE_DTYPES.update({_WEAK_INT: np.dtype(int64), _WEAK_FLOAT: np.dtype(float64)})
+_NODE_DTYPES.update({_WEAK_INT: np.dtype(int64), _WEAK_FLOAT: np.dtype(float64), _WEAK_COMPLEX: np.dtype(complex128)})
 
 
 def _node_dtype(node: str) -> np.dtype:
@@ -285,6 +307,8 @@ def _promotion_node(x: Any) -> str:
     return _WEAK_INT
   if x is float:
     return _WEAK_FLOAT
+  if x is complex:
+    return _WEAK_COMPLEX
   if x is bool:
     return "bool"
   return dtype(x).name
@@ -328,6 +352,8 @@ def _weak_node(dt: np.dtype) -> str:
     return "bool"
   if dt.kind in "iu":
     return _WEAK_INT
+  if dt.kind == "c":
+    return _WEAK_COMPLEX
   return _WEAK_FLOAT
 
 
@@ -363,7 +389,7 @@ def _result_type_key(args: tuple) -> tuple | None:
   explicitly may warn, so they always take the full path)."""
   key: list[Any] = [config.jax_enable_x64]
   for arg in args:
-    if type(arg) in (bool, int, float): key.append(type(arg))
+    if type(arg) in (bool, int, float, complex): key.append(type(arg))
     elif isinstance(getattr(arg, "dtype", None), np.dtype) and not isinstance(arg, (np.ndarray, np.generic)):
       key.append((arg.dtype, bool(getattr(arg, "weak_type", False))))
     else: return None
@@ -385,7 +411,7 @@ def _result_type(args: tuple) -> tuple[np.dtype, bool]:
     else:
       nodes = frozenset(_weak_node(dt) if weak else dt.name for dt, weak in zip(dtypes, weak_types))
       node = _least_upper_bound(x64, nodes)
-      out_weak = node in (_WEAK_INT, _WEAK_FLOAT)
+      out_weak = node in (_WEAK_INT, _WEAK_FLOAT, _WEAK_COMPLEX)
     out_dtype = canonicalize_dtype(_node_dtype(node))
   out_weak = out_weak and out_dtype != np.dtype(bool_)
   if out_weak:

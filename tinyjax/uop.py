@@ -29,12 +29,14 @@ class Ops(Enum):
   TRUNC = auto()      # round toward zero, float -> same float dtype
   CAST = auto()       # value conversion to self.dtype
   BITCAST = auto()    # reinterpret the bits as self.dtype (same itemsize)
+  REAL = auto(); IMAG = auto()  # noqa: E702  (a complex value's parts, as self.dtype; lowered by lower/complex.py)
   # binary elementwise. FDIV: float division. IDIV / MOD: integer division truncating toward zero and its remainder
   # (C and lax.div / lax.rem semantics; by zero: IDIV -> -1, MOD -> the dividend, as XLA). MAX propagates NaN.
   ADD = auto(); MUL = auto(); MAX = auto(); FDIV = auto(); IDIV = auto(); MOD = auto()  # noqa: E702
   CMPLT = auto(); CMPNE = auto()  # noqa: E702
   AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto()  # noqa: E702
   POW = auto()
+  COMPLEX = auto()    # the complex number with real part src[0] and imaginary part src[1] (lower/complex.py)
   # ternary
   WHERE = auto()
   # reduction over axes, keeping them as size 1: arg = (Ops.ADD | Ops.MAX | Ops.MUL, axes tuple). Its dtype is its
@@ -113,9 +115,10 @@ class WhileArg(NamedTuple):
   n_carry: int
 
 
-UNARY = {Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC, Ops.CAST, Ops.BITCAST}
+UNARY = {Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC, Ops.CAST, Ops.BITCAST, Ops.REAL,
+         Ops.IMAG}
 BINARY = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR,
-          Ops.SHL, Ops.SHR, Ops.POW}
+          Ops.SHL, Ops.SHR, Ops.POW, Ops.COMPLEX}
 ELEMENTWISE = UNARY | BINARY | {Ops.WHERE}
 MOVEMENT = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
 COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
@@ -126,6 +129,7 @@ BOOL = np.dtype(np.bool_)
 def _arg_key(arg: Any) -> Any:
   """Hash-consing key of an arg: floats by their bits, so -0.0 and 0.0 differ and nan equals nan."""
   if isinstance(arg, float): return ("float", arg.hex())
+  if isinstance(arg, complex): return ("complex", arg.real.hex(), arg.imag.hex())
   if isinstance(arg, np.generic): return ("np", arg.dtype.str, arg.tobytes())
   return arg
 
@@ -191,6 +195,7 @@ class UOp:
     dtype = np.dtype(dtype)
     if dtype == BOOL: value = bool(value)
     elif dtype.kind in "iu": value = int(value)
+    elif dtype.kind == "c": value = complex(value)
     else: value = float(value)
     return UOp(Ops.CONST, dtype, (), value)
 

@@ -133,6 +133,22 @@ def shard(buffer: Buffer, sharding) -> ShardedBuffer:
   return out
 
 
+def reinterpret(buffer: Buffer, shape: tuple[int, ...], dtype: np.dtype) -> Buffer:
+  """A CPU buffer's memory seen as another shape and dtype of the same size (no copy): a complex array computed as
+  interleaved float pairs (lower/complex.py). It shares the block as `shard` does."""
+  if not isinstance(buffer, Buffer):
+    raise NotImplementedError("complex arrays on GPU devices are not supported by tinyjax yet; compute them on the CPU")
+  if buffer._raw is None and buffer._host is None: buffer.allocate()
+  out = object.__new__(Buffer)
+  out.shape, out.dtype, out.device, out.committed = tuple(shape), np.dtype(dtype), buffer.device, buffer.committed
+  out.nbytes = buffer.nbytes
+  assert math.prod(out.shape) * out.dtype.itemsize == out.nbytes, (buffer, shape, dtype)
+  host = buffer._host
+  out._raw, out._address, out._node = buffer._raw, buffer._address, None
+  out._host = None if host is None else host.reshape(-1).view(out.dtype).reshape(out.shape)
+  return out
+
+
 def is_exclusive(buffer: Buffer) -> bool:
   """Whether `buffer` is the only way to its memory: no numpy view of it was handed out (`numpy()`, `np.asarray` of
   an Array) and it was not made over someone else's host array. (A donated buffer is written over only then.)"""

@@ -15,7 +15,7 @@ from tinyjax.array import Array
 from tinyjax.trace.core import bind
 from tinyjax.uop import Ops
 
-PYTHON_SCALARS = (bool, int, float)
+PYTHON_SCALARS = (bool, int, float, complex)
 BOOL = np.dtype(np.bool_)
 FLOAT32 = np.dtype(np.float32)
 FLOAT64 = np.dtype(np.float64)
@@ -28,7 +28,7 @@ def is_array(x: Any) -> bool:
 
 
 def is_python_scalar(x: Any) -> bool:
-  """True for Python bool, int and float values (numpy scalars are not Python scalars)."""
+  """True for Python bool, int, float and complex values (numpy scalars are not Python scalars)."""
   return type(x) in PYTHON_SCALARS
 
 
@@ -57,11 +57,13 @@ def check_int_range(value: int, dtype: np.dtype) -> None:
     raise OverflowError(f"Python int {value} too large to convert to {dtype.name}")
 
 
-def scalar_value(value: Any, dtype: np.dtype) -> bool | int | float:
+def scalar_value(value: Any, dtype: np.dtype) -> bool | int | float | complex:
   """`value` converted to `dtype` as JAX's convert_element_type does, as a Python value for a CONST node: floats
   round once; a float becomes an int as XLA converts (truncated, NaN is 0, out of range saturates); an int wraps
   into a narrower int dtype (`full(2, 300, int8)` is 44)."""
   if dtype == BOOL: return bool(value)
+  if dtype.kind == "c": return complex(np.asarray(value).astype(dtype).item())
+  if isinstance(value, complex): value = value.real  # (a complex value converted to a real dtype: its real part)
   if dtype.kind in "iu":
     info = np.iinfo(dtype)
     if isinstance(value, float):
@@ -85,7 +87,7 @@ def host_to_array(value: Any, dtype: Any = None, weak_type: bool | None = None) 
   Without `dtype`: Python scalars get the default dtypes and are weakly typed; numpy data keeps its dtype,
   canonicalised (float64 -> float32 unless x64, silently, as JAX); lists take the JAX result type of their leaves.
   With `dtype`: the values are converted to it (a 64-bit request without x64 warns and gives the 32-bit type).
-  Unsupported dtypes (complex, object, strings) raise TypeError.
+  Unsupported dtypes (object, strings) raise TypeError.
   """
   target = None if dtype is None else dtypes.check_user_dtype_supported(dtype, "asarray")
   if is_python_scalar(value):
@@ -95,7 +97,6 @@ def host_to_array(value: Any, dtype: Any = None, weak_type: bool | None = None) 
     return Array.from_numpy(np.asarray(value, dtype=out_dtype), bool(weak_type))  # OverflowError as numpy's
   if isinstance(value, (list, tuple)):
     leaves = _leaves(value)
-    if any(isinstance(leaf, complex) for leaf in leaves): raise TypeError("tinyjax does not support complex values")
     if target is None:
       target = dtypes.result_type(*leaves) if leaves else dtypes.default_float_dtype()
     host = np.asarray(value, dtype=target)  # a Python int out of the dtype's range is an OverflowError, as JAX
@@ -103,7 +104,7 @@ def host_to_array(value: Any, dtype: Any = None, weak_type: bool | None = None) 
     if not isinstance(value, (np.ndarray, np.generic)):
       raise TypeError(f"cannot convert {type(value).__name__} to a tinyjax Array")
     host = value
-    dtypes.dtype(host.dtype)  # TypeError for complex, object, strings, ...
+    dtypes.dtype(host.dtype)  # TypeError for object, strings, ...
     if target is None: target = dtypes.canonicalize_dtype(host.dtype)
   if host.dtype.kind in "OUSVc" and host.dtype not in dtypes.SUPPORTED_DTYPES:
     raise TypeError(f"tinyjax does not support dtype {host.dtype}")
@@ -124,7 +125,6 @@ def to_array(x: Any) -> Array:
   if is_array(x): return x
   if is_python_scalar(x): return python_scalar(x, dtypes.python_scalar_dtype(x), type(x) is not bool)
   if isinstance(x, (np.ndarray, np.generic)): return host_to_array(x)
-  if isinstance(x, complex): raise TypeError("tinyjax does not support complex values")
   raise TypeError(f"expected an array or a scalar, got {type(x).__name__}: use tinyjax.numpy.asarray for lists")
 
 

@@ -23,6 +23,8 @@ from tinyjax.numpy._elementwise import (abs, absolute, add, arccos, arccosh, arc
                                         positive, power, rad2deg, radians, reciprocal, remainder, right_shift, rint,
                                         round, sign, signbit, sin, sinh, sqrt, square, subtract, tan, tanh,
                                         true_divide, trunc, where)
+from tinyjax.numpy._elementwise import (angle, conj, conjugate, imag, iscomplex, iscomplexobj, isreal, isrealobj,
+                                        real)
 from tinyjax.numpy._indexing import take, take_along_axis
 from tinyjax.numpy._einsum import convolve, correlate, einsum
 from tinyjax.numpy._more import (allclose, append, argpartition, array_equal, array_split, cross, delete, diag,
@@ -57,10 +59,15 @@ int8, int16, int32, int64 = (_SCALAR_TYPES[name] for name in ("int8", "int16", "
 uint8, uint16, uint32, uint64 = (_SCALAR_TYPES[name] for name in ("uint8", "uint16", "uint32", "uint64"))
 float16, bfloat16, float32, float64 = (_SCALAR_TYPES[name] for name in ("float16", "bfloat16", "float32", "float64"))
 float8_e4m3fn = _SCALAR_TYPES["float8_e4m3fn"]
+complex64, complex128 = _SCALAR_TYPES["complex64"], _SCALAR_TYPES["complex128"]
+complex_ = complex128  # (numpy's name for the double-precision complex type, as jax.numpy.complex_)
+complexfloating = _np.complexfloating
 
 _array_methods.attach()
 
 __all__ = [
+  "angle", "complex128", "complex64", "complex_", "complexfloating", "conj", "conjugate", "imag", "iscomplex",
+  "iscomplexobj", "isreal", "isrealobj", "real",
   "__array_api_version__", "__array_namespace_info__", "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh",
   "bitwise_invert", "bitwise_left_shift", "bitwise_right_shift", "bool", "can_cast", "concat", "from_dlpack", "isdtype",
   "permute_dims", "pow", "unique_all", "unique_counts", "unique_inverse", "unique_values", "unstack", "vecdot",

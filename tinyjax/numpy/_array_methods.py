@@ -107,10 +107,13 @@ def attach() -> None:
     "var": _reductions.var, "std": _reductions.std, "argmax": _reductions.argmax, "argmin": _reductions.argmin,
     "any": _reductions.any, "all": _reductions.all, "clip": ew.clip, "round": ew.round, "squeeze": _shape.squeeze,
     "flatten": _shape.ravel, "ravel": _shape.ravel, "swapaxes": _shape.swapaxes, "dot": _linalg.dot,
+    "conj": ew.conjugate, "conjugate": ew.conjugate,
   }
   for name, fn in methods.items(): setattr(Array, name, fn)
   Array.T = property(lambda self: _shape.transpose(self), doc="The array with its axes reversed.")
   Array.mT = property(_shape.matrix_transpose, doc="The array with its last two axes swapped.")
+  Array.real = property(ew.real, doc="The real part (the array itself if it is not complex).")
+  Array.imag = property(ew.imag, doc="The imaginary part (zeros if the array is not complex).")
   Array.__array_namespace__ = _array_namespace
   Array.to_device = _to_device
   Array.__dlpack__, Array.__dlpack_device__ = _dlpack, _dlpack_device

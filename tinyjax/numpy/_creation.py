@@ -128,7 +128,6 @@ def _static_number(value: Any, name: str) -> int | float:
   if is_array(value):
     raise TypeError(f"{name}: arguments must be concrete Python or numpy scalars here, got an Array")
   if isinstance(value, (np.ndarray, np.generic)): value = value.item()
-  if isinstance(value, complex): raise TypeError(f"{name}: complex values are not supported")
   return value
 
 
@@ -273,4 +272,4 @@ class ScalarType:
 
 SCALAR_TYPES = {name: ScalarType(getattr(dtypes, name)) for name in (
   "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
-  "float32", "float64", "float8_e4m3fn")}
+  "float32", "float64", "float8_e4m3fn", "complex64", "complex128")}

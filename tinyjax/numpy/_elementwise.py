@@ -27,7 +27,6 @@ from tinyjax.uop import Ops
 def _operand(x: Any, name: str) -> Any:
   if is_array(x) or is_python_scalar(x): return x
   if isinstance(x, (np.ndarray, np.generic)): return host_to_array(x)
-  if isinstance(x, complex): raise TypeError(f"{name}: tinyjax does not support complex values")
   raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(x).__name__} (lists and tuples must be "
                   "converted with tinyjax.numpy.asarray first)")
 
@@ -97,7 +96,9 @@ def _unary(name: str, fn: Callable[[Array], Array], doc: str, inexact: bool = Fa
 
 def _check_kind(name: str, dtype: np.dtype, kinds: str) -> None:
   kind = "f" if dtypes.is_floating(dtype) else dtype.kind
-  if kind not in kinds: raise TypeError(f"{name} does not support dtype {dtype.name}")
+  if kind not in kinds:
+    if kind == "c": raise NotImplementedError(f"{name} of complex numbers is not supported by tinyjax yet")
+    raise TypeError(f"{name} does not support dtype {dtype.name}")
 
 
 def _is_float(x: Array) -> bool: return dtypes.is_floating(x.dtype)
@@ -277,10 +278,11 @@ def _bitwise_not(a: Array) -> Array:
   return ew._not(a)
 
 
-add = _binary("add", _add, "Elementwise x1 + x2 (bools: logical or), with promotion and broadcasting.")
-subtract = _binary("subtract", _subtract, "Elementwise x1 - x2, with promotion and broadcasting.")
-multiply = _binary("multiply", _multiply, "Elementwise x1 * x2 (bools: logical and).")
-divide = _binary("divide", _true_divide, "Elementwise x1 / x2 in floating point (ints -> default float).", True)
+add = _binary("add", _add, "Elementwise x1 + x2 (bools: logical or), with promotion and broadcasting.", kinds="fiubc")
+subtract = _binary("subtract", _subtract, "Elementwise x1 - x2, with promotion and broadcasting.", kinds="fiubc")
+multiply = _binary("multiply", _multiply, "Elementwise x1 * x2 (bools: logical and).", kinds="fiubc")
+divide = _binary("divide", _true_divide, "Elementwise x1 / x2 in floating point (ints -> default float).", True,
+                 kinds="fiubc")
 true_divide = divide
 floor_divide = _binary("floor_divide", _floor_divide, "Elementwise floor(x1 / x2) with numpy's sign rules (bools "
                        "count as ints).", numeric=True)
@@ -306,18 +308,19 @@ logaddexp = _binary("logaddexp", _logaddexp_p.bind, "Elementwise log(exp(x1) + e
 logaddexp2 = _binary("logaddexp2", _logaddexp2_p.bind, "Elementwise log2(2**x1 + 2**x2), without overflow.", True,
                      "f")
 
-negative = _unary("negative", _negative, "Elementwise -x.")
-positive = _unary("positive", lambda a: a, "Elementwise +x (the input, promoted).")
-absolute = _unary("absolute", lambda a: a if a.dtype == BOOL else ew.abs_p.bind(a), "Elementwise |x|.")
+negative = _unary("negative", _negative, "Elementwise -x.", kinds="fiubc")
+positive = _unary("positive", lambda a: a, "Elementwise +x (the input, promoted).", kinds="fiubc")
+absolute = _unary("absolute", lambda a: a if a.dtype == BOOL else ew.abs(a), "Elementwise |x| (a complex x's modulus).",
+                   kinds="fiubc")
 abs = absolute  # noqa: A001
 fabs = _unary("fabs", ew.abs_p.bind, "Elementwise |x| in floating point (ints -> default float).", True)
 sign = _unary("sign", ew.sign_p.bind, "Elementwise sign: -1, 0, 1 (NaN for NaN); not for bools.", kinds="fiu")
 reciprocal = _unary("reciprocal", lambda a: ew._unary(Ops.RECIP, a), "Elementwise 1 / x (ints -> default float).",
-                    True)
-square = _unary("square", ew.square_p.bind, "Elementwise x * x (bools count as ints).", numeric=True)
-sqrt = _unary("sqrt", ew.sqrt_p.bind, "Elementwise square root (ints -> default float).", True)
+                    True, kinds="fiubc")
+square = _unary("square", ew.square_p.bind, "Elementwise x * x (bools count as ints).", numeric=True, kinds="fiubc")
+sqrt = _unary("sqrt", ew.sqrt_p.bind, "Elementwise square root (ints -> default float).", True, kinds="fiubc")
 cbrt = _unary("cbrt", ew.cbrt_p.bind, "Elementwise real cube root.", True)
-exp = _unary("exp", ew.exp_p.bind, "Elementwise e**x.", True)
+exp = _unary("exp", ew.exp_p.bind, "Elementwise e**x.", True, kinds="fiubc")
 exp2 = _unary("exp2", ew.exp2_p.bind, "Elementwise 2**x.", True)
 expm1 = _unary("expm1", ew.expm1_p.bind, "Elementwise e**x - 1, accurate for small x.", True)
 log = _unary("log", ew.log_p.bind, "Elementwise natural logarithm.", True)
@@ -326,8 +329,8 @@ log2 = _unary("log2", _float_only(lambda a: ew._unary(Ops.LOG2, a)), "Elementwis
 log10 = _unary("log10", _float_only(lambda a: ew._mul(ew._unary(Ops.LOG2, a), like(a, math.log10(2)))),
                "Elementwise base-10 logarithm.", True, weak_if=_never_weak)
 log1p = _unary("log1p", ew.log1p_p.bind, "Elementwise log(1 + x), accurate for small x.", True)
-sin = _unary("sin", ew.sin_p.bind, "Elementwise sine.", True)
-cos = _unary("cos", ew.cos_p.bind, "Elementwise cosine.", True)
+sin = _unary("sin", ew.sin_p.bind, "Elementwise sine.", True, kinds="fiubc")
+cos = _unary("cos", ew.cos_p.bind, "Elementwise cosine.", True, kinds="fiubc")
 tan = _unary("tan", ew.tan_p.bind, "Elementwise tangent.", True)
 arcsin = _unary("arcsin", ew.asin_p.bind, "Elementwise inverse sine.", True)
 arccos = _unary("arccos", ew.acos_p.bind, "Elementwise inverse cosine.", True)
@@ -352,8 +355,9 @@ isnan = _unary("isnan", _isnan, "Elementwise test for NaN (bool).")
 isinf = _unary("isinf", _isinf, "Elementwise test for +-inf (bool).")
 isfinite = _unary("isfinite", _isfinite, "Elementwise test for finite values (bool).")
 
-equal = _binary("equal", ew._eq, "Elementwise x1 == x2 (bool).")
-not_equal = _binary("not_equal", lambda a, b: ew._compare(Ops.CMPNE, a, b), "Elementwise x1 != x2 (bool).")
+equal = _binary("equal", ew._eq, "Elementwise x1 == x2 (bool).", kinds="fiubc")
+not_equal = _binary("not_equal", lambda a, b: ew._compare(Ops.CMPNE, a, b), "Elementwise x1 != x2 (bool).",
+                    kinds="fiubc")
 less = _binary("less", ew._lt, "Elementwise x1 < x2 (bool).")
 less_equal = _binary("less_equal", ew._le, "Elementwise x1 <= x2 (bool).")
 greater = _binary("greater", lambda a, b: ew._lt(b, a), "Elementwise x1 > x2 (bool).")
@@ -450,3 +454,56 @@ def swap_last(x: Array) -> Array:
   """x with its last two axes swapped (the matrix transpose of a batch)."""
   from tinyjax.lax._shape import permute_raw
   return permute_raw(x, (*range(x.ndim - 2), x.ndim - 1, x.ndim - 2))
+
+
+# ---------------------------------------------------------------------------------------------- complex numbers
+
+def real(val: Any, /) -> Array:
+  """The real part (a float array; a real input is returned as it is)."""
+  (a,) = promote("real", val)
+  return ew._real(a)
+
+
+def imag(val: Any, /) -> Array:
+  """The imaginary part (a float array; zeros for a real input)."""
+  (a,) = promote("imag", val)
+  return ew._imag(a)
+
+
+def conjugate(x: Any, /) -> Array:
+  """The complex conjugate (a real input is returned as it is)."""
+  (a,) = promote("conjugate", x)
+  return ew._conj(a)
+
+
+conj = conjugate
+
+
+def angle(z: Any, deg: bool = False) -> Array:
+  """The argument of each complex number, atan2(imag, real), in radians (degrees with `deg`); of a real number, 0 or
+  pi (ints -> default float)."""
+  (a,) = promote("angle", z, inexact=True)
+  result = ew.atan2_p.bind(ew._imag(a), ew._real(a))
+  return ew._mul(result, like(result, 180 / math.pi)) if deg else result
+
+
+def iscomplexobj(x: Any) -> bool:
+  """Whether `x`'s dtype is complex (whatever its values)."""
+  return dtypes.is_complex(dtypes.result_type(x) if not hasattr(x, "dtype") else np.dtype(x.dtype))
+
+
+def isrealobj(x: Any) -> bool:
+  """Whether `x`'s dtype is not complex."""
+  return not iscomplexobj(x)
+
+
+def iscomplex(x: Any) -> Array:
+  """Elementwise: a non-zero imaginary part (bool)."""
+  (a,) = promote("iscomplex", x)
+  if not dtypes.is_complex(a.dtype): return like(a, False, BOOL)
+  return ew._compare(Ops.CMPNE, ew._imag(a), like(ew._imag(a), 0))
+
+
+def isreal(x: Any) -> Array:
+  """Elementwise: a zero imaginary part (bool)."""
+  return logical_not(iscomplex(x))

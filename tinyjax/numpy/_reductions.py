@@ -121,7 +121,7 @@ def mean(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepdim
   count = _selected_count(x, where, axes, keepdims)
   if not isinstance(count, int):
     return cast(ew._fdiv(total, cast(count, total.dtype, False)), out_dtype, weak_type=False)
-  result = ew._fdiv(total, like(total, count)) if dtypes.is_floating(compute) else \
+  result = ew._fdiv(total, like(total, count)) if dtypes.is_inexact(compute) else \
     ew._binary(Ops.IDIV, total, like(total, builtins.max(count, 1)))
   return cast(result, out_dtype, weak_type=False)
 

@@ -65,7 +65,7 @@ def cos(x: Any) -> Any:
   return add(full_like(x, 1.0), neg(mul(full_like(x, 2.0), mul(half_sin, half_sin))))
 
 
-def is_float(x: Any) -> bool: return dtypes.is_floating(x.dtype)
+def is_float(x: Any) -> bool: return dtypes.is_inexact(x.dtype)  # (complex values carry tangents too)
 
 
 def sum_tangents(*tangents: Any) -> Any:
@@ -211,7 +211,7 @@ def _linear_rule(op: Ops) -> Callable:
   return rule
 
 
-for _op in (*MOVEMENT, Ops.CONTIGUOUS, Ops.NEG, Ops.ADD):
+for _op in (*MOVEMENT, Ops.CONTIGUOUS, Ops.NEG, Ops.ADD, Ops.REAL, Ops.IMAG, Ops.COMPLEX):
   jvp_rules[_op] = _linear_rule(_op)
 
 
@@ -328,6 +328,11 @@ transpose_rules.update({
   Ops.SHRINK: lambda ct, node, known: (bind(Ops.PAD, ct, arg=tuple(
     (start, dim - end) for (start, end), dim in zip(node.arg, node.src[0].shape))),),
   Ops.FLIP: lambda ct, node, known: (bind(Ops.FLIP, ct, arg=node.arg),),
+  # complex parts, with JAX's transposes (real: ct + 0i; imag: 0 - ct i; complex(x, y): (re ct, -im ct))
+  Ops.REAL: lambda ct, node, known: (bind(Ops.COMPLEX, ct, zeros_like(ct), dtype=node.src[0].dtype),),
+  Ops.IMAG: lambda ct, node, known: (bind(Ops.COMPLEX, zeros_like(ct), neg(ct), dtype=node.src[0].dtype),),
+  Ops.COMPLEX: lambda ct, node, known: (bind(Ops.REAL, ct, dtype=node.src[0].dtype),
+                                        neg(bind(Ops.IMAG, ct, dtype=node.src[1].dtype))),
 })
 
 
@@ -556,9 +561,11 @@ def _argnums_tuple(argnums: int | Sequence[int]) -> tuple[int, ...]:
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
-                   allow_int: bool = False) -> Callable:
+                   holomorphic: bool = False, allow_int: bool = False) -> Callable:
   """`(fun(*args), gradient of fun at args)` with respect to the arguments `argnums` (an int or a tuple).
-  fun must return a scalar (with `has_aux`, a pair `(scalar, aux)`)."""
+  fun must return a real scalar (with `has_aux`, a pair `(scalar, aux)`); of complex arguments the gradient is JAX's
+  (the conjugate of df/dz for a real f: grad(|z|^2) = 2 conj(z)). `holomorphic=True`: complex arguments and a complex
+  output, the gradient df/dz."""
   check_callable(fun)
   positions = _argnums_tuple(argnums)
 
@@ -570,7 +577,9 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     diff_args = [args[p] for p in positions]
     for leaf in tree_util.tree_leaves(diff_args):
       dtype = _to_array(leaf).dtype
-      if not dtypes.is_floating(dtype) and not allow_int:
+      if holomorphic and not dtypes.is_complex(dtype):
+        raise TypeError(f"grad with holomorphic=True requires inputs with complex dtype, but got {dtype.name}.")
+      if not dtypes.is_inexact(dtype) and not allow_int:
         raise TypeError(f"grad requires real- or complex-valued inputs (input dtype that is a sub-dtype of "
                         f"np.inexact), but got {dtype.name}. If you want to use Boolean- or integer-valued inputs, "
                         "use vjp or set allow_int to True.")
@@ -586,18 +595,23 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     if value_array is None or value_array.shape != ():
       shape = value_array.shape if value_array is not None else type(value).__name__
       raise TypeError(f"Gradient only defined for scalar-output functions. Output had shape: {shape}.")
-    if not dtypes.is_floating(value_array.dtype):
-      raise TypeError(f"grad requires real-valued outputs (output dtype that is a sub-dtype of np.floating), but got "
+    if holomorphic and not dtypes.is_complex(value_array.dtype):
+      raise TypeError(f"grad with holomorphic=True requires outputs with complex dtype, but got "
                       f"{value_array.dtype.name}.")
+    if not holomorphic and not dtypes.is_floating(value_array.dtype):
+      raise TypeError(f"grad requires real-valued outputs (output dtype that is a sub-dtype of np.floating), but got "
+                      f"{value_array.dtype.name}. For holomorphic differentiation, pass holomorphic=True.")
     grads = vjp_fn(full_like(value_array, 1.0))
     grads = grads[0] if isinstance(argnums, int) else tuple(grads)
     return ((value, aux), grads) if has_aux else (value, grads)
   return value_and_grad_f
 
 
-def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False, allow_int: bool = False) -> Callable:
-  """The gradient of scalar-valued `fun` with respect to the arguments `argnums`; with `has_aux`, `(grad, aux)`."""
-  value_and_grad_f = value_and_grad(fun, argnums, has_aux, allow_int)
+def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False, holomorphic: bool = False,
+         allow_int: bool = False) -> Callable:
+  """The gradient of scalar-valued `fun` with respect to the arguments `argnums`; with `has_aux`, `(grad, aux)`;
+  `holomorphic`: see `value_and_grad`."""
+  value_and_grad_f = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
 
   def grad_f(*args: Any, **kwargs: Any) -> Any:
     value, grads = value_and_grad_f(*args, **kwargs)

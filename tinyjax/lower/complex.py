@@ -1,0 +1,205 @@
+"""Complex numbers, lowered to pairs of floats before scheduling.
+
+A complex64 / complex128 array is stored as numpy stores it: interleaved (real, imaginary) float32 / float64 pairs.
+`split_complex` rewrites a normalised program whose nodes are complex into one over floats only, so the scheduler and
+codegen never see a complex value (and keep fusing and vectorising the float work):
+
+- an input (PARAM) of shape S is read as the float array (*S, 2) its memory is, and split into its two parts;
+- every complex node becomes a (real, imaginary) pair of float nodes: movement ops apply to both, + and - part by
+  part, * and / by the textbook formulas, a sum of products (a matmul, an einsum) as four real contractions, exp /
+  sin / sqrt by their closed forms over real functions; REAL, IMAG and COMPLEX pick or pair the parts;
+- a complex output is written back interleaved, as the float array (*S, 2) that the runtime then views as complex
+  (realize.py `complex_views`).
+
+Operations that have no meaning on complex numbers here (ordering comparisons, max, integer ops) or are not built yet
+(log, pow, products over an axis, complex values in loops and host calls) raise NotImplementedError naming them.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tinyjax.uop import BOOL, MOVEMENT, Ops, ScatterArg, UOp
+
+_PART = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
+
+
+def is_complex(dtype: np.dtype) -> bool:
+  return dtype.kind == "c"
+
+
+def part_dtype(dtype: np.dtype) -> np.dtype:
+  """The float dtype of a complex dtype's parts."""
+  return _PART[np.dtype(dtype)]
+
+
+def has_complex(sink: UOp) -> bool:
+  return any(is_complex(node.dtype) for node in sink.toposort)
+
+
+def _full(dtype: np.dtype, value: float, shape: tuple[int, ...]) -> UOp:
+  const = UOp.const(dtype, value)
+  if not shape: return const
+  return UOp(Ops.EXPAND, dtype, (UOp(Ops.RESHAPE, dtype, (const,), (1,) * len(shape)),), tuple(shape))
+
+
+def _bin(op: Ops, a: UOp, b: UOp) -> UOp: return UOp(op, BOOL if op in (Ops.CMPLT, Ops.CMPNE) else a.dtype, (a, b))
+def _add(a: UOp, b: UOp) -> UOp: return _bin(Ops.ADD, a, b)
+def _mul(a: UOp, b: UOp) -> UOp: return _bin(Ops.MUL, a, b)
+def _neg(a: UOp) -> UOp: return UOp(Ops.NEG, a.dtype, (a,))
+def _sub(a: UOp, b: UOp) -> UOp: return _add(a, _neg(b))
+def _div(a: UOp, b: UOp) -> UOp: return _bin(Ops.FDIV, a, b)
+def _scale(a: UOp, value: float) -> UOp: return _mul(a, _full(a.dtype, value, a.shape))
+def _where(cond: UOp, a: UOp, b: UOp) -> UOp: return UOp(Ops.WHERE, a.dtype, (cond, a, b))
+def _sqrt(a: UOp) -> UOp: return UOp(Ops.SQRT, a.dtype, (a,))
+def _exp(a: UOp) -> UOp: return UOp(Ops.EXP2, a.dtype, (_scale(a, 1 / math.log(2)),))
+def _sin(a: UOp) -> UOp: return UOp(Ops.SIN, a.dtype, (a,))
+
+
+def _cos(a: UOp) -> UOp:
+  """cos(x) = 1 - 2 sin(x / 2)^2 (accurate near 0, where sin(x + pi / 2) is not)."""
+  half = _sin(_scale(a, 0.5))
+  return _sub(_full(a.dtype, 1.0, a.shape), _scale(_mul(half, half), 2.0))
+
+
+def _abs(a: UOp) -> UOp: return _where(_bin(Ops.CMPLT, a, _full(a.dtype, 0.0, a.shape)), _neg(a), a)
+
+
+def _cast(a: UOp, dtype: np.dtype) -> UOp: return a if a.dtype == dtype else UOp(Ops.CAST, dtype, (a,))
+
+
+def _unsupported(what: str) -> NotImplementedError:
+  return NotImplementedError(f"{what} of complex numbers is not supported by tinyjax yet")
+
+
+def split_complex(sink: UOp) -> UOp:
+  """The program `sink` (a normalised SINK over PARAMs) with every complex value computed as a pair of floats (see the
+  module docstring); its complex outputs become interleaved float outputs (*S, 2)."""
+  pairs: dict[UOp, tuple[UOp, UOp]] = {}
+  real: dict[UOp, UOp] = {}
+  readers: dict[UOp, int] = {}
+  for node in sink.toposort:
+    for source in node.src: readers[source] = readers.get(source, 0) + 1
+
+  def rebuilt(node: UOp) -> UOp:
+    """A real node over rewritten sources."""
+    src = tuple(real[s] for s in node.src)
+    return node if src == node.src else node.replace(src=src)
+
+  for node in sink.toposort:
+    op = node.op
+    if node is sink: break
+    operand_complex = any(is_complex(s.dtype) for s in node.src)
+    if not is_complex(node.dtype):
+      if op is Ops.REAL: real[node] = pairs[node.src[0]][0]
+      elif op is Ops.IMAG: real[node] = pairs[node.src[0]][1]
+      elif not operand_complex: real[node] = rebuilt(node)
+      elif op is Ops.CMPNE:
+        (a, b), (c, d) = pairs[node.src[0]], pairs[node.src[1]]
+        real[node] = _bin(Ops.OR, _bin(Ops.CMPNE, a, c), _bin(Ops.CMPNE, b, d))
+      elif op is Ops.CAST:  # to a real dtype: the real part, as numpy and JAX (bool is `!= 0` via CMPNE)
+        real[node] = _cast(pairs[node.src[0]][0], node.dtype)
+      elif op in (Ops.GATHER, Ops.SCATTER, Ops.WHERE): real[node] = rebuilt(node)  # (only their indices are real)
+      else: raise _unsupported(op.name)
+      continue
+    part = part_dtype(node.dtype)
+    shape = node.shape
+    if op is Ops.PARAM:
+      index, param_shape = node.arg
+      pairs_shape = (*param_shape, 2)
+      floats = UOp(Ops.PARAM, part, (), (index, pairs_shape))
+      picked = []
+      for k in range(2):
+        bounds = tuple((0, size) for size in param_shape) + ((k, k + 1),)
+        picked.append(UOp(Ops.RESHAPE, part, (UOp(Ops.SHRINK, part, (floats,), bounds),), tuple(param_shape)))
+      pairs[node] = (picked[0], picked[1])
+    elif op is Ops.CONST:
+      value = complex(node.arg)
+      pairs[node] = (UOp.const(part, value.real), UOp.const(part, value.imag))
+    elif op in MOVEMENT or op is Ops.CONTIGUOUS:
+      pairs[node] = tuple(UOp(op, part, (p,), node.arg) for p in pairs[node.src[0]])
+    elif op is Ops.COMPLEX:
+      pairs[node] = (_cast(real[node.src[0]], part), _cast(real[node.src[1]], part))
+    elif op is Ops.CAST:
+      source = node.src[0]
+      if is_complex(source.dtype): pairs[node] = tuple(_cast(p, part) for p in pairs[source])
+      else: pairs[node] = (_cast(real[source], part), _full(part, 0.0, shape))
+    elif op is Ops.NEG:
+      pairs[node] = tuple(_neg(p) for p in pairs[node.src[0]])
+    elif op is Ops.ADD:
+      (a, b), (c, d) = pairs[node.src[0]], pairs[node.src[1]]
+      pairs[node] = (_add(a, c), _add(b, d))
+    elif op is Ops.MUL:
+      (a, b), (c, d) = pairs[node.src[0]], pairs[node.src[1]]
+      pairs[node] = (_sub(_mul(a, c), _mul(b, d)), _add(_mul(a, d), _mul(b, c)))
+    elif op in (Ops.FDIV, Ops.RECIP):
+      (a, b) = pairs[node.src[0]] if op is Ops.FDIV else (_full(part, 1.0, shape), _full(part, 0.0, shape))
+      (c, d) = pairs[node.src[-1]]
+      # Smith's algorithm: divide by the larger of |c|, |d| first, so c^2 + d^2 neither overflows nor underflows
+      wide = _bin(Ops.CMPLT, _abs(d), _abs(c))
+      ratio = _where(wide, _div(d, c), _div(c, d))
+      denominator = _where(wide, _add(c, _mul(d, ratio)), _add(_mul(c, ratio), d))
+      real_part = _where(wide, _add(a, _mul(b, ratio)), _add(_mul(a, ratio), b))
+      imag_part = _where(wide, _sub(b, _mul(a, ratio)), _sub(_mul(b, ratio), a))
+      pairs[node] = (_div(real_part, denominator), _div(imag_part, denominator))
+    elif op is Ops.WHERE:
+      cond = real[node.src[0]]
+      (a, b), (c, d) = pairs[node.src[1]], pairs[node.src[2]]
+      pairs[node] = (_where(cond, a, c), _where(cond, b, d))
+    elif op is Ops.EXP2:  # 2^(a + ib) = 2^a (cos(b ln 2) + i sin(b ln 2))
+      a, b = pairs[node.src[0]]
+      magnitude, angle = UOp(Ops.EXP2, part, (a,)), _scale(b, math.log(2))
+      pairs[node] = (_mul(magnitude, _cos(angle)), _mul(magnitude, _sin(angle)))
+    elif op is Ops.SIN:  # sin(a + ib) = sin a cosh b + i cos a sinh b
+      a, b = pairs[node.src[0]]
+      up, down = _exp(b), _exp(_neg(b))
+      cosh, sinh = _scale(_add(up, down), 0.5), _scale(_sub(up, down), 0.5)
+      pairs[node] = (_mul(_sin(a), cosh), _mul(_cos(a), sinh))
+    elif op is Ops.SQRT:  # the principal root: t = sqrt((|z| + |a|) / 2), then (t, b / 2t) or (|b| / 2t, sign(b) t)
+      a, b = pairs[node.src[0]]
+      modulus = _sqrt(_add(_mul(a, a), _mul(b, b)))
+      t = _sqrt(_scale(_add(modulus, _abs(a)), 0.5))
+      safe_t = _where(_bin(Ops.CMPNE, t, _full(part, 0.0, shape)), t, _full(part, 1.0, shape))
+      other = _div(_abs(b), _scale(safe_t, 2.0))
+      other = _where(_bin(Ops.CMPNE, t, _full(part, 0.0, shape)), other, _full(part, 0.0, shape))
+      negative_a = _bin(Ops.CMPLT, a, _full(part, 0.0, shape))
+      negative_b = _bin(Ops.CMPLT, b, _full(part, 0.0, shape))
+      pairs[node] = (_where(negative_a, other, t),
+                     _where(negative_a, _where(negative_b, _neg(t), t), _where(negative_b, _neg(other), other)))
+    elif op is Ops.REDUCE_AXIS:
+      reduce_op, _ = node.arg
+      if reduce_op is not Ops.ADD: raise _unsupported(f"a reduction by {reduce_op.name}")
+      source = node.src[0]
+
+      def total(x: UOp) -> UOp: return UOp(Ops.REDUCE_AXIS, x.dtype, (x,), node.arg)
+      if source.op is Ops.MUL and all(is_complex(s.dtype) for s in source.src) and readers[source] == 1:
+        # a sum of products (a contraction) no other node reads the products of: four real contractions, each one
+        # the scheduler can run as a GEMM
+        (a, b), (c, d) = pairs[source.src[0]], pairs[source.src[1]]
+        pairs[node] = (_sub(total(_mul(a, c)), total(_mul(b, d))), _add(total(_mul(a, d)), total(_mul(b, c))))
+      else:
+        pairs[node] = tuple(total(p) for p in pairs[source])
+    elif op is Ops.GATHER:
+      operand, indices = node.src
+      pairs[node] = tuple(UOp(Ops.GATHER, part, (p, real[indices]), node.arg) for p in pairs[operand])
+    elif op is Ops.SCATTER:
+      operand, indices, updates = node.src
+      arg: ScatterArg = node.arg
+      if arg.mode not in ("set", "add"): raise _unsupported(f"scatter with mode {arg.mode!r}")
+      pairs[node] = tuple(UOp(Ops.SCATTER, part, (p, real[indices], u), arg)
+                          for p, u in zip(pairs[operand], pairs[updates]))
+    else:
+      raise _unsupported(op.name.lower())
+  outputs = []
+  for out in sink.src:
+    if not is_complex(out.dtype):
+      outputs.append(real[out])
+      continue
+    re, im = pairs[out]
+    part = re.dtype
+    padded = [UOp(Ops.PAD, part, (UOp(Ops.RESHAPE, part, (p,), (*out.shape, 1)),),
+                  tuple((0, 0) for _ in out.shape) + (pad,)) for p, pad in ((re, (0, 1)), (im, (1, 0)))]
+    outputs.append(_add(*padded))
+  return UOp(Ops.SINK, sink.dtype, tuple(outputs), sink.arg)
+
