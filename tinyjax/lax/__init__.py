@@ -17,6 +17,7 @@ from tinyjax.lax._extras import (associative_scan, broadcasted_iota, clz, cumlog
                                  population_count, reduce, reduce_precision)
 from tinyjax.lax._control_flow import cond, fori_loop, map, scan, switch, while_loop
 from tinyjax.lax._special import erf, erf_inv, erf_inv_p, erf_p, erfc, erfc_p
+from tinyjax.lax._elementwise import complex, conj, imag, real  # noqa: A004 (lax's names)
 from tinyjax.lax._cumulative import cummax, cummin, cumprod, cumsum
 from tinyjax.lax._sort import sort, sort_key_val, top_k
 from tinyjax.lax import linalg  # noqa: F401  (jax.lax.linalg: the LAPACK-backed primitives)
@@ -39,6 +40,7 @@ from tinyjax.trace.batching import (all_gather, all_to_all, axis_index, axis_siz
                                     psum, psum_scatter, pvary)
 
 __all__ = [
+  "complex", "conj", "imag", "real",
   "abs", "abs_p", "acos", "acos_p", "acosh", "acosh_p", "add", "all_gather", "all_to_all", "argmax", "argmax_p",
   "argmin", "argmin_p", "asin",
   "asin_p", "asinh", "asinh_p", "associative_scan", "atan", "atan2", "atan2_p", "atan_p", "atanh", "atanh_p",

@@ -276,7 +276,7 @@ def _prod_rule(primals, tangents, out, *, axes, keepdims):
   """d prod = sum_i t_i * prod_{j != i} x_j, exact where x has zeros: with no zero in a row it is out / x_i; with
   one zero it is the product of the others at the zero and 0 elsewhere; with two or more, 0."""
   (x,), (t,) = primals, tangents
-  if not dtypes.is_floating(x.dtype): return None
+  if not dtypes.is_inexact(x.dtype): return None
   zero, one = like(x, 0), like(x, 1)
   is_zero = _eq(x, zero)
   zeros_in_row = _expand_reduced(_sum_impl(cast(is_zero, x.dtype), axes, keepdims), x, axes, keepdims)
@@ -290,7 +290,7 @@ def _prod_rule(primals, tangents, out, *, axes, keepdims):
 def _dot_general_rule(primals, tangents, out, **params):
   """Bilinear: d(lhs . rhs) = t_lhs . rhs + lhs . t_rhs, each again a dot_general."""
   (lhs, rhs), (t_lhs, t_rhs) = primals, tangents
-  if not (dtypes.is_floating(lhs.dtype) and dtypes.is_floating(out.dtype)): return None
+  if not (dtypes.is_inexact(lhs.dtype) and dtypes.is_inexact(out.dtype)): return None
   return ad.sum_tangents(None if t_lhs is None else dot_general_p.bind(t_lhs, rhs, **params),
                          None if t_rhs is None else dot_general_p.bind(lhs, t_rhs, **params))
 

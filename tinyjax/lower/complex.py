@@ -66,6 +66,18 @@ def _cos(a: UOp) -> UOp:
 def _abs(a: UOp) -> UOp: return _where(_bin(Ops.CMPLT, a, _full(a.dtype, 0.0, a.shape)), _neg(a), a)
 
 
+def _modulus(a: UOp, b: UOp) -> UOp:
+  """|a + ib| = m sqrt(1 + (s / m)^2), m = max(|a|, |b|), s the other: no overflow on the way (inf stays inf)."""
+  abs_a, abs_b = _abs(a), _abs(b)
+  larger = _bin(Ops.CMPLT, abs_a, abs_b)
+  m, s = _where(larger, abs_b, abs_a), _where(larger, abs_a, abs_b)
+  zero = _bin(Ops.CMPNE, m, _full(m.dtype, 0.0, m.shape))
+  ratio = _div(s, _where(zero, m, _full(m.dtype, 1.0, m.shape)))
+  scaled = _mul(m, _sqrt(_add(_full(m.dtype, 1.0, m.shape), _mul(ratio, ratio))))
+  infinite = _bin(Ops.CMPNE, _bin(Ops.CMPLT, m, _full(m.dtype, math.inf, m.shape)), _full(BOOL, True, m.shape))
+  return _where(infinite, m, scaled)
+
+
 def _cast(a: UOp, dtype: np.dtype) -> UOp: return a if a.dtype == dtype else UOp(Ops.CAST, dtype, (a,))
 
 
@@ -158,7 +170,7 @@ def split_complex(sink: UOp) -> UOp:
       pairs[node] = (_mul(_sin(a), cosh), _mul(_cos(a), sinh))
     elif op is Ops.SQRT:  # the principal root: t = sqrt((|z| + |a|) / 2), then (t, b / 2t) or (|b| / 2t, sign(b) t)
       a, b = pairs[node.src[0]]
-      modulus = _sqrt(_add(_mul(a, a), _mul(b, b)))
+      modulus = _modulus(a, b)
       t = _sqrt(_scale(_add(modulus, _abs(a)), 0.5))
       safe_t = _where(_bin(Ops.CMPNE, t, _full(part, 0.0, shape)), t, _full(part, 1.0, shape))
       other = _div(_abs(b), _scale(safe_t, 2.0))

@@ -69,7 +69,7 @@ def unstack(x: Any, /, *, axis: int = 0) -> tuple[Array, ...]:
 
 
 def vecdot(x1: Any, x2: Any, /, *, axis: int = -1, precision: Any = None, preferred_element_type: Any = None) -> Array:
-  """The dot product of `x1` and `x2` along `axis` (broadcasting the other axes): sum(x1 * x2, axis)."""
+  """The dot product of `x1` and `x2` along `axis` (broadcasting the other axes): sum(conj(x1) * x2, axis)."""
   from tinyjax.numpy._creation import asarray
   x1, x2 = asarray(x1), asarray(x2)
   for x in (x1, x2):
@@ -78,6 +78,9 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1, precision: Any = None, prefer
   if x1.shape[axis] != x2.shape[axis]:
     raise ValueError(f"axes must match; got shapes {x1.shape} and {x2.shape} with axis={axis}")
   broadcast_shapes(x1.shape, x2.shape)  # (its ValueError names both shapes)
+  if x1.dtype.kind == "c":
+    from tinyjax.numpy._elementwise import conjugate
+    x1 = conjugate(x1)
   product = multiply(moveaxis(x1, axis, -1), moveaxis(x2, axis, -1))
   out = _sum(product, axis=-1)
   return out if preferred_element_type is None else out.astype(preferred_element_type)

@@ -93,9 +93,12 @@ def dot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = 
 
 
 def vdot(a: Any, b: Any, *, precision: Any = None) -> Array:
-  """The inner product of the flattened operands (no conjugation: tinyjax has no complex dtypes)."""
+  """The inner product of the flattened operands, the first conjugated (for complex operands)."""
   del precision
   a, b = _promoted_pair("vdot", a, b)
+  if a.dtype.kind == "c":
+    from tinyjax.lax._elementwise import _conj
+    a = _conj(a)
   if a.size != b.size: raise TypeError(f"vdot: operands have different sizes, shapes {a.shape} and {b.shape}")
   return _contract(reshape_raw(a, (a.size,)), reshape_raw(b, (b.size,)), ((0,), (0,)))
 

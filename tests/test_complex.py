@@ -1,0 +1,216 @@
+"""complex64 / complex128: promotion (JAX's lattice), storage, arithmetic and the functions built so far against
+numpy's complex128, contractions, transformations (jit, vmap, grad with JAX's conventions, holomorphic grad), and the
+operations not built yet raising NotImplementedError."""
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as jnp
+from tinyjax import lax
+
+RNG = np.random.default_rng(1127)
+# complex outputs are views of the CPU's buffers: GPU devices do not compute complex arrays yet (they raise)
+pytestmark = pytest.mark.usefixtures("on_cpu")
+
+
+def _complex(*shape, dtype=np.complex64, scale=1.0):
+  return ((RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)) * scale).astype(dtype)
+
+
+def _close(got, want, rtol=2e-6, atol=1e-6):
+  got = np.asarray(got)
+  assert got.dtype == np.asarray(want).dtype or np.asarray(want).dtype == np.complex128
+  np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+def test_creation_storage_and_printing():
+  host = _complex(2, 3)
+  x = jnp.asarray(host)
+  assert x.dtype == np.complex64 and x.shape == (2, 3)
+  np.testing.assert_array_equal(np.asarray(x), host)
+  assert jnp.zeros(2, jnp.complex64).dtype == np.complex64 and jnp.ones(2, complex).dtype == np.complex64
+  assert jnp.array([1 + 1j, 2]).dtype == np.complex64 and jnp.asarray(3j).weak_type
+  assert complex(jnp.asarray(1 - 2j)) == 1 - 2j
+  assert "1.+2.j" in repr(jnp.asarray(np.array([1 + 2j], np.complex64)))
+  np.testing.assert_array_equal(np.asarray(jnp.full((2,), 1 - 1j)), np.full(2, 1 - 1j, np.complex64))
+  with tj.config.override("jax_enable_x64", True):
+    assert jnp.asarray(1j).dtype == np.complex128 and jnp.asarray(host.astype(np.complex128)).dtype == np.complex128
+  assert jnp.asarray(host.astype(np.complex128)).dtype == np.complex64  # canonicalised without x64, as JAX
+
+
+def test_promotion_in_operations():
+  z = jnp.asarray(_complex(3))
+  f = jnp.ones(3, jnp.float32)
+  assert (z + f).dtype == np.complex64 and (f * 1j).dtype == np.complex64 and (f * 1j).weak_type is False
+  assert (jnp.arange(3) + 1j).dtype == np.complex64
+  assert (z.astype(jnp.float32)).dtype == np.float32  # the real part, as numpy and JAX
+  np.testing.assert_array_equal(np.asarray(z.astype(jnp.float32)), np.asarray(z).real)
+  np.testing.assert_array_equal(np.asarray(f.astype(jnp.complex64)), np.ones(3, np.complex64))
+  assert z.astype(bool).dtype == np.bool_
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_arithmetic_matches_numpy(dtype):
+  with tj.config.override("jax_enable_x64", dtype == np.complex128):
+    a, b = _complex(4, 5, dtype=dtype), _complex(4, 5, dtype=dtype)
+    want = {name: fn(a.astype(np.complex128), b.astype(np.complex128)) for name, fn in (
+      ("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("div", np.divide))}
+    x, y = jnp.asarray(a), jnp.asarray(b)
+    tol = dict(rtol=2e-6, atol=1e-6) if dtype == np.complex64 else dict(rtol=1e-14, atol=1e-14)
+    for name, got in (("add", x + y), ("sub", x - y), ("mul", x * y), ("div", x / y)):
+      assert got.dtype == dtype
+      np.testing.assert_allclose(np.asarray(got), want[name], **tol)
+    np.testing.assert_allclose(np.asarray(-x), -a)
+    np.testing.assert_allclose(np.asarray(1 / x), 1 / a.astype(np.complex128), **tol)
+    np.testing.assert_allclose(np.asarray(jnp.reciprocal(x)), 1 / a.astype(np.complex128), **tol)
+    np.testing.assert_allclose(np.asarray(jnp.square(x)), a.astype(np.complex128) ** 2, **tol)
+    np.testing.assert_array_equal(np.asarray(x == y), a == b)
+    np.testing.assert_array_equal(np.asarray(x == x), np.ones(a.shape, bool))
+    np.testing.assert_array_equal(np.asarray(x != jnp.conj(x)), a != np.conj(a))
+
+
+def test_division_without_overflow():
+  """Smith's algorithm: c^2 + d^2 would overflow float32 here (numpy's division gives 1)."""
+  big = np.array([1e30 + 1e30j, 3e-30 + 4e-30j, 1 + 0j], np.complex64)
+  np.testing.assert_allclose(np.asarray(jnp.asarray(big) / jnp.asarray(big)), np.ones(3), rtol=1e-6)
+  divided = np.asarray(jnp.asarray(np.array([1 + 1j], np.complex64)) / jnp.asarray(np.array([0j], np.complex64)))
+  assert not np.isfinite(divided).all()
+
+
+def test_functions_match_numpy():
+  a = _complex(6, 4)
+  wide = a.astype(np.complex128)
+  x = jnp.asarray(a)
+  _close(jnp.real(x), a.real)
+  _close(jnp.imag(x), a.imag)
+  _close(x.real, a.real)
+  _close(x.imag, a.imag)
+  _close(jnp.conj(x), np.conj(a))
+  _close(x.conj(), np.conj(a))
+  _close(jnp.abs(x), np.abs(wide).astype(np.float32))
+  assert jnp.abs(x).dtype == np.float32 and abs(x).dtype == np.float32
+  _close(jnp.angle(x), np.angle(wide).astype(np.float32))
+  _close(jnp.angle(x, deg=True), np.angle(wide, deg=True).astype(np.float32), rtol=1e-5)
+  _close(jnp.exp(x), np.exp(wide), rtol=1e-5)
+  _close(jnp.sin(x), np.sin(wide), rtol=1e-5)
+  _close(jnp.cos(x), np.cos(wide), rtol=1e-5)
+  _close(jnp.sqrt(x), np.sqrt(wide), rtol=1e-5)
+  edges = np.array([4 + 0j, -4 + 0j, 0 + 4j, 0 - 4j, 0j, -1e-20 + 1j, 3e30 + 4e30j], np.complex64)
+  _close(jnp.sqrt(edges), np.sqrt(edges.astype(np.complex128)), rtol=1e-6)
+  _close(jnp.abs(edges), np.abs(edges.astype(np.complex128)).astype(np.float32), rtol=1e-6)
+  _close(lax.complex(x.real, x.imag), a)
+  _close(jnp.real(jnp.ones(2)), np.ones(2, np.float32))
+  _close(jnp.imag(jnp.ones(2)), np.zeros(2, np.float32))
+  np.testing.assert_array_equal(np.asarray(jnp.iscomplex(jnp.asarray([1 + 0j, 1j]))), [False, True])
+  np.testing.assert_array_equal(np.asarray(jnp.isreal(jnp.asarray([1 + 0j, 1j]))), [True, False])
+  assert jnp.iscomplexobj(x) and not jnp.iscomplexobj(jnp.ones(2)) and jnp.isrealobj(jnp.ones(2))
+  assert jnp.issubdtype(x.dtype, jnp.complexfloating) and jnp.isdtype(x.dtype, "complex floating")
+
+
+def test_reductions_and_contractions():
+  a, b = _complex(5, 7), _complex(7, 3)
+  wide_a, wide_b = a.astype(np.complex128), b.astype(np.complex128)
+  x, y = jnp.asarray(a), jnp.asarray(b)
+  _close(jnp.sum(x), wide_a.sum(), rtol=1e-5)
+  _close(jnp.sum(x, axis=0), wide_a.sum(axis=0), rtol=1e-5)
+  _close(jnp.mean(x, axis=1), wide_a.mean(axis=1), rtol=1e-5)
+  _close(x @ y, wide_a @ wide_b, rtol=1e-5, atol=1e-5)
+  _close(jnp.einsum("ij,jk->ik", x, y), wide_a @ wide_b, rtol=1e-5, atol=1e-5)
+  _close(jnp.dot(x[0], x[1]), np.dot(wide_a[0], wide_a[1]), rtol=1e-5)
+  _close(jnp.vdot(x[0], x[1]), np.vdot(wide_a[0], wide_a[1]), rtol=1e-5)
+  real_matrix = RNG.standard_normal((7, 2)).astype(np.float32)
+  _close(x @ real_matrix, wide_a @ real_matrix, rtol=1e-5, atol=1e-5)
+  batch = _complex(3, 4, 5)
+  _close(jnp.matmul(jnp.asarray(batch), x[:5]), batch.astype(np.complex128) @ wide_a[:5], rtol=1e-5, atol=1e-5)
+
+
+def test_movement_indexing_and_selection():
+  a = _complex(4, 6)
+  x = jnp.asarray(a)
+  _close(x.T, a.T)
+  _close(x[1:3, ::2], a[1:3, ::2])
+  _close(x.reshape(3, 8), a.reshape(3, 8))
+  _close(jnp.concatenate([x, x[:1]]), np.concatenate([a, a[:1]]))
+  _close(jnp.flip(x, 1), np.flip(a, 1))
+  _close(jnp.pad(x, ((1, 0), (0, 2))), np.pad(a, ((1, 0), (0, 2))))
+  _close(jnp.broadcast_to(x[0], (3, 6)), np.broadcast_to(a[0], (3, 6)))
+  _close(jnp.where(x.real > 0, x, 0), np.where(a.real > 0, a, 0))
+  _close(x[jnp.asarray([3, 0, 0])], a[[3, 0, 0]])
+  _close(x.at[1, 2].set(5j), np.where(np.arange(24).reshape(4, 6) == 8, 5j, a).astype(np.complex64))
+  _close(x.at[0].add(1 + 1j), a + np.array([[1 + 1j]] * 1 + [[0]] * 3, np.complex64))
+
+
+def test_jit_and_vmap():
+  a, b = _complex(5, 3), _complex(5, 3)
+  f = tj.jit(lambda u, v: jnp.sum(u * jnp.conj(v), axis=1) + 1j)
+  want = (a.astype(np.complex128) * np.conj(b)).sum(axis=1) + 1j
+  _close(f(a, b), want, rtol=1e-5)
+  _close(f(b, a), np.conj(want - 1j) + 1j, rtol=1e-5)
+  _close(tj.vmap(jnp.vdot)(a, b), np.array([np.vdot(u, v) for u, v in zip(a, b)]), rtol=1e-5)
+  _close(tj.vmap(tj.jit(lambda u: u * u), in_axes=1, out_axes=1)(a), a.astype(np.complex128) ** 2, rtol=1e-5)
+  scale = tj.jit(lambda u, s: u * s)
+  _close(scale(a, 2.0), a * 2)
+  _close(scale(a, np.float32(0.5)), a * 0.5)
+
+
+def _split_gradient(f, z, eps=1e-4):
+  """df/dx - i df/dy of a real function of complex z by central differences in float64: JAX's grad convention."""
+  z = np.asarray(z, np.complex128)
+  out = np.zeros_like(z)
+  for index in np.ndindex(z.shape):
+    step = np.zeros_like(z)
+    step[index] = eps
+    d_real = (f(z + step) - f(z - step)) / (2 * eps)
+    d_imag = (f(z + 1j * step) - f(z - 1j * step)) / (2 * eps)
+    out[index] = d_real - 1j * d_imag
+  return out
+
+
+def test_grad_of_real_functions_of_complex_inputs():
+  """JAX's convention: grad(f)(z) = df/dx - i df/dy (grad(|z|^2) = 2 conj(z)); values checked against JAX 0.10.2."""
+  z = np.array([1 + 2j, -0.5 + 0.25j], np.complex64)
+  _close(tj.grad(lambda u: jnp.sum(jnp.abs(u) ** 2))(z), np.array([2 - 4j, -1 - 0.5j], np.complex64), rtol=1e-6)
+  _close(tj.grad(lambda u: jnp.sum(jnp.real(u * u)))(z), np.array([2 + 4j, -1 + 0.5j], np.complex64), rtol=1e-6)
+  _close(tj.grad(lambda u: jnp.sum(jnp.imag(jnp.exp(u))))(z),
+         np.array([2.4717267 + 1.1312041j, 0.15005809 - 0.5876751j], np.complex64), rtol=1e-5)
+  _close(tj.grad(lambda x: jnp.sum(jnp.abs(x * (1 + 2j))))(np.array([1.0, 2.0], np.float32)),
+         np.full(2, np.sqrt(5), np.float32), rtol=1e-6)
+  with tj.config.override("jax_enable_x64", True):
+    w = _complex(3, dtype=np.complex128)
+    for fn, host in ((lambda u: jnp.sum(jnp.real(jnp.sqrt(u) * jnp.sin(u))),
+                      lambda u: np.sum(np.real(np.sqrt(u) * np.sin(u)))),
+                     (lambda u: jnp.sum(jnp.abs(u / (u + 2.0))), lambda u: np.sum(np.abs(u / (u + 2.0)))),
+                     (lambda u: jnp.real(jnp.vdot(u, u * 1j + 1.0)), lambda u: np.real(np.vdot(u, u * 1j + 1.0)))):
+      got = tj.grad(fn)(w)
+      np.testing.assert_allclose(np.asarray(got), _split_gradient(host, w), rtol=1e-7, atol=1e-8)
+      np.testing.assert_allclose(np.asarray(tj.jit(tj.grad(fn))(w)), np.asarray(got), rtol=1e-12)
+
+
+def test_holomorphic_grad_jvp_and_vjp():
+  z = np.array([1 + 2j, -0.5 + 0.25j], np.complex64)
+  _close(tj.grad(lambda u: jnp.sum(u * u), holomorphic=True)(z), 2 * z)
+  _close(tj.grad(lambda u: jnp.sum(jnp.exp(u)), holomorphic=True)(z), np.exp(z.astype(np.complex128)), rtol=1e-5)
+  primal, tangent = tj.jvp(lambda u: u * u, (z,), (np.ones(2, np.complex64),))
+  _close(primal, z.astype(np.complex128) ** 2)
+  _close(tangent, 2 * z)
+  _, pullback = tj.vjp(jnp.exp, z)
+  _close(pullback(np.ones(2, np.complex64))[0], np.exp(z.astype(np.complex128)), rtol=1e-5)
+  per_example = tj.vmap(tj.grad(lambda u: jnp.real(u * jnp.conj(u))))(z)
+  _close(per_example, 2 * z.astype(np.complex128).conj())  # |z|^2 per example
+  with pytest.raises(TypeError, match="holomorphic=True"):
+    tj.grad(lambda u: jnp.sum(u * u))(z)
+  with pytest.raises(TypeError, match="complex dtype"):
+    tj.grad(lambda u: jnp.sum(u * u), holomorphic=True)(np.ones(2, np.float32))
+
+
+def test_not_built_yet_raises_not_implemented():
+  x = jnp.asarray(_complex(3))
+  for fn in (jnp.log, jnp.tan, jnp.arctan, jnp.floor, lambda u: jnp.power(u, 2.5)):
+    with pytest.raises(NotImplementedError, match="complex"):
+      np.asarray(fn(x))
+  with pytest.raises(NotImplementedError, match="complex"):
+    np.asarray(jnp.prod(x))
+  with pytest.raises(NotImplementedError, match="complex"):
+    np.asarray(jnp.max(x))
+  with pytest.raises(NotImplementedError, match="complex"):
+    np.asarray(x < x)
