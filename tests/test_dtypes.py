@@ -378,7 +378,7 @@ def test_complex_promotion_with_x64():
   with config.override("jax_enable_x64", True):
     assert dtypes.result_type(np.float64, np.complex64) == np.complex128
     assert dtypes.result_type(1j) == np.complex128 and dtypes.result_type(np.float32, 1j) == np.complex64
-  assert dtypes.result_type(np.float64, np.complex64) == np.complex64  # canonicalised without x64
+  assert dtypes.result_type(np.ones(1), np.ones(1, np.complex64)) == np.complex64  # canonicalised without x64
   assert dtypes.promote_types(np.float64, np.complex64) == np.complex128
 
 
