@@ -184,11 +184,15 @@ def _scale_by_pow2(value: Array, n: Array) -> Array:
   return value
 
 
-def _log(x: Array) -> Array: return _mul(_unary(Ops.LOG2, x), _c(x, LN2))
+def _log(x: Array) -> Array:
+  if dtypes.is_complex(x.dtype):  # log|z| + i arg(z), the principal branch
+    return _complex(_log(_complex_abs(x)), _atan2(_imag(x), _real(x)))
+  return _mul(_unary(Ops.LOG2, x), _c(x, LN2))
 
 
 def _log1p(x: Array) -> Array:
   """log(1 + x), accurate for small x: log(u) * x / (u - 1) with u = 1 + x corrects u's rounding."""
+  if dtypes.is_complex(x.dtype): return _log(_add(x, _c(x, 1)))
   u = _add(x, _c(x, 1))
   delta = _sub(u, _c(x, 1))
   general = _mul(_log(u), _fdiv(x, delta))
@@ -197,6 +201,7 @@ def _log1p(x: Array) -> Array:
 
 def _expm1(x: Array) -> Array:
   """e**x - 1, accurate for small x (Kahan): (u - 1) * x / log(u) with u = e**x."""
+  if dtypes.is_complex(x.dtype): return _sub(_exp(x), _c(x, 1))
   u = _exp(x)
   delta = _sub(u, _c(x, 1))
   general = _mul(delta, _fdiv(x, _log(u)))
@@ -288,6 +293,7 @@ def _half_exp_large(a: Array) -> Array:
 
 
 def _sinh(x: Array) -> Array:
+  if dtypes.is_complex(x.dtype): return _mul(_c(x, 0.5), _sub(_exp(x), _exp(_neg(x))))
   a = _abs_float(x)
   em1 = _expm1(a)
   value = _mul(_c(x, 0.5), _add(em1, _fdiv(em1, _add(em1, _c(x, 1)))))
@@ -295,6 +301,7 @@ def _sinh(x: Array) -> Array:
 
 
 def _cosh(x: Array) -> Array:
+  if dtypes.is_complex(x.dtype): return _mul(_c(x, 0.5), _add(_exp(x), _exp(_neg(x))))
   a = _abs_float(x)
   e = _exp(a)
   return _where(_eq(e, _c(x, math.inf)), _half_exp_large(a), _add(_mul(_c(x, 0.5), e), _fdiv(_c(x, 0.5), e)))
@@ -310,6 +317,7 @@ _TANH_F32 = (-0.3333328068256378, 0.13331443071365356, -0.05373978242278099, 0.0
 
 
 def _tanh(x: Array) -> Array:
+  if dtypes.is_complex(x.dtype): return _fdiv(_sinh(x), _cosh(x))
   a = _abs_float(x)
   if x.dtype == FLOAT32:
     square = _mul(a, a)
@@ -477,19 +485,19 @@ sign = _unary_op("sign", NUMBER, sign_p.bind, "Elementwise sign: -1, 0 or 1 in x
 square = _unary_op("square", NUMBER, square_p.bind, "Elementwise x * x.")
 exp = _unary_op("exp", FLOAT + COMPLEX, exp_p.bind, "Elementwise e**x.")
 exp2 = _unary_op("exp2", FLOAT, exp2_p.bind, "Elementwise 2**x.")
-log = _unary_op("log", FLOAT, log_p.bind, "Elementwise natural logarithm.")
-log1p = _unary_op("log1p", FLOAT, log1p_p.bind, "Elementwise log(1 + x), accurate for small x.")
-expm1 = _unary_op("expm1", FLOAT, expm1_p.bind, "Elementwise e**x - 1, accurate for small x.")
+log = _unary_op("log", FLOAT + COMPLEX, log_p.bind, "Elementwise natural logarithm.")
+log1p = _unary_op("log1p", FLOAT + COMPLEX, log1p_p.bind, "Elementwise log(1 + x), accurate for small x.")
+expm1 = _unary_op("expm1", FLOAT + COMPLEX, expm1_p.bind, "Elementwise e**x - 1, accurate for small x.")
 sin = _unary_op("sin", FLOAT + COMPLEX, sin_p.bind, "Elementwise sine.")
 cos = _unary_op("cos", FLOAT + COMPLEX, cos_p.bind, "Elementwise cosine.")
-tan = _unary_op("tan", FLOAT, tan_p.bind, "Elementwise tangent.")
+tan = _unary_op("tan", FLOAT + COMPLEX, tan_p.bind, "Elementwise tangent.")
 atan = _unary_op("atan", FLOAT, atan_p.bind, "Elementwise arc tangent, in (-pi/2, pi/2).")
 asin = _unary_op("asin", FLOAT, asin_p.bind, "Elementwise arc sine, in [-pi/2, pi/2] (NaN outside [-1, 1]).")
 acos = _unary_op("acos", FLOAT, acos_p.bind, "Elementwise arc cosine, in [0, pi] (NaN outside [-1, 1]).")
 atan2 = _binary_op("atan2", FLOAT, atan2_p.bind, "Elementwise arc tangent of y / x using both signs.")
-sinh = _unary_op("sinh", FLOAT, sinh_p.bind, "Elementwise hyperbolic sine.")
-cosh = _unary_op("cosh", FLOAT, cosh_p.bind, "Elementwise hyperbolic cosine.")
-tanh = _unary_op("tanh", FLOAT, tanh_p.bind, "Elementwise hyperbolic tangent.")
+sinh = _unary_op("sinh", FLOAT + COMPLEX, sinh_p.bind, "Elementwise hyperbolic sine.")
+cosh = _unary_op("cosh", FLOAT + COMPLEX, cosh_p.bind, "Elementwise hyperbolic cosine.")
+tanh = _unary_op("tanh", FLOAT + COMPLEX, tanh_p.bind, "Elementwise hyperbolic tangent.")
 asinh = _unary_op("asinh", FLOAT, asinh_p.bind, "Elementwise inverse hyperbolic sine.")
 acosh = _unary_op("acosh", FLOAT, acosh_p.bind, "Elementwise inverse hyperbolic cosine (NaN below 1).")
 atanh = _unary_op("atanh", FLOAT, atanh_p.bind, "Elementwise inverse hyperbolic tangent (NaN outside [-1, 1]).")
@@ -559,9 +567,9 @@ integer_pow_p = Primitive("integer_pow", _integer_pow)
 def integer_pow(x: Any, y: int) -> Array:
   """Elementwise x ** y for a static Python int y, by repeated squaring (negative y: the reciprocal, floats only)."""
   x = to_array(x)
-  _require("integer_pow", x, NUMBER)
+  _require("integer_pow", x, NUMBER + COMPLEX)
   exponent = int(y)
-  if exponent < 0 and not dtypes.is_floating(x.dtype):
+  if exponent < 0 and not dtypes.is_inexact(x.dtype):
     raise TypeError(f"lax.integer_pow: negative exponent {exponent} needs a floating dtype, got {x.dtype.name}")
   return integer_pow_p.bind(x, y=exponent)
 

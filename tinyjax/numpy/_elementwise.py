@@ -192,12 +192,17 @@ def power(x1: Any, x2: Any, /) -> Array:
   floats use pow."""
   if isinstance(x2, (int, np.integer)) and not is_array(x2):
     (a,) = promote("power", x1, numeric=True)
-    if x2 < 0 and not _is_float(a):
+    if x2 < 0 and not dtypes.is_inexact(a.dtype):
       raise TypeError(f"Integers cannot be raised to negative powers, got integer_pow({a.dtype.name}{list(a.shape)}, "
                       f"{int(x2)})")
     return ew.integer_pow(a, int(x2))
   a, b = promote("power", x1, x2, numeric=True)
   integer_exponent = dtypes.dtype(x2).kind in "iu"
+  if dtypes.is_complex(a.dtype):  # exp(b log a), the principal branch; 0 ** b is 0 (1 for b == 0)
+    at_zero = ew._eq(a, like(a, 0))
+    safe = ew._where(at_zero, like(a, 1), a)
+    value = ew._exp(ew._mul(b, ew._log(safe)))
+    return ew._where(at_zero, ew._where(ew._eq(b, like(b, 0)), like(a, 1), like(a, 0)), value)
   if not _is_float(a): result = ew.integer_power_array(a, b)
   elif integer_exponent:  # x**0 is 1 with derivative 0 (also at x == 0, where y * x**(y-1) is NaN), as JAX
     is_zero = ew._eq(b, like(b, 0))
@@ -322,22 +327,22 @@ sqrt = _unary("sqrt", ew.sqrt_p.bind, "Elementwise square root (ints -> default 
 cbrt = _unary("cbrt", ew.cbrt_p.bind, "Elementwise real cube root.", True)
 exp = _unary("exp", ew.exp_p.bind, "Elementwise e**x.", True, kinds="fiubc")
 exp2 = _unary("exp2", ew.exp2_p.bind, "Elementwise 2**x.", True)
-expm1 = _unary("expm1", ew.expm1_p.bind, "Elementwise e**x - 1, accurate for small x.", True)
-log = _unary("log", ew.log_p.bind, "Elementwise natural logarithm.", True)
+expm1 = _unary("expm1", ew.expm1_p.bind, "Elementwise e**x - 1, accurate for small x.", True, kinds="fiubc")
+log = _unary("log", ew.log_p.bind, "Elementwise natural logarithm.", True, kinds="fiubc")
 log2 = _unary("log2", _float_only(lambda a: ew._unary(Ops.LOG2, a)), "Elementwise base-2 logarithm.", True,
               weak_if=_never_weak)
 log10 = _unary("log10", _float_only(lambda a: ew._mul(ew._unary(Ops.LOG2, a), like(a, math.log10(2)))),
                "Elementwise base-10 logarithm.", True, weak_if=_never_weak)
-log1p = _unary("log1p", ew.log1p_p.bind, "Elementwise log(1 + x), accurate for small x.", True)
+log1p = _unary("log1p", ew.log1p_p.bind, "Elementwise log(1 + x), accurate for small x.", True, kinds="fiubc")
 sin = _unary("sin", ew.sin_p.bind, "Elementwise sine.", True, kinds="fiubc")
 cos = _unary("cos", ew.cos_p.bind, "Elementwise cosine.", True, kinds="fiubc")
-tan = _unary("tan", ew.tan_p.bind, "Elementwise tangent.", True)
+tan = _unary("tan", ew.tan_p.bind, "Elementwise tangent.", True, kinds="fiubc")
 arcsin = _unary("arcsin", ew.asin_p.bind, "Elementwise inverse sine.", True)
 arccos = _unary("arccos", ew.acos_p.bind, "Elementwise inverse cosine.", True)
 arctan = _unary("arctan", ew.atan_p.bind, "Elementwise inverse tangent.", True)
-sinh = _unary("sinh", ew.sinh_p.bind, "Elementwise hyperbolic sine.", True)
-cosh = _unary("cosh", ew.cosh_p.bind, "Elementwise hyperbolic cosine.", True)
-tanh = _unary("tanh", ew.tanh_p.bind, "Elementwise hyperbolic tangent.", True)
+sinh = _unary("sinh", ew.sinh_p.bind, "Elementwise hyperbolic sine.", True, kinds="fiubc")
+cosh = _unary("cosh", ew.cosh_p.bind, "Elementwise hyperbolic cosine.", True, kinds="fiubc")
+tanh = _unary("tanh", ew.tanh_p.bind, "Elementwise hyperbolic tangent.", True, kinds="fiubc")
 arcsinh = _unary("arcsinh", ew.asinh_p.bind, "Elementwise inverse hyperbolic sine.", True)
 arccosh = _unary("arccosh", ew.acosh_p.bind, "Elementwise inverse hyperbolic cosine.", True)
 arctanh = _unary("arctanh", ew.atanh_p.bind, "Elementwise inverse hyperbolic tangent.", True)
