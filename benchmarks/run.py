@@ -280,9 +280,26 @@ def bench_linalg():
   report("linalg.inv of 4096 3x3 float32", f"{ours * 1e3:.2f} vs numpy {theirs * 1e3:.2f} ms", theirs / ours)
 
 
+def bench_fft():
+  """jnp.fft.fft of 2^20 complex64 (jitted) against numpy.fft (pocketfft, which computes in complex128), and the
+  relative error of each against a float64 transform."""
+  import tinyjax
+  rng = np.random.default_rng(0)
+  n = 1 << 20
+  host = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
+  exact = np.fft.fft(host.astype(np.complex128))
+  signal = tnp.asarray(host)
+  transform = tinyjax.jit(tnp.fft.fft)
+  error = np.abs(np.asarray(transform(signal)) - exact).max() / np.abs(exact).max()
+  ours = best_of(lambda: transform(signal).block_until_ready(), repeat=3, min_time=1.0)
+  theirs = best_of(lambda: np.fft.fft(host), repeat=3, min_time=1.0)
+  report("fft of 2^20 complex64", f"{ours * 1e3:.1f} vs numpy {theirs * 1e3:.1f} ms", theirs / ours,
+         f"max relative error {error:.1e}")
+
+
 BENCHMARKS = [bench_first_call_compile, bench_elementwise_chain, bench_transcendental, bench_sum_axis, bench_matmul,
               bench_eager_dispatch, bench_jit_dispatch, bench_embedding_gather, bench_scan_rnn,
-              bench_random_normal, bench_conv, bench_checkpoint, bench_psum, bench_linalg]
+              bench_random_normal, bench_conv, bench_checkpoint, bench_psum, bench_linalg, bench_fft]
 
 if __name__ == "__main__":
   wanted = sys.argv[1:]

@@ -322,7 +322,7 @@ def stop_gradient(x: Any) -> Any:
   Integer and bool leaves are returned as they are."""
   def stop(leaf: Any) -> Any:
     leaf = to_array(leaf)
-    return ad.stop_gradient_p.bind(leaf) if dtypes.is_floating(leaf.dtype) else leaf
+    return ad.stop_gradient_p.bind(leaf) if dtypes.is_inexact(leaf.dtype) else leaf
   return tree_util.tree_map(stop, x)
 
 

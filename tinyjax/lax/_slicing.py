@@ -92,7 +92,7 @@ def _gather_transpose(ct, node, known):
 
 def _scatter_jvp(primals, tangents, out, arg: ScatterArg):
   (operand, indices, updates), (t_operand, _, t_updates) = primals, tangents
-  if not dtypes.is_floating(out.dtype): return None
+  if not dtypes.is_inexact(out.dtype): return None
   t_operand = ad.instantiate(t_operand, operand)
   t_updates = ad.instantiate(t_updates, updates)
   as_add = arg._replace(mode="add")

@@ -4,7 +4,7 @@ import numpy as _np
 
 from tinyjax.array import Array
 from tinyjax.dtypes import finfo, iinfo, issubdtype, promote_types, result_type
-from tinyjax.numpy import _array_methods, linalg
+from tinyjax.numpy import _array_methods, fft, linalg
 from tinyjax.numpy._array_api import (__array_api_version__, __array_namespace_info__, acos, acosh, asin, asinh, atan,
                                       atan2, atanh, bitwise_invert, bitwise_left_shift, bitwise_right_shift, can_cast,
                                       concat, from_dlpack, isdtype, permute_dims, pow, unique_all, unique_counts,
@@ -66,7 +66,7 @@ complexfloating = _np.complexfloating
 _array_methods.attach()
 
 __all__ = [
-  "angle", "complex128", "complex64", "complex_", "complexfloating", "conj", "conjugate", "imag", "iscomplex",
+  "angle", "fft", "complex128", "complex64", "complex_", "complexfloating", "conj", "conjugate", "imag", "iscomplex",
   "iscomplexobj", "isreal", "isrealobj", "real",
   "__array_api_version__", "__array_namespace_info__", "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh",
   "bitwise_invert", "bitwise_left_shift", "bitwise_right_shift", "bool", "can_cast", "concat", "from_dlpack", "isdtype",

@@ -1,0 +1,146 @@
+"""tinyjax.numpy.fft against numpy.fft (pocketfft, float64): every function, lengths that are powers of two, composite,
+prime (Bluestein) and mixed, `n` / `s` / `axes` / `norm`, the identities (inverse, Parseval, linearity, the
+convolution theorem), and the transformations (jit, vmap, grad against finite differences and JAX's values)."""
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as jnp
+from tests.gradcheck import numeric_grad
+
+RNG = np.random.default_rng(20261127)
+pytestmark = pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU (GPU devices raise)
+
+
+def _signal(*shape, dtype=np.complex64):
+  values = RNG.standard_normal(shape) + (1j * RNG.standard_normal(shape) if np.dtype(dtype).kind == "c" else 0)
+  return values.astype(dtype)
+
+
+def _relative_error(got, want):
+  return np.abs(np.asarray(got) - want).max() / max(np.abs(want).max(), 1e-30)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 16, 17, 31, 64, 100, 97, 210, 1000, 1024, 1031, 2 * 257, 4096])
+def test_fft_and_ifft_of_every_kind_of_length(n):
+  x = _signal(3, n)
+  wide = x.astype(np.complex128)
+  assert _relative_error(jnp.fft.fft(x), np.fft.fft(wide, axis=-1)) < 1e-6
+  assert _relative_error(jnp.fft.ifft(x), np.fft.ifft(wide, axis=-1)) < 1e-6
+  assert jnp.fft.fft(x).dtype == np.complex64
+
+
+def test_float64_precision_under_x64():
+  with tj.config.override("jax_enable_x64", True):
+    x = _signal(2, 1000, dtype=np.complex128)
+    got = jnp.fft.fft(x)
+    assert got.dtype == np.complex128
+    assert _relative_error(got, np.fft.fft(x)) < 1e-13
+    assert jnp.fft.rfft(np.ones(8)).dtype == np.complex128
+
+
+@pytest.mark.parametrize("norm", [None, "backward", "ortho", "forward"])
+@pytest.mark.parametrize("n", [None, 7, 12])
+def test_real_and_hermitian_transforms(norm, n):
+  real = _signal(4, 10, dtype=np.float32)
+  spectrum = np.fft.rfft(real.astype(np.float64))
+  for name, operand, reference in (("fft", real, real), ("ifft", real, real), ("rfft", real, real),
+                                   ("ihfft", real, real), ("irfft", spectrum.astype(np.complex64), spectrum),
+                                   ("hfft", spectrum.astype(np.complex64), spectrum)):
+    got = getattr(jnp.fft, name)(operand, n=n, norm=norm)
+    want = getattr(np.fft, name)(np.asarray(reference, np.complex128 if reference.dtype.kind == "c" else np.float64),
+                                 n=n, norm=norm)
+    assert got.shape == want.shape, name
+    np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-5, err_msg=name)
+  assert jnp.fft.rfft(real).dtype == np.complex64 and jnp.fft.irfft(spectrum.astype(np.complex64)).dtype == np.float32
+
+
+def test_n_dimensional_transforms():
+  x = _signal(4, 6, 5, dtype=np.float32)
+  wide = x.astype(np.float64)
+  for name in ("fftn", "ifftn", "rfftn", "fft2", "ifft2", "rfft2"):
+    np.testing.assert_allclose(np.asarray(getattr(jnp.fft, name)(x)), getattr(np.fft, name)(wide), rtol=1e-5,
+                               atol=1e-4, err_msg=name)
+    np.testing.assert_allclose(np.asarray(getattr(jnp.fft, name)(x, s=(3, 8), axes=(0, 2))),
+                               getattr(np.fft, name)(wide, s=(3, 8), axes=(0, 2)), rtol=1e-5, atol=1e-4, err_msg=name)
+  spectrum = np.fft.rfftn(wide)
+  np.testing.assert_allclose(np.asarray(jnp.fft.irfftn(spectrum.astype(np.complex64), s=x.shape)),
+                             np.fft.irfftn(spectrum, s=x.shape, axes=(0, 1, 2)), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(jnp.fft.irfft2(spectrum.astype(np.complex64), s=x.shape[1:])),
+                             np.fft.irfft2(spectrum, s=x.shape[1:]), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(jnp.fft.fft(x, axis=1)), np.fft.fft(wide, axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_frequencies_and_shifts():
+  for n, d in ((5, 0.1), (6, 1.0), (1, 2.0)):
+    np.testing.assert_allclose(np.asarray(jnp.fft.fftfreq(n, d)), np.fft.fftfreq(n, d), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(jnp.fft.rfftfreq(n, d)), np.fft.rfftfreq(n, d), rtol=1e-6)
+  grid = np.arange(30).reshape(5, 6)
+  for axes in (None, 0, (1,), (0, 1)):
+    np.testing.assert_array_equal(np.asarray(jnp.fft.fftshift(grid, axes)), np.fft.fftshift(grid, axes))
+    np.testing.assert_array_equal(np.asarray(jnp.fft.ifftshift(grid, axes)), np.fft.ifftshift(grid, axes))
+
+
+def test_identities():
+  x, y = _signal(2, 96), _signal(2, 96)
+  np.testing.assert_allclose(np.asarray(jnp.fft.ifft(jnp.fft.fft(x))), x, atol=1e-5)
+  parseval = np.sum(np.abs(np.asarray(jnp.fft.fft(x, norm="ortho"))) ** 2, axis=-1)
+  np.testing.assert_allclose(parseval, np.sum(np.abs(x) ** 2, axis=-1), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(jnp.fft.fft(2 * x + 3j * y)),
+                             2 * np.asarray(jnp.fft.fft(x)) + 3j * np.asarray(jnp.fft.fft(y)), rtol=1e-5, atol=1e-4)
+  # the convolution theorem: a circular convolution is a product of spectra
+  circular = np.array([[np.sum(x[b] * np.roll(y[b][::-1], k + 1)) for k in range(96)] for b in range(2)])
+  np.testing.assert_allclose(np.asarray(jnp.fft.ifft(jnp.fft.fft(x) * jnp.fft.fft(y))), circular, rtol=1e-4,
+                             atol=1e-4)
+  real = _signal(50, dtype=np.float32)
+  np.testing.assert_allclose(np.asarray(jnp.fft.irfft(jnp.fft.rfft(real), n=50)), real, atol=1e-5)
+
+
+def test_jit_vmap_and_gradients():
+  x = _signal(4, 40)
+  np.testing.assert_allclose(np.asarray(tj.jit(jnp.fft.fft)(x)), np.asarray(jnp.fft.fft(x)), rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(tj.vmap(jnp.fft.fft)(x)), np.fft.fft(x.astype(np.complex128)), rtol=1e-5,
+                             atol=1e-5)
+  np.testing.assert_allclose(np.asarray(tj.vmap(jnp.fft.fft, in_axes=1, out_axes=1)(x)),
+                             np.fft.fft(x.astype(np.complex128), axis=0), rtol=1e-5, atol=1e-5)
+  with tj.config.override("jax_enable_x64", True):
+    real = _signal(12, dtype=np.float64)
+    weights = _signal(7, dtype=np.float64)
+
+    def power(v):
+      return jnp.sum(weights * jnp.abs(jnp.fft.rfft(v)) ** 2)
+    numeric = numeric_grad(lambda v: power(jnp.asarray(v)), real, 1e-6)
+    np.testing.assert_allclose(np.asarray(tj.grad(power)(real)), numeric, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(tj.jit(tj.grad(power))(real)), numeric, rtol=1e-6, atol=1e-8)
+    inverse = lambda v: jnp.sum(jnp.fft.irfft(v * (1 + 0.5j), n=12) * jnp.arange(12.0))  # noqa: E731
+    spectrum = jnp.fft.rfft(real)
+    grads = tj.vmap(tj.grad(inverse))(jnp.stack([spectrum, 2 * spectrum]))
+    assert grads.shape == (2, 7) and grads.dtype == np.complex128
+    np.testing.assert_allclose(np.asarray(grads[0]), np.asarray(grads[1]), rtol=1e-12)  # (linear: one gradient)
+  # JAX 0.10.2's values for the irfft of a rescaled spectrum (its transpose convention)
+  ramp = np.arange(6.0, dtype=np.float32)
+  np.testing.assert_allclose(
+    np.asarray(tj.grad(lambda v: jnp.sum(jnp.fft.irfft(v * (1 + 0.5j), n=6) * jnp.arange(6.0)))(jnp.fft.rfft(ramp))),
+    np.array([2.5 + 1.25j, -0.13397461 - 2.232051j, -0.7113249 - 1.0773503j, -0.5 - 0.25j], np.complex64), rtol=1e-5,
+    atol=1e-6)
+  np.testing.assert_allclose(np.asarray(tj.grad(lambda v: jnp.sum(jnp.abs(jnp.fft.rfft(v)) ** 2 * jnp.arange(4.0)))(
+    ramp)), [-36, 6, -12, 12, -6, 36], rtol=1e-5, atol=1e-5)
+  # JAX 0.10.2: grad(lambda x: sum(abs(fft(x)) ** 2))(x) = 2 n x for complex x (Parseval), and its rfft form
+  z = np.array([1 + 2j, -0.5 + 0.25j, 3 - 1j, 0.5j], np.complex64)
+  np.testing.assert_allclose(np.asarray(tj.grad(lambda u: jnp.sum(jnp.abs(jnp.fft.fft(u)) ** 2))(z)),
+                             2 * 4 * np.conj(z), rtol=1e-5)
+
+
+def test_bad_input():
+  with pytest.raises(ValueError, match="norm"):
+    jnp.fft.fft(np.ones(4), norm="sideways")
+  with pytest.raises(ValueError, match="Invalid number of FFT data points"):
+    jnp.fft.fft(np.ones(4), n=0)
+  with pytest.raises(ValueError, match="Invalid number of FFT data points"):
+    jnp.fft.fft(np.ones((2, 0)))
+  with pytest.raises(TypeError, match="real-valued"):
+    jnp.fft.rfft(np.ones(4, np.complex64))
+  with pytest.raises(ValueError, match="repeated axes"):
+    jnp.fft.fftn(np.ones((2, 2)), axes=(0, 0))
+  with pytest.raises(ValueError, match="at least one dimension"):
+    jnp.fft.fft(np.float32(1.0))

@@ -1,0 +1,307 @@
+"""tinyjax.numpy.fft: jax.numpy.fft's discrete Fourier transforms, any length, as compositions of array operations
+(so they fuse, differentiate, batch and jit like any other).
+
+The transform of length n along an axis is computed by the four-step Cooley-Tukey factorisation n = n1 * n2, n1 the
+largest divisor of n up to DIRECT_MAX: a DFT of length n1 across the rows of the (n1, n2) matrix the axis is reshaped
+to, a multiplication by the twiddle factors w^(j2 k1), then DFTs of length n2 (recursively), and a transpose into the
+output order. A DFT of length up to DIRECT_MAX is a product with its DFT matrix (a complex matmul: four real GEMMs,
+lower/complex.py). A prime length above DIRECT_MAX uses Bluestein's algorithm: the transform as a convolution with
+the chirp w^(m^2 / 2), computed by transforms of the next power of two >= 2n - 1. The DFT matrices, twiddles and
+chirps are computed in float64 on the host and rounded once to the array's precision.
+
+Real inputs become complex64 (complex128 with x64); `rfft` returns the n // 2 + 1 non-negative frequencies, `irfft`
+rebuilds the Hermitian spectrum and returns the real part. `norm` is "backward" (the default: 1/n on the inverse),
+"ortho" (1/sqrt(n) both ways) or "forward" (1/n on the forward transform).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from typing import Any, Sequence
+
+import numpy as np
+
+from tinyjax import dtypes
+from tinyjax.array import Array
+from tinyjax.lax._base import canonicalize_axis
+
+DIRECT_MAX = 16  # lengths up to this are a matmul with the DFT matrix; larger ones are factored (or Bluestein);
+# measured on 2^20 points (benchmarks/run.py fft): 8 -> 34 ms, 16 -> 31, 32 -> 59, 64 -> 36, 128 -> 169
+_NORMS = (None, "backward", "ortho", "forward")
+
+
+def _jnp():
+  from tinyjax import numpy as jnp
+  return jnp
+
+
+def _complex_dtype(x: Array) -> np.dtype:
+  """The complex dtype a transform of `x` computes in: x's own, else complex128 for float64 (x64), else complex64."""
+  if dtypes.is_complex(x.dtype): return x.dtype
+  return dtypes.canonicalize_dtype(np.complex128 if x.dtype == np.float64 else np.complex64)
+
+
+@functools.lru_cache(maxsize=256)
+def _dft_matrix(n: int, sign: int, dtype: np.dtype) -> np.ndarray:
+  k = np.arange(n)
+  return np.exp(sign * 2j * np.pi * np.outer(k, k) / n).astype(dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _twiddles(n1: int, n2: int, sign: int, dtype: np.dtype) -> np.ndarray:
+  """w^(j2 k1), w = exp(sign 2 pi i / n), as an (n2, n1) array: [j2, k1]."""
+  return np.exp(sign * 2j * np.pi * np.outer(np.arange(n2), np.arange(n1)) / (n1 * n2)).astype(dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _bluestein_constants(n: int, sign: int, dtype: np.dtype) -> tuple[int, np.ndarray, np.ndarray]:
+  """(M, chirp c_m = exp(sign pi i m^2 / n) for m < n, the forward DFT of length M of conj(c) wrapped around):
+  float64 on the host (numpy's FFT of a constant), rounded once."""
+  size = 1 << (2 * n - 2).bit_length()
+  m = np.arange(n)
+  chirp = np.exp(sign * 1j * np.pi * (m * m % (2 * n)) / n)
+  kernel = np.zeros(size, np.complex128)
+  kernel[:n] = np.conj(chirp)
+  kernel[size - n + 1:] = np.conj(chirp[1:])[::-1]
+  return size, chirp.astype(dtype), np.fft.fft(kernel).astype(dtype)
+
+
+def _largest_divisor(n: int) -> int:
+  return next((d for d in range(min(DIRECT_MAX, n - 1), 1, -1) if n % d == 0), 1)
+
+
+def _transform_last(x: Array, sign: int) -> Array:
+  """The unnormalised DFT sum_j x_j exp(sign 2 pi i j k / n) along the last axis of complex `x`."""
+  jnp = _jnp()
+  n = x.shape[-1]
+  dtype = x.dtype
+  if n == 1: return x
+  if n <= DIRECT_MAX: return x @ jnp.asarray(_dft_matrix(n, sign, dtype))
+  n1 = _largest_divisor(n)
+  if n1 == 1: return _bluestein(x, sign)
+  n2 = n // n1
+  batch = x.shape[:-1]
+  rows = jnp.swapaxes(x.reshape(*batch, n1, n2), -1, -2)  # [j2, j1]
+  rows = _transform_last(rows, sign) * jnp.asarray(_twiddles(n1, n2, sign, dtype))  # [j2, k1]
+  columns = _transform_last(jnp.swapaxes(rows, -1, -2), sign)  # [k1, k2]
+  return jnp.swapaxes(columns, -1, -2).reshape(*batch, n)  # k = k1 + n1 k2
+
+
+def _bluestein(x: Array, sign: int) -> Array:
+  """X_k = c_k sum_j (x_j c_j) conj(c_(k-j)): a convolution, by transforms of a power-of-two length."""
+  jnp = _jnp()
+  n = x.shape[-1]
+  size, chirp, kernel_spectrum = _bluestein_constants(n, sign, x.dtype)
+  chirp = jnp.asarray(chirp)
+  padded = jnp.pad(x * chirp, [(0, 0)] * (x.ndim - 1) + [(0, size - n)])
+  spectrum = _transform_last(padded, -1) * jnp.asarray(kernel_spectrum)
+  convolved = _transform_last(spectrum, 1)[..., :n] * (1.0 / size)
+  return convolved * chirp
+
+
+def _check_norm(norm: str | None) -> None:
+  if norm not in _NORMS:
+    raise ValueError(f'Invalid norm value {norm}; should be "backward", "ortho" or "forward".')
+
+
+def _scale(n: int, norm: str | None, inverse: bool) -> float:
+  if norm == "ortho": return 1 / math.sqrt(n)
+  if norm == "forward": return 1.0 if inverse else 1 / n
+  return 1 / n if inverse else 1.0
+
+
+def _resized(x: Array, n: int, axis: int) -> Array:
+  """`x` cut or zero-padded to length n along axis."""
+  jnp = _jnp()
+  length = x.shape[axis]
+  if n < 1: raise ValueError(f"Invalid number of FFT data points ({n}) specified.")
+  if n < length: return _slice(x, n, axis)
+  if n > length:
+    return jnp.pad(x, [(0, n - length if i == axis else 0) for i in range(x.ndim)])
+  return x
+
+
+def _slice(x: Array, n: int, axis: int) -> Array:
+  index = [slice(None)] * x.ndim
+  index[axis] = slice(0, n)
+  return x[tuple(index)]
+
+
+def _complex_transform(a: Any, n: int | None, axis: int, norm: str | None, inverse: bool, name: str) -> Array:
+  jnp = _jnp()
+  _check_norm(norm)
+  x = jnp.asarray(a)
+  if x.ndim == 0: raise ValueError(f"{name}: the input must have at least one dimension, got a scalar")
+  axis = canonicalize_axis(axis, x.ndim)
+  if n is not None: x = _resized(x, operator.index(n), axis)
+  length = x.shape[axis]
+  if length == 0: raise ValueError(f"Invalid number of FFT data points ({length}) specified.")
+  x = x.astype(_complex_dtype(x))
+  moved = jnp.moveaxis(x, axis, -1)
+  out = _transform_last(moved, 1 if inverse else -1)
+  scale = _scale(length, norm, inverse)
+  if scale != 1.0: out = out * scale
+  return jnp.moveaxis(out, -1, axis)
+
+
+def fft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
+  """The discrete Fourier transform along `axis` (cut or zero-padded to length `n`)."""
+  return _complex_transform(a, n, axis, norm, False, "fft")
+
+
+def ifft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
+  """The inverse discrete Fourier transform along `axis`."""
+  return _complex_transform(a, n, axis, norm, True, "ifft")
+
+
+def rfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
+  """The transform of real input along `axis`: its n // 2 + 1 non-negative frequencies."""
+  jnp = _jnp()
+  x = jnp.asarray(a)
+  if dtypes.is_complex(x.dtype):
+    raise TypeError(f"rfft requires a real-valued first argument, got {x.dtype.name}")
+  axis = canonicalize_axis(axis, max(x.ndim, 1))
+  full = fft(x, n, axis, norm)
+  return _slice(full, full.shape[axis] // 2 + 1, axis)
+
+
+def irfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
+  """The inverse of `rfft`: a real signal of length `n` (default 2 (m - 1)) from m non-negative frequencies."""
+  jnp = _jnp()
+  _check_norm(norm)
+  x = jnp.asarray(a)
+  if x.ndim == 0: raise ValueError("irfft: the input must have at least one dimension, got a scalar")
+  axis = canonicalize_axis(axis, x.ndim)
+  n = 2 * (x.shape[axis] - 1) if n is None else operator.index(n)
+  if n < 1: raise ValueError(f"Invalid number of FFT data points ({n}) specified.")
+  x = _resized(x.astype(_complex_dtype(x)), n // 2 + 1, axis)
+  x = jnp.moveaxis(x, axis, -1)
+  # the Hermitian spectrum: X[k] = x[k] for k <= n / 2, conj(x[n - k]) above; x[0] (and x[n / 2]) taken as real
+  head = x.at[..., 0].set(jnp.real(x[..., 0]).astype(x.dtype))
+  if n % 2 == 0: head = head.at[..., n // 2].set(jnp.real(head[..., n // 2]).astype(x.dtype))
+  tail = jnp.conj(jnp.flip(head[..., 1:(n + 1) // 2], axis=-1))
+  spectrum = jnp.concatenate([head, tail], axis=-1)
+  out = jnp.real(_transform_last(spectrum, 1)) * _scale(n, norm, True)
+  return jnp.moveaxis(out, -1, axis)
+
+
+_SWAPPED = {None: "forward", "backward": "forward", "ortho": "ortho", "forward": "backward"}
+
+
+def hfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
+  """The transform of a Hermitian-symmetric signal given by its first half: a real spectrum of length n."""
+  _check_norm(norm)
+  return irfft(_jnp().conj(_jnp().asarray(a)), n, axis, _SWAPPED[norm])
+
+
+def ihfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
+  """The inverse of `hfft`: the first n // 2 + 1 values of the Hermitian signal whose spectrum is the real `a`."""
+  _check_norm(norm)
+  return _jnp().conj(rfft(a, n, axis, _SWAPPED[norm]))
+
+
+def _axes_and_sizes(x: Array, s: Sequence[int] | None, axes: Sequence[int] | None, name: str
+                    ) -> tuple[list[int], list[int] | None]:
+  if axes is None:
+    axes = list(range(x.ndim)) if s is None else list(range(x.ndim - len(s), x.ndim))
+  axes = [canonicalize_axis(axis, x.ndim) for axis in axes]
+  if len(set(axes)) != len(axes): raise ValueError(f"{name} does not support repeated axes. Got axes {axes}.")
+  if s is not None and len(s) != len(axes):
+    raise ValueError(f"{name}: shape s {tuple(s)} and axes {tuple(axes)} must have the same length")
+  return axes, None if s is None else [operator.index(size) for size in s]
+
+
+def _nd(transform, a: Any, s, axes, norm, name: str) -> Array:
+  x = _jnp().asarray(a)
+  axes, sizes = _axes_and_sizes(x, s, axes, name)
+  for k, axis in enumerate(axes):
+    x = transform(x, None if sizes is None else sizes[k], axis, norm)
+  return x
+
+
+def fftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None, norm: str | None = None) -> Array:
+  """The n-dimensional transform over `axes` (default all, or the last len(s))."""
+  return _nd(fft, a, s, axes, norm, "fftn")
+
+
+def ifftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None, norm: str | None = None) -> Array:
+  """The n-dimensional inverse transform."""
+  return _nd(ifft, a, s, axes, norm, "ifftn")
+
+
+def fft2(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1), norm: str | None = None) -> Array:
+  """The transform over the last two axes."""
+  return fftn(a, s, axes, norm)
+
+
+def ifft2(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1), norm: str | None = None) -> Array:
+  """The inverse transform over the last two axes."""
+  return ifftn(a, s, axes, norm)
+
+
+def rfftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None, norm: str | None = None) -> Array:
+  """`rfft` over the last of `axes`, then `fft` over the others."""
+  x = _jnp().asarray(a)
+  axes, sizes = _axes_and_sizes(x, s, axes, "rfftn")
+  x = rfft(x, None if sizes is None else sizes[-1], axes[-1], norm)
+  for k, axis in enumerate(axes[:-1]): x = fft(x, None if sizes is None else sizes[k], axis, norm)
+  return x
+
+
+def irfftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
+           norm: str | None = None) -> Array:
+  """The inverse of `rfftn`: `ifft` over all of `axes` but the last, then `irfft` over it."""
+  x = _jnp().asarray(a)
+  axes, sizes = _axes_and_sizes(x, s, axes, "irfftn")
+  for k, axis in enumerate(axes[:-1]): x = ifft(x, None if sizes is None else sizes[k], axis, norm)
+  return irfft(x, None if sizes is None else sizes[-1], axes[-1], norm)
+
+
+def rfft2(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1), norm: str | None = None) -> Array:
+  """`rfftn` over the last two axes."""
+  return rfftn(a, s, axes, norm)
+
+
+def irfft2(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1), norm: str | None = None) -> Array:
+  """`irfftn` over the last two axes."""
+  return irfftn(a, s, axes, norm)
+
+
+def fftfreq(n: int, d: Any = 1.0, *, dtype: Any = None, device: Any = None) -> Array:
+  """The sample frequencies of a length-n transform: [0, 1, ..., n/2 - 1, -n/2, ..., -1] / (d n)."""
+  jnp = _jnp()
+  n = operator.index(n)
+  if n <= 0: raise ValueError(f"n should be a positive integer, got {n}")
+  k = np.concatenate([np.arange(0, (n - 1) // 2 + 1), np.arange(-(n // 2), 0)])
+  out = jnp.asarray(k, dtype=dtype or dtypes.default_float_dtype(), device=device)
+  return out / (d * n)
+
+
+def rfftfreq(n: int, d: Any = 1.0, *, dtype: Any = None, device: Any = None) -> Array:
+  """The sample frequencies of `rfft`: [0, 1, ..., n // 2] / (d n)."""
+  jnp = _jnp()
+  n = operator.index(n)
+  if n <= 0: raise ValueError(f"n should be a positive integer, got {n}")
+  out = jnp.asarray(np.arange(0, n // 2 + 1), dtype=dtype or dtypes.default_float_dtype(), device=device)
+  return out / (d * n)
+
+
+def fftshift(x: Any, axes: int | Sequence[int] | None = None) -> Array:
+  """The zero frequency moved to the middle: a roll by n // 2 along `axes` (default all)."""
+  jnp = _jnp()
+  x = jnp.asarray(x)
+  axes = tuple(range(x.ndim)) if axes is None else (axes,) if isinstance(axes, int) else tuple(axes)
+  return jnp.roll(x, tuple(x.shape[axis] // 2 for axis in axes), axes)
+
+
+def ifftshift(x: Any, axes: int | Sequence[int] | None = None) -> Array:
+  """The inverse of `fftshift`: a roll by -(n // 2)."""
+  jnp = _jnp()
+  x = jnp.asarray(x)
+  axes = tuple(range(x.ndim)) if axes is None else (axes,) if isinstance(axes, int) else tuple(axes)
+  return jnp.roll(x, tuple(-(x.shape[axis] // 2) for axis in axes), axes)
+
+
+__all__ = ["fft", "fft2", "fftfreq", "fftn", "fftshift", "hfft", "ifft", "ifft2", "ifftn", "ifftshift", "ihfft",
+           "irfft", "irfft2", "irfftn", "rfft", "rfft2", "rfftfreq", "rfftn"]
