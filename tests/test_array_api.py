@@ -98,11 +98,13 @@ def test_namespace_info_and_array_methods():
   info = jnp.__array_namespace_info__()
   assert info.capabilities() == {"boolean indexing": False, "data-dependent shapes": False, "max dimensions": 64}
   assert info.default_device() is None and info.devices()[1] is tj.devices()[0]
-  assert info.default_dtypes() == {"real floating": np.float32, "integral": np.int32, "indexing": np.int32}
-  assert set(info.dtypes()) == {"bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float32"}
+  assert info.default_dtypes() == {"real floating": np.float32, "complex floating": np.complex64,
+                                   "integral": np.int32, "indexing": np.int32}
+  assert set(info.dtypes()) == {"bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float32", "complex64"}
+  assert set(info.dtypes(kind="complex floating")) == {"complex64"}
   assert set(info.dtypes(kind="unsigned integer")) == {"uint8", "uint16", "uint32"}
   with tj.config.override("jax_enable_x64", True):
-    assert {"int64", "uint64", "float64"} <= set(info.dtypes())
+    assert {"int64", "uint64", "float64", "complex128"} <= set(info.dtypes())
     assert info.default_dtypes()["real floating"] == np.float64
   x = jnp.arange(3.0)
   assert x.__array_namespace__() is jnp and x.__array_namespace__(api_version="2023.12") is jnp

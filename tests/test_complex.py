@@ -235,3 +235,19 @@ def test_not_built_yet_raises_not_implemented():
     np.asarray(jnp.max(x))
   with pytest.raises(NotImplementedError, match="complex"):
     np.asarray(x < x)
+
+
+def test_host_calls_take_and_give_complex_arrays():
+  """A pure_callback (or a LAPACK step) under jit exchanges complex values with the host as complex arrays."""
+  seen = []
+
+  def on_host(z):
+    seen.append(z.dtype)
+    return np.conj(z) * 2
+
+  shape = tj.ShapeDtypeStruct((3,), np.complex64)
+  f = tj.jit(lambda z: tj.pure_callback(on_host, shape, z * 1j) + 1)
+  z = _complex(3)
+  _close(f(z), np.conj(z * 1j) * 2 + 1)
+  assert seen == [np.complex64]
+  _close(tj.pure_callback(on_host, shape, jnp.asarray(z)), np.conj(z) * 2)

@@ -431,8 +431,8 @@ def test_bad_input_raises_jax_errors():
     jnp.linalg.qr(np.ones((3, 3)), mode="economic")
   with pytest.raises(NotImplementedError, match="float16"):
     jnp.linalg.inv(np.eye(2, dtype=np.float16))
-  with pytest.raises(NotImplementedError, match="complex"):
-    jnp.linalg.eig(np.eye(2))
+  with pytest.raises(NotImplementedError, match="derivative of eig"):
+    tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eigvals(x))))(np.eye(2, dtype=np.float32))
   with pytest.raises(TypeError, match="floating-point"):
     lax_linalg.cholesky(np.eye(2, dtype=np.int32))
   with pytest.raises(ValueError, match="batch dimensions"):
@@ -484,3 +484,27 @@ def test_batched_small_matrices_agree_with_lapack_per_matrix():
   with_nan[3, 0, 0] = np.nan  # numpy's gufunc raises for it: the per-matrix loop takes over, NaN for that one
   s = _lapack.gesdd(with_nan, full_matrices=False, compute_uv=False)[0]
   assert np.all(np.isnan(s[3])) and np.all(np.isfinite(s[[0, 1, 2, 4, 5]]))
+
+
+@pytest.mark.usefixtures("on_cpu")  # complex results are computed on the CPU
+def test_eig_of_general_real_matrices():
+  a = _random(3, 5, 5)
+  a[1] = [[0, -1, 0, 0, 0], [1, 0, 0, 0, 0], [0, 0, 2, 0, 0], [0, 0, 0, 3, 1], [0, 0, 0, 0, 3]]  # +-i and a Jordan block
+  values, vectors = jnp.linalg.eig(a)
+  assert values.dtype == np.complex64 and vectors.dtype == np.complex64 and vectors.shape == (3, 5, 5)
+  for index in range(3):
+    want = np.linalg.eigvals(a[index].astype(np.float64))
+    np.testing.assert_allclose(np.sort_complex(np.asarray(values[index])), np.sort_complex(want), rtol=1e-4,
+                               atol=1e-3 if index == 1 else 1e-5)  # (the Jordan block's eigenvalue is ill-conditioned)
+    v = np.asarray(vectors[index], np.complex128)
+    if index != 1:
+      np.testing.assert_allclose(a[index] @ v, v * np.asarray(values[index]), atol=1e-5)
+      np.testing.assert_allclose(np.linalg.norm(v, axis=0), np.ones(5), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.eigvals(a)), np.asarray(values))
+  np.testing.assert_allclose(np.asarray(tj.jit(jnp.linalg.eigvals)(a)), np.asarray(values))
+  np.testing.assert_allclose(np.asarray(tj.vmap(jnp.linalg.eigvals)(a)), np.asarray(values))
+  w, left, right = lax_linalg.eig(a[0])
+  np.testing.assert_allclose(np.conj(np.asarray(left)).T @ a[0], np.conj(np.asarray(left)).T * np.asarray(w)[:, None],
+                             atol=1e-5)
+  with tj.config.override("jax_enable_x64", True):
+    assert jnp.linalg.eigvals(a[0].astype(np.float64)).dtype == np.complex128

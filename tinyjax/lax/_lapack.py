@@ -235,6 +235,50 @@ def _geqrf_orgqr_each(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndarray
   return q.reshape((*a.shape[:-2], m, columns)), r.reshape((*a.shape[:-2], columns, n))
 
 
+def _unpack_eigenvectors(packed: np.ndarray, imaginary: np.ndarray, dtype: np.dtype) -> np.ndarray:
+  """geev's real eigenvector matrix as complex columns: a complex-conjugate pair (imaginary part > 0 first) is stored
+  as two columns, the real and the imaginary part."""
+  vectors = packed.astype(dtype)
+  j = 0
+  while j < len(imaginary):
+    if imaginary[j] > 0 and j + 1 < len(imaginary):
+      vectors[:, j] = packed[:, j] + 1j * packed[:, j + 1]
+      vectors[:, j + 1] = packed[:, j] - 1j * packed[:, j + 1]
+      j += 2
+    else: j += 1
+  return vectors
+
+
+def geev(a: np.ndarray, *, left: bool, right: bool) -> list[np.ndarray]:
+  """Eigenvalues of real square matrices (..., n, n), complex, in LAPACK's order, and the left / right eigenvectors
+  (unit columns, as complex arrays) when asked for: [w, vl?, vr?]. A matrix whose QR iteration fails gets NaN."""
+  call = _Call(a.dtype)
+  n = a.shape[-1]
+  complex_dtype = np.dtype(np.complex64) if a.dtype == np.float32 else np.dtype(np.complex128)
+  stack = a.reshape((-1, n, n))
+  values = np.zeros((stack.shape[0], n), complex_dtype)
+  lefts, rights = np.zeros((stack.shape[0], n, n), complex_dtype), np.zeros((stack.shape[0], n, n), complex_dtype)
+  for index in range(stack.shape[0] if n else 0):
+    matrix = np.array(stack[index], order="F")
+    real, imaginary = np.zeros(n, a.dtype), np.zeros(n, a.dtype)
+    vl, vr = np.zeros((n, n), a.dtype, order="F"), np.zeros((n, n), a.dtype, order="F")
+    args = [call.char("V" if left else "N"), call.char("V" if right else "N"), call.int(n), call.ptr(matrix),
+            call.int(n), call.ptr(real), call.ptr(imaginary), call.ptr(vl), call.int(n), call.ptr(vr), call.int(n)]
+    query = np.zeros(1, a.dtype)
+    call("geev", *args, call.ptr(query), call.int(-1), chars=2)
+    work = np.zeros(max(1, int(query[0])), a.dtype)
+    if call("geev", *args, call.ptr(work), call.int(work.size), chars=2) != 0:
+      values[index], lefts[index], rights[index] = np.nan, np.nan, np.nan
+      continue
+    values[index] = real + 1j * imaginary
+    if left: lefts[index] = _unpack_eigenvectors(vl, imaginary, complex_dtype)
+    if right: rights[index] = _unpack_eigenvectors(vr, imaginary, complex_dtype)
+  outs = [values.reshape(a.shape[:-1])]
+  if left: outs.append(lefts.reshape(a.shape).astype(complex_dtype))
+  if right: outs.append(rights.reshape(a.shape).astype(complex_dtype))
+  return outs
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # batches of small matrices: one LAPACK call per matrix costs more in Python than its O(n^3) work, so these run the
 # same algorithms (partial pivoting as getf2, substitution, Cholesky-Banachiewicz) as n numpy steps over the whole

@@ -6,9 +6,10 @@ name: a JVP rule (so `grad`, `jvp`, `jacfwd`/`jacrev` work, composed with `jit` 
 makes the vmapped axis one more leading batch dimension of a single call. `triangular_solve` is linear in its
 right-hand side and has a transpose rule, which is what the reverse mode of the others is built on.
 
-Primitives: `cholesky_p`, `eigh_p` (eigenvectors, eigenvalues), `lu_p` (packed LU, pivots, permutation), `qr_p`,
-`svd_p` (singular values first, then U and V^H when computed), `triangular_solve_p`. Real float32 / float64 (x64)
-only: tinyjax has no complex dtypes yet; float16 / bfloat16 raise NotImplementedError as JAX's CPU backend does.
+Primitives: `cholesky_p`, `eigh_p` (eigenvectors, eigenvalues), `eig_p` (complex eigenvalues and eigenvectors of a
+real matrix; no derivative yet), `lu_p` (packed LU, pivots, permutation), `qr_p`, `svd_p` (singular values first, then
+U and V^H when computed), `triangular_solve_p`. Real float32 / float64 (x64) inputs only (complex matrices are not
+factored yet); float16 / bfloat16 raise NotImplementedError as JAX's CPU backend does.
 """
 from __future__ import annotations
 
@@ -413,5 +414,36 @@ def qr(x: Any, *, pivoting: bool = False, full_matrices: bool = True) -> tuple[A
   return q, r
 
 
-__all__ = ["cholesky", "cholesky_p", "eigh", "eigh_p", "lu", "lu_p", "lu_pivots_to_permutation", "qr", "qr_p", "svd",
-           "svd_p", "triangular_solve", "triangular_solve_p"]
+# ---------------------------------------------------------------------------------------------------------------------
+# eig (real input, complex results)
+
+def _eig_impl(x, *, compute_left_eigenvectors, compute_right_eigenvectors):
+  complex_dtype = np.dtype(np.complex64) if x.dtype == np.float32 else np.dtype(np.complex128)
+  avals = [(x.shape[:-1], complex_dtype)]
+  avals += [(x.shape, complex_dtype)] * (int(compute_left_eigenvectors) + int(compute_right_eigenvectors))
+  return _host("eig", lambda a: _lapack.geev(a, left=compute_left_eigenvectors, right=compute_right_eigenvectors),
+               [x], avals)
+
+
+eig_p = Primitive("eig", _eig_impl, multiple_results=True)
+
+
+def _eig_jvp(primals, tangents, **params):
+  raise NotImplementedError("the derivative of eig (it needs complex linear solves) is not built in tinyjax; for "
+                            "symmetric matrices use eigh, which is differentiable")
+
+
+ad.jvp_rules[eig_p] = _eig_jvp
+_batch_on_leading_axis(eig_p)
+
+
+def eig(x: Any, *, compute_left_eigenvectors: bool = True, compute_right_eigenvectors: bool = True) -> list[Array]:
+  """Eigenvalues of general real square matrices (..., n, n) (complex, LAPACK's geev order) and their left and right
+  eigenvectors (unit-norm complex columns): `[w, vl, vr]`, without the ones not asked for. Not differentiable yet."""
+  x = _operand("eig", x, square=True)
+  return list(eig_p.bind(x, compute_left_eigenvectors=bool(compute_left_eigenvectors),
+                         compute_right_eigenvectors=bool(compute_right_eigenvectors)))
+
+
+__all__ = ["cholesky", "cholesky_p", "eig", "eig_p", "eigh", "eigh_p", "lu", "lu_p", "lu_pivots_to_permutation", "qr",
+           "qr_p", "svd", "svd_p", "triangular_solve", "triangular_solve_p"]

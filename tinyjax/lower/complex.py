@@ -11,8 +11,11 @@ codegen never see a complex value (and keep fusing and vectorising the float wor
 - a complex output is written back interleaved, as the float array (*S, 2) that the runtime then views as complex
   (realize.py `complex_views`).
 
+- a host call (pure_callback, lax.linalg's LAPACK steps) with complex operands or results exchanges them as float
+  pairs and hands its function complex arrays.
+
 Operations that have no meaning on complex numbers here (ordering comparisons, max, integer ops) or are not built yet
-(log, pow, products over an axis, complex values in loops and host calls) raise NotImplementedError naming them.
+(products over an axis, complex values carried by loops) raise NotImplementedError naming them.
 """
 from __future__ import annotations
 
@@ -103,6 +106,10 @@ def split_complex(sink: UOp) -> UOp:
     op = node.op
     if node is sink: break
     operand_complex = any(is_complex(s.dtype) for s in node.src)
+    if op is Ops.CALLBACK and (operand_complex or any(is_complex(dtype) for _, dtype in node.arg.out_avals)):
+      real[node] = _host_call_on_pairs(node, [_interleaved(*pairs[s]) if is_complex(s.dtype) else real[s]
+                                              for s in node.src])
+      continue
     if not is_complex(node.dtype):
       if op is Ops.REAL: real[node] = pairs[node.src[0]][0]
       elif op is Ops.IMAG: real[node] = pairs[node.src[0]][1]
@@ -119,18 +126,15 @@ def split_complex(sink: UOp) -> UOp:
     shape = node.shape
     if op is Ops.PARAM:
       index, param_shape = node.arg
-      pairs_shape = (*param_shape, 2)
-      floats = UOp(Ops.PARAM, part, (), (index, pairs_shape))
-      picked = []
-      for k in range(2):
-        bounds = tuple((0, size) for size in param_shape) + ((k, k + 1),)
-        picked.append(UOp(Ops.RESHAPE, part, (UOp(Ops.SHRINK, part, (floats,), bounds),), tuple(param_shape)))
-      pairs[node] = (picked[0], picked[1])
+      pairs[node] = _split_pairs(UOp(Ops.PARAM, part, (), (index, (*param_shape, 2))), param_shape)
     elif op is Ops.CONST:
       value = complex(node.arg)
       pairs[node] = (UOp.const(part, value.real), UOp.const(part, value.imag))
     elif op in MOVEMENT or op is Ops.CONTIGUOUS:
       pairs[node] = tuple(UOp(op, part, (p,), node.arg) for p in pairs[node.src[0]])
+    elif op is Ops.PROJECT:  # a complex result of a host call: written as float pairs (`_host_call_on_pairs`)
+      index, out_shape = node.arg
+      pairs[node] = _split_pairs(UOp(Ops.PROJECT, part, (real[node.src[0]],), (index, (*out_shape, 2))), out_shape)
     elif op is Ops.COMPLEX:
       pairs[node] = (_cast(real[node.src[0]], part), _cast(real[node.src[1]], part))
     elif op is Ops.CAST:
@@ -203,15 +207,41 @@ def split_complex(sink: UOp) -> UOp:
                           for p, u in zip(pairs[operand], pairs[updates]))
     else:
       raise _unsupported(op.name.lower())
-  outputs = []
-  for out in sink.src:
-    if not is_complex(out.dtype):
-      outputs.append(real[out])
-      continue
-    re, im = pairs[out]
-    part = re.dtype
-    padded = [UOp(Ops.PAD, part, (UOp(Ops.RESHAPE, part, (p,), (*out.shape, 1)),),
-                  tuple((0, 0) for _ in out.shape) + (pad,)) for p, pad in ((re, (0, 1)), (im, (1, 0)))]
-    outputs.append(_add(*padded))
+  outputs = [_interleaved(*pairs[out]) if is_complex(out.dtype) else real[out] for out in sink.src]
   return UOp(Ops.SINK, sink.dtype, tuple(outputs), sink.arg)
+
+
+def _split_pairs(floats: UOp, shape: tuple[int, ...]) -> tuple[UOp, UOp]:
+  """The (real, imaginary) parts of interleaved float pairs (*shape, 2): a complex array's memory seen as floats."""
+  picked = []
+  for k in range(2):
+    bounds = tuple((0, size) for size in shape) + ((k, k + 1),)
+    picked.append(UOp(Ops.RESHAPE, floats.dtype, (UOp(Ops.SHRINK, floats.dtype, (floats,), bounds),), tuple(shape)))
+  return picked[0], picked[1]
+
+
+def _interleaved(re: UOp, im: UOp) -> UOp:
+  """The float array (*S, 2) of (real, imaginary) pairs: the memory of the complex array of shape S."""
+  shape = re.shape
+  padded = [UOp(Ops.PAD, re.dtype, (UOp(Ops.RESHAPE, re.dtype, (p,), (*shape, 1)),),
+                tuple((0, 0) for _ in shape) + (pad,)) for p, pad in ((re, (0, 1)), (im, (1, 0)))]
+  return _add(*padded)
+
+
+def _host_call_on_pairs(node: UOp, operands: list[UOp]) -> UOp:
+  """A host call whose operands or results are complex: its operands arrive as float pairs (*S, 2) and are handed to
+  the function as complex arrays again; its complex results go back as float pairs."""
+  callback = node.arg
+  complex_in = [s.dtype if is_complex(s.dtype) else None for s in node.src]
+  complex_out = [dtype if is_complex(dtype) else None for _, dtype in callback.out_avals]
+
+  def on_pairs(*arrays):
+    values = [a if dtype is None else np.ascontiguousarray(a).view(dtype)[..., 0] for a, dtype in zip(arrays,
+                                                                                                          complex_in)]
+    results = callback.fn(*values)
+    return [r if dtype is None else np.ascontiguousarray(np.asarray(r, dtype))[..., None].view(part_dtype(dtype))
+            for r, dtype in zip(results, complex_out)]
+  out_avals = tuple((shape, dtype) if not is_complex(dtype) else ((*shape, 2), part_dtype(dtype))
+                    for shape, dtype in callback.out_avals)
+  return UOp(Ops.CALLBACK, node.dtype, tuple(operands), type(callback)(on_pairs, out_avals, callback.name))
 

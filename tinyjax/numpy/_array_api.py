@@ -162,14 +162,14 @@ class ArrayNamespaceInfo:
     return [None, default_device()]
 
   def default_dtypes(self, *, device: Any = None) -> dict:
-    return {"real floating": dtypes.default_float_dtype(), "integral": dtypes.default_int_dtype(),
-            "indexing": dtypes.default_int_dtype()}
+    return {"real floating": dtypes.default_float_dtype(), "complex floating": dtypes.default_complex_dtype(),
+            "integral": dtypes.default_int_dtype(), "indexing": dtypes.default_int_dtype()}
 
   def dtypes(self, *, device: Any = None, kind: Any = None) -> dict:
     """The standard's dtypes tinyjax has (64-bit ones with `jax_enable_x64`), those of `kind` when given."""
     from tinyjax.config import config
-    names = ["bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float32"]
-    if config.jax_enable_x64: names += ["int64", "uint64", "float64"]
+    names = ["bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float32", "complex64"]
+    if config.jax_enable_x64: names += ["int64", "uint64", "float64", "complex128"]
     found = {name: np.dtype(name) for name in names}
     return found if kind is None else {name: dt for name, dt in found.items() if isdtype(dt, kind)}
 

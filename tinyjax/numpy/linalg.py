@@ -5,7 +5,8 @@ of tinyjax.lax.linalg, over any leading batch dimensions, differentiable (JAX's 
 `pinv` have their own JVPs, which also share one LU between the value and its derivative) and batchable. The array API
 extension's functions that need no factorisation (`vector_norm`, `matrix_norm`, `trace`, `diagonal`, `cross`,
 `vecdot`, `outer`, `matmul`, `tensordot`, `matrix_transpose`) are compositions of the other primitives.
-Real float32 / float64 only: tinyjax has no complex dtypes yet, so `eig` / `eigvals` raise NotImplementedError."""
+`eig` / `eigvals` take real matrices and return complex results. The factorisations take real float32 / float64
+matrices (complex ones are not factored yet)."""
 from __future__ import annotations
 
 import math
@@ -14,6 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax import linalg as lax_linalg
 from tinyjax.lax._base import canonicalize_axis
@@ -107,16 +109,26 @@ def eigvalsh(a: Any, UPLO: str | None = "L", symmetrize_input: bool = True) -> A
   return eigh(a, UPLO, symmetrize_input).eigenvalues
 
 
-def eig(a: Any) -> Any:
-  """Not available: a real matrix's eigenvalues are complex in general, and tinyjax has no complex dtypes yet."""
-  raise NotImplementedError("linalg.eig needs complex dtypes, which tinyjax does not have yet; for symmetric "
-                            "matrices use linalg.eigh")
+class EigResult(NamedTuple):
+  eigenvalues: Array
+  eigenvectors: Array
 
 
-def eigvals(a: Any) -> Any:
-  """Not available (see `eig`)."""
-  raise NotImplementedError("linalg.eigvals needs complex dtypes, which tinyjax does not have yet; for symmetric "
-                            "matrices use linalg.eigvalsh")
+def eig(a: Any) -> EigResult:
+  """Eigenvalues and right eigenvectors (unit-norm columns) of general real square matrices (..., n, n), complex
+  (complex64, complex128 with x64), by LAPACK's geev: `EigResult(eigenvalues, eigenvectors)`. Not differentiable
+  yet (for symmetric matrices use `eigh`)."""
+  x = _matrices("eig", a, square=True)
+  if dtypes.is_complex(x.dtype): raise NotImplementedError("linalg.eig of complex matrices is not built in tinyjax")
+  values, vectors = lax_linalg.eig(x, compute_left_eigenvectors=False)
+  return EigResult(values, vectors)
+
+
+def eigvals(a: Any) -> Array:
+  """The eigenvalues (complex) of general real square matrices (..., n, n)."""
+  x = _matrices("eigvals", a, square=True)
+  if dtypes.is_complex(x.dtype): raise NotImplementedError("linalg.eigvals of complex matrices is not built in tinyjax")
+  return lax_linalg.eig(x, compute_left_eigenvectors=False, compute_right_eigenvectors=False)[0]
 
 
 # ---- solves and determinants, on one LU each
@@ -497,7 +509,8 @@ def matrix_power(a: Any, n: int) -> Array:
   return result
 
 
-__all__ = ["EighResult", "QRResult", "SVDResult", "SlogdetResult", "cholesky", "cond", "cross", "det", "diagonal",
+__all__ = ["EigResult", "EighResult", "QRResult", "SVDResult", "SlogdetResult", "cholesky", "cond", "cross", "det",
+           "diagonal",
            "eig", "eigh", "eigvals", "eigvalsh", "inv", "lstsq", "matmul", "matrix_norm", "matrix_power",
            "matrix_rank", "matrix_transpose", "multi_dot", "norm", "outer", "pinv", "qr", "slogdet", "solve", "svd",
            "svdvals", "tensordot", "tensorinv", "tensorsolve", "trace", "vecdot", "vector_norm"]
