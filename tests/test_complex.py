@@ -251,3 +251,16 @@ def test_host_calls_take_and_give_complex_arrays():
   _close(f(z), np.conj(z * 1j) * 2 + 1)
   assert seen == [np.complex64]
   _close(tj.pure_callback(on_host, shape, jnp.asarray(z)), np.conj(z) * 2)
+
+
+def test_holomorphic_jacobians_and_hessian():
+  z = np.array([1 + 2j, 0.5 - 1j], np.complex64)
+  _close(tj.jacfwd(lambda u: u ** 2, holomorphic=True)(z), np.diag(2 * z))
+  _close(tj.jacrev(lambda u: u ** 2, holomorphic=True)(z), np.diag(2 * z))
+  _close(tj.hessian(lambda u: jnp.sum(u ** 3), holomorphic=True)(z), np.diag(6 * z))
+  with pytest.raises(TypeError, match="holomorphic=True"):
+    tj.jacfwd(lambda u: u ** 2)(z)
+  with pytest.raises(TypeError, match="real-valued outputs"):
+    tj.jacrev(lambda u: u * 1j)(np.ones(2, np.float32))
+  with pytest.raises(TypeError, match="complex dtype"):
+    tj.jacfwd(lambda u: u ** 2, holomorphic=True)(np.ones(2, np.float32))

@@ -489,7 +489,8 @@ def test_batched_small_matrices_agree_with_lapack_per_matrix():
 @pytest.mark.usefixtures("on_cpu")  # complex results are computed on the CPU
 def test_eig_of_general_real_matrices():
   a = _random(3, 5, 5)
-  a[1] = [[0, -1, 0, 0, 0], [1, 0, 0, 0, 0], [0, 0, 2, 0, 0], [0, 0, 0, 3, 1], [0, 0, 0, 0, 3]]  # +-i and a Jordan block
+  # +-i and a Jordan block
+  a[1] = [[0, -1, 0, 0, 0], [1, 0, 0, 0, 0], [0, 0, 2, 0, 0], [0, 0, 0, 3, 1], [0, 0, 0, 0, 3]]
   values, vectors = jnp.linalg.eig(a)
   assert values.dtype == np.complex64 and vectors.dtype == np.complex64 and vectors.shape == (3, 5, 5)
   for index in range(3):

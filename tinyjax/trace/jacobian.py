@@ -63,26 +63,31 @@ def _with_diff_args(fun: Callable, args: tuple, argnums: int | Sequence[int]) ->
   return partial_fun
 
 
-def _check_inexact(name: str, leaves: list[Any]) -> None:
+def _check_inexact(name: str, leaves: list[Any], holomorphic: bool, what: str = "inputs") -> None:
   for leaf in leaves:
-    if not dtypes.is_floating(leaf.dtype):
-      raise TypeError(f"{name} requires real-valued inputs (input dtype that is a sub-dtype of np.floating), but got "
-                      f"{leaf.dtype.name}. For holomorphic differentiation, pass holomorphic=True.")
+    if holomorphic and not dtypes.is_complex(leaf.dtype):
+      raise TypeError(f"{name} with holomorphic=True requires {what} with complex dtype, but got {leaf.dtype.name}.")
+    if not holomorphic and not dtypes.is_floating(leaf.dtype):
+      raise TypeError(f"{name} requires real-valued {what} ({what[:-1]} dtype that is a sub-dtype of np.floating), but "
+                      f"got {leaf.dtype.name}. For holomorphic differentiation, pass holomorphic=True.")
 
 
-def _differentiated(name: str, fun: Callable, args: tuple, argnums: int | Sequence[int]):
-  """`fun` as a function of the differentiated arguments, and those arguments as checked float array leaves."""
+def _differentiated(name: str, fun: Callable, args: tuple, argnums: int | Sequence[int], holomorphic: bool):
+  """`fun` as a function of the differentiated arguments, and those arguments as checked float (complex, when
+  `holomorphic`) array leaves."""
   in_leaves, in_tree = tree_util.tree_flatten(_diff_args(args, argnums))
   in_leaves = [ad._to_array(x) for x in in_leaves]
-  _check_inexact(name, in_leaves)
+  _check_inexact(name, in_leaves, holomorphic)
   return _with_diff_args(fun, args, argnums), in_leaves, in_tree
 
 
-def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
-  """The Jacobian of `fun` by forward mode (one JVP per input element, batched with vmap)."""
+def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+           holomorphic: bool = False) -> Callable:
+  """The Jacobian of `fun` by forward mode (one JVP per input element, batched with vmap); `holomorphic`: complex
+  inputs, the complex derivative df/dz."""
   check_callable(fun)
   def jacfun(*args: Any) -> Any:
-    partial_fun, in_leaves, in_tree = _differentiated("jacfwd", fun, args, argnums)
+    partial_fun, in_leaves, in_tree = _differentiated("jacfwd", fun, args, argnums, holomorphic)
     chosen_arrays = tree_util.tree_unflatten(in_tree, in_leaves)
     basis, _ = _std_basis(in_leaves)
 
@@ -101,15 +106,18 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
   return jacfun
 
 
-def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
-  """The Jacobian of `fun` by reverse mode (one VJP per output element, batched with vmap)."""
+def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+           holomorphic: bool = False) -> Callable:
+  """The Jacobian of `fun` by reverse mode (one VJP per output element, batched with vmap); `holomorphic`: complex
+  inputs and outputs, the complex derivative df/dz."""
   check_callable(fun)
   def jacfun(*args: Any) -> Any:
-    partial_fun, in_leaves, in_tree = _differentiated("jacrev", fun, args, argnums)
+    partial_fun, in_leaves, in_tree = _differentiated("jacrev", fun, args, argnums, holomorphic)
     result = ad.vjp(partial_fun, tree_util.tree_unflatten(in_tree, in_leaves), has_aux=has_aux)
     out, vjp_fn, aux = result if has_aux else (*result, None)
     out_leaves, out_tree = tree_util.tree_flatten(out)
     out_leaves = [ad._to_array(o) for o in out_leaves]
+    _check_inexact("jacrev", out_leaves, holomorphic, "outputs")
     basis, _ = _std_basis(out_leaves)
     pulled = vmap(lambda *cts: vjp_fn(tree_util.tree_unflatten(out_tree, list(cts)))[0])(*basis)
     pulled_leaves = tree_util.tree_leaves(pulled)  # per input leaf: (M_total, *in_shape)
@@ -121,9 +129,10 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
   return jacfun
 
 
-def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+            holomorphic: bool = False) -> Callable:
   """The Hessian of scalar `fun`: `jacfwd(jacrev(fun))`."""
-  return jacfwd(jacrev(fun, argnums, has_aux), argnums, has_aux)
+  return jacfwd(jacrev(fun, argnums, has_aux, holomorphic), argnums, has_aux, holomorphic)
 
 
 jacobian = jacrev  # JAX's name for the reverse-mode Jacobian
