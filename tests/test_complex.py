@@ -264,3 +264,13 @@ def test_holomorphic_jacobians_and_hessian():
     tj.jacrev(lambda u: u * 1j)(np.ones(2, np.float32))
   with pytest.raises(TypeError, match="complex dtype"):
     tj.jacfwd(lambda u: u ** 2, holomorphic=True)(np.ones(2, np.float32))
+
+
+def test_nan_inf_tests_and_complex_python_arguments():
+  z = jnp.asarray(np.array([1 + 1j, complex(np.inf, 0), complex(0, np.nan), complex(np.nan, np.inf)], np.complex64))
+  np.testing.assert_array_equal(np.asarray(jnp.isinf(z)), [False, True, False, True])
+  np.testing.assert_array_equal(np.asarray(jnp.isnan(z)), [False, False, True, True])
+  np.testing.assert_array_equal(np.asarray(jnp.isfinite(z)), [True, False, False, False])
+  # a Python complex argument is a weak complex scalar, as JAX (the autodiff cookbook differentiates at 3 + 4j)
+  _close(tj.grad(lambda u: jnp.abs(u) ** 2)(3 + 4j), np.complex64(6 - 8j))
+  _close(tj.jit(lambda u: u * 2)(1 - 1j), np.complex64(2 - 2j))

@@ -268,10 +268,18 @@ def _integer_identity(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
   return lambda a: a if not _is_float(a) else fn(a)
 
 
-def _isnan(a: Array) -> Array: return ew._isnan(a) if _is_float(a) else like(a, False, BOOL)
+def _isnan(a: Array) -> Array:
+  if dtypes.is_complex(a.dtype): return ew._or(_isnan(ew._real(a)), _isnan(ew._imag(a)))
+  return ew._isnan(a) if _is_float(a) else like(a, False, BOOL)
+
+
 def _isinf(a: Array) -> Array:
+  if dtypes.is_complex(a.dtype): return ew._or(_isinf(ew._real(a)), _isinf(ew._imag(a)))
   return ew._eq(ew._abs_float(a), like(a, math.inf)) if _is_float(a) else like(a, False, BOOL)
+
+
 def _isfinite(a: Array) -> Array:
+  if dtypes.is_complex(a.dtype): return ew._and(_isfinite(ew._real(a)), _isfinite(ew._imag(a)))
   return ew._lt(ew._abs_float(a), like(a, math.inf)) if _is_float(a) else like(a, True, BOOL)
 
 
@@ -356,9 +364,9 @@ deg2rad = _unary("deg2rad", lambda a: ew._mul(a, like(a, math.pi / 180)), "Degre
 rad2deg = _unary("rad2deg", lambda a: ew._mul(a, like(a, 180 / math.pi)), "Radians to degrees.", True)
 radians, degrees = deg2rad, rad2deg
 signbit = _unary("signbit", ew._signbit, "Elementwise test of the sign bit (True for -0.0; bool result).")
-isnan = _unary("isnan", _isnan, "Elementwise test for NaN (bool).")
-isinf = _unary("isinf", _isinf, "Elementwise test for +-inf (bool).")
-isfinite = _unary("isfinite", _isfinite, "Elementwise test for finite values (bool).")
+isnan = _unary("isnan", _isnan, "Elementwise test for NaN (bool).", kinds="fiubc")
+isinf = _unary("isinf", _isinf, "Elementwise test for +-inf (bool).", kinds="fiubc")
+isfinite = _unary("isfinite", _isfinite, "Elementwise test for finite values (bool).", kinds="fiubc")
 
 equal = _binary("equal", ew._eq, "Elementwise x1 == x2 (bool).", kinds="fiubc")
 not_equal = _binary("not_equal", lambda a, b: ew._compare(Ops.CMPNE, a, b), "Elementwise x1 != x2 (bool).",

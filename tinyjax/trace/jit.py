@@ -48,7 +48,7 @@ from tinyjax.uop import Ops, UOp
 def _leaf_to_array(leaf: Any) -> Array:
   """An argument leaf as an Array: Arrays as they are, numpy data and Python scalars converted as JAX does."""
   if isinstance(leaf, Array): return leaf
-  if isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic):
+  if isinstance(leaf, (bool, int, float, complex)) and not isinstance(leaf, np.generic):
     dtype = dtypes.python_scalar_dtype(leaf)
     return Array.from_numpy(np.asarray(leaf, dtype=dtype), weak_type=True)
   if isinstance(leaf, (np.ndarray, np.generic)):
@@ -84,7 +84,7 @@ class ShapeDtypeStruct:
 def _leaf_aval(leaf: Any) -> tuple[tuple[int, ...], np.dtype, bool]:
   """(shape, dtype, weak_type) of an argument leaf, without converting its data; TypeError for non-arrays."""
   if isinstance(leaf, (Array, ShapeDtypeStruct)): return (tuple(leaf.shape), leaf.dtype, leaf.weak_type)
-  if type(leaf) in (bool, int, float): return ((), dtypes.python_scalar_dtype(leaf), True)
+  if type(leaf) in (bool, int, float, complex): return ((), dtypes.python_scalar_dtype(leaf), True)
   if isinstance(leaf, (np.ndarray, np.generic)):
     return (np.shape(leaf), dtypes.canonicalize_dtype(dtypes.dtype(leaf.dtype)), False)
   raise TypeError(f"Argument {leaf!r} of type {type(leaf).__name__} is not a valid tinyjax type: pass arrays, "
