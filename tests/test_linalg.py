@@ -509,3 +509,31 @@ def test_eig_of_general_real_matrices():
                              atol=1e-5)
   with tj.config.override("jax_enable_x64", True):
     assert jnp.linalg.eigvals(a[0].astype(np.float64)).dtype == np.complex128
+
+
+@pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU
+def test_complex_cholesky_and_triangular_solves():
+  """JAX's autodiff cookbook differentiates through the Cholesky factor of a Hermitian matrix (values: JAX 0.10.2)."""
+  a = np.array([[5.0, 2 + 3j, 5j], [2 - 3j, 7.0, 1 + 7j], [-5j, 1 - 7j, 12.0]], np.complex64)
+  factor = np.asarray(jnp.linalg.cholesky(a))
+  np.testing.assert_allclose(factor, np.linalg.cholesky(a.astype(np.complex128)), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.cholesky(a, upper=True)), np.conj(factor).T)
+
+  def f(x):
+    lower = jnp.linalg.cholesky(x)
+    return jnp.sum((lower - jnp.sin(lower)) ** 2)
+  want = np.array([[-0.7534186, -3.0509028 - 10.940544j, 5.9896846 + 3.5423026j],
+                   [-3.0509028 + 10.940544j, -8.904491, -5.1351523 - 6.559373j],
+                   [5.9896846 - 3.5423026j, -5.1351523 + 6.559373j, 0.01320427]], np.complex64)
+  np.testing.assert_allclose(np.asarray(tj.grad(f, holomorphic=True)(a)), want, rtol=1e-5, atol=1e-5)
+  b = (RNG.standard_normal((3, 2)) + 1j * RNG.standard_normal((3, 2))).astype(np.complex64)
+  wide_factor = factor.astype(np.complex128)
+  for trans, op in ((0, wide_factor), (1, wide_factor.T), (2, np.conj(wide_factor).T)):
+    np.testing.assert_allclose(np.asarray(jsl.solve_triangular(factor, b, lower=True, trans=trans)),
+                               np.linalg.solve(op, b), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(jsl.cho_solve((factor, True), b)), np.linalg.solve(a.astype(np.complex128), b),
+                             rtol=1e-4, atol=1e-5)
+  conjugated = lax_linalg.triangular_solve(factor, b, left_side=True, lower=True, conjugate_a=True)
+  np.testing.assert_allclose(np.asarray(conjugated), np.linalg.solve(np.conj(wide_factor), b), rtol=1e-5, atol=1e-6)
+  with pytest.raises(NotImplementedError, match="complex matrices"):
+    jnp.linalg.inv(a)

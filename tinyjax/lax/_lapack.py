@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-_PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d"}
+_PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d", np.dtype(np.complex64): "c",
+           np.dtype(np.complex128): "z"}
 
 
 class Lapack:
@@ -109,8 +110,9 @@ def _matrices(x: np.ndarray) -> np.ndarray:
 
 
 def _potrf_each(a: np.ndarray) -> np.ndarray:
-  """Lower Cholesky factors of the lower triangles of symmetric matrices (..., n, n); NaN where not positive-definite.
-  Row-major a is LAPACK's a^T, whose upper triangle is a's lower: potrf('U') there leaves L^T column-major = L here."""
+  """Lower Cholesky factors of the lower triangles of symmetric (Hermitian) matrices (..., n, n); NaN where not
+  positive-definite. Row-major a is LAPACK's a^T (= conj(a) when Hermitian), whose upper triangle is a's lower:
+  potrf('U') there gives U with a^T = U^H U, and U column-major read row-major is U^T = L, a = L L^H."""
   call, stack = _Call(a.dtype), _matrices(a)
   n = a.shape[-1]
   for matrix in stack:
@@ -136,7 +138,7 @@ def _getrf_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _trsm_each(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, transpose_a: bool,
-         unit_diagonal: bool) -> np.ndarray:
+               unit_diagonal: bool, conjugate_a: bool = False) -> np.ndarray:
   """x with op(a) x = b (left_side) or x op(a) = b, a triangular (..., k, k), b (..., m, n), batch dims equal.
   On the column-major transposes that is x^T op(a)^T = b^T: the other side and the other triangle, same op."""
   call = _Call(a.dtype)
@@ -145,7 +147,8 @@ def _trsm_each(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, tr
   triangles = a.reshape((-1, *a.shape[-2:]))
   triangles = np.ascontiguousarray(triangles)
   side, uplo = ("R" if left_side else "L"), ("U" if lower else "L")
-  trans, diag = ("T" if transpose_a else "N"), ("U" if unit_diagonal else "N")
+  trans, diag = ("C" if conjugate_a else "T") if transpose_a else "N", ("U" if unit_diagonal else "N")
+  if conjugate_a and not transpose_a: triangles = np.conj(triangles)  # (BLAS has no "conjugate, not transposed")
   one = np.ones(1, a.dtype)
   k = a.shape[-1]
   for index in range(out.shape[0]):
@@ -371,7 +374,7 @@ def _geqrf_orgqr_batched(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndar
 # the routines lax/linalg.py calls: batches of small matrices vectorised, the rest one LAPACK call per matrix
 
 def _batched(a: np.ndarray) -> bool:
-  return a.size > 0 and int(np.prod(a.shape[:-2])) > 1 and max(a.shape[-2:]) <= SMALL_MATRIX
+  return a.size > 0 and a.dtype.kind == "f" and int(np.prod(a.shape[:-2])) > 1 and max(a.shape[-2:]) <= SMALL_MATRIX
 
 
 def potrf(a: np.ndarray) -> np.ndarray:
@@ -385,8 +388,11 @@ def getrf(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def trsm(a: np.ndarray, b: np.ndarray, **params: bool) -> np.ndarray:
-  """x with op(a) x = b (left_side) or x op(a) = b; params left_side, lower, transpose_a, unit_diagonal."""
-  return _trsm_batched(a, b, **params) if _batched(a) else _trsm_each(a, b, **params)
+  """x with op(a) x = b (left_side) or x op(a) = b; params left_side, lower, transpose_a, unit_diagonal (and
+  conjugate_a, for complex a)."""
+  if _batched(a):  # (real: conjugate_a means nothing)
+    return _trsm_batched(a, b, **{name: value for name, value in params.items() if name != "conjugate_a"})
+  return _trsm_each(a, b, **params)
 
 
 def syevd(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

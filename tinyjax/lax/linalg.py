@@ -28,10 +28,19 @@ from tinyjax.trace.core import Primitive
 INT32 = np.dtype(np.int32)
 
 
-def _operand(name: str, x: Any, *, square: bool = False) -> Array:
-  """`x` as a float32/float64 array of rank >= 2 (square if asked), or JAX's errors."""
+_REAL = (np.dtype(np.float32), np.dtype(np.float64))
+_COMPLEX = (np.dtype(np.complex64), np.dtype(np.complex128))
+
+
+def _operand(name: str, x: Any, *, square: bool = False, complex_ok: bool = False) -> Array:
+  """`x` as a float32/float64 (or, where `complex_ok`, complex64/complex128) array of rank >= 2 (square if asked),
+  or JAX's errors."""
   x = to_array(x)
-  if x.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+  if complex_ok and x.dtype in _COMPLEX: pass
+  elif dtypes.is_complex(x.dtype):
+    raise NotImplementedError(f"{name} of complex matrices is not built in tinyjax yet (cholesky and "
+                              "triangular_solve are)")
+  elif x.dtype not in _REAL:
     if dtypes.is_floating(x.dtype):
       raise NotImplementedError(f"{name}: unsupported dtype {x.dtype}; LAPACK works in float32 and float64: convert "
                                 "the input with .astype(jnp.float32)")
@@ -72,6 +81,9 @@ def _jnp():
 def _mT(x: Any) -> Any: return _jnp().swapaxes(x, -1, -2)
 
 
+def _mH(x: Any) -> Any: return _jnp().conj(_mT(x))  # (the conjugate transpose; _mT for real x)
+
+
 def _tril(x: Any, k: int = 0) -> Any: return _jnp().tril(x, k)
 
 
@@ -92,7 +104,7 @@ def _diagonal(x: Any) -> Any: return _jnp().diagonal(x, axis1=-2, axis2=-1)
 def _triangular_solve_impl(a, b, *, left_side, lower, transpose_a, conjugate_a, unit_diagonal):
   def run(a_value, b_value):
     return [_lapack.trsm(a_value, b_value, left_side=left_side, lower=lower, transpose_a=transpose_a,
-                         unit_diagonal=unit_diagonal)]
+                         unit_diagonal=unit_diagonal, conjugate_a=conjugate_a and a_value.dtype.kind == "c")]
   return _host("triangular_solve", run, [a, b], [(b.shape, b.dtype)])[0]
 
 
@@ -108,6 +120,7 @@ def _triangle(a: Any, lower: bool, unit_diagonal: bool) -> Any:
 def _triangular_solve_jvp_a(a_dot, x, a, b, *, left_side, lower, transpose_a, conjugate_a, unit_diagonal):
   """op(a) x = b gives op(a) x' = -op(a') x (x op(a) = b: x' op(a) = -x op(a')): one more solve with a."""
   a_dot = _triangle(a_dot, lower, unit_diagonal)
+  if conjugate_a: a_dot = _jnp().conj(a_dot)
   op_a_dot = _mT(a_dot) if transpose_a else a_dot
   rhs = -(op_a_dot @ x) if left_side else -(x @ op_a_dot)
   return triangular_solve_p.bind(a, rhs, left_side=left_side, lower=lower, transpose_a=transpose_a,
@@ -137,7 +150,8 @@ def triangular_solve(a: Any, b: Any, *, left_side: bool = False, lower: bool = F
   """x with op(a) x = b (`left_side`) or x op(a) = b, for triangular a (..., k, k) (its `lower` or upper triangle is
   read; `unit_diagonal` takes its diagonal as ones) and b (..., m, n) with the same batch dimensions; op(a) is a^T
   when `transpose_a`. `conjugate_a` has no effect on real matrices."""
-  a, b = _operand("triangular_solve", a, square=True), _operand("triangular_solve", b)
+  a = _operand("triangular_solve", a, square=True, complex_ok=True)
+  b = _operand("triangular_solve", b, complex_ok=True)
   if a.dtype != b.dtype: raise TypeError(f"triangular_solve: a and b must have one dtype, got {a.dtype} and {b.dtype}")
   if a.shape[:-2] != b.shape[:-2]:
     raise ValueError(f"triangular_solve: a and b must have equal batch dimensions, got shapes {a.shape} and {b.shape}")
@@ -156,9 +170,9 @@ cholesky_p = Primitive("cholesky", lambda x: _host("cholesky", lambda a: [_lapac
 
 
 def _cholesky_jvp(x_dot, factor, x):
-  """a = L L^T gives L' = L phi(L^-1 a' L^-T), phi taking the lower triangle with its diagonal halved."""
-  x_dot = (x_dot + _mT(x_dot)) * 0.5
-  right = triangular_solve_p.bind(factor, x_dot, left_side=False, lower=True, transpose_a=True, conjugate_a=False,
+  """a = L L^H gives L' = L phi(L^-1 a' L^-H), phi taking the lower triangle with its diagonal halved."""
+  x_dot = (x_dot + _mH(x_dot)) * 0.5
+  right = triangular_solve_p.bind(factor, x_dot, left_side=False, lower=True, transpose_a=True, conjugate_a=True,
                                   unit_diagonal=False)
   inner = triangular_solve_p.bind(factor, right, left_side=True, lower=True, transpose_a=False, conjugate_a=False,
                                   unit_diagonal=False)
@@ -171,11 +185,11 @@ _batch_on_leading_axis(cholesky_p)
 
 
 def cholesky(x: Any, *, symmetrize_input: bool = True) -> Array:
-  """The lower Cholesky factor L (..., n, n) of symmetric positive-definite matrices, x = L L^T. Only x's lower
-  triangle is read unless `symmetrize_input` (the default) first averages x with x^T. NaN where x is not
+  """The lower Cholesky factor L (..., n, n) of symmetric (Hermitian) positive-definite matrices, x = L L^H. Only x's
+  lower triangle is read unless `symmetrize_input` (the default) first averages x with x^H. NaN where x is not
   positive-definite (no exception, as JAX)."""
-  x = _operand("cholesky", x, square=True)
-  if symmetrize_input: x = (x + _mT(x)) * 0.5
+  x = _operand("cholesky", x, square=True, complex_ok=True)
+  if symmetrize_input: x = (x + _mH(x)) * 0.5
   return cholesky_p.bind(x)
 
 

@@ -66,7 +66,7 @@ def cholesky(a: Any, *, upper: bool = False, symmetrize_input: bool = True) -> A
   """The lower Cholesky factor L of symmetric positive-definite matrices (..., n, n), a = L L^T (`upper`: L^T).
   NaN where a is not positive-definite (no exception, as JAX)."""
   factor = lax_linalg.cholesky(_matrices("cholesky", a, square=True), symmetrize_input=symmetrize_input)
-  return _swap(factor) if upper else factor
+  return ew.conjugate(_swap(factor)) if upper else factor
 
 
 def qr(a: Any, mode: str = "reduced") -> Any:

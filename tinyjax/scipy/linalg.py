@@ -35,13 +35,14 @@ def cho_factor(a: Any, lower: bool = False, overwrite_a: bool = False, check_fin
 
 def solve_triangular(a: Any, b: Any, trans: int | str = 0, lower: bool = False, unit_diagonal: bool = False,
                      overwrite_b: bool = False, debug: Any = None, check_finite: bool = True) -> Array:
-  """x with a x = b (trans 0 / 'N') or a^T x = b (1 / 'T', 2 / 'C'), for triangular a (..., n, n) and b (..., n) or
-  (..., n, k), batch dimensions broadcast. Only a's `lower` (or upper) triangle is read."""
+  """x with a x = b (trans 0 / 'N'), a^T x = b (1 / 'T') or a^H x = b (2 / 'C'), for triangular a (..., n, n) and b
+  (..., n) or (..., n, k), batch dimensions broadcast. Only a's `lower` (or upper) triangle is read."""
   a, b = _float_operands("solve_triangular", a, b)
   _square("solve_triangular", a)
   if trans in (1, 2, "T", "C"): transpose_a = True
   elif trans in (0, "N"): transpose_a = False
   else: raise ValueError(f"Invalid 'trans' value {trans!r}: use 0, 1, 2, 'N', 'T' or 'C'")
+  conjugate_a = trans in (2, "C")
   n = a.shape[-1]
   vector = b.ndim == 1 or b.ndim == a.ndim - 1
   column = b[..., None] if vector else b
@@ -51,7 +52,8 @@ def solve_triangular(a: Any, b: Any, trans: int | str = 0, lower: bool = False, 
   batch = np.broadcast_shapes(a.shape[:-2], column.shape[:-2])
   x = lax_linalg.triangular_solve(jnp.broadcast_to(a, (*batch, n, n)),
                                   jnp.broadcast_to(column, (*batch, *column.shape[-2:])), left_side=True,
-                                  lower=lower, transpose_a=transpose_a, unit_diagonal=unit_diagonal)
+                                  lower=lower, transpose_a=transpose_a, conjugate_a=conjugate_a,
+                                  unit_diagonal=unit_diagonal)
   return x[..., 0] if vector else x
 
 
@@ -59,8 +61,8 @@ def cho_solve(c_and_lower: tuple[Any, bool], b: Any, overwrite_b: bool = False, 
   """x with a x = b, given a's Cholesky factor `(c, lower)` from `cho_factor`."""
   c, lower = c_and_lower
   if lower:
-    return solve_triangular(c, solve_triangular(c, b, lower=True), trans=1, lower=True)
-  return solve_triangular(c, solve_triangular(c, b, trans=1, lower=False), lower=False)
+    return solve_triangular(c, solve_triangular(c, b, lower=True), trans=2, lower=True)
+  return solve_triangular(c, solve_triangular(c, b, trans=2, lower=False), lower=False)
 
 
 def lu_factor(a: Any, overwrite_a: bool = False, check_finite: bool = True) -> tuple[Array, Array]:
