@@ -537,3 +537,15 @@ def test_complex_cholesky_and_triangular_solves():
   np.testing.assert_allclose(np.asarray(conjugated), np.linalg.solve(np.conj(wide_factor), b), rtol=1e-5, atol=1e-6)
   with pytest.raises(NotImplementedError, match="complex matrices"):
     jnp.linalg.inv(a)
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (2, 0, 0), (0, 3, 3)])
+def test_empty_matrices_and_empty_batches(shape):
+  """Found by array-api-tests: 0 x 0 matrices and empty batches (numpy's results)."""
+  x = np.zeros(shape, np.float32)
+  for name in ("cholesky", "inv", "det", "pinv", "eigvalsh", "svdvals", "matrix_rank"):
+    got, want = np.asarray(getattr(jnp.linalg, name)(x)), getattr(np.linalg, name)(x.astype(np.float64))
+    assert got.shape == want.shape, name
+    np.testing.assert_allclose(got, want, err_msg=name)
+  assert jnp.linalg.eigh(x).eigenvectors.shape == shape and jnp.linalg.qr(x).Q.shape == shape
+  assert jnp.linalg.solve(x, x).shape == shape and jnp.linalg.slogdet(x).sign.shape == shape[:-2]

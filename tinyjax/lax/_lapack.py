@@ -22,6 +22,7 @@ import ctypes
 import ctypes.util
 import functools
 import glob
+import math
 import os
 from typing import Any
 
@@ -104,9 +105,14 @@ class _Call:
     return max(1, int(query[0]))
 
 
+def _stacked(x: np.ndarray) -> np.ndarray:
+  """`x` as a (batch, m, n) stack of its matrices (a view; empty matrices and batches included)."""
+  return x.reshape((math.prod(x.shape[:-2]), *x.shape[-2:]))
+
+
 def _matrices(x: np.ndarray) -> np.ndarray:
   """`x` as a C-contiguous (batch, m, n) stack (a copy: the routines overwrite it)."""
-  return np.array(x.reshape((-1, *x.shape[-2:])), order="C", copy=True)
+  return np.array(_stacked(x), order="C", copy=True)
 
 
 def _potrf_each(a: np.ndarray) -> np.ndarray:
@@ -127,7 +133,7 @@ def _getrf_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   call = _Call(a.dtype)
   m, n = a.shape[-2:]
   k = min(m, n)
-  stack = a.reshape((-1, m, n))
+  stack = _stacked(a)
   factors = np.empty_like(stack)
   pivots = np.zeros((stack.shape[0], k), call.lib.int_type)
   for index in range(stack.shape[0]):
@@ -144,7 +150,7 @@ def _trsm_each(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, tr
   call = _Call(a.dtype)
   m, n = b.shape[-2:]
   out = _matrices(b)
-  triangles = a.reshape((-1, *a.shape[-2:]))
+  triangles = _stacked(a)
   triangles = np.ascontiguousarray(triangles)
   side, uplo = ("R" if left_side else "L"), ("U" if lower else "L")
   trans, diag = ("C" if conjugate_a else "T") if transpose_a else "N", ("U" if unit_diagonal else "N")
@@ -164,7 +170,7 @@ def _syevd_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   call, stack = _Call(a.dtype), _matrices(a)
   n = a.shape[-1]
   values = np.zeros((stack.shape[0], n), a.dtype)
-  if n == 0: return values.reshape(a.shape[:-1]), stack.reshape(a.shape)
+  if n == 0 or stack.shape[0] == 0: return values.reshape(a.shape[:-1]), stack.reshape(a.shape)
   query, iquery = np.zeros(1, a.dtype), np.zeros(1, call.lib.int_type)
   call("syevd", call.char("V"), call.char("U"), call.int(n), call.ptr(stack[0]), call.int(n), call.ptr(values[0]),
        call.ptr(query), call.int(-1), call.ptr(iquery), call.int(-1), chars=2)
@@ -189,7 +195,7 @@ def _gesdd_each(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tupl
   values = np.zeros((batch, k), a.dtype)
   u = np.zeros((batch, m, rows_u), a.dtype) if compute_uv else np.zeros((batch, 1), a.dtype)
   vt = np.zeros((batch, cols_vt, n), a.dtype) if compute_uv else np.zeros((batch, 1), a.dtype)
-  if k > 0:
+  if k > 0 and batch > 0:
     iwork = np.zeros(8 * k, call.lib.int_type)
     # LAPACK's U' is n x ucol (ld n), its V'^T is vrow x m (ld vrow): our vt[i] and u[i] in row-major
     ld_u, ld_vt = (max(1, n), max(1, rows_u)) if compute_uv else (1, 1)
@@ -214,7 +220,7 @@ def _geqrf_orgqr_each(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndarray
   m, n = a.shape[-2:]
   k = min(m, n)
   columns = m if full_matrices else k
-  stack = a.reshape((-1, m, n))
+  stack = _stacked(a)
   q = np.zeros((stack.shape[0], m, columns), a.dtype)
   r = np.zeros((stack.shape[0], columns, n), a.dtype)
   tau = np.zeros(max(1, k), a.dtype)
@@ -258,7 +264,7 @@ def geev(a: np.ndarray, *, left: bool, right: bool) -> list[np.ndarray]:
   call = _Call(a.dtype)
   n = a.shape[-1]
   complex_dtype = np.dtype(np.complex64) if a.dtype == np.float32 else np.dtype(np.complex128)
-  stack = a.reshape((-1, n, n))
+  stack = _stacked(a)
   values = np.zeros((stack.shape[0], n), complex_dtype)
   lefts, rights = np.zeros((stack.shape[0], n, n), complex_dtype), np.zeros((stack.shape[0], n, n), complex_dtype)
   for index in range(stack.shape[0] if n else 0):
@@ -313,8 +319,8 @@ def _getrf_batched(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _trsm_batched(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, transpose_a: bool,
                  unit_diagonal: bool) -> np.ndarray:
   k = a.shape[-1]
-  triangles = a.reshape((-1, k, k))
-  rhs = b.reshape((-1, *b.shape[-2:]))
+  triangles = _stacked(a)
+  rhs = _stacked(b)
   # as a left-side solve M x = c: M = op(a), or op(a)^T with x, c transposed for the right side
   matrix = np.swapaxes(triangles, -1, -2) if transpose_a != (not left_side) else triangles
   is_lower = lower != (transpose_a != (not left_side))
@@ -330,7 +336,7 @@ def _trsm_batched(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool,
 
 
 def _potrf_batched(a: np.ndarray) -> np.ndarray:
-  stack = a.reshape((-1, *a.shape[-2:]))
+  stack = _stacked(a)
   n = a.shape[-1]
   factor = np.zeros_like(stack)
   failed = np.zeros(stack.shape[0], bool)

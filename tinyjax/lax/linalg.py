@@ -13,6 +13,7 @@ factored yet); float16 / bfloat16 raise NotImplementedError as JAX's CPU backend
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -198,7 +199,7 @@ def cholesky(x: Any, *, symmetrize_input: bool = True) -> Array:
 
 def _permutation_of(pivots: np.ndarray, size: int) -> np.ndarray:
   """The row permutation that LAPACK's sequence of swaps (row i with row pivots[i]) applies."""
-  flat_pivots = pivots.reshape(-1, pivots.shape[-1])
+  flat_pivots = pivots.reshape(math.prod(pivots.shape[:-1]), pivots.shape[-1])
   permutation = np.tile(np.arange(size, dtype=np.int32), (flat_pivots.shape[0], 1))
   matrices = np.arange(flat_pivots.shape[0])
   for i in range(flat_pivots.shape[1]):  # swap i with pivots[i], in every matrix at once

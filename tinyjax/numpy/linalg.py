@@ -320,7 +320,7 @@ def matrix_rank(M: Any, rtol: Any = None, *, tol: Any = None) -> Array:  # noqa:
   s = svdvals(x)
   if tol is None:
     if rtol is None: rtol = _default_rtol(x, 1.0)
-    threshold = jnp.max(s, axis=-1, keepdims=True) * jnp.asarray(rtol, x.dtype)[..., None]
+    threshold = jnp.max(s, axis=-1, keepdims=True, initial=0.0) * jnp.asarray(rtol, x.dtype)[..., None]
   else:
     threshold = jnp.asarray(tol, x.dtype)[..., None]
   return jnp.sum(s > threshold, axis=-1).astype(np.int32)
