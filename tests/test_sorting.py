@@ -99,8 +99,15 @@ def test_cumulative_reductions_match_numpy(fn, axis):
 
 def test_cumulative_dtypes_forms_and_gradients():
   assert tnp.cumsum(np.array([True, True, False])).dtype == np.int32
-  assert tnp.cumsum(np.arange(5, dtype=np.uint8)).dtype == np.uint32
-  assert tnp.cumsum(np.arange(5, dtype=np.int8)).dtype == np.int32
+  # JAX 0.10.2's dtypes: cumsum/cumprod keep narrow integers; the array API's cumulative_sum widens them as sum does
+  assert tnp.cumsum(np.arange(5, dtype=np.uint8)).dtype == np.uint8
+  assert tnp.cumsum(np.arange(5, dtype=np.int8)).dtype == np.int8
+  assert tnp.cumprod(np.arange(5, dtype=np.int16)).dtype == np.int16
+  assert tnp.cumulative_sum(np.arange(5, dtype=np.uint8)).dtype == np.uint32
+  assert tnp.cumulative_sum(np.arange(5, dtype=np.int8)).dtype == np.int32
+  assert tnp.cumulative_prod(np.arange(5, dtype=np.uint8)).dtype == np.uint8
+  with tj.config.override("jax_enable_x64", True):
+    assert tnp.cumulative_sum(np.arange(5, dtype=np.uint8)).dtype == np.uint64
   assert tnp.cumsum(tnp.ones(3, tnp.bfloat16)).dtype == tnp.bfloat16
   np.testing.assert_array_equal(np.asarray(tnp.cumsum(np.arange(300, dtype=np.int32))), np.cumsum(np.arange(300)))
   np.testing.assert_array_equal(np.asarray(lax.cumsum(tnp.arange(5.0), reverse=True)), [10, 10, 9, 7, 4])

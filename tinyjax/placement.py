@@ -271,6 +271,17 @@ def with_out_sharding(fn: Any, device: bool = False) -> Any:
       with unchecked(): result = fn(*args, **kwargs)
       result = with_sharding_constraint(result, out_sharding)
     return result if target is None else device_put(result, target)
+  # the signature shows the keywords the wrapper adds (inspect.signature, the array API's signature tests)
+  import inspect
+  signature = inspect.signature(fn)
+  params = list(signature.parameters.values())
+  keyword_only = inspect.Parameter.KEYWORD_ONLY
+  extra = [name for name in (("device", "out_sharding") if device else ("out_sharding",)) if name not in
+           signature.parameters]
+  variadic = [i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD]
+  position = variadic[0] if variadic else len(params)
+  params[position:position] = [inspect.Parameter(name, keyword_only, default=None) for name in extra]
+  call.__signature__ = signature.replace(parameters=params)
   return call
 
 

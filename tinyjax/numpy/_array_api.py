@@ -82,7 +82,7 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1, precision: Any = None, prefer
     from tinyjax.numpy._elementwise import conjugate
     x1 = conjugate(x1)
   product = multiply(moveaxis(x1, axis, -1), moveaxis(x2, axis, -1))
-  out = _sum(product, axis=-1)
+  out = _sum(product, axis=-1, dtype=product.dtype)  # (the operands' type: no sum promotion of narrow integers)
   return out if preferred_element_type is None else out.astype(preferred_element_type)
 
 

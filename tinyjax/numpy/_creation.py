@@ -135,7 +135,7 @@ def _static_number(value: Any, name: str) -> int | float:
 def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) -> Array:
   """[start, start + step, ...) below `stop` (static numbers). Dtype: `dtype`, else int32 for integer arguments
   and float32 if any is a float (64-bit under x64), as JAX."""
-  if stop is None and step is None: start, stop = 0, start
+  if stop is None: start, stop = 0, start  # (numpy's rule: a lone start is the stop, whatever the step)
   step = 1 if step is None else step
   values = [_static_number(v, "arange") for v in (start, stop, step)]
   start, stop, step = values

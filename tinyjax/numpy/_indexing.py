@@ -59,6 +59,16 @@ def _check_item(item: Any) -> None:
 
 def _mask_to_arrays(mask: Any, shape: tuple[int, ...], axis: int) -> list[_Advanced]:
   """A concrete boolean mask over the axes `axis, axis + mask.ndim, ...` as integer arrays (its `nonzero`)."""
+  host = _concrete_mask(mask)
+  if host.shape != shape[axis:axis + host.ndim]:
+    raise IndexError(f"boolean index of shape {host.shape} does not match the indexed array's shape "
+                     f"{shape[axis:axis + host.ndim]} at axis {axis}")
+  return [_Advanced(to_array(positions.astype(np.int32))) for positions in np.nonzero(host)]
+
+
+def _concrete_mask(mask: Any) -> np.ndarray:
+  """A boolean mask's values (NonConcreteBooleanIndexError for a traced one: the result's shape would depend on
+  them)."""
   if isinstance(mask, Tracer):
     try:
       mask = mask.concrete("a boolean index")
@@ -67,11 +77,7 @@ def _mask_to_arrays(mask: Any, shape: tuple[int, ...], axis: int) -> list[_Advan
         f"Array boolean indices must be concrete; got {mask.dtype.name}{list(mask.shape)}. Under jit a boolean mask "
         "gives a result whose shape depends on the values: use tinyjax.numpy.where(mask, x, fill) or "
         "nonzero(mask, size=...) instead.") from None
-  host = np.asarray(mask)
-  if host.shape != shape[axis:axis + host.ndim]:
-    raise IndexError(f"boolean index of shape {host.shape} does not match the indexed array's shape "
-                     f"{shape[axis:axis + host.ndim]} at axis {axis}")
-  return [_Advanced(to_array(positions.astype(np.int32))) for positions in np.nonzero(host)]
+  return np.asarray(mask)
 
 
 def _expand_index(shape: tuple[int, ...], index: Any) -> list[Any]:
@@ -99,6 +105,8 @@ def _expand_index(shape: tuple[int, ...], index: Any) -> list[Any]:
       expanded.append(None)
     elif isinstance(item, (bool, np.bool_)):
       expanded.append(True if item else False)
+    elif isinstance(item, (Array, np.ndarray)) and item.dtype == np.bool_ and item.ndim == 0:
+      expanded.append(bool(_concrete_mask(item)))  # a 0-d mask is a Python bool: a new axis of size 1 or 0
     elif isinstance(item, (Array, np.ndarray)) and item.dtype == np.bool_:
       expanded += _mask_to_arrays(item, shape, axis)
       axis += item.ndim

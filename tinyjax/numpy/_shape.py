@@ -41,8 +41,9 @@ def _resolve_shape(shape: Sequence[int], size: int, old_shape: tuple[int, ...]) 
 
 @with_out_sharding
 def reshape(a: Any, shape: int | Sequence[int] | None = None, order: str = "C", *,
-            newshape: int | Sequence[int] | None = None) -> Array:
-  """The elements of `a` in row-major order, in `shape` (one entry may be -1). TypeError if sizes differ."""
+            newshape: int | Sequence[int] | None = None, copy: bool | None = None) -> Array:
+  """The elements of `a` in row-major order, in `shape` (one entry may be -1). TypeError if sizes differ. (`copy`:
+  accepted, as JAX; arrays are immutable, so a copy and a view are indistinguishable.)"""
   if shape is None: shape = newshape
   if order != "C": raise NotImplementedError(f"reshape: only order='C' is supported, got {order!r}")
   x = _as_array(a)
@@ -278,7 +279,7 @@ def repeat(a: Any, repeats: Any, axis: int | None = None, *, total_repeat_length
     counts = asarray(repeats)
     if axis is None: x, axis = ravel(x), 0
     axis = canonicalize_axis(axis, x.ndim)
-    if counts.ndim == 0: counts = broadcast_to(counts, (x.shape[axis],))
+    if counts.ndim == 0 or counts.shape == (1,): counts = broadcast_to(counts.reshape(()), (x.shape[axis],))
     if counts.shape != (x.shape[axis],):
       raise ValueError(f"repeat: repeats of shape {counts.shape} must match the axis length {x.shape[axis]}")
     if total_repeat_length is None:
@@ -320,14 +321,22 @@ def roll(a: Any, shift: int | Sequence[int], axis: int | Sequence[int] | None = 
   return x
 
 
-def diff(a: Any, n: int = 1, axis: int = -1) -> Array:
-  """The n-th discrete difference along `axis`: a[1:] - a[:-1], n times (bools: a[1:] != a[:-1])."""
+def diff(a: Any, n: int = 1, axis: int = -1, prepend: Any = None, append: Any = None) -> Array:
+  """The n-th discrete difference along `axis`: a[1:] - a[:-1], n times (bools: a[1:] != a[:-1]), after `prepend`
+  and `append` (scalars broadcast to one slice) are joined to `a` along `axis`."""
   from tinyjax.numpy._elementwise import not_equal, subtract  # noqa: PLC0415
   x = _as_array(a)
   n = operator.index(n)
   if n < 0: raise ValueError(f"diff: order must be non-negative, got {n}")
   if x.ndim == 0: raise ValueError("diff requires input that is at least one dimensional")
   axis = canonicalize_axis(axis, x.ndim)
+  if prepend is not None or append is not None:
+    def edge(value: Any) -> Array:
+      value = _as_array(value)
+      if value.ndim == 0: value = broadcast_to(value, tuple(1 if i == axis else d for i, d in enumerate(x.shape)))
+      return value
+    x = concatenate([part for part in (None if prepend is None else edge(prepend), x,
+                                       None if append is None else edge(append)) if part is not None], axis=axis)
   for _ in range(n):
     size = x.shape[axis]
     upper = lax_shape.slice_in_dim(x, min(1, size), size, axis=axis)

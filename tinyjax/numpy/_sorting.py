@@ -57,12 +57,11 @@ def lexsort(keys: Sequence[Any], axis: int = -1) -> Array:
 
 # ------------------------------------------------------------------------------------------------ cumulative
 
-def _sum_dtype(dtype: np.dtype) -> np.dtype:
-  """numpy's accumulation dtype of a sum: bool and small ints widen to the default int, small uints to uint32."""
-  if dtype == np.bool_: return dtypes.default_int_dtype()
-  if dtype.kind == "i" and dtype.itemsize < 4: return dtypes.default_int_dtype()
-  if dtype.kind == "u" and dtype.itemsize < 4: return np.dtype(np.uint32)
-  return dtype
+def _accumulated_dtype(name: str, dtype: np.dtype) -> np.dtype:
+  """The result dtype of a cumulative sum or product, as JAX's: bools become the default int; `cumulative_sum` (the
+  array API's) widens narrow integers as `sum` does; `cumsum`, `cumprod` and `cumulative_prod` keep the dtype."""
+  if name == "cumulative_sum": return dtypes.sum_dtype(dtype)
+  return dtypes.default_int_dtype() if dtype == np.bool_ else dtype
 
 
 def _cumulative(name: str, combine: str, a: Any, axis: int | None, dtype: Any, reverse: bool = False,
@@ -74,7 +73,7 @@ def _cumulative(name: str, combine: str, a: Any, axis: int | None, dtype: Any, r
     raise ValueError(f"{name}: axis {axis} is out of bounds for array of dimension 0")
   axis = canonicalize_axis(axis, x.ndim)
   if dtype is not None: target = dtypes.check_user_dtype_supported(dtype, name)
-  elif combine in ("add", "mul"): target = _sum_dtype(x.dtype)
+  elif combine in ("add", "mul"): target = _accumulated_dtype(name, x.dtype)
   else: target = x.dtype
   accumulate = np.dtype(np.float32) if target in (np.dtype(np.float16), np.dtype(dtypes.bfloat16)) else target
   result = cast(cumulative_raw(cast(x, accumulate, False), axis, combine, reverse), target, False)
