@@ -226,7 +226,7 @@ def test_holomorphic_grad_jvp_and_vjp():
 
 def test_not_built_yet_raises_not_implemented():
   x = jnp.asarray(_complex(3))
-  for fn in (jnp.arctan, jnp.arcsin, jnp.floor, jnp.log2, jnp.sign):
+  for fn in (jnp.floor, jnp.log2, jnp.sign, jnp.cbrt):
     with pytest.raises(NotImplementedError, match="complex"):
       np.asarray(fn(x))
   with pytest.raises(NotImplementedError, match="complex"):
@@ -274,3 +274,36 @@ def test_nan_inf_tests_and_complex_python_arguments():
   # a Python complex argument is a weak complex scalar, as JAX (the autodiff cookbook differentiates at 3 + 4j)
   _close(tj.grad(lambda u: jnp.abs(u) ** 2)(3 + 4j), np.complex64(6 - 8j))
   _close(tj.jit(lambda u: u * 2)(1 - 1j), np.complex64(2 - 2j))
+
+
+@pytest.mark.parametrize("name", ["arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh"])
+def test_inverse_functions_and_their_branch_cuts(name):
+  """numpy's principal branches, the sides of the cuts chosen by the sign of a zero imaginary part included."""
+  z = np.concatenate([_complex(8, scale=1.5),
+                      np.array([2 + 0j, -2 + 0j, 0.5 + 0j, 0.3 - 4j, -0.0 - 0.5j], np.complex64),
+                      np.array([complex(2, -0.0), complex(-2, -0.0), complex(0.5, -0.0)], np.complex64)])
+  got = getattr(jnp, name)(jnp.asarray(z))
+  _close(got, getattr(np, name)(z.astype(np.complex128)), rtol=3e-6, atol=3e-6)
+  derivative = {"arcsin": lambda w: 1 / np.sqrt(1 - w * w), "arccos": lambda w: -1 / np.sqrt(1 - w * w),
+                "arctan": lambda w: 1 / (1 + w * w), "arcsinh": lambda w: 1 / np.sqrt(w * w + 1),
+                "arccosh": lambda w: 1 / (np.sqrt(w - 1) * np.sqrt(w + 1)), "arctanh": lambda w: 1 / (1 - w * w)}[name]
+  off_cuts = z[:8]
+  _close(tj.grad(lambda u: jnp.sum(getattr(jnp, name)(u)), holomorphic=True)(off_cuts),
+         derivative(off_cuts.astype(np.complex128)), rtol=2e-5, atol=2e-5)
+
+
+def test_special_values_at_infinities():
+  """The array API standard's special cases of exp, expm1, sinh, cosh, tanh that a naive formula gets wrong."""
+  inf, nan = np.inf, np.nan
+  z = jnp.asarray(np.array([complex(inf, 0), complex(nan, 0), complex(inf, inf), complex(inf, nan)], np.complex64))
+  exp = np.asarray(jnp.exp(z))
+  assert exp[0] == complex(inf, 0) and np.isnan(exp[1].real) and exp[1].imag == 0
+  for name in ("sinh", "cosh"):
+    values = np.asarray(getattr(jnp, name)(z))
+    assert values[0] == complex(inf, 0) and np.isnan(values[1].real) and values[1].imag == 0, name
+  assert np.asarray(jnp.expm1(z))[0] == complex(inf, 0)
+  tanh = np.asarray(jnp.tanh(z))
+  np.testing.assert_array_equal(tanh[[0, 2, 3]], np.ones(3, np.complex64))
+  assert np.isnan(tanh[1].real) and tanh[1].imag == 0
+  negated = np.asarray(-jnp.zeros(2, jnp.complex64))  # a zero's sign survives being stored
+  assert np.all(np.signbit(negated.imag)) and np.all(np.signbit(negated.real))

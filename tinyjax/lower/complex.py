@@ -26,6 +26,7 @@ import numpy as np
 from tinyjax.uop import BOOL, MOVEMENT, Ops, ScatterArg, UOp
 
 _PART = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
+INDEX = np.dtype(np.int32)
 
 
 def is_complex(dtype: np.dtype) -> bool:
@@ -79,6 +80,14 @@ def _modulus(a: UOp, b: UOp) -> UOp:
   scaled = _mul(m, _sqrt(_add(_full(m.dtype, 1.0, m.shape), _mul(ratio, ratio))))
   infinite = _bin(Ops.CMPNE, _bin(Ops.CMPLT, m, _full(m.dtype, math.inf, m.shape)), _full(BOOL, True, m.shape))
   return _where(infinite, m, scaled)
+
+
+def _signbit(a: UOp) -> UOp:
+  """a < 0, or a == -0 (1 / -0 is -inf)."""
+  zero = _full(a.dtype, 0.0, a.shape)
+  negative_zero = _bin(Ops.AND, _bin(Ops.CMPNE, _bin(Ops.CMPNE, a, zero), _full(BOOL, True, a.shape)),
+                       _bin(Ops.CMPLT, UOp(Ops.RECIP, a.dtype, (a,)), zero))
+  return _bin(Ops.OR, _bin(Ops.CMPLT, a, zero), negative_zero)
 
 
 def _cast(a: UOp, dtype: np.dtype) -> UOp: return a if a.dtype == dtype else UOp(Ops.CAST, dtype, (a,))
@@ -166,7 +175,9 @@ def split_complex(sink: UOp) -> UOp:
     elif op is Ops.EXP2:  # 2^(a + ib) = 2^a (cos(b ln 2) + i sin(b ln 2))
       a, b = pairs[node.src[0]]
       magnitude, angle = UOp(Ops.EXP2, part, (a,)), _scale(b, math.log(2))
-      pairs[node] = (_mul(magnitude, _cos(angle)), _mul(magnitude, _sin(angle)))
+      real_axis = _bin(Ops.CMPNE, _bin(Ops.CMPNE, b, _full(part, 0.0, shape)), _full(BOOL, True, shape))
+      # on the real axis the imaginary part is b itself (exp(inf + 0j) is inf + 0j, not inf * 0 = NaN)
+      pairs[node] = (_mul(magnitude, _cos(angle)), _where(real_axis, b, _mul(magnitude, _sin(angle))))
     elif op is Ops.SIN:  # sin(a + ib) = sin a cosh b + i cos a sinh b
       a, b = pairs[node.src[0]]
       up, down = _exp(b), _exp(_neg(b))
@@ -180,7 +191,7 @@ def split_complex(sink: UOp) -> UOp:
       other = _div(_abs(b), _scale(safe_t, 2.0))
       other = _where(_bin(Ops.CMPNE, t, _full(part, 0.0, shape)), other, _full(part, 0.0, shape))
       negative_a = _bin(Ops.CMPLT, a, _full(part, 0.0, shape))
-      negative_b = _bin(Ops.CMPLT, b, _full(part, 0.0, shape))
+      negative_b = _signbit(b)  # (-0 counts: sqrt(-4 - 0i) is -2i, the other side of the branch cut)
       pairs[node] = (_where(negative_a, other, t),
                      _where(negative_a, _where(negative_b, _neg(t), t), _where(negative_b, _neg(other), other)))
     elif op is Ops.REDUCE_AXIS:
@@ -221,11 +232,15 @@ def _split_pairs(floats: UOp, shape: tuple[int, ...]) -> tuple[UOp, UOp]:
 
 
 def _interleaved(re: UOp, im: UOp) -> UOp:
-  """The float array (*S, 2) of (real, imaginary) pairs: the memory of the complex array of shape S."""
+  """The float array (*S, 2) of (real, imaginary) pairs: the memory of the complex array of shape S. (A select by
+  position, not a sum of zero-padded parts: -0 + 0 would lose the sign of a zero.)"""
   shape = re.shape
-  padded = [UOp(Ops.PAD, re.dtype, (UOp(Ops.RESHAPE, re.dtype, (p,), (*shape, 1)),),
-                tuple((0, 0) for _ in shape) + (pad,)) for p, pad in ((re, (0, 1)), (im, (1, 0)))]
-  return _add(*padded)
+  pairs_shape = (*shape, 2)
+  spread = [UOp(Ops.EXPAND, p.dtype, (UOp(Ops.RESHAPE, p.dtype, (p,), (*shape, 1)),), pairs_shape) for p in (re, im)]
+  position = UOp(Ops.IOTA, INDEX, (), 2)
+  position = UOp(Ops.EXPAND, INDEX, (UOp(Ops.RESHAPE, INDEX, (position,), (1,) * len(shape) + (2,)),), pairs_shape)
+  is_real = _bin(Ops.CMPLT, position, _full(INDEX, 1, pairs_shape))
+  return _where(is_real, spread[0], spread[1])
 
 
 def _host_call_on_pairs(node: UOp, operands: list[UOp]) -> UOp:
