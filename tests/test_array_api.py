@@ -221,3 +221,10 @@ def test_fixes_found_by_the_array_api_suite():
   assert jnp.repeat(jnp.ones(0, bool), jnp.asarray([1], jnp.int8)).shape == (0,)
   np.testing.assert_array_equal(np.asarray(jnp.repeat(jnp.arange(3), jnp.asarray([2]))), np.repeat(np.arange(3), [2]))
   assert jnp.vecdot(jnp.ones(3, jnp.uint8), jnp.ones(3, jnp.uint8)).dtype == np.uint8
+
+
+def test_acosh_below_one_is_nan_also_far_below():
+  """Found by array-api-tests: for x << -1, t + sqrt(t^2 + 2t) rounded to 0 and acosh gave 0."""
+  with tj.config.override("jax_enable_x64", True):
+    got = np.asarray(jnp.arccosh(jnp.asarray([-3.7e16, -2.0, 0.5, 1.0, 2.0])))
+  assert np.all(np.isnan(got[:3])) and got[3] == 0.0 and np.isclose(got[4], np.arccosh(2.0))

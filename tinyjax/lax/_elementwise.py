@@ -326,7 +326,8 @@ def _acosh(x: Array) -> Array:
   if dtypes.is_complex(x.dtype): return _complex_acosh(x)
   t = _sub(x, _c(x, 1))
   small = _log1p(_add(t, _sqrt(_add(_mul(_c(x, 2), t), _mul(t, t)))))
-  return _where(_lt(_c(x, _large_threshold(x)), x), _add(_log(x), _c(x, LN2)), small)
+  value = _where(_lt(_c(x, _large_threshold(x)), x), _add(_log(x), _c(x, LN2)), small)
+  return _where(_lt(x, _c(x, 1)), _c(x, math.nan), value)  # (for x << -1, t + sqrt(t^2 + 2t) rounds to 0)
 
 
 def _atanh(x: Array) -> Array:
