@@ -307,3 +307,16 @@ def test_special_values_at_infinities():
   assert np.isnan(tanh[1].real) and tanh[1].imag == 0
   negated = np.asarray(-jnp.zeros(2, jnp.complex64))  # a zero's sign survives being stored
   assert np.all(np.signbit(negated.imag)) and np.all(np.signbit(negated.real))
+
+
+def test_inverse_functions_at_infinities():
+  """C99's limits (the array API standard's special cases): log(2z) far out, 0 + i pi/2 for atanh."""
+  inf, nan = np.inf, np.nan
+  z = jnp.asarray(np.array([complex(inf, inf), complex(1.0, inf), complex(inf, 1.0), complex(-inf, 1.0),
+                            complex(nan, inf)], np.complex64))
+  asinh, acosh, atanh = (np.asarray(f(z)) for f in (jnp.arcsinh, jnp.arccosh, jnp.arctanh))
+  assert np.all(np.isinf(asinh[:3].real)) and np.allclose(asinh[:3].imag, [np.pi / 4, np.pi / 2, 0])
+  assert np.all(np.isinf(acosh[:4].real)) and np.allclose(acosh[:4].imag, [np.pi / 4, np.pi / 2, 0, np.pi])
+  assert np.all(atanh[:3].real == 0) and np.allclose(atanh[:3].imag, np.pi / 2) and np.isclose(atanh[4].imag, np.pi / 2)
+  acos = np.asarray(jnp.arccos(jnp.asarray(np.array([0j, complex(inf, 1.0)], np.complex64))))
+  assert acos[0] == complex(np.pi / 2, 0) and np.signbit(acos[0].imag) and acos[1].real == 0 and acos[1].imag == -inf

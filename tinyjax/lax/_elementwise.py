@@ -283,23 +283,38 @@ def _times_i(z: Array, sign: float = 1.0) -> Array:
   return _complex(_neg(im), re) if sign > 0 else _complex(im, _neg(re))
 
 
+def _far(z: Array) -> Array:
+  """|z| beyond 1 / eps: where asinh, acosh and atanh take their asymptotic forms (and infinities their limits)."""
+  return _lt(_c(_real(z), 1.0 / float(dtypes.finfo(z.dtype).eps)), _complex_abs(z))
+
+
 def _complex_asinh(z: Array) -> Array:
-  """log(z + sqrt(z^2 + 1)) on the half-plane re(z) >= 0 (no cancellation there), odd symmetry for the other."""
-  negative = _lt(_real(z), _c(_real(z), 0))
+  """log(z + sqrt(z^2 + 1)) on the half-plane re(z) >= 0 (no cancellation there; -0 counts as negative, so the
+  function is odd in signed zeros too), odd symmetry for the other; log(2z) far out (infinities included)."""
+  negative = _signbit(_real(z))
   w = _where(negative, _neg(z), z)
-  value = _log(_add(w, _sqrt(_plus_real(_mul(w, w), 1.0))))
+  near = _log(_add(w, _sqrt(_plus_real(_mul(w, w), 1.0))))
+  value = _where(_far(w), _plus_real(_log(w), LN2), near)
   return _where(negative, _neg(value), value)
 
 
 def _complex_acosh(z: Array) -> Array:
-  """log(z + sqrt(z + 1) sqrt(z - 1)), then the principal branch's signs: real part >= 0, imaginary part with the sign
-  of z's (C99's cacosh; the product's zero imaginary part on the cut has no reliable sign)."""
-  value = _log(_add(z, _mul(_sqrt(_plus_real(z, 1.0)), _sqrt(_plus_real(z, -1.0)))))
+  """log(z + sqrt(z + 1) sqrt(z - 1)) (log(2z) far out), then the principal branch's signs: real part >= 0, imaginary
+  part with the sign of z's (C99's cacosh; the product's zero imaginary part on the cut has no reliable sign)."""
+  near = _log(_add(z, _mul(_sqrt(_plus_real(z, 1.0)), _sqrt(_plus_real(z, -1.0)))))
+  value = _where(_far(z), _plus_real(_log(z), LN2), near)
   return _complex(_abs_float(_real(value)), _copysign(_abs_float(_imag(value)), _imag(z)))
 
 
 def _complex_atanh(z: Array) -> Array:
-  return _halved(_sub(_log1p(z), _log1p(_neg(z))))
+  """(log1p(z) - log1p(-z)) / 2; far out re(1 / z) + i pi/2 sign(im z) (0 + i pi/2 at infinities, C99's catanh)."""
+  near = _halved(_sub(_log1p(z), _log1p(_neg(z))))
+  a, b = _real(z), _imag(z)
+  modulus = _complex_abs(z)
+  infinite = _eq(modulus, _c(modulus, math.inf))
+  real_far = _where(infinite, _copysign(_c(a, 0), a), _fdiv(_fdiv(a, modulus), modulus))
+  far = _complex(real_far, _copysign(_c(b, math.pi / 2), b))
+  return _where(_far(z), far, near)
 
 
 def _asin(x: Array) -> Array:
@@ -498,7 +513,9 @@ def _complex_abs(x: Array) -> Array:
   safe = _where(_eq(largest, _c(largest, 0)), _c(largest, 1), largest)
   ratio = _fdiv(smallest, safe)
   magnitude = _mul(largest, _sqrt(_add(_c(ratio, 1), _mul(ratio, ratio))))
-  return _where(_eq(largest, _c(largest, math.inf)), largest, magnitude)
+  # an infinite part makes the modulus inf, even with a NaN in the other (C99's hypot)
+  infinite = _or(_eq(a, _c(a, math.inf)), _eq(b, _c(b, math.inf)))
+  return _where(infinite, _c(a, math.inf), _where(_eq(largest, _c(largest, math.inf)), largest, magnitude))
 
 
 def _rem(x: Array, y: Array) -> Array: return _binary(Ops.MOD, x, y)  # floats: C fmod, exact
