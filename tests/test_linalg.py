@@ -549,3 +549,39 @@ def test_empty_matrices_and_empty_batches(shape):
     np.testing.assert_allclose(got, want, err_msg=name)
   assert jnp.linalg.eigh(x).eigenvectors.shape == shape and jnp.linalg.qr(x).Q.shape == shape
   assert jnp.linalg.solve(x, x).shape == shape and jnp.linalg.slogdet(x).sign.shape == shape[:-2]
+
+
+def _split_gradient(f, z, eps=1e-6):
+  """df/dx - i df/dy (JAX's gradient of a real function of complex z) by central differences in complex128."""
+  out = np.zeros_like(z)
+  for index in np.ndindex(z.shape):
+    step = np.zeros_like(z)
+    step[index] = eps
+    out[index] = (f(z + step) - f(z - step)) / (2 * eps) - 1j * (f(z + 1j * step) - f(z - 1j * step)) / (2 * eps)
+  return out
+
+
+@pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU
+@pytest.mark.parametrize("shape", [(4, 4), (5, 3), (3, 5)])
+def test_complex_svd_and_pinv(shape, x64):
+  a = RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)
+  u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+  assert s.dtype == np.float64 and u.dtype == np.complex128
+  np.testing.assert_allclose((np.asarray(u) * np.asarray(s)) @ np.asarray(vh), a, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(s), np.linalg.svd(a, compute_uv=False), rtol=1e-12)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.pinv(a)), np.linalg.pinv(a), rtol=1e-10, atol=1e-12)
+  weights = RNG.standard_normal(min(shape))
+  nuclear = lambda x: jnp.sum(jnp.linalg.svd(x, compute_uv=False) * weights)  # noqa: E731
+  np.testing.assert_allclose(np.asarray(tj.grad(nuclear)(a)),
+                             _split_gradient(lambda z: np.sum(np.linalg.svd(z, compute_uv=False) * weights), a),
+                             rtol=1e-6, atol=1e-7)
+  column_weights = RNG.standard_normal((shape[0], min(shape)))
+  def on_u(x):  # |U_ij|^2 does not depend on the columns' free phases
+    return jnp.sum(jnp.abs(jnp.linalg.svd(x, full_matrices=False)[0]) ** 2 * column_weights)
+  host_u = lambda z: np.sum(np.abs(np.linalg.svd(z, full_matrices=False)[0]) ** 2 * column_weights)  # noqa: E731
+  np.testing.assert_allclose(np.asarray(tj.grad(on_u)(a)), _split_gradient(host_u, a), rtol=1e-5, atol=1e-6)
+  target = RNG.standard_normal(shape[::-1]) + 1j * RNG.standard_normal(shape[::-1])
+  on_pinv = lambda x: jnp.real(jnp.sum(jnp.linalg.pinv(x) * target))  # noqa: E731
+  np.testing.assert_allclose(np.asarray(tj.grad(on_pinv)(a)),
+                             _split_gradient(lambda z: np.real(np.sum(np.linalg.pinv(z) * target)), a), rtol=1e-6,
+                             atol=1e-7)

@@ -185,14 +185,19 @@ def _syevd_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _gesdd_each(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tuple[np.ndarray, ...]:
-  """Singular values (descending) of (..., m, n), and with `compute_uv` U (..., m, m|k) and V^T (..., n|k, n).
-  LAPACK sees a^T (n x m) = U' S V'^T, so a = V' S U'^T: its V'^T read row-major is our U, its U' our V^T."""
+  """Singular values (descending, real) of (..., m, n), and with `compute_uv` U (..., m, m|k) and V^H (..., n|k, n).
+  LAPACK sees a^T (n x m) = U' S V'^H, so a = conj(V') S U'^T: its V'^H read row-major is conj(V') = our U, its U'
+  read row-major U'^T = our V^H (for real a, the same without the conjugations). Complex a also takes rwork."""
   call, stack = _Call(a.dtype), _matrices(a)
   m, n = a.shape[-2:]
   k, batch = min(m, n), stack.shape[0]
   jobz = ("A" if full_matrices else "S") if compute_uv else "N"
   rows_u, cols_vt = (m, n) if full_matrices else (k, k)
-  values = np.zeros((batch, k), a.dtype)
+  is_complex = a.dtype.kind == "c"
+  real_dtype = np.dtype(np.float32) if a.dtype in (np.float32, np.complex64) else np.dtype(np.float64)
+  rwork = [call.ptr(np.zeros(max(1, 5 * k * k + 7 * k, 2 * max(m, n) * k + 2 * k * k + k), real_dtype))] \
+      if is_complex else []
+  values = np.zeros((batch, k), real_dtype)
   u = np.zeros((batch, m, rows_u), a.dtype) if compute_uv else np.zeros((batch, 1), a.dtype)
   vt = np.zeros((batch, cols_vt, n), a.dtype) if compute_uv else np.zeros((batch, 1), a.dtype)
   if k > 0 and batch > 0:
@@ -203,10 +208,10 @@ def _gesdd_each(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tupl
     def run(index: int, work: np.ndarray, lwork: int) -> int:
       return call("gesdd", call.char(jobz), call.int(n), call.int(m), call.ptr(stack[index]), call.int(max(1, n)),
                   call.ptr(values[index]), call.ptr(vt[index]), call.int(ld_u), call.ptr(u[index]), call.int(ld_vt),
-                  call.ptr(work), call.int(lwork), call.ptr(iwork), chars=1)
+                  call.ptr(work), call.int(lwork), *rwork, call.ptr(iwork), chars=1)
     query = np.zeros(1, a.dtype)
     run(0, query, -1)
-    work = np.zeros(max(1, int(query[0])), a.dtype)
+    work = np.zeros(max(1, int(query[0].real)), a.dtype)
     for index in range(batch):
       if run(index, work, work.size) != 0: values[index], u[index], vt[index] = np.nan, np.nan, np.nan
   values = values.reshape((*a.shape[:-2], k))

@@ -324,10 +324,14 @@ def eigh(x: Any, *, lower: bool = True, symmetrize_input: bool = True, sort_eige
 # ---------------------------------------------------------------------------------------------------------------------
 # svd
 
+def _real_dtype(dtype: np.dtype) -> np.dtype:
+  return np.dtype(np.float32) if dtype in (np.float32, np.complex64) else np.dtype(np.float64)
+
+
 def _svd_impl(x, *, full_matrices, compute_uv):
   m, n = x.shape[-2:]
   k = min(m, n)
-  avals = [((*x.shape[:-2], k), x.dtype)]
+  avals = [((*x.shape[:-2], k), _real_dtype(x.dtype))]
   if compute_uv:
     avals += [((*x.shape[:-2], m, m if full_matrices else k), x.dtype),
               ((*x.shape[:-2], n if full_matrices else k, n), x.dtype)]
@@ -345,25 +349,31 @@ def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
   if compute_uv and full_matrices:
     raise NotImplementedError("Singular value decomposition JVP not implemented for full matrices: use "
                               "full_matrices=False")
+  jnp = _jnp()
   values, u, vt = svd_p.bind(x, full_matrices=False, compute_uv=True)
-  v = _mT(vt)
-  projected = _mT(u) @ x_dot @ v
-  values_dot = _diagonal(projected)
+  v = _mH(vt)
+  projected = _mH(u) @ x_dot @ v
+  values_dot = jnp.real(_diagonal(projected))
   if not compute_uv: return [values], [values_dot]
   s_row = values[..., None, :]
-  eye = _eye_like(x, values.shape[-1])
+  eye = jnp.eye(values.shape[-1], dtype=values.dtype)
   differences = (s_row + _mT(s_row)) * (s_row - _mT(s_row)) + eye
-  inverse_differences = 1.0 / differences - eye
-  u_dot = u @ (inverse_differences * (projected * s_row + _mT(projected * s_row)))
-  v_dot = v @ (inverse_differences * (_mT(s_row) * projected + _mT(_mT(s_row) * projected)))
+  inverse_differences = (1.0 / differences - eye).astype(x.dtype)
+  s_row, s_column = s_row.astype(x.dtype), _mT(s_row).astype(x.dtype)
+  u_inner = inverse_differences * (projected * s_row + _mH(projected * s_row))
+  if jnp.iscomplexobj(x):  # the phase the diagonal leaves free: i Im(dS_ii) / s_i on U's side (JAX's convention)
+    safe = jnp.where(values == 0, 1.0, values)
+    u_inner = u_inner + (0.5 * (projected - _mH(projected))) * (eye / safe[..., None, :]).astype(x.dtype)
+  u_dot = u @ u_inner
+  v_dot = v @ (inverse_differences * (s_column * projected + _mH(s_column * projected)))
   m, n = x.shape[-2:]
   if m > n:
     applied = x_dot @ v
-    u_dot = u_dot + (applied - u @ (_mT(u) @ applied)) / s_row
+    u_dot = u_dot + (applied - u @ (_mH(u) @ applied)) / s_row
   if n > m:
-    applied = _mT(x_dot) @ u
+    applied = _mH(x_dot) @ u
     v_dot = v_dot + (applied - v @ (vt @ applied)) / s_row
-  return [values, u, vt], [values_dot, u_dot, _mT(v_dot)]
+  return [values, u, vt], [values_dot, u_dot, _mH(v_dot)]
 
 
 ad.jvp_rules[svd_p] = _svd_jvp
@@ -375,7 +385,7 @@ def svd(x: Any, *, full_matrices: bool = True, compute_uv: bool = True,
   """Singular value decomposition of (..., m, n): `(u, s, vh)` with x = u diag(s) vh, s (..., k) descending (k =
   min(m, n)), u (..., m, m) and vh (..., n, n) (`full_matrices`) or (..., m, k) and (..., k, n); only s if not
   `compute_uv`. `subset_by_index=(lo, hi)` keeps singular values lo..hi-1 and their vectors."""
-  x = _operand("svd", x)
+  x = _operand("svd", x, complex_ok=True)
   outs = svd_p.bind(x, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv))
   if subset_by_index is not None:
     low, high = subset_by_index

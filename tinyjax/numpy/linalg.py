@@ -62,6 +62,11 @@ def _matrices(name: str, a: Any, *, square: bool = False) -> Array:
 def _swap(x: Array) -> Array: return ew.swap_last(x)
 
 
+def _adjoint(x: Array) -> Array:
+  """The conjugate transpose of the last two axes (the transpose for real x)."""
+  return ew.conjugate(ew.swap_last(x))
+
+
 def cholesky(a: Any, *, upper: bool = False, symmetrize_input: bool = True) -> Array:
   """The lower Cholesky factor L of symmetric positive-definite matrices (..., n, n), a = L L^T (`upper`: L^T).
   NaN where a is not positive-definite (no exception, as JAX)."""
@@ -280,9 +285,9 @@ def _default_rtol(x: Array, factor: float) -> float:
 def _pinv(a: Array, rtol: Any) -> Array:
   from tinyjax import numpy as jnp
   u, s, vh = lax_linalg.svd(a, full_matrices=False)
-  cutoff = jnp.asarray(rtol, a.dtype)[..., None] * s[..., :1]
-  s_inv = jnp.where(s > cutoff, 1.0 / jnp.where(s > cutoff, s, 1.0), 0.0).astype(a.dtype)
-  return (_swap(vh) * s_inv[..., None, :]) @ _swap(u)
+  cutoff = jnp.asarray(rtol, s.dtype)[..., None] * s[..., :1]
+  s_inv = jnp.where(s > cutoff, 1.0 / jnp.where(s > cutoff, s, 1.0), 0.0).astype(s.dtype)
+  return (_adjoint(vh) * s_inv[..., None, :].astype(a.dtype)) @ _adjoint(u)
 
 
 @_pinv.defjvp
@@ -291,8 +296,8 @@ def _pinv_jvp(primals, tangents):
   + (1 - p a) a'^T p^T p."""
   (a, rtol), (a_dot, _) = primals, tangents
   p = _pinv(a, rtol)
-  a_dot_t = _swap(a_dot)
-  p_t = _swap(p)
+  a_dot_t = _adjoint(a_dot)
+  p_t = _adjoint(p)
   left = p @ (p_t @ (a_dot_t - a_dot_t @ (a @ p)))
   right = (a_dot_t - (p @ a) @ a_dot_t) @ (p_t @ p)
   return p, -(p @ (a_dot @ p)) + left + right
@@ -306,9 +311,10 @@ def pinv(a: Any, rtol: Any = None, hermitian: bool = False, *, rcond: Any = None
   if x.size == 0:
     from tinyjax.numpy._creation import zeros
     return zeros((*x.shape[:-2], x.shape[-1], x.shape[-2]), x.dtype)
-  if rtol is None: rtol = _default_rtol(x, 10.0)
+  if rtol is None: rtol = 10.0 * max(x.shape[-2:]) * float(dtypes.finfo(x.dtype).eps)
   from tinyjax.numpy._shape import broadcast_to
-  return _pinv(x, broadcast_to(asarray(rtol, x.dtype), x.shape[:-2]))
+  real_dtype = np.dtype(np.float32) if x.dtype in (np.float32, np.complex64) else np.dtype(np.float64)
+  return _pinv(x, broadcast_to(asarray(rtol, real_dtype), x.shape[:-2]))
 
 
 def matrix_rank(M: Any, rtol: Any = None, *, tol: Any = None) -> Array:  # noqa: N803 (numpy's name)
