@@ -320,3 +320,11 @@ def test_inverse_functions_at_infinities():
   assert np.all(atanh[:3].real == 0) and np.allclose(atanh[:3].imag, np.pi / 2) and np.isclose(atanh[4].imag, np.pi / 2)
   acos = np.asarray(jnp.arccos(jnp.asarray(np.array([0j, complex(inf, 1.0)], np.complex64))))
   assert acos[0] == complex(np.pi / 2, 0) and np.signbit(acos[0].imag) and acos[1].real == 0 and acos[1].imag == -inf
+
+
+def test_sqrt_of_signed_zeros():
+  """sqrt(+-0 + 0j) is +0 + 0j, sqrt(+-0 - 0j) is +0 - 0j (the array API standard; found by array-api-tests)."""
+  z = np.array([complex(0.0, 0.0), complex(-0.0, 0.0), complex(0.0, -0.0), complex(-0.0, -0.0)], np.complex64)
+  root = np.asarray(jnp.sqrt(jnp.asarray(z)))
+  assert np.all(root == 0) and not np.any(np.signbit(root.real))
+  np.testing.assert_array_equal(np.signbit(root.imag), [False, False, True, True])

@@ -67,7 +67,7 @@ def _cos(a: UOp) -> UOp:
   return _sub(_full(a.dtype, 1.0, a.shape), _scale(_mul(half, half), 2.0))
 
 
-def _abs(a: UOp) -> UOp: return _where(_bin(Ops.CMPLT, a, _full(a.dtype, 0.0, a.shape)), _neg(a), a)
+def _abs(a: UOp) -> UOp: return _where(_signbit(a), _neg(a), a)  # (|-0| is +0)
 
 
 def _modulus(a: UOp, b: UOp) -> UOp:
