@@ -230,8 +230,6 @@ def test_not_built_yet_raises_not_implemented():
     with pytest.raises(NotImplementedError, match="complex"):
       np.asarray(fn(x))
   with pytest.raises(NotImplementedError, match="complex"):
-    np.asarray(jnp.prod(x))
-  with pytest.raises(NotImplementedError, match="complex"):
     np.asarray(jnp.max(x))
   with pytest.raises(NotImplementedError, match="complex"):
     np.asarray(x < x)
@@ -328,3 +326,17 @@ def test_sqrt_of_signed_zeros():
   root = np.asarray(jnp.sqrt(jnp.asarray(z)))
   assert np.all(root == 0) and not np.any(np.signbit(root.real))
   np.testing.assert_array_equal(np.signbit(root.imag), [False, False, True, True])
+
+
+def test_products_over_axes():
+  a = _complex(3, 5, 4)
+  wide = a.astype(np.complex128)
+  for axis in (None, 0, 1, (0, 2), -1):
+    _close(jnp.prod(a, axis=axis), np.prod(wide, axis=axis), rtol=2e-6, atol=1e-6)
+    assert jnp.prod(a, axis=axis, keepdims=True).shape == np.prod(wide, axis=axis, keepdims=True).shape
+  _close(jnp.prod(jnp.zeros((2, 0), jnp.complex64), axis=1), np.ones(2, np.complex64))
+  with tj.config.override("jax_enable_x64", True):
+    z = _complex(5, dtype=np.complex128)
+    got = tj.grad(lambda u: jnp.real(jnp.prod(u)))(z)
+    np.testing.assert_allclose(np.asarray(got), _split_gradient(lambda u: np.real(np.prod(u)), z), rtol=1e-7,
+                               atol=1e-8)

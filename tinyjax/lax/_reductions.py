@@ -10,6 +10,8 @@ are exact at zeros, `dot_general`'s tangent is two dot_generals (bilinear).
 """
 from __future__ import annotations
 
+import math
+
 import enum
 
 from typing import Any, Sequence
@@ -72,7 +74,34 @@ def _sum_impl(x: Array, axes: Sequence[int], keepdims: bool = False) -> Array:
   return reduce_raw(x, Ops.ADD, axes, keepdims)
 
 
+def _complex_prod(x: Array, axes: Sequence[int], keepdims: bool) -> Array:
+  """A product of complex numbers over `axes` as a tree of pairwise products (log2 n steps of elementwise complex
+  multiplication; the lowering of complex values has no product reduction)."""
+  from tinyjax.lax._base import full
+  from tinyjax.lax._shape import concatenate, permute_raw, reshape_raw
+  kept = [i for i in range(x.ndim) if i not in axes]
+  count = math.prod(x.shape[i] for i in axes)
+  values = reshape_raw(permute_raw(x, (*kept, *axes)), (*(x.shape[i] for i in kept), count))
+  while values.shape[-1] > 1:
+    if values.shape[-1] % 2:
+      values = concatenate([values, full((*values.shape[:-1], 1), 1, x.dtype)], values.ndim - 1)
+    pairs = reshape_raw(values, (*values.shape[:-1], values.shape[-1] // 2, 2))
+    first = reshape_raw(_shrink_last(pairs, 0), pairs.shape[:-1])
+    second = reshape_raw(_shrink_last(pairs, 1), pairs.shape[:-1])
+    values = _mul(first, second)
+  if count == 0: values = full((*values.shape[:-1], 1), 1, x.dtype)
+  shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keepdims else [x.shape[i] for i in kept]
+  return reshape_raw(values, tuple(shape))
+
+
+def _shrink_last(x: Array, index: int) -> Array:
+  """x[..., index:index + 1]."""
+  from tinyjax.lax._shape import shrink_raw
+  return shrink_raw(x, tuple((0, d) for d in x.shape[:-1]) + ((index, index + 1),))
+
+
 def _prod_impl(x: Array, axes: Sequence[int], keepdims: bool = False) -> Array:
+  if dtypes.is_complex(x.dtype): return _complex_prod(x, axes, keepdims)
   if x.dtype in LOW_PRECISION_FLOATS:
     return cast(reduce_raw(cast(x, FLOAT32), Ops.MUL, axes, keepdims), x.dtype)
   if x.dtype == BOOL: return min_raw(x, axes, keepdims)
