@@ -14,8 +14,11 @@ codegen never see a complex value (and keep fusing and vectorising the float wor
 - a host call (pure_callback, lax.linalg's LAPACK steps) with complex operands or results exchanges them as float
   pairs and hands its function complex arrays.
 
-Operations that have no meaning on complex numbers here (ordering comparisons, max, integer ops) or are not built yet
-(products over an axis, complex values carried by loops) raise NotImplementedError naming them.
+- loops and branches (SCAN, WHILE, COND) carry complex values as float pairs: their sub-programs are rewritten the
+  same way.
+
+Operations that have no meaning on complex numbers here (ordering comparisons, max, integer ops) raise
+NotImplementedError naming them.
 """
 from __future__ import annotations
 
@@ -115,6 +118,10 @@ def split_complex(sink: UOp) -> UOp:
     op = node.op
     if node is sink: break
     operand_complex = any(is_complex(s.dtype) for s in node.src)
+    if op in (Ops.SCAN, Ops.WHILE, Ops.COND) and (operand_complex or any(has_complex(p) for p in _programs(node))):
+      real[node] = UOp(op, node.dtype, tuple(_interleaved(*pairs[s]) if is_complex(s.dtype) else real[s]
+                                             for s in node.src), _split_programs(node))
+      continue
     if op is Ops.CALLBACK and (operand_complex or any(is_complex(dtype) for _, dtype in node.arg.out_avals)):
       real[node] = _host_call_on_pairs(node, [_interleaved(*pairs[s]) if is_complex(s.dtype) else real[s]
                                               for s in node.src])
@@ -220,6 +227,22 @@ def split_complex(sink: UOp) -> UOp:
       raise _unsupported(op.name.lower())
   outputs = [_interleaved(*pairs[out]) if is_complex(out.dtype) else real[out] for out in sink.src]
   return UOp(Ops.SINK, sink.dtype, tuple(outputs), sink.arg)
+
+
+def _programs(node: UOp) -> list[UOp]:
+  """The sub-programs of a SCAN (body), WHILE (cond, body) or COND (branches) node."""
+  if node.op is Ops.SCAN: return [node.arg.body]
+  if node.op is Ops.WHILE: return [node.arg.cond, node.arg.body]
+  return list(node.arg)
+
+
+def _split_programs(node: UOp):
+  """The node's arg with its sub-programs rewritten as the program is: their complex parameters and results (the loop's
+  carries, xs and ys, a branch's operands and results) become interleaved float pairs, as the node's operands do."""
+  split = [split_complex(p) if has_complex(p) else p for p in _programs(node)]
+  if node.op is Ops.SCAN: return node.arg._replace(body=split[0])
+  if node.op is Ops.WHILE: return node.arg._replace(cond=split[0], body=split[1])
+  return tuple(split)
 
 
 def _split_pairs(floats: UOp, shape: tuple[int, ...]) -> tuple[UOp, UOp]:
