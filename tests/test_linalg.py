@@ -536,7 +536,7 @@ def test_complex_cholesky_and_triangular_solves():
   conjugated = lax_linalg.triangular_solve(factor, b, left_side=True, lower=True, conjugate_a=True)
   np.testing.assert_allclose(np.asarray(conjugated), np.linalg.solve(np.conj(wide_factor), b), rtol=1e-5, atol=1e-6)
   with pytest.raises(NotImplementedError, match="complex matrices"):
-    jnp.linalg.inv(a)
+    jnp.linalg.qr(a)
 
 
 @pytest.mark.parametrize("shape", [(0, 0), (2, 0, 0), (0, 3, 3)])
@@ -585,3 +585,28 @@ def test_complex_svd_and_pinv(shape, x64):
   np.testing.assert_allclose(np.asarray(tj.grad(on_pinv)(a)),
                              _split_gradient(lambda z: np.real(np.sum(np.linalg.pinv(z) * target)), a), rtol=1e-6,
                              atol=1e-7)
+
+
+@pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU
+def test_complex_lu_solve_inv_det_slogdet(x64):
+  a = RNG.standard_normal((3, 4, 4)) + 1j * RNG.standard_normal((3, 4, 4))
+  b = RNG.standard_normal((3, 4, 2)) + 1j * RNG.standard_normal((3, 4, 2))
+  np.testing.assert_allclose(np.asarray(jnp.linalg.solve(a, b)), np.linalg.solve(a, b), rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.inv(a)), np.linalg.inv(a), rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.det(a)), np.linalg.det(a), rtol=1e-12)
+  sign, logabsdet = jnp.linalg.slogdet(a)
+  want_sign, want_log = np.linalg.slogdet(a)
+  assert logabsdet.dtype == np.float64 and sign.dtype == np.complex128
+  np.testing.assert_allclose(np.asarray(sign), want_sign, rtol=1e-12)
+  np.testing.assert_allclose(np.asarray(logabsdet), want_log, rtol=1e-12)
+  p, lower, upper = jsl.lu(a[0])
+  np.testing.assert_allclose(np.asarray(p) @ np.asarray(lower) @ np.asarray(upper), a[0], atol=1e-12)
+  np.testing.assert_allclose(np.asarray(tj.grad(jnp.linalg.det, holomorphic=True)(a[0])),
+                             (np.linalg.det(a[0]) * np.linalg.inv(a[0])).T, rtol=1e-10)
+  for fn, host in ((lambda x: jnp.linalg.slogdet(x)[1], lambda z: np.linalg.slogdet(z)[1]),
+                   (lambda x: jnp.real(jnp.linalg.slogdet(x)[0]), lambda z: np.real(np.linalg.slogdet(z)[0])),
+                   (lambda x: jnp.real(jnp.sum(jnp.linalg.inv(x))), lambda z: np.real(np.sum(np.linalg.inv(z)))),
+                   (lambda x: jnp.abs(jnp.linalg.det(x)), lambda z: np.abs(np.linalg.det(z))),
+                   (lambda x: jnp.real(jnp.sum(jnp.linalg.solve(x, b[0]))),
+                    lambda z: np.real(np.sum(np.linalg.solve(z, b[0]))))):
+    np.testing.assert_allclose(np.asarray(tj.grad(fn)(a[0])), _split_gradient(host, a[0]), rtol=1e-6, atol=1e-7)

@@ -91,6 +91,7 @@ def _with_batching_columns(indices: Array, index_map: tuple[int, ...], operand_b
 
 def _default_fill(dtype: np.dtype) -> Any:
   if dtypes.is_floating(dtype): return np.nan
+  if dtypes.is_complex(dtype): return complex(np.nan, np.nan)
   if dtype == np.bool_: return True
   return np.iinfo(dtype).min if dtype.kind == "i" else np.iinfo(dtype).max
 

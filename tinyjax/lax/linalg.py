@@ -39,7 +39,7 @@ def _operand(name: str, x: Any, *, square: bool = False, complex_ok: bool = Fals
   x = to_array(x)
   if complex_ok and x.dtype in _COMPLEX: pass
   elif dtypes.is_complex(x.dtype):
-    raise NotImplementedError(f"{name} of complex matrices is not built in tinyjax yet (cholesky and "
+    raise NotImplementedError(f"{name} of complex matrices is not built in tinyjax yet (lu, cholesky, svd and "
                               "triangular_solve are)")
   elif x.dtype not in _REAL:
     if dtypes.is_floating(x.dtype):
@@ -255,7 +255,7 @@ def lu(x: Any) -> tuple[Array, Array, Array]:
   unit-lower L below its diagonal and U on and above it, pivots (..., min(m, n)) int32 are the row swaps made in
   order, and permutation (..., m) int32 is the permutation they amount to: x[..., permutation, :] = L U. A singular
   matrix factors with a zero on U's diagonal (no exception, as JAX)."""
-  return tuple(lu_p.bind(_operand("lu", x)))
+  return tuple(lu_p.bind(_operand("lu", x, complex_ok=True)))
 
 
 def lu_pivots_to_permutation(pivots: Any, permutation_size: int) -> Array:

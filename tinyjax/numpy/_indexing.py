@@ -161,6 +161,7 @@ def _fill_value(dtype: np.dtype, fill_value: Any) -> Any:
   int, True."""
   if fill_value is not None: return fill_value
   if dtypes.is_floating(dtype): return float("nan")
+  if dtypes.is_complex(dtype): return complex(float("nan"), float("nan"))
   if dtype == np.bool_: return True
   return int(np.iinfo(dtype).min if dtype.kind == "i" else np.iinfo(dtype).max)
 

@@ -247,24 +247,35 @@ def det(a: Any) -> Array:
   return _det(x)
 
 
+def _sign_and_log(a: Array) -> tuple[Array, Array, Array, Array]:
+  """(sign, log|det|) of a by LU, and the LU (factors, permutation); a complex sign is det / |det| (0 if singular)."""
+  from tinyjax import numpy as jnp
+  factors, permutation, diagonal_u, parity = _lu_determinant_parts(a)
+  magnitude = jnp.abs(diagonal_u)
+  if dtypes.is_complex(a.dtype):
+    phases = jnp.where(magnitude == 0, 0, diagonal_u / jnp.where(magnitude == 0, 1, magnitude).astype(a.dtype))
+  else:
+    phases = jnp.sign(diagonal_u)
+  sign = _unsigned_zero(parity * jnp.prod(phases, axis=-1))
+  return sign, jnp.sum(jnp.log(magnitude), axis=-1), factors, permutation
+
+
 @custom_jvp
 def _slogdet(a: Array) -> tuple[Array, Array]:
-  from tinyjax import numpy as jnp
-  _, _, diagonal_u, parity = _lu_determinant_parts(a)
-  sign = _unsigned_zero(parity * jnp.prod(jnp.sign(diagonal_u), axis=-1))
-  return sign, jnp.sum(jnp.log(jnp.abs(diagonal_u)), axis=-1)
+  sign, logabsdet, _, _ = _sign_and_log(a)
+  return sign, logabsdet
 
 
 @_slogdet.defjvp
 def _slogdet_jvp(primals, tangents):
-  """d log|det a| = tr(a^-1 a'); the sign is piecewise constant."""
+  """d log det a = tr(a^-1 a'): its real part is log|det|'s derivative; a real sign is piecewise constant, a complex
+  one turns by i Im(tr) (JAX's rule)."""
   from tinyjax import numpy as jnp
   (a,), (a_dot,) = primals, tangents
-  factors, permutation, diagonal_u, parity = _lu_determinant_parts(a)
-  sign = _unsigned_zero(parity * jnp.prod(jnp.sign(diagonal_u), axis=-1))
-  logabsdet = jnp.sum(jnp.log(jnp.abs(diagonal_u)), axis=-1)
-  solved = _lu_solve(factors, permutation, a_dot)
-  return (sign, logabsdet), (jnp.zeros_like(sign), jnp.trace(solved, axis1=-2, axis2=-1))
+  sign, logabsdet, factors, permutation = _sign_and_log(a)
+  trace = jnp.trace(_lu_solve(factors, permutation, a_dot), axis1=-2, axis2=-1)
+  if not dtypes.is_complex(a.dtype): return (sign, logabsdet), (jnp.zeros_like(sign), trace)
+  return (sign, logabsdet), ((trace - jnp.real(trace).astype(a.dtype)) * sign, jnp.real(trace))
 
 
 def slogdet(a: Any, *, method: str | None = None) -> SlogdetResult:
