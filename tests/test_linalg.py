@@ -610,3 +610,28 @@ def test_complex_lu_solve_inv_det_slogdet(x64):
                    (lambda x: jnp.real(jnp.sum(jnp.linalg.solve(x, b[0]))),
                     lambda z: np.real(np.sum(np.linalg.solve(z, b[0]))))):
     np.testing.assert_allclose(np.asarray(tj.grad(fn)(a[0])), _split_gradient(host, a[0]), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU
+def test_complex_hermitian_eigh(x64):
+  m = RNG.standard_normal((3, 4, 4)) + 1j * RNG.standard_normal((3, 4, 4))
+  h = m + np.conj(np.swapaxes(m, -1, -2))
+  values, vectors = jnp.linalg.eigh(h)
+  assert values.dtype == np.float64 and vectors.dtype == np.complex128
+  np.testing.assert_allclose(np.asarray(values), np.linalg.eigvalsh(h), rtol=1e-12, atol=1e-12)
+  v = np.asarray(vectors)
+  np.testing.assert_allclose(v @ (np.asarray(values)[..., None] * np.conj(np.swapaxes(v, -1, -2))), h, atol=1e-12)
+  for uplo, triangle in (("L", np.tril(h[0])), ("U", np.triu(h[0]))):
+    w, u = jnp.linalg.eigh(triangle, UPLO=uplo, symmetrize_input=False)
+    np.testing.assert_allclose(np.asarray(w), np.linalg.eigvalsh(h[0]), rtol=1e-12, atol=1e-12)
+    u = np.asarray(u)
+    np.testing.assert_allclose(u @ (np.asarray(w)[:, None] * np.conj(u).T), h[0], atol=1e-12)
+  weights, column_weights = RNG.standard_normal(4), RNG.standard_normal((4, 4))
+  hermitian = lambda z: (z + np.conj(z.T)) / 2  # noqa: E731 (what symmetrize_input reads)
+  np.testing.assert_allclose(
+    np.asarray(tj.grad(lambda x: jnp.sum(jnp.linalg.eigvalsh(x) * weights))(h[0])),
+    _split_gradient(lambda z: np.sum(np.linalg.eigvalsh(hermitian(z)) * weights), h[0]), rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(
+    np.asarray(tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eigh(x)[1]) ** 2 * column_weights))(h[0])),
+    _split_gradient(lambda z: np.sum(np.abs(np.linalg.eigh(hermitian(z))[1]) ** 2 * column_weights), h[0]),
+    rtol=1e-6, atol=1e-7)

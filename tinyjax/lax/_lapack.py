@@ -166,22 +166,32 @@ def _trsm_each(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, tr
 
 
 def _syevd_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """Eigenvalues (ascending) and eigenvectors (columns) of symmetric (..., n, n), from their lower triangles."""
+  """Eigenvalues (ascending, real) and eigenvectors (columns) of symmetric / Hermitian (..., n, n), from their lower
+  triangles. Row-major a is LAPACK's a^T = conj(a), whose upper triangle is a's lower: its eigenvectors are conj(V),
+  column-major, so read row-major they are conj(V)^T (V^T for real a). Complex a is heevd, with rwork."""
   call, stack = _Call(a.dtype), _matrices(a)
   n = a.shape[-1]
-  values = np.zeros((stack.shape[0], n), a.dtype)
+  is_complex = a.dtype.kind == "c"
+  real_dtype = np.dtype(np.float32) if a.dtype in (np.float32, np.complex64) else np.dtype(np.float64)
+  values = np.zeros((stack.shape[0], n), real_dtype)
   if n == 0 or stack.shape[0] == 0: return values.reshape(a.shape[:-1]), stack.reshape(a.shape)
-  query, iquery = np.zeros(1, a.dtype), np.zeros(1, call.lib.int_type)
-  call("syevd", call.char("V"), call.char("U"), call.int(n), call.ptr(stack[0]), call.int(n), call.ptr(values[0]),
-       call.ptr(query), call.int(-1), call.ptr(iquery), call.int(-1), chars=2)
-  work, iwork = np.zeros(max(1, int(query[0])), a.dtype), np.zeros(max(1, int(iquery[0])), call.lib.int_type)
+  name = "heevd" if is_complex else "syevd"
+  query, rquery, iquery = np.zeros(1, a.dtype), np.zeros(1, real_dtype), np.zeros(1, call.lib.int_type)
+
+  def run(index: int, work, lwork, rwork, lrwork, iwork, liwork) -> int:
+    real_work = [call.ptr(rwork), call.int(lrwork)] if is_complex else []
+    return call(name, call.char("V"), call.char("U"), call.int(n), call.ptr(stack[index]), call.int(n),
+                call.ptr(values[index]), call.ptr(work), call.int(lwork), *real_work, call.ptr(iwork), call.int(liwork),
+                chars=2)
+  run(0, query, -1, rquery, -1, iquery, -1)
+  work = np.zeros(max(1, int(query[0].real)), a.dtype)
+  rwork = np.zeros(max(1, int(rquery[0])), real_dtype)
+  iwork = np.zeros(max(1, int(iquery[0])), call.lib.int_type)
   for index in range(stack.shape[0]):
-    if call("syevd", call.char("V"), call.char("U"), call.int(n), call.ptr(stack[index]), call.int(n),
-            call.ptr(values[index]), call.ptr(work), call.int(work.size), call.ptr(iwork), call.int(iwork.size),
-            chars=2) != 0:
+    if run(index, work, work.size, rwork, rwork.size, iwork, iwork.size) != 0:
       values[index], stack[index] = np.nan, np.nan
-  # column-major eigenvectors read row-major are their transpose
-  return values.reshape(a.shape[:-1]), np.swapaxes(stack, -1, -2).reshape(a.shape)
+  vectors = np.swapaxes(stack, -1, -2)
+  return values.reshape(a.shape[:-1]), (np.conj(vectors) if is_complex else vectors).reshape(a.shape)
 
 
 def _gesdd_each(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tuple[np.ndarray, ...]:

@@ -39,8 +39,8 @@ def _operand(name: str, x: Any, *, square: bool = False, complex_ok: bool = Fals
   x = to_array(x)
   if complex_ok and x.dtype in _COMPLEX: pass
   elif dtypes.is_complex(x.dtype):
-    raise NotImplementedError(f"{name} of complex matrices is not built in tinyjax yet (lu, cholesky, svd and "
-                              "triangular_solve are)")
+    raise NotImplementedError(f"{name} of complex matrices is not built in tinyjax yet (lu, cholesky, eigh, svd "
+                              "and triangular_solve are)")
   elif x.dtype not in _REAL:
     if dtypes.is_floating(x.dtype):
       raise NotImplementedError(f"{name}: unsupported dtype {x.dtype}; LAPACK works in float32 and float64: convert "
@@ -280,25 +280,26 @@ def lu_pivots_to_permutation(pivots: Any, permutation_size: int) -> Array:
 
 def _eigh_impl(x, *, lower):
   def run(a):
-    values, vectors = _lapack.syevd(a if lower else np.swapaxes(a, -1, -2))
+    # (the upper triangle's Hermitian completion is the lower triangle of conj(a^T))
+    values, vectors = _lapack.syevd(a if lower else np.conj(np.swapaxes(a, -1, -2)))
     return [vectors, values]
-  return _host("eigh", run, [x], [(x.shape, x.dtype), (x.shape[:-1], x.dtype)])
+  return _host("eigh", run, [x], [(x.shape, x.dtype), (x.shape[:-1], _real_dtype(x.dtype))])
 
 
 eigh_p = Primitive("eigh", _eigh_impl, multiple_results=True)
 
 
 def _eigh_jvp(primals, tangents, *, lower):
-  """a = V diag(w) V^T gives w' = diag(V^T a' V) and V' = V (F * V^T a' V), F_ij = 1 / (w_j - w_i) off the
+  """a = V diag(w) V^H gives w' = re diag(V^H a' V) and V' = V (F * V^H a' V), F_ij = 1 / (w_j - w_i) off the
   diagonal, 0 on it (the eigenvalues must be distinct for V' to exist)."""
+  jnp = _jnp()
   (x,), (x_dot,) = primals, tangents
   vectors, values = eigh_p.bind(x, lower=lower)
-  n = x.shape[-1]
-  eye = _eye_like(x, n)
+  eye = jnp.eye(x.shape[-1], dtype=values.dtype)
   gaps = eye + values[..., None, :] - values[..., :, None]
-  inverse_gaps = 1.0 / gaps - eye
-  projected = _mT(vectors) @ x_dot @ vectors
-  return [vectors, values], [vectors @ (inverse_gaps * projected), _diagonal(projected)]
+  inverse_gaps = (1.0 / gaps - eye).astype(x.dtype)
+  projected = _mH(vectors) @ x_dot @ vectors
+  return [vectors, values], [vectors @ (inverse_gaps * projected), jnp.real(_diagonal(projected))]
 
 
 ad.jvp_rules[eigh_p] = _eigh_jvp
@@ -310,8 +311,8 @@ def eigh(x: Any, *, lower: bool = True, symmetrize_input: bool = True, sort_eige
   """Eigenvectors v (..., n, n) (columns) and eigenvalues w (..., n), ascending, of symmetric matrices: x = v diag(w)
   v^T. Reads x's `lower` (or upper) triangle; `symmetrize_input` first averages x with x^T. `subset_by_index=(lo,
   hi)` keeps eigenvalues lo..hi-1 and their vectors."""
-  x = _operand("eigh", x, square=True)
-  if symmetrize_input: x = (x + _mT(x)) * 0.5
+  x = _operand("eigh", x, square=True, complex_ok=True)
+  if symmetrize_input: x = (x + _mH(x)) * 0.5
   vectors, values = eigh_p.bind(x, lower=bool(lower))
   if subset_by_index is not None:
     low, high = subset_by_index
