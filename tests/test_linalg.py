@@ -535,8 +535,8 @@ def test_complex_cholesky_and_triangular_solves():
                              rtol=1e-4, atol=1e-5)
   conjugated = lax_linalg.triangular_solve(factor, b, left_side=True, lower=True, conjugate_a=True)
   np.testing.assert_allclose(np.asarray(conjugated), np.linalg.solve(np.conj(wide_factor), b), rtol=1e-5, atol=1e-6)
-  with pytest.raises(NotImplementedError, match="complex matrices"):
-    jnp.linalg.qr(a)
+  with pytest.raises(NotImplementedError, match="derivative of eig"):
+    tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eigvals(x))))(a)
 
 
 @pytest.mark.parametrize("shape", [(0, 0), (2, 0, 0), (0, 3, 3)])
@@ -635,3 +635,41 @@ def test_complex_hermitian_eigh(x64):
     np.asarray(tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eigh(x)[1]) ** 2 * column_weights))(h[0])),
     _split_gradient(lambda z: np.sum(np.abs(np.linalg.eigh(hermitian(z))[1]) ** 2 * column_weights), h[0]),
     rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU
+def test_complex_qr_eig_lstsq_norms(x64):
+  for shape in ((4, 4), (5, 3), (3, 5)):
+    a = RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)
+    for mode in ("reduced", "complete"):
+      q, r = (np.asarray(part) for part in jnp.linalg.qr(a, mode=mode))
+      np.testing.assert_allclose(q @ r, a, atol=1e-12)
+      np.testing.assert_allclose(np.conj(q).T @ q, np.eye(q.shape[1]), atol=1e-12)
+      np.testing.assert_array_equal(r, np.triu(r))
+  tall = RNG.standard_normal((5, 3)) + 1j * RNG.standard_normal((5, 3))
+  weights_r, weights_q = RNG.standard_normal((3, 3)), RNG.standard_normal((5, 3))
+  np.testing.assert_allclose(  # |R_ij|^2 and |Q_ij|^2 do not depend on the free phases
+    np.asarray(tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.qr(x)[1]) ** 2 * weights_r))(tall)),
+    _split_gradient(lambda z: np.sum(np.abs(np.linalg.qr(z)[1]) ** 2 * weights_r), tall), rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(
+    np.asarray(tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.qr(x)[0]) ** 2 * weights_q))(tall)),
+    _split_gradient(lambda z: np.sum(np.abs(np.linalg.qr(z)[0]) ** 2 * weights_q), tall), rtol=1e-6, atol=1e-7)
+  square = RNG.standard_normal((2, 4, 4)) + 1j * RNG.standard_normal((2, 4, 4))
+  values, vectors = (np.asarray(part) for part in jnp.linalg.eig(square))
+  np.testing.assert_allclose(square @ vectors, vectors * values[..., None, :], atol=1e-12)
+  for index in range(2):
+    np.testing.assert_allclose(np.sort_complex(values[index]), np.sort_complex(np.linalg.eigvals(square[index])),
+                               atol=1e-12)
+  b = RNG.standard_normal((5, 2)) + 1j * RNG.standard_normal((5, 2))
+  x, residuals, rank, s = jnp.linalg.lstsq(tall, b)
+  want = np.linalg.lstsq(tall, b, rcond=None)
+  np.testing.assert_allclose(np.asarray(x), want[0], atol=1e-12)
+  np.testing.assert_allclose(np.asarray(residuals), want[1], rtol=1e-10)
+  assert int(rank) == 3 and s.dtype == np.float64 and residuals.dtype == np.float64
+  for order in (None, "fro", 2, -2, "nuc", 1, -1, np.inf):
+    np.testing.assert_allclose(float(jnp.linalg.norm(tall, order)), np.linalg.norm(tall, order), rtol=1e-12)
+  for order in (None, 1, 3, np.inf, -np.inf, 0):
+    np.testing.assert_allclose(float(jnp.linalg.norm(tall[:, 0], order)), np.linalg.norm(tall[:, 0], order),
+                               rtol=1e-12)
+  assert int(jnp.linalg.matrix_rank(tall)) == 3
+  np.testing.assert_allclose(float(jnp.linalg.cond(square[0])), np.linalg.cond(square[0]), rtol=1e-10)

@@ -102,7 +102,7 @@ class _Call:
     """The optimal workspace size of a routine called with lwork = -1 (`args` ends with the work pointer's place)."""
     query = np.zeros(1, self.dtype)
     self(name, *args, self.ptr(query), self.int(-1), chars=chars)
-    return max(1, int(query[0]))
+    return max(1, int(query[0].real))
 
 
 def _stacked(x: np.ndarray) -> np.ndarray:
@@ -250,10 +250,11 @@ def _geqrf_orgqr_each(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndarray
            call.ptr(work), call.int(lwork))
     r[index] = np.triu(work_matrix[:columns, :n])
     if columns == 0: continue
-    lwork = call.workspace("orgqr", call.int(m), call.int(columns), call.int(k), call.ptr(work_matrix),
+    generate = "ungqr" if a.dtype.kind == "c" else "orgqr"  # (Q from the reflectors: unitary for complex a)
+    lwork = call.workspace(generate, call.int(m), call.int(columns), call.int(k), call.ptr(work_matrix),
                            call.int(max(1, m)), call.ptr(tau))
     work = np.zeros(lwork, a.dtype)
-    call("orgqr", call.int(m), call.int(columns), call.int(k), call.ptr(work_matrix), call.int(max(1, m)),
+    call(generate, call.int(m), call.int(columns), call.int(k), call.ptr(work_matrix), call.int(max(1, m)),
          call.ptr(tau), call.ptr(work), call.int(lwork))
     q[index] = work_matrix[:, :columns]
   return q.reshape((*a.shape[:-2], m, columns)), r.reshape((*a.shape[:-2], columns, n))
@@ -276,6 +277,7 @@ def _unpack_eigenvectors(packed: np.ndarray, imaginary: np.ndarray, dtype: np.dt
 def geev(a: np.ndarray, *, left: bool, right: bool) -> list[np.ndarray]:
   """Eigenvalues of real square matrices (..., n, n), complex, in LAPACK's order, and the left / right eigenvectors
   (unit columns, as complex arrays) when asked for: [w, vl?, vr?]. A matrix whose QR iteration fails gets NaN."""
+  if a.dtype.kind == "c": return _geev_complex(a, left=left, right=right)
   call = _Call(a.dtype)
   n = a.shape[-1]
   complex_dtype = np.dtype(np.complex64) if a.dtype == np.float32 else np.dtype(np.complex128)
@@ -300,6 +302,32 @@ def geev(a: np.ndarray, *, left: bool, right: bool) -> list[np.ndarray]:
   outs = [values.reshape(a.shape[:-1])]
   if left: outs.append(lefts.reshape(a.shape).astype(complex_dtype))
   if right: outs.append(rights.reshape(a.shape).astype(complex_dtype))
+  return outs
+
+
+def _geev_complex(a: np.ndarray, *, left: bool, right: bool) -> list[np.ndarray]:
+  """geev of complex matrices (c/z geev: eigenvalues and eigenvectors come complex, with a real workspace)."""
+  call = _Call(a.dtype)
+  n = a.shape[-1]
+  real_dtype = np.dtype(np.float32) if a.dtype == np.complex64 else np.dtype(np.float64)
+  stack = _stacked(a)
+  values = np.zeros((stack.shape[0], n), a.dtype)
+  lefts, rights = np.zeros((stack.shape[0], n, n), a.dtype), np.zeros((stack.shape[0], n, n), a.dtype)
+  rwork = np.zeros(max(1, 2 * n), real_dtype)
+  for index in range(stack.shape[0] if n else 0):
+    matrix = np.array(stack[index], order="F")
+    vl, vr = np.zeros((n, n), a.dtype, order="F"), np.zeros((n, n), a.dtype, order="F")
+    args = [call.char("V" if left else "N"), call.char("V" if right else "N"), call.int(n), call.ptr(matrix),
+            call.int(n), call.ptr(values[index]), call.ptr(vl), call.int(n), call.ptr(vr), call.int(n)]
+    query = np.zeros(1, a.dtype)
+    call("geev", *args, call.ptr(query), call.int(-1), call.ptr(rwork), chars=2)
+    work = np.zeros(max(1, int(query[0].real)), a.dtype)
+    if call("geev", *args, call.ptr(work), call.int(work.size), call.ptr(rwork), chars=2) != 0:
+      values[index], vl[:], vr[:] = np.nan, np.nan, np.nan
+    lefts[index], rights[index] = vl, vr
+  outs = [values.reshape(a.shape[:-1])]
+  if left: outs.append(lefts.reshape(a.shape))
+  if right: outs.append(rights.reshape(a.shape))
   return outs
 
 

@@ -39,8 +39,7 @@ def _operand(name: str, x: Any, *, square: bool = False, complex_ok: bool = Fals
   x = to_array(x)
   if complex_ok and x.dtype in _COMPLEX: pass
   elif dtypes.is_complex(x.dtype):
-    raise NotImplementedError(f"{name} of complex matrices is not built in tinyjax yet (lu, cholesky, eigh, svd "
-                              "and triangular_solve are)")
+    raise NotImplementedError(f"{name} of complex matrices is not built in tinyjax yet")
   elif x.dtype not in _REAL:
     if dtypes.is_floating(x.dtype):
       raise NotImplementedError(f"{name}: unsupported dtype {x.dtype}; LAPACK works in float32 and float64: convert "
@@ -419,12 +418,15 @@ def _qr_jvp(primals, tangents, *, full_matrices):
   if m < n or (full_matrices and m != n):
     raise NotImplementedError("Unimplemented case of QR decomposition derivative: it needs m >= n, and m == n when "
                               "full_matrices (mode='complete')")
+  jnp = _jnp()
   q, r = qr_p.bind(x, full_matrices=full_matrices)
   right = triangular_solve_p.bind(r, x_dot, left_side=False, lower=False, transpose_a=False, conjugate_a=False,
                                   unit_diagonal=False)
-  projected = _mT(q) @ right
+  projected = _mH(q) @ right
   strictly_lower = _tril(projected, -1)
-  omega = strictly_lower - _mT(strictly_lower)
+  omega = strictly_lower - _mH(strictly_lower)
+  if jnp.iscomplexobj(x):  # (the diagonal's imaginary part: R's diagonal stays real)
+    omega = omega + jnp.eye(x.shape[-1], dtype=x.dtype) * (projected - jnp.real(projected).astype(x.dtype))
   return [q, r], [q @ (omega - projected) + right, (projected - omega) @ r]
 
 
@@ -436,7 +438,7 @@ def qr(x: Any, *, pivoting: bool = False, full_matrices: bool = True) -> tuple[A
   """QR decomposition of (..., m, n): q with orthonormal columns and upper-triangular r, x = q r; q (..., m, m) and
   r (..., m, n) if `full_matrices`, else (..., m, k) and (..., k, n), k = min(m, n)."""
   if pivoting: raise NotImplementedError("qr with pivoting=True (LAPACK's geqp3) is not built in tinyjax")
-  q, r = qr_p.bind(_operand("qr", x), full_matrices=bool(full_matrices))
+  q, r = qr_p.bind(_operand("qr", x, complex_ok=True), full_matrices=bool(full_matrices))
   return q, r
 
 
@@ -444,7 +446,7 @@ def qr(x: Any, *, pivoting: bool = False, full_matrices: bool = True) -> tuple[A
 # eig (real input, complex results)
 
 def _eig_impl(x, *, compute_left_eigenvectors, compute_right_eigenvectors):
-  complex_dtype = np.dtype(np.complex64) if x.dtype == np.float32 else np.dtype(np.complex128)
+  complex_dtype = np.dtype(np.complex64) if x.dtype in (np.float32, np.complex64) else np.dtype(np.complex128)
   avals = [(x.shape[:-1], complex_dtype)]
   avals += [(x.shape, complex_dtype)] * (int(compute_left_eigenvectors) + int(compute_right_eigenvectors))
   return _host("eig", lambda a: _lapack.geev(a, left=compute_left_eigenvectors, right=compute_right_eigenvectors),
@@ -466,7 +468,7 @@ _batch_on_leading_axis(eig_p)
 def eig(x: Any, *, compute_left_eigenvectors: bool = True, compute_right_eigenvectors: bool = True) -> list[Array]:
   """Eigenvalues of general real square matrices (..., n, n) (complex, LAPACK's geev order) and their left and right
   eigenvectors (unit-norm complex columns): `[w, vl, vr]`, without the ones not asked for. Not differentiable yet."""
-  x = _operand("eig", x, square=True)
+  x = _operand("eig", x, square=True, complex_ok=True)
   return list(eig_p.bind(x, compute_left_eigenvectors=bool(compute_left_eigenvectors),
                          compute_right_eigenvectors=bool(compute_right_eigenvectors)))
 

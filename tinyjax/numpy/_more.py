@@ -202,7 +202,10 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
   """Vector norms (ord None/2, 1, inf, -inf, 0, any p) over one axis, matrix norms ('fro', 1, -1, inf, -inf; 'nuc',
   2, -2 by the singular values) over two (None: the 2-norm of the flattened array, or 'fro' for matrices, as numpy)."""
   array = as_array(x, "norm")
-  if not dtypes.is_floating(array.dtype): array = cast(array, dtypes.default_float_dtype(), False)
+  matrix = (axis is None and array.ndim == 2) or (axis is not None and np.ndim(axis) == 1 and len(axis) == 2)
+  if dtypes.is_complex(array.dtype) and not (ord in (2, -2, "nuc") and matrix):
+    array = ew.absolute(array)  # (every norm but the spectral ones depends on the magnitudes only)
+  if not dtypes.is_inexact(array.dtype): array = cast(array, dtypes.default_float_dtype(), False)
   if axis is None:
     if ord is None:
       return ew.sqrt(red.sum(ew.multiply(array, array), keepdims=keepdims))

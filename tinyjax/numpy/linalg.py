@@ -124,7 +124,6 @@ def eig(a: Any) -> EigResult:
   (complex64, complex128 with x64), by LAPACK's geev: `EigResult(eigenvalues, eigenvectors)`. Not differentiable
   yet (for symmetric matrices use `eigh`)."""
   x = _matrices("eig", a, square=True)
-  if dtypes.is_complex(x.dtype): raise NotImplementedError("linalg.eig of complex matrices is not built in tinyjax")
   values, vectors = lax_linalg.eig(x, compute_left_eigenvectors=False)
   return EigResult(values, vectors)
 
@@ -132,7 +131,6 @@ def eig(a: Any) -> EigResult:
 def eigvals(a: Any) -> Array:
   """The eigenvalues (complex) of general real square matrices (..., n, n)."""
   x = _matrices("eigvals", a, square=True)
-  if dtypes.is_complex(x.dtype): raise NotImplementedError("linalg.eigvals of complex matrices is not built in tinyjax")
   return lax_linalg.eig(x, compute_left_eigenvectors=False, compute_right_eigenvectors=False)[0]
 
 
@@ -337,9 +335,9 @@ def matrix_rank(M: Any, rtol: Any = None, *, tol: Any = None) -> Array:  # noqa:
   s = svdvals(x)
   if tol is None:
     if rtol is None: rtol = _default_rtol(x, 1.0)
-    threshold = jnp.max(s, axis=-1, keepdims=True, initial=0.0) * jnp.asarray(rtol, x.dtype)[..., None]
+    threshold = jnp.max(s, axis=-1, keepdims=True, initial=0.0) * jnp.asarray(rtol, s.dtype)[..., None]
   else:
-    threshold = jnp.asarray(tol, x.dtype)[..., None]
+    threshold = jnp.asarray(tol, s.dtype)[..., None]
   return jnp.sum(s > threshold, axis=-1).astype(np.int32)
 
 
@@ -358,19 +356,19 @@ def lstsq(a: Any, b: Any, rcond: Any = None, *, numpy_resid: bool = False) -> tu
   if vector: b = b[:, None]
   m, n = a.shape
   if a.size == 0:
-    s, rank, x = jnp.zeros((0,), a.dtype), jnp.asarray(0, np.int32), jnp.zeros((n, b.shape[1]), a.dtype)
+    s, rank, x = jnp.zeros((0,), jnp.real(a).dtype), jnp.asarray(0, np.int32), jnp.zeros((n, b.shape[1]), a.dtype)
   else:
-    if rcond is None: rcond = _default_rtol(a, 1.0)
-    else: rcond = jnp.where(jnp.asarray(rcond) < 0, float(np.finfo(a.dtype).eps), rcond)
+    if rcond is None: rcond = max(m, n) * float(dtypes.finfo(a.dtype).eps)
+    else: rcond = jnp.where(jnp.asarray(rcond) < 0, float(dtypes.finfo(a.dtype).eps), rcond)
     u, s, vh = lax_linalg.svd(a, full_matrices=False)
-    kept = (s > 0) & (s >= jnp.asarray(rcond, a.dtype) * s[0])
+    kept = (s > 0) & (s >= jnp.asarray(rcond, s.dtype) * s[0])
     rank = jnp.sum(kept).astype(np.int32)
     s_inv = jnp.where(kept, 1.0 / jnp.where(kept, s, 1.0), 0.0).astype(a.dtype)
-    x = vh.T @ (s_inv[:, None] * (u.T @ b))
+    x = _adjoint(vh) @ (s_inv[:, None] * (_adjoint(u) @ b))
   if numpy_resid and (int(rank) < n or m <= n):
-    residuals = jnp.zeros((0,), a.dtype)
+    residuals = jnp.zeros((0,), jnp.real(a).dtype)
   else:
-    residuals = jnp.sum((b - a @ x) ** 2, axis=0)
+    residuals = jnp.sum(jnp.abs(b - a @ x) ** 2, axis=0)
   return (x[:, 0] if vector else x), residuals, rank, s
 
 
