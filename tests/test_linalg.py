@@ -431,8 +431,8 @@ def test_bad_input_raises_jax_errors():
     jnp.linalg.qr(np.ones((3, 3)), mode="economic")
   with pytest.raises(NotImplementedError, match="float16"):
     jnp.linalg.inv(np.eye(2, dtype=np.float16))
-  with pytest.raises(NotImplementedError, match="derivative of eig"):
-    tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eigvals(x))))(np.eye(2, dtype=np.float32))
+  with pytest.raises(NotImplementedError, match="derivatives of eigenvectors"):
+    tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eig(x)[1])))(np.eye(2, dtype=np.float32))
   with pytest.raises(TypeError, match="floating-point"):
     lax_linalg.cholesky(np.eye(2, dtype=np.int32))
   with pytest.raises(ValueError, match="batch dimensions"):
@@ -535,8 +535,8 @@ def test_complex_cholesky_and_triangular_solves():
                              rtol=1e-4, atol=1e-5)
   conjugated = lax_linalg.triangular_solve(factor, b, left_side=True, lower=True, conjugate_a=True)
   np.testing.assert_allclose(np.asarray(conjugated), np.linalg.solve(np.conj(wide_factor), b), rtol=1e-5, atol=1e-6)
-  with pytest.raises(NotImplementedError, match="derivative of eig"):
-    tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eigvals(x))))(a)
+  with pytest.raises(NotImplementedError, match="derivatives of eigenvectors"):
+    tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eig(x)[1])))(a)
 
 
 @pytest.mark.parametrize("shape", [(0, 0), (2, 0, 0), (0, 3, 3)])
@@ -673,3 +673,23 @@ def test_complex_qr_eig_lstsq_norms(x64):
                                rtol=1e-12)
   assert int(jnp.linalg.matrix_rank(tall)) == 3
   np.testing.assert_allclose(float(jnp.linalg.cond(square[0])), np.linalg.cond(square[0]), rtol=1e-10)
+
+
+def test_eigenvalue_derivatives(x64):
+  """w' = diag(V^-1 a' V), as JAX (eigenvalues only), against finite differences of real and complex matrices."""
+  a = RNG.standard_normal((4, 4))
+  host = lambda x: np.sum(np.abs(np.linalg.eigvals(x)) ** 2)  # noqa: E731 (no dependence on the eigenvalues' order)
+  np.testing.assert_allclose(np.asarray(tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eigvals(x)) ** 2))(a)),
+                             numeric_grad(host, a, 1e-6), rtol=1e-6, atol=1e-7)
+  with tj.config.override("jax_platforms", "cpu"):
+    c = RNG.standard_normal((4, 4)) + 1j * RNG.standard_normal((4, 4))
+    np.testing.assert_allclose(
+      np.asarray(tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eigvals(x)) ** 2))(c)), _split_gradient(host, c),
+      rtol=1e-6, atol=1e-7)
+    direction = RNG.standard_normal((4, 4)) + 1j * RNG.standard_normal((4, 4))
+    values, tangent = (np.asarray(part) for part in tj.jvp(jnp.linalg.eigvals, (c,), (direction,)))
+    step = 1e-7
+    plus, minus = np.linalg.eigvals(c + step * direction), np.linalg.eigvals(c - step * direction)
+    for value, derivative in zip(values, tangent):  # each eigenvalue paired with its nearest perturbed ones
+      moved = (plus[np.argmin(np.abs(plus - value))] - minus[np.argmin(np.abs(minus - value))]) / (2 * step)
+      np.testing.assert_allclose(derivative, moved, rtol=1e-5, atol=1e-6)

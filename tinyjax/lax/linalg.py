@@ -6,10 +6,10 @@ name: a JVP rule (so `grad`, `jvp`, `jacfwd`/`jacrev` work, composed with `jit` 
 makes the vmapped axis one more leading batch dimension of a single call. `triangular_solve` is linear in its
 right-hand side and has a transpose rule, which is what the reverse mode of the others is built on.
 
-Primitives: `cholesky_p`, `eigh_p` (eigenvectors, eigenvalues), `eig_p` (complex eigenvalues and eigenvectors of a
-real matrix; no derivative yet), `lu_p` (packed LU, pivots, permutation), `qr_p`, `svd_p` (singular values first, then
-U and V^H when computed), `triangular_solve_p`. Real float32 / float64 (x64) inputs only (complex matrices are not
-factored yet); float16 / bfloat16 raise NotImplementedError as JAX's CPU backend does.
+Primitives: `cholesky_p`, `eigh_p` (eigenvectors, eigenvalues), `eig_p` (complex eigenvalues and eigenvectors; the
+eigenvalues' derivative only, as JAX), `lu_p` (packed LU, pivots, permutation), `qr_p`, `svd_p` (singular values
+first, then U and V^H when computed), `triangular_solve_p`. float32 / float64 (x64) and complex64 / complex128
+matrices; float16 / bfloat16 raise NotImplementedError as JAX's CPU backend does.
 """
 from __future__ import annotations
 
@@ -456,9 +456,17 @@ def _eig_impl(x, *, compute_left_eigenvectors, compute_right_eigenvectors):
 eig_p = Primitive("eig", _eig_impl, multiple_results=True)
 
 
-def _eig_jvp(primals, tangents, **params):
-  raise NotImplementedError("the derivative of eig (it needs complex linear solves) is not built in tinyjax; for "
-                            "symmetric matrices use eigh, which is differentiable")
+def _eig_jvp(primals, tangents, *, compute_left_eigenvectors, compute_right_eigenvectors):
+  """The eigenvalues' derivative, as JAX's: a = V diag(w) V^-1 gives w' = diag(V^-1 a' V). Eigenvectors have none
+  (JAX's error)."""
+  if compute_left_eigenvectors or compute_right_eigenvectors:
+    raise NotImplementedError("The derivatives of eigenvectors are not implemented, only eigenvalues (use "
+                              "linalg.eigvals, or eigh for symmetric matrices, which is differentiable)")
+  from tinyjax.numpy.linalg import solve
+  (x,), (x_dot,) = primals, tangents
+  values, vectors = eig_p.bind(x, compute_left_eigenvectors=False, compute_right_eigenvectors=True)
+  projected = solve(vectors, x_dot.astype(vectors.dtype) @ vectors)
+  return [values], [_diagonal(projected)]
 
 
 ad.jvp_rules[eig_p] = _eig_jvp
@@ -467,7 +475,8 @@ _batch_on_leading_axis(eig_p)
 
 def eig(x: Any, *, compute_left_eigenvectors: bool = True, compute_right_eigenvectors: bool = True) -> list[Array]:
   """Eigenvalues of general real square matrices (..., n, n) (complex, LAPACK's geev order) and their left and right
-  eigenvectors (unit-norm complex columns): `[w, vl, vr]`, without the ones not asked for. Not differentiable yet."""
+  eigenvectors (unit-norm complex columns): `[w, vl, vr]`, without the ones not asked for. The eigenvalues are
+  differentiable (when no eigenvectors are computed, as JAX)."""
   x = _operand("eig", x, square=True, complex_ok=True)
   return list(eig_p.bind(x, compute_left_eigenvectors=bool(compute_left_eigenvectors),
                          compute_right_eigenvectors=bool(compute_right_eigenvectors)))
