@@ -675,21 +675,21 @@ def test_complex_qr_eig_lstsq_norms(x64):
   np.testing.assert_allclose(float(jnp.linalg.cond(square[0])), np.linalg.cond(square[0]), rtol=1e-10)
 
 
+@pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU
 def test_eigenvalue_derivatives(x64):
   """w' = diag(V^-1 a' V), as JAX (eigenvalues only), against finite differences of real and complex matrices."""
   a = RNG.standard_normal((4, 4))
   host = lambda x: np.sum(np.abs(np.linalg.eigvals(x)) ** 2)  # noqa: E731 (no dependence on the eigenvalues' order)
   np.testing.assert_allclose(np.asarray(tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eigvals(x)) ** 2))(a)),
                              numeric_grad(host, a, 1e-6), rtol=1e-6, atol=1e-7)
-  with tj.config.override("jax_platforms", "cpu"):
-    c = RNG.standard_normal((4, 4)) + 1j * RNG.standard_normal((4, 4))
-    np.testing.assert_allclose(
-      np.asarray(tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eigvals(x)) ** 2))(c)), _split_gradient(host, c),
-      rtol=1e-6, atol=1e-7)
-    direction = RNG.standard_normal((4, 4)) + 1j * RNG.standard_normal((4, 4))
-    values, tangent = (np.asarray(part) for part in tj.jvp(jnp.linalg.eigvals, (c,), (direction,)))
-    step = 1e-7
-    plus, minus = np.linalg.eigvals(c + step * direction), np.linalg.eigvals(c - step * direction)
-    for value, derivative in zip(values, tangent):  # each eigenvalue paired with its nearest perturbed ones
-      moved = (plus[np.argmin(np.abs(plus - value))] - minus[np.argmin(np.abs(minus - value))]) / (2 * step)
-      np.testing.assert_allclose(derivative, moved, rtol=1e-5, atol=1e-6)
+  c = RNG.standard_normal((4, 4)) + 1j * RNG.standard_normal((4, 4))
+  np.testing.assert_allclose(
+    np.asarray(tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eigvals(x)) ** 2))(c)), _split_gradient(host, c),
+    rtol=1e-6, atol=1e-7)
+  direction = RNG.standard_normal((4, 4)) + 1j * RNG.standard_normal((4, 4))
+  values, tangent = (np.asarray(part) for part in tj.jvp(jnp.linalg.eigvals, (c,), (direction,)))
+  step = 1e-7
+  plus, minus = np.linalg.eigvals(c + step * direction), np.linalg.eigvals(c - step * direction)
+  for value, derivative in zip(values, tangent):  # each eigenvalue paired with its nearest perturbed ones
+    moved = (plus[np.argmin(np.abs(plus - value))] - minus[np.argmin(np.abs(minus - value))]) / (2 * step)
+    np.testing.assert_allclose(derivative, moved, rtol=1e-5, atol=1e-6)
