@@ -190,29 +190,26 @@ def _is_view(node: UOp) -> bool:
   return node.op in (Ops.BUFFER, Ops.CONST)
 
 
-def _reads_a_buffer(node: UOp) -> bool:
-  """Whether the computation of `node` reads some buffer (one made of constants alone may also be embedded in a jitted
-  program's graph, which must not change under it)."""
-  return any(n.op is Ops.BUFFER for n in node.toposort)
-
-
-def held_arrays(pending: list[Array]) -> list[Array]:
+def held_arrays(pending: list[Array]) -> tuple[list[Array], set[UOp]]:
   """The live arrays (other than `pending`) whose lazy values the computation of `pending` passes through: eager
   operations record on each node the array they made (`held_by`). Computing them in the same schedule and keeping
   them means a value the program holds on to is computed once, as JAX computes every operation once: without it, a
   loop that updates state eagerly (an optimizer's moments, `m = 0.9 * m + g` each step) would recompute the state's
   whole history at each step, from a graph that grows with the number of steps. Views of buffers and constants stay
-  lazy (they cost nothing to recompute and never grow)."""
+  lazy (they cost nothing to recompute and never grow). Also, from the same walk, the nodes whose computation reads
+  some buffer (a node of constants alone may also be embedded in a jitted program's graph, which must not change
+  under it: see `realize_arrays`)."""
   targets = {id(a) for a in pending}
-  held = []
+  held, reading = [], set()
   for node in toposort_of([a.uop for a in pending]):
+    if node.op is Ops.BUFFER or any(source in reading for source in node.src): reading.add(node)
     reference = node.__dict__.get("held_by")
     if reference is None or node.op is Ops.BUFFER: continue
     array = reference()
     if array is None or array.uop is not node or id(array) in targets or _is_view(node): continue
     targets.add(id(array))
     held.append(array)
-  return held
+  return held, reading
 
 
 def realize_arrays(arrays: list[Array]) -> None:
@@ -220,7 +217,8 @@ def realize_arrays(arrays: list[Array]) -> None:
   values on the way that other live arrays hold (`held_arrays`)."""
   pending = [a for a in arrays if a.uop.op is not Ops.BUFFER]
   if not pending: return
-  pending += held_arrays(pending)
+  held, reading = held_arrays(pending)
+  pending += held
   from tinyjax.lower.realize import realize  # lower/ sits beside array.py; imported late to keep start-up small
   buffers = realize([a.uop for a in pending])
   for array, buffer in zip(pending, buffers):
@@ -228,7 +226,7 @@ def realize_arrays(arrays: list[Array]) -> None:
       from tinyjax.devices.buffer import shard
       buffer = shard(buffer, array._named)
     node = array.uop
-    if buffer._node is None and node.__dict__.get("held_by") is not None and _reads_a_buffer(node):
+    if buffer._node is None and node.__dict__.get("held_by") is not None and node in reading:
       node.become_buffer(buffer)  # (graphs built on the lazy node now read the result: see UOp.become_buffer)
     else:
       array.uop = UOp(Ops.BUFFER, buffer.dtype, (), buffer)
