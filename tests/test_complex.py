@@ -7,6 +7,7 @@ import pytest
 import tinyjax as tj
 import tinyjax.numpy as jnp
 from tinyjax import lax
+from tests.gradcheck import numeric_grad_complex
 
 RNG = np.random.default_rng(1127)
 # complex outputs are views of the CPU's buffers: GPU devices do not compute complex arrays yet (they raise)
@@ -174,19 +175,6 @@ def test_jit_and_vmap():
   _close(scale(a, np.float32(0.5)), a * 0.5)
 
 
-def _split_gradient(f, z, eps=1e-4):
-  """df/dx - i df/dy of a real function of complex z by central differences in float64: JAX's grad convention."""
-  z = np.asarray(z, np.complex128)
-  out = np.zeros_like(z)
-  for index in np.ndindex(z.shape):
-    step = np.zeros_like(z)
-    step[index] = eps
-    d_real = (f(z + step) - f(z - step)) / (2 * eps)
-    d_imag = (f(z + 1j * step) - f(z - 1j * step)) / (2 * eps)
-    out[index] = d_real - 1j * d_imag
-  return out
-
-
 def test_grad_of_real_functions_of_complex_inputs():
   """JAX's convention: grad(f)(z) = df/dx - i df/dy (grad(|z|^2) = 2 conj(z)); values checked against JAX 0.10.2."""
   z = np.array([1 + 2j, -0.5 + 0.25j], np.complex64)
@@ -203,7 +191,7 @@ def test_grad_of_real_functions_of_complex_inputs():
                      (lambda u: jnp.sum(jnp.abs(u / (u + 2.0))), lambda u: np.sum(np.abs(u / (u + 2.0)))),
                      (lambda u: jnp.real(jnp.vdot(u, u * 1j + 1.0)), lambda u: np.real(np.vdot(u, u * 1j + 1.0)))):
       got = tj.grad(fn)(w)
-      np.testing.assert_allclose(np.asarray(got), _split_gradient(host, w), rtol=1e-7, atol=1e-8)
+      np.testing.assert_allclose(np.asarray(got), numeric_grad_complex(host, w, 1e-4), rtol=1e-7, atol=1e-8)
       np.testing.assert_allclose(np.asarray(tj.jit(tj.grad(fn))(w)), np.asarray(got), rtol=1e-12)
 
 
@@ -338,7 +326,7 @@ def test_products_over_axes():
   with tj.config.override("jax_enable_x64", True):
     z = _complex(5, dtype=np.complex128)
     got = tj.grad(lambda u: jnp.real(jnp.prod(u)))(z)
-    np.testing.assert_allclose(np.asarray(got), _split_gradient(lambda u: np.real(np.prod(u)), z), rtol=1e-7,
+    np.testing.assert_allclose(np.asarray(got), numeric_grad_complex(lambda u: np.real(np.prod(u)), z, 1e-4), rtol=1e-7,
                                atol=1e-8)
 
 

@@ -10,7 +10,7 @@ import tinyjax as tj
 import tinyjax.numpy as jnp
 import tinyjax.scipy.linalg as jsl
 from tinyjax.lax import linalg as lax_linalg
-from tests.gradcheck import numeric_grad
+from tests.gradcheck import numeric_grad, numeric_grad_complex
 
 RNG = np.random.default_rng(20261127)
 
@@ -551,16 +551,6 @@ def test_empty_matrices_and_empty_batches(shape):
   assert jnp.linalg.solve(x, x).shape == shape and jnp.linalg.slogdet(x).sign.shape == shape[:-2]
 
 
-def _split_gradient(f, z, eps=1e-6):
-  """df/dx - i df/dy (JAX's gradient of a real function of complex z) by central differences in complex128."""
-  out = np.zeros_like(z)
-  for index in np.ndindex(z.shape):
-    step = np.zeros_like(z)
-    step[index] = eps
-    out[index] = (f(z + step) - f(z - step)) / (2 * eps) - 1j * (f(z + 1j * step) - f(z - 1j * step)) / (2 * eps)
-  return out
-
-
 @pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU
 @pytest.mark.parametrize("shape", [(4, 4), (5, 3), (3, 5)])
 def test_complex_svd_and_pinv(shape, x64):
@@ -573,17 +563,17 @@ def test_complex_svd_and_pinv(shape, x64):
   weights = RNG.standard_normal(min(shape))
   nuclear = lambda x: jnp.sum(jnp.linalg.svd(x, compute_uv=False) * weights)  # noqa: E731
   np.testing.assert_allclose(np.asarray(tj.grad(nuclear)(a)),
-                             _split_gradient(lambda z: np.sum(np.linalg.svd(z, compute_uv=False) * weights), a),
+                             numeric_grad_complex(lambda z: np.sum(np.linalg.svd(z, compute_uv=False) * weights), a),
                              rtol=1e-6, atol=1e-7)
   column_weights = RNG.standard_normal((shape[0], min(shape)))
   def on_u(x):  # |U_ij|^2 does not depend on the columns' free phases
     return jnp.sum(jnp.abs(jnp.linalg.svd(x, full_matrices=False)[0]) ** 2 * column_weights)
   host_u = lambda z: np.sum(np.abs(np.linalg.svd(z, full_matrices=False)[0]) ** 2 * column_weights)  # noqa: E731
-  np.testing.assert_allclose(np.asarray(tj.grad(on_u)(a)), _split_gradient(host_u, a), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(tj.grad(on_u)(a)), numeric_grad_complex(host_u, a), rtol=1e-5, atol=1e-6)
   target = RNG.standard_normal(shape[::-1]) + 1j * RNG.standard_normal(shape[::-1])
   on_pinv = lambda x: jnp.real(jnp.sum(jnp.linalg.pinv(x) * target))  # noqa: E731
   np.testing.assert_allclose(np.asarray(tj.grad(on_pinv)(a)),
-                             _split_gradient(lambda z: np.real(np.sum(np.linalg.pinv(z) * target)), a), rtol=1e-6,
+                             numeric_grad_complex(lambda z: np.real(np.sum(np.linalg.pinv(z) * target)), a), rtol=1e-6,
                              atol=1e-7)
 
 
@@ -609,7 +599,7 @@ def test_complex_lu_solve_inv_det_slogdet(x64):
                    (lambda x: jnp.abs(jnp.linalg.det(x)), lambda z: np.abs(np.linalg.det(z))),
                    (lambda x: jnp.real(jnp.sum(jnp.linalg.solve(x, b[0]))),
                     lambda z: np.real(np.sum(np.linalg.solve(z, b[0]))))):
-    np.testing.assert_allclose(np.asarray(tj.grad(fn)(a[0])), _split_gradient(host, a[0]), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(tj.grad(fn)(a[0])), numeric_grad_complex(host, a[0]), rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU
@@ -630,10 +620,10 @@ def test_complex_hermitian_eigh(x64):
   hermitian = lambda z: (z + np.conj(z.T)) / 2  # noqa: E731 (what symmetrize_input reads)
   np.testing.assert_allclose(
     np.asarray(tj.grad(lambda x: jnp.sum(jnp.linalg.eigvalsh(x) * weights))(h[0])),
-    _split_gradient(lambda z: np.sum(np.linalg.eigvalsh(hermitian(z)) * weights), h[0]), rtol=1e-6, atol=1e-7)
+    numeric_grad_complex(lambda z: np.sum(np.linalg.eigvalsh(hermitian(z)) * weights), h[0]), rtol=1e-6, atol=1e-7)
   np.testing.assert_allclose(
     np.asarray(tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eigh(x)[1]) ** 2 * column_weights))(h[0])),
-    _split_gradient(lambda z: np.sum(np.abs(np.linalg.eigh(hermitian(z))[1]) ** 2 * column_weights), h[0]),
+    numeric_grad_complex(lambda z: np.sum(np.abs(np.linalg.eigh(hermitian(z))[1]) ** 2 * column_weights), h[0]),
     rtol=1e-6, atol=1e-7)
 
 
@@ -650,10 +640,10 @@ def test_complex_qr_eig_lstsq_norms(x64):
   weights_r, weights_q = RNG.standard_normal((3, 3)), RNG.standard_normal((5, 3))
   np.testing.assert_allclose(  # |R_ij|^2 and |Q_ij|^2 do not depend on the free phases
     np.asarray(tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.qr(x)[1]) ** 2 * weights_r))(tall)),
-    _split_gradient(lambda z: np.sum(np.abs(np.linalg.qr(z)[1]) ** 2 * weights_r), tall), rtol=1e-6, atol=1e-7)
+    numeric_grad_complex(lambda z: np.sum(np.abs(np.linalg.qr(z)[1]) ** 2 * weights_r), tall), rtol=1e-6, atol=1e-7)
   np.testing.assert_allclose(
     np.asarray(tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.qr(x)[0]) ** 2 * weights_q))(tall)),
-    _split_gradient(lambda z: np.sum(np.abs(np.linalg.qr(z)[0]) ** 2 * weights_q), tall), rtol=1e-6, atol=1e-7)
+    numeric_grad_complex(lambda z: np.sum(np.abs(np.linalg.qr(z)[0]) ** 2 * weights_q), tall), rtol=1e-6, atol=1e-7)
   square = RNG.standard_normal((2, 4, 4)) + 1j * RNG.standard_normal((2, 4, 4))
   values, vectors = (np.asarray(part) for part in jnp.linalg.eig(square))
   np.testing.assert_allclose(square @ vectors, vectors * values[..., None, :], atol=1e-12)
@@ -684,7 +674,7 @@ def test_eigenvalue_derivatives(x64):
                              numeric_grad(host, a, 1e-6), rtol=1e-6, atol=1e-7)
   c = RNG.standard_normal((4, 4)) + 1j * RNG.standard_normal((4, 4))
   np.testing.assert_allclose(
-    np.asarray(tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eigvals(x)) ** 2))(c)), _split_gradient(host, c),
+    np.asarray(tj.grad(lambda x: jnp.sum(jnp.abs(jnp.linalg.eigvals(x)) ** 2))(c)), numeric_grad_complex(host, c),
     rtol=1e-6, atol=1e-7)
   direction = RNG.standard_normal((4, 4)) + 1j * RNG.standard_normal((4, 4))
   values, tangent = (np.asarray(part) for part in tj.jvp(jnp.linalg.eigvals, (c,), (direction,)))

@@ -216,12 +216,25 @@ def is_bool(dt: Any) -> bool:
   return issubdtype(dt, np.bool_)
 
 
+def real_dtype(dt: Any) -> np.dtype:
+  """The dtype of a complex dtype's parts (float32 for complex64, float64 for complex128); any other dtype itself."""
+  normal = np.dtype(dt)
+  if normal.kind != "c": return normal
+  return np.dtype(float32) if normal == np.dtype(complex64) else np.dtype(float64)
+
+
+def complex_dtype(dt: Any) -> np.dtype:
+  """The complex dtype with parts of `dt`: complex128 for float64, complex64 for the other real dtypes (narrower
+  floats, integers, bool), a complex dtype itself (not canonicalised for the x64 setting)."""
+  normal = np.dtype(dt)
+  if normal.kind == "c": return normal
+  return np.dtype(complex128) if normal == np.dtype(float64) else np.dtype(complex64)
+
+
 def finfo(dt: Any) -> ml_dtypes.finfo:
   """Machine limits of a floating dtype (bfloat16 and float8 included; a complex dtype's are its parts'): eps, max,
   min, tiny, bits, ..."""
-  normal = dtype(dt)
-  if normal.kind == "c": normal = np.dtype(float32) if normal == np.dtype(complex64) else np.dtype(float64)
-  return ml_dtypes.finfo(normal)
+  return ml_dtypes.finfo(real_dtype(dtype(dt)))
 
 
 def iinfo(dt: Any) -> ml_dtypes.iinfo:

@@ -483,23 +483,18 @@ def _div(x: Array, y: Array) -> Array:
 # ---------------------------------------------------------------------------------------------- complex numbers
 # (lower/complex.py computes complex nodes as pairs of floats; these pick or pair the parts)
 
-def part_dtype(dtype: np.dtype) -> np.dtype:
-  """The float dtype of a complex dtype's parts (float32 for complex64, float64 for complex128)."""
-  return np.dtype(np.float32) if np.dtype(dtype) == np.dtype(np.complex64) else np.dtype(np.float64)
-
-
 def _real(x: Array) -> Array:
-  return bind(Ops.REAL, x, dtype=part_dtype(x.dtype), weak_type=x.weak_type) if dtypes.is_complex(x.dtype) else x
+  if not dtypes.is_complex(x.dtype): return x
+  return bind(Ops.REAL, x, dtype=dtypes.real_dtype(x.dtype), weak_type=x.weak_type)
 
 
 def _imag(x: Array) -> Array:
-  if dtypes.is_complex(x.dtype): return bind(Ops.IMAG, x, dtype=part_dtype(x.dtype), weak_type=x.weak_type)
+  if dtypes.is_complex(x.dtype): return bind(Ops.IMAG, x, dtype=dtypes.real_dtype(x.dtype), weak_type=x.weak_type)
   return _c(x, 0)
 
 
 def _complex(x: Array, y: Array) -> Array:
-  dtype = np.dtype(np.complex64) if x.dtype == FLOAT32 else np.dtype(np.complex128)
-  return bind(Ops.COMPLEX, x, y, dtype=dtype, weak_type=x.weak_type and y.weak_type)
+  return bind(Ops.COMPLEX, x, y, dtype=dtypes.complex_dtype(x.dtype), weak_type=x.weak_type and y.weak_type)
 
 
 def _conj(x: Array) -> Array:

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from tinyjax import dtypes
+
 _PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d", np.dtype(np.complex64): "c",
            np.dtype(np.complex128): "z"}
 
@@ -150,8 +152,7 @@ def _trsm_each(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, tr
   call = _Call(a.dtype)
   m, n = b.shape[-2:]
   out = _matrices(b)
-  triangles = _stacked(a)
-  triangles = np.ascontiguousarray(triangles)
+  triangles = np.ascontiguousarray(_stacked(a))
   side, uplo = ("R" if left_side else "L"), ("U" if lower else "L")
   trans, diag = ("C" if conjugate_a else "T") if transpose_a else "N", ("U" if unit_diagonal else "N")
   if conjugate_a and not transpose_a: triangles = np.conj(triangles)  # (BLAS has no "conjugate, not transposed")
@@ -172,7 +173,7 @@ def _syevd_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   call, stack = _Call(a.dtype), _matrices(a)
   n = a.shape[-1]
   is_complex = a.dtype.kind == "c"
-  real_dtype = np.dtype(np.float32) if a.dtype in (np.float32, np.complex64) else np.dtype(np.float64)
+  real_dtype = dtypes.real_dtype(a.dtype)
   values = np.zeros((stack.shape[0], n), real_dtype)
   if n == 0 or stack.shape[0] == 0: return values.reshape(a.shape[:-1]), stack.reshape(a.shape)
   name = "heevd" if is_complex else "syevd"
@@ -204,7 +205,7 @@ def _gesdd_each(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tupl
   jobz = ("A" if full_matrices else "S") if compute_uv else "N"
   rows_u, cols_vt = (m, n) if full_matrices else (k, k)
   is_complex = a.dtype.kind == "c"
-  real_dtype = np.dtype(np.float32) if a.dtype in (np.float32, np.complex64) else np.dtype(np.float64)
+  real_dtype = dtypes.real_dtype(a.dtype)
   rwork = [call.ptr(np.zeros(max(1, 5 * k * k + 7 * k, 2 * max(m, n) * k + 2 * k * k + k), real_dtype))] \
       if is_complex else []
   values = np.zeros((batch, k), real_dtype)
@@ -280,7 +281,7 @@ def geev(a: np.ndarray, *, left: bool, right: bool) -> list[np.ndarray]:
   if a.dtype.kind == "c": return _geev_complex(a, left=left, right=right)
   call = _Call(a.dtype)
   n = a.shape[-1]
-  complex_dtype = np.dtype(np.complex64) if a.dtype == np.float32 else np.dtype(np.complex128)
+  complex_dtype = dtypes.complex_dtype(a.dtype)
   stack = _stacked(a)
   values = np.zeros((stack.shape[0], n), complex_dtype)
   lefts, rights = np.zeros((stack.shape[0], n, n), complex_dtype), np.zeros((stack.shape[0], n, n), complex_dtype)
@@ -309,7 +310,7 @@ def _geev_complex(a: np.ndarray, *, left: bool, right: bool) -> list[np.ndarray]
   """geev of complex matrices (c/z geev: eigenvalues and eigenvectors come complex, with a real workspace)."""
   call = _Call(a.dtype)
   n = a.shape[-1]
-  real_dtype = np.dtype(np.float32) if a.dtype == np.complex64 else np.dtype(np.float64)
+  real_dtype = dtypes.real_dtype(a.dtype)
   stack = _stacked(a)
   values = np.zeros((stack.shape[0], n), a.dtype)
   lefts, rights = np.zeros((stack.shape[0], n, n), a.dtype), np.zeros((stack.shape[0], n, n), a.dtype)

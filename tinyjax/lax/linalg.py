@@ -33,14 +33,10 @@ _REAL = (np.dtype(np.float32), np.dtype(np.float64))
 _COMPLEX = (np.dtype(np.complex64), np.dtype(np.complex128))
 
 
-def _operand(name: str, x: Any, *, square: bool = False, complex_ok: bool = False) -> Array:
-  """`x` as a float32/float64 (or, where `complex_ok`, complex64/complex128) array of rank >= 2 (square if asked),
-  or JAX's errors."""
+def _operand(name: str, x: Any, *, square: bool = False) -> Array:
+  """`x` as a float32/float64/complex64/complex128 array of rank >= 2 (square if asked), or JAX's errors."""
   x = to_array(x)
-  if complex_ok and x.dtype in _COMPLEX: pass
-  elif dtypes.is_complex(x.dtype):
-    raise NotImplementedError(f"{name} of complex matrices is not built in tinyjax yet")
-  elif x.dtype not in _REAL:
+  if x.dtype not in _REAL + _COMPLEX:
     if dtypes.is_floating(x.dtype):
       raise NotImplementedError(f"{name}: unsupported dtype {x.dtype}; LAPACK works in float32 and float64: convert "
                                 "the input with .astype(jnp.float32)")
@@ -88,11 +84,6 @@ def _tril(x: Any, k: int = 0) -> Any: return _jnp().tril(x, k)
 
 
 def _triu(x: Any, k: int = 0) -> Any: return _jnp().triu(x, k)
-
-
-def _eye_like(x: Any, n: int | None = None) -> Any:
-  n = x.shape[-1] if n is None else n
-  return _jnp().eye(n, dtype=x.dtype)
 
 
 def _diagonal(x: Any) -> Any: return _jnp().diagonal(x, axis1=-2, axis2=-1)
@@ -150,8 +141,8 @@ def triangular_solve(a: Any, b: Any, *, left_side: bool = False, lower: bool = F
   """x with op(a) x = b (`left_side`) or x op(a) = b, for triangular a (..., k, k) (its `lower` or upper triangle is
   read; `unit_diagonal` takes its diagonal as ones) and b (..., m, n) with the same batch dimensions; op(a) is a^T
   when `transpose_a`. `conjugate_a` has no effect on real matrices."""
-  a = _operand("triangular_solve", a, square=True, complex_ok=True)
-  b = _operand("triangular_solve", b, complex_ok=True)
+  a = _operand("triangular_solve", a, square=True)
+  b = _operand("triangular_solve", b)
   if a.dtype != b.dtype: raise TypeError(f"triangular_solve: a and b must have one dtype, got {a.dtype} and {b.dtype}")
   if a.shape[:-2] != b.shape[:-2]:
     raise ValueError(f"triangular_solve: a and b must have equal batch dimensions, got shapes {a.shape} and {b.shape}")
@@ -188,7 +179,7 @@ def cholesky(x: Any, *, symmetrize_input: bool = True) -> Array:
   """The lower Cholesky factor L (..., n, n) of symmetric (Hermitian) positive-definite matrices, x = L L^H. Only x's
   lower triangle is read unless `symmetrize_input` (the default) first averages x with x^H. NaN where x is not
   positive-definite (no exception, as JAX)."""
-  x = _operand("cholesky", x, square=True, complex_ok=True)
+  x = _operand("cholesky", x, square=True)
   if symmetrize_input: x = (x + _mH(x)) * 0.5
   return cholesky_p.bind(x)
 
@@ -254,7 +245,7 @@ def lu(x: Any) -> tuple[Array, Array, Array]:
   unit-lower L below its diagonal and U on and above it, pivots (..., min(m, n)) int32 are the row swaps made in
   order, and permutation (..., m) int32 is the permutation they amount to: x[..., permutation, :] = L U. A singular
   matrix factors with a zero on U's diagonal (no exception, as JAX)."""
-  return tuple(lu_p.bind(_operand("lu", x, complex_ok=True)))
+  return tuple(lu_p.bind(_operand("lu", x)))
 
 
 def lu_pivots_to_permutation(pivots: Any, permutation_size: int) -> Array:
@@ -282,7 +273,7 @@ def _eigh_impl(x, *, lower):
     # (the upper triangle's Hermitian completion is the lower triangle of conj(a^T))
     values, vectors = _lapack.syevd(a if lower else np.conj(np.swapaxes(a, -1, -2)))
     return [vectors, values]
-  return _host("eigh", run, [x], [(x.shape, x.dtype), (x.shape[:-1], _real_dtype(x.dtype))])
+  return _host("eigh", run, [x], [(x.shape, x.dtype), (x.shape[:-1], dtypes.real_dtype(x.dtype))])
 
 
 eigh_p = Primitive("eigh", _eigh_impl, multiple_results=True)
@@ -310,7 +301,7 @@ def eigh(x: Any, *, lower: bool = True, symmetrize_input: bool = True, sort_eige
   """Eigenvectors v (..., n, n) (columns) and eigenvalues w (..., n), ascending, of symmetric matrices: x = v diag(w)
   v^T. Reads x's `lower` (or upper) triangle; `symmetrize_input` first averages x with x^T. `subset_by_index=(lo,
   hi)` keeps eigenvalues lo..hi-1 and their vectors."""
-  x = _operand("eigh", x, square=True, complex_ok=True)
+  x = _operand("eigh", x, square=True)
   if symmetrize_input: x = (x + _mH(x)) * 0.5
   vectors, values = eigh_p.bind(x, lower=bool(lower))
   if subset_by_index is not None:
@@ -324,14 +315,10 @@ def eigh(x: Any, *, lower: bool = True, symmetrize_input: bool = True, sort_eige
 # ---------------------------------------------------------------------------------------------------------------------
 # svd
 
-def _real_dtype(dtype: np.dtype) -> np.dtype:
-  return np.dtype(np.float32) if dtype in (np.float32, np.complex64) else np.dtype(np.float64)
-
-
 def _svd_impl(x, *, full_matrices, compute_uv):
   m, n = x.shape[-2:]
   k = min(m, n)
-  avals = [((*x.shape[:-2], k), _real_dtype(x.dtype))]
+  avals = [((*x.shape[:-2], k), dtypes.real_dtype(x.dtype))]
   if compute_uv:
     avals += [((*x.shape[:-2], m, m if full_matrices else k), x.dtype),
               ((*x.shape[:-2], n if full_matrices else k, n), x.dtype)]
@@ -385,7 +372,7 @@ def svd(x: Any, *, full_matrices: bool = True, compute_uv: bool = True,
   """Singular value decomposition of (..., m, n): `(u, s, vh)` with x = u diag(s) vh, s (..., k) descending (k =
   min(m, n)), u (..., m, m) and vh (..., n, n) (`full_matrices`) or (..., m, k) and (..., k, n); only s if not
   `compute_uv`. `subset_by_index=(lo, hi)` keeps singular values lo..hi-1 and their vectors."""
-  x = _operand("svd", x, complex_ok=True)
+  x = _operand("svd", x)
   outs = svd_p.bind(x, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv))
   if subset_by_index is not None:
     low, high = subset_by_index
@@ -438,7 +425,7 @@ def qr(x: Any, *, pivoting: bool = False, full_matrices: bool = True) -> tuple[A
   """QR decomposition of (..., m, n): q with orthonormal columns and upper-triangular r, x = q r; q (..., m, m) and
   r (..., m, n) if `full_matrices`, else (..., m, k) and (..., k, n), k = min(m, n)."""
   if pivoting: raise NotImplementedError("qr with pivoting=True (LAPACK's geqp3) is not built in tinyjax")
-  q, r = qr_p.bind(_operand("qr", x, complex_ok=True), full_matrices=bool(full_matrices))
+  q, r = qr_p.bind(_operand("qr", x), full_matrices=bool(full_matrices))
   return q, r
 
 
@@ -446,7 +433,7 @@ def qr(x: Any, *, pivoting: bool = False, full_matrices: bool = True) -> tuple[A
 # eig (real input, complex results)
 
 def _eig_impl(x, *, compute_left_eigenvectors, compute_right_eigenvectors):
-  complex_dtype = np.dtype(np.complex64) if x.dtype in (np.float32, np.complex64) else np.dtype(np.complex128)
+  complex_dtype = dtypes.complex_dtype(x.dtype)
   avals = [(x.shape[:-1], complex_dtype)]
   avals += [(x.shape, complex_dtype)] * (int(compute_left_eigenvectors) + int(compute_right_eigenvectors))
   return _host("eig", lambda a: _lapack.geev(a, left=compute_left_eigenvectors, right=compute_right_eigenvectors),
@@ -477,7 +464,7 @@ def eig(x: Any, *, compute_left_eigenvectors: bool = True, compute_right_eigenve
   """Eigenvalues of general real square matrices (..., n, n) (complex, LAPACK's geev order) and their left and right
   eigenvectors (unit-norm complex columns): `[w, vl, vr]`, without the ones not asked for. The eigenvalues are
   differentiable (when no eigenvectors are computed, as JAX)."""
-  x = _operand("eig", x, square=True, complex_ok=True)
+  x = _operand("eig", x, square=True)
   return list(eig_p.bind(x, compute_left_eigenvectors=bool(compute_left_eigenvectors),
                          compute_right_eigenvectors=bool(compute_right_eigenvectors)))
 

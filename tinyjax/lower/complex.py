@@ -26,19 +26,14 @@ import math
 
 import numpy as np
 
+from tinyjax.dtypes import real_dtype
 from tinyjax.uop import BOOL, MOVEMENT, Ops, ScatterArg, UOp
 
-_PART = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
 INDEX = np.dtype(np.int32)
 
 
 def is_complex(dtype: np.dtype) -> bool:
   return dtype.kind == "c"
-
-
-def part_dtype(dtype: np.dtype) -> np.dtype:
-  """The float dtype of a complex dtype's parts."""
-  return _PART[np.dtype(dtype)]
 
 
 def has_complex(sink: UOp) -> bool:
@@ -138,7 +133,7 @@ def split_complex(sink: UOp) -> UOp:
       elif op in (Ops.GATHER, Ops.SCATTER, Ops.WHERE): real[node] = rebuilt(node)  # (only their indices are real)
       else: raise _unsupported(op.name)
       continue
-    part = part_dtype(node.dtype)
+    part = real_dtype(node.dtype)
     shape = node.shape
     if op is Ops.PARAM:
       index, param_shape = node.arg
@@ -277,9 +272,9 @@ def _host_call_on_pairs(node: UOp, operands: list[UOp]) -> UOp:
     values = [a if dtype is None else np.ascontiguousarray(a).view(dtype)[..., 0] for a, dtype in zip(arrays,
                                                                                                           complex_in)]
     results = callback.fn(*values)
-    return [r if dtype is None else np.ascontiguousarray(np.asarray(r, dtype))[..., None].view(part_dtype(dtype))
+    return [r if dtype is None else np.ascontiguousarray(np.asarray(r, dtype))[..., None].view(real_dtype(dtype))
             for r, dtype in zip(results, complex_out)]
-  out_avals = tuple((shape, dtype) if not is_complex(dtype) else ((*shape, 2), part_dtype(dtype))
+  out_avals = tuple((shape, dtype) if not is_complex(dtype) else ((*shape, 2), real_dtype(dtype))
                     for shape, dtype in callback.out_avals)
   return UOp(Ops.CALLBACK, node.dtype, tuple(operands), type(callback)(on_pairs, out_avals, callback.name))
 

@@ -65,6 +65,10 @@ def _all_weak(*args: Any) -> bool: return all(dtypes.is_weakly_typed(x) for x in
 def _never_weak(*args: Any) -> bool: return False
 
 
+# dtype kinds a ufunc accepts: float, int, uint, bool by default; the ones defined for complex numbers take all
+ALL_KINDS = "fiubc"
+
+
 def _binary(name: str, fn: Callable[[Array, Array], Array], doc: str, inexact: bool = False, kinds: str = "fiub",
             numeric: bool = False, weak_if: Callable[..., bool] | None = None) -> Callable[[Any, Any], Array]:
   """A binary ufunc: promote (see `promote`), check the dtype kind, apply `fn`. `weak_if(x1, x2)`, for the functions
@@ -291,11 +295,11 @@ def _bitwise_not(a: Array) -> Array:
   return ew._not(a)
 
 
-add = _binary("add", _add, "Elementwise x1 + x2 (bools: logical or), with promotion and broadcasting.", kinds="fiubc")
-subtract = _binary("subtract", _subtract, "Elementwise x1 - x2, with promotion and broadcasting.", kinds="fiubc")
-multiply = _binary("multiply", _multiply, "Elementwise x1 * x2 (bools: logical and).", kinds="fiubc")
+add = _binary("add", _add, "Elementwise x1 + x2 (bools: logical or), with promotion and broadcasting.", kinds=ALL_KINDS)
+subtract = _binary("subtract", _subtract, "Elementwise x1 - x2, with promotion and broadcasting.", kinds=ALL_KINDS)
+multiply = _binary("multiply", _multiply, "Elementwise x1 * x2 (bools: logical and).", kinds=ALL_KINDS)
 divide = _binary("divide", _true_divide, "Elementwise x1 / x2 in floating point (ints -> default float).", True,
-                 kinds="fiubc")
+                 kinds=ALL_KINDS)
 true_divide = divide
 floor_divide = _binary("floor_divide", _floor_divide, "Elementwise floor(x1 / x2) with numpy's sign rules (bools "
                        "count as ints).", numeric=True)
@@ -321,39 +325,39 @@ logaddexp = _binary("logaddexp", _logaddexp_p.bind, "Elementwise log(exp(x1) + e
 logaddexp2 = _binary("logaddexp2", _logaddexp2_p.bind, "Elementwise log2(2**x1 + 2**x2), without overflow.", True,
                      "f")
 
-negative = _unary("negative", _negative, "Elementwise -x.", kinds="fiubc")
-positive = _unary("positive", lambda a: a, "Elementwise +x (the input, promoted).", kinds="fiubc")
+negative = _unary("negative", _negative, "Elementwise -x.", kinds=ALL_KINDS)
+positive = _unary("positive", lambda a: a, "Elementwise +x (the input, promoted).", kinds=ALL_KINDS)
 absolute = _unary("absolute", lambda a: a if a.dtype == BOOL else ew.abs(a), "Elementwise |x| (a complex x's modulus).",
-                   kinds="fiubc")
+                   kinds=ALL_KINDS)
 abs = absolute  # noqa: A001
 fabs = _unary("fabs", ew.abs_p.bind, "Elementwise |x| in floating point (ints -> default float).", True)
 sign = _unary("sign", ew.sign_p.bind, "Elementwise sign: -1, 0, 1 (NaN for NaN); not for bools.", kinds="fiu")
 reciprocal = _unary("reciprocal", lambda a: ew._unary(Ops.RECIP, a), "Elementwise 1 / x (ints -> default float).",
-                    True, kinds="fiubc")
-square = _unary("square", ew.square_p.bind, "Elementwise x * x (bools count as ints).", numeric=True, kinds="fiubc")
-sqrt = _unary("sqrt", ew.sqrt_p.bind, "Elementwise square root (ints -> default float).", True, kinds="fiubc")
+                    True, kinds=ALL_KINDS)
+square = _unary("square", ew.square_p.bind, "Elementwise x * x (bools count as ints).", numeric=True, kinds=ALL_KINDS)
+sqrt = _unary("sqrt", ew.sqrt_p.bind, "Elementwise square root (ints -> default float).", True, kinds=ALL_KINDS)
 cbrt = _unary("cbrt", ew.cbrt_p.bind, "Elementwise real cube root.", True)
-exp = _unary("exp", ew.exp_p.bind, "Elementwise e**x.", True, kinds="fiubc")
+exp = _unary("exp", ew.exp_p.bind, "Elementwise e**x.", True, kinds=ALL_KINDS)
 exp2 = _unary("exp2", ew.exp2_p.bind, "Elementwise 2**x.", True)
-expm1 = _unary("expm1", ew.expm1_p.bind, "Elementwise e**x - 1, accurate for small x.", True, kinds="fiubc")
-log = _unary("log", ew.log_p.bind, "Elementwise natural logarithm.", True, kinds="fiubc")
+expm1 = _unary("expm1", ew.expm1_p.bind, "Elementwise e**x - 1, accurate for small x.", True, kinds=ALL_KINDS)
+log = _unary("log", ew.log_p.bind, "Elementwise natural logarithm.", True, kinds=ALL_KINDS)
 log2 = _unary("log2", _float_only(lambda a: ew._unary(Ops.LOG2, a)), "Elementwise base-2 logarithm.", True,
               weak_if=_never_weak)
 log10 = _unary("log10", _float_only(lambda a: ew._mul(ew._unary(Ops.LOG2, a), like(a, math.log10(2)))),
                "Elementwise base-10 logarithm.", True, weak_if=_never_weak)
-log1p = _unary("log1p", ew.log1p_p.bind, "Elementwise log(1 + x), accurate for small x.", True, kinds="fiubc")
-sin = _unary("sin", ew.sin_p.bind, "Elementwise sine.", True, kinds="fiubc")
-cos = _unary("cos", ew.cos_p.bind, "Elementwise cosine.", True, kinds="fiubc")
-tan = _unary("tan", ew.tan_p.bind, "Elementwise tangent.", True, kinds="fiubc")
-arcsin = _unary("arcsin", ew.asin_p.bind, "Elementwise inverse sine.", True, kinds="fiubc")
-arccos = _unary("arccos", ew.acos_p.bind, "Elementwise inverse cosine.", True, kinds="fiubc")
-arctan = _unary("arctan", ew.atan_p.bind, "Elementwise inverse tangent.", True, kinds="fiubc")
-sinh = _unary("sinh", ew.sinh_p.bind, "Elementwise hyperbolic sine.", True, kinds="fiubc")
-cosh = _unary("cosh", ew.cosh_p.bind, "Elementwise hyperbolic cosine.", True, kinds="fiubc")
-tanh = _unary("tanh", ew.tanh_p.bind, "Elementwise hyperbolic tangent.", True, kinds="fiubc")
-arcsinh = _unary("arcsinh", ew.asinh_p.bind, "Elementwise inverse hyperbolic sine.", True, kinds="fiubc")
-arccosh = _unary("arccosh", ew.acosh_p.bind, "Elementwise inverse hyperbolic cosine.", True, kinds="fiubc")
-arctanh = _unary("arctanh", ew.atanh_p.bind, "Elementwise inverse hyperbolic tangent.", True, kinds="fiubc")
+log1p = _unary("log1p", ew.log1p_p.bind, "Elementwise log(1 + x), accurate for small x.", True, kinds=ALL_KINDS)
+sin = _unary("sin", ew.sin_p.bind, "Elementwise sine.", True, kinds=ALL_KINDS)
+cos = _unary("cos", ew.cos_p.bind, "Elementwise cosine.", True, kinds=ALL_KINDS)
+tan = _unary("tan", ew.tan_p.bind, "Elementwise tangent.", True, kinds=ALL_KINDS)
+arcsin = _unary("arcsin", ew.asin_p.bind, "Elementwise inverse sine.", True, kinds=ALL_KINDS)
+arccos = _unary("arccos", ew.acos_p.bind, "Elementwise inverse cosine.", True, kinds=ALL_KINDS)
+arctan = _unary("arctan", ew.atan_p.bind, "Elementwise inverse tangent.", True, kinds=ALL_KINDS)
+sinh = _unary("sinh", ew.sinh_p.bind, "Elementwise hyperbolic sine.", True, kinds=ALL_KINDS)
+cosh = _unary("cosh", ew.cosh_p.bind, "Elementwise hyperbolic cosine.", True, kinds=ALL_KINDS)
+tanh = _unary("tanh", ew.tanh_p.bind, "Elementwise hyperbolic tangent.", True, kinds=ALL_KINDS)
+arcsinh = _unary("arcsinh", ew.asinh_p.bind, "Elementwise inverse hyperbolic sine.", True, kinds=ALL_KINDS)
+arccosh = _unary("arccosh", ew.acosh_p.bind, "Elementwise inverse hyperbolic cosine.", True, kinds=ALL_KINDS)
+arctanh = _unary("arctanh", ew.atanh_p.bind, "Elementwise inverse hyperbolic tangent.", True, kinds=ALL_KINDS)
 floor = _unary("floor", _integer_identity(ew.floor_p.bind), "Elementwise floor (integers unchanged).")
 ceil = _unary("ceil", _integer_identity(ew.ceil_p.bind), "Elementwise ceiling (integers unchanged).")
 trunc = _unary("trunc", _integer_identity(ew._trunc), "Elementwise rounding toward zero (integers unchanged).")
@@ -364,13 +368,13 @@ deg2rad = _unary("deg2rad", lambda a: ew._mul(a, like(a, math.pi / 180)), "Degre
 rad2deg = _unary("rad2deg", lambda a: ew._mul(a, like(a, 180 / math.pi)), "Radians to degrees.", True)
 radians, degrees = deg2rad, rad2deg
 signbit = _unary("signbit", ew._signbit, "Elementwise test of the sign bit (True for -0.0; bool result).")
-isnan = _unary("isnan", _isnan, "Elementwise test for NaN (bool).", kinds="fiubc")
-isinf = _unary("isinf", _isinf, "Elementwise test for +-inf (bool).", kinds="fiubc")
-isfinite = _unary("isfinite", _isfinite, "Elementwise test for finite values (bool).", kinds="fiubc")
+isnan = _unary("isnan", _isnan, "Elementwise test for NaN (bool).", kinds=ALL_KINDS)
+isinf = _unary("isinf", _isinf, "Elementwise test for +-inf (bool).", kinds=ALL_KINDS)
+isfinite = _unary("isfinite", _isfinite, "Elementwise test for finite values (bool).", kinds=ALL_KINDS)
 
-equal = _binary("equal", ew._eq, "Elementwise x1 == x2 (bool).", kinds="fiubc")
+equal = _binary("equal", ew._eq, "Elementwise x1 == x2 (bool).", kinds=ALL_KINDS)
 not_equal = _binary("not_equal", lambda a, b: ew._compare(Ops.CMPNE, a, b), "Elementwise x1 != x2 (bool).",
-                    kinds="fiubc")
+                    kinds=ALL_KINDS)
 less = _binary("less", ew._lt, "Elementwise x1 < x2 (bool).")
 less_equal = _binary("less_equal", ew._le, "Elementwise x1 <= x2 (bool).")
 greater = _binary("greater", lambda a, b: ew._lt(b, a), "Elementwise x1 > x2 (bool).")

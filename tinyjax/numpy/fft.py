@@ -38,8 +38,7 @@ def _jnp():
 
 def _complex_dtype(x: Array) -> np.dtype:
   """The complex dtype a transform of `x` computes in: x's own, else complex128 for float64 (x64), else complex64."""
-  if dtypes.is_complex(x.dtype): return x.dtype
-  return dtypes.canonicalize_dtype(np.complex128 if x.dtype == np.float64 else np.complex64)
+  return x.dtype if dtypes.is_complex(x.dtype) else dtypes.canonicalize_dtype(dtypes.complex_dtype(x.dtype))
 
 
 @functools.lru_cache(maxsize=256)

@@ -59,9 +59,6 @@ def _matrices(name: str, a: Any, *, square: bool = False) -> Array:
   return x
 
 
-def _swap(x: Array) -> Array: return ew.swap_last(x)
-
-
 def _adjoint(x: Array) -> Array:
   """The conjugate transpose of the last two axes (the transpose for real x)."""
   return ew.conjugate(ew.swap_last(x))
@@ -71,7 +68,7 @@ def cholesky(a: Any, *, upper: bool = False, symmetrize_input: bool = True) -> A
   """The lower Cholesky factor L of symmetric positive-definite matrices (..., n, n), a = L L^T (`upper`: L^T).
   NaN where a is not positive-definite (no exception, as JAX)."""
   factor = lax_linalg.cholesky(_matrices("cholesky", a, square=True), symmetrize_input=symmetrize_input)
-  return ew.conjugate(_swap(factor)) if upper else factor
+  return _adjoint(factor) if upper else factor
 
 
 def qr(a: Any, mode: str = "reduced") -> Any:
@@ -287,7 +284,7 @@ def slogdet(a: Any, *, method: str | None = None) -> SlogdetResult:
 # ---- built on the SVD
 
 def _default_rtol(x: Array, factor: float) -> float:
-  return factor * max(x.shape[-2:]) * float(np.finfo(x.dtype).eps)
+  return factor * max(x.shape[-2:]) * float(dtypes.finfo(x.dtype).eps)
 
 
 @custom_jvp
@@ -320,10 +317,9 @@ def pinv(a: Any, rtol: Any = None, hermitian: bool = False, *, rcond: Any = None
   if x.size == 0:
     from tinyjax.numpy._creation import zeros
     return zeros((*x.shape[:-2], x.shape[-1], x.shape[-2]), x.dtype)
-  if rtol is None: rtol = 10.0 * max(x.shape[-2:]) * float(dtypes.finfo(x.dtype).eps)
+  if rtol is None: rtol = _default_rtol(x, 10.0)
   from tinyjax.numpy._shape import broadcast_to
-  real_dtype = np.dtype(np.float32) if x.dtype in (np.float32, np.complex64) else np.dtype(np.float64)
-  return _pinv(x, broadcast_to(asarray(rtol, real_dtype), x.shape[:-2]))
+  return _pinv(x, broadcast_to(asarray(rtol, dtypes.real_dtype(x.dtype)), x.shape[:-2]))
 
 
 def matrix_rank(M: Any, rtol: Any = None, *, tol: Any = None) -> Array:  # noqa: N803 (numpy's name)
@@ -358,7 +354,7 @@ def lstsq(a: Any, b: Any, rcond: Any = None, *, numpy_resid: bool = False) -> tu
   if a.size == 0:
     s, rank, x = jnp.zeros((0,), jnp.real(a).dtype), jnp.asarray(0, np.int32), jnp.zeros((n, b.shape[1]), a.dtype)
   else:
-    if rcond is None: rcond = max(m, n) * float(dtypes.finfo(a.dtype).eps)
+    if rcond is None: rcond = _default_rtol(a, 1.0)
     else: rcond = jnp.where(jnp.asarray(rcond) < 0, float(dtypes.finfo(a.dtype).eps), rcond)
     u, s, vh = lax_linalg.svd(a, full_matrices=False)
     kept = (s > 0) & (s >= jnp.asarray(rcond, s.dtype) * s[0])
