@@ -57,6 +57,8 @@ def _where(cond: UOp, a: UOp, b: UOp) -> UOp: return UOp(Ops.WHERE, a.dtype, (co
 def _sqrt(a: UOp) -> UOp: return UOp(Ops.SQRT, a.dtype, (a,))
 def _exp(a: UOp) -> UOp: return UOp(Ops.EXP2, a.dtype, (_scale(a, 1 / math.log(2)),))
 def _sin(a: UOp) -> UOp: return UOp(Ops.SIN, a.dtype, (a,))
+def _not(a: UOp) -> UOp: return _bin(Ops.CMPNE, a, _full(BOOL, True, a.shape))
+def _eq(a: UOp, value: float) -> UOp: return _not(_bin(Ops.CMPNE, a, _full(a.dtype, value, a.shape)))
 
 
 def _cos(a: UOp) -> UOp:
@@ -76,15 +78,14 @@ def _modulus(a: UOp, b: UOp) -> UOp:
   zero = _bin(Ops.CMPNE, m, _full(m.dtype, 0.0, m.shape))
   ratio = _div(s, _where(zero, m, _full(m.dtype, 1.0, m.shape)))
   scaled = _mul(m, _sqrt(_add(_full(m.dtype, 1.0, m.shape), _mul(ratio, ratio))))
-  infinite = _bin(Ops.CMPNE, _bin(Ops.CMPLT, m, _full(m.dtype, math.inf, m.shape)), _full(BOOL, True, m.shape))
+  infinite = _not(_bin(Ops.CMPLT, m, _full(m.dtype, math.inf, m.shape)))  # (NaN included: it propagates)
   return _where(infinite, m, scaled)
 
 
 def _signbit(a: UOp) -> UOp:
   """a < 0, or a == -0 (1 / -0 is -inf)."""
   zero = _full(a.dtype, 0.0, a.shape)
-  negative_zero = _bin(Ops.AND, _bin(Ops.CMPNE, _bin(Ops.CMPNE, a, zero), _full(BOOL, True, a.shape)),
-                       _bin(Ops.CMPLT, UOp(Ops.RECIP, a.dtype, (a,)), zero))
+  negative_zero = _bin(Ops.AND, _eq(a, 0.0), _bin(Ops.CMPLT, UOp(Ops.RECIP, a.dtype, (a,)), zero))
   return _bin(Ops.OR, _bin(Ops.CMPLT, a, zero), negative_zero)
 
 
@@ -130,7 +131,6 @@ def split_complex(sink: UOp) -> UOp:
         real[node] = _bin(Ops.OR, _bin(Ops.CMPNE, a, c), _bin(Ops.CMPNE, b, d))
       elif op is Ops.CAST:  # to a real dtype: the real part, as numpy and JAX (bool is `!= 0` via CMPNE)
         real[node] = _cast(pairs[node.src[0]][0], node.dtype)
-      elif op in (Ops.GATHER, Ops.SCATTER, Ops.WHERE): real[node] = rebuilt(node)  # (only their indices are real)
       else: raise _unsupported(op.name)
       continue
     part = real_dtype(node.dtype)
@@ -177,7 +177,7 @@ def split_complex(sink: UOp) -> UOp:
     elif op is Ops.EXP2:  # 2^(a + ib) = 2^a (cos(b ln 2) + i sin(b ln 2))
       a, b = pairs[node.src[0]]
       magnitude, angle = UOp(Ops.EXP2, part, (a,)), _scale(b, math.log(2))
-      real_axis = _bin(Ops.CMPNE, _bin(Ops.CMPNE, b, _full(part, 0.0, shape)), _full(BOOL, True, shape))
+      real_axis = _eq(b, 0.0)
       # on the real axis the imaginary part is b itself (exp(inf + 0j) is inf + 0j, not inf * 0 = NaN)
       pairs[node] = (_mul(magnitude, _cos(angle)), _where(real_axis, b, _mul(magnitude, _sin(angle))))
     elif op is Ops.SIN:  # sin(a + ib) = sin a cosh b + i cos a sinh b
@@ -189,9 +189,9 @@ def split_complex(sink: UOp) -> UOp:
       a, b = pairs[node.src[0]]
       modulus = _modulus(a, b)
       t = _sqrt(_scale(_add(modulus, _abs(a)), 0.5))
-      safe_t = _where(_bin(Ops.CMPNE, t, _full(part, 0.0, shape)), t, _full(part, 1.0, shape))
-      other = _div(_abs(b), _scale(safe_t, 2.0))
-      other = _where(_bin(Ops.CMPNE, t, _full(part, 0.0, shape)), other, _full(part, 0.0, shape))
+      nonzero = _bin(Ops.CMPNE, t, _full(part, 0.0, shape))
+      other = _div(_abs(b), _scale(_where(nonzero, t, _full(part, 1.0, shape)), 2.0))
+      other = _where(nonzero, other, _full(part, 0.0, shape))
       negative_a = _bin(Ops.CMPLT, a, _full(part, 0.0, shape))
       negative_b = _signbit(b)  # (-0 counts: sqrt(-4 - 0i) is -2i, the other side of the branch cut)
       pairs[node] = (_where(negative_a, other, t),
