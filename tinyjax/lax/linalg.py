@@ -248,21 +248,24 @@ def lu(x: Any) -> tuple[Array, Array, Array]:
   return tuple(lu_p.bind(_operand("lu", x)))
 
 
+def _pivots_to_permutation_impl(pivots, *, permutation_size):
+  return _host("lu_pivots_to_permutation",
+               lambda swaps: [_permutation_of(swaps.astype(np.int64), permutation_size)], [pivots],
+               [((*pivots.shape[:-1], permutation_size), INT32)])[0]
+
+
+lu_pivots_to_permutation_p = Primitive("lu_pivots_to_permutation", _pivots_to_permutation_impl)
+_batch_on_leading_axis(lu_pivots_to_permutation_p)
+
+
 def lu_pivots_to_permutation(pivots: Any, permutation_size: int) -> Array:
-  """The permutation (..., permutation_size) int32 that the row swaps `pivots` (..., k) amount to."""
-  jnp = _jnp()
+  """The permutation (..., permutation_size) int32 that the row swaps `pivots` (..., k) amount to (a host step, as
+  `lu` computes its own permutation)."""
   pivots = to_array(pivots)
   if not dtypes.is_integer(pivots.dtype): raise TypeError(f"pivots must be integers, got dtype {pivots.dtype}")
   if pivots.ndim < 1 or pivots.shape[-1] > permutation_size:
     raise ValueError(f"pivots of shape {pivots.shape} need a permutation_size of at least their last dimension")
-  positions = jnp.arange(permutation_size, dtype=np.int32)
-  permutation = jnp.broadcast_to(positions, (*pivots.shape[:-1], permutation_size))
-  for i in range(pivots.shape[-1]):
-    j = pivots[..., i:i + 1].astype(np.int32)
-    row_i = permutation[..., i:i + 1]
-    row_j = jnp.take_along_axis(permutation, j, axis=-1)
-    permutation = jnp.where(positions == i, row_j, jnp.where(positions == j, row_i, permutation))
-  return permutation
+  return lu_pivots_to_permutation_p.bind(pivots, permutation_size=int(permutation_size))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -469,5 +472,5 @@ def eig(x: Any, *, compute_left_eigenvectors: bool = True, compute_right_eigenve
                          compute_right_eigenvectors=bool(compute_right_eigenvectors)))
 
 
-__all__ = ["cholesky", "cholesky_p", "eig", "eig_p", "eigh", "eigh_p", "lu", "lu_p", "lu_pivots_to_permutation", "qr",
-           "qr_p", "svd", "svd_p", "triangular_solve", "triangular_solve_p"]
+__all__ = ["cholesky", "cholesky_p", "eig", "eig_p", "eigh", "eigh_p", "lu", "lu_p", "lu_pivots_to_permutation",
+           "lu_pivots_to_permutation_p", "qr", "qr_p", "svd", "svd_p", "triangular_solve", "triangular_solve_p"]
