@@ -166,8 +166,13 @@ def test_identities():
                              rtol=1e-4)
   np.testing.assert_allclose(np.asarray(jnp.linalg.inv(a) @ a), np.eye(4), atol=1e-5)
   np.testing.assert_allclose(np.asarray(jsl.expm(a) @ jsl.expm(-a)), np.eye(4), atol=1e-5)
-  p = np.asarray(jnp.linalg.pinv(_random(5, 3)), np.float64)  # Penrose: p a p = p
+  tall = _random(5, 3).astype(np.float64)
+  p = np.asarray(jnp.linalg.pinv(tall), np.float64)  # the Penrose conditions
   assert p.shape == (3, 5)
+  np.testing.assert_allclose(tall @ p @ tall, tall, atol=1e-5)
+  np.testing.assert_allclose(p @ tall @ p, p, atol=1e-5)
+  np.testing.assert_allclose(tall @ p, (tall @ p).T, atol=1e-5)
+  np.testing.assert_allclose(p @ tall, (p @ tall).T, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
