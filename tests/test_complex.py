@@ -11,7 +11,6 @@ from tests.gradcheck import numeric_grad_complex
 
 RNG = np.random.default_rng(1127)
 # complex outputs are views of the CPU's buffers: GPU devices do not compute complex arrays yet (they raise)
-pytestmark = pytest.mark.usefixtures("on_cpu")
 
 
 def _complex(*shape, dtype=np.complex64, scale=1.0):

@@ -9,7 +9,6 @@ import tinyjax.numpy as jnp
 from tests.gradcheck import numeric_grad
 
 RNG = np.random.default_rng(20261127)
-pytestmark = pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU (GPU devices raise)
 
 
 def _signal(*shape, dtype=np.complex64):

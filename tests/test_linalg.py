@@ -491,7 +491,6 @@ def test_batched_small_matrices_agree_with_lapack_per_matrix():
   assert np.all(np.isnan(s[3])) and np.all(np.isfinite(s[[0, 1, 2, 4, 5]]))
 
 
-@pytest.mark.usefixtures("on_cpu")  # complex results are computed on the CPU
 def test_eig_of_general_real_matrices():
   a = _random(3, 5, 5)
   # +-i and a Jordan block
@@ -516,7 +515,6 @@ def test_eig_of_general_real_matrices():
     assert jnp.linalg.eigvals(a[0].astype(np.float64)).dtype == np.complex128
 
 
-@pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU
 def test_complex_cholesky_and_triangular_solves():
   """JAX's autodiff cookbook differentiates through the Cholesky factor of a Hermitian matrix (values: JAX 0.10.2)."""
   a = np.array([[5.0, 2 + 3j, 5j], [2 - 3j, 7.0, 1 + 7j], [-5j, 1 - 7j, 12.0]], np.complex64)
@@ -556,7 +554,6 @@ def test_empty_matrices_and_empty_batches(shape):
   assert jnp.linalg.solve(x, x).shape == shape and jnp.linalg.slogdet(x).sign.shape == shape[:-2]
 
 
-@pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU
 @pytest.mark.parametrize("shape", [(4, 4), (5, 3), (3, 5)])
 def test_complex_svd_and_pinv(shape, x64):
   a = RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)
@@ -582,7 +579,6 @@ def test_complex_svd_and_pinv(shape, x64):
                              atol=1e-7)
 
 
-@pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU
 def test_complex_lu_solve_inv_det_slogdet(x64):
   a = RNG.standard_normal((3, 4, 4)) + 1j * RNG.standard_normal((3, 4, 4))
   b = RNG.standard_normal((3, 4, 2)) + 1j * RNG.standard_normal((3, 4, 2))
@@ -607,7 +603,6 @@ def test_complex_lu_solve_inv_det_slogdet(x64):
     np.testing.assert_allclose(np.asarray(tj.grad(fn)(a[0])), numeric_grad_complex(host, a[0]), rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU
 def test_complex_hermitian_eigh(x64):
   m = RNG.standard_normal((3, 4, 4)) + 1j * RNG.standard_normal((3, 4, 4))
   h = m + np.conj(np.swapaxes(m, -1, -2))
@@ -632,7 +627,6 @@ def test_complex_hermitian_eigh(x64):
     rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU
 def test_complex_qr_eig_lstsq_norms(x64):
   for shape in ((4, 4), (5, 3), (3, 5)):
     a = RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)
@@ -670,7 +664,6 @@ def test_complex_qr_eig_lstsq_norms(x64):
   np.testing.assert_allclose(float(jnp.linalg.cond(square[0])), np.linalg.cond(square[0]), rtol=1e-10)
 
 
-@pytest.mark.usefixtures("on_cpu")  # complex arrays are computed on the CPU
 def test_eigenvalue_derivatives(x64):
   """w' = diag(V^-1 a' V), as JAX (eigenvalues only), against finite differences of real and complex matrices."""
   a = RNG.standard_normal((4, 4))

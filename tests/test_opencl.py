@@ -329,3 +329,32 @@ def test_group_reductions_under_transformations(cl):
   bumped[1, 2, 17] += eps
   numeric = (ln64(bumped[1]) - ln64(x64[1])) / eps
   np.testing.assert_allclose(got[1, 2, 17], numeric, atol=1e-3)
+
+
+def test_complex_arrays_on_the_device(cl):
+  """Complex arrays live on the device as their interleaved float pairs: programs compute them there, their results
+  are complex views of the device buffers (no copy), and a view keeps its buffer's memory alive."""
+  rng = np.random.default_rng(8)
+  z = (rng.standard_normal((6, 6)) + 1j * rng.standard_normal((6, 6))).astype(np.complex64)
+  w = (rng.standard_normal(6) + 1j * rng.standard_normal(6)).astype(np.complex64)
+
+  def program(a, b):
+    return (jnp.exp(a) * b, a @ b, jnp.abs(a).sum(axis=0), (a * b.conj()).real, jnp.fft.fft(b),
+            jnp.linalg.solve(a, b), tj.grad(lambda v: jnp.abs(v @ v).sum())(b))
+  got, want = both(tj.jit(program), z, w, device=cl)
+  eager, _ = both(program, z, w, device=cl)
+  z64, w64 = z.astype(np.complex128), w.astype(np.complex128)
+  exact = (np.exp(z64) * w64, z64 @ w64, np.abs(z64).sum(axis=0), (z64 * w64.conj()).real, np.fft.fft(w64),
+           np.linalg.solve(z64, w64))
+  for g, e, r, x in zip(got, eager, want, exact + (None,)):
+    assert g.dtype == r.dtype and g.shape == r.shape
+    np.testing.assert_allclose(g, r, rtol=2e-5, atol=1e-5)
+    np.testing.assert_allclose(e, r, rtol=2e-5, atol=1e-5)
+    if x is not None: np.testing.assert_allclose(g, x, rtol=1e-4, atol=1e-4)
+  out = tj.jit(lambda a: a * 2j)(tj.device_put(w, cl))
+  buffer = out.uop.arg
+  assert out.dtype == np.complex64 and out.device is cl and buffer.device is cl
+  assert buffer._base.dtype == np.float32 and buffer._base.shape == (6, 2) and buffer.address is buffer._base.address
+  others = [tj.jit(lambda a: a + 1)(tj.device_put(np.zeros(12, np.float32), cl)) for _ in range(4)]
+  np.testing.assert_array_equal(np.asarray(out), w * 2j)
+  assert all(np.asarray(o).sum() == 12 for o in others)

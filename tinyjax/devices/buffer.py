@@ -134,10 +134,10 @@ def shard(buffer: Buffer, sharding) -> ShardedBuffer:
 
 
 def reinterpret(buffer: Buffer, shape: tuple[int, ...], dtype: np.dtype) -> Buffer:
-  """A CPU buffer's memory seen as another shape and dtype of the same size (no copy): a complex array computed as
-  interleaved float pairs (lower/complex.py). It shares the block as `shard` does."""
-  if not isinstance(buffer, Buffer):
-    raise NotImplementedError("complex arrays on GPU devices are not supported by tinyjax yet; compute them on the CPU")
+  """A buffer's memory seen as another shape and dtype of the same size (no copy): a complex array computed as
+  interleaved float pairs (lower/complex.py). A CPU buffer shares its block as `shard` does; a GPU buffer gives its
+  `view`."""
+  if isinstance(buffer, DeviceBuffer): return buffer.view(shape, dtype)
   if buffer._raw is None and buffer._host is None: buffer.allocate()
   out = object.__new__(Buffer)
   out.shape, out.dtype, out.device, out.committed = tuple(shape), np.dtype(dtype), buffer.device, buffer.committed
@@ -206,12 +206,12 @@ class DeviceBuffer:
   """An array's storage in a GPU device's memory. Same interface as the CPU `Buffer`: `shape`, `dtype`, `nbytes`,
   `address` (the handle kernels get: `device.allocate(nbytes)`'s) and `numpy()` (a host copy, made once: computed
   buffers never change). The device provides `allocate(nbytes)`, `upload(handle, host)` and `read(buffer)`."""
-  __slots__ = ("shape", "dtype", "nbytes", "device", "committed", "_address", "_host", "_node", "__weakref__")
+  __slots__ = ("shape", "dtype", "nbytes", "device", "committed", "_address", "_host", "_node", "_base", "__weakref__")
 
   def __init__(self, shape: tuple[int, ...], dtype: np.dtype, device, host: np.ndarray | None = None):
     self.shape, self.dtype, self.device = tuple(int(d) for d in shape), np.dtype(dtype), device
     self.committed = False
-    self._node = None
+    self._node = self._base = None
     self.nbytes = math.prod(self.shape) * self.dtype.itemsize
     self._address = device.allocate(self.nbytes)
     self._host = None
@@ -228,6 +228,16 @@ class DeviceBuffer:
   def address(self): return self._address
 
   def allocate(self) -> DeviceBuffer: return self
+
+  def view(self, shape: tuple[int, ...], dtype: np.dtype) -> DeviceBuffer:
+    """The same device memory seen as another shape and dtype of the same size (no copy; `reinterpret`). The view
+    holds this buffer (`_base`), whose memory is freed only when neither is left."""
+    out = object.__new__(type(self))
+    out.shape, out.dtype, out.device, out.committed = tuple(shape), np.dtype(dtype), self.device, self.committed
+    out.nbytes, out._address, out._host, out._node = self.nbytes, self._address, None, None
+    assert math.prod(out.shape) * out.dtype.itemsize == out.nbytes, (self, shape, dtype)
+    out._base = self if self._base is None else self._base
+    return out
 
   def numpy(self) -> np.ndarray:
     """The contents copied to the host (once), read-only."""

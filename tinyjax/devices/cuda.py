@@ -283,7 +283,8 @@ class CUDABuffer(DeviceBuffer):
   __slots__ = ()
 
   def __del__(self):
-    if sys is not None and getattr(self, "_address", 0): self.device.release(self._address, self.nbytes)
+    if sys is not None and getattr(self, "_address", 0) and self._base is None:  # (a view's memory is its base's)
+      self.device.release(self._address, self.nbytes)
 
 
 @functools.cache

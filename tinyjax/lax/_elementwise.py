@@ -75,7 +75,7 @@ def _min(x: Array, y: Array) -> Array:
 
 
 def _le(x: Array, y: Array) -> Array:
-  if dtypes.is_floating(x.dtype): return _or(_lt(x, y), _eq(x, y))  # NaN compares false both ways
+  if dtypes.is_inexact(x.dtype): return _or(_lt(x, y), _eq(x, y))  # NaN compares false both ways
   return _not(_lt(y, x))
 
 
@@ -463,6 +463,9 @@ INTEGER = "iub"
 
 
 def _sign(x: Array) -> Array:
+  if dtypes.is_complex(x.dtype):  # z / |z|, and 0 at 0
+    zero = _eq(x, _c(x, 0))
+    return _where(zero, x, _fdiv(x, _complex(_where(zero, _c(_real(x), 1), _complex_abs(x)), _c(_real(x), 0))))
   if x.dtype.kind == "u": return cast(_compare(Ops.CMPNE, x, _c(x, 0)), x.dtype)
   positive, negative = _lt(_c(x, 0), x), _lt(x, _c(x, 0))
   if x.dtype.kind == "i": return _where(positive, _c(x, 1), _where(negative, _c(x, -1), _c(x, 0)))
@@ -559,12 +562,15 @@ is_finite_p = Primitive("is_finite", lambda x: _lt(_abs_float(x), _c(x, math.inf
 pow_p = Primitive("pow", _in_float32(lambda x, y: _binary(Ops.POW, x, y)))
 
 rem = _binary_op("rem", NUMBER, rem_p.bind, "Elementwise remainder of `div` (C fmod: the sign of x).")
-max = _binary_op("max", NUMBER + "b", max_p.bind, "Elementwise maximum; NaN propagates.")  # noqa: A001
-min = _binary_op("min", NUMBER + "b", min_p.bind, "Elementwise minimum; NaN propagates.")  # noqa: A001
+max = _binary_op("max", NUMBER + "b" + COMPLEX, max_p.bind,  # noqa: A001
+                "Elementwise maximum; NaN propagates; complex numbers compare lexicographically.")
+min = _binary_op("min", NUMBER + "b" + COMPLEX, min_p.bind,  # noqa: A001
+                "Elementwise minimum; NaN propagates; complex numbers compare lexicographically.")
 abs = _unary_op("abs", NUMBER + COMPLEX,  # noqa: A001
                 lambda x: _complex_abs(x) if dtypes.is_complex(x.dtype) else abs_p.bind(x),
                 "Elementwise |x| (|-0.0| is 0.0; integers wrap at the minimum; a complex x's modulus, a float).")
-sign = _unary_op("sign", NUMBER, sign_p.bind, "Elementwise sign: -1, 0 or 1 in x's dtype (floats keep -0.0 and NaN).")
+sign = _unary_op("sign", NUMBER + COMPLEX, sign_p.bind,
+                "Elementwise sign: -1, 0 or 1 in x's dtype (floats keep -0.0 and NaN); z / |z| for complex z.")
 square = _unary_op("square", NUMBER, square_p.bind, "Elementwise x * x.")
 exp = _unary_op("exp", FLOAT + COMPLEX, exp_p.bind, "Elementwise e**x.")
 exp2 = _unary_op("exp2", FLOAT, exp2_p.bind, "Elementwise 2**x.")

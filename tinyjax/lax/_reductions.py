@@ -295,7 +295,7 @@ def _expand_reduced(out: Array, x: Array, axes: tuple[int, ...], keepdims: bool)
 def _chooser_rule(primals, tangents, out, *, axes, keepdims):
   """reduce_max/min: the tangent at the chosen element; ties share it evenly (as JAX); a NaN result gets NaN."""
   (x,), (t,) = primals, tangents
-  if not dtypes.is_floating(x.dtype): return None
+  if not dtypes.is_inexact(x.dtype): return None
   hits = cast(_eq(x, _expand_reduced(out, x, axes, keepdims)), x.dtype)
   counts = _sum_impl(hits, axes, keepdims)
   return _fdiv(_sum_impl(_mul(t, hits), axes, keepdims), counts)

@@ -17,8 +17,9 @@ codegen never see a complex value (and keep fusing and vectorising the float wor
 - loops and branches (SCAN, WHILE, COND) carry complex values as float pairs: their sub-programs are rewritten the
   same way.
 
-Operations that have no meaning on complex numbers here (ordering comparisons, max, integer ops) raise
-NotImplementedError naming them.
+Complex numbers are ordered lexicographically, as JAX orders them (`<`, maximum, a reduction's maximum, sorting).
+Operations that have no meaning on complex numbers (integer ops, products of reductions other than sums and maxima)
+raise NotImplementedError naming them.
 """
 from __future__ import annotations
 
@@ -89,6 +90,25 @@ def _signbit(a: UOp) -> UOp:
   return _bin(Ops.OR, _bin(Ops.CMPLT, a, zero), negative_zero)
 
 
+def _isnan(a: UOp) -> UOp: return _bin(Ops.CMPNE, a, a)
+
+
+def _less(first: tuple[UOp, UOp], second: tuple[UOp, UOp]) -> UOp:
+  """The lexicographic order of complex numbers (JAX's and numpy's): by real part, then by imaginary part."""
+  (a, b), (c, d) = first, second
+  return _bin(Ops.OR, _bin(Ops.CMPLT, a, c), _bin(Ops.AND, _not(_bin(Ops.CMPNE, a, c)), _bin(Ops.CMPLT, b, d)))
+
+
+def _lexicographic_max(re: UOp, im: UOp, arg: tuple) -> tuple[UOp, UOp]:
+  """The lexicographic maximum over a reduction's axes: the largest real part, then the largest imaginary part among
+  the elements that have it (a NaN real part is the largest, as a NaN propagates through a float maximum)."""
+  top = UOp(Ops.REDUCE_AXIS, re.dtype, (re,), arg)
+  spread = UOp(Ops.EXPAND, re.dtype, (top,), re.shape)
+  has_top = _bin(Ops.OR, _not(_bin(Ops.CMPNE, re, spread)), _bin(Ops.AND, _isnan(re), _isnan(spread)))
+  candidates = _where(has_top, im, _full(im.dtype, -math.inf, im.shape))
+  return top, UOp(Ops.REDUCE_AXIS, im.dtype, (candidates,), arg)
+
+
 def _cast(a: UOp, dtype: np.dtype) -> UOp: return a if a.dtype == dtype else UOp(Ops.CAST, dtype, (a,))
 
 
@@ -129,6 +149,8 @@ def split_complex(sink: UOp) -> UOp:
       elif op is Ops.CMPNE:
         (a, b), (c, d) = pairs[node.src[0]], pairs[node.src[1]]
         real[node] = _bin(Ops.OR, _bin(Ops.CMPNE, a, c), _bin(Ops.CMPNE, b, d))
+      elif op is Ops.CMPLT:
+        real[node] = _less(pairs[node.src[0]], pairs[node.src[1]])
       elif op is Ops.CAST:  # to a real dtype: the real part, as numpy and JAX (bool is `!= 0` via CMPNE)
         real[node] = _cast(pairs[node.src[0]][0], node.dtype)
       else: raise _unsupported(op.name)
@@ -170,6 +192,10 @@ def split_complex(sink: UOp) -> UOp:
       real_part = _where(wide, _add(a, _mul(b, ratio)), _add(_mul(a, ratio), b))
       imag_part = _where(wide, _sub(b, _mul(a, ratio)), _sub(_mul(b, ratio), a))
       pairs[node] = (_div(real_part, denominator), _div(imag_part, denominator))
+    elif op is Ops.MAX:  # the lexicographic maximum, as JAX's; an operand with a NaN part propagates
+      first, second = pairs[node.src[0]], pairs[node.src[1]]
+      take = _bin(Ops.OR, _less(first, second), _bin(Ops.OR, _isnan(second[0]), _isnan(second[1])))
+      pairs[node] = (_where(take, second[0], first[0]), _where(take, second[1], first[1]))
     elif op is Ops.WHERE:
       cond = real[node.src[0]]
       (a, b), (c, d) = pairs[node.src[1]], pairs[node.src[2]]
@@ -198,8 +224,11 @@ def split_complex(sink: UOp) -> UOp:
                      _where(negative_a, _where(negative_b, _neg(t), t), _where(negative_b, _neg(other), other)))
     elif op is Ops.REDUCE_AXIS:
       reduce_op, _ = node.arg
-      if reduce_op is not Ops.ADD: raise _unsupported(f"a reduction by {reduce_op.name}")
       source = node.src[0]
+      if reduce_op is Ops.MAX:
+        pairs[node] = _lexicographic_max(*pairs[source], node.arg)
+        continue
+      if reduce_op is not Ops.ADD: raise _unsupported(f"a reduction by {reduce_op.name}")
 
       def total(x: UOp) -> UOp: return UOp(Ops.REDUCE_AXIS, x.dtype, (x,), node.arg)
       if source.op is Ops.MUL and all(is_complex(s.dtype) for s in source.src) and readers[source] == 1:

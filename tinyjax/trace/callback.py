@@ -18,10 +18,11 @@ import numpy as np
 
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
+from tinyjax.devices.device import host_buffer, place, placement_of
 from tinyjax.helpers import DEBUG
 from tinyjax.trace import ad, batching
 from tinyjax.trace.core import Primitive, Tracer, bind
-from tinyjax.uop import BOOL, Ops
+from tinyjax.uop import BOOL, Ops, UOp
 
 VMAP_METHODS = ("sequential", "expand_dims", "broadcast_all", "legacy_vectorized")
 
@@ -60,7 +61,17 @@ def host_call(callback: HostCallback, *args: Any) -> list[Array]:
   """Eagerly: call the function now. On a staging trace (jit, a loop body's lowering): a CALLBACK node. (Also how
   primitives computed on the host, as lax.linalg's LAPACK calls, are lowered.)"""
   if not any(isinstance(arg, Tracer) for arg in args):
-    return [Array.from_numpy(value) for value in callback.run([np.asarray(arg) for arg in args])]
+    values = callback.run([np.asarray(arg) for arg in args])
+    placed = [placement_of(arg.uop.arg) for arg in args if isinstance(arg, Array)]  # (realised by np.asarray)
+    device, committed, _ = place(placed)  # the results go where a computation over the operands runs
+    results = []
+    for value in values:
+      host = np.array(value, copy=True, order="C")
+      host.flags.writeable = False
+      buffer = host_buffer(host, device)
+      buffer.committed = committed
+      results.append(Array(UOp(Ops.BUFFER, host.dtype, (), buffer)))
+    return results
   node = bind(Ops.CALLBACK, *args, arg=callback, dtype=BOOL)
   return [bind(Ops.PROJECT, node, arg=(index, tuple(shape)), dtype=dtype)
           for index, (shape, dtype) in enumerate(callback.out_avals)]
