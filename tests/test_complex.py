@@ -1,6 +1,6 @@
 """complex64 / complex128: promotion (JAX's lattice), storage, arithmetic and the functions built so far against
 numpy's complex128, contractions, transformations (jit, vmap, grad with JAX's conventions, holomorphic grad), and the
-operations not built yet raising NotImplementedError."""
+lexicographic order of complex numbers, and the functions without meaning on them raising JAX's errors."""
 import numpy as np
 import pytest
 
@@ -10,7 +10,6 @@ from tinyjax import lax
 from tests.gradcheck import numeric_grad_complex
 
 RNG = np.random.default_rng(1127)
-# complex outputs are views of the CPU's buffers: GPU devices do not compute complex arrays yet (they raise)
 
 
 def _complex(*shape, dtype=np.complex64, scale=1.0):
@@ -211,15 +210,142 @@ def test_holomorphic_grad_jvp_and_vjp():
     tj.grad(lambda u: jnp.sum(u * u), holomorphic=True)(np.ones(2, np.float32))
 
 
-def test_not_built_yet_raises_not_implemented():
+def _with_ties(dtype=np.complex64):
+  """Complex numbers whose real parts tie (so the imaginary parts decide the order), zeros of both signs included."""
+  real = np.array([1.0, 1.0, -3.0, 0.0, 2.0, 1.0, -0.0, 2.0, -3.0, 0.5])
+  imag = np.array([2.0, -1.0, 0.0, 0.0, 0.5, 3.0, 1.0, 0.5, -2.0, 0.0])
+  return (real + 1j * imag).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_numbers_are_ordered_lexicographically_as_numpy(dtype):
+  with tj.config.override("jax_enable_x64", dtype == np.complex128):
+    host = _with_ties(dtype)
+    other = np.roll(host, 3)
+    z, w = jnp.asarray(host), jnp.asarray(other)
+    for name in ("less", "less_equal", "greater", "greater_equal", "maximum", "minimum", "fmax", "fmin"):
+      got = getattr(jnp, name)(z, w)
+      np.testing.assert_array_equal(np.asarray(got), getattr(np, name)(host, other), err_msg=name)
+    np.testing.assert_array_equal(np.asarray(z < w), host < other)
+    table = host.reshape(2, 5)
+    for axis in (None, 0, 1):
+      np.testing.assert_array_equal(np.asarray(jnp.max(jnp.asarray(table), axis=axis)), np.max(table, axis=axis))
+      np.testing.assert_array_equal(np.asarray(jnp.min(jnp.asarray(table), axis=axis)), np.min(table, axis=axis))
+      np.testing.assert_array_equal(np.asarray(tj.jit(lambda t, a=axis: jnp.max(t, axis=a))(table)),
+                                    np.max(table, axis=axis))
+    np.testing.assert_array_equal(np.asarray(jnp.sort(z)), np.sort(host))
+    np.testing.assert_array_equal(np.asarray(jnp.sort(jnp.asarray(table), axis=0)), np.sort(table, axis=0))
+    np.testing.assert_array_equal(np.asarray(jnp.argsort(z)), np.argsort(host, kind="stable"))
+    np.testing.assert_array_equal(np.asarray(jnp.sort_complex(z)), np.sort_complex(host))
+    np.testing.assert_array_equal(np.asarray(jnp.lexsort([z.real, z])), np.lexsort([host.real, host]))
+    np.testing.assert_array_equal(np.asarray(jnp.cummax(z)), np.maximum.accumulate(host))
+    np.testing.assert_array_equal(np.asarray(jnp.cummin(z)), np.minimum.accumulate(host))
+    ordered = np.sort(host)
+    np.testing.assert_array_equal(np.asarray(jnp.searchsorted(jnp.asarray(ordered), z)), np.searchsorted(ordered, host))
+    np.testing.assert_array_equal(np.asarray(jnp.searchsorted(jnp.asarray(ordered), z, side="right")),
+                                  np.searchsorted(ordered, host, side="right"))
+    assert jnp.sort_complex(jnp.arange(3, 0, -1)).dtype == (np.complex128 if dtype == np.complex128 else np.complex64)
+    # transformations: a batch of sorts, jitted
+    batch = np.stack([host, other, host[::-1]])
+    np.testing.assert_array_equal(np.asarray(tj.jit(tj.vmap(jnp.sort))(batch)), np.sort(batch, axis=1))
+
+
+def test_complex_nans_sort_last_and_propagate_through_maxima():
+  nan = float("nan")
+  host = np.array([1 + 2j, complex(nan, 1), 3 + 0j, complex(1, nan), -1 + 0j], np.complex64)
+  host = np.concatenate([host, np.array([complex(nan, nan), complex(-5, nan), complex(nan, -1)], np.complex64)])
+  got = np.asarray(jnp.sort(jnp.asarray(host)))
+  # JAX's order: by real part, then imaginary part, NaN last in each (numpy puts every R + nanj after all R + Rj)
+  want = np.array(sorted(host, key=lambda v: (np.isnan(v.real), v.real if v.real == v.real else 0,
+                                               np.isnan(v.imag), v.imag if v.imag == v.imag else 0)), np.complex64)
+  np.testing.assert_array_equal(got.view(np.float32), want.view(np.float32))
+  host = host[:5]
+  assert np.isnan(complex(jnp.max(jnp.asarray(host))).real)
+  maxima = np.asarray(jnp.maximum(jnp.asarray(host), jnp.zeros(5, jnp.complex64)))
+  assert np.isnan(maxima[1].real) and np.isnan(maxima[3].imag)
+  np.testing.assert_array_equal(maxima[[0, 2, 4]], [1 + 2j, 3 + 0j, 0j])
+  np.testing.assert_array_equal(np.asarray(jnp.fmax(jnp.asarray(host), jnp.zeros(5, jnp.complex64)))[[1, 3]], [0j, 0j])
+
+
+def test_extremum_gradients_of_complex_numbers():
+  host = _with_ties(np.complex64)
+  grad = tj.grad(lambda v: jnp.max(v).real)(jnp.asarray(host))
+  np.testing.assert_array_equal(np.asarray(grad), np.eye(10, dtype=np.complex64)[4] * 0.5 + np.eye(10)[7] * 0.5)
+  grad = tj.grad(lambda v: jnp.maximum(v, 1 + 1j).imag.sum())(jnp.asarray(host))
+  want = np.where(host > (1 + 1j), -1j, 0).astype(np.complex64)  # d imag / d z: JAX's conjugate convention
+  np.testing.assert_array_equal(np.asarray(grad), want)
+  per_row = tj.jit(tj.vmap(tj.grad(lambda v: jnp.min(v).real)))(host.reshape(2, 5))
+  np.testing.assert_array_equal(np.asarray(per_row), np.eye(5, dtype=np.complex64)[[2, 3]])
+  assert not np.asarray(tj.grad(lambda v: jnp.sign(v).real.sum())(jnp.asarray(host))).any()  # sign: 0, as JAX
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_more_functions_of_complex_numbers_against_numpy(dtype):
+  with tj.config.override("jax_enable_x64", dtype == np.complex128):
+    host = np.concatenate([_complex(12, dtype=dtype, scale=2.0), np.array([0j, 2.5 + 0.5j, -1.5 - 2.5j], dtype)])
+    z = jnp.asarray(host)
+    wide = host.astype(np.complex128)
+    rtol = 2e-6 if dtype == np.complex64 else 1e-13
+    scaled = {"deg2rad": lambda v: v * (np.pi / 180), "rad2deg": lambda v: v * (180 / np.pi)}  # (numpy: reals only)
+    for name in ("sign", "rint", "exp2", "log2", "log10", "deg2rad", "rad2deg"):
+      with np.errstate(all="ignore"):
+        want = scaled.get(name, getattr(np, name))(wide)
+      got = np.asarray(getattr(jnp, name)(z))
+      assert got.dtype == dtype, name
+      np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol, err_msg=name)
+    np.testing.assert_array_equal(np.asarray(jnp.round(z)), np.round(host))
+    np.testing.assert_allclose(np.asarray(jnp.round(z * 1.37, 1)), np.round(host * 1.37, 1), rtol=rtol)
+    assert np.asarray(jnp.log2(jnp.zeros(1, dtype)))[0] == complex(-np.inf, 0)  # numpy's, not -inf + nanj
+    for reduce in ("var", "std"):
+      got = getattr(jnp, reduce)(z)
+      assert got.dtype == np.dtype(dtype).type(0).real.dtype
+      np.testing.assert_allclose(np.asarray(got), getattr(np, reduce)(wide), rtol=rtol)
+    np.testing.assert_allclose(np.asarray(jnp.var(z.reshape(3, 5), axis=1, ddof=1)),
+                               np.var(wide.reshape(3, 5), axis=1, ddof=1), rtol=rtol)
+    np.testing.assert_allclose(np.asarray(jnp.correlate(z, z[:4], mode="full")), np.correlate(wide, wide[:4], "full"),
+                               rtol=rtol * 10, atol=rtol * 10)
+    other = np.roll(host, 1)
+    # logaddexp of complex numbers: log(e^x + e^y) on the principal branch (JAX's extension of numpy's function)
+    np.testing.assert_allclose(np.asarray(jnp.logaddexp(z, jnp.asarray(other))),
+                               np.log(np.exp(wide) + np.exp(other.astype(np.complex128))), rtol=rtol * 10,
+                               atol=rtol * 10)
+    np.testing.assert_allclose(np.asarray(jnp.logaddexp2(z, jnp.asarray(other))),
+                               np.log2(np.exp2(wide) + np.exp2(other.astype(np.complex128))), rtol=rtol * 10,
+                               atol=rtol * 10)
+    # arctan2 of complex numbers: -i log((x + iy) / sqrt(x^2 + y^2)), the angle of (x, y)
+    y, x = wide[:12], np.roll(wide, 2)[:12]
+    np.testing.assert_allclose(np.asarray(jnp.arctan2(jnp.asarray(host[:12]), jnp.asarray(np.roll(host, 2)[:12]))),
+                               -1j * np.log((x + 1j * y) / np.sqrt(x * x + y * y)), rtol=rtol * 10, atol=rtol * 10)
+
+
+def test_complex_division_by_zero_and_powers_of_zero_as_numpy():
+  numerators = np.array([1 + 2j, -3 + 0j, 0j, 1 - 1j, complex("nan+1j")], np.complex64)
+  zeros = np.zeros(5, np.complex64)
+  with np.errstate(all="ignore"):
+    for got, want in ((jnp.asarray(numerators) / jnp.asarray(zeros), numerators / zeros),
+                      (tj.jit(lambda a: 1 / a)(zeros), 1 / zeros),
+                      (jnp.reciprocal(jnp.asarray(zeros)), np.reciprocal(zeros)),
+                      (jnp.asarray(numerators) / jnp.asarray(numerators), numerators / numerators)):
+      np.testing.assert_array_equal(np.asarray(got), want)
+    exponents = np.array([1 + 1j, -3 + 0j, 0j, -1j, 2 + 0j], np.complex64)
+    np.testing.assert_array_equal(np.asarray(jnp.power(jnp.zeros(5, jnp.complex64), jnp.asarray(exponents))),
+                                  np.power(zeros, exponents))
+
+
+def test_functions_without_meaning_on_complex_numbers_raise_as_jax():
   x = jnp.asarray(_complex(3))
-  for fn in (jnp.floor, jnp.log2, jnp.sign, jnp.cbrt):
-    with pytest.raises(NotImplementedError, match="complex"):
-      np.asarray(fn(x))
-  with pytest.raises(NotImplementedError, match="complex"):
-    np.asarray(jnp.max(x))
-  with pytest.raises(NotImplementedError, match="complex"):
-    np.asarray(x < x)
+  for fn in (jnp.floor, jnp.ceil, jnp.trunc, jnp.cbrt, jnp.signbit, jnp.fabs, lambda v: jnp.hypot(v, v),
+             lambda v: jnp.nextafter(v, v), lambda v: jnp.copysign(v, v), lambda v: jnp.fmod(v, v),
+             lambda v: jnp.floor_divide(v, v), lambda v: jnp.argmax(v), lambda v: jnp.argmin(v),
+             lambda v: jnp.nanargmax(v), lambda v: jnp.bitwise_and(v, v)):
+    with pytest.raises(TypeError, match="complex"):
+      fn(x)
+  for fn in (lambda v: jnp.clip(v, 0, 1), lambda v: jnp.clip(jnp.real(v), 0, 1j), jnp.median,
+             lambda v: jnp.quantile(v, 0.5), lambda v: jnp.percentile(v, 50)):
+    with pytest.raises(ValueError, match="complex"):
+      fn(x)
+  with pytest.raises(TypeError, match="complex"):
+    lax.lt(x, x)  # lax's comparisons take real numbers (jnp.less orders complex ones), as JAX's
 
 
 def test_host_calls_take_and_give_complex_arrays():

@@ -41,6 +41,8 @@ def cumulative_raw(x: Array, axis: int, combine: str, reverse: bool = False) -> 
   if identity is None:  # max/min: the identity is the dtype's lowest/highest value
     if x.dtype == np.bool_: identity = combine == "min"
     elif dtypes.is_floating(x.dtype): identity = -np.inf if combine == "max" else np.inf
+    elif dtypes.is_complex(x.dtype):  # (ordered lexicographically)
+      identity = complex(-np.inf, -np.inf) if combine == "max" else complex(np.inf, np.inf)
     else:
       info = np.iinfo(x.dtype)
       identity = int(info.min if combine == "max" else info.max)

@@ -20,14 +20,19 @@ import numpy as np
 from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax._base import canonicalize_axis, expand_raw, full, reshape_raw, to_array
-from tinyjax.lax._elementwise import _and, _eq, _isnan, _lt, _not, _or, _where
+from tinyjax.lax._elementwise import _and, _eq, _imag, _isnan, _lt, _not, _or, _real, _where
 from tinyjax.lax._shape import iota_along, pad_raw, permute_raw, shrink_raw
 from tinyjax.trace.core import bind
 from tinyjax.uop import Ops
 
 
-def _less(x: Array, y: Array) -> Array:
-  """x < y in numpy's sort order (NaN after every number)."""
+def total_less(x: Array, y: Array) -> Array:
+  """x < y in numpy's sort order: NaN after every number; complex numbers by real part, then imaginary part (each
+  part ordered so)."""
+  if dtypes.is_complex(x.dtype):
+    x_real, y_real = _real(x), _real(y)
+    same_real = _and(_not(total_less(x_real, y_real)), _not(total_less(y_real, x_real)))
+    return _or(total_less(x_real, y_real), _and(same_real, total_less(_imag(x), _imag(y))))
   if not dtypes.is_floating(x.dtype): return _lt(x, y)
   return _or(_lt(x, y), _and(_isnan(y), _not(_isnan(x))))
 
@@ -38,11 +43,11 @@ def _lexicographic_less(a: list[Array], b: list[Array], descending: bool) -> Arr
   equal_so_far = None
   for position, (x, y) in enumerate(zip(a, b)):
     last = position == len(a) - 1
-    before = _less(y, x) if descending and not last else _less(x, y)
+    before = total_less(y, x) if descending and not last else total_less(x, y)
     term = before if equal_so_far is None else _and(equal_so_far, before)
     result = term if result is None else _or(result, term)
     if not last:
-      same = _and(_not(_less(x, y)), _not(_less(y, x)))
+      same = _and(_not(total_less(x, y)), _not(total_less(y, x)))
       equal_so_far = same if equal_so_far is None else _and(equal_so_far, same)
   return result
 

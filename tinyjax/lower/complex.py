@@ -191,7 +191,11 @@ def split_complex(sink: UOp) -> UOp:
       denominator = _where(wide, _add(c, _mul(d, ratio)), _add(_mul(c, ratio), d))
       real_part = _where(wide, _add(a, _mul(b, ratio)), _add(_mul(a, ratio), b))
       imag_part = _where(wide, _sub(b, _mul(a, ratio)), _sub(_mul(b, ratio), a))
-      pairs[node] = (_div(real_part, denominator), _div(imag_part, denominator))
+      # by zero: each part times inf (numpy's values: (1 + 2j) / 0 is inf + infj, -3 / 0j is -inf + nanj, 0 / 0j NaN)
+      by_zero = _bin(Ops.AND, _eq(c, 0.0), _eq(d, 0.0))
+      infinity = _full(part, math.inf, shape)
+      pairs[node] = (_where(by_zero, _mul(a, infinity), _div(real_part, denominator)),
+                     _where(by_zero, _mul(b, infinity), _div(imag_part, denominator)))
     elif op is Ops.MAX:  # the lexicographic maximum, as JAX's; an operand with a NaN part propagates
       first, second = pairs[node.src[0]], pairs[node.src[1]]
       take = _bin(Ops.OR, _less(first, second), _bin(Ops.OR, _isnan(second[0]), _isnan(second[1])))

@@ -38,7 +38,7 @@ from tinyjax.numpy._statistics import (average, median, nanmedian, nanpercentile
 from tinyjax.numpy._reductions import (count_nonzero, nanargmax, nanargmin, nanmax, nanmean, nanmin, nanprod, nanstd,
                                        nansum, nanvar)
 from tinyjax.numpy._sorting import (argsort, cummax, cummin, cumprod, cumsum, cumulative_prod, cumulative_sum, lexsort,
-                                    sort)
+                                    sort, sort_complex)
 from tinyjax.numpy._searching import (argwhere, bincount, flatnonzero, histogram, nonzero, searchsorted,
                                       unique)
 from tinyjax.numpy._linalg import dot, inner, matmul, outer, tensordot, vdot
@@ -92,9 +92,9 @@ __all__ = [
   "nonzero", "not_equal", "ones", "ones_like", "outer", "pad", "partition", "percentile", "pi", "piecewise", "polyval",
   "positive", "power", "prod", "promote_types", "ptp", "quantile", "rad2deg", "radians", "ravel", "ravel_multi_index",
   "reciprocal", "remainder", "repeat", "reshape", "result_type", "right_shift", "rint", "roll", "rot90", "round",
-  "searchsorted", "select", "setdiff1d", "shape", "sign", "signbit", "sin", "sinh", "size", "sort", "split", "sqrt",
-  "square", "squeeze", "stack", "std", "subtract", "sum", "swapaxes", "take", "take_along_axis", "tan", "tanh",
-  "tensordot", "tile", "trace", "transpose", "trapezoid", "tri", "tril", "tril_indices", "tril_indices_from", "triu",
-  "triu_indices", "triu_indices_from", "true_divide", "trunc", "uint16", "uint32", "uint64", "uint8", "union1d",
+  "searchsorted", "select", "setdiff1d", "shape", "sign", "signbit", "sin", "sinh", "size", "sort", "sort_complex",
+  "split", "sqrt", "square", "squeeze", "stack", "std", "subtract", "sum", "swapaxes", "take", "take_along_axis", "tan",
+  "tanh", "tensordot", "tile", "trace", "transpose", "trapezoid", "tri", "tril", "tril_indices", "tril_indices_from",
+  "triu", "triu_indices", "triu_indices_from", "true_divide", "trunc", "uint16", "uint32", "uint64", "uint8", "union1d",
   "unique", "unravel_index", "var", "vdot", "vsplit", "vstack", "where", "zeros", "zeros_like",
 ]

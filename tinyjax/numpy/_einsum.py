@@ -175,8 +175,10 @@ def convolve(a: Any, v: Any, mode: str = "full", *, precision: Any = None, prefe
 
 def correlate(a: Any, v: Any, mode: str = "valid", *, precision: Any = None, preferred_element_type: Any = None
               ) -> Array:
-  """The cross-correlation of 1-D arrays: convolve(a, v[::-1], mode)."""
+  """The cross-correlation of 1-D arrays: convolve(a, conj(v)[::-1], mode) (numpy's: v is conjugated)."""
   kernel = asarray(v)
   if kernel.ndim != 1: raise ValueError("correlate() only supports 1-dimensional inputs.")
+  from tinyjax.lax._elementwise import _conj
   from tinyjax.lax._shape import flip_raw
-  return convolve(a, flip_raw(kernel, [0]), mode, precision=precision, preferred_element_type=preferred_element_type)
+  return convolve(a, flip_raw(_conj(kernel), [0]), mode, precision=precision,
+                  preferred_element_type=preferred_element_type)

@@ -101,7 +101,7 @@ def _unary(name: str, fn: Callable[[Array], Array], doc: str, inexact: bool = Fa
 def _check_kind(name: str, dtype: np.dtype, kinds: str) -> None:
   kind = "f" if dtypes.is_floating(dtype) else dtype.kind
   if kind not in kinds:
-    if kind == "c": raise NotImplementedError(f"{name} of complex numbers is not supported by tinyjax yet")
+    if kind == "c": raise TypeError(f"{name} does not accept dtype {dtype.name}: it is not defined for complex numbers")
     raise TypeError(f"{name} does not support dtype {dtype.name}")
 
 
@@ -157,14 +157,28 @@ def _nonzero_divisor(b: Array) -> Array:
 
 def _log_add_exp(base_two: bool) -> Callable[[Array, Array], Array]:
   """log(e**x + e**y) (or log2(2**x + 2**y)) without overflow: max(x, y) + log1p(e**-|x - y|); x + y where x - y is
-  NaN (equal infinities, NaN inputs)."""
+  NaN (equal infinities, NaN inputs). Complex: m + log1p(e**(x + y - 2m)) with m the lexicographic maximum, its
+  imaginary part wrapped into [-pi, pi] (in units of ln 2 for base two), as JAX."""
   def compute(x: Array, y: Array) -> Array:
+    if dtypes.is_complex(x.dtype): return _complex_log_add_exp(x, y, base_two)
     larger, delta = ew._max(x, y), ew._sub(x, y)
     smaller_part = ew._neg(ew._abs_float(delta))
     if base_two: correction = ew._mul(ew._log1p(ew._unary(Ops.EXP2, smaller_part)), like(x, 1 / math.log(2)))
     else: correction = ew._log1p(ew._exp(smaller_part))
     return ew._where(ew._isnan(delta), ew._add(x, y), ew._add(larger, correction))
   return ew._in_float32(compute)
+
+
+def _complex_log_add_exp(x: Array, y: Array, base_two: bool) -> Array:
+  larger = ew._max(x, y)
+  delta = ew._sub(ew._add(x, y), ew._mul(larger, like(larger, 2)))
+  if base_two: sum_ = ew._add(larger, ew._mul(ew._log1p(ew.exp2_p.bind(delta)), like(delta, 1 / math.log(2))))
+  else: sum_ = ew._add(larger, ew._log1p(ew._exp(delta)))
+  half_turn = math.pi / math.log(2) if base_two else math.pi
+  angle = ew._add(ew._imag(sum_), like(ew._imag(sum_), half_turn))
+  turns = ew._rem(angle, like(angle, 2 * half_turn))
+  turns = ew._where(ew._lt(turns, like(turns, 0)), ew._add(turns, like(turns, 2 * half_turn)), turns)
+  return ew._complex(ew._real(sum_), ew._sub(turns, like(turns, half_turn)))
 
 
 # JVP rules as JAX's: d/dx = e**(x - out) (2**(x - out) for base two), so ties and large gaps are exact
@@ -202,11 +216,12 @@ def power(x1: Any, x2: Any, /) -> Array:
     return ew.integer_pow(a, int(x2))
   a, b = promote("power", x1, x2, numeric=True)
   integer_exponent = dtypes.dtype(x2).kind in "iu"
-  if dtypes.is_complex(a.dtype):  # exp(b log a), the principal branch; 0 ** b is 0 (1 for b == 0)
-    at_zero = ew._eq(a, like(a, 0))
+  if dtypes.is_complex(a.dtype):  # exp(b log a), the principal branch; 0 ** b is 1 for b == 0, else 0 where b's
+    at_zero = ew._eq(a, like(a, 0))  # real part is positive, else NaN (numpy's values)
     safe = ew._where(at_zero, like(a, 1), a)
     value = ew._exp(ew._mul(b, ew._log(safe)))
-    return ew._where(at_zero, ew._where(ew._eq(b, like(b, 0)), like(a, 1), like(a, 0)), value)
+    of_zero = ew._where(ew._lt(like(ew._real(b), 0), ew._real(b)), like(a, 0), like(a, complex(math.nan, math.nan)))
+    return ew._where(at_zero, ew._where(ew._eq(b, like(b, 0)), like(a, 1), of_zero), value)
   if not _is_float(a): result = ew.integer_power_array(a, b)
   elif integer_exponent:  # x**0 is 1 with derivative 0 (also at x == 0, where y * x**(y-1) is NaN), as JAX
     is_zero = ew._eq(b, like(b, 0))
@@ -227,13 +242,13 @@ def _negative(a: Array) -> Array:
 
 
 def _fmax(a: Array, b: Array) -> Array:
-  if not _is_float(a): return ew.max_p.bind(a, b)
-  return ew._where(ew._isnan(a), b, ew._where(ew._isnan(b), a, ew.max_p.bind(a, b)))
+  if not dtypes.is_inexact(a.dtype): return ew.max_p.bind(a, b)
+  return ew._where(_isnan(a), b, ew._where(_isnan(b), a, ew.max_p.bind(a, b)))
 
 
 def _fmin(a: Array, b: Array) -> Array:
-  if not _is_float(a): return ew.min_p.bind(a, b)
-  return ew._where(ew._isnan(a), b, ew._where(ew._isnan(b), a, ew.min_p.bind(a, b)))
+  if not dtypes.is_inexact(a.dtype): return ew.min_p.bind(a, b)
+  return ew._where(_isnan(a), b, ew._where(_isnan(b), a, ew.min_p.bind(a, b)))
 
 
 def _maximum(a: Array, b: Array) -> Array: return ew._or(a, b) if a.dtype == BOOL else ew.max_p.bind(a, b)
@@ -265,6 +280,29 @@ def _copysign(a: Array, b: Array) -> Array:
 
 def _float_only(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
   return ew._in_float32(fn)
+
+
+def _by_parts(fn: Callable[[Array], Array], a: Array) -> Array:
+  """fn of a float array; of a complex one, fn of each part."""
+  if not dtypes.is_complex(a.dtype): return fn(a)
+  return ew._complex(fn(ew._real(a)), fn(ew._imag(a)))
+
+
+def _log_base(a: Array, base: int) -> Array:
+  """log2 / log10: LOG2 for floats (scaled for base 10); log(z) / ln(base) for complex z, part by part (log(0) is
+  -inf + 0j: a complex product by 1 / ln(base) would make its 0 a NaN)."""
+  if dtypes.is_complex(a.dtype):
+    return _by_parts(lambda part: ew._mul(part, like(part, 1 / math.log(base))), ew.log_p.bind(a))
+  log2 = ew._unary(Ops.LOG2, a)
+  return log2 if base == 2 else ew._mul(log2, like(a, math.log10(2)))
+
+
+def _arctan2(y: Array, x: Array) -> Array:
+  """atan2(y, x); of complex numbers, -i log((x + iy) / sqrt(x^2 + y^2)) (JAX's extension: the angle of (x, y))."""
+  if not dtypes.is_complex(y.dtype): return ew.atan2_p.bind(y, x)
+  i = like(x, 1j)
+  ratio = ew._fdiv(ew._add(x, ew._mul(i, y)), ew.sqrt_p.bind(ew._add(ew._mul(x, x), ew._mul(y, y))))
+  return ew._mul(ew._neg(i), ew.log_p.bind(ratio))
 
 
 def _integer_identity(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
@@ -307,11 +345,12 @@ remainder = _binary("remainder", _remainder, "Elementwise remainder with the sig
                     "count as ints).", numeric=True)
 mod = remainder
 fmod = _binary("fmod", _fmod, "Elementwise C fmod: remainder with the sign of the dividend.", numeric=True)
-maximum = _binary("maximum", _maximum, "Elementwise maximum; NaN propagates.")
-minimum = _binary("minimum", _minimum, "Elementwise minimum; NaN propagates.")
-fmax = _binary("fmax", _fmax, "Elementwise maximum ignoring NaN (NaN only if both are NaN).")
-fmin = _binary("fmin", _fmin, "Elementwise minimum ignoring NaN (NaN only if both are NaN).")
-arctan2 = _binary("arctan2", ew.atan2_p.bind, "Elementwise atan2(x1, x2) (angle of (x2, x1)).", True, "f")
+# (complex numbers are ordered lexicographically, by real part and then imaginary part, as JAX and numpy order them)
+maximum = _binary("maximum", _maximum, "Elementwise maximum; NaN propagates.", kinds=ALL_KINDS)
+minimum = _binary("minimum", _minimum, "Elementwise minimum; NaN propagates.", kinds=ALL_KINDS)
+fmax = _binary("fmax", _fmax, "Elementwise maximum ignoring NaN (NaN only if both are NaN).", kinds=ALL_KINDS)
+fmin = _binary("fmin", _fmin, "Elementwise minimum ignoring NaN (NaN only if both are NaN).", kinds=ALL_KINDS)
+arctan2 = _binary("arctan2", _arctan2, "Elementwise atan2(x1, x2) (angle of (x2, x1)).", True, "fc")
 nextafter = _binary("nextafter", ew._nextafter, "Elementwise next float after x1 in the direction of x2.", True, "f")
 hypot = _binary("hypot", _hypot, "Elementwise sqrt(x1**2 + x2**2) without undue overflow.", True, "f",
                 weak_if=lambda x1, x2: np.ndim(x1) == np.ndim(x2) == 0)  # JAX: weak only for scalars
@@ -321,9 +360,9 @@ heaviside = _binary("heaviside", _heaviside, "Elementwise step: 0 for x1 < 0, x2
                     weak_if=lambda x1, x2: np.ndim(x1) == 0)  # JAX: weak only for a scalar x1
 
 logaddexp = _binary("logaddexp", _logaddexp_p.bind, "Elementwise log(exp(x1) + exp(x2)), without overflow.", True,
-                    "f")
+                    "fc")
 logaddexp2 = _binary("logaddexp2", _logaddexp2_p.bind, "Elementwise log2(2**x1 + 2**x2), without overflow.", True,
-                     "f")
+                     "fc")
 
 negative = _unary("negative", _negative, "Elementwise -x.", kinds=ALL_KINDS)
 positive = _unary("positive", lambda a: a, "Elementwise +x (the input, promoted).", kinds=ALL_KINDS)
@@ -331,20 +370,21 @@ absolute = _unary("absolute", lambda a: a if a.dtype == BOOL else ew.abs(a), "El
                    kinds=ALL_KINDS)
 abs = absolute  # noqa: A001
 fabs = _unary("fabs", ew.abs_p.bind, "Elementwise |x| in floating point (ints -> default float).", True)
-sign = _unary("sign", ew.sign_p.bind, "Elementwise sign: -1, 0, 1 (NaN for NaN); not for bools.", kinds="fiu")
+sign = _unary("sign", ew.sign_p.bind, "Elementwise sign: -1, 0, 1 (NaN for NaN; z / |z| for complex z); not for "
+              "bools.", kinds="fiuc")
 reciprocal = _unary("reciprocal", lambda a: ew._unary(Ops.RECIP, a), "Elementwise 1 / x (ints -> default float).",
                     True, kinds=ALL_KINDS)
 square = _unary("square", ew.square_p.bind, "Elementwise x * x (bools count as ints).", numeric=True, kinds=ALL_KINDS)
 sqrt = _unary("sqrt", ew.sqrt_p.bind, "Elementwise square root (ints -> default float).", True, kinds=ALL_KINDS)
 cbrt = _unary("cbrt", ew.cbrt_p.bind, "Elementwise real cube root.", True)
 exp = _unary("exp", ew.exp_p.bind, "Elementwise e**x.", True, kinds=ALL_KINDS)
-exp2 = _unary("exp2", ew.exp2_p.bind, "Elementwise 2**x.", True)
+exp2 = _unary("exp2", ew.exp2_p.bind, "Elementwise 2**x.", True, kinds=ALL_KINDS)
 expm1 = _unary("expm1", ew.expm1_p.bind, "Elementwise e**x - 1, accurate for small x.", True, kinds=ALL_KINDS)
 log = _unary("log", ew.log_p.bind, "Elementwise natural logarithm.", True, kinds=ALL_KINDS)
-log2 = _unary("log2", _float_only(lambda a: ew._unary(Ops.LOG2, a)), "Elementwise base-2 logarithm.", True,
-              weak_if=_never_weak)
-log10 = _unary("log10", _float_only(lambda a: ew._mul(ew._unary(Ops.LOG2, a), like(a, math.log10(2)))),
-               "Elementwise base-10 logarithm.", True, weak_if=_never_weak)
+log2 = _unary("log2", _float_only(lambda a: _log_base(a, 2)), "Elementwise base-2 logarithm.", True,
+              weak_if=_never_weak, kinds=ALL_KINDS)
+log10 = _unary("log10", _float_only(lambda a: _log_base(a, 10)), "Elementwise base-10 logarithm.", True,
+               weak_if=_never_weak, kinds=ALL_KINDS)
 log1p = _unary("log1p", ew.log1p_p.bind, "Elementwise log(1 + x), accurate for small x.", True, kinds=ALL_KINDS)
 sin = _unary("sin", ew.sin_p.bind, "Elementwise sine.", True, kinds=ALL_KINDS)
 cos = _unary("cos", ew.cos_p.bind, "Elementwise cosine.", True, kinds=ALL_KINDS)
@@ -361,11 +401,14 @@ arctanh = _unary("arctanh", ew.atanh_p.bind, "Elementwise inverse hyperbolic tan
 floor = _unary("floor", _integer_identity(ew.floor_p.bind), "Elementwise floor (integers unchanged).")
 ceil = _unary("ceil", _integer_identity(ew.ceil_p.bind), "Elementwise ceiling (integers unchanged).")
 trunc = _unary("trunc", _integer_identity(ew._trunc), "Elementwise rounding toward zero (integers unchanged).")
-rint = _unary("rint", lambda a: ew._round_half_even(a) if _is_float(a) else
+rint = _unary("rint", lambda a: _by_parts(ew._round_half_even, a) if dtypes.is_inexact(a.dtype) else
               cast(a, dtypes.default_float_dtype(), False),
-              "Elementwise rounding to the nearest integer, ties to even (ints -> a strongly typed default float).")
-deg2rad = _unary("deg2rad", lambda a: ew._mul(a, like(a, math.pi / 180)), "Degrees to radians.", True)
-rad2deg = _unary("rad2deg", lambda a: ew._mul(a, like(a, 180 / math.pi)), "Radians to degrees.", True)
+              "Elementwise rounding to the nearest integer, ties to even (ints -> a strongly typed default float; "
+              "complex: each part).", kinds=ALL_KINDS)
+deg2rad = _unary("deg2rad", lambda a: ew._mul(a, like(a, math.pi / 180)), "Degrees to radians.", True,
+                 kinds=ALL_KINDS)
+rad2deg = _unary("rad2deg", lambda a: ew._mul(a, like(a, 180 / math.pi)), "Radians to degrees.", True,
+                 kinds=ALL_KINDS)
 radians, degrees = deg2rad, rad2deg
 signbit = _unary("signbit", ew._signbit, "Elementwise test of the sign bit (True for -0.0; bool result).")
 isnan = _unary("isnan", _isnan, "Elementwise test for NaN (bool).", kinds=ALL_KINDS)
@@ -375,16 +418,18 @@ isfinite = _unary("isfinite", _isfinite, "Elementwise test for finite values (bo
 equal = _binary("equal", ew._eq, "Elementwise x1 == x2 (bool).", kinds=ALL_KINDS)
 not_equal = _binary("not_equal", lambda a, b: ew._compare(Ops.CMPNE, a, b), "Elementwise x1 != x2 (bool).",
                     kinds=ALL_KINDS)
-less = _binary("less", ew._lt, "Elementwise x1 < x2 (bool).")
-less_equal = _binary("less_equal", ew._le, "Elementwise x1 <= x2 (bool).")
-greater = _binary("greater", lambda a, b: ew._lt(b, a), "Elementwise x1 > x2 (bool).")
-greater_equal = _binary("greater_equal", lambda a, b: ew._le(b, a), "Elementwise x1 >= x2 (bool).")
+# (complex numbers compare lexicographically: by real part, then by imaginary part, as in JAX and numpy)
+less = _binary("less", ew._lt, "Elementwise x1 < x2 (bool).", kinds=ALL_KINDS)
+less_equal = _binary("less_equal", ew._le, "Elementwise x1 <= x2 (bool).", kinds=ALL_KINDS)
+greater = _binary("greater", lambda a, b: ew._lt(b, a), "Elementwise x1 > x2 (bool).", kinds=ALL_KINDS)
+greater_equal = _binary("greater_equal", lambda a, b: ew._le(b, a), "Elementwise x1 >= x2 (bool).", kinds=ALL_KINDS)
 
-logical_and = _binary("logical_and", _logical(ew._and), "Elementwise truth of x1 and x2 (bool).")
-logical_or = _binary("logical_or", _logical(ew._or), "Elementwise truth of x1 or x2 (bool).")
+logical_and = _binary("logical_and", _logical(ew._and), "Elementwise truth of x1 and x2 (bool).", kinds=ALL_KINDS)
+logical_or = _binary("logical_or", _logical(ew._or), "Elementwise truth of x1 or x2 (bool).", kinds=ALL_KINDS)
 logical_xor = _binary("logical_xor", _logical(lambda a, b: ew._binary(Ops.XOR, a, b)),
-                      "Elementwise truth of x1 xor x2 (bool).")
-logical_not = _unary("logical_not", lambda a: ew._not(cast(a, BOOL, False)), "Elementwise not x (bool).")
+                      "Elementwise truth of x1 xor x2 (bool).", kinds=ALL_KINDS)
+logical_not = _unary("logical_not", lambda a: ew._not(cast(a, BOOL, False)), "Elementwise not x (bool).",
+                     kinds=ALL_KINDS)
 
 bitwise_and = _binary("bitwise_and", ew._and, "Elementwise x1 & x2 (integers and bools).", kinds="iub")
 bitwise_or = _binary("bitwise_or", ew._or, "Elementwise x1 | x2 (integers and bools).", kinds="iub")
@@ -403,6 +448,7 @@ def round(a: Any, decimals: int = 0, out: None = None) -> Array:  # noqa: A001
   if out is not None: raise NotImplementedError("round: the out argument is not supported (arrays are immutable)")
   (x,) = promote("round", a)
   decimals = int(decimals)
+  if dtypes.is_complex(x.dtype): return _by_parts(lambda part: _round_float(part, decimals), x)
   if not _is_float(x):
     if decimals >= 0: return x
     as_float = cast(x, dtypes.default_float_dtype(), weak_type=False)
@@ -429,6 +475,9 @@ def clip(arr: Any = None, /, min: Any = None, max: Any = None, *, a: Any = None,
   low = min if min is not None else a_min
   high = max if max is not None else a_max
   (x,) = promote("clip", arr)
+  if any(bound is not None and dtypes.is_complex(dtypes.dtype(bound)) for bound in (x, low, high)):
+    raise ValueError("clip received a complex value (as the array or a bound): complex numbers have no natural "
+                     "ordering; clip the real and imaginary parts separately (jnp.real / jnp.imag)")
   if low is not None: x = maximum(x, low)
   if high is not None: x = minimum(x, high)
   return x

@@ -129,7 +129,8 @@ def mean(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepdim
 def var(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, ddof: int = 0, keepdims: bool = False,
         *, where: Any = None, correction: int | float | None = None) -> Array:
   """Variance over `axis`: mean of squared deviations from the mean (two passes), divided by N - correction
-  (`correction`, or numpy's `ddof`). Dtypes as `mean`; float16/bfloat16 are computed in float32."""
+  (`correction`, or numpy's `ddof`). Dtypes as `mean` (complex input: the real part's dtype, the mean of |x - mean|^2);
+  float16/bfloat16 are computed in float32."""
   _unsupported(out, where, "var")
   if correction is not None:
     if ddof: raise ValueError("ddof and correction can't be provided simultaneously.")
@@ -145,7 +146,13 @@ def var(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, ddof: in
   count = like(total, count) if isinstance(count, int) else cast(count, compute, False)
   centre = ew._fdiv(total, count)
   deviations = _masked(ew._sub(values, expand_raw(centre, values.shape)), where, 0)
-  squares = lax_red.reduce_raw(ew._mul(deviations, deviations), Ops.ADD, axes, keepdims=True)
+  if dtypes.is_complex(compute):  # |d|^2: the variance of complex numbers is real (numpy's and JAX's)
+    real, imag = ew._real(deviations), ew._imag(deviations)
+    squared, out_dtype = ew._add(ew._mul(real, real), ew._mul(imag, imag)), dtypes.real_dtype(out_dtype)
+    count = ew._real(count)
+  else:
+    squared = ew._mul(deviations, deviations)
+  squares = lax_red.reduce_raw(squared, Ops.ADD, axes, keepdims=True)
   divisor = ew._max(ew._sub(count, like(count, ddof)), like(count, 0))
   result = ew._fdiv(squares, divisor)
   if not keepdims: result = reshape_raw(result, tuple(d for i, d in enumerate(x.shape) if i not in axes))
@@ -161,6 +168,9 @@ def std(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, ddof: in
 
 def _arg_extreme(name: str, a: Any, axis: int | None, keepdims: bool, find_max: bool) -> Array:
   x = as_array(a, name)
+  if dtypes.is_complex(x.dtype):  # (JAX's rule; sort_complex / argsort order complex numbers)
+    raise TypeError(f"{name} does not accept dtype {x.dtype.name}: complex numbers have no natural ordering "
+                    "(argsort orders them lexicographically)")
   index_dtype = dtypes.default_int_dtype()
   if axis is None:
     if x.size == 0: raise ValueError(f"attempt to get {name} of an empty sequence")

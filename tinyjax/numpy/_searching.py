@@ -20,6 +20,7 @@ from tinyjax.lax._base import cast, expand_raw, full, reshape_raw, to_array
 from tinyjax.lax._elementwise import _add, _and, _eq, _fdiv, _isnan, _lt, _mul, _not, _or, _sub, _where
 from tinyjax.lax._shape import iota, pad_raw, shrink_raw
 from tinyjax.lax._slicing import gather_raw
+from tinyjax.lax._sort import total_less
 from tinyjax.numpy._indexing import scatter_update
 from tinyjax.trace.core import Tracer, bind
 from tinyjax.uop import Ops
@@ -60,7 +61,7 @@ def _traced_nonzero(x: Array, size: int, fill_value: Any) -> tuple[Array, ...]:
     coordinate = _floor_div(remaining, stride) if stride > 1 else remaining
     coordinate = lax_rem(coordinate, dim) if dim else coordinate
     out.append(_where(found, coordinate, full((size,), fill, np.int32)))
-  return tuple(out)
+  return tuple(cast(coordinate, dtypes.default_int_dtype(), False) for coordinate in out)
 
 
 def _floor_div(x: Array, divisor: int) -> Array: return bind(Ops.IDIV, x, full(x.shape, divisor, x.dtype))
@@ -68,7 +69,7 @@ def lax_rem(x: Array, divisor: int) -> Array: return bind(Ops.MOD, x, full(x.sha
 
 
 def nonzero(a: Any, *, size: int | None = None, fill_value: Any = None) -> tuple[Array, ...]:
-  """The indices of the non-zero elements, one int32 array per axis (numpy's order). `size=` pads (with
+  """The indices of the non-zero elements, one array per axis (default int dtype; numpy's order). `size=` pads (with
   `fill_value`, default 0) or truncates to that many; with `size=` it works on traced values too (under jit)."""
   if isinstance(a, Tracer) and size is not None:
     if a.ndim == 0:
@@ -78,7 +79,7 @@ def nonzero(a: Any, *, size: int | None = None, fill_value: Any = None) -> tuple
   if host.ndim == 0:
     raise ValueError("Calling nonzero on 0d arrays is not allowed. Use jnp.atleast_1d(scalar) instead.")
   fills = fill_value if isinstance(fill_value, (tuple, list)) else (fill_value,) * host.ndim
-  return tuple(to_array(_sized(axis.astype(np.int32), size, fill))
+  return tuple(to_array(_sized(axis.astype(dtypes.default_int_dtype()), size, fill))
                for axis, fill in zip(np.nonzero(host), fills))
 
 
@@ -90,14 +91,15 @@ def flatnonzero(a: Any, *, size: int | None = None, fill_value: Any = None) -> A
 
 
 def argwhere(a: Any, *, size: int | None = None, fill_value: Any = None) -> Array:
-  """The indices of the non-zero elements as a (count, ndim) int32 array (traced values need `size=`)."""
+  """The indices of the non-zero elements as a (count, ndim) array of the default int dtype (traced values need
+  `size=`)."""
   if isinstance(a, Tracer) and size is not None and a.ndim:
     from tinyjax.numpy._shape import stack
     return stack(_traced_nonzero(a, int(size), fill_value), axis=1)
   host = _concrete("argwhere", a)
-  if host.ndim == 0: return to_array(np.zeros((int(bool(host)), 0), np.int32))
+  if host.ndim == 0: return to_array(np.zeros((int(bool(host)), 0), dtypes.default_int_dtype()))
   columns = [np.asarray(c) for c in nonzero(host, size=size, fill_value=fill_value)]
-  return to_array(np.stack(columns, axis=1).astype(np.int32))
+  return to_array(np.stack(columns, axis=1).astype(dtypes.default_int_dtype()))
 
 
 def unique(ar: Any, return_index: bool = False, return_inverse: bool = False, return_counts: bool = False,
@@ -139,17 +141,12 @@ def unique(ar: Any, return_index: bool = False, return_inverse: bool = False, re
       extras += 1
     if return_inverse: extras += 1
     if return_counts: results[extras] = _sized(results[extras], size, 0)
-  out = [to_array(r.astype(np.int32)) if i > 0 else to_array(r.astype(host.dtype)) for i, r in enumerate(results)]
+  index = dtypes.default_int_dtype()
+  out = [to_array(r.astype(index if i > 0 else host.dtype)) for i, r in enumerate(results)]
   if return_inverse:
     position = 1 + int(return_index)
     out[position] = reshape_raw(out[position], host.shape if axis is None else out[position].shape)
   return out[0] if len(out) == 1 else tuple(out)
-
-
-def _total_less(x: Array, y: Array) -> Array:
-  """`x < y` with NaN after every number (numpy's sort order)."""
-  if not dtypes.is_floating(x.dtype): return _lt(x, y)
-  return _or(_lt(x, y), _and(_isnan(y), _not(_isnan(x))))
 
 
 def searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None, *, method: str = "scan") -> Array:
@@ -174,7 +171,7 @@ def searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None, *, meth
     middle = _floor_half(_add(low, high))
     value = gather_raw(a, reshape_raw(middle, (v.size, 1)), (1,))
     value = reshape_raw(value, (v.size,))
-    goes_right = _total_less(value, flat_v) if side == "left" else _not(_total_less(flat_v, value))
+    goes_right = total_less(value, flat_v) if side == "left" else _not(total_less(flat_v, value))
     active = _lt(low, high)
     low = _where(_and(active, goes_right), _add(middle, full(middle.shape, 1, np.int32)), low)
     high = _where(_and(active, _not(goes_right)), middle, high)

@@ -37,12 +37,13 @@ def sort(a: Any, axis: int | None = -1, *, kind: str | None = None, order: None 
 
 def argsort(a: Any, axis: int | None = -1, *, kind: str | None = None, order: None = None, stable: bool = True,
             descending: bool = False) -> Array:
-  """The int32 indices that sort `a` along `axis` (None: flattened); stable, ties in their original order."""
+  """The indices (default int dtype) that sort `a` along `axis` (None: flattened); stable, ties in their original
+  order."""
   if order is not None: raise TypeError("'order' argument to argsort is not supported.")
   x = _as_array(a, "argsort")
   if axis is None: x, axis = reshape_raw(x, (x.size,)), 0
   if x.ndim == 0: raise ValueError("argsort requires an array with at least one dimension: use axis=None")
-  return argsort_raw(x, canonicalize_axis(axis, x.ndim), descending)
+  return cast(argsort_raw(x, canonicalize_axis(axis, x.ndim), descending), dtypes.default_int_dtype(), False)
 
 
 def lexsort(keys: Sequence[Any], axis: int = -1) -> Array:
@@ -52,7 +53,16 @@ def lexsort(keys: Sequence[Any], axis: int = -1) -> Array:
   shape = arrays[0].shape
   if any(k.shape != shape for k in arrays): raise ValueError("all keys need to be the same shape")
   if not shape: raise TypeError("lexsort keys must have at least one dimension")
-  return lexsort_raw(arrays, canonicalize_axis(axis, len(shape)))
+  return cast(lexsort_raw(arrays, canonicalize_axis(axis, len(shape))), dtypes.default_int_dtype(), False)
+
+
+def sort_complex(a: Any) -> Array:
+  """`a` sorted along its last axis as complex numbers (by real part, then imaginary part; NaNs last), in the
+  complex dtype of its kind (float32 and smaller give complex64)."""
+  x = _as_array(a, "sort_complex")
+  if x.ndim == 0: raise ValueError("sort_complex requires an array with at least one dimension")
+  x = sort_raw(x, x.ndim - 1)
+  return cast(x, dtypes.complex_dtype(dtypes.to_inexact_dtype(x.dtype)), False)
 
 
 # ------------------------------------------------------------------------------------------------ cumulative

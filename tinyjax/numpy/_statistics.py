@@ -26,6 +26,8 @@ def _quantile(name: str, a: Any, q: Any, axis: Any, method: str, keepdims: bool,
     raise ValueError(f"{name}: method can only be {', '.join(map(repr, QUANTILE_METHODS))}, got {method!r}")
   if weights is not None: raise NotImplementedError(f"{name}: weights= is not supported by tinyjax yet")
   x = jnp.asarray(a)
+  if dtypes.is_complex(x.dtype):
+    raise ValueError(f"{name} does not support complex input: complex numbers have no natural ordering")
   x = cast(x, dtypes.to_inexact_dtype(x.dtype), False)
   q = cast(jnp.asarray(q), x.dtype, False)
   if q.ndim > 1: raise ValueError(f"{name}: q must be a scalar or 1-d, got shape {q.shape}")
