@@ -152,12 +152,19 @@ def _round_half_away(x: Array) -> Array:
 
 
 def _exp(x: Array) -> Array:
-  """e**x (complex: 2**(x log2 e), lower/complex.py's closed form) with the exponent split as n*ln2 + r (Cody-Waite),
-  so exp2 sees a small argument and large |x| stays
+  """e**x with the exponent split as n*ln2 + r (Cody-Waite), so exp2 sees a small argument and large |x| stays
   accurate; the clip keeps n finite (x = +-inf give inf and 0). EXP2 is evaluated once, for r: 2**n is made from
-  exponent bits (`_scale_by_pow2`), not by a second EXP2 (softmax over 8192x1024: 6.2 -> 5.3 ms)."""
-  if dtypes.is_complex(x.dtype):  # (the parts scaled apart: (inf + 0j) * (c + 0j) would make the 0 a NaN)
-    return _unary(Ops.EXP2, _complex(_mul(_real(x), _c(_real(x), LOG2_E)), _mul(_imag(x), _c(_imag(x), LOG2_E))))
+  exponent bits (`_scale_by_pow2`), not by a second EXP2 (softmax over 8192x1024: 6.2 -> 5.3 ms).
+  Complex: e**a (cos b + i sin b) from the parts (the angle b itself: scaled by log2 e and back, a large b would lose
+  its value mod 2 pi), and b's zero kept on the real axis (e**(inf + 0j) is inf + 0j, not inf * 0)."""
+  if dtypes.is_complex(x.dtype):
+    a, b = _real(x), _imag(x)
+    # where e**a overflows but e**a cos b may not, (e**(a/2) cos b) e**(a/2)
+    large = _lt(_c(a, math.log(float(dtypes.finfo(a.dtype).max))), a)
+    magnitude, half = _exp(a), _exp(_mul(a, _c(a, 0.5)))
+
+    def times(part: Array) -> Array: return _where(large, _mul(_mul(half, part), half), _mul(magnitude, part))
+    return _complex(times(_cos(b)), _where(_eq(b, _c(b, 0)), b, times(_sin(b))))
   if x.dtype == FLOAT32: ln2_hi, ln2_lo, limit = 0.693359375, -2.12194440e-4, 200.0
   else: ln2_hi, ln2_lo, limit = 6.93147180369123816490e-01, 1.90821492927058770002e-10, 2000.0
   scaled = _mul(x, _c(x, LOG2_E))
@@ -210,10 +217,13 @@ def _expm1(x: Array) -> Array:
   return _where(_eq(u, _c(x, 1)), x, result)
 
 
-def _sin(x: Array) -> Array: return _unary(Ops.SIN, x)
+def _sin(x: Array) -> Array:
+  if dtypes.is_complex(x.dtype): return _times_i(_complex_sinh(_times_i(x)), -1.0)  # sin z = -i sinh(i z)
+  return _unary(Ops.SIN, x)
 
 
 def _cos(x: Array) -> Array:
+  if dtypes.is_complex(x.dtype): return _complex_cosh(_times_i(x))  # cos z = cosh(i z)
   half_sine = _sin(_mul(x, _c(x, 0.5)))
   return _sub(_c(x, 1), _mul(_c(x, 2), _mul(half_sine, half_sine)))
 
@@ -357,7 +367,7 @@ def _half_exp_large(a: Array) -> Array:
 
 
 def _sinh(x: Array) -> Array:
-  if dtypes.is_complex(x.dtype): return _halved(_sub(_exp(x), _exp(_neg(x))))
+  if dtypes.is_complex(x.dtype): return _complex_sinh(x)
   a = _abs_float(x)
   em1 = _expm1(a)
   value = _mul(_c(x, 0.5), _add(em1, _fdiv(em1, _add(em1, _c(x, 1)))))
@@ -365,7 +375,7 @@ def _sinh(x: Array) -> Array:
 
 
 def _cosh(x: Array) -> Array:
-  if dtypes.is_complex(x.dtype): return _halved(_add(_exp(x), _exp(_neg(x))))
+  if dtypes.is_complex(x.dtype): return _complex_cosh(x)
   a = _abs_float(x)
   e = _exp(a)
   return _where(_eq(e, _c(x, math.inf)), _half_exp_large(a), _add(_mul(_c(x, 0.5), e), _fdiv(_c(x, 0.5), e)))
@@ -378,6 +388,24 @@ def _cosh(x: Array) -> Array:
 _TANH_SMALL = 0.625
 _TANH_F32 = (-0.3333328068256378, 0.13331443071365356, -0.05373978242278099, 0.020639315247535706,
              -0.005705247167497873)
+
+
+def _complex_sinh(x: Array) -> Array:
+  """sinh(a + ib) = sinh a cos b + i cosh a sin b, from the real functions (no overflow of e**a where the result is
+  finite); on the real axis the imaginary part is b itself where a is infinite (not inf * 0)."""
+  a, b = _real(x), _imag(x)
+  im = _where(_eq(b, _c(b, 0)), b, _mul(_cosh(a), _sin(b)))  # (cosh a > 0: b's signed zero)
+  return _complex(_mul(_sinh(a), _cos(b)), im)
+
+
+def _complex_cosh(x: Array) -> Array:
+  """cosh(a + ib) = cosh a cos b + i sinh a sin b, as `_complex_sinh` (on the real axis: the zero of sign a * b)."""
+  a, b = _real(x), _imag(x)
+  im = _where(_eq(b, _c(b, 0)), _mul(_copysign(_c(a, 1), a), b), _mul(_sinh(a), _sin(b)))
+  return _complex(_mul(_cosh(a), _cos(b)), im)
+
+
+def _is_finite(x: Array) -> Array: return _lt(_abs_float(x), _c(x, math.inf))
 
 
 def _halved(z: Array) -> Array:
@@ -541,7 +569,8 @@ log1p_p = Primitive("log1p", _in_float32(_log1p))
 expm1_p = Primitive("expm1", _in_float32(_expm1))
 sin_p = Primitive("sin", _in_float32(_sin))
 cos_p = Primitive("cos", _in_float32(_cos))
-tan_p = Primitive("tan", _in_float32(lambda x: _fdiv(_sin(x), _cos(x))))
+tan_p = Primitive("tan", _in_float32(lambda x: _times_i(_complex_tanh(_times_i(x)), -1.0) if dtypes.is_complex(x.dtype)
+                                      else _fdiv(_sin(x), _cos(x))))  # (tan z = -i tanh(i z): no inf / inf)
 atan_p = Primitive("atan", _in_float32(_atan))
 asin_p = Primitive("asin", _in_float32(_asin))
 acos_p = Primitive("acos", _in_float32(_acos))
@@ -558,7 +587,7 @@ rsqrt_p = Primitive("rsqrt", _in_float32(lambda x: _unary(Ops.RECIP, _sqrt(x))))
 cbrt_p = Primitive("cbrt", _in_float32(_cbrt))
 floor_p = Primitive("floor", _floor)
 ceil_p = Primitive("ceil", _ceil)
-is_finite_p = Primitive("is_finite", lambda x: _lt(_abs_float(x), _c(x, math.inf)))
+is_finite_p = Primitive("is_finite", _is_finite)
 pow_p = Primitive("pow", _in_float32(lambda x, y: _binary(Ops.POW, x, y)))
 
 rem = _binary_op("rem", NUMBER, rem_p.bind, "Elementwise remainder of `div` (C fmod: the sign of x).")

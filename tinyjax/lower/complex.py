@@ -6,8 +6,9 @@ codegen never see a complex value (and keep fusing and vectorising the float wor
 
 - an input (PARAM) of shape S is read as the float array (*S, 2) its memory is, and split into its two parts;
 - every complex node becomes a (real, imaginary) pair of float nodes: movement ops apply to both, + and - part by
-  part, * and / by the textbook formulas, a sum of products (a matmul, an einsum) as four real contractions, exp /
-  sin / sqrt by their closed forms over real functions; REAL, IMAG and COMPLEX pick or pair the parts;
+  part, * and / by the textbook formulas, a sum of products (a matmul, an einsum) as four real contractions, 2**z
+  and sqrt by their closed forms over real functions (lax builds exp, sin, cos... of complex numbers from real
+  functions of the parts); REAL, IMAG and COMPLEX pick or pair the parts;
 - a complex output is written back interleaved, as the float array (*S, 2) that the runtime then views as complex
   (realize.py `complex_views`).
 
@@ -56,7 +57,6 @@ def _div(a: UOp, b: UOp) -> UOp: return _bin(Ops.FDIV, a, b)
 def _scale(a: UOp, value: float) -> UOp: return _mul(a, _full(a.dtype, value, a.shape))
 def _where(cond: UOp, a: UOp, b: UOp) -> UOp: return UOp(Ops.WHERE, a.dtype, (cond, a, b))
 def _sqrt(a: UOp) -> UOp: return UOp(Ops.SQRT, a.dtype, (a,))
-def _exp(a: UOp) -> UOp: return UOp(Ops.EXP2, a.dtype, (_scale(a, 1 / math.log(2)),))
 def _sin(a: UOp) -> UOp: return UOp(Ops.SIN, a.dtype, (a,))
 def _not(a: UOp) -> UOp: return _bin(Ops.CMPNE, a, _full(BOOL, True, a.shape))
 def _eq(a: UOp, value: float) -> UOp: return _not(_bin(Ops.CMPNE, a, _full(a.dtype, value, a.shape)))
@@ -210,11 +210,6 @@ def split_complex(sink: UOp) -> UOp:
       real_axis = _eq(b, 0.0)
       # on the real axis the imaginary part is b itself (exp(inf + 0j) is inf + 0j, not inf * 0 = NaN)
       pairs[node] = (_mul(magnitude, _cos(angle)), _where(real_axis, b, _mul(magnitude, _sin(angle))))
-    elif op is Ops.SIN:  # sin(a + ib) = sin a cosh b + i cos a sinh b
-      a, b = pairs[node.src[0]]
-      up, down = _exp(b), _exp(_neg(b))
-      cosh, sinh = _scale(_add(up, down), 0.5), _scale(_sub(up, down), 0.5)
-      pairs[node] = (_mul(_sin(a), cosh), _mul(_cos(a), sinh))
     elif op is Ops.SQRT:  # the principal root: t = sqrt((|z| + |a|) / 2), then (t, b / 2t) or (|b| / 2t, sign(b) t)
       a, b = pairs[node.src[0]]
       modulus = _modulus(a, b)

@@ -60,7 +60,10 @@ def _check_item(item: Any) -> None:
 def _mask_to_arrays(mask: Any, shape: tuple[int, ...], axis: int) -> list[_Advanced]:
   """A concrete boolean mask over the axes `axis, axis + mask.ndim, ...` as integer arrays (its `nonzero`)."""
   host = _concrete_mask(mask)
-  if host.shape != shape[axis:axis + host.ndim]:
+  indexed = shape[axis:axis + host.ndim]
+  # (an empty mask selects nothing whatever the sizes of the axes its empty dimensions stand over, as JAX)
+  if len(indexed) != host.ndim or any(m not in (d, 0) for m, d in zip(host.shape, indexed)) or \
+      (host.size and host.shape != indexed):
     raise IndexError(f"boolean index of shape {host.shape} does not match the indexed array's shape "
                      f"{shape[axis:axis + host.ndim]} at axis {axis}")
   return [_Advanced(to_array(positions.astype(np.int32))) for positions in np.nonzero(host)]
