@@ -828,3 +828,18 @@ def test_float32_tanh_is_within_two_ulps():
   np.testing.assert_array_equal(got[2:4], [1.0, -1.0])
   assert np.isnan(got[4]) and got[7] == 1.0
   np.testing.assert_allclose(got[5:7], np.tanh(specials[5:7].astype(np.float64)), rtol=3e-7)
+
+
+@pytest.mark.parametrize("shape", [(4, 6), (24,), (3, 2, 4), (2, -1), (1, 24, 1)])
+def test_reshape_in_column_major_order_matches_numpy(shape):
+  host = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+  np.testing.assert_array_equal(np.asarray(tnp.reshape(host, shape, order="F")), np.reshape(host, shape, order="F"))
+  np.testing.assert_array_equal(np.asarray(tj.jit(lambda v: v.reshape(shape, order="F"))(host)),
+                                host.reshape(shape, order="F"))
+  np.testing.assert_array_equal(np.asarray(tnp.ravel(host, order="F")), np.ravel(host, order="F"))
+  # the gradient of a weighted sum: the weights put back where each element came from
+  weights = RNG.standard_normal(24).astype(np.float32)
+  grad = tj.grad(lambda v: (tnp.reshape(v, (24,), order="F") * weights).sum())(host)
+  np.testing.assert_array_equal(np.asarray(grad), np.reshape(weights, (2, 3, 4), order="F"))
+  with pytest.raises(NotImplementedError, match="'C' or 'F'"):
+    tnp.reshape(host, shape, order="A")

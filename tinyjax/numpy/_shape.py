@@ -42,20 +42,26 @@ def _resolve_shape(shape: Sequence[int], size: int, old_shape: tuple[int, ...]) 
 @with_out_sharding
 def reshape(a: Any, shape: int | Sequence[int] | None = None, order: str = "C", *,
             newshape: int | Sequence[int] | None = None, copy: bool | None = None) -> Array:
-  """The elements of `a` in row-major order, in `shape` (one entry may be -1). TypeError if sizes differ. (`copy`:
-  accepted, as JAX; arrays are immutable, so a copy and a view are indistinguishable.)"""
+  """The elements of `a` read and placed in row-major order (`order="C"`) or column-major order ("F"), in `shape`
+  (one entry may be -1). TypeError if sizes differ. (`copy`: accepted, as JAX; arrays are immutable, so a copy and a
+  view are indistinguishable.)"""
   if shape is None: shape = newshape
-  if order != "C": raise NotImplementedError(f"reshape: only order='C' is supported, got {order!r}")
+  if order not in ("C", "F"):
+    raise NotImplementedError(f"reshape: order must be 'C' or 'F', got {order!r} (as JAX: 'A' is not supported)")
   x = _as_array(a)
   shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
   shape = _resolve_shape(shape, x.size, x.shape)
+  if order == "F":  # column-major: the row-major reshape of the transposes
+    reversed_x = lax_shape.permute_raw(x, tuple(range(x.ndim))[::-1])
+    result = reshape_raw(reversed_x, shape[::-1])
+    return lax_shape.permute_raw(result, tuple(range(len(shape)))[::-1])
   reshape_spec(x, shape)
   return reshape_raw(x, shape)
 
 
 @with_out_sharding
 def ravel(a: Any, order: str = "C") -> Array:
-  """The elements of `a` as a 1-D array (row-major)."""
+  """The elements of `a` as a 1-D array (row-major, or column-major with `order="F"`)."""
   x = _as_array(a)
   return reshape(x, (x.size,), order)
 
