@@ -280,7 +280,8 @@ def test_indexing_errors():
   with pytest.raises(IndexError, match="boolean index"):
     x[np.array([True, False])]
   # an empty mask selects nothing, whatever the size of the axes its empty dimensions stand over (JAX's rule)
-  assert x[np.zeros(0, bool)].shape == (0, *H.shape[1:]) and x[np.zeros((H.shape[0], 0), bool)].shape == (0, *H.shape[2:])
+  assert x[np.zeros(0, bool)].shape == (0, *H.shape[1:])
+  assert x[np.zeros((H.shape[0], 0), bool)].shape == (0, *H.shape[2:])
   with pytest.raises(IndexError, match="boolean index"):
     x[np.zeros((0, H.shape[1] + 1), bool)]
   with pytest.raises(NonConcreteBooleanIndexError, match="concrete"):
