@@ -137,7 +137,31 @@ def test_make_jaxpr_prints_inputs_equations_outputs():
   jaxpr = tj.make_jaxpr(lambda x, y: tnp.exp(x * y).sum())(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))
   text = str(jaxpr)
   assert text.startswith("{ lambda ; a:f32[2,3] b:f32[2,3]. let")
-  assert "mul a b" in text and "reduce_axis" in text and text.rstrip().endswith("}")
+  assert "mul a b" in text and "reduce_sum[axes=(0, 1) keepdims=False]" in text and text.rstrip().endswith("}")
+
+
+def test_make_jaxpr_prints_the_primitives_by_name_as_jax():
+  """The program holds the primitives' decompositions into Ops; the printed jaxpr names the primitives the function
+  bound, with their parameters, and shows Python scalars as literals, as JAX's jaxprs read."""
+  x, w = np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)
+  text = str(tj.make_jaxpr(lambda x, w: tnp.tanh(x @ w).sum() + tnp.exp(x).mean())(x, w))
+  assert "c:f32[2,4] = dot_general[dimension_numbers=(((1,), (0,)), ((), ())) preferred_element_type=float32] a b" \
+      in text
+  assert "d:f32[2,4] = tanh c" in text and "= exp a" in text and "div" in text and "6.0:f32[]" in text
+  assert "exp2" not in text and "bitcast" not in text  # (tanh's and exp's decompositions are not shown)
+  text = str(tj.make_jaxpr(tj.grad(lambda v: tnp.sin(v).sum()))(np.ones(3, np.float32)))
+  assert "b:f32[3] = cos a" in text and "mul 1.0:f32[] b" in text
+  text = str(tj.make_jaxpr(tj.vmap(lambda u, v: tnp.sin(u) + v * 2))(x, x))
+  assert text.splitlines()[1:4] == ["    c:f32[2,3] = sin a", "    d:f32[2,3] = mul b 2.0:f32[]",
+                                    "    e:f32[2,3] = add c d"]
+  # a multiple-result primitive names its results together; one the program drops is `_`
+  text = str(tj.make_jaxpr(lambda m: tj.lax.linalg.lu(m)[0])(np.eye(3, dtype=np.float32)))
+  assert "b:f32[3,3] _:i32[3] _:i32[3] = lu a" in text
+  # thousands of equations print without recursion
+  def chain(v):
+    for _ in range(3000): v = tnp.sin(v)
+    return v
+  assert str(tj.make_jaxpr(chain)(1.0)).count(" = sin ") == 3000
 
 
 def test_lower_as_text_prints_kernels(on_cpu):

@@ -290,7 +290,7 @@ def test_jit_runs_lapack_as_a_host_step(capsys, monkeypatch):
   printed = capsys.readouterr().out
   assert "host call lu" in printed and printed.count("host call triangular_solve") == 2
   jaxpr = str(tj.make_jaxpr(jnp.linalg.inv)(a))
-  assert "callback=lu" in jaxpr and "callback=triangular_solve" in jaxpr
+  assert " = lu a" in jaxpr and "= triangular_solve[left_side=True lower=True" in jaxpr
 
 
 def test_scan_over_solves():

@@ -135,12 +135,14 @@ def _code_fingerprint() -> str:
 _CODE_FINGERPRINT = _code_fingerprint()
 
 
-def normalize(roots: list[UOp], first_param: int = 0) -> tuple[UOp, list[Buffer]]:
+def normalize(roots: list[UOp], first_param: int = 0, replaced: dict[UOp, UOp] | None = None
+              ) -> tuple[UOp, list[Buffer]]:
   """Replace BUFFER leaves by PARAMs numbered from `first_param` in order of first use; return the SINK and the
-  buffers. (jit numbers its arguments 0.. and the arrays it closed over after them.)"""
+  buffers. (jit numbers its arguments 0.. and the arrays it closed over after them.) `replaced`, when given, is
+  filled with each node's normalised node."""
   sink = UOp(Ops.SINK, roots[0].dtype, tuple(roots))
   buffers: list[Buffer] = []
-  replaced: dict[UOp, UOp] = {}
+  replaced = {} if replaced is None else replaced
   for node in sink.toposort:
     if node.op is Ops.BUFFER:
       replaced[node] = UOp(Ops.PARAM, node.dtype, (), (first_param + len(buffers), node.shape))

@@ -116,8 +116,7 @@ def mean(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepdim
   axes = canonicalize_axes(axis, x.ndim)
   compute = dtypes.accumulation_dtype(out_dtype) if dtypes.is_floating(out_dtype) else out_dtype
   values = _masked(cast(x, compute), where, 0)
-  total = lax_red.reduce_raw(values, Ops.ADD, axes, keepdims) if compute != BOOL else \
-    lax_red.sum_raw(values, axes, keepdims)
+  total = lax_red.sum_raw(values, axes, keepdims)
   count = _selected_count(x, where, axes, keepdims)
   if not isinstance(count, int):
     return cast(ew._fdiv(total, cast(count, total.dtype, False)), out_dtype, weak_type=False)
@@ -141,7 +140,7 @@ def var(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, ddof: in
   compute = FLOAT32 if out_dtype in LOW_PRECISION_FLOATS else out_dtype
   axes = canonicalize_axes(axis, x.ndim)
   values = _masked(cast(x, compute), where, 0)
-  total = lax_red.reduce_raw(values, Ops.ADD, axes, keepdims=True)
+  total = lax_red.sum_raw(values, axes, keepdims=True)
   count = _selected_count(x, where, axes, True)
   count = like(total, count) if isinstance(count, int) else cast(count, compute, False)
   centre = ew._fdiv(total, count)
@@ -152,7 +151,7 @@ def var(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, ddof: in
     count = ew._real(count)
   else:
     squared = ew._mul(deviations, deviations)
-  squares = lax_red.reduce_raw(squared, Ops.ADD, axes, keepdims=True)
+  squares = lax_red.sum_raw(squared, axes, keepdims=True)
   divisor = ew._max(ew._sub(count, like(count, ddof)), like(count, 0))
   result = ew._fdiv(squares, divisor)
   if not keepdims: result = reshape_raw(result, tuple(d for i, d in enumerate(x.shape) if i not in axes))

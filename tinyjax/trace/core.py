@@ -19,7 +19,7 @@ import weakref
 
 import contextlib
 import contextvars
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -202,6 +202,14 @@ class StagingTracer(Tracer):
       "flow on it.")
 
 
+class PrimitiveCallRecord(NamedTuple):
+  """A primitive bound on a StagingTrace: its params, operands (tracers, arrays or Python values) and result nodes."""
+  prim: Primitive
+  params: dict
+  operands: tuple
+  outs: tuple
+
+
 class StagingTrace(Trace):
   """The trace of `jit`/`make_jaxpr`: inputs are PARAM nodes and every result is a StagingTracer; concrete arrays
   the function closes over are embedded by their UOp (lower/ turns their buffers into inputs). `arg_names[i]` says
@@ -210,6 +218,19 @@ class StagingTrace(Trace):
   def __init__(self, parent: Trace, arg_names: list[str], fun_name: str):
     self.parent, self.arg_names, self.fun_name, self.active = parent, arg_names, fun_name, True
     self.arg_shardings: dict[int, Any] = {}  # PARAM index -> the NamedSharding of a sharded argument (jit's)
+    # each result node of a primitive bound here -> the call (a PrimitiveCallRecord), for printing the program with
+    # the primitives' names (the program itself holds their decompositions into Ops)
+    self.calls: dict[UOp, PrimitiveCallRecord] = {}
+
+  def process_primitive(self, prim: Primitive, operands: tuple[Any, ...], params: dict) -> Any:
+    out = prim.impl(*operands, **params)
+    outs = out if prim.multiple_results else [out]
+    if all(isinstance(o, StagingTracer) and o.trace is self for o in outs):
+      operand_nodes = {x.uop for x in operands if isinstance(x, Array)}
+      if not any(o.uop in operand_nodes for o in outs):  # (a call that returns an operand prints as nothing)
+        record = PrimitiveCallRecord(prim, params, tuple(operands), tuple(o.uop for o in outs))
+        for o in outs: self.calls[o.uop] = record
+    return out
 
   def process(self, op: Ops, operands: tuple[Array, ...], arg: Any, dtype: np.dtype, weak_type: bool) -> Tracer:
     uops = []

@@ -116,7 +116,9 @@ def _leaf_sharding(leaf: Any) -> Any:
 @dataclass
 class Jaxpr:
   """A traced program: a SINK over its outputs, PARAM 0..n_args-1 for the flattened arguments and PARAM n_args..
-  for arrays the function closed over (`consts`). `str()` prints it one equation per line."""
+  for arrays the function closed over (`consts`). `str()` prints it one equation per line, as JAX's jaxprs read:
+  the primitives the function bound (`calls`: each result node's PrimitiveCallRecord) under their names, with their
+  parameters, and the Ops of the rest; the program itself holds the primitives' decompositions into Ops."""
   sink: UOp
   n_args: int
   consts: list[Buffer]
@@ -125,13 +127,21 @@ class Jaxpr:
   in_avals: tuple = ()  # (shape, dtype, weak_type) of each argument, for printing ones the program never reads
   prints: tuple = ()  # debug.print calls: (format, tree, [("output", index) or ("static", value) per value])
   out_shardings: tuple = ()  # per output, the NamedSharding the operations gave it (trace/sharding_types.py) or None
+  calls: Any = None  # {result node: PrimitiveCallRecord} of the primitives bound while tracing (normalised nodes)
 
   def __str__(self) -> str:
     names: dict[UOp, str] = {}
+    calls = self.calls or {}
 
     def name_of(node: UOp) -> str:
-      if node.op is Ops.CONST: return f"{node.arg!r}:{_short(node)}"
+      if (literal := _literal(node)) is not None: return literal
       return names[node]
+
+    def operand_name(value: Any) -> str:
+      if isinstance(value, UOp): return name_of(value)
+      return f"{value!r}" if not isinstance(value, np.ndarray) else f"{value.tolist()!r}"
+
+    def new_name() -> str: return _var_name(len(names) + n_inputs - len(params))
 
     # inputs first, in PARAM order (arguments, then the arrays closed over), then one name per equation
     params = {node.arg[0]: node for node in self.sink.toposort if node.op is Ops.PARAM}
@@ -149,15 +159,27 @@ class Jaxpr:
     projections: dict[UOp, dict[int, UOp]] = {}
     for node in self.sink.toposort:
       if node.op is Ops.PROJECT: projections.setdefault(node.src[0], {})[node.arg[0]] = node
-    for node in self.sink.toposort:
-      if node.op in (Ops.SINK, Ops.CONST, Ops.PARAM, Ops.PROJECT): continue
+    in_program = set(self.sink.toposort)
+    for item in _equations(self.sink, calls):
+      if isinstance(item, tuple):  # a primitive call: its results named together (`_` for one the program drops)
+        outs = []
+        for out in item.outs:
+          if out not in in_program:
+            outs.append(f"_:{_short(out)}")
+            continue
+          names[out] = new_name()
+          outs.append(f"{names[out]}:{_short(out)}")
+        operands = " ".join(operand_name(value) for value in item.operands)
+        lines.append(f"    {' '.join(outs)} = {item.prim.name}{_format_params(item.params)} {operands}")
+        continue
+      node = item
       operands = " ".join(name_of(src) for src in node.src)
       if node.op in (Ops.SCAN, Ops.WHILE, Ops.COND, Ops.CALLBACK) or \
           node.op is Ops.PRIMITIVE and node.arg.prim.multiple_results:
         outs = []
         for index, aval in enumerate(_loop_out_avals(node)):
           projection = projections.get(node, {}).get(index)
-          name = _var_name(len(names) + n_inputs - len(params))
+          name = new_name()
           names[projection if projection is not None else UOp(Ops.PROJECT, aval[1], (node,), (index, aval[0]))] = name
           outs.append(f"{name}:{_short_aval(*aval)}")
         if node.op is Ops.PRIMITIVE: lines.append(f"    {' '.join(outs)} = {node.arg.prim.name} {operands}")
@@ -165,18 +187,85 @@ class Jaxpr:
           lines.append(f"    {' '.join(outs)} = pure_callback[callback={node.arg.name}] {operands}")
         else: lines.append(f"    {' '.join(outs)} = {node.op.name.lower()}[{_loop_params(node)}] {operands}")
         continue
-      names[node] = _var_name(len(names) + n_inputs - len(params))
-      arg = "" if node.arg is None else f"[{_format_arg(node.arg)}]"
+      names[node] = new_name()
       if node.op is Ops.PRIMITIVE:
         lines.append(f"    {names[node]}:{_short(node)} = {node.arg!r} {operands}")
         continue
-      lines.append(f"    {names[node]}:{_short(node)} = {node.op.name.lower()}{arg} {operands}")
+      if node.op is Ops.WHERE:  # as JAX's select_n(predicate, on_false, on_true)
+        operands = " ".join(name_of(src) for src in (node.src[0], node.src[2], node.src[1]))
+      arg = "" if node.arg is None else f"[{_format_arg(node.arg)}]"
+      lines.append(f"    {names[node]}:{_short(node)} = {_OP_NAMES.get(node.op, node.op.name.lower())}{arg} {operands}")
     outputs = ", ".join(name_of(out) for out in self.sink.src)
     consts, args = inputs[self.n_args:], inputs[:self.n_args]
     header = (" ".join(consts) + " ; " if consts else "; ") + " ".join(args)
     return "{ lambda " + header + ". let\n" + "\n".join(lines) + ("\n" if lines else "") + f"  in ({outputs},) }}"
 
   __repr__ = __str__
+
+
+# Ops printed under the names of JAX's primitives that do the same
+_OP_NAMES = {Ops.FDIV: "div", Ops.IDIV: "div", Ops.MOD: "rem", Ops.CMPLT: "lt", Ops.CMPNE: "ne", Ops.WHERE: "select_n",
+             Ops.EXPAND: "broadcast_in_dim", Ops.PERMUTE: "transpose", Ops.CAST: "convert_element_type",
+             Ops.BITCAST: "bitcast_convert_type", Ops.RECIP: "reciprocal", Ops.SHRINK: "slice", Ops.FLIP: "rev"}
+
+
+# primitives whose programs are one node (a loop, a branch, a host call) that prints its sub-programs itself
+_SHOWN_AS_NODES = {"scan", "while", "cond", "pure_callback"}
+
+
+def _literal(node: UOp) -> str | None:
+  """A constant broadcast to a shape (a CONST under RESHAPE / EXPAND): printed as its value, as JAX prints a literal
+  operand; None for any other node."""
+  while node.op in (Ops.RESHAPE, Ops.EXPAND): node = node.src[0]
+  return f"{node.arg!r}:{_short(node)}" if node.op is Ops.CONST else None
+
+
+def _equations(sink: UOp, calls: dict) -> list:
+  """What the printed program is made of, in an order where operands come first: primitive calls (their
+  PrimitiveCallRecord: the Ops they decompose into are not shown) and the nodes outside them. Iterative: programs of
+  thousands of equations print without recursion."""
+  order: list = []
+  done: set = set()
+  stack: list[tuple[Any, bool]] = [(out, False) for out in reversed(sink.src)]
+  while stack:
+    item, expanded = stack.pop()
+    key = id(item) if isinstance(item, tuple) else item
+    if key in done: continue
+    if expanded:
+      done.add(key)
+      order.append(item)
+      continue
+    if isinstance(item, UOp):
+      if item.op in (Ops.PARAM, Ops.CONST) or _literal(item) is not None:
+        done.add(key)
+        continue
+      record = calls.get(item)
+      if record is not None and record.prim.name not in _SHOWN_AS_NODES:
+        stack.append((record, False))
+        continue
+      if item.op is Ops.PROJECT:  # a multiple-result node's output: the node is printed with all of them
+        stack.append((item.src[0], False))
+        done.add(key)
+        continue
+      stack.append((item, True))
+      stack.extend((src, False) for src in reversed(item.src))
+    else:  # a primitive call: after its operands
+      stack.append((item, True))
+      stack.extend((value, False) for value in reversed(item.operands) if isinstance(value, UOp))
+  return order
+
+
+def _format_params(params: dict) -> str:
+  """A primitive's parameters as JAX prints them: `[name=value ...]` (nothing without parameters)."""
+  if not params: return ""
+  return "[" + " ".join(f"{name}={_format_param(value)}" for name, value in params.items()) + "]"
+
+
+def _format_param(value: Any) -> str:
+  if isinstance(value, np.dtype): return value.name
+  if isinstance(value, type) and issubclass(value, np.generic): return np.dtype(value).name
+  if callable(value) and hasattr(value, "__name__"): return value.__name__
+  return repr(value)
 
 
 def _loop_out_avals(node: UOp) -> list[tuple[tuple[int, ...], np.dtype]]:
@@ -276,13 +365,26 @@ def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Seq
       else:
         slots.append(("static", value))
     prints.append((fmt, tree, slots))
+  replaced: dict[UOp, UOp] = {}
   if roots:
-    sink, consts = normalize(roots, first_param=len(avals))
+    sink, consts = normalize(roots, first_param=len(avals), replaced=replaced)
   else:
     sink, consts = UOp(Ops.SINK, np.dtype(np.bool_), ()), []
   out_shardings = tuple(compiled(named_of(a)) for a in out_arrays)
   return Jaxpr(sink, len(avals), consts, tuple(a.weak_type for a in out_arrays), out_tree, tuple(avals),
-               tuple(prints), out_shardings if any(out_shardings) else ())
+               tuple(prints), out_shardings if any(out_shardings) else (), _normalised_calls(trace.calls, replaced))
+
+
+def _normalised_calls(calls: dict, replaced: dict[UOp, UOp]) -> dict:
+  """The primitive calls of a trace over the program's normalised nodes (operands as their nodes, or as the Python
+  values they were); calls none of whose results are in the program are dropped."""
+  out = {}
+  for record in {id(record): record for record in calls.values()}.values():
+    if not any(node in replaced for node in record.outs): continue
+    operands = tuple(replaced.get(x.uop, x.uop) if isinstance(x, Array) else x for x in record.operands)
+    normal = record._replace(operands=operands, outs=tuple(replaced.get(node, node) for node in record.outs))
+    for node in normal.outs: out[node] = normal
+  return out
 
 
 def format_values(fmt: str, tree: Any, values: list[Any]) -> str:
