@@ -649,6 +649,17 @@ def setdiff1d(ar1: Any, ar2: Any, assume_unique: bool = False, *, size: int | No
   return _selected("setdiff1d", ordered, keep, size, fill_value)[0]
 
 
+def setxor1d(ar1: Any, ar2: Any, assume_unique: bool = False, *, size: int | None = None,
+             fill_value: Any = None) -> Array:
+  """The sorted unique values in exactly one of the arrays."""
+  from tinyjax import numpy as jnp
+  x, y = ew.promote("setxor1d", ar1, ar2, broadcast=False)
+  x, y = jnp.ravel(x), jnp.ravel(y)
+  ordered = jnp.sort(jnp.concatenate([x, y]))
+  keep = _first_of_runs(ordered) & (isin(ordered, x) != isin(ordered, y))
+  return _selected("setxor1d", ordered, keep, size, fill_value)[0]
+
+
 def intersect1d(ar1: Any, ar2: Any, assume_unique: bool = False, return_indices: bool = False, *,
                 size: int | None = None, fill_value: Any = None) -> Array | tuple[Array, Array, Array]:
   """The sorted unique values in both arrays; with `return_indices`, also where each first occurs in ar1 and ar2."""
