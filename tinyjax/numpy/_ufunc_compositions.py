@@ -150,7 +150,7 @@ def i0(x: Any) -> Array:
   from tinyjax import numpy as jnp
   (value,) = ew.promote("i0", x, inexact=True)
   if dtypes.is_complex(value.dtype): raise TypeError("i0 does not support complex-valued inputs.")
-  magnitude = jnp.abs(value)
+  magnitude = jnp.where(value == 0, value * 0, jnp.abs(value))  # (so that the derivative at 0 is exactly 0)
   small = magnitude <= 8.0
   safe_large = jnp.where(small, jnp.full_like(magnitude, 8.0), magnitude)
   scaled = jnp.where(small, _chebyshev(magnitude / 2.0 - 2.0, _I0_SMALL),
