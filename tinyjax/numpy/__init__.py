@@ -9,9 +9,11 @@ from tinyjax.numpy._array_api import (__array_api_version__, __array_namespace_i
                                       atan2, atanh, bitwise_invert, bitwise_left_shift, bitwise_right_shift, can_cast,
                                       concat, from_dlpack, isdtype, permute_dims, pow, unique_all, unique_counts,
                                       unique_inverse, unique_values, unstack, vecdot)
+from tinyjax.numpy._covariance import corrcoef, cov
 from tinyjax.numpy._creation import (arange, array, asarray, empty, empty_like, eye, full, full_like, geomspace,
                                      identity, linspace, logspace, ones, ones_like, SCALAR_TYPES as _SCALAR_TYPES, tri,
                                      tril, triu, zeros, zeros_like)
+from tinyjax.numpy._differences import gradient, unwrap
 from tinyjax.numpy._elementwise import (abs, absolute, add, arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh,
                                         around, astype, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cbrt, ceil,
                                         clip, copysign, cos, cosh, deg2rad, degrees, divide, equal, exp, exp2, expm1,
@@ -26,10 +28,11 @@ from tinyjax.numpy._elementwise import (abs, absolute, add, arccos, arccosh, arc
 from tinyjax.numpy._elementwise import (angle, conj, conjugate, imag, iscomplex, iscomplexobj, isreal, isrealobj,
                                         real)
 from tinyjax.numpy._functional import apply_along_axis, apply_over_axes, fromfunction, vectorize
+from tinyjax.numpy._histograms import histogram2d, histogram_bin_edges, histogramdd
 from tinyjax.numpy._index_tricks import c_, index_exp, ix_, mask_indices, mgrid, ogrid, r_, s_
 from tinyjax.numpy._indexing import take, take_along_axis
 from tinyjax.numpy._manipulation import (array_equiv, block, choose, compress, diagflat, ediff1d, extract, iterable,
-                                         put_along_axis, resize, rollaxis, trim_zeros, vander)
+                                         packbits, put_along_axis, resize, rollaxis, trim_zeros, unpackbits, vander)
 from tinyjax.numpy._einsum import convolve, correlate, einsum
 from tinyjax.numpy._more import (allclose, append, argpartition, array_equal, array_split, cross, delete, diag,
                                  diag_indices, diag_indices_from, diagonal, digitize, fill_diagonal, frexp, gcd, hsplit,
@@ -43,6 +46,7 @@ from tinyjax.numpy._statistics import (average, median, nanmedian, nanpercentile
                                        quantile)
 from tinyjax.numpy._reductions import (count_nonzero, nanargmax, nanargmin, nanmax, nanmean, nanmin, nanprod, nanstd,
                                        nansum, nanvar)
+from tinyjax.numpy._window import bartlett, blackman, hamming, hanning, kaiser
 from tinyjax.numpy._sorting import (argsort, cummax, cummin, cumprod, cumsum, cumulative_prod, cumulative_sum, lexsort,
                                     sort)
 from tinyjax.numpy._searching import (argwhere, bincount, flatnonzero, histogram, nonzero, searchsorted,
@@ -80,31 +84,33 @@ __all__ = [
   "abs", "absolute", "add", "all", "allclose", "amax", "amin", "any", "append", "apply_along_axis", "apply_over_axes",
   "arange", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "argmax", "argmin",
   "argpartition", "argsort", "argwhere", "around", "Array", "array", "array_equal", "array_equiv", "array_split",
-  "asarray", "astype", "atleast_1d", "atleast_2d", "atleast_3d", "average", "bfloat16", "bincount", "bitwise_and",
-  "bitwise_count", "bitwise_not", "bitwise_or", "bitwise_xor", "block", "bool_", "broadcast_arrays", "broadcast_shapes",
-  "broadcast_to", "c_", "cbrt", "ceil", "choose", "clip", "column_stack", "compress", "concatenate", "convolve", "copy",
-  "copysign", "correlate", "cos", "cosh", "count_nonzero", "cross", "cummax", "cummin", "cumprod", "cumsum",
-  "cumulative_prod", "cumulative_sum", "deg2rad", "degrees", "delete", "diag", "diag_indices", "diag_indices_from",
-  "diagflat", "diagonal", "diff", "digitize", "divide", "divmod", "dot", "dstack", "dtype", "e", "ediff1d", "einsum",
-  "empty", "empty_like", "equal", "euler_gamma", "exp", "exp2", "expand_dims", "expm1", "extract", "eye", "fabs",
-  "fill_diagonal", "finfo", "flatnonzero", "flip", "fliplr", "flipud", "float16", "float32", "float64", "float8_e4m3fn",
-  "float_power", "floor", "floor_divide", "fmax", "fmin", "fmod", "frexp", "fromfunction", "full", "full_like", "gcd",
-  "geomspace", "greater", "greater_equal", "heaviside", "histogram", "hsplit", "hstack", "hypot", "i0", "identity",
-  "iinfo", "index_exp", "indices", "inf", "inner", "insert", "int16", "int32", "int64", "int8", "interp", "intersect1d",
-  "invert", "isclose", "isfinite", "isin", "isinf", "isnan", "isneginf", "isposinf", "isscalar", "issubdtype",
-  "iterable", "ix_", "kron", "lcm", "ldexp", "left_shift", "less", "less_equal", "lexsort", "linalg", "linspace", "log",
-  "log10", "log1p", "log2", "logaddexp", "logaddexp2", "logical_and", "logical_not", "logical_or", "logical_xor",
-  "logspace", "mask_indices", "matmul", "matrix_transpose", "matvec", "max", "maximum", "mean", "median", "meshgrid",
-  "mgrid", "min", "minimum", "mod", "modf", "moveaxis", "multiply", "nan", "nan_to_num", "nanargmax", "nanargmin",
-  "nancumprod", "nancumsum", "nanmax", "nanmean", "nanmedian", "nanmin", "nanpercentile", "nanprod", "nanquantile",
-  "nanstd", "nansum", "nanvar", "ndarray", "ndim", "negative", "newaxis", "nextafter", "nonzero", "not_equal", "ogrid",
-  "ones", "ones_like", "outer", "pad", "partition", "percentile", "pi", "piecewise", "polyval", "positive", "power",
-  "prod", "promote_types", "ptp", "put_along_axis", "quantile", "r_", "rad2deg", "radians", "ravel",
-  "ravel_multi_index", "reciprocal", "remainder", "repeat", "reshape", "resize", "result_type", "right_shift", "rint",
-  "roll", "rollaxis", "rot90", "round", "s_", "searchsorted", "select", "setdiff1d", "setxor1d", "shape", "sign",
-  "signbit", "sin", "sinc", "sinh", "size", "sort", "spacing", "split", "sqrt", "square", "squeeze", "stack", "std",
-  "subtract", "sum", "swapaxes", "take", "take_along_axis", "tan", "tanh", "tensordot", "tile", "trace", "transpose",
-  "trapezoid", "tri", "tril", "tril_indices", "tril_indices_from", "trim_zeros", "triu", "triu_indices",
-  "triu_indices_from", "true_divide", "trunc", "uint16", "uint32", "uint64", "uint8", "union1d", "unique",
-  "unravel_index", "vander", "var", "vdot", "vecmat", "vectorize", "vsplit", "vstack", "where", "zeros", "zeros_like",
+  "asarray", "astype", "atleast_1d", "atleast_2d", "atleast_3d", "average", "bartlett", "bfloat16", "bincount",
+  "bitwise_and", "bitwise_count", "bitwise_not", "bitwise_or", "bitwise_xor", "blackman", "block", "bool_",
+  "broadcast_arrays", "broadcast_shapes", "broadcast_to", "c_", "cbrt", "ceil", "choose", "clip", "column_stack",
+  "compress", "concatenate", "convolve", "copy", "copysign", "corrcoef", "correlate", "cos", "cosh", "count_nonzero",
+  "cov", "cross", "cummax", "cummin", "cumprod", "cumsum", "cumulative_prod", "cumulative_sum", "deg2rad", "degrees",
+  "delete", "diag", "diag_indices", "diag_indices_from", "diagflat", "diagonal", "diff", "digitize", "divide", "divmod",
+  "dot", "dstack", "dtype", "e", "ediff1d", "einsum", "empty", "empty_like", "equal", "euler_gamma", "exp", "exp2",
+  "expand_dims", "expm1", "extract", "eye", "fabs", "fill_diagonal", "finfo", "flatnonzero", "flip", "fliplr", "flipud",
+  "float16", "float32", "float64", "float8_e4m3fn", "float_power", "floor", "floor_divide", "fmax", "fmin", "fmod",
+  "frexp", "fromfunction", "full", "full_like", "gcd", "geomspace", "gradient", "greater", "greater_equal", "hamming",
+  "hanning", "heaviside", "histogram", "histogram2d", "histogram_bin_edges", "histogramdd", "hsplit", "hstack", "hypot",
+  "i0", "identity", "iinfo", "index_exp", "indices", "inf", "inner", "insert", "int16", "int32", "int64", "int8",
+  "interp", "intersect1d", "invert", "isclose", "isfinite", "isin", "isinf", "isnan", "isneginf", "isposinf",
+  "isscalar", "issubdtype", "iterable", "ix_", "kaiser", "kron", "lcm", "ldexp", "left_shift", "less", "less_equal",
+  "lexsort", "linalg", "linspace", "log", "log10", "log1p", "log2", "logaddexp", "logaddexp2", "logical_and",
+  "logical_not", "logical_or", "logical_xor", "logspace", "mask_indices", "matmul", "matrix_transpose", "matvec", "max",
+  "maximum", "mean", "median", "meshgrid", "mgrid", "min", "minimum", "mod", "modf", "moveaxis", "multiply", "nan",
+  "nan_to_num", "nanargmax", "nanargmin", "nancumprod", "nancumsum", "nanmax", "nanmean", "nanmedian", "nanmin",
+  "nanpercentile", "nanprod", "nanquantile", "nanstd", "nansum", "nanvar", "ndarray", "ndim", "negative", "newaxis",
+  "nextafter", "nonzero", "not_equal", "ogrid", "ones", "ones_like", "outer", "packbits", "pad", "partition",
+  "percentile", "pi", "piecewise", "polyval", "positive", "power", "prod", "promote_types", "ptp", "put_along_axis",
+  "quantile", "r_", "rad2deg", "radians", "ravel", "ravel_multi_index", "reciprocal", "remainder", "repeat", "reshape",
+  "resize", "result_type", "right_shift", "rint", "roll", "rollaxis", "rot90", "round", "s_", "searchsorted", "select",
+  "setdiff1d", "setxor1d", "shape", "sign", "signbit", "sin", "sinc", "sinh", "size", "sort", "spacing", "split",
+  "sqrt", "square", "squeeze", "stack", "std", "subtract", "sum", "swapaxes", "take", "take_along_axis", "tan", "tanh",
+  "tensordot", "tile", "trace", "transpose", "trapezoid", "tri", "tril", "tril_indices", "tril_indices_from",
+  "trim_zeros", "triu", "triu_indices", "triu_indices_from", "true_divide", "trunc", "uint16", "uint32", "uint64",
+  "uint8", "union1d", "unique", "unpackbits", "unravel_index", "unwrap", "vander", "var", "vdot", "vecmat", "vectorize",
+  "vsplit", "vstack", "where", "zeros", "zeros_like",
 ]

@@ -220,3 +220,46 @@ def iterable(y: Any) -> bool:
   except TypeError:
     return False
   return True
+
+
+def _check_bitorder(bitorder: str) -> None:
+  if bitorder not in ("little", "big"): raise ValueError("'order' must be either 'little' or 'big'")
+
+
+def packbits(a: Any, axis: int | None = None, bitorder: str = "big") -> Array:
+  """The truth of the elements of `a` packed 8 to a uint8 along `axis` (flattened `a` without one; the last byte
+  zero-padded), the first element in the highest bit ("big") or the lowest ("little")."""
+  from tinyjax import numpy as jnp
+  x = as_array(a, "packbits")
+  if x.dtype.kind not in "iub": raise TypeError("Expected an input array of integer or boolean data type")
+  _check_bitorder(bitorder)
+  bits = (x != 0).astype(np.uint8)
+  if axis is None: bits, axis = jnp.ravel(bits), 0
+  bits = jnp.swapaxes(bits, axis, -1)
+  remainder = bits.shape[-1] % 8
+  if remainder: bits = jnp.pad(bits, [(0, 0)] * (bits.ndim - 1) + [(0, 8 - remainder)])
+  bits = jnp.reshape(bits, bits.shape[:-1] + (bits.shape[-1] // 8, 8))
+  shifts = jnp.arange(8, dtype=np.uint8)
+  if bitorder == "big": shifts = shifts[::-1]
+  packed = jnp.sum(bits << shifts, axis=-1).astype(np.uint8)
+  return jnp.swapaxes(packed, axis, -1)
+
+
+def unpackbits(a: Any, axis: int | None = None, count: int | None = None, bitorder: str = "big") -> Array:
+  """The bits of the uint8 array `a` as a uint8 array of 0s and 1s, 8 per element along `axis` (flattened `a`
+  without one), highest bit first ("big") or lowest ("little"); `count` keeps that many (or zero-pads to it)."""
+  from tinyjax import numpy as jnp
+  x = as_array(a, "unpackbits")
+  if x.dtype != np.uint8: raise TypeError("Expected an input array of unsigned byte data type")
+  _check_bitorder(bitorder)
+  masks = jnp.left_shift(jnp.ones(8, np.uint8), jnp.arange(8, dtype=np.uint8))
+  if bitorder == "big": masks = masks[::-1]
+  if axis is None: x, axis = jnp.ravel(x), 0
+  x = jnp.swapaxes(x, axis, -1)
+  bits = ((x[..., None] & masks) > 0).astype(np.uint8)
+  bits = jnp.reshape(bits, bits.shape[:-2] + (bits.shape[-1] * bits.shape[-2],))
+  if count is not None:
+    count = operator.index(count)
+    if count > bits.shape[-1]: bits = jnp.pad(bits, [(0, 0)] * (bits.ndim - 1) + [(0, count - bits.shape[-1])])
+    else: bits = bits[..., :count]
+  return jnp.swapaxes(bits, axis, -1)
