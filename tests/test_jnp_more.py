@@ -421,3 +421,177 @@ def test_fromfunction():
        np.fromfunction(lambda i, j: i + 2 * j, (2, 3)).astype(np.float32))
   same(jnp.fromfunction(lambda i, j: i * j, (3, 2), dtype=np.int32),
        np.arange(3, dtype=np.int32)[:, None] * np.arange(2, dtype=np.int32))
+
+
+# ------------------------------------------------------------------------------------------------- statistics
+
+M = np.array([[1.0, 2, 4, 7, 3], [0, 1, 0, 3, -2], [5, 2, 2, 1, 0.5]])
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"rowvar": False}, {"bias": True}, {"ddof": 2},
+                                    {"fweights": np.array([1, 2, 1, 3, 1])},
+                                    {"aweights": np.array([0.5, 1.0, 2.0, 1.0, 0.25])},
+                                    {"fweights": np.array([1, 2, 1, 3, 1]), "aweights": np.array([0.5, 1, 2, 1, 3.0])},
+                                    {"ddof": 0, "aweights": np.array([0.5, 1.0, 2.0, 1.0, 0.25])}])
+def test_cov_matches_numpy(kwargs, x64):
+  close(jnp.cov(M, **kwargs), np.cov(M, **kwargs), rtol=1e-13, atol=1e-13)
+  # (float64 aweights promote the result; integer fweights don't, in JAX's lattice)
+  assert jnp.cov(M.astype(np.float32), **kwargs).dtype == (np.float64 if "aweights" in kwargs else np.float32)
+
+
+def test_cov_forms_and_corrcoef(x64):
+  close(jnp.cov(M[0]), np.cov(M[0]), rtol=1e-14)
+  assert jnp.cov(M[0]).shape == ()
+  close(jnp.cov(M[0], M[1]), np.cov(M[0], M[1]), rtol=1e-14)
+  close(jnp.cov(M.T, M[:1].T, rowvar=False), np.cov(M.T, M[:1].T, rowvar=False), rtol=1e-14)
+  assert jnp.cov(np.array([[1, 2, 4], [3, 1, 0]], np.int32)).dtype == np.float32
+  assert jnp.cov(np.zeros((0, 3))).shape == (0, 0)
+  close(jnp.corrcoef(M), np.corrcoef(M), rtol=1e-14, atol=1e-15)
+  close(jnp.corrcoef(M[0], M[2]), np.corrcoef(M[0], M[2]), rtol=1e-14, atol=1e-15)
+  close(jnp.corrcoef(M[0]), 1.0)
+  z = M[:2] + 1j * M[1:]
+  close(jnp.cov(z), np.cov(z), rtol=1e-13, atol=1e-13)
+  close(jnp.corrcoef(z), np.corrcoef(z), rtol=1e-13, atol=1e-13)
+  with pytest.raises(ValueError, match="more than 2"):
+    jnp.cov(np.ones((2, 2, 2)))
+  with pytest.raises(TypeError, match="fweights must be integer"):
+    jnp.cov(M, fweights=np.ones(5))
+  with pytest.raises(RuntimeError, match="incompatible"):
+    jnp.cov(M, aweights=np.ones(4))
+
+
+def test_cov_corrcoef_gradients(x64):
+  x = RNG.standard_normal((3, 6))
+  weights = np.array([0.5, 1.0, 2.0, 1.0, 0.25, 3.0])
+
+  def f(m): return jnp.sum(jnp.cov(m, aweights=weights) ** 2) + jnp.sum(jnp.corrcoef(m)[0] * np.array([0, 1.5, -2]))
+  close(tj.jit(tj.grad(f))(x), numeric_grad(lambda m: f(jnp.asarray(m)), x, 1e-6), rtol=1e-6, atol=1e-8)
+  batched = tj.vmap(tj.jit(lambda m: jnp.cov(m)))(np.stack([x, 2 * x]))
+  close(batched, np.stack([np.cov(x), np.cov(2 * x)]), rtol=1e-13)
+
+
+@pytest.mark.parametrize("shape", [(2,), (7,), (4, 5), (3, 2, 4)])
+def test_gradient_matches_numpy(shape, x64):
+  f = RNG.standard_normal(shape)
+  got, want = jnp.gradient(f), np.gradient(f)
+  for g, w in zip(got if isinstance(got, list) else [got], want if isinstance(want, tuple) else [want]):
+    close(g, w, rtol=1e-13, atol=1e-13)
+  close(jnp.gradient(f, 0.5, axis=-1), np.gradient(f, 0.5, axis=-1), rtol=1e-13, atol=1e-13)
+  coordinates = np.cumsum(RNG.uniform(0.1, 1.0, shape[0]))
+  close(jnp.gradient(f, coordinates, axis=0), np.gradient(f, coordinates, axis=0), rtol=1e-12, atol=1e-12)
+
+
+def test_gradient_forms_errors_and_derivative(x64):
+  f = RNG.standard_normal((4, 5))
+  for got, want in zip(jnp.gradient(f, 2.0, np.linspace(0, 1, 5)), np.gradient(f, 2.0, np.linspace(0, 1, 5))):
+    close(got, want, rtol=1e-12, atol=1e-12)
+  assert jnp.gradient(np.array([1, 4, 9, 16], np.int32)).dtype == np.float32
+  with pytest.raises(ValueError, match="too small"):
+    jnp.gradient(np.ones(1))
+  with pytest.raises(NotImplementedError):
+    jnp.gradient(f, edge_order=2)
+  with pytest.raises(TypeError, match="spacing arguments"):
+    jnp.gradient(f, 1.0, 2.0, 3.0)
+  with pytest.raises(ValueError, match="same length"):
+    jnp.gradient(f, np.arange(3.0), axis=1)
+  coordinates = np.array([0.0, 0.3, 1.0, 1.2, 2.0])
+
+  def loss(v): return jnp.sum(jnp.gradient(jnp.sin(v), coordinates) ** 2)
+  v = RNG.standard_normal(5)
+  close(tj.grad(loss)(v), numeric_grad(lambda w: loss(jnp.asarray(w)), v, 1e-6), rtol=1e-6, atol=1e-8)
+
+
+def test_unwrap(x64):
+  phase = np.cumsum(RNG.uniform(-3, 3, 20))
+  wrapped = np.angle(np.exp(1j * phase))
+  close(jnp.unwrap(wrapped), np.unwrap(wrapped), rtol=1e-13, atol=1e-12)
+  close(jnp.unwrap(wrapped, discont=4.0), np.unwrap(wrapped, discont=4.0), rtol=1e-13, atol=1e-12)
+  grid = np.stack([wrapped, wrapped[::-1]])
+  close(jnp.unwrap(grid, axis=0), np.unwrap(grid, axis=0), rtol=1e-13, atol=1e-12)
+  same(jnp.unwrap(np.array([0, 5, 9, 2, 7], np.int32), period=10), np.array([0, 5, 9, 12, 17], np.int32))
+  close(jnp.unwrap(np.array([0.0, 170, 350, 10]), period=360), np.unwrap(np.array([0.0, 170, 350, 10]), period=360))
+  assert jnp.unwrap(np.arange(3, dtype=np.int32)).dtype == np.float64  # (int32 with a weak float: x64's float)
+  with pytest.raises(ValueError, match="complex"):
+    jnp.unwrap(np.array([1j], np.complex64))
+
+
+@pytest.mark.parametrize("name", ["bartlett", "blackman", "hamming", "hanning"])
+@pytest.mark.parametrize("size", [0, 1, 2, 7, 16])
+def test_windows(name, size, x64):
+  got = getattr(jnp, name)(size)
+  assert got.dtype == np.float64 and got.shape == (size,)
+  close(got, getattr(np, name)(size), rtol=1e-14, atol=1e-15)
+  with tj.config.override("jax_enable_x64", False):
+    assert getattr(jnp, name)(size).dtype == np.float32
+
+
+@pytest.mark.parametrize("size,beta", [(1, 2.0), (6, 3.5), (11, 0.0), (20, 14.0)])
+def test_kaiser(size, beta, x64):
+  close(jnp.kaiser(size, beta), np.kaiser(size, beta), rtol=1e-13, atol=1e-15)
+  with tj.config.override("jax_enable_x64", False):
+    close(tj.jit(jnp.kaiser, static_argnums=0)(size, beta), np.kaiser(size, beta), rtol=2e-6, atol=1e-7)
+
+
+def test_histogram_bin_edges_and_2d():
+  x = np.array([0.1, 0.5, 0.5, 0.9, 2.0, 2.5], np.float32)
+  y = np.array([1.0, 0, 3, 2, 2, 0], np.float32)
+  close(jnp.histogram_bin_edges(x, 4), np.histogram_bin_edges(x.astype(np.float64), 4))
+  close(jnp.histogram_bin_edges(x, 3, range=(0, 3)), np.histogram_bin_edges(x, 3, range=(0, 3)))
+  close(jnp.histogram_bin_edges(np.ones(3), 2), np.histogram_bin_edges(np.ones(3), 2))
+  close(jnp.histogram_bin_edges(x, np.array([0, 1, 3])), [0, 1, 3])
+  assert jnp.histogram_bin_edges(np.arange(5), 2).dtype == np.float32
+  with pytest.raises(NotImplementedError):
+    jnp.histogram_bin_edges(x, "auto")
+  for kwargs in ({"bins": 3}, {"bins": [2, np.array([0.0, 1, 3])]}, {"bins": np.array([0.0, 1.5, 3])},
+                 {"bins": 2, "density": True}, {"bins": 2, "weights": np.arange(6.0, dtype=np.float32)},
+                 {"bins": 2, "range": [(0, 1), None]}):
+    numpy_kwargs = dict(kwargs, range=[(0, 1), (0, 3)]) if "range" in kwargs else kwargs
+    hist, x_edges, y_edges = jnp.histogram2d(x, y, **kwargs)
+    want, want_x, want_y = np.histogram2d(x.astype(np.float64), y.astype(np.float64), **numpy_kwargs)
+    close(hist, want, rtol=1e-5)
+    close(x_edges, want_x)
+    close(y_edges, want_y)
+  assert jnp.histogram2d(x, y)[0].dtype == np.int32
+  with pytest.raises(ValueError, match="pairs or Nones"):
+    jnp.histogram2d(x, y, range=[(0, 1)])
+
+
+def test_histogramdd():
+  sample = RNG.standard_normal((50, 3)).astype(np.float32)
+  hist, edges = jnp.histogramdd(sample, bins=(2, 3, 4))
+  want, want_edges = np.histogramdd(sample.astype(np.float64), bins=(2, 3, 4))
+  same(hist, want.astype(np.int32))
+  for got, wanted in zip(edges, want_edges): close(got, wanted, rtol=1e-6)
+  weights = RNG.uniform(0, 1, 50).astype(np.float32)
+  hist, _ = tj.jit(lambda s, w: jnp.histogramdd(s, bins=3, weights=w, density=True))(sample, weights)
+  close(hist, np.histogramdd(sample.astype(np.float64), bins=3, weights=weights, density=True)[0], rtol=1e-4)
+  with pytest.raises(ValueError, match="bin for each dimension"):
+    jnp.histogramdd(sample, bins=(2, 3))
+  with pytest.raises(ValueError, match="one weight for each sample"):
+    jnp.histogramdd(sample, weights=np.ones(3))
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+@pytest.mark.parametrize("bitorder", ["big", "little"])
+def test_packbits_unpackbits(axis, bitorder):
+  bits = RNG.integers(0, 2, (3, 13))
+  packed = jnp.packbits(bits, axis=axis, bitorder=bitorder)
+  same(packed, np.packbits(bits, axis=axis, bitorder=bitorder))
+  same(jnp.packbits(bits.astype(bool), axis=axis, bitorder=bitorder), np.packbits(bits, axis=axis, bitorder=bitorder))
+  data = RNG.integers(0, 256, (2, 3)).astype(np.uint8)
+  for count in (None, 3, 20):
+    same(jnp.unpackbits(data, axis=axis, count=count, bitorder=bitorder),
+         np.unpackbits(data, axis=axis, count=count, bitorder=bitorder))
+  length = bits.size if axis is None else bits.shape[axis]
+  roundtrip = tj.jit(lambda b: jnp.unpackbits(jnp.packbits(b, axis=axis, bitorder=bitorder), axis=axis, count=length,
+                                              bitorder=bitorder))(bits)
+  same(roundtrip, (bits.ravel() if axis is None else bits).astype(np.uint8))
+
+
+def test_packbits_errors():
+  with pytest.raises(TypeError, match="integer or boolean"):
+    jnp.packbits(np.ones(3))
+  with pytest.raises(TypeError, match="unsigned byte"):
+    jnp.unpackbits(np.array([2], np.int32))
+  with pytest.raises(ValueError, match="'little' or 'big'"):
+    jnp.packbits(np.ones(3, np.int32), bitorder="x")
