@@ -40,6 +40,8 @@ from tinyjax.numpy._more import (allclose, append, argpartition, array_equal, ar
                                  nancumprod, nancumsum, partition, piecewise, polyval, ravel_multi_index, rot90, select,
                                  setdiff1d, setxor1d, split, trace, trapezoid, tril_indices, tril_indices_from,
                                  triu_indices, triu_indices_from, union1d, unravel_index, vsplit)
+from tinyjax.numpy._polynomial import (poly, polyadd, polyder, polydiv, polyfit, polyint, polymul, polysub,
+                                       roots)
 from tinyjax.numpy._ufunc_compositions import (bitwise_count, copy, divmod, float_power, i0, isneginf, isposinf,
                                                nan_to_num, sinc, spacing)
 from tinyjax.numpy._statistics import (average, median, nanmedian, nanpercentile, nanquantile, percentile, ptp,
@@ -104,13 +106,14 @@ __all__ = [
   "nan_to_num", "nanargmax", "nanargmin", "nancumprod", "nancumsum", "nanmax", "nanmean", "nanmedian", "nanmin",
   "nanpercentile", "nanprod", "nanquantile", "nanstd", "nansum", "nanvar", "ndarray", "ndim", "negative", "newaxis",
   "nextafter", "nonzero", "not_equal", "ogrid", "ones", "ones_like", "outer", "packbits", "pad", "partition",
-  "percentile", "pi", "piecewise", "polyval", "positive", "power", "prod", "promote_types", "ptp", "put_along_axis",
-  "quantile", "r_", "rad2deg", "radians", "ravel", "ravel_multi_index", "reciprocal", "remainder", "repeat", "reshape",
-  "resize", "result_type", "right_shift", "rint", "roll", "rollaxis", "rot90", "round", "s_", "searchsorted", "select",
-  "setdiff1d", "setxor1d", "shape", "sign", "signbit", "sin", "sinc", "sinh", "size", "sort", "spacing", "split",
-  "sqrt", "square", "squeeze", "stack", "std", "subtract", "sum", "swapaxes", "take", "take_along_axis", "tan", "tanh",
-  "tensordot", "tile", "trace", "transpose", "trapezoid", "tri", "tril", "tril_indices", "tril_indices_from",
-  "trim_zeros", "triu", "triu_indices", "triu_indices_from", "true_divide", "trunc", "uint16", "uint32", "uint64",
-  "uint8", "union1d", "unique", "unpackbits", "unravel_index", "unwrap", "vander", "var", "vdot", "vecmat", "vectorize",
-  "vsplit", "vstack", "where", "zeros", "zeros_like",
+  "percentile", "pi", "piecewise", "poly", "polyadd", "polyder", "polydiv", "polyfit", "polyint", "polymul", "polysub",
+  "polyval", "positive", "power", "prod", "promote_types", "ptp", "put_along_axis", "quantile", "r_", "rad2deg",
+  "radians", "ravel", "ravel_multi_index", "reciprocal", "remainder", "repeat", "reshape", "resize", "result_type",
+  "right_shift", "rint", "roll", "rollaxis", "roots", "rot90", "round", "s_", "searchsorted", "select", "setdiff1d",
+  "setxor1d", "shape", "sign", "signbit", "sin", "sinc", "sinh", "size", "sort", "spacing", "split", "sqrt", "square",
+  "squeeze", "stack", "std", "subtract", "sum", "swapaxes", "take", "take_along_axis", "tan", "tanh", "tensordot",
+  "tile", "trace", "transpose", "trapezoid", "tri", "tril", "tril_indices", "tril_indices_from", "trim_zeros", "triu",
+  "triu_indices", "triu_indices_from", "true_divide", "trunc", "uint16", "uint32", "uint64", "uint8", "union1d",
+  "unique", "unpackbits", "unravel_index", "unwrap", "vander", "var", "vdot", "vecmat", "vectorize", "vsplit", "vstack",
+  "where", "zeros", "zeros_like",
 ]
