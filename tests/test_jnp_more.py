@@ -595,3 +595,94 @@ def test_packbits_errors():
     jnp.unpackbits(np.array([2], np.int32))
   with pytest.raises(ValueError, match="'little' or 'big'"):
     jnp.packbits(np.ones(3, np.int32), bitorder="x")
+
+
+# ------------------------------------------------------------------------------------------------- polynomials
+
+P = np.array([2.0, -3.0, 0.5, 4.0])
+Q = np.array([1.5, -1.0])
+
+
+def test_poly_arithmetic(x64):
+  close(jnp.poly(np.array([1.0, 2.0, -3.0])), np.poly([1.0, 2.0, -3.0]), rtol=1e-14)
+  close(jnp.poly(np.array([[1.0, 2.0], [3.0, 4.0]])), np.poly(np.array([[1.0, 2.0], [3.0, 4.0]])), rtol=1e-12)
+  same(jnp.poly(np.zeros(0)), np.float64(1.0))
+  for got, want in ((jnp.polyadd(P, Q), np.polyadd(P, Q)), (jnp.polyadd(Q, P), np.polyadd(Q, P)),
+                    (jnp.polysub(P, Q), np.polysub(P, Q)), (jnp.polysub(Q, P), np.polysub(Q, P)),
+                    (jnp.polymul(P, Q), np.polymul(P, Q))):
+    close(got, want, rtol=1e-14)
+  same(jnp.polyadd(np.array([1, 2], np.int32), np.array([3, 4, 5], np.int32)), np.array([3, 5, 7], np.int32))
+  assert jnp.polymul(np.array([1, 2], np.int32), np.array([3, 4], np.int32)).dtype == np.float32  # (JAX: int32 -> f32)
+  close(jnp.polymul(np.array([0.0, 1, 2]), np.array([0.0, 3, 4]), trim_leading_zeros=True), np.polymul([1, 2], [3, 4]))
+  quotient, remainder = jnp.polydiv(P, Q)
+  want_q, want_r = np.polydiv(P, Q)
+  close(quotient, want_q, rtol=1e-14)
+  close(remainder[-want_r.size:], want_r, rtol=1e-13, atol=1e-14)
+  assert remainder.shape == P.shape  # (JAX keeps the leading zeros)
+  quotient, remainder = jnp.polydiv(np.array([1.0, 2, 3, 4]), np.array([1.0, 1]), trim_leading_zeros=True)
+  close(remainder, np.polydiv([1.0, 2, 3, 4], [1.0, 1])[1])
+
+
+@pytest.mark.parametrize("m", [0, 1, 2, 4])
+def test_polyder_polyint(m, x64):
+  close(jnp.polyder(P, m), np.polyder(P, m), rtol=1e-14)
+  close(jnp.polyint(P, m), np.polyint(P, m), rtol=1e-14)
+  if m:
+    constants = np.arange(1.0, m + 1)
+    close(jnp.polyint(P, m, k=constants), np.polyint(P, m, k=constants), rtol=1e-14)
+    close(jnp.polyint(P, m, k=2.5), np.polyint(P, m, k=2.5), rtol=1e-14)
+    close(jnp.polyder(jnp.polyint(P, m), m), P, rtol=1e-14)
+  assert jnp.polyder(np.array([1, 2, 3], np.int32)).dtype == np.float32
+  with pytest.raises(ValueError, match="positive"):
+    jnp.polyder(P, -1)
+  with pytest.raises(ValueError, match="positive"):
+    jnp.polyint(P, -1)
+  with pytest.raises(ValueError, match="length 1 or m"):
+    jnp.polyint(P, 2, k=np.ones(3))
+
+
+def test_polyfit(x64):
+  x = np.linspace(0, 2, 9)
+  y = 1 + 2 * x - x ** 2 + 0.1 * np.sin(5 * x)
+  for deg in (0, 1, 2, 3):
+    close(jnp.polyfit(x, y, deg), np.polyfit(x, y, deg), rtol=1e-10, atol=1e-12)
+  weights = np.arange(1.0, 10.0)
+  columns = np.stack([y, 2 * y - x], 1)
+  close(jnp.polyfit(x, columns, 2, w=weights), np.polyfit(x, columns, 2, w=weights), rtol=1e-10, atol=1e-12)
+  got, want = jnp.polyfit(x, y, 2, full=True), np.polyfit(x, y, 2, full=True)
+  for g, w in zip(got, want): close(g, w, rtol=1e-9, atol=1e-12)
+  for cov in (True, "unscaled"):
+    (coefficients, covariance), (want_c, want_cov) = jnp.polyfit(x, y, 2, cov=cov), np.polyfit(x, y, 2, cov=cov)
+    close(coefficients, want_c, rtol=1e-10)
+    close(covariance, want_cov, rtol=1e-8, atol=1e-14)
+  with pytest.raises(ValueError, match="deg"):
+    jnp.polyfit(x, y, -1)
+  with pytest.raises(TypeError, match="same length"):
+    jnp.polyfit(x, y[:-1], 1)
+  # the fit is linear in y: its gradient is the pseudo-inverse's row sums
+  fit = tj.jit(lambda values: jnp.sum(jnp.polyfit(x, values, 2) * np.array([1.0, -2.0, 0.5])))
+  close(tj.grad(fit)(y), numeric_grad(lambda v: fit(jnp.asarray(v)), y, 1e-6), rtol=1e-6, atol=1e-9)
+
+
+def _sorted_roots(r):
+  r = np.asarray(r)
+  return r[np.lexsort((np.round(r.imag, 6), np.round(r.real, 6)))]
+
+
+@pytest.mark.parametrize("p", [[1.0, -6, 11, -6], [0.0, 0, 1, -3, 2], [1.0, 0, 1], [2.0, -1, 0, 0], [3.0], [1.0, 5]])
+def test_roots(p, x64):
+  p = np.array(p)
+  got, want = jnp.roots(p), np.roots(p)
+  assert got.dtype == np.complex128 and got.shape == want.shape
+  close(_sorted_roots(got), _sorted_roots(want), rtol=1e-10, atol=1e-10)
+
+
+def test_roots_without_stripping_and_under_jit():
+  p = np.array([0.0, 0.0, 1.0, -3.0, 2.0], np.float32)
+  got = np.asarray(tj.jit(lambda c: jnp.roots(c, strip_zeros=False))(p))
+  assert got.dtype == np.complex64 and got.shape == (4,)
+  close(np.sort_complex(got[:2]), [1.0, 2.0], rtol=1e-5)
+  assert np.isnan(got[2:]).all()
+  with pytest.raises(tj.ConcretizationTypeError, match="strip_zeros=False"):
+    tj.jit(jnp.roots)(p)
+  assert jnp.roots(np.array([1, 0, -4], np.int32)).dtype == np.complex64
