@@ -686,3 +686,49 @@ def test_roots_without_stripping_and_under_jit():
   with pytest.raises(tj.ConcretizationTypeError, match="strip_zeros=False"):
     tj.jit(jnp.roots)(p)
   assert jnp.roots(np.array([1, 0, -4], np.int32)).dtype == np.complex64
+
+
+# ------------------------------------------------------------------------------------------------- dtype names, I/O
+
+def test_dtype_names_and_abstract_types(x64):
+  for name, dtype in (("float_", np.float64), ("double", np.float64), ("single", np.float32), ("int_", np.int64),
+                      ("uint", np.uint64), ("csingle", np.complex64), ("cdouble", np.complex128)):
+    assert np.dtype(getattr(jnp, name)) == dtype and getattr(jnp, name)(1).dtype == dtype
+  assert jnp.issubdtype(jnp.bfloat16, jnp.floating) and jnp.issubdtype(jnp.float8_e4m3fn, jnp.inexact)
+  assert jnp.issubdtype(jnp.arange(3.0).dtype, jnp.floating) and not jnp.issubdtype(np.int32, jnp.floating)
+  assert jnp.issubdtype(np.int8, jnp.signedinteger) and not jnp.issubdtype(np.uint8, jnp.signedinteger)
+  assert jnp.issubdtype(np.uint16, jnp.unsignedinteger) and jnp.issubdtype(np.uint16, jnp.integer)
+  assert jnp.issubdtype(np.complex64, jnp.number) and jnp.issubdtype(np.bool_, jnp.generic)
+  assert not jnp.issubdtype(np.float32, jnp.character) and jnp.issubdtype(np.str_, jnp.flexible)
+  assert jnp.object_ is np.object_ and issubclass(jnp.ComplexWarning, RuntimeWarning)
+
+
+def test_print_options_and_text():
+  x = jnp.arange(3.0) / 3
+  with jnp.printoptions(precision=2):
+    assert jnp.array_str(x) == "[0.   0.33 0.67]" and jnp.get_printoptions()["precision"] == 2
+  assert "0.33333" in jnp.array_str(x)
+  assert jnp.array_repr(jnp.arange(3)) == "Array([0, 1, 2], dtype=int32)"  # (numpy's, calling the array's repr)
+
+
+def test_frombuffer_fromstring_fromiter():
+  same(jnp.frombuffer(b"\x01\x02\x03\x04", dtype=np.uint8, count=3, offset=1), np.array([2, 3, 4], np.uint8))
+  same(jnp.frombuffer(np.arange(3, dtype=np.int16).tobytes(), dtype=np.int16), np.arange(3, dtype=np.int16))
+  same(jnp.fromstring("1, 2, 3", dtype=np.int32, sep=","), np.array([1, 2, 3], np.int32))
+  same(jnp.fromstring("1.5 2", sep=" "), np.array([1.5, 2], np.float32))
+  with pytest.raises(NotImplementedError, match="np.fromiter"):
+    jnp.fromiter(iter([1, 2]), float)
+
+
+def test_load_save(tmp_path):
+  path = tmp_path / "x.npy"
+  jnp.save(path, jnp.arange(4, dtype=jnp.bfloat16))
+  loaded = jnp.load(path)
+  assert isinstance(loaded, tj.Array) and loaded.dtype == jnp.bfloat16
+  same(loaded, np.arange(4).astype(jnp.bfloat16))
+  jnp.save(path, np.arange(3, dtype=np.int16))
+  same(jnp.load(path), np.arange(3, dtype=np.int16))
+  archive = tmp_path / "x.npz"
+  jnp.savez(archive, a=np.ones(2), b=jnp.zeros(3))
+  with jnp.load(archive) as data:
+    np.testing.assert_array_equal(data["b"], np.zeros(3))

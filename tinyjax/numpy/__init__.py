@@ -31,6 +31,8 @@ from tinyjax.numpy._functional import apply_along_axis, apply_over_axes, fromfun
 from tinyjax.numpy._histograms import histogram2d, histogram_bin_edges, histogramdd
 from tinyjax.numpy._index_tricks import c_, index_exp, ix_, mask_indices, mgrid, ogrid, r_, s_
 from tinyjax.numpy._indexing import take, take_along_axis
+from tinyjax.numpy._io import (array_repr, array_str, frombuffer, fromiter, fromstring, get_printoptions, load,
+                               printoptions, save, savez, set_printoptions)
 from tinyjax.numpy._manipulation import (array_equiv, block, choose, compress, diagflat, ediff1d, extract, iterable,
                                          packbits, put_along_axis, resize, rollaxis, trim_zeros, unpackbits, vander)
 from tinyjax.numpy._einsum import convolve, correlate, einsum
@@ -73,7 +75,18 @@ float16, bfloat16, float32, float64 = (_SCALAR_TYPES[name] for name in ("float16
 float8_e4m3fn = _SCALAR_TYPES["float8_e4m3fn"]
 complex64, complex128 = _SCALAR_TYPES["complex64"], _SCALAR_TYPES["complex128"]
 complex_ = complex128  # (numpy's name for the double-precision complex type, as jax.numpy.complex_)
-complexfloating = _np.complexfloating
+# numpy's C-style names, as JAX's (64-bit types: 32-bit values unless x64)
+float_ = double = float64
+single = float32
+int_ = int64
+uint = uint64
+csingle, cdouble = complex64, complex128
+# numpy's abstract scalar types, for issubdtype (bfloat16 and float8 count as floating)
+generic, number, inexact, floating, complexfloating = _np.generic, _np.number, _np.inexact, _np.floating, \
+  _np.complexfloating
+integer, signedinteger, unsignedinteger = _np.integer, _np.signedinteger, _np.unsignedinteger
+character, flexible, object_ = _np.character, _np.flexible, _np.object_
+ComplexWarning = _np.exceptions.ComplexWarning
 
 _array_methods.attach()
 
@@ -85,35 +98,38 @@ __all__ = [
   "permute_dims", "pow", "unique_all", "unique_counts", "unique_inverse", "unique_values", "unstack", "vecdot",
   "abs", "absolute", "add", "all", "allclose", "amax", "amin", "any", "append", "apply_along_axis", "apply_over_axes",
   "arange", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "argmax", "argmin",
-  "argpartition", "argsort", "argwhere", "around", "Array", "array", "array_equal", "array_equiv", "array_split",
-  "asarray", "astype", "atleast_1d", "atleast_2d", "atleast_3d", "average", "bartlett", "bfloat16", "bincount",
-  "bitwise_and", "bitwise_count", "bitwise_not", "bitwise_or", "bitwise_xor", "blackman", "block", "bool_",
-  "broadcast_arrays", "broadcast_shapes", "broadcast_to", "c_", "cbrt", "ceil", "choose", "clip", "column_stack",
-  "compress", "concatenate", "convolve", "copy", "copysign", "corrcoef", "correlate", "cos", "cosh", "count_nonzero",
-  "cov", "cross", "cummax", "cummin", "cumprod", "cumsum", "cumulative_prod", "cumulative_sum", "deg2rad", "degrees",
-  "delete", "diag", "diag_indices", "diag_indices_from", "diagflat", "diagonal", "diff", "digitize", "divide", "divmod",
-  "dot", "dstack", "dtype", "e", "ediff1d", "einsum", "empty", "empty_like", "equal", "euler_gamma", "exp", "exp2",
-  "expand_dims", "expm1", "extract", "eye", "fabs", "fill_diagonal", "finfo", "flatnonzero", "flip", "fliplr", "flipud",
-  "float16", "float32", "float64", "float8_e4m3fn", "float_power", "floor", "floor_divide", "fmax", "fmin", "fmod",
-  "frexp", "fromfunction", "full", "full_like", "gcd", "geomspace", "gradient", "greater", "greater_equal", "hamming",
-  "hanning", "heaviside", "histogram", "histogram2d", "histogram_bin_edges", "histogramdd", "hsplit", "hstack", "hypot",
-  "i0", "identity", "iinfo", "index_exp", "indices", "inf", "inner", "insert", "int16", "int32", "int64", "int8",
-  "interp", "intersect1d", "invert", "isclose", "isfinite", "isin", "isinf", "isnan", "isneginf", "isposinf",
+  "argpartition", "argsort", "argwhere", "around", "Array", "array", "array_equal", "array_equiv", "array_repr",
+  "array_split", "array_str", "asarray", "astype", "atleast_1d", "atleast_2d", "atleast_3d", "average", "bartlett",
+  "bfloat16", "bincount", "bitwise_and", "bitwise_count", "bitwise_not", "bitwise_or", "bitwise_xor", "blackman",
+  "block", "bool_", "broadcast_arrays", "broadcast_shapes", "broadcast_to", "c_", "cbrt", "cdouble", "ceil",
+  "character", "choose", "clip", "column_stack", "ComplexWarning", "compress", "concatenate", "convolve", "copy",
+  "copysign", "corrcoef", "correlate", "cos", "cosh", "count_nonzero", "cov", "cross", "csingle", "cummax", "cummin",
+  "cumprod", "cumsum", "cumulative_prod", "cumulative_sum", "deg2rad", "degrees", "delete", "diag", "diag_indices",
+  "diag_indices_from", "diagflat", "diagonal", "diff", "digitize", "divide", "divmod", "dot", "double", "dstack",
+  "dtype", "e", "ediff1d", "einsum", "empty", "empty_like", "equal", "euler_gamma", "exp", "exp2", "expand_dims",
+  "expm1", "extract", "eye", "fabs", "fill_diagonal", "finfo", "flatnonzero", "flexible", "flip", "fliplr", "flipud",
+  "float16", "float32", "float64", "float8_e4m3fn", "float_", "float_power", "floating", "floor", "floor_divide",
+  "fmax", "fmin", "fmod", "frexp", "frombuffer", "fromfunction", "fromiter", "fromstring", "full", "full_like", "gcd",
+  "generic", "geomspace", "get_printoptions", "gradient", "greater", "greater_equal", "hamming", "hanning", "heaviside",
+  "histogram", "histogram2d", "histogram_bin_edges", "histogramdd", "hsplit", "hstack", "hypot", "i0", "identity",
+  "iinfo", "index_exp", "indices", "inexact", "inf", "inner", "insert", "int16", "int32", "int64", "int8", "int_",
+  "integer", "interp", "intersect1d", "invert", "isclose", "isfinite", "isin", "isinf", "isnan", "isneginf", "isposinf",
   "isscalar", "issubdtype", "iterable", "ix_", "kaiser", "kron", "lcm", "ldexp", "left_shift", "less", "less_equal",
-  "lexsort", "linalg", "linspace", "log", "log10", "log1p", "log2", "logaddexp", "logaddexp2", "logical_and",
+  "lexsort", "linalg", "linspace", "load", "log", "log10", "log1p", "log2", "logaddexp", "logaddexp2", "logical_and",
   "logical_not", "logical_or", "logical_xor", "logspace", "mask_indices", "matmul", "matrix_transpose", "matvec", "max",
   "maximum", "mean", "median", "meshgrid", "mgrid", "min", "minimum", "mod", "modf", "moveaxis", "multiply", "nan",
   "nan_to_num", "nanargmax", "nanargmin", "nancumprod", "nancumsum", "nanmax", "nanmean", "nanmedian", "nanmin",
   "nanpercentile", "nanprod", "nanquantile", "nanstd", "nansum", "nanvar", "ndarray", "ndim", "negative", "newaxis",
-  "nextafter", "nonzero", "not_equal", "ogrid", "ones", "ones_like", "outer", "packbits", "pad", "partition",
-  "percentile", "pi", "piecewise", "poly", "polyadd", "polyder", "polydiv", "polyfit", "polyint", "polymul", "polysub",
-  "polyval", "positive", "power", "prod", "promote_types", "ptp", "put_along_axis", "quantile", "r_", "rad2deg",
-  "radians", "ravel", "ravel_multi_index", "reciprocal", "remainder", "repeat", "reshape", "resize", "result_type",
-  "right_shift", "rint", "roll", "rollaxis", "roots", "rot90", "round", "s_", "searchsorted", "select", "setdiff1d",
-  "setxor1d", "shape", "sign", "signbit", "sin", "sinc", "sinh", "size", "sort", "spacing", "split", "sqrt", "square",
+  "nextafter", "nonzero", "not_equal", "number", "object_", "ogrid", "ones", "ones_like", "outer", "packbits", "pad",
+  "partition", "percentile", "pi", "piecewise", "poly", "polyadd", "polyder", "polydiv", "polyfit", "polyint",
+  "polymul", "polysub", "polyval", "positive", "power", "printoptions", "prod", "promote_types", "ptp",
+  "put_along_axis", "quantile", "r_", "rad2deg", "radians", "ravel", "ravel_multi_index", "reciprocal", "remainder",
+  "repeat", "reshape", "resize", "result_type", "right_shift", "rint", "roll", "rollaxis", "roots", "rot90", "round",
+  "s_", "save", "savez", "searchsorted", "select", "set_printoptions", "setdiff1d", "setxor1d", "shape", "sign",
+  "signbit", "signedinteger", "sin", "sinc", "single", "sinh", "size", "sort", "spacing", "split", "sqrt", "square",
   "squeeze", "stack", "std", "subtract", "sum", "swapaxes", "take", "take_along_axis", "tan", "tanh", "tensordot",
   "tile", "trace", "transpose", "trapezoid", "tri", "tril", "tril_indices", "tril_indices_from", "trim_zeros", "triu",
-  "triu_indices", "triu_indices_from", "true_divide", "trunc", "uint16", "uint32", "uint64", "uint8", "union1d",
-  "unique", "unpackbits", "unravel_index", "unwrap", "vander", "var", "vdot", "vecmat", "vectorize", "vsplit", "vstack",
-  "where", "zeros", "zeros_like",
+  "triu_indices", "triu_indices_from", "true_divide", "trunc", "uint", "uint16", "uint32", "uint64", "uint8", "union1d",
+  "unique", "unpackbits", "unravel_index", "unsignedinteger", "unwrap", "vander", "var", "vdot", "vecmat", "vectorize",
+  "vsplit", "vstack", "where", "zeros", "zeros_like",
 ]
