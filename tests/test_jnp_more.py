@@ -188,7 +188,8 @@ def test_index_tricks():
   close(jnp.r_[-1:1:5j, 0, 1], np.r_[-1:1:5j, 0, 1])
   same(jnp.r_["0,2", [1, 2, 3], [4, 5, 6]], np.r_["0,2", [1, 2, 3], [4, 5, 6]].astype(np.int32))
   same(jnp.r_["-1,2,0", [1, 2, 3], [4, 5, 6]], np.r_["-1,2,0", [1, 2, 3], [4, 5, 6]].astype(np.int32))
-  same(jnp.r_["r", [1, 2, 3], [4, 5, 6]], np.asarray(np.r_["r", [1, 2, 3], [4, 5, 6]]).astype(np.int32))
+  same(jnp.r_["r", [1, 2, 3], [4, 5, 6]], np.array([[1, 2, 3, 4, 5, 6]], np.int32))  # (numpy: a matrix)
+  same(jnp.r_["c", [1, 2, 3]], np.array([[1], [2], [3]], np.int32))
   same(jnp.c_[np.array([1, 2, 3]), np.array([4, 5, 6])],
        np.c_[np.array([1, 2, 3]), np.array([4, 5, 6])].astype(np.int32))
   same(jnp.c_[np.array([[1, 2, 3]]), 0, 0, np.array([[4, 5, 6]])],
@@ -732,3 +733,25 @@ def test_load_save(tmp_path):
   jnp.savez(archive, a=np.ones(2), b=jnp.zeros(3))
   with jnp.load(archive) as data:
     np.testing.assert_array_equal(data["b"], np.zeros(3))
+
+
+def test_put_and_place():
+  x = np.arange(6).reshape(2, 3)
+  same(jnp.put(x, np.array([0, 2]), np.array([10, 20]), inplace=False), np.array([[10, 1, 20], [3, 4, 5]], np.int32))
+  same(jnp.put(x, np.array([0, 4, 1]), 9, inplace=False), np.array([[9, 9, 2], [3, 9, 5]], np.int32))
+  for mode in ("clip", "wrap"):
+    want = x.copy()
+    np.put(want, [0, 7, -1], 9, mode=mode)
+    same(jnp.put(x, np.array([0, 7, -1]), 9, mode=mode, inplace=False), want.astype(np.int32))
+  with pytest.raises(ValueError, match="inplace=False"):
+    jnp.put(x, 0, 1)
+  with pytest.raises(NotImplementedError):
+    jnp.put(x, 0, 1, mode="raise", inplace=False)
+  want = x.copy()
+  np.place(want, x % 2 == 1, [7, 8])
+  same(jnp.place(x, x % 2 == 1, np.array([7, 8]), inplace=False), want.astype(np.int32))
+  same(tj.jit(lambda m: jnp.place(x, m, np.array([-1]), inplace=False))(x > 3), np.where(x > 3, -1, x).astype(np.int32))
+  with pytest.raises(ValueError, match="inplace=False"):
+    jnp.place(x, x > 1, np.array([1]))
+  with pytest.raises(ValueError, match="empty"):
+    jnp.place(x, x > 1, np.zeros(0), inplace=False)

@@ -34,7 +34,8 @@ from tinyjax.numpy._indexing import take, take_along_axis
 from tinyjax.numpy._io import (array_repr, array_str, frombuffer, fromiter, fromstring, get_printoptions, load,
                                printoptions, save, savez, set_printoptions)
 from tinyjax.numpy._manipulation import (array_equiv, block, choose, compress, diagflat, ediff1d, extract, iterable,
-                                         packbits, put_along_axis, resize, rollaxis, trim_zeros, unpackbits, vander)
+                                         packbits, place, put, put_along_axis, resize, rollaxis, trim_zeros,
+                                         unpackbits, vander)
 from tinyjax.numpy._einsum import convolve, correlate, einsum
 from tinyjax.numpy._more import (allclose, append, argpartition, array_equal, array_split, cross, delete, diag,
                                  diag_indices, diag_indices_from, diagonal, digitize, fill_diagonal, frexp, gcd, hsplit,
@@ -98,7 +99,7 @@ __all__ = [
   "permute_dims", "pow", "unique_all", "unique_counts", "unique_inverse", "unique_values", "unstack", "vecdot",
   "abs", "absolute", "add", "all", "allclose", "amax", "amin", "any", "append", "apply_along_axis", "apply_over_axes",
   "arange", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "argmax", "argmin",
-  "argpartition", "argsort", "argwhere", "around", "Array", "array", "array_equal", "array_equiv", "array_repr",
+  "argpartition", "argsort", "argwhere", "around", "array", "Array", "array_equal", "array_equiv", "array_repr",
   "array_split", "array_str", "asarray", "astype", "atleast_1d", "atleast_2d", "atleast_3d", "average", "bartlett",
   "bfloat16", "bincount", "bitwise_and", "bitwise_count", "bitwise_not", "bitwise_or", "bitwise_xor", "blackman",
   "block", "bool_", "broadcast_arrays", "broadcast_shapes", "broadcast_to", "c_", "cbrt", "cdouble", "ceil",
@@ -121,8 +122,8 @@ __all__ = [
   "nan_to_num", "nanargmax", "nanargmin", "nancumprod", "nancumsum", "nanmax", "nanmean", "nanmedian", "nanmin",
   "nanpercentile", "nanprod", "nanquantile", "nanstd", "nansum", "nanvar", "ndarray", "ndim", "negative", "newaxis",
   "nextafter", "nonzero", "not_equal", "number", "object_", "ogrid", "ones", "ones_like", "outer", "packbits", "pad",
-  "partition", "percentile", "pi", "piecewise", "poly", "polyadd", "polyder", "polydiv", "polyfit", "polyint",
-  "polymul", "polysub", "polyval", "positive", "power", "printoptions", "prod", "promote_types", "ptp",
+  "partition", "percentile", "pi", "piecewise", "place", "poly", "polyadd", "polyder", "polydiv", "polyfit", "polyint",
+  "polymul", "polysub", "polyval", "positive", "power", "printoptions", "prod", "promote_types", "ptp", "put",
   "put_along_axis", "quantile", "r_", "rad2deg", "radians", "ravel", "ravel_multi_index", "reciprocal", "remainder",
   "repeat", "reshape", "resize", "result_type", "right_shift", "rint", "roll", "rollaxis", "roots", "rot90", "round",
   "s_", "save", "savez", "searchsorted", "select", "set_printoptions", "setdiff1d", "setxor1d", "shape", "sign",

@@ -1,6 +1,6 @@
 """Array manipulation in tinyjax.numpy composed of the shape and indexing functions: `diagflat`, `ediff1d`,
 `array_equiv`, `compress`, `extract`, `choose`, `resize`, `rollaxis`, `trim_zeros`, `vander`, `block`,
-`put_along_axis`, `packbits`/`unpackbits`, `iterable`."""
+`put_along_axis`, `put`, `place`, `packbits`/`unpackbits`, `iterable`."""
 from __future__ import annotations
 
 import math
@@ -263,3 +263,44 @@ def unpackbits(a: Any, axis: int | None = None, count: int | None = None, bitord
     if count > bits.shape[-1]: bits = jnp.pad(bits, [(0, 0)] * (bits.ndim - 1) + [(0, count - bits.shape[-1])])
     else: bits = bits[..., :count]
   return jnp.swapaxes(bits, axis, -1)
+
+
+def _tiled(values: Array, size: int) -> Array:
+  """`values` repeated (or cut) to `size` elements."""
+  from tinyjax import numpy as jnp
+  return jnp.tile(values, -(-size // values.shape[0]))[:size] if values.shape[0] != size else values
+
+
+def place(arr: Any, mask: Any, vals: Any, *, inplace: bool = True) -> Array:
+  """A copy of `arr` with the positions where `mask` is true set to the flattened `vals` in order (repeated as
+  needed). JAX arrays are immutable: `inplace=False` is required."""
+  from tinyjax import numpy as jnp
+  if inplace:
+    raise ValueError("jax.numpy.place cannot modify arrays in-place, because JAX arrays are immutable. Pass "
+                     "inplace=False to instead return an updated array.")
+  x, where_true, values = (as_array(v, "place") for v in (arr, mask, vals))
+  values = jnp.ravel(values)
+  if values.shape[0] == 0: raise ValueError("Cannot place values from an empty array")
+  flat_mask = jnp.ravel(where_true)
+  (positions,) = jnp.nonzero(flat_mask, size=flat_mask.shape[0], fill_value=flat_mask.shape[0])
+  return jnp.reshape(jnp.ravel(x).at[positions].set(_tiled(values, positions.shape[0]), mode="drop"), x.shape)
+
+
+def put(a: Any, ind: Any, v: Any, mode: str | None = None, *, inplace: bool = True) -> Array:
+  """A copy of `a` with the flat positions `ind` set to `v` (repeated as needed). Positions go through
+  `unravel_index` as in JAX (negative ones count from the end, others past the end clip), or are clipped / wrapped
+  first with `mode`. JAX arrays are immutable: `inplace=False` is required."""
+  from tinyjax import numpy as jnp
+  if inplace:
+    raise ValueError("jax.numpy.put cannot modify arrays in-place, because JAX arrays are immutable. Pass "
+                     "inplace=False to instead return an updated array.")
+  x, index, values = (as_array(value, "put") for value in (a, ind, v))
+  index, values = jnp.ravel(index), jnp.ravel(values)
+  if not x.size or not index.size or not values.size: return x
+  values = _tiled(values, index.shape[0])
+  if mode is None: scatter_mode = "drop"
+  elif mode == "clip": index, scatter_mode = jnp.clip(index, 0, x.size - 1), "promise_in_bounds"
+  elif mode == "wrap": index, scatter_mode = index % x.size, "promise_in_bounds"
+  elif mode == "raise": raise NotImplementedError("The 'raise' mode to jnp.put is not supported.")
+  else: raise ValueError(f"mode should be one of 'wrap' or 'clip'; got mode={mode!r}")
+  return x.at[jnp.unravel_index(index, x.shape)].set(values, mode=scatter_mode)
