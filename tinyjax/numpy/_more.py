@@ -2,7 +2,7 @@
 `indices`, `diag`, `diagonal`, `trace`, `isclose`, `allclose`, `array_equal`, `kron`, `linalg.norm`; `select`,
 `piecewise`, `interp`, `polyval`, `digitize`, `cross`, `trapezoid`, `nancumsum`/`nancumprod`, `partition`; `insert`,
 `delete`, `append` (concrete positions); `unravel_index`, `ravel_multi_index`, `tri*_indices`, `diag_indices`,
-`fill_diagonal`."""
+`fill_diagonal`; the set functions (`isin`, `union1d`, `setdiff1d`, `setxor1d`, `intersect1d`)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
