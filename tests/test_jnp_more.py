@@ -87,12 +87,13 @@ def test_spacing(dtype):
   x = np.array([0.0, 1.0, -1.0, 0.25, 1e4, -3.5, np.inf, np.nan], dtype)
   with tj.config.override("jax_enable_x64", dtype == np.float64):
     got = jnp.spacing(x)
+    negative_zero = jnp.spacing(np.array([-0.0], dtype))
   assert got.dtype == dtype
   with np.errstate(invalid="ignore"):
     want = np.spacing(x)
   np.testing.assert_array_equal(np.asarray(got), want)
   if dtype != np.float16:  # (JAX: -0.0 gives minus the smallest subnormal; numpy gives plus)
-    same(jnp.spacing(np.array([-0.0], dtype)), -np.array([np.finfo(dtype).smallest_subnormal], dtype))
+    same(negative_zero, -np.array([np.finfo(dtype).smallest_subnormal], dtype))
   assert jnp.spacing(3).dtype == np.float32
   with pytest.raises(ValueError, match="complex"):
     jnp.spacing(np.array([1j], np.complex64))
