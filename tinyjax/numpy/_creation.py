@@ -194,6 +194,39 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
   return (out, cast(step, out_dtype, False)) if retstep else out
 
 
+
+@with_device
+def logspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, base: Any = 10.0, dtype: Any = None,
+             axis: int = 0) -> Array:
+  """base ** linspace(start, stop, num): `num` points evenly spaced on a log scale. Dtype: `dtype`, else the
+  inexact result type of start and stop."""
+  from tinyjax.numpy._elementwise import power, promote  # noqa: PLC0415
+  target = dtypes.to_inexact_dtype(dtypes.result_type(start, stop)) if dtype is None else \
+    dtypes.check_user_dtype_supported(dtype, "logspace")
+  compute = dtypes.to_inexact_dtype(target)
+  start_array, stop_array = (cast(x, compute, False) for x in promote("logspace", start, stop, broadcast=False))
+  exponents = linspace(start_array, stop_array, num, endpoint=endpoint, axis=axis)
+  return cast(power(base, exponents), target, weak_type=False)
+
+
+@with_device
+def geomspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, dtype: Any = None,
+              axis: int = 0) -> Array:
+  """`num` points from `start` to `stop` evenly spaced on a log scale (a geometric progression; both ends of one
+  sign; complex ends are not supported yet). Dtype: `dtype`, else the inexact result type of start and stop."""
+  from tinyjax.numpy._elementwise import log10, promote, sign  # noqa: PLC0415
+  from tinyjax.numpy._shape import moveaxis  # noqa: PLC0415
+  target = dtypes.to_inexact_dtype(dtypes.result_type(start, stop)) if dtype is None else \
+    dtypes.check_user_dtype_supported(dtype, "geomspace")
+  compute = dtypes.to_inexact_dtype(target)
+  start_array, stop_array = (cast(x, compute, False) for x in promote("geomspace", start, stop, broadcast=False))
+  direction = sign(start_array)
+  result = direction * logspace(log10(start_array / direction), log10(stop_array / direction), num,
+                                endpoint=endpoint, base=10.0, dtype=compute, axis=0)
+  if axis != 0: result = moveaxis(result, 0, axis)
+  return cast(result, target, weak_type=False)
+
+
 @with_device
 def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:  # noqa: N803
   """An (N, M) array with ones on the k-th diagonal and zeros elsewhere (default dtype float32/64)."""

@@ -137,3 +137,34 @@ def tensordot(a: Any, b: Any, axes: int | Sequence[Any] = 2, *, precision: Any =
   if [a.shape[i] for i in a_axes] != [b.shape[i] for i in b_axes]:
     raise TypeError(f"tensordot: contracted dimensions differ for shapes {a.shape} and {b.shape}, axes {axes}")
   return _contract(a, b, (a_axes, b_axes))
+
+
+def _check_core(name: str, signature: str, x1: Array, x2: Array, matrix_first: bool) -> None:
+  matrix, vector = (x1, x2) if matrix_first else (x2, x1)
+  error_context = f"on vectorized function with excluded=frozenset() and signature={signature!r}"
+  for operand, core in ((x1, 2 if matrix_first else 1), (x2, 1 if matrix_first else 2)):
+    if operand.ndim < core:
+      raise ValueError(f"{name}: input with shape {operand.shape} does not have enough dimensions for the core "
+                       f"dimensions of {signature!r} {error_context}")
+  shared = matrix.shape[-1] if matrix_first else matrix.shape[-2]
+  if shared != vector.shape[-1]:
+    raise ValueError(f"{name}: inconsistent size for the shared core dimension: {vector.shape[-1]} vs {shared} "
+                     f"{error_context}")
+
+
+def matvec(x1: Any, x2: Any, /) -> Array:
+  """The matrix-vector product of stacks: (..., n, m) with (..., m) -> (..., n), batch axes broadcast (numpy 2's
+  gufunc; no conjugation)."""
+  a, b = _promoted_pair("matvec", x1, x2)
+  _check_core("matvec", "(n,m),(m)->(n)", a, b, matrix_first=True)
+  return matmul(a, b[..., None])[..., 0]
+
+
+def vecmat(x1: Any, x2: Any, /) -> Array:
+  """The vector-matrix product of stacks: (..., n) with (..., n, m) -> (..., m), batch axes broadcast; a complex
+  vector is conjugated (numpy 2's gufunc, as JAX)."""
+  from tinyjax.numpy._elementwise import conjugate
+  a, b = _promoted_pair("vecmat", x1, x2)
+  _check_core("vecmat", "(n),(n,m)->(m)", a, b, matrix_first=False)
+  if dtypes.is_complex(a.dtype): a = conjugate(a)
+  return matmul(a[..., None, :], b)[..., 0, :]

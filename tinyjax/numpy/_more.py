@@ -2,7 +2,7 @@
 `indices`, `diag`, `diagonal`, `trace`, `isclose`, `allclose`, `array_equal`, `kron`, `linalg.norm`; `select`,
 `piecewise`, `interp`, `polyval`, `digitize`, `cross`, `trapezoid`, `nancumsum`/`nancumprod`, `partition`; `insert`,
 `delete`, `append` (concrete positions); `unravel_index`, `ravel_multi_index`, `tri*_indices`, `diag_indices`,
-`fill_diagonal`."""
+`fill_diagonal`; the set functions (`isin`, `union1d`, `setdiff1d`, `setxor1d`, `intersect1d`)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -647,6 +647,17 @@ def setdiff1d(ar1: Any, ar2: Any, assume_unique: bool = False, *, size: int | No
   ordered = jnp.sort(jnp.ravel(x))
   keep = _first_of_runs(ordered) & ~isin(ordered, y)
   return _selected("setdiff1d", ordered, keep, size, fill_value)[0]
+
+
+def setxor1d(ar1: Any, ar2: Any, assume_unique: bool = False, *, size: int | None = None,
+             fill_value: Any = None) -> Array:
+  """The sorted unique values in exactly one of the arrays."""
+  from tinyjax import numpy as jnp
+  x, y = ew.promote("setxor1d", ar1, ar2, broadcast=False)
+  x, y = jnp.ravel(x), jnp.ravel(y)
+  ordered = jnp.sort(jnp.concatenate([x, y]))
+  keep = _first_of_runs(ordered) & (isin(ordered, x) != isin(ordered, y))
+  return _selected("setxor1d", ordered, keep, size, fill_value)[0]
 
 
 def intersect1d(ar1: Any, ar2: Any, assume_unique: bool = False, return_indices: bool = False, *,
