@@ -262,3 +262,17 @@ def test_kernels_flush_float32_subnormals_as_xla():
   assert np.float32(1e-40) * np.float32(2) != 0  # numpy on this thread still sees subnormals
   half = np.array([np.finfo(np.float16).tiny / 8], np.float16)
   np.testing.assert_array_equal(np.asarray(tj.jit(lambda v: v * 2)(half)), half * 2)
+
+
+def test_gated_loads_stay_out_of_vector_tiles():
+  """A product over a grid made from aranges, divided into a concatenation (whose loads are gated: each part is read
+  only where it lies) crashed the vector tile's renderer under jit; gated loads keep a tile scalar."""
+  def f(c, k):
+    grid = tnp.arange(5, dtype=np.float32)[None, :] - tnp.arange(2, dtype=np.float32)[:, None]
+    return tnp.concatenate([c, k]) / tnp.prod(grid, axis=0)
+  c, k = np.array([1.0, 2.0, 3.0], np.float32), np.array([4.0, 5.0], np.float32)
+  grid = np.arange(5.0)[None, :] - np.arange(2.0)[:, None]
+  with np.errstate(divide="ignore"):
+    want = (np.concatenate([c, k]) / np.prod(grid, axis=0)).astype(np.float32)
+  np.testing.assert_array_equal(np.asarray(tj.jit(f)(c, k)), want)
+  np.testing.assert_array_equal(np.asarray(f(c, k)), want)

@@ -159,7 +159,7 @@ def _vector_nodes_ok(root: UOp, column: UOp, deps: dict[UOp, frozenset[UOp]], le
   """Whether every node under `root` that depends on `column` (down to LOADs, the column itself and `leaf`) is an
   operation with a one-instruction vector form that rounds as the scalar code does (float16 and bfloat16 arithmetic
   rounds after every operation in several instructions), and every LOAD of them reads consecutive elements along the
-  column (one vector load; a packed one is read from its pack). An epilogue reading another array transposed
+  column without a gate (one vector load; a packed one is read from its pack). An epilogue reading another array transposed
   (`a @ b + c.T`) is scalar code."""
   stack, seen = [root], set()
   while stack:
@@ -168,6 +168,7 @@ def _vector_nodes_ok(root: UOp, column: UOp, deps: dict[UOp, frozenset[UOp]], le
     seen.add(node)
     op, dtype = node.op, node.dtype
     if op is Ops.LOAD:
+      if len(node.src) > 2 and node not in packed: return False  # (a gated load: lanes may not be readable)
       strides, nonlinear = linear_strides(node.src[1])
       if node not in packed and (column in nonlinear or strides.get(column) != 1): return False
       continue
