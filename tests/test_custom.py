@@ -123,3 +123,26 @@ def test_custom_vjp_rule_survives_vmap_and_sums_unbatched_cotangents():
   np.testing.assert_array_equal(np.asarray(dx), np.full(4, 2.0, np.float32))
   remat_grad = tj.grad(lambda x: tj.vmap(tj.checkpoint(lambda v: tnp.sin(v) * v))(x).sum())(X)
   np.testing.assert_allclose(np.asarray(remat_grad), np.cos(X) * X + np.sin(X), rtol=1e-5, atol=1e-6)
+
+
+def test_custom_jvp_rule_that_calls_the_function_differentiates_twice():
+  """A rule that calls the custom function itself (as jax.nn's do) is applied again at every order: grad(grad(h)),
+  jvp of grad, jit(grad(grad)) and hessian use the rule, not the body's own derivative (JAX's values)."""
+  @tj.custom_jvp
+  def h(x): return tnp.sin(x)
+
+  @h.defjvp
+  def h_jvp(primals, tangents):
+    return h(primals[0]), h(primals[0]) * 10 * tangents[0]
+
+  x = 0.3
+  # h' = 10 h, so h'' = 100 h and h''' = 1000 h
+  np.testing.assert_allclose(float(tj.grad(h)(x)), 10 * np.sin(x), rtol=1e-6)
+  np.testing.assert_allclose(float(tj.grad(tj.grad(h))(x)), 100 * np.sin(x), rtol=1e-6)
+  np.testing.assert_allclose(float(tj.jit(tj.grad(tj.grad(h)))(x)), 100 * np.sin(x), rtol=1e-6)
+  np.testing.assert_allclose(float(tj.grad(tj.grad(tj.grad(h)))(x)), 1000 * np.sin(x), rtol=1e-5)
+  np.testing.assert_allclose(float(tj.jvp(tj.grad(h), (x,), (1.0,))[1]), 100 * np.sin(x), rtol=1e-6)
+  np.testing.assert_allclose(float(tj.hessian(lambda v: h(v).sum())(tnp.asarray([x]))[0, 0]), 100 * np.sin(x),
+                             rtol=1e-6)
+  per_example = tj.vmap(tj.grad(tj.grad(h)))(tnp.asarray([0.1, 0.2, x]))
+  np.testing.assert_allclose(np.asarray(per_example), 100 * np.sin([0.1, 0.2, x]), rtol=1e-5)

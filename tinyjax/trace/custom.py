@@ -61,12 +61,16 @@ class custom_jvp:  # noqa: N801  (JAX's name)
     if isinstance(trace, batching.BatchTrace): return self._call_batched(trace, args)
     from tinyjax.trace.control_flow import BodyTrace
     if isinstance(trace, BodyTrace): return self._call_staged(args)
+    if isinstance(trace, ad.LinearTrace) and not any(trace.is_mine(x) for x in tree_util.tree_leaves(args)):
+      # (a rule's primal work, staged by reverse mode below a trace that may differentiate it: the call is the
+      # traces beneath's to interpret, so a JVP there applies this rule, as grad(grad(f)) needs)
+      with set_current_trace(trace.parent): return self(*args)
     if not isinstance(trace, ad.JVPTrace): return self.fun(*args)
     static, dynamic = _split_args(args, self.nondiff_argnums)
     leaves, in_tree = tree_util.tree_flatten(dynamic)
     primals, tangents = trace.unpack(tuple(ad._to_array(leaf) for leaf in leaves))
-    if all(t is None for t in tangents):
-      with set_current_trace(trace.tangent_trace): return self.fun(*args)
+    if all(t is None for t in tangents):  # nothing to differentiate here: the traces beneath may
+      with set_current_trace(trace.tangent_trace): return self(*args)
     with set_current_trace(trace.tangent_trace):
       tangents = [ad.instantiate(t, p) for t, p in zip(tangents, primals)]
       primal_args = tree_util.tree_unflatten(in_tree, primals)
