@@ -159,8 +159,8 @@ def _vector_nodes_ok(root: UOp, column: UOp, deps: dict[UOp, frozenset[UOp]], le
   """Whether every node under `root` that depends on `column` (down to LOADs, the column itself and `leaf`) is an
   operation with a one-instruction vector form that rounds as the scalar code does (float16 and bfloat16 arithmetic
   rounds after every operation in several instructions), and every LOAD of them reads consecutive elements along
-  the column without a gate (one vector load; a packed one is read from its pack). An epilogue reading another array transposed
-  (`a @ b + c.T`) is scalar code."""
+  the column without a gate (one vector load; a packed one is read from its pack). An epilogue reading another array
+  transposed (`a @ b + c.T`) is scalar code."""
   stack, seen = [root], set()
   while stack:
     node = stack.pop()
