@@ -88,6 +88,28 @@ def test_reduce_prod_is_exact_at_zeros():
   np.testing.assert_array_equal(np.asarray(rows), [[5.0, 0.0], [3.0, 2.0]])
 
 
+def test_reduce_prod_derivative_with_infinities_and_nans_is_jax():
+  """The derivative at i is the product of the others, before i times after i (JAX 0.10's values below)."""
+  inf, nan = math.inf, math.nan
+  for values, want in (([2.0, inf, 3.0], [inf, 6.0, inf]), ([2.0, nan, 3.0], [nan, 6.0, nan]),
+                       ([0.0, inf, 3.0], [inf, 0.0, nan]), ([-inf, 2.0], [2.0, -inf]), ([5.0], [1.0])):
+    np.testing.assert_array_equal(np.asarray(tj.grad(tnp.prod)(tnp.array(values))), want)
+  # over several axes, kept dimensions, under jit and vmap, against the products of the others
+  x = np.random.default_rng(3).uniform(0.5, 2.0, (3, 4, 5)).astype(np.float32)
+  others = np.prod(x, axis=(0, 2), keepdims=True) / x
+  f = tj.jit(tj.grad(lambda v: (tnp.prod(v, axis=(0, 2), keepdims=True) * tnp.arange(1.0, 5.0)[:, None]).sum()))
+  np.testing.assert_allclose(np.asarray(f(x)), others * np.arange(1.0, 5.0)[None, :, None], rtol=1e-5)
+  per_row = tj.vmap(tj.grad(tnp.prod))(tnp.asarray(x[:, :, 0]))
+  np.testing.assert_allclose(np.asarray(per_row), np.prod(x[:, :, 0], axis=1, keepdims=True) / x[:, :, 0], rtol=1e-5)
+  assert np.asarray(tj.grad(lambda v: tnp.prod(v[:0]))(tnp.ones(3))).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_floor_divide_has_zero_derivative_everywhere():
+  """floor(x / y) is piecewise constant: JAX's derivative is 0 in both arguments, also at y == 0."""
+  for x, y in ((3.0, 0.0), (-3.0, 0.0), (3.0, 2.0), (7.5, -2.0)):
+    assert grad_value(tnp.floor_divide, x, y, argnums=(0, 1)) == (0.0, 0.0)
+
+
 def test_sqrt_log_pow_special_points():
   assert grad_value(tnp.sqrt, 0.0) == math.inf
   assert grad_value(tnp.log, 0.0) == math.inf

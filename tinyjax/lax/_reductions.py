@@ -23,7 +23,7 @@ from tinyjax.array import Array
 from tinyjax.trace import sharding_types
 from tinyjax.lax._base import BOOL, FLOAT32, LOW_PRECISION_FLOATS, canonicalize_axes, canonicalize_axis, cast, \
   expand_raw, like, reshape_raw, to_array
-from tinyjax.lax._elementwise import _and, _eq, _fdiv, _isnan, _mul, _neg, _not, _where
+from tinyjax.lax._elementwise import _eq, _fdiv, _isnan, _mul, _neg, _not, _where
 from tinyjax.lax._shape import iota_along, permute_raw
 from tinyjax.trace import ad, batching
 from tinyjax.trace.core import Primitive, bind
@@ -302,18 +302,25 @@ def _chooser_rule(primals, tangents, out, *, axes, keepdims):
 
 
 def _prod_rule(primals, tangents, out, *, axes, keepdims):
-  """d prod = sum_i t_i * prod_{j != i} x_j, exact where x has zeros: with no zero in a row it is out / x_i; with
-  one zero it is the product of the others at the zero and 0 elsewhere; with two or more, 0."""
+  """d prod = sum_i t_i prod_{j != i} x_j, the product of the others being the products before and after i
+  (exclusive cumulative products), as JAX computes it: exact with zeros, and JAX's values with infinities and NaNs
+  (prod [2, inf, 3] has the derivative [inf, 6, inf])."""
+  from tinyjax.lax._cumulative import _shifted, cumulative_raw
+  from tinyjax.lax._shape import flip_raw
   (x,), (t,) = primals, tangents
   if not dtypes.is_inexact(x.dtype): return None
-  zero, one = like(x, 0), like(x, 1)
-  is_zero = _eq(x, zero)
-  zeros_in_row = _expand_reduced(_sum_impl(cast(is_zero, x.dtype), axes, keepdims), x, axes, keepdims)
-  others_nonzero = _expand_reduced(_prod_impl(_where(is_zero, one, x), axes, keepdims), x, axes, keepdims)
-  no_zero_weight = _fdiv(_expand_reduced(out, x, axes, keepdims), _where(is_zero, one, x))
-  weight = _where(_eq(zeros_in_row, zero), no_zero_weight,
-                  _where(_and(is_zero, _eq(zeros_in_row, one)), others_nonzero, zero))
-  return _sum_impl(_mul(t, weight), axes, keepdims)
+  count = math.prod(x.shape[i] for i in axes)
+  if count == 0: return _sum_impl(t, axes, keepdims)  # (the empty product is 1: its derivative is 0)
+  kept = [i for i in range(x.ndim) if i not in axes]
+  rows = (*(x.shape[i] for i in kept), count)
+
+  def flat(v: Array) -> Array: return reshape_raw(permute_raw(v, (*kept, *axes)), rows)
+  last = len(rows) - 1
+  values = flat(x)
+  before = _shifted(cumulative_raw(values, last, "mul"), last, 1, 1)
+  after = flip_raw(_shifted(cumulative_raw(flip_raw(values, [last]), last, "mul"), last, 1, 1), [last])
+  tangent = _sum_impl(_mul(flat(t), _mul(before, after)), (last,))
+  return reshape_raw(tangent, out.shape)
 
 
 def _dot_general_rule(primals, tangents, out, **params):

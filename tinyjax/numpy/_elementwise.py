@@ -120,8 +120,7 @@ def _subtract(a: Array, b: Array) -> Array:
 
 
 def _floor_divide(a: Array, b: Array) -> Array:
-  if _is_float(a):
-    return ew._in_float32(lambda x, y: _float_divmod(x, y)[0])(a, b)
+  if _is_float(a): return _float_floor_divide_p.bind(a, b)
   quotient = ew._binary(Ops.IDIV, a, b)  # x // 0 is -1 (all ones unsigned), as XLA
   if a.dtype.kind == "u": return quotient
   remainder = ew._binary(Ops.MOD, a, b)
@@ -142,6 +141,10 @@ def _float_divmod(x: Array, y: Array) -> tuple[Array, Array]:
   floor_div = ew._where(ew._eq(div, like(x, 0)), ew._copysign(like(x, 0), ew._fdiv(x, y)), floor_div)
   return ew._where(ew._eq(y, like(y, 0)), ew._fdiv(x, y), floor_div), mod
 
+
+# float floor_divide is piecewise constant: its derivative is 0 everywhere, y == 0 included, as JAX's
+_float_floor_divide_p = Primitive("floor_divide", ew._in_float32(lambda x, y: _float_divmod(x, y)[0]))
+ad.defjvp_zero(_float_floor_divide_p)
 
 # float remainder has JAX's derivative everywhere, exact multiples included (where the value is a signed zero):
 # d/dx = 1, d/dy = -floor(x / y)
@@ -513,7 +516,7 @@ def astype(x: Any, dtype: Any, /, *, copy: bool = False, device: Any = None) -> 
   return cast(a, target, weak_type=False)
 
 
-batching.defelementwise(_float_remainder_p, _logaddexp_p, _logaddexp2_p)
+batching.defelementwise(_float_floor_divide_p, _float_remainder_p, _logaddexp_p, _logaddexp2_p)
 
 
 def swap_last(x: Array) -> Array:
