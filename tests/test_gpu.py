@@ -329,7 +329,7 @@ def test_unsupported_ops_name_themselves(monkeypatch):
   (kernel,) = kernels_of(gpu_schedule(sink).kernels)
   ir = render_gpu(kernel.name, kernel.ast)
   assert "@llvm.pow" not in ir and "@llvm.sin" not in ir
-  monkeypatch.setattr(llvm, "_GPU_FLOAT64", {})
+  monkeypatch.setattr(llvm, "_FLOAT64_ARITHMETIC", {})
   with pytest.raises(NotImplementedError, match="llvm.sin"):
     render_gpu(kernel.name, kernel.ast)
 

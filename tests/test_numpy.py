@@ -131,9 +131,10 @@ def test_log1p_expm1_small_arguments_are_accurate():
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_exp_evaluates_exp2_once_and_stays_accurate(dtype):
-  """exp is Cody-Waite n*ln2 + r with one EXP2 (of r); 2**n is built from exponent bits by float adds, a bitcast and
-  integer multiply-adds, all vectorised (no saturating float-to-integer conversion). Within 1.5 ulp of the exact
-  value over a dense sweep of the finite range; overflow to inf, underflow to 0, inf / -inf / NaN / 0 as numpy."""
+  """float32 exp is Cody-Waite n*ln2 + r with one EXP2 (of r), float64 exp fdlibm's rational form of e**r (no EXP2);
+  2**n is built from exponent bits by float adds, a bitcast and integer multiply-adds, all vectorised (no saturating
+  float-to-integer conversion). Within 1.5 ulp (float64: 0.9) of the exact value over a dense sweep of the finite
+  range; overflow to inf, underflow to 0, inf / -inf / NaN / 0 as numpy."""
   limit = 88.7 if dtype == F32 else 709.0
   smallest = math.log(np.finfo(dtype).tiny) + 0.01  # (below it results are subnormal: flushed to 0, as in JAX)
   values = np.concatenate([np.linspace(smallest, limit, 400_001), [0.0, -0.0, 1e-30, -1e-30, 1.0, -1.0]])
@@ -141,14 +142,14 @@ def test_exp_evaluates_exp2_once_and_stays_accurate(dtype):
   with config.override("jax_enable_x64", dtype == F64):
     f = tj.jit(tnp.exp)
     kernels = f.lower(tnp.asarray(values.astype(dtype)))._compiled.schedule.schedule.kernels
-    assert sum(1 for k in kernels for n in k.ast.toposort if n.op.name == "EXP2") == 1
+    assert sum(1 for k in kernels for n in k.ast.toposort if n.op.name == "EXP2") == (1 if dtype == F32 else 0)
     assert "fptosi" not in f.lower(tnp.asarray(values.astype(dtype))).as_text()
     got = np.asarray(f(tnp.asarray(values.astype(dtype))))
     got_special = np.asarray(f(tnp.asarray(special)))
   x = values.astype(dtype)
   exact = np.exp(x.astype(np.longdouble))
   ulps = np.abs(got.astype(np.longdouble) - exact) / np.spacing(exact.astype(dtype)).astype(np.longdouble)
-  assert ulps.max() <= 1.5
+  assert ulps.max() <= (1.5 if dtype == F32 else 0.9)
   np.testing.assert_array_equal(got_special, np.array([np.inf, 0, np.nan, np.inf, 0], dtype))
 
 

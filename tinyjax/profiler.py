@@ -196,7 +196,7 @@ def machine_limits() -> MachineLimits:
 
 # ---- what a kernel does
 
-_ARITHMETIC = {Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC, Ops.ADD, Ops.MUL, Ops.MAX,
+_ARITHMETIC = {Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.TRUNC, Ops.ADD, Ops.MUL, Ops.MAX,
                Ops.FDIV, Ops.MOD, Ops.POW, Ops.CMPLT, Ops.CMPNE, Ops.WHERE}
 
 

@@ -25,7 +25,7 @@ class Ops(Enum):
   PARAM = auto()      # an input of a traced program, arg = (index, shape)
   IOTA = auto()       # [0, 1, ..., arg - 1] in the node's dtype, shape (arg,): a kernel computes it from its index
   # unary elementwise
-  NEG = auto(); RECIP = auto(); SQRT = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto()  # noqa: E702
+  NEG = auto(); RECIP = auto(); SQRT = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); COS = auto()  # noqa: E702
   TRUNC = auto()      # round toward zero, float -> same float dtype
   CAST = auto()       # value conversion to self.dtype
   BITCAST = auto()    # reinterpret the bits as self.dtype (same itemsize)
@@ -115,7 +115,7 @@ class WhileArg(NamedTuple):
   n_carry: int
 
 
-UNARY = {Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC, Ops.CAST, Ops.BITCAST, Ops.REAL,
+UNARY = {Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.TRUNC, Ops.CAST, Ops.BITCAST, Ops.REAL,
          Ops.IMAG}
 BINARY = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR,
           Ops.SHL, Ops.SHR, Ops.POW, Ops.COMPLEX}

@@ -118,16 +118,18 @@ _BOOL_BINARY = {Ops.ADD: "or", Ops.MUL: "and", Ops.MAX: "or", Ops.AND: "and", Op
 _FLOAT_BINARY = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv", Ops.MOD: "frem"}
 _FLOAT_BINARY_INTRINSIC = {Ops.MAX: "llvm.maximum", Ops.POW: "llvm.pow"}  # llvm.maximum propagates NaN
 _INT_MAX_INTRINSIC = {"i": "llvm.smax", "u": "llvm.umax"}
-# Float64 transcendentals (and all of them with NOOPT=1) are LLVM intrinsics, libm calls that keep a loop scalar; for
-# float32 / float16 / bfloat16 the renderer emits the branch-free arithmetic of transcendental.py, which vectorises.
+# With NOOPT=1 transcendentals are LLVM intrinsics, libm calls that keep a loop scalar; otherwise the renderer emits
+# the branch-free arithmetic of transcendental.py, which vectorises (float64 on the CPU too; POW stays libm's there).
 _FLOAT_UNARY_INTRINSIC = {Ops.SQRT: "llvm.sqrt", Ops.EXP2: "llvm.exp2", Ops.LOG2: "llvm.log2", Ops.SIN: "llvm.sin",
-                          Ops.TRUNC: "llvm.trunc"}
+                          Ops.COS: "llvm.cos", Ops.TRUNC: "llvm.trunc"}
 # float ops whose float32 result must be rounded again for float16 / bfloat16 (the others are exact)
 _DECOMPOSED_FLOAT32 = {Ops.EXP2: transcendental.exp2_f32, Ops.LOG2: transcendental.log2_f32}  # float32 in, float32 out
-_DECOMPOSED_FLOAT64 = {Ops.SIN: transcendental.sin_f32}  # float32 in, computed and returned in float64
-# on the GPU (no libm) float64 EXP2, LOG2 and SIN are arithmetic too, and so is POW (render_binary)
-_GPU_FLOAT64 = {Ops.EXP2: transcendental.exp2_f64, Ops.LOG2: transcendental.log2_f64, Ops.SIN: transcendental.sin_f64}
-_ROUNDED_FLOAT_OPS = {Ops.ADD, Ops.MUL, Ops.FDIV, Ops.MOD, Ops.POW, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN}
+_DECOMPOSED_FLOAT64 = {Ops.SIN: transcendental.sin_f32, Ops.COS: transcendental.cos_f32}  # float32 in, float64 out
+# float64 EXP2, LOG2, SIN and COS as arithmetic (on the GPU, which has no libm, so is POW: render_binary)
+_FLOAT64_ARITHMETIC = {Ops.EXP2: transcendental.exp2_f64, Ops.LOG2: transcendental.log2_f64,
+                       Ops.SIN: transcendental.sin_f64, Ops.COS: transcendental.cos_f64}
+_ROUNDED_FLOAT_OPS = {Ops.ADD, Ops.MUL, Ops.FDIV, Ops.MOD, Ops.POW, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN,
+                      Ops.COS}
 # comparisons: float LT is ordered (NaN -> false), NE unordered (NaN != NaN is true); false < true for bool
 _COMPARE = {(Ops.CMPLT, "i"): "icmp slt", (Ops.CMPLT, "u"): "icmp ult", (Ops.CMPLT, "b"): "icmp ult",
             (Ops.CMPLT, "f"): "fcmp olt", (Ops.CMPNE, "i"): "icmp ne", (Ops.CMPNE, "u"): "icmp ne",
@@ -151,7 +153,7 @@ def vector_cast_ok(src: np.dtype, dst: np.dtype) -> bool:
 
 _WORD_DTYPES = {F32, np.dtype(np.int32), np.dtype(np.uint32)}
 # operations that make a kernel compute-bound enough for the widest vectors (render_llvm's "prefer-vector-width")
-_COMPUTE_HEAVY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.REDUCE}
+_COMPUTE_HEAVY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.REDUCE}
 
 
 def _vector_nodes_ok(root: UOp, column: UOp, deps: dict[UOp, frozenset[UOp]], leaf: UOp | None = None,
@@ -597,7 +599,8 @@ class _Renderer(Linearizer):
       if op is Ops.TRUNC: return value
       raise NotImplementedError(f"codegen: {op.name} on {node.dtype}")
     if op is Ops.RECIP: result = self.emit(f"fdiv {llvm_type} {_float_hex(1.0)}, {value}")
-    elif self.gpu and llvm_type == "double" and op in _GPU_FLOAT64: return _GPU_FLOAT64[op](self, value)
+    elif self.decompose and llvm_type == "double" and op in _FLOAT64_ARITHMETIC:
+      return _FLOAT64_ARITHMETIC[op](self, value)
     elif self.decompose and llvm_type == "float" and op in _DECOMPOSED_FLOAT64:
       return self.cast(_DECOMPOSED_FLOAT64[op](self, value), F64, node.dtype)  # one rounding to the dtype
     elif self.decompose and llvm_type == "float" and op in _DECOMPOSED_FLOAT32:
@@ -1436,8 +1439,8 @@ class _Renderer(Linearizer):
 # the module
 
 # Intrinsics the NVPTX backend cannot lower without libm: the GPU renderer emits arithmetic for all of them (see
-# _GPU_FLOAT64 and render_binary's POW), this guards against one slipping through (named in the error).
-_GPU_UNSUPPORTED = ("@llvm.pow.", "@llvm.exp2.", "@llvm.log2.", "@llvm.sin.")
+# _FLOAT64_ARITHMETIC and render_binary's POW), this guards against one slipping through (named in the error).
+_GPU_UNSUPPORTED = ("@llvm.pow.", "@llvm.exp2.", "@llvm.log2.", "@llvm.sin.", "@llvm.cos.")
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 NVPTX_DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 _NVPTX_IDS = ("tid.x", "ctaid.x", "ntid.x")
@@ -1454,8 +1457,8 @@ def render_gpu(name: str, ast: UOp, ordered: int = 0, launch: GpuLaunch | None =
   the last do nothing, reductions run as loops inside the work-item. A group reduction: blocks of exactly
   `launch.group` threads, block `gid = ctaid.x` computes output `gid`, thread `lane = tid.x` a share of each
   reduction (`_Renderer.group_reduce`), thread 0 stores. The same IR as the CPU's otherwise, except that there is no
-  libm: EXP2, LOG2 and SIN of every float dtype and POW are the arithmetic of transcendental.py (the CPU calls libm
-  for float64 ones and POW)."""
+  libm: EXP2, LOG2, SIN and COS of every float dtype and POW are the arithmetic of transcendental.py (the CPU calls
+  libm for POW)."""
   if ast.op is not Ops.SINK: raise ValueError(f"codegen: a kernel AST is rooted at a SINK, got {ast.op.name}")
   launch = gpu_launch(ast, ordered) if launch is None else launch
   grouped = launch.group > 1

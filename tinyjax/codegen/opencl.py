@@ -226,7 +226,8 @@ class _Renderer(Linearizer):
       if op is Ops.TRUNC: return value
       raise NotImplementedError(f"codegen: {op.name} on {node.dtype}")
     one = literal(1.0, F64 if ctype == "double" else F32)
-    function = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
+    function = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.COS: "cos",
+                Ops.TRUNC: "trunc"}
     if op is Ops.RECIP: result = self.var(ctype, f"{one} / {value}")
     elif op in function: result = self.var(ctype, f"{function[op]}({value})")
     else: raise NotImplementedError(f"codegen: {op.name} on {node.dtype}")

@@ -1,11 +1,13 @@
-"""EXP2, LOG2 and SIN as branch-free LLVM IR: range reduction, a polynomial, and bit manipulation to rebuild the result.
+"""EXP2, LOG2, SIN and COS as branch-free LLVM IR: range reduction, a polynomial, and bit manipulation to rebuild
+the result.
 
 The LLVM intrinsics (`llvm.exp2.f32`, ...) become scalar libm calls, which keep a loop that uses them scalar. What this
 module emits is plain arithmetic (`fmul`, `fadd`, `llvm.fma`), integer operations on the float's bits and `select`s,
 which the loop vectoriser turns into AVX2 / AVX-512 code like any other elementwise work. Used for float32 and for
-float16 / bfloat16 (which compute in float32); float64 keeps the intrinsics (libm accuracy) on the CPU. The GPU has no
-libm: there float64 EXP2 / LOG2 / SIN and POW of every float dtype are the float64 functions at the end of this module
-(exp2_f64, log2_f64, sin_f64, pow_f64; double-double arithmetic where float64 alone would lose bits).
+float16 / bfloat16 (which compute in float32), and for float64 EXP2 / LOG2 / SIN / COS (the float64 functions at the end
+of this module: exp2_f64, log2_f64, sin_f64, cos_f64; double-double arithmetic where float64 alone would lose bits).
+The GPU has no libm: there POW of every float dtype is pow_f64 too (the CPU calls libm's pow). COS is SIN one quadrant
+on (the same reduction), so it keeps its relative accuracy near its own zeros.
 
 Accuracy (float32, against numpy's float64 functions): at most 1 ulp from the correctly rounded result for EXP2 and
 LOG2, 0.5 ulp plus a hair (the float64 result rounded once) for SIN over the whole float32 range, huge arguments
@@ -240,8 +242,10 @@ def log2_f32(out: Emitter, x: str, lanes: int = 1) -> str:
   return b.select(b.cmp("ult", x, b.const(0.0)), b.const(math.nan), result)  # negative or NaN
 
 
-def sin_f32(out: Emitter, x: str) -> str:
-  """sin(x) for a float32 value `x`, computed in float64; returns the float64 result (round it once to the dtype)."""
+def sin_f32(out: Emitter, x: str, cosine: bool = False) -> str:
+  """sin(x) (or cos(x), `cosine`) for a float32 value `x`, computed in float64; returns the float64 result (round it
+  once to the dtype). cos(x) = sin(|x| + pi/2): the same reduction one quadrant on, so it keeps its relative accuracy
+  near its own zeros (1 - 2 sin(x/2)^2 would not)."""
   constants = sin_constants()
   b, i32 = _Builder(out, "double"), "i32"
   wide = out.emit(f"fpext float {x} to double")
@@ -266,18 +270,19 @@ def sin_f32(out: Emitter, x: str) -> str:
   # Cody-Waite: r = reduced - q pi/2 with q = round(reduced * 2/pi); q mod 4 from the low bits of the biased sum
   biased = b.add(b.mul(reduced_hi, b.const(constants["two_over_pi"][0])), b.const(F64_ROUNDING_BIAS))
   quadrant = out.emit(f"trunc i64 {b.to_bits(biased)} to i32")
+  polynomial_quadrant = out.emit(f"add i32 {quadrant}, 1") if cosine else quadrant
   minus_q = b.sub(b.const(F64_ROUNDING_BIAS), biased)
   remainder = reduced_hi
   for part in constants["half_pi"]: remainder = b.fma(minus_q, b.const(part), remainder)
   remainder = b.add(remainder, reduced_lo)
   square = b.mul(remainder, remainder)
-  sine = b.fma(b.mul(remainder, square), b.horner(square, SIN_POLY), remainder)
-  cosine = b.fma(square, b.horner(square, COS_POLY), b.const(1.0))
-  odd = out.emit(f"icmp ne i32 {out.emit(f'and i32 {quadrant}, 1')}, 0")
-  value = b.select(odd, cosine, sine)
-  # sin(x) = sign(x) * sin(|x|), and the quadrants 2 and 3 flip the sign again
-  upper_half = out.emit(f"icmp ne i32 {out.emit(f'and i32 {quadrant}, 2')}, 0")
-  flip = out.emit(f"xor i1 {upper_half}, {out.emit(f'icmp slt i32 {x_bits}, 0')}")
+  sin_r = b.fma(b.mul(remainder, square), b.horner(square, SIN_POLY), remainder)
+  cos_r = b.fma(square, b.horner(square, COS_POLY), b.const(1.0))
+  odd = out.emit(f"icmp ne i32 {out.emit(f'and i32 {polynomial_quadrant}, 1')}, 0")
+  value = b.select(odd, cos_r, sin_r)
+  # sin(x) = sign(x) * sin(|x|) (cos is even), and the quadrants 2 and 3 flip the sign again
+  flip = out.emit(f"icmp ne i32 {out.emit(f'and i32 {polynomial_quadrant}, 2')}, 0")
+  if not cosine: flip = out.emit(f"xor i1 {flip}, {out.emit(f'icmp slt i32 {x_bits}, 0')}")
   value = b.select(flip, b.neg(value), value)
   return b.select(finite, value, b.const(math.nan))
 
@@ -479,8 +484,19 @@ def _umul(b: _DoubleBuilder, lhs: str, rhs: str) -> tuple[str, str]:
   return high, b.out.emit(f"trunc i128 {wide} to i64")
 
 
-def sin_f64(out: Emitter, x: str) -> str:
-  """sin(x) for a float64 value `x`, over the whole range (Payne-Hanek reduction, no bound where it degrades)."""
+def cos_f32(out: Emitter, x: str) -> str:
+  """cos(x) for a float32 value `x` (`sin_f32` one quadrant on), computed and returned in float64."""
+  return sin_f32(out, x, cosine=True)
+
+
+def cos_f64(out: Emitter, x: str) -> str:
+  """cos(x) for a float64 value `x` (`sin_f64` one quadrant on)."""
+  return sin_f64(out, x, cosine=True)
+
+
+def sin_f64(out: Emitter, x: str, cosine: bool = False) -> str:
+  """sin(x) (or cos(x), `cosine`: the same reduction one quadrant on) for a float64 value `x`, over the whole range
+  (Payne-Hanek reduction, no bound where it degrades)."""
   constants = f64_constants()
   b = _DoubleBuilder(out)
   bits = b.i64("and", b.to_bits(x), str((1 << 63) - 1))  # |x|
@@ -527,12 +543,16 @@ def sin_f64(out: Emitter, x: str) -> str:
   r, r_error = b.two_prod(fraction, half_pi_hi)
   r_lo = b.fma(fraction_lo, half_pi_hi, b.fma(fraction, half_pi_lo, r_error))
   r, r_lo = b.fast_two_sum(r, r_lo)
-  sine, cosine = _sin_cos_kernels(b, r, r_lo)
-  value = b.select(b.out.emit(f"icmp ne i64 {b.i64('and', quadrant, '1')}, 0"), cosine, sine)
-  # quadrants 2 and 3 negate; sin(-x) = -sin(x)
-  flip = b.i64("xor", b.i64("shl", b.i64("and", quadrant, "2"), "62"), b.i64("and", b.to_bits(x), str(-(1 << 63))))
+  if cosine: quadrant = b.i64("add", quadrant, "1")
+  sin_r, cos_r = _sin_cos_kernels(b, r, r_lo)
+  value = b.select(b.out.emit(f"icmp ne i64 {b.i64('and', quadrant, '1')}, 0"), cos_r, sin_r)
+  # quadrants 2 and 3 negate; sin(-x) = -sin(x) (cos is even)
+  flip = b.i64("shl", b.i64("and", quadrant, "2"), "62")
+  if not cosine: flip = b.i64("xor", flip, b.i64("and", b.to_bits(x), str(-(1 << 63))))
   value = b.from_bits(b.i64("xor", b.to_bits(value), flip))
-  value = b.select(b.cmp("olt", b.fabs(x), b.const(SIN_F64_TINY)), x, value)  # also keeps -0 and subnormals
+  # tiny |x|: sin x = x (also keeps -0 and subnormals), cos x = 1 - x^2 / 2 (one rounding)
+  tiny_value = b.fma(b.mul(x, b.const(-0.5)), x, b.const(1.0)) if cosine else x
+  value = b.select(b.cmp("olt", b.fabs(x), b.const(SIN_F64_TINY)), tiny_value, value)
   return b.select(b.cmp("olt", b.fabs(x), b.const(math.inf)), value, b.const(math.nan))
 
 

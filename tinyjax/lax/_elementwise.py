@@ -165,12 +165,72 @@ def _exp(x: Array) -> Array:
 
     def times(part: Array) -> Array: return _where(large, _mul(_mul(half, part), half), _mul(magnitude, part))
     return _complex(times(_cos(b)), _where(_eq(b, _c(b, 0)), b, times(_sin(b))))
-  if x.dtype == FLOAT32: ln2_hi, ln2_lo, limit = 0.693359375, -2.12194440e-4, 200.0
-  else: ln2_hi, ln2_lo, limit = 6.93147180369123816490e-01, 1.90821492927058770002e-10, 2000.0
+  if x.dtype != FLOAT32: return _exp_f64(x)
+  ln2_hi, ln2_lo, limit = 0.693359375, -2.12194440e-4, 200.0
   scaled = _mul(x, _c(x, LOG2_E))
   n = _trunc(_min(_max(scaled, _c(x, -limit)), _c(x, limit)))
   reduced = _sub(_sub(x, _mul(n, _c(x, ln2_hi))), _mul(n, _c(x, ln2_lo)))
   return _scale_by_pow2(_unary(Ops.EXP2, _mul(reduced, _c(x, LOG2_E))), n)
+
+
+# float64 exp and log as fdlibm's (e_exp.c, e_log.c: under 1 ulp): the reductions and rational forms below, in plain
+# float64 arithmetic that vectorises (EXP2 / LOG2 of the result of a product would round twice: 1.3 / 1.5 ulp)
+_LN2_HI, _LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10  # ln2_hi has 32 trailing zero bits
+_EXP_F64_P = (1.66666666666666019037e-01, -2.77777777770155933842e-03, 6.61375632143793436117e-05,
+              -1.65339022054652515390e-06, 4.13813679705723846039e-08)
+_LOG_F64_LG = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01, 2.222219843214978396e-01,
+               1.818357216161805012e-01, 1.531383769920937332e-01, 1.479819860511658591e-01)
+
+
+def _horner(x: Array, coefficients: tuple[float, ...]) -> Array:
+  """c0 + c1 x + c2 x^2 + ... (coefficients lowest degree first)."""
+  value = _c(x, coefficients[-1])
+  for coefficient in reversed(coefficients[:-1]): value = _add(_mul(value, x), _c(x, coefficient))
+  return value
+
+
+def _exp_f64(x: Array) -> Array:
+  """e**x for float64: k = round(x / ln 2), r = x - k ln2 as hi - lo, e**r = 1 - ((lo - r c / (2 - c)) - hi) with
+  c = r - r^2 P(r^2), times 2**k. x is clipped to [-746, 710] first (0 and inf beyond; NaN stays NaN)."""
+  x = _min(_max(x, _c(x, -746.0)), _c(x, 710.0))
+  k = _round_half_even(_mul(x, _c(x, LOG2_E)))
+  hi = _sub(x, _mul(k, _c(x, _LN2_HI)))  # exact
+  lo = _mul(k, _c(x, _LN2_LO))
+  r = _sub(hi, lo)
+  t = _mul(r, r)
+  c = _sub(r, _mul(t, _horner(t, _EXP_F64_P)))
+  y = _sub(_c(x, 1), _sub(_sub(lo, _fdiv(_mul(r, c), _sub(_c(x, 2), c))), hi))
+  return _scale_by_pow2(y, k)
+
+
+def _log_f64(x: Array) -> Array:
+  """log(x) for float64: x = 2**k m with m in [sqrt(1/2), sqrt(2)) (k from the exponent bits, m = x 2**-k, so the
+  derivative through m is 1 / 2**k), f = m - 1, s = f / (2 + f), log x = k ln2_hi - ((f^2/2 - (s (f^2/2 + R(s^2)) +
+  k ln2_lo)) - f). Subnormal x are scaled by 2**54 first; 0 gives -inf, negative numbers NaN, inf itself."""
+  tiny = _lt(x, _c(x, 2.0 ** -1022))
+  scaled = _where(tiny, _mul(x, _c(x, 2.0 ** 54)), x)
+  bits = bind(Ops.BITCAST, scaled, dtype=np.dtype(np.int64))
+  mantissa = _and(bits, like(bits, (1 << 52) - 1, bits.dtype))
+  exponent = _and(bind(Ops.SHR, bits, like(bits, 52, bits.dtype)), like(bits, 0x7FF, bits.dtype))
+  above_root2 = _lt(like(bits, 0x6A09E667F3BCD, bits.dtype), mantissa)  # the mantissa of sqrt(2)
+  exponent = _add(exponent, cast(above_root2, bits.dtype))
+  # the integer as a float, exactly: 2^52 + e has e in its low mantissa bits
+  k = _sub(bind(Ops.BITCAST, _or(exponent, like(bits, 0x4330000000000000, bits.dtype)), dtype=x.dtype),
+           _c(x, 2.0 ** 52 + 1023))
+  m = _scale_by_pow2(scaled, _neg(k))
+  k = _where(tiny, _sub(k, _c(x, 54)), k)
+  f = _sub(m, _c(x, 1))
+  s = _fdiv(f, _add(_c(x, 2), f))
+  z = _mul(s, s)
+  w = _mul(z, z)
+  odd = _mul(w, _horner(w, _LOG_F64_LG[1::2]))
+  even = _mul(z, _horner(w, _LOG_F64_LG[0::2]))
+  half_f_squared = _mul(_mul(_c(x, 0.5), f), f)
+  inner = _add(_mul(s, _add(half_f_squared, _add(even, odd))), _mul(k, _c(x, _LN2_LO)))
+  value = _sub(_mul(k, _c(x, _LN2_HI)), _sub(_sub(half_f_squared, inner), f))
+  value = _where(_eq(x, _c(x, math.inf)), x, value)
+  value = _where(_eq(x, _c(x, 0)), _c(x, -math.inf), value)
+  return _where(_lt(x, _c(x, 0)), _c(x, math.nan), value)  # (NaN stays NaN through the arithmetic)
 
 
 def _scale_by_pow2(value: Array, n: Array) -> Array:
@@ -195,6 +255,7 @@ def _scale_by_pow2(value: Array, n: Array) -> Array:
 def _log(x: Array) -> Array:
   if dtypes.is_complex(x.dtype):  # log|z| + i arg(z), the principal branch
     return _complex(_log(_complex_abs(x)), _atan2(_imag(x), _real(x)))
+  if x.dtype == np.dtype(np.float64): return _log_f64(x)
   return _mul(_unary(Ops.LOG2, x), _c(x, LN2))
 
 
@@ -224,8 +285,7 @@ def _sin(x: Array) -> Array:
 
 def _cos(x: Array) -> Array:
   if dtypes.is_complex(x.dtype): return _complex_cosh(_times_i(x))  # cos z = cosh(i z)
-  half_sine = _sin(_mul(x, _c(x, 0.5)))
-  return _sub(_c(x, 1), _mul(_c(x, 2), _mul(half_sine, half_sine)))
+  return _unary(Ops.COS, x)
 
 
 # Cephes atan: a polynomial for float32, a rational function for float64, after reducing |x| to [0, 0.66].
@@ -430,6 +490,11 @@ def _complex_tanh(x: Array) -> Array:
   return _complex(re, im)
 
 
+# Cephes' float64 tanh on |x| < 0.625: P highest degree first; Q's leading coefficient 1 is implied
+_TANH_F64_P = (-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441708447952e3)
+_TANH_F64_Q = (1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3)
+
+
 def _tanh(x: Array) -> Array:
   if dtypes.is_complex(x.dtype): return _complex_tanh(x)
   a = _abs_float(x)
@@ -440,8 +505,15 @@ def _tanh(x: Array) -> Array:
     small = _add(a, _mul(_mul(a, square), p))
     large = _sub(_c(x, 1), _fdiv(_c(x, 2), _add(_unary(Ops.EXP2, _mul(a, _c(x, 2 * LOG2_E))), _c(x, 1))))
     return _copysign(_where(_lt(a, _c(x, _TANH_SMALL)), small, large), x)
-  em1 = _expm1(_mul(_c(x, 2), _min(a, _c(x, 20.0))))  # tanh rounds to 1 beyond 20
-  return _copysign(_fdiv(em1, _add(em1, _c(x, 2))), x)
+  # float64 (Cephes): |x| < 0.625: x + x^3 P(x^2) / Q(x^2); beyond: 1 - 2 / (e^2|x| + 1) (e^2|x| by `_exp`, accurate
+  # for large arguments; tanh rounds to 1 beyond 20, where the clip keeps e^2|x| finite)
+  square = _mul(a, a)
+  numerator, denominator = _c(x, _TANH_F64_P[0]), _add(square, _c(x, _TANH_F64_Q[0]))
+  for coefficient in _TANH_F64_P[1:]: numerator = _add(_mul(numerator, square), _c(x, coefficient))
+  for coefficient in _TANH_F64_Q[1:]: denominator = _add(_mul(denominator, square), _c(x, coefficient))
+  small = _add(a, _mul(_mul(a, square), _fdiv(numerator, denominator)))
+  large = _sub(_c(x, 1), _fdiv(_c(x, 2), _add(_exp(_mul(_min(a, _c(x, 20.0)), _c(x, 2))), _c(x, 1))))
+  return _copysign(_where(_lt(a, _c(x, _TANH_SMALL)), small, large), x)
 
 
 def _cbrt(x: Array) -> Array:

@@ -62,10 +62,7 @@ def _not(a: UOp) -> UOp: return _bin(Ops.CMPNE, a, _full(BOOL, True, a.shape))
 def _eq(a: UOp, value: float) -> UOp: return _not(_bin(Ops.CMPNE, a, _full(a.dtype, value, a.shape)))
 
 
-def _cos(a: UOp) -> UOp:
-  """cos(x) = 1 - 2 sin(x / 2)^2 (accurate near 0, where sin(x + pi / 2) is not)."""
-  half = _sin(_scale(a, 0.5))
-  return _sub(_full(a.dtype, 1.0, a.shape), _scale(_mul(half, half), 2.0))
+def _cos(a: UOp) -> UOp: return UOp(Ops.COS, a.dtype, (a,))
 
 
 def _abs(a: UOp) -> UOp: return _where(_signbit(a), _neg(a), a)  # (|-0| is +0)

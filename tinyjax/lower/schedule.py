@@ -144,7 +144,7 @@ def _is_expanding(node: UOp) -> bool:
 # it depends on no loop, so the renderer computes it once per kernel, before the loops, in every kernel that reads it
 # (a kernel of its own cost more: a launch per step, a compile, and a break between the elementwise kernels that
 # `merge_elementwise` would have merged, such as Adam's updates of one parameter).
-COSTLY_OPS = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.FDIV, Ops.POW, Ops.IDIV, Ops.MOD}
+COSTLY_OPS = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.FDIV, Ops.POW, Ops.IDIV, Ops.MOD}
 RECOMPUTE_OP_LIMIT = 8
 # Any elementwise operand of a reduction that reads each of its elements more than REREAD_LIMIT times (through a
 # broadcast: relu(x @ w1 + b1) feeding `@ w2`, read once per output column) gets a buffer of its own, computed by the

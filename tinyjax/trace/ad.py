@@ -59,10 +59,8 @@ def cast(a: Any, dtype: np.dtype, weak_type: bool | None = None) -> Any:
   return bind(Ops.CAST, a, dtype=dtype, weak_type=bool(weak_type))
 
 
-def cos(x: Any) -> Any:
-  """cos(x) = 1 - 2 sin(x/2)^2, accurate where sin(x + pi/2) is not."""
-  half_sin = bind(Ops.SIN, mul(x, full_like(x, 0.5)))
-  return add(full_like(x, 1.0), neg(mul(full_like(x, 2.0), mul(half_sin, half_sin))))
+def cos(x: Any) -> Any: return bind(Ops.COS, x)
+def sin(x: Any) -> Any: return bind(Ops.SIN, x)
 
 
 def is_float(x: Any) -> bool: return dtypes.is_inexact(x.dtype)  # (complex values carry tangents too)
@@ -291,6 +289,7 @@ jvp_rules.update({
   Ops.EXP2: lambda p, t, out, arg: mul(t[0], mul(out, full_like(out, LN2))),
   Ops.LOG2: lambda p, t, out, arg: div(t[0], mul(p[0], full_like(out, LN2))),
   Ops.SIN: lambda p, t, out, arg: mul(t[0], cos(p[0])),
+  Ops.COS: lambda p, t, out, arg: neg(mul(t[0], sin(p[0]))),
 })
 # piecewise-constant, integer- or bool-valued ops have zero derivatives
 for _op in (Ops.TRUNC, Ops.BITCAST, Ops.IDIV, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR):
