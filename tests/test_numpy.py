@@ -844,3 +844,32 @@ def test_reshape_in_column_major_order_matches_numpy(shape):
   np.testing.assert_array_equal(np.asarray(grad), np.reshape(weights, (2, 3, 4), order="F"))
   with pytest.raises(NotImplementedError, match="'C' or 'F'"):
     tnp.reshape(host, shape, order="A")
+
+
+def test_eager_scalar_operands_take_the_short_path_with_the_lattice_s_results():
+  """`x * 2.0` eagerly skips the promotion lattice where the array's dtype holds the scalar, and builds the broadcast
+  constant once (`lax._base._EAGER_CONSTANTS`): the results are the lattice's, for every dtype and weak type, and
+  constants that compare equal but differ (-0.0 and 0.0, NaN) stay apart."""
+  from tinyjax.numpy._elementwise import _same_dtype_operands
+  for dtype in (np.float16, dtypes.bfloat16, np.float32, np.int32, np.uint8, np.int8, np.bool_, np.complex64):
+    for weak in (False, True):
+      x = tnp.asarray(np.ones(3, dtype))
+      if weak: x = x.astype(dtype) * 1 if dtype != np.bool_ else x
+      for scalar in (2, -3, 2.5, True, 1j, -0.0):
+        for a, b in ((x, scalar), (scalar, x)):
+          short = _same_dtype_operands(a, b, False, False)
+          try: want = tnp.result_type(a, b)
+          except Exception: continue
+          got = tnp.add(a, b)
+          assert got.dtype == want, (dtype, weak, scalar)
+          if short is not None: assert short[0].dtype == short[1].dtype == x.dtype and isinstance(scalar, (int, float))
+  x = tnp.asarray(np.ones(4, np.float32))
+  assert not np.signbit(np.asarray(x * 0.0)).any() and np.signbit(np.asarray(x * -0.0)).all()
+  assert np.isnan(np.asarray(x * float("nan"))).all() and np.asarray(x + (2**31 - 1)).dtype == np.float32
+  with pytest.raises(OverflowError):
+    x + 2**31
+  # the constant reused across calls and traces: jit and grad see their own
+  f = tj.jit(lambda v: v * 3.0 + 1.0)
+  np.testing.assert_array_equal(np.asarray(f(x)), np.full(4, 4.0, np.float32))
+  np.testing.assert_array_equal(np.asarray(x * 3.0 + 1.0), np.full(4, 4.0, np.float32))
+  assert float(tj.grad(lambda v: (v * 3.0).sum())(x)[0]) == 3.0

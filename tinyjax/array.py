@@ -190,7 +190,7 @@ def _is_view(node: UOp) -> bool:
   return node.op in (Ops.BUFFER, Ops.CONST)
 
 
-def held_arrays(pending: list[Array]) -> tuple[list[Array], set[UOp]]:
+def held_arrays(pending: list[Array]) -> tuple[list[Array], set[UOp], list[UOp]]:
   """The live arrays (other than `pending`) whose lazy values the computation of `pending` passes through: eager
   operations record on each node the array they made (`held_by`). Computing them in the same schedule and keeping
   them means a value the program holds on to is computed once, as JAX computes every operation once: without it, a
@@ -198,10 +198,11 @@ def held_arrays(pending: list[Array]) -> tuple[list[Array], set[UOp]]:
   whole history at each step, from a graph that grows with the number of steps. Views of buffers and constants stay
   lazy (they cost nothing to recompute and never grow). Also, from the same walk, the nodes whose computation reads
   some buffer (a node of constants alone may also be embedded in a jitted program's graph, which must not change
-  under it: see `realize_arrays`)."""
+  under it: see `realize_arrays`), and the walk's order (every node the computation needs, sources first)."""
   targets = {id(a) for a in pending}
   held, reading = [], set()
-  for node in toposort_of([a.uop for a in pending]):
+  order = toposort_of([a.uop for a in pending])
+  for node in order:
     if node.op is Ops.BUFFER or any(source in reading for source in node.src): reading.add(node)
     reference = node.__dict__.get("held_by")
     if reference is None or node.op is Ops.BUFFER: continue
@@ -209,7 +210,7 @@ def held_arrays(pending: list[Array]) -> tuple[list[Array], set[UOp]]:
     if array is None or array.uop is not node or id(array) in targets or _is_view(node): continue
     targets.add(id(array))
     held.append(array)
-  return held, reading
+  return held, reading, order
 
 
 def realize_arrays(arrays: list[Array]) -> None:
@@ -217,10 +218,10 @@ def realize_arrays(arrays: list[Array]) -> None:
   values on the way that other live arrays hold (`held_arrays`)."""
   pending = [a for a in arrays if a.uop.op is not Ops.BUFFER]
   if not pending: return
-  held, reading = held_arrays(pending)
+  held, reading, order = held_arrays(pending)
   pending += held
   from tinyjax.lower.realize import realize  # lower/ sits beside array.py; imported late to keep start-up small
-  buffers = realize([a.uop for a in pending])
+  buffers = realize([a.uop for a in pending], order)
   for array, buffer in zip(pending, buffers):
     if array._named is not None and buffer.device.platform == "cpu":  # computed from sharded arrays: laid out so
       from tinyjax.devices.buffer import shard

@@ -6,13 +6,14 @@ Everything here builds graphs through `bind` only; the one place that looks at h
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.trace.core import bind
+from tinyjax.trace.core import EvalTrace, bind, current_trace
 from tinyjax.uop import Ops
 
 PYTHON_SCALARS = (bool, int, float, complex)
@@ -145,10 +146,27 @@ def expand_raw(x: Array, shape: tuple[int, ...]) -> Array:
 
 
 def full(shape: Sequence[int], value: Any, dtype: Any, weak_type: bool = False) -> Array:
-  """An array of `shape` filled with the Python scalar `value` (a CONST broadcast: no memory, fuses anywhere)."""
+  """An array of `shape` filled with the Python scalar `value` (a CONST broadcast: no memory, fuses anywhere).
+  Eagerly, the broadcast constant's node is looked up (`_EAGER_CONSTANTS`) instead of built op by op."""
   dtype = np.dtype(dtype)
+  eager = type(current_trace.get()) is EvalTrace
+  if eager:
+    key = (tuple(shape), type(value), repr(value), dtype, weak_type)  # (repr: -0.0 is not 0.0, NaN is itself)
+    if (node := _EAGER_CONSTANTS.get(key)) is not None:
+      result = Array(node, weak_type)
+      node.__dict__["held_by"] = weakref.ref(result)  # (as EvalTrace.process marks the arrays it makes)
+      return result
   const = bind(Ops.CONST, arg=scalar_value(value, dtype), dtype=dtype, weak_type=weak_type)
-  return expand_raw(const, tuple(shape))
+  result = expand_raw(const, tuple(shape))
+  if eager:
+    if len(_EAGER_CONSTANTS) >= _EAGER_CONSTANTS_MAX: _EAGER_CONSTANTS.clear()
+    _EAGER_CONSTANTS[key] = result.uop
+  return result
+
+
+# eager broadcast constants by (shape, value, dtype, weak type): `x * 2.0` in a Python loop builds its 2.0 once
+_EAGER_CONSTANTS: dict[tuple, Any] = {}
+_EAGER_CONSTANTS_MAX = 4096
 
 
 def like(x: Array, value: Any, dtype: Any = None) -> Array:

@@ -135,15 +135,16 @@ def _code_fingerprint() -> str:
 _CODE_FINGERPRINT = _code_fingerprint()
 
 
-def normalize(roots: list[UOp], first_param: int = 0, replaced: dict[UOp, UOp] | None = None
-              ) -> tuple[UOp, list[Buffer]]:
+def normalize(roots: list[UOp], first_param: int = 0, replaced: dict[UOp, UOp] | None = None,
+              order: list[UOp] | None = None) -> tuple[UOp, list[Buffer]]:
   """Replace BUFFER leaves by PARAMs numbered from `first_param` in order of first use; return the SINK and the
   buffers. (jit numbers its arguments 0.. and the arrays it closed over after them.) `replaced`, when given, is
-  filled with each node's normalised node."""
+  filled with each node's normalised node; `order`, when given, is the roots' nodes sources first (`toposort_of`
+  them), so the graph is not walked again."""
   sink = UOp(Ops.SINK, roots[0].dtype, tuple(roots))
   buffers: list[Buffer] = []
   replaced = {} if replaced is None else replaced
-  for node in sink.toposort:
+  for node in (sink.toposort if order is None else [*order, sink]):
     if node.op is Ops.BUFFER:
       replaced[node] = UOp(Ops.PARAM, node.dtype, (), (first_param + len(buffers), node.shape))
       buffers.append(node.arg)
@@ -430,9 +431,10 @@ def _report_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device
         f"{roofline(seconds, flops, nbytes, cpu=device is CPU)}{launch}")
 
 
-def realize(roots: list[UOp]) -> list[Buffer]:
-  """Compute the given lazy nodes on the device of their inputs (`place`); return one buffer per root."""
-  sink, inputs = normalize(roots)
+def realize(roots: list[UOp], order: list[UOp] | None = None) -> list[Buffer]:
+  """Compute the given lazy nodes on the device of their inputs (`place`); return one buffer per root. (`order`:
+  as `normalize`'s.)"""
+  sink, inputs = normalize(roots, order=order)
   device, committed, replicated = place([placement_of(buffer) for buffer in inputs])
   inputs = [runnable(buffer, device) for buffer in inputs]
   outputs = run_schedule(get_schedule(sink, device), inputs)
