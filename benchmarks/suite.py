@@ -97,6 +97,27 @@ def bench_dispatch(jax, jnp):
   return Bench(lambda: step(x), lambda first, second: _sums(first))
 
 
+EAGER_CHAIN = 100  # steps of `x * 1.0001 + 0.5`: 2 eager ops each
+
+
+def bench_eager_chain(jax, jnp):
+  """Eager mode: a chain of small operations, read back (per op: the time / (2 * EAGER_CHAIN))."""
+  import numpy as np
+  x = jnp.asarray(np.ones(8, np.float32))
+
+  def call():
+    y = x
+    for _ in range(EAGER_CHAIN): y = y * 1.0001 + 0.5
+    return np.asarray(y)
+  return Bench(call, lambda first, second: _sums(first))
+
+
+def bench_eager_program(jax, jnp):
+  """Eager mode: one program of big operations, read back as a Python float."""
+  a = jnp.asarray(_normal((512, 512), scale=0.05))
+  return Bench(lambda: float(jnp.tanh(a @ a).sum()), lambda first, second: [first])
+
+
 def bench_elementwise(jax, jnp):
   return _jitted(jax, jnp, lambda x: ((x * 2 + 1) * x - 3) * 0.5, _normal(ELEMENTWISE_SIZE))
 
@@ -284,6 +305,8 @@ CNN_FLOPS = _training_flops([CNN_BATCH * 28 * 28 * 9 * 1 * 32, CNN_BATCH * 14 * 
                              CNN_BATCH * 3136 * 128, CNN_BATCH * 128 * 10])
 WORKLOADS = {w.name: w for w in [
   Workload("dispatch", bench_dispatch, "us", note="jit(x + 1), float32[8], cache hit"),
+  Workload("eager_chain", bench_eager_chain, "us", note=f"eager: {2 * EAGER_CHAIN} ops x * 1.0001 + 0.5, float32[8]"),
+  Workload("eager_program", bench_eager_program, "ms", note="eager: float(tanh(a @ a).sum()), 512x512"),
   Workload("elementwise", bench_elementwise, "ms", numpy=True, bytes=2 * 4 * ELEMENTWISE_SIZE,
            note="((x*2+1)*x-3)*0.5, 16M"),
   Workload("sum_rows", bench_sum_rows, "ms", numpy=True, bytes=4 * (ROWS * COLUMNS + ROWS), note="8192x1024 axis=1"),
