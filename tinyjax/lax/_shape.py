@@ -207,6 +207,11 @@ def concatenate(operands: Sequence[Any], dimension: int) -> Array:
                       f"{', '.join(str(a.shape) for a in arrays)}.")
   arrays = [a for a in arrays if a.shape[axis] > 0] or arrays[:1]
   if len(arrays) == 1: return arrays[0]
+  return concatenate_p.bind(*arrays, dimension=axis)
+
+
+def _concatenate_impl(*arrays: Array, dimension: int) -> Array:
+  axis = dimension
   total = sum(a.shape[axis] for a in arrays)
   offsets = np.cumsum([0] + [a.shape[axis] for a in arrays]).tolist()
   result = None
@@ -221,6 +226,10 @@ def concatenate(operands: Sequence[Any], dimension: int) -> Array:
     result = _where(mask, padded, result)
   weak = all(a.weak_type for a in arrays)
   return result if result.weak_type == weak else cast(result, result.dtype, weak)
+
+
+# a primitive for its name in printed jaxprs; transformations go through its decomposition (pads and selects)
+concatenate_p = Primitive("concatenate", _concatenate_impl)
 
 
 def iota(dtype: Any, size: int) -> Array:

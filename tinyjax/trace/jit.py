@@ -214,8 +214,9 @@ _SHOWN_AS_NODES = {"scan", "while", "cond", "pure_callback"}
 
 
 def _literal(node: UOp) -> str | None:
-  """A constant broadcast to a shape (a CONST under RESHAPE / EXPAND): printed as its value, as JAX prints a literal
-  operand; None for any other node."""
+  """A scalar constant, or one broadcast to a shape (a CONST under RESHAPE and EXPAND, as an operation's scalar
+  operand is): printed as its value, as JAX prints a literal operand; None for any other node."""
+  if node.shape and node.op is not Ops.EXPAND: return None
   while node.op in (Ops.RESHAPE, Ops.EXPAND): node = node.src[0]
   return f"{node.arg!r}:{_short(node)}" if node.op is Ops.CONST else None
 
