@@ -34,7 +34,8 @@ complex64, complex128 = np.complex64, np.complex128
 bfloat16 = ml_dtypes.bfloat16
 float8_e4m3fn, float8_e5m2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
 float8_e4m3fnuz, float8_e5m2fnuz = ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz
-float8_e4m3b11fnuz, float8_e4m3, float8_e3m4 = ml_dtypes.float8_e4m3b11fnuz, ml_dtypes.float8_e4m3, ml_dtypes.float8_e3m4
+float8_e4m3b11fnuz = ml_dtypes.float8_e4m3b11fnuz
+float8_e4m3, float8_e3m4 = ml_dtypes.float8_e4m3, ml_dtypes.float8_e3m4
 FLOAT8_NAMES = ("float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
                 "float8_e5m2fnuz")
 
