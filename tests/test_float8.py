@@ -287,3 +287,24 @@ def test_schedules_are_not_shared_between_formats():
   for name in FORMAT_NAMES:
     dtype = _dtype(name)
     assert_same_values(y.astype(dtype), np.asarray(y).astype(np.float32).astype(dtype))
+
+
+def test_opencl_device_computes_as_the_cpu():
+  """The lowering leaves no float8 value to a backend: a float8 program on the OpenCL device (PoCL in tests) gives the
+  CPU's bytes, and its float8 results live on the device."""
+  from tinyjax.devices import opencl
+  from tinyjax.devices.device import CPU
+  if not opencl.device_count(): pytest.skip("no OpenCL device (PoCL and pyopencl)")
+  device = opencl.opencl_devices()[0]
+  x, y = _operands(E4M3FN, 5, (8, 24)), _operands(np.dtype(ml_dtypes.float8_e5m2), 6, (24, 4))
+
+  def program(a, b):
+    c = a.astype(jnp.float8_e5m2) @ b
+    return (a * a + a, jnp.exp(a), jnp.sum(a, axis=1), c, c.astype(jnp.float32), (a / 3).astype(jnp.float8_e4m3fnuz),
+            jnp.where(a > 0, a, -a)[::-1])
+  for f in (program, tj.jit(program)):
+    on_device = f(tj.device_put(x, device), tj.device_put(y, device))
+    on_cpu = f(tj.device_put(x, CPU), tj.device_put(y, CPU))
+    for got, want in zip(on_device, on_cpu):
+      assert got.device is device
+      assert_same_bits(np.asarray(got), np.asarray(want))
