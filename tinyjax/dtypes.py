@@ -1,6 +1,6 @@
 """Dtypes and JAX's type promotion, weak types included.
 
-A dtype is a numpy dtype object (`np.dtype('float32')`); bfloat16 and float8_e4m3fn come from ml_dtypes.
+A dtype is a numpy dtype object (`np.dtype('float32')`); bfloat16 and the float8 types come from ml_dtypes.
 The module-level names (`float32`, `bfloat16`, ...) are the numpy/ml_dtypes scalar types, as in `jax.dtypes`;
 `dtype(x)` turns any of them (or a string, a Python type, a value with `.dtype`) into an `np.dtype`.
 
@@ -8,7 +8,7 @@ Promotion follows JAX's lattice (jax._src.dtypes), not numpy's:
 
     bool -> int* -> u8 -> u16 -> u32 -> u64 -> float*        int* -> i8 -> i16 -> i32 -> i64 -> float*
     u8 -> i16,  u16 -> i32,  u32 -> i64 (x64 off: u32 -> i32)
-    float* -> f16 -> f32 -> f64,  float* -> bf16 -> f32,  float* -> float8_e4m3fn (a dead end)
+    float* -> f16 -> f32 -> f64,  float* -> bf16 -> f32,  float* -> each float8 type (a dead end)
 
 `int*` and `float*` are the weak types of Python scalars: they sit below every integer/float dtype, so
 `u8 + 1 -> u8` and `bf16 + 1.0 -> bf16`. The result of two dtypes is their least upper bound.
@@ -32,15 +32,21 @@ uint8, uint16, uint32, uint64 = np.uint8, np.uint16, np.uint32, np.uint64
 float16, float32, float64 = np.float16, np.float32, np.float64
 complex64, complex128 = np.complex64, np.complex128
 bfloat16 = ml_dtypes.bfloat16
-float8_e4m3fn = ml_dtypes.float8_e4m3fn
+float8_e4m3fn, float8_e5m2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
+float8_e4m3fnuz, float8_e5m2fnuz = ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz
+float8_e4m3b11fnuz = ml_dtypes.float8_e4m3b11fnuz
+float8_e4m3, float8_e3m4 = ml_dtypes.float8_e4m3, ml_dtypes.float8_e3m4
+FLOAT8_NAMES = ("float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+                "float8_e5m2fnuz")
 
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(scalar_type) for scalar_type in (
   bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
-  float16, bfloat16, float32, float64, float8_e4m3fn, complex64, complex128))
+  float16, bfloat16, float32, float64, *(ml_dtypes.__dict__[name] for name in FLOAT8_NAMES), complex64, complex128))
 _SUPPORTED_SET = frozenset(SUPPORTED_DTYPES)
+FLOAT8_DTYPES = tuple(np.dtype(ml_dtypes.__dict__[name]) for name in FLOAT8_NAMES)
+_FLOAT8 = frozenset(FLOAT8_DTYPES)
 # Floating dtypes numpy does not know as floating (their kind is 'V').
-_CUSTOM_FLOATS = frozenset({np.dtype(bfloat16), np.dtype(float8_e4m3fn)})
-_FLOAT8 = frozenset({np.dtype(float8_e4m3fn)})
+_CUSTOM_FLOATS = frozenset({np.dtype(bfloat16), *_FLOAT8})
 
 _TO_32BIT = {np.dtype(int64): np.dtype(int32), np.dtype(uint64): np.dtype(uint32),
              np.dtype(float64): np.dtype(float32), np.dtype(complex128): np.dtype(complex64)}
@@ -187,8 +193,13 @@ def issubdtype(arg1: Any, arg2: Any) -> bool:
 
 
 def is_floating(dt: Any) -> bool:
-  """True for float16, bfloat16, float32, float64, float8_e4m3fn."""
+  """True for float16, bfloat16, float32, float64 and the float8 types."""
   return issubdtype(dt, np.floating)
+
+
+def is_float8(dt: Any) -> bool:
+  """True for the 8-bit float types (float8_e4m3fn, float8_e5m2, ...)."""
+  return np.dtype(dt) in _FLOAT8
 
 
 def is_complex(dt: Any) -> bool:
@@ -262,8 +273,8 @@ def _lattice(x64: bool) -> dict[str, list[str]]:
     "int16": ["int32"],
     "int32": ["int64"],
     "int64": [_WEAK_FLOAT],
-    _WEAK_FLOAT: ["float8_e4m3fn", "bfloat16", "float16", _WEAK_COMPLEX],
-    "float8_e4m3fn": [],  # float8 promotes with nothing but weak types and itself.
+    _WEAK_FLOAT: [*FLOAT8_NAMES, "bfloat16", "float16", _WEAK_COMPLEX],
+    **{name: [] for name in FLOAT8_NAMES},  # a float8 type promotes with nothing but weak types and itself.
     "bfloat16": ["float32"],
     "float16": ["float32"],
     "float32": ["float64", "complex64"],
@@ -298,7 +309,7 @@ def _least_upper_bound(x64: bool, nodes: frozenset[str]) -> str:
     return least[0]
   assert not least, f"promotion lattice is ill-formed at {sorted(nodes)}"
   names = tuple(sorted(node for node in nodes))
-  if "float8_e4m3fn" in nodes:
+  if any(node in FLOAT8_NAMES for node in nodes):
     raise TypePromotionError(
       f"Input dtypes {names} have no available implicit dtype promotion path. To avoid unintended "
       "promotion, 8-bit floats do not support implicit promotion. If you'd like your inputs to be promoted "
@@ -473,7 +484,8 @@ def mean_dtype(dt: Any) -> np.dtype:
 def accumulation_dtype(dt: Any) -> np.dtype:
   """The dtype a float reduction computes in: float16 and bfloat16 accumulate in float32; others in themselves.
 
-  (JAX does not upcast float8 sums; neither do we.)
+  (JAX does not upcast float8 sums, XLA accumulates them in float8; tinyjax's lowering sums float8 in float32 and
+  rounds once, lower/float8.py.)
   """
   normal = dtype(dt)
   return np.dtype(float32) if normal in (np.dtype(float16), np.dtype(bfloat16)) else normal

@@ -130,7 +130,7 @@ def _arg_key(arg: Any) -> Any:
   """Hash-consing key of an arg: floats by their bits, so -0.0 and 0.0 differ and nan equals nan."""
   if isinstance(arg, float): return ("float", arg.hex())
   if isinstance(arg, complex): return ("complex", arg.real.hex(), arg.imag.hex())
-  if isinstance(arg, np.generic): return ("np", arg.dtype.str, arg.tobytes())
+  if isinstance(arg, np.generic): return ("np", arg.dtype.name, arg.tobytes())  # (the str of every float8 is '<V1')
   return arg
 
 

@@ -20,7 +20,8 @@ PYTHON_SCALARS = (bool, int, float, complex)
 BOOL = np.dtype(np.bool_)
 FLOAT32 = np.dtype(np.float32)
 FLOAT64 = np.dtype(np.float64)
-LOW_PRECISION_FLOATS = (np.dtype(np.float16), np.dtype(dtypes.bfloat16))
+# floats whose compositions (transcendental functions, sums, products) run in float32 and round once
+LOW_PRECISION_FLOATS = (np.dtype(np.float16), np.dtype(dtypes.bfloat16), *dtypes.FLOAT8_DTYPES)
 
 
 def is_array(x: Any) -> bool:

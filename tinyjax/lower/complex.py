@@ -10,7 +10,7 @@ codegen never see a complex value (and keep fusing and vectorising the float wor
   and sqrt by their closed forms over real functions (lax builds exp, sin, cos... of complex numbers from real
   functions of the parts); REAL, IMAG and COMPLEX pick or pair the parts;
 - a complex output is written back interleaved, as the float array (*S, 2) that the runtime then views as complex
-  (realize.py `complex_views`).
+  (realize.py `typed_views`).
 
 - a host call (pure_callback, lax.linalg's LAPACK steps) with complex operands or results exchanges them as float
   pairs and hands its function complex arrays.

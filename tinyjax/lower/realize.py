@@ -36,6 +36,7 @@ from tinyjax.devices.buffer import Buffer, allocate_buffers, give_block, reinter
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG
 from tinyjax.lower.complex import has_complex, split_complex
+from tinyjax.lower.float8 import has_float8, is_float8, split_float8
 from tinyjax.lower.memory import MemoryPlan, plan_memory
 from tinyjax.lower.split import GPU_SPLIT_MIN_CHUNK_WORK
 from tinyjax.lower.schedule import (HostCall, Kernel, Loop, Schedule, Switch, has_host_calls, kernels_of, schedule,
@@ -84,9 +85,9 @@ class CompiledSchedule:
       self.launches = LaunchList(_launch_items(sched.kernels, iter(self.programs), self.host_programs))
     self.slot_specs = [(shape, dtype, math.prod(shape) * dtype.itemsize) for shape, dtype in sched.slot_specs]
     self.plan = plan_memory(sched)
-    # (output index, shape, dtype) of each complex output: computed as interleaved floats (lower/complex.py), handed
-    # out as complex views of those buffers (`complex_views`)
-    self.complex_outputs: tuple = ()
+    # (output index, shape, dtype) of each output computed in another dtype's memory and handed out as a view of it
+    # (`typed_views`): a complex one as interleaved floats (lower/complex.py), a float8 one as bytes (lower/float8.py)
+    self.typed_outputs: tuple = ()
 
 
 def _launch_items(steps: tuple, programs, host_programs: list) -> list:
@@ -193,6 +194,7 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
     start = time.perf_counter()
     if not gpu: compile_worker()  # started now, it is ready to compile once the kernels are lowered and rendered
     real_sink = split_complex(sink) if has_complex(sink) else sink  # (complex values as pairs of floats)
+    if has_float8(real_sink): real_sink = split_float8(real_sink)  # (float8 values as bytes and float32 arithmetic)
     sched = gpu_schedule(real_sink) if gpu else schedule(real_sink, threads)
     kernels = kernels_of(sched.kernels)
     rendered: dict[tuple, str] = {}  # a kernel several like blocks run is rendered once
@@ -212,8 +214,8 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
                 for kernel, src in zip(kernels_of(sched.kernels), sources)]
   else: programs = compile_cpu_many([(k.name, src) for k, src in zip(kernels_of(sched.kernels), sources)])
   compiled = CompiledSchedule(sched, programs, device)
-  compiled.complex_outputs = tuple((index, out.shape, out.dtype) for index, out in enumerate(sink.src)
-                                   if out.dtype.kind == "c")
+  compiled.typed_outputs = tuple((index, out.shape, out.dtype) for index, out in enumerate(sink.src)
+                                 if out.dtype.kind == "c" or is_float8(out.dtype))
   if len(_memory_cache) >= _MEMORY_CACHE_LIMIT: del _memory_cache[next(iter(_memory_cache))]
   _memory_cache[(sink, device)] = compiled
   return compiled
@@ -272,7 +274,7 @@ def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer], reuse: dict[i
     device = compiled.device
     buffers = inputs[:sched.n_inputs] + [device.buffer(shape, dtype) for shape, dtype, _ in compiled.slot_specs]
     _run_steps(sched.kernels, iter(compiled.programs), buffers, device, timed=DEBUG >= 1 or bool(_profiles))
-    return complex_views(compiled, [buffers[slot] for slot in sched.outputs])
+    return typed_views(compiled, [buffers[slot] for slot in sched.outputs])
   buffers = inputs[:sched.n_inputs]
   if reuse:
     buffers += [reuse[slot] if slot in reuse else allocate_buffers([spec])[0]
@@ -298,14 +300,15 @@ def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer], reuse: dict[i
     give_block(arena, base)
     counters.kernels_launched += launches.launched
     if compiled.host_programs: _raise_host_errors(compiled)
-  if compiled.complex_outputs: return complex_views(compiled, [buffers[index] for index in plan.output_index])
+  if compiled.typed_outputs: return typed_views(compiled, [buffers[index] for index in plan.output_index])
   if len(plan.output_index) == 1: return [buffers[plan.output_index[0]]]  # (a jitted call's common case)
   return [buffers[index] for index in plan.output_index]
 
 
-def complex_views(compiled: CompiledSchedule, outputs: list[Buffer]) -> list[Buffer]:
-  """The outputs, the complex ones (written as interleaved float pairs) viewed as complex arrays (no copy)."""
-  for index, shape, dtype in compiled.complex_outputs: outputs[index] = reinterpret(outputs[index], shape, dtype)
+def typed_views(compiled: CompiledSchedule, outputs: list[Buffer]) -> list[Buffer]:
+  """The outputs, the complex ones (written as interleaved float pairs) viewed as complex arrays and the float8 ones
+  (written as bytes) as float8 arrays (no copy)."""
+  for index, shape, dtype in compiled.typed_outputs: outputs[index] = reinterpret(outputs[index], shape, dtype)
   return outputs
 
 
@@ -318,7 +321,7 @@ def direct_runner(compiled: CompiledSchedule, n_args: int, consts: list[Buffer]
   is open must take `run_schedule` (the caller checks `open_profiles`)."""
   sched, plan = compiled.schedule, compiled.plan
   if compiled.device is not CPU or DEBUG >= 1 or compiled.host_programs or not plan.outputs_in_order or \
-      compiled.complex_outputs or \
+      compiled.typed_outputs or \
       len(plan.output_specs) != 1 or \
       plan.output_index != (sched.n_inputs,) or n_args > sched.n_inputs: return None
   const_addresses = [buffer.address for buffer in consts[:sched.n_inputs - n_args]]

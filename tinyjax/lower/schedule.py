@@ -129,7 +129,8 @@ def structure_key(root: UOp) -> str:
   for node in root.toposort:
     index[node] = len(index)
     arg = node.arg.name if isinstance(node.arg, Ops) else node.arg
-    digest.update(f"{node.op.name}|{node.dtype.str}|{[index[s] for s in node.src]}|{arg!r}\n".encode())
+    # (by the dtype's name: the str of every float8 type is '<V1')
+    digest.update(f"{node.op.name}|{node.dtype.name}|{[index[s] for s in node.src]}|{arg!r}\n".encode())
   return digest.hexdigest()
 
 

@@ -73,7 +73,10 @@ bool = bool_  # noqa: A001 (the array API's name, as jax.numpy.bool)
 int8, int16, int32, int64 = (_SCALAR_TYPES[name] for name in ("int8", "int16", "int32", "int64"))
 uint8, uint16, uint32, uint64 = (_SCALAR_TYPES[name] for name in ("uint8", "uint16", "uint32", "uint64"))
 float16, bfloat16, float32, float64 = (_SCALAR_TYPES[name] for name in ("float16", "bfloat16", "float32", "float64"))
-float8_e4m3fn = _SCALAR_TYPES["float8_e4m3fn"]
+float8_e3m4, float8_e4m3, float8_e4m3b11fnuz = (_SCALAR_TYPES[name] for name in (
+  "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz"))
+float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz = (_SCALAR_TYPES[name] for name in (
+  "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"))
 complex64, complex128 = _SCALAR_TYPES["complex64"], _SCALAR_TYPES["complex128"]
 complex_ = complex128  # (numpy's name for the double-precision complex type, as jax.numpy.complex_)
 # numpy's C-style names, as JAX's (64-bit types: 32-bit values unless x64)
@@ -109,7 +112,9 @@ __all__ = [
   "diag_indices_from", "diagflat", "diagonal", "diff", "digitize", "divide", "divmod", "dot", "double", "dstack",
   "dtype", "e", "ediff1d", "einsum", "empty", "empty_like", "equal", "euler_gamma", "exp", "exp2", "expand_dims",
   "expm1", "extract", "eye", "fabs", "fill_diagonal", "finfo", "flatnonzero", "flexible", "flip", "fliplr", "flipud",
-  "float16", "float32", "float64", "float8_e4m3fn", "float_", "float_power", "floating", "floor", "floor_divide",
+  "float16", "float32", "float64", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz",
+  "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float_", "float_power", "floating", "floor",
+  "floor_divide",
   "fmax", "fmin", "fmod", "frexp", "frombuffer", "fromfunction", "fromiter", "fromstring", "full", "full_like", "gcd",
   "generic", "geomspace", "get_printoptions", "gradient", "greater", "greater_equal", "hamming", "hanning", "heaviside",
   "histogram", "histogram2d", "histogram_bin_edges", "histogramdd", "hsplit", "hstack", "hypot", "i0", "identity",

@@ -305,4 +305,4 @@ class ScalarType:
 
 SCALAR_TYPES = {name: ScalarType(getattr(dtypes, name)) for name in (
   "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
-  "float32", "float64", "float8_e4m3fn", "complex64", "complex128")}
+  "float32", "float64", *dtypes.FLOAT8_NAMES, "complex64", "complex128")}
