@@ -379,7 +379,7 @@ def _tile_rows(row: UOp | None, width: int, lanes: int, height: int) -> int:
 
 
 # The unary operations the renderer has a vector form of (llvm.py `_vector_nodes_ok`, which also checks dtypes: the
-# float ones on float32 only, EXP2 and LOG2 as transcendental.py's polynomials); SIN is scalar code.
+# float ones on float32 only, EXP2 and LOG2 as transcendental.py's polynomials); SIN and COS are scalar code.
 VECTOR_UNARY = {Ops.NEG, Ops.CAST, Ops.BITCAST, Ops.TRUNC, Ops.SQRT, Ops.RECIP, Ops.EXP2, Ops.LOG2}
 
 
