@@ -144,3 +144,32 @@ def test_import_leaves_llvm_for_the_first_compile(tmp_path):
   out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True,
                        env={**os.environ, "TINYJAX_CACHE_DIR": str(tmp_path), "TINYJAX_PLATFORMS": "cpu"}).stdout
   assert out.split() == ["False", "12.0", "True"]
+
+
+def test_eager_primitive_calls_are_one_node_expanded_where_lowered():
+  """An eager call of one of tinyjax's primitives is one PRIMITIVE node (its Ops appear only where the program is
+  lowered), so a program seen before is found in the schedule cache from a graph of a few nodes; values as numpy's,
+  for single- and multiple-result primitives, complex ones and ones whose impl embeds host data (run op by op)."""
+  import tinyjax as tj
+  import tinyjax.numpy as tnp
+  from tinyjax import lax
+  rng = np.random.default_rng(11)
+  host = rng.standard_normal((64, 64)).astype(np.float32)
+  y = tnp.tanh(tnp.asarray(host) @ tnp.asarray(host))
+  assert y.uop.op is Ops.PRIMITIVE and len(y.uop.toposort) < 10  # (tanh's decomposition is ~40 Ops)
+  np.testing.assert_allclose(np.asarray(y), np.tanh(host.astype(np.float64) @ host), rtol=2e-5, atol=2e-6)
+  lowered, from_disk = counters.schedules_lowered, counters.schedule_disk_hits
+  other = rng.standard_normal((64, 64)).astype(np.float32)
+  np.testing.assert_allclose(np.asarray(tnp.tanh(tnp.asarray(other) @ tnp.asarray(other))),
+                             np.tanh(other.astype(np.float64) @ other), rtol=2e-5, atol=2e-6)
+  assert (counters.schedules_lowered, counters.schedule_disk_hits) == (lowered, from_disk)  # (found in memory)
+  factors, pivots, permutation = lax.linalg.lu(tnp.asarray(host))
+  assert factors.uop.op is Ops.PROJECT and factors.uop.src[0].op is Ops.PRIMITIVE
+  lower, upper = np.tril(np.asarray(factors), -1) + np.eye(64), np.triu(np.asarray(factors))
+  np.testing.assert_allclose(lower @ upper, host[np.asarray(permutation)], rtol=1e-4, atol=1e-4)
+  z = (rng.standard_normal(8) + 1j * rng.standard_normal(8)).astype(np.complex64)
+  np.testing.assert_allclose(np.asarray(tnp.exp(tnp.asarray(z))), np.exp(z.astype(np.complex128)), rtol=2e-6)
+  rounded = lax.reduce_precision(tnp.asarray(np.array([3.14159265], np.float32)), 8, 7)  # (host constants inside)
+  assert rounded.uop.op is not Ops.PRIMITIVE and float(rounded[0]) == 3.140625
+  # traced values are never staged so: jit and grad see the decompositions, as before
+  np.testing.assert_allclose(float(tj.grad(lambda v: tnp.tanh(v).sum())(0.5)), 1 - np.tanh(0.5) ** 2, rtol=1e-6)

@@ -39,8 +39,8 @@ from tinyjax.lower.complex import has_complex, split_complex
 from tinyjax.lower.float8 import has_float8, is_float8, split_float8
 from tinyjax.lower.memory import MemoryPlan, plan_memory
 from tinyjax.lower.split import GPU_SPLIT_MIN_CHUNK_WORK
-from tinyjax.lower.schedule import (HostCall, Kernel, Loop, Schedule, Switch, has_host_calls, kernels_of, schedule,
-                                    structure_key)
+from tinyjax.lower.schedule import (HostCall, Kernel, Loop, Schedule, Switch, expand_primitives, has_host_calls,
+                                    kernels_of, schedule, structure_key)
 from tinyjax.profiler import kernel_flops, record_launch, roofline
 from tinyjax.profiler import open_profiles as _profiles  # (a list: checking it is cheaper than a call)
 from tinyjax.uop import Ops, UOp, pretty
@@ -123,12 +123,13 @@ _disk_cache = DiskCache("schedule")
 
 
 def _code_fingerprint() -> str:
-  """A hash of the code that decides schedules and kernel source, so a changed tinyjax never reuses old entries."""
+  """A hash of the code that decides schedules and kernel source, so a changed tinyjax never reuses old entries: the
+  whole package's (a program's named primitive calls are expanded by lax's and numpy's code when it is lowered)."""
   import hashlib
   import pathlib
   package = pathlib.Path(__file__).resolve().parent.parent
   digest = hashlib.sha256(__version__.encode())
-  for path in sorted([package / "uop.py", *(package / "lower").glob("*.py"), *(package / "codegen").glob("*.py")]):
+  for path in sorted(package.rglob("*.py")):
     digest.update(path.read_bytes())
   return digest.hexdigest()[:16]
 
@@ -193,7 +194,8 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   if lowered is None:
     start = time.perf_counter()
     if not gpu: compile_worker()  # started now, it is ready to compile once the kernels are lowered and rendered
-    real_sink = split_complex(sink) if has_complex(sink) else sink  # (complex values as pairs of floats)
+    real_sink = expand_primitives(sink)  # (named calls, eager ones and loop bodies', as their Ops)
+    if has_complex(real_sink): real_sink = split_complex(real_sink)  # (complex values as pairs of floats)
     if has_float8(real_sink): real_sink = split_float8(real_sink)  # (float8 values as bytes and float32 arithmetic)
     sched = gpu_schedule(real_sink) if gpu else schedule(real_sink, threads)
     kernels = kernels_of(sched.kernels)

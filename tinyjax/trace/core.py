@@ -28,7 +28,7 @@ from tinyjax.trace.sharding_types import _enabled as _sharding_enabled
 from tinyjax.trace.sharding_types import named_of, sizes_str, type_sharding
 from tinyjax.trace.sharding_types import propagate as propagate_sharding
 from tinyjax.trace.sharding_types import propagate_primitive as propagate_primitive_sharding
-from tinyjax.uop import ELEMENTWISE, Ops, UOp
+from tinyjax.uop import ELEMENTWISE, Ops, UOp, toposort_of
 
 
 class ConcretizationTypeError(TypeError):
@@ -172,7 +172,9 @@ class EvalTrace(Trace):
     return result
 
   def process_primitive(self, prim: Primitive, operands: tuple[Any, ...], params: dict) -> Any:
-    if not debug_nans[0]: return prim.impl(*operands, **params)
+    if not debug_nans[0]:
+      staged = self.stage_call(prim, operands, params)
+      return staged if staged is not None else prim.impl(*operands, **params)
     self.in_primitive += 1
     try:
       result = prim.impl(*operands, **params)
@@ -180,6 +182,69 @@ class EvalTrace(Trace):
       self.in_primitive -= 1
     if not self.in_primitive: check_nans(prim.name, result)
     return result
+
+
+  def stage_call(self, prim: Primitive, operands: tuple[Any, ...], params: dict) -> Any:
+    """A call of one of tinyjax's own primitives on concrete arrays as one PRIMITIVE node (its results' PROJECTs for
+    several), expanded into its Ops only where the program is lowered, so that an eager `tanh(x)` builds one node,
+    not forty, and a program seen before is found in the schedule cache from a graph of a few nodes. The results'
+    avals come from one abstract evaluation per signature (`_EAGER_AVALS`). None where the call is not staged: a user
+    primitive (custom_jvp's), operands that are not arrays, params that cannot key a node, control flow and host calls
+    (they run or check now), or an impl that needs concrete values (its abstract evaluation failed)."""
+    if not prim.fixed or prim.name in _RUN_AT_ONCE or _sharding_enabled[0]: return None  # (shardings: op by op)
+    if not all(type(x) is Array for x in operands): return None
+    try:
+      items = tuple(sorted(params.items()))
+      key = (prim, items, tuple((x.shape, x.dtype, x.weak_type) for x in operands))
+      out_avals = _EAGER_AVALS.get(key, False)
+    except TypeError:
+      return None
+    if out_avals is False:
+      out_avals = _abstract_eval(self, prim, operands, params)
+      if len(_EAGER_AVALS) >= _EAGER_AVALS_MAX: _EAGER_AVALS.clear()
+      _EAGER_AVALS[key] = out_avals
+    if out_avals is None: return None
+    call = PrimitiveCall(prim, items, out_avals)
+    uops = tuple(x.uop for x in operands)
+    if not prim.multiple_results:
+      shape, dtype, weak = out_avals[0]
+      return self._held(UOp(Ops.PRIMITIVE, dtype, uops, call), weak)
+    node = UOp(Ops.PRIMITIVE, BOOL_DTYPE, uops, call)
+    return [self._held(UOp(Ops.PROJECT, dtype, (node,), (i, shape)), weak) for i, (shape, dtype, weak) in
+            enumerate(out_avals)]
+
+  @staticmethod
+  def _held(node: UOp, weak_type: bool) -> Array:
+    result = Array(node, weak_type)
+    node.__dict__["held_by"] = weakref.ref(result)  # (as `process` marks the arrays it makes)
+    return result
+
+
+# primitives an eager call runs as it comes (control flow and host steps: they check and call back now)
+_RUN_AT_ONCE = frozenset({"scan", "while", "cond", "pure_callback"})
+# (primitive, params, operand avals) -> the results' avals, or None where the impl needs concrete values
+_EAGER_AVALS: dict[tuple, Any] = {}
+_EAGER_AVALS_MAX = 8192
+BOOL_DTYPE = np.dtype(np.bool_)
+
+
+def _abstract_eval(parent: Trace, prim: Primitive, operands: tuple[Array, ...], params: dict) -> tuple | None:
+  """(shape, dtype, weak type) of each result of `prim` on arrays like `operands`, from its impl run on a scratch
+  staging trace; None if the impl cannot run without concrete values (or raises: it then runs eagerly and says so),
+  or reads host data of its own."""
+  scratch = StagingTrace(parent, [], f"abstract evaluation of {prim.name}")
+  try:
+    with new_trace(scratch):
+      args = [scratch.new_arg(i, x.shape, x.dtype, x.weak_type) for i, x in enumerate(operands)]
+      out = prim.impl(*args, **params)
+  except Exception:  # noqa: BLE001 (the eager call runs the impl itself, and raises what it raises)
+    return None
+  outs = out if prim.multiple_results else [out]
+  if not all(isinstance(o, StagingTracer) and o.trace is scratch for o in outs): return None
+  if any(o.uop.op is Ops.PARAM for o in outs): return None  # (a call returning an operand: nothing to stage)
+  # (an impl that embeds host data, BUFFER leaves, runs eagerly: lowering expands calls over the program's PARAMs)
+  if any(node.op is Ops.BUFFER for node in toposort_of([o.uop for o in outs])): return None
+  return tuple((tuple(o.shape), np.dtype(o.dtype), bool(o.weak_type)) for o in outs)
 
 
 class StagingTracer(Tracer):
