@@ -146,11 +146,17 @@ def test_import_leaves_llvm_for_the_first_compile(tmp_path):
   assert out.split() == ["False", "12.0", "True"]
 
 
-def test_eager_primitive_calls_are_one_node_expanded_where_lowered():
+def test_eager_primitive_calls_are_one_node_expanded_where_lowered(request):
   """An eager call of one of tinyjax's primitives is one PRIMITIVE node (its Ops appear only where the program is
   lowered), so a program seen before is found in the schedule cache from a graph of a few nodes; values as numpy's,
-  for single- and multiple-result primitives, complex ones and ones whose impl embeds host data (run op by op)."""
+  for single- and multiple-result primitives, complex ones and ones whose impl embeds host data (run op by op).
+  (Once a NamedSharding exists, eager calls run op by op, so that shardings propagate: reset here, as a fresh
+  process without shardings.)"""
   import tinyjax as tj
+  from tinyjax.trace import sharding_types
+  saved = sharding_types._enabled[0]
+  sharding_types._enabled[0] = False
+  request.addfinalizer(lambda: sharding_types._enabled.__setitem__(0, saved))
   import tinyjax.numpy as tnp
   from tinyjax import lax
   rng = np.random.default_rng(11)
