@@ -127,10 +127,14 @@ def _unary(name: str, fn: Callable[[Array], Array], doc: str, inexact: bool = Fa
 
 
 def _check_kind(name: str, dtype: np.dtype, kinds: str) -> None:
-  kind = "f" if dtypes.is_floating(dtype) else dtype.kind
+  kind = _KINDS.get(dtype)
+  if kind is None: kind = _KINDS[dtype] = "f" if dtypes.is_floating(dtype) else dtype.kind
   if kind not in kinds:
     if kind == "c": raise TypeError(f"{name} does not accept dtype {dtype.name}: it is not defined for complex numbers")
     raise TypeError(f"{name} does not support dtype {dtype.name}")
+
+
+_KINDS: dict[np.dtype, str] = {}  # dtype -> "f" for every float (bfloat16, float8 included), else its numpy kind
 
 
 def _is_float(x: Array) -> bool: return dtypes.is_floating(x.dtype)
