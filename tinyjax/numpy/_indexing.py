@@ -25,7 +25,7 @@ from tinyjax.lax._base import cast, expand_raw, full, reshape_raw, to_array
 from tinyjax.lax._elementwise import _add, _and, _lt, _where
 from tinyjax.lax._slicing import gather_raw, scatter_raw, stack_columns
 from tinyjax.numpy._shape import broadcast_to
-from tinyjax.trace.core import Tracer
+from tinyjax.trace.core import Primitive, Tracer
 
 
 class NonConcreteBooleanIndexError(IndexError):
@@ -199,15 +199,25 @@ def getitem(x: Array, index: Any, mode: str | None = None, fill_value: Any = Non
     y_axis += 1
   if not advanced_axes: return _insert_new_axes(y, items, new_axis_sizes, None)
   arrays = _broadcast_indices(arrays)
+  fill = _fill_value(x.dtype, fill_value) if mode == "fill" else None
+  gathered = gather_p.bind(y, *arrays, advanced_axes=tuple(advanced_axes), kept_axes=tuple(kept), mode=mode,
+                           fill_value=fill)
+  return _insert_new_axes(gathered, items, new_axis_sizes, len(arrays[0].shape))
+
+
+def _gather(y: Array, *arrays: Array, advanced_axes: tuple[int, ...], kept_axes: tuple[int, ...], mode: str | None,
+            fill_value: Any) -> Array:
+  """y's elements at the integer index arrays (one per axis of `advanced_axes`, broadcast to one shape), the
+  `kept_axes` whole: (index dims..., kept axes...). Indices per `mode` as `getitem` says."""
   sizes = [y.shape[a] for a in advanced_axes]
-  index_dtype = _index_dtype(arrays)
+  index_dtype = _index_dtype(list(arrays))
   if mode == "wrap": arrays = [_wrap(cast(a, index_dtype, False), size) for a, size in zip(arrays, sizes)]
   elif mode != "clip": arrays = [_normalized(a, size, index_dtype) for a, size in zip(arrays, sizes)]
   else: arrays = [cast(a, index_dtype, False) for a in arrays]
   index_shape = arrays[0].shape
-  moved = lax_shape.permute_raw(y, advanced_axes + kept)
+  moved = lax_shape.permute_raw(y, list(advanced_axes) + list(kept_axes))
   gathered = gather_raw(moved, stack_columns(arrays), (1,) * len(arrays))
-  rest = tuple(y.shape[a] for a in kept)
+  rest = tuple(y.shape[a] for a in kept_axes)
   gathered = reshape_raw(gathered, index_shape + rest)
   if mode == "fill":
     ok = None
@@ -215,9 +225,13 @@ def getitem(x: Array, index: Any, mode: str | None = None, fill_value: Any = Non
       inside = _in_bounds(array, size)
       ok = inside if ok is None else _and(ok, inside)
     ok = expand_raw(reshape_raw(ok, index_shape + (1,) * len(rest)), gathered.shape)
-    fill = full(gathered.shape, _fill_value(x.dtype, fill_value), x.dtype, x.weak_type)
-    gathered = _where(ok, gathered, fill)
-  return _insert_new_axes(gathered, items, new_axis_sizes, len(index_shape))
+    gathered = _where(ok, gathered, full(gathered.shape, fill_value, y.dtype, y.weak_type))
+  return gathered
+
+
+# numpy indexing's gather by integer arrays, as one primitive for its name in printed jaxprs (`gather[...]`);
+# transformations differentiate and batch its decomposition
+gather_p = Primitive("gather", _gather)
 
 
 def _wrap(array: Array, size: int) -> Array:
