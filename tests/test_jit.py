@@ -156,7 +156,8 @@ def test_make_jaxpr_prints_the_primitives_by_name_as_jax():
                                     "    e:f32[2,3] = add c d"]
   # numpy indexing by integer arrays is one gather
   text = str(tj.make_jaxpr(lambda v, i: v[i])(x, np.array([1, 0], np.int32)))
-  assert text.splitlines()[1] == "    c:f32[2,3] = gather[advanced_axes=(0,) kept_axes=(1,) mode=None fill_value=None] a b"
+  want = "    c:f32[2,3] = gather[advanced_axes=(0,) kept_axes=(1,) mode=None fill_value=None] a b"
+  assert text.splitlines()[1] == want
   # a multiple-result primitive names its results together; one the program drops is `_`
   text = str(tj.make_jaxpr(lambda m: tj.lax.linalg.lu(m)[0])(np.eye(3, dtype=np.float32)))
   assert "b:f32[3,3] _:i32[3] _:i32[3] = lu a" in text
