@@ -179,3 +179,27 @@ def test_eager_primitive_calls_are_one_node_expanded_where_lowered(request):
   assert rounded.uop.op is not Ops.PRIMITIVE and float(rounded[0]) == 3.140625
   # traced values are never staged so: jit and grad see the decompositions, as before
   np.testing.assert_allclose(float(tj.grad(lambda v: tnp.tanh(v).sum())(0.5)), 1 - np.tanh(0.5) ** 2, rtol=1e-6)
+
+
+def test_eager_primitive_calls_expand_under_the_x64_setting_they_were_made_in(request):
+  """A staged call's impl may read jax_enable_x64 (default dtypes): it is expanded under the setting of the call, not
+  of the realisation, so the result's dtype and values are the call's."""
+  import tinyjax as tj
+  import tinyjax.numpy as tnp
+  from tinyjax import dtypes
+  from tinyjax.trace import sharding_types
+  from tinyjax.trace.core import Primitive
+  saved = sharding_types._enabled[0]
+  sharding_types._enabled[0] = False
+  request.addfinalizer(lambda: sharding_types._enabled.__setitem__(0, saved))
+  probe = Primitive("probe", lambda x: x.astype(dtypes.default_int_dtype()) * 3)
+  with tj.config.override("jax_enable_x64", True):
+    wide = probe.bind(tnp.asarray(np.array([1.0, 2.0], np.float32)))
+    assert wide.uop.op is Ops.PRIMITIVE and wide.dtype == np.int64
+  narrow = probe.bind(tnp.asarray(np.array([1.0, 2.0], np.float32)))
+  assert narrow.dtype == np.int32
+  result = np.asarray(wide)  # (realised with x64 off)
+  assert result.dtype == np.int64 and result.tolist() == [3, 6]
+  with tj.config.override("jax_enable_x64", True):
+    result = np.asarray(narrow)
+  assert result.dtype == np.int32 and result.tolist() == [3, 6]

@@ -23,12 +23,13 @@ from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
 
+from tinyjax.config import config
 from tinyjax.array import Array
 from tinyjax.trace.sharding_types import _enabled as _sharding_enabled
 from tinyjax.trace.sharding_types import named_of, sizes_str, type_sharding
 from tinyjax.trace.sharding_types import propagate as propagate_sharding
 from tinyjax.trace.sharding_types import propagate_primitive as propagate_primitive_sharding
-from tinyjax.uop import ELEMENTWISE, Ops, UOp, toposort_of
+from tinyjax.uop import BOOL, ELEMENTWISE, Ops, UOp, toposort_of
 
 
 class ConcretizationTypeError(TypeError):
@@ -195,7 +196,8 @@ class EvalTrace(Trace):
     if not all(type(x) is Array for x in operands): return None
     try:
       items = tuple(sorted(params.items()))
-      key = (prim, items, tuple((x.shape, x.dtype, x.weak_type) for x in operands))
+      x64 = bool(config.jax_enable_x64)
+      key = (prim, items, tuple((x.shape, x.dtype, x.weak_type) for x in operands), x64)
       out_avals = _EAGER_AVALS.get(key, False)
     except TypeError:
       return None
@@ -204,12 +206,12 @@ class EvalTrace(Trace):
       if len(_EAGER_AVALS) >= _EAGER_AVALS_MAX: _EAGER_AVALS.clear()
       _EAGER_AVALS[key] = out_avals
     if out_avals is None: return None
-    call = PrimitiveCall(prim, items, out_avals)
+    call = PrimitiveCall(prim, items, out_avals, x64=x64)
     uops = tuple(x.uop for x in operands)
     if not prim.multiple_results:
       shape, dtype, weak = out_avals[0]
       return self._held(UOp(Ops.PRIMITIVE, dtype, uops, call), weak)
-    node = UOp(Ops.PRIMITIVE, BOOL_DTYPE, uops, call)
+    node = UOp(Ops.PRIMITIVE, BOOL, uops, call)
     return [self._held(UOp(Ops.PROJECT, dtype, (node,), (i, shape)), weak) for i, (shape, dtype, weak) in
             enumerate(out_avals)]
 
@@ -225,7 +227,6 @@ _RUN_AT_ONCE = frozenset({"scan", "while", "cond", "pure_callback"})
 # (primitive, params, operand avals) -> the results' avals, or None where the impl needs concrete values
 _EAGER_AVALS: dict[tuple, Any] = {}
 _EAGER_AVALS_MAX = 8192
-BOOL_DTYPE = np.dtype(np.bool_)
 
 
 def _abstract_eval(parent: Trace, prim: Primitive, operands: tuple[Array, ...], params: dict) -> tuple | None:
@@ -368,15 +369,17 @@ class PrimitiveCall:
   """The arg of a PRIMITIVE node: the primitive, its params (a sorted tuple of items, hashable) and its outputs'
   avals ((shape, dtype, weak_type) each). `expand` turns the call into Ops for lowering, by running the primitive's
   impl on a staging trace over the operands' nodes."""
-  __slots__ = ("prim", "params", "out_avals", "fingerprint")
+  __slots__ = ("prim", "params", "out_avals", "fingerprint", "x64")
 
-  def __init__(self, prim: Primitive, params: tuple, out_avals: tuple, fingerprint: str = ""):
+  def __init__(self, prim: Primitive, params: tuple, out_avals: tuple, fingerprint: str = "", x64: bool | None = None):
     self.prim, self.params, self.out_avals, self.fingerprint = prim, params, out_avals, fingerprint
+    self.x64 = x64  # (an eager call's jax_enable_x64 when it was made: its impl is expanded under the same setting)
 
-  def _key(self) -> tuple: return (self.prim.name, id(self.prim), self.params, self.out_avals, self.fingerprint)
+  def _key(self) -> tuple:
+    return (self.prim.name, id(self.prim), self.params, self.out_avals, self.fingerprint, self.x64)
   def __hash__(self) -> int: return hash(self._key())
   def __eq__(self, other: Any) -> bool: return isinstance(other, PrimitiveCall) and self._key() == other._key()
-  def __reduce__(self): return (PrimitiveCall, (self.prim, self.params, self.out_avals, self.fingerprint))
+  def __reduce__(self): return (PrimitiveCall, (self.prim, self.params, self.out_avals, self.fingerprint, self.x64))
 
   def __repr__(self) -> str:
     shown = [f"{name}={value!r}" for name, value in self.params if name != "out_avals"]
@@ -386,7 +389,8 @@ class PrimitiveCall:
   def expand(self, operands: tuple[UOp, ...]) -> list[UOp]:
     """The call's results as Ops over the operand nodes (one per output)."""
     trace = StagingTrace(current_trace.get(), [], f"lowering of {self.prim.name}")
-    with new_trace(trace):
+    same_x64 = self.x64 is None or self.x64 == config.jax_enable_x64
+    with new_trace(trace), (contextlib.nullcontext() if same_x64 else config.override("jax_enable_x64", self.x64)):
       args = [StagingTracer(uop, False, trace) for uop in operands]
       out = self.prim.impl(*args, **dict(self.params))
     outs = out if self.prim.multiple_results else [out]
