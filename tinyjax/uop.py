@@ -209,6 +209,21 @@ class UOp:
     return _bounds(self)
 
 
+def sub_programs(node: UOp) -> list[UOp]:
+  """The sub-programs of a SCAN (body), WHILE (cond, body) or COND (branches) node."""
+  if node.op is Ops.SCAN: return [node.arg.body]
+  if node.op is Ops.WHILE: return [node.arg.cond, node.arg.body]
+  return list(node.arg)
+
+
+def rewrite_sub_programs(node: UOp, rewrite: Callable[[UOp], UOp]) -> Any:
+  """The arg of a SCAN, WHILE or COND node with `rewrite` applied to each of its sub-programs."""
+  programs = [rewrite(program) for program in sub_programs(node)]
+  if node.op is Ops.SCAN: return node.arg._replace(body=programs[0])
+  if node.op is Ops.WHILE: return node.arg._replace(cond=programs[0], body=programs[1])
+  return tuple(programs)
+
+
 def toposort_of(roots: list[UOp]) -> list[UOp]:
   """Every node the roots depend on, each before its users: the first root's nodes (as its `toposort`), then those of
   the second not yet listed, and so on; one walk over the graph."""

@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from tinyjax.dtypes import real_dtype
-from tinyjax.uop import BOOL, MOVEMENT, Ops, ScatterArg, UOp
+from tinyjax.uop import BOOL, MOVEMENT, Ops, ScatterArg, UOp, rewrite_sub_programs, sub_programs
 
 INDEX = np.dtype(np.int32)
 
@@ -131,7 +131,7 @@ def split_complex(sink: UOp) -> UOp:
     op = node.op
     if node is sink: break
     operand_complex = any(is_complex(s.dtype) for s in node.src)
-    if op in (Ops.SCAN, Ops.WHILE, Ops.COND) and (operand_complex or any(has_complex(p) for p in _programs(node))):
+    if op in (Ops.SCAN, Ops.WHILE, Ops.COND) and (operand_complex or any(has_complex(p) for p in sub_programs(node))):
       real[node] = UOp(op, node.dtype, tuple(_interleaved(*pairs[s]) if is_complex(s.dtype) else real[s]
                                              for s in node.src), _split_programs(node))
       continue
@@ -249,20 +249,10 @@ def split_complex(sink: UOp) -> UOp:
   return UOp(Ops.SINK, sink.dtype, tuple(outputs), sink.arg)
 
 
-def _programs(node: UOp) -> list[UOp]:
-  """The sub-programs of a SCAN (body), WHILE (cond, body) or COND (branches) node."""
-  if node.op is Ops.SCAN: return [node.arg.body]
-  if node.op is Ops.WHILE: return [node.arg.cond, node.arg.body]
-  return list(node.arg)
-
-
 def _split_programs(node: UOp):
   """The node's arg with its sub-programs rewritten as the program is: their complex parameters and results (the loop's
   carries, xs and ys, a branch's operands and results) become interleaved float pairs, as the node's operands do."""
-  split = [split_complex(p) if has_complex(p) else p for p in _programs(node)]
-  if node.op is Ops.SCAN: return node.arg._replace(body=split[0])
-  if node.op is Ops.WHILE: return node.arg._replace(cond=split[0], body=split[1])
-  return tuple(split)
+  return rewrite_sub_programs(node, lambda p: split_complex(p) if has_complex(p) else p)
 
 
 def _split_pairs(floats: UOp, shape: tuple[int, ...]) -> tuple[UOp, UOp]:

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import ml_dtypes
 import numpy as np
 
-from tinyjax.uop import BOOL, MOVEMENT, Ops, UOp
+from tinyjax.uop import BOOL, MOVEMENT, Ops, UOp, rewrite_sub_programs, sub_programs
 
 U8, I32, F32, F64 = np.dtype(np.uint8), np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.float64)
 _F32_MANTISSA_BITS, _F32_BIAS = 23, 127
@@ -89,9 +89,8 @@ def is_float8(dtype: np.dtype) -> bool:
 
 def has_float8(sink: UOp) -> bool:
   """Whether a program computes with float8 values anywhere (its loops' and branches' sub-programs included)."""
-  return any(is_float8(node.dtype) or (node.op in (Ops.SCAN, Ops.WHILE, Ops.COND) and any(map(has_float8,
-                                                                                                  _programs(node))))
-             for node in sink.toposort)
+  return any(is_float8(node.dtype) or (node.op in (Ops.SCAN, Ops.WHILE, Ops.COND) and
+                                        any(map(has_float8, sub_programs(node)))) for node in sink.toposort)
 
 
 # ------------------------------------------------------------------------------------------- building elementwise IR
@@ -234,7 +233,7 @@ def split_float8(sink: UOp) -> UOp:
   for node in sink.toposort:
     op = node.op
     if node is sink: break
-    if op in _STRUCTURED and (any(is_float8(s.dtype) for s in node.src) or any(map(has_float8, _programs(node)))):
+    if op in _STRUCTURED and (any(is_float8(s.dtype) for s in node.src) or any(map(has_float8, sub_programs(node)))):
       real[node] = UOp(op, node.dtype, tuple(carried(s) for s in node.src), _split_programs(node))
       continue
     if op is Ops.CALLBACK and (any(is_float8(s.dtype) for s in node.src) or
@@ -291,20 +290,10 @@ def split_float8(sink: UOp) -> UOp:
   return UOp(Ops.SINK, sink.dtype, tuple(outputs), sink.arg)
 
 
-def _programs(node: UOp) -> list[UOp]:
-  """The sub-programs of a SCAN (body), WHILE (cond, body) or COND (branches) node."""
-  if node.op is Ops.SCAN: return [node.arg.body]
-  if node.op is Ops.WHILE: return [node.arg.cond, node.arg.body]
-  return list(node.arg)
-
-
 def _split_programs(node: UOp):
   """The node's arg with its sub-programs rewritten: their float8 parameters and results become bytes, as the node's
   float8 operands and results do."""
-  split = [split_float8(p) if has_float8(p) else p for p in _programs(node)]
-  if node.op is Ops.SCAN: return node.arg._replace(body=split[0])
-  if node.op is Ops.WHILE: return node.arg._replace(cond=split[0], body=split[1])
-  return tuple(split)
+  return rewrite_sub_programs(node, lambda p: split_float8(p) if has_float8(p) else p)
 
 
 def _host_call_on_bytes(node: UOp, operands: list[UOp]) -> UOp:
