@@ -6,14 +6,13 @@ Everything here builds graphs through `bind` only; the one place that looks at h
 from __future__ import annotations
 
 import math
-import weakref
 from typing import Any, Sequence
 
 import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.trace.core import EvalTrace, bind, current_trace
+from tinyjax.trace.core import EvalTrace, bind, current_trace, eager_array
 from tinyjax.uop import Ops
 
 PYTHON_SCALARS = (bool, int, float, complex)
@@ -153,10 +152,7 @@ def full(shape: Sequence[int], value: Any, dtype: Any, weak_type: bool = False) 
   eager = type(current_trace.get()) is EvalTrace
   if eager:
     key = (tuple(shape), type(value), repr(value), dtype, weak_type)  # (repr: -0.0 is not 0.0, NaN is itself)
-    if (node := _EAGER_CONSTANTS.get(key)) is not None:
-      result = Array(node, weak_type)
-      node.__dict__["held_by"] = weakref.ref(result)  # (as EvalTrace.process marks the arrays it makes)
-      return result
+    if (node := _EAGER_CONSTANTS.get(key)) is not None: return eager_array(node, weak_type)
   const = bind(Ops.CONST, arg=scalar_value(value, dtype), dtype=dtype, weak_type=weak_type)
   result = expand_raw(const, tuple(shape))
   if eager:

@@ -357,7 +357,7 @@ def _isinf(a: Array) -> Array:
 
 def _isfinite(a: Array) -> Array:
   if dtypes.is_complex(a.dtype): return ew._and(_isfinite(ew._real(a)), _isfinite(ew._imag(a)))
-  return ew._lt(ew._abs_float(a), like(a, math.inf)) if _is_float(a) else like(a, True, BOOL)
+  return ew._is_finite(a) if _is_float(a) else like(a, True, BOOL)
 
 
 def _logical(fn: Callable[[Array, Array], Array]) -> Callable[[Array, Array], Array]:

@@ -27,7 +27,7 @@ from tinyjax import tree_util
 from tinyjax.array import Array
 from tinyjax.trace import ad, batching
 from tinyjax.trace.core import (Primitive, PrimitiveCall, StagingTrace, StagingTracer, Tracer, bind, current_trace,
-                                new_trace)
+                                new_trace, trace_impl)
 from tinyjax.uop import BOOL, MOVEMENT, Ops, ScanArg, UOp, WhileArg
 
 Aval = tuple  # (shape, dtype, weak_type)
@@ -70,11 +70,7 @@ class BodyTrace(StagingTrace):
     if prim in ad.abstract_eval_rules:  # (a collective: its impl needs the named axis, which the body is inside of)
       out_avals = (ad.abstract_eval_rules[prim](*arrays, **params),)
     else:
-      scratch = StagingTrace(self, [], f"abstract evaluation of {prim.name}")
-      with new_trace(scratch):
-        args = [scratch.new_arg(i, a.shape, a.dtype, a.weak_type) for i, a in enumerate(arrays)]
-        out = prim.impl(*args, **params)
-      outs = [o if isinstance(o, Array) else ad._to_array(o) for o in (out if prim.multiple_results else [out])]
+      outs = [o if isinstance(o, Array) else ad._to_array(o) for o in trace_impl(self, prim, arrays, params)[0]]
       out_avals = tuple(aval_of(o) for o in outs)
     if not prim.fixed:  # what the impl computes, for the persistent caches' keys
       from tinyjax.lower.schedule import structure_key

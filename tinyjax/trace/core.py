@@ -19,7 +19,7 @@ import weakref
 
 import contextlib
 import contextvars
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -166,9 +166,7 @@ class EvalTrace(Trace):
         raise UnexpectedTracerError(f"a {type(operand).__name__} reached the eager evaluator: a traced value was used "
                                     "outside the transformation that owns it")
       uops.append(operand.uop)
-    node = UOp(op, dtype, tuple(uops), arg)
-    result = Array(node, weak_type)
-    node.__dict__["held_by"] = weakref.ref(result)  # (array.py realize_arrays: arrays the user holds are kept)
+    result = eager_array(UOp(op, dtype, tuple(uops), arg), weak_type)
     if debug_nans[0] and not self.in_primitive and op in _CHECKED: check_nans(_jax_name(op, arg), result)
     return result
 
@@ -210,16 +208,18 @@ class EvalTrace(Trace):
     uops = tuple(x.uop for x in operands)
     if not prim.multiple_results:
       shape, dtype, weak = out_avals[0]
-      return self._held(UOp(Ops.PRIMITIVE, dtype, uops, call), weak)
+      return eager_array(UOp(Ops.PRIMITIVE, dtype, uops, call), weak)
     node = UOp(Ops.PRIMITIVE, BOOL, uops, call)
-    return [self._held(UOp(Ops.PROJECT, dtype, (node,), (i, shape)), weak) for i, (shape, dtype, weak) in
+    return [eager_array(UOp(Ops.PROJECT, dtype, (node,), (i, shape)), weak) for i, (shape, dtype, weak) in
             enumerate(out_avals)]
 
-  @staticmethod
-  def _held(node: UOp, weak_type: bool) -> Array:
-    result = Array(node, weak_type)
-    node.__dict__["held_by"] = weakref.ref(result)  # (as `process` marks the arrays it makes)
-    return result
+
+def eager_array(node: UOp, weak_type: bool) -> Array:
+  """The Array an eager operation makes of its lazy `node`, recorded on the node (`held_by`: array.py realize_arrays
+  keeps the values of arrays the user holds)."""
+  result = Array(node, weak_type)
+  node.__dict__["held_by"] = weakref.ref(result)
+  return result
 
 
 # primitives an eager call runs as it comes (control flow and host steps: they check and call back now)
@@ -229,18 +229,23 @@ _EAGER_AVALS: dict[tuple, Any] = {}
 _EAGER_AVALS_MAX = 8192
 
 
+def trace_impl(parent: Trace, prim: Primitive, operands: Sequence[Any], params: dict) -> tuple[list, StagingTrace]:
+  """`prim`'s impl run on a scratch staging trace over arguments shaped as `operands` (arrays or avals): its results
+  as a list (what it returns, not converted) and the trace."""
+  scratch = StagingTrace(parent, [], f"abstract evaluation of {prim.name}")
+  with new_trace(scratch):
+    args = [scratch.new_arg(i, x.shape, x.dtype, x.weak_type) for i, x in enumerate(operands)]
+    out = prim.impl(*args, **params)
+  return (out if prim.multiple_results else [out]), scratch
+
+
 def _abstract_eval(parent: Trace, prim: Primitive, operands: tuple[Array, ...], params: dict) -> tuple | None:
   """(shape, dtype, weak type) of each result of `prim` on arrays like `operands`, from its impl run on a scratch
   staging trace; None if the impl cannot run without concrete values (or raises: it then runs eagerly and says so),
   or reads host data of its own."""
-  scratch = StagingTrace(parent, [], f"abstract evaluation of {prim.name}")
-  try:
-    with new_trace(scratch):
-      args = [scratch.new_arg(i, x.shape, x.dtype, x.weak_type) for i, x in enumerate(operands)]
-      out = prim.impl(*args, **params)
+  try: outs, scratch = trace_impl(parent, prim, operands, params)
   except Exception:  # noqa: BLE001 (the eager call runs the impl itself, and raises what it raises)
     return None
-  outs = out if prim.multiple_results else [out]
   if not all(isinstance(o, StagingTracer) and o.trace is scratch for o in outs): return None
   if any(o.uop.op is Ops.PARAM for o in outs): return None  # (a call returning an operand: nothing to stage)
   # (an impl that embeds host data, BUFFER leaves, runs eagerly: lowering expands calls over the program's PARAMs)
