@@ -9,7 +9,6 @@ codegen: RANGE, LOAD, STORE, ...) are scalar and have shape None.
 """
 from __future__ import annotations
 
-import functools
 import math
 import weakref
 from enum import Enum, auto
@@ -126,12 +125,24 @@ INDEX_DTYPE = np.dtype(np.int64)
 BOOL = np.dtype(np.bool_)
 
 
-def _arg_key(arg: Any) -> Any:
+def arg_key(arg: Any) -> Any:
   """Hash-consing key of an arg: floats by their bits, so -0.0 and 0.0 differ and nan equals nan."""
   if isinstance(arg, float): return ("float", arg.hex())
   if isinstance(arg, complex): return ("complex", arg.real.hex(), arg.imag.hex())
   if isinstance(arg, np.generic): return ("np", arg.dtype.name, arg.tobytes())  # (the str of every float8 is '<V1')
   return arg
+
+
+class _cached:
+  """A property computed once per node and kept in its `__dict__` (functools.cached_property without its lock, which
+  on Python 3.11 costs ~1 us per first access: every eager op asks its node's shape once)."""
+  def __init__(self, fn: Callable[[Any], Any]):
+    self.fn, self.name, self.__doc__ = fn, fn.__name__, fn.__doc__
+
+  def __get__(self, node: Any, owner: Any = None) -> Any:
+    if node is None: return self
+    value = node.__dict__[self.name] = self.fn(node)
+    return value
 
 
 class UOp:
@@ -143,7 +154,7 @@ class UOp:
     if op is Ops.BUFFER and getattr(arg, "dtype", None) == dtype and hasattr(arg, "_node"):
       if arg._node is not None and (node := arg._node()) is not None: return node
       return UOp.new_buffer(dtype, arg)
-    key = (op, dtype, src, _arg_key(arg))
+    key = (op, dtype, src, arg_key(arg))
     if (node := UOp._cache.get(key)) is not None: return node
     node = object.__new__(cls)
     node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
@@ -161,12 +172,22 @@ class UOp:
     buffer._node = weakref.ref(node)
     return node
 
+  @staticmethod
+  def unshared(op: Ops, dtype: np.dtype, src: tuple[UOp, ...], arg: Any) -> UOp:
+    """A node outside the hash-consing cache: an eager operation's (trace/core.py EvalTrace). The cache's weak-value
+    entry and its removal when the node dies cost ~1.3 us, most of an eager op's graph building; an eager graph is
+    built once and normalised (lower/realize.py) before it is compared with others, so equal eager nodes need not be
+    one object (two equal ones are computed twice in one program)."""
+    node = object.__new__(UOp)
+    node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
+    return node
+
   def become_buffer(self, buffer: Any) -> None:
     """Turn this lazy node, now computed into `buffer`, into that buffer's BUFFER node, in place: graphs built on it
     before it was computed (`m2 = 0.9 * m` just before `m` was realised) then read the buffer, instead of computing
     its history again and keeping that history alive. The hash-consing entry of the old computation goes (an equal
     computation built later is a new node). Only for the array-level nodes of eager arrays (array.py)."""
-    key = (self.op, self.dtype, self.src, _arg_key(self.arg))
+    key = (self.op, self.dtype, self.src, arg_key(self.arg))
     if UOp._cache.get(key) is self: del UOp._cache[key]
     self.op, self.src, self.arg = Ops.BUFFER, (), buffer
     for cached in ("toposort", "bounds"): self.__dict__.pop(cached, None)
@@ -178,13 +199,13 @@ class UOp:
     fields = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg} | kwargs
     return UOp(fields["op"], fields["dtype"], fields["src"], fields["arg"])
 
-  @functools.cached_property
+  @_cached
   def shape(self) -> tuple[int, ...] | None:
     """Shape of an array-level node, None for kernel-level (scalar) nodes."""
     if any("shape" not in src.__dict__ for src in self.src): _shapes_below(self)
     return _shape(self)
 
-  @functools.cached_property
+  @_cached
   def toposort(self) -> list[UOp]:
     """Every node this one depends on, itself last, each before its users. Iterative: graphs can be deep."""
     return toposort_of([self])
@@ -203,7 +224,7 @@ class UOp:
     out_dtype = BOOL if op in (Ops.CMPLT, Ops.CMPNE) else (others[0].dtype if op is Ops.WHERE else self.dtype)
     return UOp(op, out_dtype, (self, *others))
 
-  @functools.cached_property
+  @_cached
   def vmin_vmax(self) -> tuple[Any, Any]:
     """Conservative bounds of an integer kernel-level expression (for index simplification)."""
     return _bounds(self)
@@ -270,6 +291,8 @@ def _shape(node: UOp) -> tuple[int, ...] | None:
   if op is Ops.CUSTOM_LINEAR: return tuple(arg[0].out_shapes[arg[1]])
   if op in (Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS) or op in UNARY: return node.src[0].shape
   if op in BINARY or op is Ops.WHERE:
+    shape = node.src[0].shape
+    if all(s.shape == shape for s in node.src[1:]): return shape
     if any(s.shape is None for s in node.src): return None
     return _broadcast_ok(node)
   if op is Ops.REDUCE_AXIS:

@@ -43,7 +43,7 @@ from tinyjax.lower.schedule import (HostCall, Kernel, Loop, Schedule, Switch, ex
                                     kernels_of, schedule, structure_key)
 from tinyjax.profiler import kernel_flops, record_launch, roofline
 from tinyjax.profiler import open_profiles as _profiles  # (a list: checking it is cheaper than a call)
-from tinyjax.uop import Ops, UOp, pretty
+from tinyjax.uop import Ops, UOp, arg_key, pretty, toposort_of
 
 
 @dataclass
@@ -117,7 +117,8 @@ def _launch_items(steps: tuple, programs, host_programs: list) -> list:
 WHOLE_LAUNCH_WORK = 1 << 16
 
 
-_memory_cache: dict[UOp, CompiledSchedule] = {}
+# (normalised sink or `program_key`, device) -> compiled schedule (jit's calls look up the first, eager ones the second)
+_memory_cache: dict[tuple, CompiledSchedule] = {}
 _MEMORY_CACHE_LIMIT = 4096  # distinct programs kept per process; beyond that the oldest are dropped
 _disk_cache = DiskCache("schedule")
 
@@ -438,12 +439,36 @@ def _report_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device
 
 def realize(roots: list[UOp], order: list[UOp] | None = None) -> list[Buffer]:
   """Compute the given lazy nodes on the device of their inputs (`place`); return one buffer per root. (`order`:
-  as `normalize`'s.)"""
-  sink, inputs = normalize(roots, order=order)
+  as `normalize`'s.) The compiled schedule is found by the graph's `program_key`; the normalised graph is only built
+  when that misses."""
+  key, inputs = program_key(roots, order)
   device, committed, replicated = place([placement_of(buffer) for buffer in inputs])
   inputs = [runnable(buffer, device) for buffer in inputs]
-  outputs = run_schedule(get_schedule(sink, device), inputs)
+  if (compiled := _memory_cache.get((key, device))) is None:
+    compiled = get_schedule(normalize(roots, order=order)[0], device)
+    if len(_memory_cache) >= _MEMORY_CACHE_LIMIT: del _memory_cache[next(iter(_memory_cache))]
+    _memory_cache[(key, device)] = compiled
+  outputs = run_schedule(compiled, inputs)
   return place_outputs(outputs, inputs, device, committed, replicated)
+
+
+def program_key(roots: list[UOp], order: list[UOp] | None = None) -> tuple[tuple, list[Buffer]]:
+  """What `normalize` gives, as a tuple instead of a graph (eager code realises a new graph each time; building its
+  normalised copy node by node cost more than the rest of an eager op): one entry per node, sources first, naming its
+  sources by position and each buffer by its dtype and shape alone (they are numbered in order of first use, as
+  normalize numbers its PARAMs), then the roots' positions; and the buffers."""
+  index: dict[UOp, int] = {}
+  entries: list[tuple] = []
+  buffers: list[Buffer] = []
+  for node in (toposort_of(roots) if order is None else order):
+    if node.op is Ops.BUFFER:
+      entries.append((Ops.BUFFER, node.dtype, node.shape))
+      buffers.append(node.arg)
+    else:
+      entries.append((node.op, node.dtype, tuple(map(index.__getitem__, node.src)), arg_key(node.arg)))
+    index[node] = len(index)
+  entries.append(tuple(map(index.__getitem__, roots)))
+  return tuple(entries), buffers
 
 
 def place_outputs(outputs: list[Buffer], inputs: list[Buffer], device, committed: bool = False,

@@ -166,7 +166,7 @@ class EvalTrace(Trace):
         raise UnexpectedTracerError(f"a {type(operand).__name__} reached the eager evaluator: a traced value was used "
                                     "outside the transformation that owns it")
       uops.append(operand.uop)
-    result = eager_array(UOp(op, dtype, tuple(uops), arg), weak_type)
+    result = eager_array(UOp.unshared(op, dtype, tuple(uops), arg), weak_type)
     if debug_nans[0] and not self.in_primitive and op in _CHECKED: check_nans(_jax_name(op, arg), result)
     return result
 
