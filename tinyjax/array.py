@@ -203,7 +203,7 @@ def held_arrays(pending: list[Array]) -> tuple[list[Array], set[UOp], list[UOp]]
   held, reading = [], set()
   order = toposort_of([a.uop for a in pending])
   for node in order:
-    if node.op is Ops.BUFFER or any(source in reading for source in node.src): reading.add(node)
+    if node.op is Ops.BUFFER or not reading.isdisjoint(node.src): reading.add(node)
     reference = node.__dict__.get("held_by")
     if reference is None or node.op is Ops.BUFFER: continue
     array = reference()

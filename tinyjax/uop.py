@@ -11,13 +11,48 @@ from __future__ import annotations
 
 import math
 import weakref
-from enum import Enum, auto
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
 
 
-class Ops(Enum):
+class auto:
+  """A member of Ops in its class body (numbered in order, as enum.auto)."""
+
+
+class _OpsType(type):
+  """Ops' metaclass: each `auto()` of the class body becomes a member, an instance of the class with a `name` and a
+  `value`; the class iterates over its members and looks them up by name (`Ops["ADD"]`), as an Enum does. (Ops is no
+  enum.Enum: on Python 3.11 the EnumType's `__getattr__` makes every `Ops.ADD` cost ~60 ns instead of ~15, and
+  member hashes are a Python call, a large share of an eager operation's and of lowering's Python time.)"""
+
+  def __new__(mcs, name: str, bases: tuple, namespace: dict) -> type:
+    names = [key for key, value in namespace.items() if isinstance(value, auto)]
+    members: dict[str, Any] = {}
+    cls = super().__new__(mcs, name, bases, {k: v for k, v in namespace.items() if k not in names} |
+                          {"_members": members})
+    for value, member_name in enumerate(names, 1):
+      member = members[member_name] = object.__new__(cls)
+      member.name, member.value = member_name, value
+      type.__setattr__(cls, member_name, member)
+    return cls
+
+  def __iter__(cls) -> Iterator[Any]: return iter(cls._members.values())
+  def __len__(cls) -> int: return len(cls._members)
+  def __getitem__(cls, name: str) -> Any: return cls._members[name]
+  def __setattr__(cls, name: str, value: Any) -> None: raise AttributeError(f"cannot set {cls.__name__}.{name}")
+
+
+class Ops(metaclass=_OpsType):
+  """The operations of the IR: the node kinds of a UOp (identity-compared, hashed by identity)."""
+  __slots__ = ("name", "value")
+
+  def __repr__(self) -> str: return f"<Ops.{self.name}: {self.value}>"
+  def __str__(self) -> str: return f"Ops.{self.name}"
+  def __reduce__(self) -> tuple: return (getattr, (Ops, self.name))
+  def __copy__(self) -> Ops: return self
+  def __deepcopy__(self, memo: dict) -> Ops: return self
+
   # leaves
   CONST = auto()      # scalar constant, arg = Python value, shape ()
   BUFFER = auto()     # a realised buffer, arg = devices.buffer.Buffer (has .shape)
@@ -202,7 +237,10 @@ class UOp:
   @_cached
   def shape(self) -> tuple[int, ...] | None:
     """Shape of an array-level node, None for kernel-level (scalar) nodes."""
-    if any("shape" not in src.__dict__ for src in self.src): _shapes_below(self)
+    for src in self.src:
+      if "shape" not in src.__dict__:
+        _shapes_below(self)
+        break
     return _shape(self)
 
   @_cached
@@ -250,14 +288,20 @@ def toposort_of(roots: list[UOp]) -> list[UOp]:
   the second not yet listed, and so on; one walk over the graph."""
   order: list[UOp] = []
   seen: set[UOp] = set()
-  stack = [(root, False) for root in reversed(roots)]
-  while stack:
-    node, expanded = stack.pop()
-    if expanded: order.append(node); continue
-    if node in seen: continue
-    seen.add(node)
-    stack.append((node, True))
-    stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+  for root in roots:
+    if root in seen: continue
+    seen.add(root)
+    stack = [(root, iter(root.src))]  # (node, its sources not yet visited)
+    while stack:
+      node, sources = stack[-1]
+      for source in sources:
+        if source not in seen:
+          seen.add(source)
+          stack.append((source, iter(source.src)))
+          break
+      else:
+        stack.pop()
+        order.append(node)
   return order
 
 
@@ -284,17 +328,18 @@ def _broadcast_ok(node: UOp) -> tuple[int, ...]:
 
 def _shape(node: UOp) -> tuple[int, ...] | None:
   op, arg = node.op, node.arg
+  if op in ELEMENTWISE:
+    if op in UNARY: return node.src[0].shape
+    shape = node.src[0].shape
+    if all(s.shape == shape for s in node.src[1:]): return shape
+    if any(s.shape is None for s in node.src): return None
+    return _broadcast_ok(node)
   if op is Ops.CONST: return ()
   if op is Ops.BUFFER: return tuple(arg.shape)
   if op is Ops.PARAM: return tuple(arg[1])
   if op is Ops.IOTA: return (arg,)
   if op is Ops.CUSTOM_LINEAR: return tuple(arg[0].out_shapes[arg[1]])
-  if op in (Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS) or op in UNARY: return node.src[0].shape
-  if op in BINARY or op is Ops.WHERE:
-    shape = node.src[0].shape
-    if all(s.shape == shape for s in node.src[1:]): return shape
-    if any(s.shape is None for s in node.src): return None
-    return _broadcast_ok(node)
+  if op is Ops.CONTIGUOUS: return node.src[0].shape
   if op is Ops.REDUCE_AXIS:
     src_shape = node.src[0].shape
     return tuple(1 if i in arg[1] else d for i, d in enumerate(src_shape))

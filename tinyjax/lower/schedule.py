@@ -29,7 +29,7 @@ from tinyjax.codegen.opt import BF16, VECTOR_UNARY, choose_opts, global_ranges_o
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import SPLIT_MIN_CHUNK_WORK, split_reductions
-from tinyjax.uop import (BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, PatternMatcher, ScatterArg, UOp, UPat, _arg_key,
+from tinyjax.uop import (BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, PatternMatcher, ScatterArg, UOp, UPat, arg_key,
                          graph_rewrite, toposort_of)
 
 REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
@@ -1026,7 +1026,7 @@ class _Scheduler:
         stack.extend((src, False) for src in reversed(node.src) if src not in index)
       else:
         index[node] = len(entries)
-        entries.append((node.op, node.dtype, node.shape, _arg_key(node.arg), tuple(index[src] for src in node.src)))
+        entries.append((node.op, node.dtype, node.shape, arg_key(node.arg), tuple(index[src] for src in node.src)))
     return (root.op, root.dtype, root.shape, tuple(entries)), slots
 
   def relayout(self, ast: UOp, slots: tuple[int, ...], work: int
