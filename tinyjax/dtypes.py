@@ -47,6 +47,7 @@ FLOAT8_DTYPES = tuple(np.dtype(ml_dtypes.__dict__[name]) for name in FLOAT8_NAME
 _FLOAT8 = frozenset(FLOAT8_DTYPES)
 # Floating dtypes numpy does not know as floating (their kind is 'V').
 _CUSTOM_FLOATS = frozenset({np.dtype(bfloat16), *_FLOAT8})
+_FLOATING = frozenset({np.dtype(float16), np.dtype(float32), np.dtype(float64), *_CUSTOM_FLOATS})
 
 _TO_32BIT = {np.dtype(int64): np.dtype(int32), np.dtype(uint64): np.dtype(uint32),
              np.dtype(float64): np.dtype(float32), np.dtype(complex128): np.dtype(complex64)}
@@ -122,7 +123,7 @@ def _is_python_scalar(x: Any) -> bool:
 
 
 def _is_python_scalar_type(x: Any) -> bool:
-  return any(x is typ for typ in _PYTHON_SCALAR_TYPES)
+  return type(x) is type and x in _PYTHON_SCALAR_TYPES  # (a type: `in` compares an array elementwise)
 
 
 def dtype(x: Any) -> np.dtype:
@@ -133,6 +134,7 @@ def dtype(x: Any) -> np.dtype:
   with a `.dtype` (arrays). 64-bit dtypes are returned as they are (see `canonicalize_dtype`). Raises TypeError for
   dtypes tinyjax does not support (complex256, object, strings, datetimes, ...).
   """
+  if isinstance(x, np.dtype) and x in _SUPPORTED_SET: return x  # (the common case first)
   if x is None:
     raise ValueError("Invalid argument to dtype: None.")
   if _is_python_scalar_type(x) or _is_python_scalar(x):
@@ -194,6 +196,7 @@ def issubdtype(arg1: Any, arg2: Any) -> bool:
 
 def is_floating(dt: Any) -> bool:
   """True for float16, bfloat16, float32, float64 and the float8 types."""
+  if isinstance(dt, np.dtype) and dt in _SUPPORTED_SET: return dt in _FLOATING  # (np.issubdtype costs ~1 us)
   return issubdtype(dt, np.floating)
 
 
@@ -204,6 +207,7 @@ def is_float8(dt: Any) -> bool:
 
 def is_complex(dt: Any) -> bool:
   """True for complex64 and complex128."""
+  if isinstance(dt, np.dtype) and dt in _SUPPORTED_SET: return dt.kind == "c"
   return issubdtype(dt, np.complexfloating)
 
 

@@ -220,12 +220,10 @@ class UOp:
   def become_buffer(self, buffer: Any) -> None:
     """Turn this lazy node, now computed into `buffer`, into that buffer's BUFFER node, in place: graphs built on it
     before it was computed (`m2 = 0.9 * m` just before `m` was realised) then read the buffer, instead of computing
-    its history again and keeping that history alive. The hash-consing entry of the old computation goes (an equal
-    computation built later is a new node). Only for the array-level nodes of eager arrays (array.py)."""
-    key = (self.op, self.dtype, self.src, arg_key(self.arg))
-    if UOp._cache.get(key) is self: del UOp._cache[key]
+    its history again and keeping that history alive. Only for the array-level nodes of eager arrays (array.py),
+    which are `unshared`: no hash-consing entry names the old computation."""
     self.op, self.src, self.arg = Ops.BUFFER, (), buffer
-    for cached in ("toposort", "bounds"): self.__dict__.pop(cached, None)
+    self.__dict__.pop("toposort", None)
     buffer._node = weakref.ref(self)
 
   def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg))

@@ -133,12 +133,14 @@ def to_array(x: Any) -> Array:
 
 def reshape_raw(x: Array, shape: tuple[int, ...]) -> Array:
   """RESHAPE to `shape` (same size), skipped when the shape does not change."""
+  if x.shape == shape: return x
   shape = tuple(int(d) for d in shape)
   return x if x.shape == shape else bind(Ops.RESHAPE, x, arg=shape, weak_type=x.weak_type)
 
 
 def expand_raw(x: Array, shape: tuple[int, ...]) -> Array:
   """Broadcast `x` to `shape` by numpy's rules (leading axes added, size-1 axes stretched); no checks."""
+  if x.shape == shape: return x
   shape = tuple(int(d) for d in shape)
   if x.shape == shape: return x
   x = reshape_raw(x, (1,) * (len(shape) - x.ndim) + x.shape)
@@ -183,6 +185,8 @@ def cast(x: Array, dtype: Any, weak_type: bool | None = None) -> Array:
 
 def broadcast_shapes(name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
   """numpy's broadcast of `shapes`. Same-rank mismatch: TypeError naming the shapes (as JAX); else ValueError."""
+  first = shapes[0] if shapes else ()
+  if type(first) is tuple and all(s == first for s in shapes): return first  # (the common case: one shape)
   ndim = max((len(s) for s in shapes), default=0)
   padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
   out = []

@@ -40,6 +40,9 @@ def promote(name: str, *args: Any, inexact: bool = False, numeric: bool = False,
   weak float32, and adding it to a bfloat16 array gives bfloat16). With `inexact`, integer and bool results move to
   the default float dtype (as `true_divide`, `sin`, ...); with `numeric`, bools move to the default int dtype (as
   `square`, `floor_divide`, `power`). A single operand without either is taken as it is."""
+  if len(args) == 1 and type(args[0]) is Array:  # (eager code's common case: an array already in a fitting dtype)
+    kind = _kind(args[0].dtype)
+    if not (inexact and kind not in "fc" or numeric and kind == "b"): return [args[0]]
   operands = [_operand(x, name) for x in args]
   if len(operands) == 1 and not (inexact or numeric):
     (x,) = operands
@@ -126,9 +129,15 @@ def _unary(name: str, fn: Callable[[Array], Array], doc: str, inexact: bool = Fa
   return ufunc
 
 
-def _check_kind(name: str, dtype: np.dtype, kinds: str) -> None:
+def _kind(dtype: np.dtype) -> str:
+  """The dtype's numpy kind, "f" for every float (bfloat16 and float8 included)."""
   kind = _KINDS.get(dtype)
   if kind is None: kind = _KINDS[dtype] = "f" if dtypes.is_floating(dtype) else dtype.kind
+  return kind
+
+
+def _check_kind(name: str, dtype: np.dtype, kinds: str) -> None:
+  kind = _kind(dtype)
   if kind not in kinds:
     if kind == "c": raise TypeError(f"{name} does not accept dtype {dtype.name}: it is not defined for complex numbers")
     raise TypeError(f"{name} does not support dtype {dtype.name}")
@@ -528,7 +537,8 @@ def where(condition: Any, x: Any = None, y: Any = None, /, *, size: int | None =
   if x is None or y is None: raise ValueError("Either both or neither of the x and y arguments should be provided.")
   (cond,) = promote("where", condition)
   shapes = [np.shape(v) if not is_array(v) else v.shape for v in (cond, x, y)]
-  try: np.broadcast_shapes(*shapes)
+  try:
+    if not shapes[0] == shapes[1] == shapes[2]: np.broadcast_shapes(*shapes)
   except ValueError:  # a ValueError whatever the ranks, as JAX's where
     raise ValueError(f"Incompatible shapes for broadcasting: shapes={shapes}") from None
   a, b = promote("where", x, y)

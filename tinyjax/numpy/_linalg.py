@@ -17,6 +17,7 @@ from tinyjax.trace import sharding_types
 
 def _promoted_pair(name: str, a: Any, b: Any) -> tuple[Array, Array]:
   """Both operands as Arrays of their promoted dtype and weak type (shapes untouched)."""
+  if type(a) is Array and type(b) is Array and a.dtype == b.dtype and a.weak_type == b.weak_type: return a, b
   from tinyjax.numpy._creation import asarray  # noqa: PLC0415
   a, b = (asarray(_operand(x, name)) for x in (a, b))
   dtype, weak = dtypes.result_type(a, b, return_weak_type_flag=True)
@@ -54,7 +55,7 @@ def matmul(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any
   if a.shape[-1] != b.shape[-2]:
     raise TypeError(f"matmul: inner dimensions differ for shapes {a.shape if not a_vector else a.shape[1:]} and "
                     f"{b.shape if not b_vector else b.shape[:1]} ({a.shape[-1]} != {b.shape[-2]})")
-  try: batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+  try: batch = a.shape[:-2] if a.shape[:-2] == b.shape[:-2] else tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
   except ValueError:  # batch dimensions that do not broadcast: a ValueError, as JAX's
     raise ValueError(f"Incompatible types for matmul arguments: {a.dtype.name}{list(a.shape)} and "
                      f"{b.dtype.name}{list(b.shape)}") from None

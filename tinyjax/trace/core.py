@@ -208,9 +208,9 @@ class EvalTrace(Trace):
     uops = tuple(x.uop for x in operands)
     if not prim.multiple_results:
       shape, dtype, weak = out_avals[0]
-      return eager_array(UOp(Ops.PRIMITIVE, dtype, uops, call), weak)
-    node = UOp(Ops.PRIMITIVE, BOOL, uops, call)
-    return [eager_array(UOp(Ops.PROJECT, dtype, (node,), (i, shape)), weak) for i, (shape, dtype, weak) in
+      return eager_array(UOp.unshared(Ops.PRIMITIVE, dtype, uops, call), weak)
+    node = UOp.unshared(Ops.PRIMITIVE, BOOL, uops, call)
+    return [eager_array(UOp.unshared(Ops.PROJECT, dtype, (node,), (i, shape)), weak) for i, (shape, dtype, weak) in
             enumerate(out_avals)]
 
 
@@ -374,16 +374,23 @@ class PrimitiveCall:
   """The arg of a PRIMITIVE node: the primitive, its params (a sorted tuple of items, hashable) and its outputs'
   avals ((shape, dtype, weak_type) each). `expand` turns the call into Ops for lowering, by running the primitive's
   impl on a staging trace over the operands' nodes."""
-  __slots__ = ("prim", "params", "out_avals", "fingerprint", "x64")
+  __slots__ = ("prim", "params", "out_avals", "fingerprint", "x64", "_hash")
 
   def __init__(self, prim: Primitive, params: tuple, out_avals: tuple, fingerprint: str = "", x64: bool | None = None):
     self.prim, self.params, self.out_avals, self.fingerprint = prim, params, out_avals, fingerprint
     self.x64 = x64  # (an eager call's jax_enable_x64 when it was made: its impl is expanded under the same setting)
+    self._hash = None
 
   def _key(self) -> tuple:
     return (self.prim.name, id(self.prim), self.params, self.out_avals, self.fingerprint, self.x64)
-  def __hash__(self) -> int: return hash(self._key())
-  def __eq__(self, other: Any) -> bool: return isinstance(other, PrimitiveCall) and self._key() == other._key()
+
+  def __hash__(self) -> int:
+    if self._hash is None: self._hash = hash(self._key())
+    return self._hash
+
+  def __eq__(self, other: Any) -> bool:
+    return self is other or (isinstance(other, PrimitiveCall) and hash(self) == hash(other) and
+                             self._key() == other._key())
   def __reduce__(self): return (PrimitiveCall, (self.prim, self.params, self.out_avals, self.fingerprint, self.x64))
 
   def __repr__(self) -> str:
