@@ -442,8 +442,11 @@ def realize(roots: list[UOp], order: list[UOp] | None = None) -> list[Buffer]:
   as `normalize`'s.) The compiled schedule is found by the graph's `program_key`; the normalised graph is only built
   when that misses."""
   key, inputs = program_key(roots, order)
-  device, committed, replicated = place([placement_of(buffer) for buffer in inputs])
-  inputs = [runnable(buffer, device) for buffer in inputs]
+  if inputs and all(type(buffer) is Buffer and buffer.device is CPU and not buffer.committed for buffer in inputs):
+    device, committed, replicated = CPU, False, None  # (`place`'s answer for plain host buffers, found cheaply)
+  else:
+    device, committed, replicated = place([placement_of(buffer) for buffer in inputs])
+    inputs = [runnable(buffer, device) for buffer in inputs]
   if (compiled := _memory_cache.get((key, device))) is None:
     compiled = get_schedule(normalize(roots, order=order)[0], device)
     if len(_memory_cache) >= _MEMORY_CACHE_LIMIT: del _memory_cache[next(iter(_memory_cache))]
