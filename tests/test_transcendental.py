@@ -358,7 +358,7 @@ def test_float64_and_pow_constants():
 
 # the largest error of tinyjax.numpy's float64 functions on the CPU measured over the sweep below, in ulps of the
 # result (normal results; numpy's, by the same measure: 0.69, 0.59, 0.52, 0.52, 1.16)
-MAX_ULPS_NUMPY_F64 = {"exp": 0.87, "log": 0.83, "sin": 0.73, "cos": 0.74, "tanh": 1.26}
+MAX_ULPS_NUMPY_F64 = {"exp": 0.87, "log": 0.83, "sin": 0.73, "cos": 0.74, "tanh": 0.82}
 
 
 @needs_long_double

@@ -505,15 +505,42 @@ def _tanh(x: Array) -> Array:
     small = _add(a, _mul(_mul(a, square), p))
     large = _sub(_c(x, 1), _fdiv(_c(x, 2), _add(_unary(Ops.EXP2, _mul(a, _c(x, 2 * LOG2_E))), _c(x, 1))))
     return _copysign(_where(_lt(a, _c(x, _TANH_SMALL)), small, large), x)
-  # float64 (Cephes): |x| < 0.625: x + x^3 P(x^2) / Q(x^2); beyond: 1 - 2 / (e^2|x| + 1) (e^2|x| by `_exp`, accurate
-  # for large arguments; tanh rounds to 1 beyond 20, where the clip keeps e^2|x| finite)
+  # float64: |x| < 0.625: Cephes' x + x^3 P(x^2) / Q(x^2); beyond: 1 - 2 / (e^2|x| + 1) (e^2|x| by `_exp`, accurate
+  # for large arguments; tanh rounds to 1 beyond 20, where the clip keeps e^2|x| finite), `_one_minus_two_over`
   square = _mul(a, a)
   numerator, denominator = _c(x, _TANH_F64_P[0]), _add(square, _c(x, _TANH_F64_Q[0]))
   for coefficient in _TANH_F64_P[1:]: numerator = _add(_mul(numerator, square), _c(x, coefficient))
   for coefficient in _TANH_F64_Q[1:]: denominator = _add(_mul(denominator, square), _c(x, coefficient))
   small = _add(a, _mul(_mul(a, square), _fdiv(numerator, denominator)))
-  large = _sub(_c(x, 1), _fdiv(_c(x, 2), _add(_exp(_mul(_min(a, _c(x, 20.0)), _c(x, 2))), _c(x, 1))))
+  large = _one_minus_two_over(_exp(_mul(_min(a, _c(x, 20.0)), _c(x, 2))))
   return _copysign(_where(_lt(a, _c(x, _TANH_SMALL)), small, large), x)
+
+
+def _split(a: Array) -> tuple[Array, Array]:
+  """Dekker's split of a float64 into a high part of 26 significant bits and the exact rest."""
+  scaled = _mul(a, _c(a, 134217729.0))  # 2^27 + 1
+  high = _sub(scaled, _sub(scaled, a))
+  return high, _sub(a, high)
+
+
+def _one_minus_two_over(e: Array) -> Array:
+  """1 - 2 / (e + 1) for float64 e >= 1, rounded once: e + 1 as an exact sum of two floats, the quotient q corrected
+  by its residual (2 - q (e + 1), with q's product with the sum exact by Dekker's splits: our IR has no FMA), and
+  1 - q as an exact sum too. In plain float arithmetic 1 - 2 / (e^2x + 1) is tanh's rounded three times where the
+  quotient is near 1/2 (1.27 ulp just above |x| = 0.625); so, e's own error aside (< 0.87 ulp, of which the quotient
+  keeps less than a half), under 0.8 ulp."""
+  one, two = _c(e, 1), _c(e, 2)
+  total = _add(e, one)
+  total_low = _sub(one, _sub(total, e))  # (Fast2Sum: e >= 1)
+  quotient = _fdiv(two, total)
+  product = _mul(quotient, total)
+  (q_high, q_low), (t_high, t_low) = _split(quotient), _split(total)
+  product_low = _add(_add(_add(_sub(_mul(q_high, t_high), product), _mul(q_high, t_low)), _mul(q_low, t_high)),
+                     _mul(q_low, t_low))
+  residual = _sub(_sub(_sub(two, product), product_low), _mul(quotient, total_low))  # (2 - product is exact)
+  difference = _sub(one, quotient)
+  difference_low = _sub(_neg(quotient), _sub(difference, one))  # (Fast2Sum: 1 >= quotient)
+  return _add(difference, _sub(difference_low, _mul(_mul(residual, quotient), _c(e, 0.5))))  # (residual / total)
 
 
 def _cbrt(x: Array) -> Array:
