@@ -158,6 +158,20 @@ def test_make_jaxpr_prints_the_primitives_by_name_as_jax():
   text = str(tj.make_jaxpr(lambda v, i: v[i])(x, np.array([1, 0], np.int32)))
   want = "    c:f32[2,3] = gather[advanced_axes=(0,) kept_axes=(1,) mode=None fill_value=None] a b"
   assert text.splitlines()[1] == want
+  # an indexed update is one scatter named by its mode, its index printed as it reads (a new axis's bool kept apart
+  # from the integer 1: each is its own program)
+  text = str(tj.make_jaxpr(lambda v: v.at[1].set(2.0))(x))
+  assert text.splitlines()[1:3] == ["    b:f32[2,3] = scatter[index=[1, :] out_of_bounds=None unique_indices=False] a "
+                                    "2.0:f32[]", "  in (b,) }"]
+  text = str(tj.make_jaxpr(lambda v, i: v.at[None, i, ::-2].add(v[0, :2]))(x, np.array([1, 0], np.int32)))
+  assert "scatter-add[index=[None, array, ::-2] out_of_bounds=None unique_indices=False] a " in text
+  for update in ("multiply", "min", "max"):
+    text = str(tj.make_jaxpr(lambda v: getattr(v.at[0, 1:], update)(5.0))(x))
+    assert f"scatter-{update.replace('multiply', 'mul')}[index=[0, 1:]" in text
+  y, want = np.arange(6.0, dtype=np.float32).reshape(2, 3), np.array([[0, 1, 2], [-1, -1, -1]], np.float32)
+  np.testing.assert_array_equal(np.asarray(tnp.asarray(y).at[True].set(-1.0)), np.full((2, 3), -1.0))
+  np.testing.assert_array_equal(np.asarray(tnp.asarray(y).at[1].set(-1.0)), want)
+  np.testing.assert_array_equal(np.asarray(tnp.asarray(y).at[True, 0, 1].set(-1.0)), [[0, -1, 2], [3, 4, 5]])
   # a multiple-result primitive names its results together; one the program drops is `_`
   text = str(tj.make_jaxpr(lambda m: tj.lax.linalg.lu(m)[0])(np.eye(3, dtype=np.float32)))
   assert "b:f32[3,3] _:i32[3] _:i32[3] = lu a" in text

@@ -12,6 +12,7 @@ of step 1 is a window of the update, any other slice an index array of its own; 
 """
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass
 from typing import Any
@@ -349,7 +350,42 @@ def scatter_update(x: Array, index: Any, values: Any, mode: str, out_of_bounds: 
     flat = scatter_update(reshape_raw(x, (1,)), (slice(None), *items), values, mode, out_of_bounds, unique_indices)
     return reshape_raw(flat, ())
   items = _expand_index(x.shape, index)
-  has_arrays = any(isinstance(item, _Advanced) for item in items)
+  arrays = [item.array for item in items if isinstance(item, _Advanced)]
+  return _SCATTERS[mode].bind(x, values, *arrays, index=IndexSpec.of(items), out_of_bounds=out_of_bounds,
+                              unique_indices=unique_indices)
+
+
+class IndexSpec(tuple):
+  """The static part of an indexed update's index, a primitive's parameter: per item an int, None, a slice as
+  (start, stop, step), "True" / "False" for a bool (a new axis of size 1 / 0: as a string, since True == 1 would make
+  `x.at[True]` and `x.at[1]` one cached program), or ARRAY for the next index array operand; printed as the index
+  reads (`[1, 2:, array]`)."""
+  ARRAY = "array"
+
+  @staticmethod
+  def of(items: list[Any]) -> IndexSpec:
+    return IndexSpec(IndexSpec.ARRAY if isinstance(item, _Advanced) else (item.start, item.stop, item.step)
+                     if isinstance(item, slice) else str(item) if isinstance(item, bool) else item for item in items)
+
+  def items(self, arrays: tuple[Array, ...]) -> list[Any]:
+    """The index items again, with `arrays` in the ARRAY places."""
+    arrays = iter(arrays)
+    return [_Advanced(next(arrays)) if item == IndexSpec.ARRAY else slice(*item) if isinstance(item, tuple) else
+            item == "True" if isinstance(item, str) else item for item in self]
+
+  def __repr__(self) -> str:
+    def shown(item: Any) -> str:
+      if not isinstance(item, tuple): return str(item)
+      start, stop, step = ("" if part is None else str(part) for part in item)
+      return f"{start}:{stop}" + (f":{step}" if step else "")
+    return "[" + ", ".join(shown(item) for item in self) + "]"
+
+
+def _scatter(x: Array, values: Array, *arrays: Array, index: IndexSpec, out_of_bounds: str | None,
+             unique_indices: bool, mode: str) -> Array:
+  """The indexed update `scatter_update` binds: `x` with `values` combined into the elements the index picks."""
+  items = index.items(arrays)
+  has_arrays = bool(arrays)
   if has_arrays:
     items = [_Advanced(to_array(np.int32(item))) if isinstance(item, int) and not isinstance(item, bool) else item
              for item in items]
@@ -416,6 +452,12 @@ def scatter_update(x: Array, index: Any, values: Any, mode: str, out_of_bounds: 
     columns.append(column)
   columns = [expand_raw(cast(c, index_dtype, False), batch_shape) for c in columns]
   return scatter_raw(x, stack_columns(columns), updates, mode, window, unique_indices, out_of_bounds == "clip")
+
+
+# the indexed updates as primitives named as JAX's (`x.at[1].set(2.0)` prints one `scatter[index=[1, :] ...]`);
+# transformations differentiate and batch their decomposition
+_SCATTERS = {mode: Primitive(name, functools.partial(_scatter, mode=mode)) for mode, name in (
+  ("set", "scatter"), ("add", "scatter-add"), ("mul", "scatter-mul"), ("min", "scatter-min"), ("max", "scatter-max"))}
 
 
 def _axis_of(items: list[Any], position: int) -> int:
