@@ -172,6 +172,13 @@ def test_make_jaxpr_prints_the_primitives_by_name_as_jax():
   np.testing.assert_array_equal(np.asarray(tnp.asarray(y).at[True].set(-1.0)), np.full((2, 3), -1.0))
   np.testing.assert_array_equal(np.asarray(tnp.asarray(y).at[1].set(-1.0)), want)
   np.testing.assert_array_equal(np.asarray(tnp.asarray(y).at[True, 0, 1].set(-1.0)), [[0, -1, 2], [3, 4, 5]])
+  # the remaining Ops under JAX's names and parameters; several outputs listed as JAX lists them
+  text = str(tj.make_jaxpr(lambda v: (tnp.pad(v, 1)[::-1].T.astype(tnp.int32), v[1:, :2].reshape(-1)))(x))
+  assert text.splitlines()[1:] == [
+    "    b:f32[4,5] = pad[padding_config=((1, 1, 0), (1, 1, 0))] a", "    c:f32[4,5] = rev[dimensions=(0,)] b",
+    "    d:f32[5,4] = transpose[permutation=(1, 0)] c", "    e:i32[5,4] = convert_element_type[new_dtype=int32] d",
+    "    f:f32[1,2] = slice[limit_indices=(2, 2) start_indices=(1, 0) strides=None] a",
+    "    g:f32[2] = reshape[dimensions=None new_sizes=(2,)] f", "  in (e, g) }"]
   # a multiple-result primitive names its results together; one the program drops is `_`
   text = str(tj.make_jaxpr(lambda m: tj.lax.linalg.lu(m)[0])(np.eye(3, dtype=np.float32)))
   assert "b:f32[3,3] _:i32[3] _:i32[3] = lu a" in text

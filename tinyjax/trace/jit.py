@@ -193,12 +193,13 @@ class Jaxpr:
         continue
       if node.op is Ops.WHERE:  # as JAX's select_n(predicate, on_false, on_true)
         operands = " ".join(name_of(src) for src in (node.src[0], node.src[2], node.src[1]))
-      arg = "" if node.arg is None else f"[{_format_arg(node.arg)}]"
-      lines.append(f"    {names[node]}:{_short(node)} = {_OP_NAMES.get(node.op, node.op.name.lower())}{arg} {operands}")
+      op_name, op_params = _op_equation(node)
+      lines.append(f"    {names[node]}:{_short(node)} = {op_name}{_format_params(op_params)} {operands}")
     outputs = ", ".join(name_of(out) for out in self.sink.src)
     consts, args = inputs[self.n_args:], inputs[:self.n_args]
     header = (" ".join(consts) + " ; " if consts else "; ") + " ".join(args)
-    return "{ lambda " + header + ". let\n" + "\n".join(lines) + ("\n" if lines else "") + f"  in ({outputs},) }}"
+    outputs += "," if len(self.sink.src) == 1 else ""  # (JAX's tuple: `in (b,) }`, `in (b, c) }`)
+    return "{ lambda " + header + ". let\n" + "\n".join(lines) + ("\n" if lines else "") + f"  in ({outputs}) }}"
 
   __repr__ = __str__
 
@@ -314,10 +315,24 @@ def _short_aval(shape: tuple[int, ...], dtype: np.dtype) -> str:
   return f"{short}[{','.join(map(str, shape))}]"
 
 
-def _format_arg(arg: Any) -> str:
-  if isinstance(arg, Ops): return arg.name.lower()
-  if isinstance(arg, tuple) and arg and isinstance(arg[0], Ops): return f"{arg[0].name.lower()}, axes={arg[1]}"
-  return repr(arg)
+def _op_equation(node: UOp) -> tuple[str, dict]:
+  """The name and parameters JAX gives the primitive an Op node performs (`slice[limit_indices=(2, 3)
+  start_indices=(1, 0) strides=None]`, `reduce_max[axes=(0,)]`)."""
+  op, arg = node.op, node.arg
+  name = _OP_NAMES.get(op, op.name.lower())
+  if op is Ops.RESHAPE: return name, {"dimensions": None, "new_sizes": arg}
+  if op is Ops.EXPAND: return name, {"broadcast_dimensions": tuple(range(len(arg))), "shape": arg}
+  if op is Ops.PERMUTE: return name, {"permutation": arg}
+  if op is Ops.SHRINK:
+    return name, {"limit_indices": tuple(end for _, end in arg), "start_indices": tuple(start for start, _ in arg),
+                  "strides": None}
+  if op is Ops.PAD: return name, {"padding_config": tuple((low, high, 0) for low, high in arg)}
+  if op is Ops.FLIP: return name, {"dimensions": tuple(axis for axis, flipped in enumerate(arg) if flipped)}
+  if op in (Ops.CAST, Ops.BITCAST): return name, {"new_dtype": node.dtype}
+  if op is Ops.IOTA: return name, {"dimension": 0, "dtype": node.dtype, "shape": (arg,)}
+  if op is Ops.REDUCE_AXIS:
+    return {Ops.ADD: "reduce_sum", Ops.MAX: "reduce_max", Ops.MUL: "reduce_prod"}[arg[0]], {"axes": tuple(arg[1])}
+  return name, ({} if arg is None else {"arg": arg})
 
 
 def _flat_arg_names(fun: Callable, args: tuple, kwargs: dict, dynamic: list[int]) -> list[str]:
