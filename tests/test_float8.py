@@ -255,6 +255,10 @@ def test_grad_through_float8():
   assert_same_values(g, np.array([3, -4.5, 40, 0.203125], E4M3FN))
   assert_same_values(tj.jit(tj.grad(lambda v: jnp.sum(jnp.exp(v)).astype(jnp.float32)))(y),
                      np.array([4.5, 0.1015625, np.nan, 1.125], E4M3FN))
+  # the same value cast twice: two casts, each cotangent cast back to float32 before they meet (JAX: 576, not NaN)
+  def twice(v): return (v.astype(jnp.float8_e4m3fn) * v.astype(jnp.float8_e4m3fn)).astype(jnp.float32).sum()
+  for transformed in (tj.grad(twice), tj.jit(tj.grad(twice)), tj.grad(tj.jit(twice))):
+    assert_same_values(transformed(x), np.array([2.25, 4.5, 576.0], np.float32))
 
 
 # ------------------------------------------------------------------------------------------------ dtypes

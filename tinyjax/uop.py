@@ -209,10 +209,11 @@ class UOp:
 
   @staticmethod
   def unshared(op: Ops, dtype: np.dtype, src: tuple[UOp, ...], arg: Any) -> UOp:
-    """A node outside the hash-consing cache: an eager operation's (trace/core.py EvalTrace). The cache's weak-value
-    entry and its removal when the node dies cost ~1.3 us, most of an eager op's graph building; an eager graph is
-    built once and normalised (lower/realize.py) before it is compared with others, so equal eager nodes need not be
-    one object (two equal ones are computed twice in one program)."""
+    """A node outside the hash-consing cache: an eager operation's (trace/core.py EvalTrace) or a linearized one's
+    (trace/ad.py LinearTrace: two equal operations keep cotangents of their own). The cache's weak-value entry and
+    its removal when the node dies cost ~1.3 us, most of an eager op's graph building; an eager graph is built once
+    and normalised (lower/realize.py) before it is compared with others, so equal eager nodes need not be one object
+    (two equal ones are computed twice in one program)."""
     node = object.__new__(UOp)
     node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
     return node

@@ -185,7 +185,9 @@ class LinearTrace(StagingTrace):
   def process(self, op: Ops, operands: tuple[Any, ...], arg: Any, dtype: np.dtype, weak_type: bool) -> Any:
     if not any(self.is_mine(x) for x in operands): return self.parent.process(op, operands, arg, dtype, weak_type)
     uops = tuple(x.uop if self.is_mine(x) else self.const_param(x) for x in operands)
-    return StagingTracer(UOp(op, dtype, uops, arg), weak_type, self)
+    # (a node of its own per operation, not hash-consed: two equal operations, such as x.astype(float8) twice, keep
+    # their own cotangents, each summed in its uses' dtype after its own transposition, as JAX's two equations do)
+    return StagingTracer(UOp.unshared(op, dtype, uops, arg), weak_type, self)
 
   def process_primitive(self, prim: Primitive, operands: tuple[Any, ...], params: dict) -> Any:
     """A linear primitive (one with a transpose rule) applied to a tangent is staged whole, as one PRIMITIVE node;
