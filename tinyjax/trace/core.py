@@ -396,7 +396,7 @@ class PrimitiveCall:
   def __repr__(self) -> str:
     shown = [f"{name}={value!r}" for name, value in self.params if name != "out_avals"]
     if self.fingerprint: shown.append(f"impl={self.fingerprint}")  # (keys the persistent caches: see Primitive)
-    return f"{self.prim.name}" + (f"[{', '.join(shown)}]" if shown else "")
+    return f"{self.prim.name}" + (f"[{' '.join(shown)}]" if shown else "")  # (as a jaxpr's equation reads)
 
   def expand(self, operands: tuple[UOp, ...]) -> list[UOp]:
     """The call's results as Ops over the operand nodes (one per output)."""

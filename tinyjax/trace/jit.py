@@ -216,10 +216,14 @@ _SHOWN_AS_NODES = {"scan", "while", "cond", "pure_callback"}
 
 def _literal(node: UOp) -> str | None:
   """A scalar constant, or one broadcast to a shape (a CONST under RESHAPE and EXPAND, as an operation's scalar
-  operand is): printed as its value, as JAX prints a literal operand; None for any other node."""
+  operand is), or a float one negated (`x - 1.0` is an ADD of a NEG): printed as its value, as JAX prints a literal
+  operand; None for any other node."""
+  negated = node.op is Ops.NEG and dtypes.is_inexact(node.dtype)
+  if negated: node = node.src[0]
   if node.shape and node.op is not Ops.EXPAND: return None
   while node.op in (Ops.RESHAPE, Ops.EXPAND): node = node.src[0]
-  return f"{node.arg!r}:{_short(node)}" if node.op is Ops.CONST else None
+  if node.op is not Ops.CONST: return None
+  return f"{-node.arg if negated else node.arg!r}:{_short(node)}"
 
 
 def _equations(sink: UOp, calls: dict) -> list:
@@ -288,11 +292,14 @@ def _loop_params(node: UOp) -> str:
     text = str(Jaxpr(sink, n_params, [], (False,) * len(sink.src), None))
     return text.replace("\n", "\n      ")
   if node.op is Ops.COND:
-    return "\n      ".join(f"branch{number}={program(branch)}" for number, branch in enumerate(node.arg))
+    return "branches=(\n        " + "\n        ".join(program(branch).replace("\n", "\n  ") for branch in node.arg) + \
+        "\n      )"
+  n_consts = len(node.src) - node.arg.n_carry - (node.arg.n_xs if node.op is Ops.SCAN else 0)
   if node.op is Ops.WHILE:
-    return f"n_carry={node.arg.n_carry}\n      cond={program(node.arg.cond)}\n      body={program(node.arg.body)}"
+    return f"body_jaxpr={program(node.arg.body)}\n      cond_jaxpr={program(node.arg.cond)}\n      " \
+           f"num_carry={node.arg.n_carry} num_consts={n_consts}"
   body, length, reverse, n_carry, n_xs = node.arg
-  return f"length={length} reverse={reverse} n_carry={n_carry} n_xs={n_xs}\n      body={program(body)}"
+  return f"jaxpr={program(body)}\n      length={length} num_carry={n_carry} num_consts={n_consts} reverse={reverse}"
 
 
 def _var_name(index: int) -> str:
