@@ -179,6 +179,10 @@ def test_make_jaxpr_prints_the_primitives_by_name_as_jax():
     "    d:f32[5,4] = transpose[permutation=(1, 0)] c", "    e:i32[5,4] = convert_element_type[new_dtype=int32] d",
     "    f:f32[1,2] = slice[limit_indices=(2, 2) start_indices=(1, 0) strides=None] a",
     "    g:f32[2] = reshape[dimensions=None new_sizes=(2,)] f", "  in (e, g) }"]
+  # comparisons as JAX's single equations (x >= 0 is computed from lt, eq and or)
+  text = str(tj.make_jaxpr(lambda v: (v >= 0, v > 1, v <= 2, v == 3, v < 4, v != 5))(x))
+  assert [line.split(" = ")[1] for line in text.splitlines()[1:7]] == [
+    "ge a 0.0:f32[]", "gt a 1.0:f32[]", "le a 2.0:f32[]", "eq a 3.0:f32[]", "lt a 4.0:f32[]", "ne a 5.0:f32[]"]
   # a multiple-result primitive names its results together; one the program drops is `_`
   text = str(tj.make_jaxpr(lambda m: tj.lax.linalg.lu(m)[0])(np.eye(3, dtype=np.float32)))
   assert "b:f32[3,3] _:i32[3] _:i32[3] = lu a" in text

@@ -811,12 +811,18 @@ def integer_power_array(x: Array, y: Array) -> Array:
 
 # ---------------------------------------------------------------------------------------------- comparisons
 
-eq = _binary_op("eq", NUMBER + "b" + COMPLEX, _eq, "Elementwise x == y (bool).")
+# (lt and ne are single Ops, printed under those names; the others are primitives for their names in jaxprs: `x >= 0`
+# is one `ge`, not the four Ops that compute it)
+eq_p = Primitive("eq", _eq)
+gt_p = Primitive("gt", lambda x, y: _lt(y, x))
+le_p = Primitive("le", _le)
+ge_p = Primitive("ge", lambda x, y: _le(y, x))
+eq = _binary_op("eq", NUMBER + "b" + COMPLEX, eq_p.bind, "Elementwise x == y (bool).")
 ne = _binary_op("ne", NUMBER + "b" + COMPLEX, lambda x, y: _compare(Ops.CMPNE, x, y), "Elementwise x != y (bool).")
 lt = _binary_op("lt", NUMBER + "b", _lt, "Elementwise x < y (bool).")
-gt = _binary_op("gt", NUMBER + "b", lambda x, y: _lt(y, x), "Elementwise x > y (bool).")
-le = _binary_op("le", NUMBER + "b", _le, "Elementwise x <= y (bool; False with NaN).")
-ge = _binary_op("ge", NUMBER + "b", lambda x, y: _le(y, x), "Elementwise x >= y (bool; False with NaN).")
+gt = _binary_op("gt", NUMBER + "b", gt_p.bind, "Elementwise x > y (bool).")
+le = _binary_op("le", NUMBER + "b", le_p.bind, "Elementwise x <= y (bool; False with NaN).")
+ge = _binary_op("ge", NUMBER + "b", ge_p.bind, "Elementwise x >= y (bool; False with NaN).")
 
 # ---------------------------------------------------------------------------------------------- bitwise
 

@@ -459,14 +459,14 @@ isnan = _unary("isnan", _isnan, "Elementwise test for NaN (bool).", kinds=ALL_KI
 isinf = _unary("isinf", _isinf, "Elementwise test for +-inf (bool).", kinds=ALL_KINDS)
 isfinite = _unary("isfinite", _isfinite, "Elementwise test for finite values (bool).", kinds=ALL_KINDS)
 
-equal = _binary("equal", ew._eq, "Elementwise x1 == x2 (bool).", kinds=ALL_KINDS)
+equal = _binary("equal", ew.eq_p.bind, "Elementwise x1 == x2 (bool).", kinds=ALL_KINDS)
 not_equal = _binary("not_equal", lambda a, b: ew._compare(Ops.CMPNE, a, b), "Elementwise x1 != x2 (bool).",
                     kinds=ALL_KINDS)
 # (complex numbers compare lexicographically: by real part, then by imaginary part, as in JAX and numpy)
 less = _binary("less", ew._lt, "Elementwise x1 < x2 (bool).", kinds=ALL_KINDS)
-less_equal = _binary("less_equal", ew._le, "Elementwise x1 <= x2 (bool).", kinds=ALL_KINDS)
-greater = _binary("greater", lambda a, b: ew._lt(b, a), "Elementwise x1 > x2 (bool).", kinds=ALL_KINDS)
-greater_equal = _binary("greater_equal", lambda a, b: ew._le(b, a), "Elementwise x1 >= x2 (bool).", kinds=ALL_KINDS)
+less_equal = _binary("less_equal", ew.le_p.bind, "Elementwise x1 <= x2 (bool).", kinds=ALL_KINDS)
+greater = _binary("greater", ew.gt_p.bind, "Elementwise x1 > x2 (bool).", kinds=ALL_KINDS)
+greater_equal = _binary("greater_equal", ew.ge_p.bind, "Elementwise x1 >= x2 (bool).", kinds=ALL_KINDS)
 
 logical_and = _binary("logical_and", _logical(ew._and), "Elementwise truth of x1 and x2 (bool).", kinds=ALL_KINDS)
 logical_or = _binary("logical_or", _logical(ew._or), "Elementwise truth of x1 or x2 (bool).", kinds=ALL_KINDS)
