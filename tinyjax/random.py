@@ -172,7 +172,7 @@ class PRNGKeyArray:
 
   def __repr__(self) -> str:
     return f"Array({self.shape}, dtype=key<fry>) overlaying:\n{np.asarray(self.data)}" if not isinstance(
-      self.data, Tracer) else f"Traced<key<fry>{list(self.shape)}>"
+      self.data, Tracer) else f"{self.data.kind_name()}(key<fry>[{','.join(map(str, self.shape))}])"
 
 
 tree_util.register_pytree_node(PRNGKeyArray, lambda keys: ((keys.data,), None),

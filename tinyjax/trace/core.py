@@ -126,7 +126,12 @@ class Tracer(Array):
     return _as(TracerIntegerConversionError, lambda: self.concrete("use as an index (__index__)")).__index__()
   def item(self, *args) -> Any: return self.concrete("item()").item(*args)
   def tolist(self) -> Any: return self.concrete("tolist()").tolist()
-  def __repr__(self) -> str: return f"Traced<{self.aval_str()}{', weak_type' if self.weak_type else ''}>"
+  def __repr__(self) -> str:  # as JAX 0.10's: JitTracer(~float32[]) for a weakly typed float32 scalar under jit
+    return f"{self.kind_name()}({'~' if self.weak_type else ''}{self.dtype.name}[{','.join(map(str, self.shape))}])"
+
+  def kind_name(self) -> str:
+    """The tracer's name in its repr: JitTracer under jit (a StagingTracer), else its class's."""
+    return "JitTracer" if type(self).__name__ == "StagingTracer" else type(self).__name__
   def __str__(self) -> str: return self.__repr__()
   def __reduce__(self): return (Array.from_numpy, (self.concrete("pickling")._value(), self.weak_type))
 

@@ -199,7 +199,8 @@ class Jaxpr:
     consts, args = inputs[self.n_args:], inputs[:self.n_args]
     header = (" ".join(consts) + " ; " if consts else "; ") + " ".join(args)
     outputs += "," if len(self.sink.src) == 1 else ""  # (JAX's tuple: `in (b,) }`, `in (b, c) }`)
-    return "{ lambda " + header + ". let\n" + "\n".join(lines) + ("\n" if lines else "") + f"  in ({outputs}) }}"
+    if not lines: return "{ lambda " + header + f". let  in ({outputs}) }}"  # (as JAX prints one without equations)
+    return "{ lambda " + header + ". let\n" + "\n".join(lines) + f"\n  in ({outputs}) }}"
 
   __repr__ = __str__
 
@@ -216,12 +217,12 @@ _SHOWN_AS_NODES = {"scan", "while", "cond", "pure_callback"}
 
 def _literal(node: UOp) -> str | None:
   """A scalar constant, or one broadcast to a shape (a CONST under RESHAPE and EXPAND, as an operation's scalar
-  operand is), or a float one negated (`x - 1.0` is an ADD of a NEG): printed as its value, as JAX prints a literal
-  operand; None for any other node."""
+  operand is), made strongly typed (a CAST to its own dtype), or a float one negated (`x - 1.0` is an ADD of a NEG):
+  printed as its value, as JAX prints a literal operand; None for any other node."""
   negated = node.op is Ops.NEG and dtypes.is_inexact(node.dtype)
   if negated: node = node.src[0]
-  if node.shape and node.op is not Ops.EXPAND: return None
-  while node.op in (Ops.RESHAPE, Ops.EXPAND): node = node.src[0]
+  while node.op in (Ops.RESHAPE, Ops.EXPAND) or node.op is Ops.CAST and node.src[0].dtype == node.dtype:
+    node = node.src[0]
   if node.op is not Ops.CONST: return None
   return f"{-node.arg if negated else node.arg!r}:{_short(node)}"
 
