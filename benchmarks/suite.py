@@ -112,6 +112,13 @@ def bench_eager_chain(jax, jnp):
   return Bench(call, lambda first, second: _sums(first))
 
 
+def bench_eager_read(jax, jnp):
+  """Eager mode: a few small operations read back at once as a Python float (a loss printed every step)."""
+  import numpy as np
+  x = jnp.asarray(np.linspace(-1, 1, 8, dtype=np.float32))
+  return Bench(lambda: float(jnp.sum(jnp.sin(x) * 2.0 + x)), lambda first, second: [first])
+
+
 def bench_eager_program(jax, jnp):
   """Eager mode: one program of big operations, read back as a Python float."""
   a = jnp.asarray(_normal((512, 512), scale=0.05))
@@ -306,6 +313,7 @@ CNN_FLOPS = _training_flops([CNN_BATCH * 28 * 28 * 9 * 1 * 32, CNN_BATCH * 14 * 
 WORKLOADS = {w.name: w for w in [
   Workload("dispatch", bench_dispatch, "us", note="jit(x + 1), float32[8], cache hit"),
   Workload("eager_chain", bench_eager_chain, "us", note=f"eager: {2 * EAGER_CHAIN} ops x * 1.0001 + 0.5, float32[8]"),
+  Workload("eager_read", bench_eager_read, "us", note="eager: float(sum(sin(x) * 2 + x)), float32[8]"),
   Workload("eager_program", bench_eager_program, "ms", note="eager: float(tanh(a @ a).sum()), 512x512"),
   Workload("elementwise", bench_elementwise, "ms", numpy=True, bytes=2 * 4 * ELEMENTWISE_SIZE,
            note="((x*2+1)*x-3)*0.5, 16M"),

@@ -6,6 +6,8 @@ above this module, the way `jax.numpy` sets them on `jax.Array`.
 """
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 import numpy as np
@@ -42,7 +44,7 @@ class Array:
   @property
   def ndim(self) -> int: return len(self.shape)
   @property
-  def size(self) -> int: return int(np.prod(self.shape, dtype=np.int64))
+  def size(self) -> int: return math.prod(self.shape)
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property

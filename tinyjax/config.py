@@ -38,9 +38,12 @@ class Config:
       values["jax_enable_x64"] = _env_flag("JAX_ENABLE_X64")
     object.__setattr__(self, "_values", values)
     object.__setattr__(self, "_callbacks", [])
+    # each option's value is also a plain attribute, so that `config.jax_enable_x64` (read on many eager operations)
+    # is an attribute lookup, not a __getattr__ call (~0.5 us); `update` keeps both in step
+    for name, value in values.items(): object.__setattr__(self, name, value)
 
   def __getattr__(self, name: str) -> Any:
-    # Only called when normal lookup fails, so methods and existing private fields never come here.
+    # Only called when normal lookup fails (an option is an attribute): an unknown name.
     if name.startswith("_"):
       raise AttributeError(name)
     return self.read(name)
@@ -71,6 +74,7 @@ class Config:
       raise TypeError(f"Config option {name} expects a value of type {names}, got {type(value).__name__}: {value!r}")
     old = self._values[name]
     self._values[name] = value
+    object.__setattr__(self, name, value)
     if old != value:
       for callback in list(self._callbacks):
         callback(name, value)

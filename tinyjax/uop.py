@@ -162,6 +162,7 @@ BOOL = np.dtype(np.bool_)
 
 def arg_key(arg: Any) -> Any:
   """Hash-consing key of an arg: floats by their bits, so -0.0 and 0.0 differ and nan equals nan."""
+  if arg is None or type(arg) is tuple: return arg  # (the common args first)
   if isinstance(arg, float): return ("float", arg.hex())
   if isinstance(arg, complex): return ("complex", arg.real.hex(), arg.imag.hex())
   if isinstance(arg, np.generic): return ("np", arg.dtype.name, arg.tobytes())  # (the str of every float8 is '<V1')

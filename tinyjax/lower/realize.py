@@ -461,17 +461,22 @@ def program_key(roots: list[UOp], order: list[UOp] | None = None) -> tuple[tuple
   sources by position and each buffer by its dtype and shape alone (they are numbered in order of first use, as
   normalize numbers its PARAMs), then the roots' positions; and the buffers."""
   index: dict[UOp, int] = {}
+  position = index.__getitem__
   entries: list[tuple] = []
   buffers: list[Buffer] = []
   for node in (toposort_of(roots) if order is None else order):
-    if node.op is Ops.BUFFER:
-      entries.append((Ops.BUFFER, node.dtype, node.shape))
-      buffers.append(node.arg)
+    op, arg = node.op, node.arg
+    if op is BUFFER:
+      entries.append((BUFFER, node.dtype, node.shape))
+      buffers.append(arg)
     else:
-      entries.append((node.op, node.dtype, tuple(map(index.__getitem__, node.src)), arg_key(node.arg)))
+      entries.append((op, node.dtype, tuple(map(position, node.src)), arg_key(arg)))
     index[node] = len(index)
-  entries.append(tuple(map(index.__getitem__, roots)))
+  entries.append(tuple(map(position, roots)))
   return tuple(entries), buffers
+
+
+BUFFER = Ops.BUFFER
 
 
 def place_outputs(outputs: list[Buffer], inputs: list[Buffer], device, committed: bool = False,

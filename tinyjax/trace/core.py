@@ -192,7 +192,8 @@ class EvalTrace(Trace):
     """A call of one of tinyjax's own primitives on concrete arrays as one PRIMITIVE node (its results' PROJECTs for
     several), expanded into its Ops only where the program is lowered, so that an eager `tanh(x)` builds one node,
     not forty, and a program seen before is found in the schedule cache from a graph of a few nodes. The results'
-    avals come from one abstract evaluation per signature (`_EAGER_AVALS`). None where the call is not staged: a user
+    avals come from one abstract evaluation per signature (`_EAGER_CALLS`, which keeps the call too: one object, its
+    hash computed once, for every call of that signature). None where the call is not staged: a user
     primitive (custom_jvp's), operands that are not arrays, params that cannot key a node, control flow and host calls
     (they run or check now), or an impl that needs concrete values (its abstract evaluation failed)."""
     if not prim.fixed or prim.name in _RUN_AT_ONCE or _sharding_enabled[0]: return None  # (shardings: op by op)
@@ -201,15 +202,16 @@ class EvalTrace(Trace):
       items = tuple(sorted(params.items()))
       x64 = bool(config.jax_enable_x64)
       key = (prim, items, tuple((x.shape, x.dtype, x.weak_type) for x in operands), x64)
-      out_avals = _EAGER_AVALS.get(key, False)
+      call = _EAGER_CALLS.get(key, False)
     except TypeError:
       return None
-    if out_avals is False:
+    if call is False:
       out_avals = _abstract_eval(self, prim, operands, params)
-      if len(_EAGER_AVALS) >= _EAGER_AVALS_MAX: _EAGER_AVALS.clear()
-      _EAGER_AVALS[key] = out_avals
-    if out_avals is None: return None
-    call = PrimitiveCall(prim, items, out_avals, x64=x64)
+      call = None if out_avals is None else PrimitiveCall(prim, items, out_avals, x64=x64)
+      if len(_EAGER_CALLS) >= _EAGER_CALLS_MAX: _EAGER_CALLS.clear()
+      _EAGER_CALLS[key] = call
+    if call is None: return None
+    out_avals = call.out_avals
     uops = tuple(x.uop for x in operands)
     if not prim.multiple_results:
       shape, dtype, weak = out_avals[0]
@@ -229,9 +231,9 @@ def eager_array(node: UOp, weak_type: bool) -> Array:
 
 # primitives an eager call runs as it comes (control flow and host steps: they check and call back now)
 _RUN_AT_ONCE = frozenset({"scan", "while", "cond", "pure_callback"})
-# (primitive, params, operand avals) -> the results' avals, or None where the impl needs concrete values
-_EAGER_AVALS: dict[tuple, Any] = {}
-_EAGER_AVALS_MAX = 8192
+# (primitive, params, operand avals, x64) -> the call (its results' avals), or None where the impl needs concrete values
+_EAGER_CALLS: dict[tuple, Any] = {}
+_EAGER_CALLS_MAX = 8192
 
 
 def trace_impl(parent: Trace, prim: Primitive, operands: Sequence[Any], params: dict) -> tuple[list, StagingTrace]:
