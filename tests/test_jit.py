@@ -183,6 +183,15 @@ def test_make_jaxpr_prints_the_primitives_by_name_as_jax():
   text = str(tj.make_jaxpr(lambda v: (v >= 0, v > 1, v <= 2, v == 3, v < 4, v != 5))(x))
   assert [line.split(" = ")[1] for line in text.splitlines()[1:7]] == [
     "ge a 0.0:f32[]", "gt a 1.0:f32[]", "le a 2.0:f32[]", "eq a 3.0:f32[]", "lt a 4.0:f32[]", "ne a 5.0:f32[]"]
+  # a nested jit is one equation with its own program (JAX's); one closing over traced values prints inline
+  inner = tj.jit(lambda u, v: tnp.tanh(u) * v)
+  text = str(tj.make_jaxpr(lambda v: inner(v, 2.0 * v) + 1)(x))
+  assert "    c:f32[2,3] = jit[name=<lambda> jaxpr={ lambda ; a:f32[2,3] b:f32[2,3]. let" in text
+  assert "          c:f32[2,3] = tanh a" in text and "        in (d,) }] a b" in text and "add c 1.0:f32[]" in text
+  def closing(v):
+    return tj.jit(lambda u: u * v)(v + 1)
+  assert "jit[" not in str(tj.make_jaxpr(closing)(x)) and "mul" in str(tj.make_jaxpr(closing)(x))
+  np.testing.assert_allclose(np.asarray(tj.jit(lambda v: inner(v, 2.0 * v) + 1)(x)), np.tanh(x) * 2 * x + 1, rtol=1e-6)
   # a multiple-result primitive names its results together; one the program drops is `_`
   text = str(tj.make_jaxpr(lambda m: tj.lax.linalg.lu(m)[0])(np.eye(3, dtype=np.float32)))
   assert "b:f32[3,3] _:i32[3] _:i32[3] = lu a" in text

@@ -40,8 +40,8 @@ from tinyjax.lower.schedule import kernels_of
 from tinyjax.profiler import open_profiles
 from tinyjax.sharding import _mesh_stack
 from tinyjax.trace.sharding_types import compiled, named_of
-from tinyjax.trace.core import (EvalTrace, StagingTrace, Tracer, check_callable, check_nans, current_trace, debug_nans,
-                                new_trace)
+from tinyjax.trace.core import (EvalTrace, Primitive, PrimitiveCallRecord, StagingTrace, Tracer, check_callable,
+                                check_nans, current_trace, debug_nans, new_trace)
 from tinyjax.uop import Ops, UOp
 
 
@@ -269,6 +269,7 @@ def _format_params(params: dict) -> str:
 
 
 def _format_param(value: Any) -> str:
+  if isinstance(value, str): return value  # (as JAX prints them: name=inner)
   if isinstance(value, np.dtype): return value.name
   if isinstance(value, type) and issubclass(value, np.generic): return np.dtype(value).name
   if callable(value) and hasattr(value, "__name__"): return value.__name__
@@ -741,8 +742,9 @@ class JitWrapped:
     return tuple(indices)
 
   def __call__(self, *args, **kwargs) -> Any:
-    if type(current_trace.get()) is not EvalTrace:
-      return self.fun(*args, **kwargs)  # inside another trace: inline (a nested jit traces into the outer program)
+    if type(current_trace.get()) is not EvalTrace:  # inside another trace: inline (it traces into the outer program)
+      if type(current_trace.get()) is StagingTrace: return self._staged_call(args, kwargs)
+      return self.fun(*args, **kwargs)
     fast_key = None
     if not kwargs and not self.static_argnums:
       for arg in args:  # a flat call (every argument an Array) has no tree to walk (optree's flatten: ~0.5 us)
@@ -764,6 +766,25 @@ class JitWrapped:
     if debug_nans[0]: self._check_nans(result, args, kwargs)
     return result
 
+  def _staged_call(self, args: tuple, kwargs: dict) -> Any:
+    """A call inside a jit's or make_jaxpr's trace: inlined into that program, and recorded as one `jit` equation
+    over the array arguments (as JAX prints a nested jit: `jit[name=inner jaxpr={...}] a b`). Calls with static
+    arguments, non-array arguments or results, or results that are arguments print inline, as they trace."""
+    trace = current_trace.get()
+    out = self.fun(*args, **kwargs)
+    if kwargs or self.static_argnums: return out
+    in_leaves, out_leaves = tree_util.tree_leaves(args), tree_util.tree_leaves(out)
+    if not out_leaves or not all(isinstance(x, Array) for x in in_leaves) or \
+        not all(isinstance(x, Tracer) and getattr(x, "trace", None) is trace for x in out_leaves): return out
+    operand_nodes = {x.uop for x in in_leaves}
+    if any(x.uop in operand_nodes for x in out_leaves) or _closes_over_tracers(self.fun): return out
+    avals = [ShapeDtypeStruct(x.shape, x.dtype, x.weak_type) for x in in_leaves]
+    inner = _InnerJaxpr(self.fun, tree_util.tree_unflatten(tree_util.tree_structure(args), avals))
+    record = PrimitiveCallRecord(_JIT_CALL, {"name": getattr(self.fun, "__name__", "fun"), "jaxpr": inner},
+                                 tuple(in_leaves), tuple(x.uop for x in out_leaves))
+    for leaf in out_leaves: trace.calls[leaf.uop] = record  # (over the calls recorded inside it)
+    return out
+
   def _check_nans(self, result: Any, args: tuple, kwargs: dict) -> None:
     """jax_debug_nans: a NaN in the outputs re-runs the function without jit, op by op, to name the operation that
     made it (as JAX does); if that finds none (NaN came in), the error names the jitted function."""
@@ -782,6 +803,30 @@ class JitWrapped:
     return Traced(self, args, kwargs)
 
   def _cache_size(self) -> int: return len(self._cache)
+
+
+def _closes_over_tracers(fun: Callable) -> bool:
+  """Whether `fun`'s closure holds traced values (its program, traced again on its own, could not read them)."""
+  cells = getattr(fun, "__closure__", None) or ()
+  for cell in cells:
+    try: contents = cell.cell_contents
+    except ValueError: continue  # (an empty cell)
+    if any(isinstance(leaf, Tracer) for leaf in tree_util.tree_leaves(contents)): return True
+  return False
+
+
+class _InnerJaxpr:
+  """A nested jit's program as its `jit` equation prints it: traced again over the arguments' avals when printed (the
+  outer program holds the inner one's Ops inline)."""
+
+  def __init__(self, fun: Callable, args: tuple):
+    self.fun, self.args = fun, args
+
+  def __repr__(self) -> str:
+    return str(trace_to_jaxpr(self.fun, self.args, {})).replace("\n", "\n      ")
+
+
+_JIT_CALL = Primitive("jit", lambda *args, **params: None)  # (names the records of nested jit calls; never bound)
 
 
 class ShardedJitWrapped(JitWrapped):
