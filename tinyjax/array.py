@@ -7,7 +7,6 @@ above this module, the way `jax.numpy` sets them on `jax.Array`.
 from __future__ import annotations
 
 import math
-
 from typing import Any
 
 import numpy as np

@@ -182,7 +182,8 @@ class _cached:
 
 
 class UOp:
-  """An immutable IR node. Construct with `UOp(op, dtype, src, arg)`; identical nodes are one object."""
+  """An immutable IR node. Construct with `UOp(op, dtype, src, arg)`; identical nodes are one object (hash-consed),
+  except the `unshared` ones eager and linearized operations make."""
   __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
   _cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
@@ -212,9 +213,9 @@ class UOp:
   def unshared(op: Ops, dtype: np.dtype, src: tuple[UOp, ...], arg: Any) -> UOp:
     """A node outside the hash-consing cache: an eager operation's (trace/core.py EvalTrace) or a linearized one's
     (trace/ad.py LinearTrace: two equal operations keep cotangents of their own). The cache's weak-value entry and
-    its removal when the node dies cost ~1.3 us, most of an eager op's graph building; an eager graph is built once
-    and normalised (lower/realize.py) before it is compared with others, so equal eager nodes need not be one object
-    (two equal ones are computed twice in one program)."""
+    its removal when the node dies cost ~1.3 us, most of an eager op's graph building; an eager graph is found in the
+    schedule cache by its structure (lower/realize.py `program_key`), not by node identity, so equal eager nodes need
+    not be one object (two equal ones are computed twice in one program)."""
     node = object.__new__(UOp)
     node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
     return node
