@@ -516,3 +516,17 @@ print(json.dumps(cache_stats()))
 def test_runtime_threads():
   runtime = get_runtime()
   assert runtime.nthreads >= 1 and runtime.parallel_for_address and runtime.serial_for_address
+
+
+def test_a_kernel_rejected_on_its_way_leaves_no_compile_thread_behind(cache_dir):
+  """A kernel refused while a program's kernels are handed over (an unknown function) stops the stream: the thread
+  feeding the worker ends instead of waiting for kernels that will not come."""
+  import threading
+  unknown = unary_kernel("calls_unknown_stream", "%z = call float @tj_no_such_function(float %x)",
+                         "declare float @tj_no_such_function(float)")
+  before = {t for t in threading.enumerate() if t.name == "tinyjax-compile-worker"}
+  with pytest.raises(ValueError, match="tj_no_such_function"):
+    compile_cpu_many(_fresh_kernels(3, "stream_before_unknown") + [("calls_unknown_stream", unknown)])
+  assert {t for t in threading.enumerate() if t.name == "tinyjax-compile-worker"} == before
+  kernels = _fresh_kernels(3, "stream_after")
+  _check_adds(compile_cpu_many(kernels), kernels)

@@ -21,7 +21,6 @@ that share a name (or a helper) never clash in the one engine.
 from __future__ import annotations
 
 import atexit
-import collections
 import ctypes
 import ctypes.util
 import functools
@@ -509,54 +508,90 @@ def compile_cpu(name: str, llvm_ir: str, opt_level: int | None = None, compiled:
 
 
 def compile_cpu_many(kernels: list[tuple[str, str]], opt_level: int | None = None) -> list[CPUProgram]:
-  """`compile_cpu` of each (name, LLVM IR) of a program; those that neither the memo nor the disk cache holds are
-  compiled here and by the compile worker at the same time (llvm_compile.py), each side taking the largest kernel
-  left, when there are two or more and the machine has a core to spare."""
-  opt_level = default_opt_level() if opt_level is None else opt_level
-  jobs: dict[str, tuple[str, str, str]] = {}  # object-code key -> (name, IR, symbol)
-  for name, llvm_ir in kernels:
-    if (name, llvm_ir, opt_level) in _programs: continue
-    key = object_code_key(name, llvm_ir, opt_level)
+  """`compile_cpu` of each (name, LLVM IR) of a program: a `CompileStream` given them all at once."""
+  stream = CompileStream(opt_level)
+  try:
+    for name, llvm_ir in kernels: stream.submit(name, llvm_ir)
+  except BaseException:
+    stream.close()
+    raise
+  return stream.finish()
+
+
+class CompileStream:
+  """A program's kernels compiled as they are handed over (`submit`), then loaded (`finish`: their CPUPrograms, in
+  order). Those that neither the memo nor the disk cache holds are compiled here and by the compile worker at the
+  same time (llvm_compile.py), each side taking the largest kernel waiting: the worker starts on the first one while
+  the lowering renders the rest (get_schedule submits each kernel as it is rendered), and this thread joins in at
+  `finish`. A job the worker fails (it crashed, or the kernel doesn't compile) is compiled here, so an error is
+  raised as if there were no worker."""
+
+  def __init__(self, opt_level: int | None = None):
+    self.opt_level = default_opt_level() if opt_level is None else opt_level
+    self.kernels: list[tuple[str, str]] = []
+    self.jobs: list[tuple[str, str, str]] = []  # (name, IR, symbol) of each kernel to compile
+    self.keys: set[str] = set()
+    self.results: dict[int, bytes] = {}
+    self.pending: list[int] = []
+    self.condition = threading.Condition()
+    self.closed = False
+    self.thread: threading.Thread | None = None
+
+  def submit(self, name: str, llvm_ir: str) -> None:
+    self.kernels.append((name, llvm_ir))
+    if (name, llvm_ir, self.opt_level) in _programs: return
+    key = object_code_key(name, llvm_ir, self.opt_level)
     symbol = f"{name}__{key[:16]}"
-    if symbol not in _loaded_symbols and not os.path.exists(_kernel_cache.path(key)):
-      jobs[key] = (name, llvm_ir, symbol)
-  compiled: dict[tuple[str, str], bytes] = {}
-  if len(jobs) >= 2 and (worker := compile_worker()) is not None:
+    if key in self.keys or symbol in _loaded_symbols or os.path.exists(_kernel_cache.path(key)): return
+    self.keys.add(key)
+    if self.thread is None:
+      if (worker := compile_worker()) is None: return  # (compiled one by one at `finish`, by compile_cpu)
+      self.thread = threading.Thread(target=self._remote, args=(worker,), name="tinyjax-compile-worker", daemon=True)
+      self.thread.start()
     with _lock:
       _initialize_llvm()
-      for name, llvm_ir, _ in jobs.values(): _check_external_functions(name, llvm_ir)  # before the worker's loads
-    for (name, llvm_ir, _), object_code in zip(jobs.values(), _compile_in_parallel(list(jobs.values()), opt_level,
-                                                                                    worker)):
-      compiled[(name, llvm_ir)] = object_code
-  return [compile_cpu(name, llvm_ir, opt_level, compiled.get((name, llvm_ir))) for name, llvm_ir in kernels]
+      _check_external_functions(name, llvm_ir)  # (before the worker's loads)
+    with self.condition:
+      self.jobs.append((name, llvm_ir, symbol))
+      self.pending.append(len(self.jobs) - 1)
+      self.condition.notify()
 
+  def _take(self, wait: bool) -> int | None:
+    """The largest kernel waiting (None when there is none, and with `wait` once `finish` has begun)."""
+    with self.condition:
+      while wait and not self.pending and not self.closed: self.condition.wait()
+      if not self.pending: return None
+      largest = max(self.pending, key=lambda i: len(self.jobs[i][1]))
+      self.pending.remove(largest)
+      return largest
 
-def _compile_in_parallel(jobs: list[tuple[str, str, str]], opt_level: int, worker: _CompileWorker) -> list[bytes]:
-  """The object code of each (name, IR, symbol), compiled by this thread and (through a thread that waits on it) the
-  compile worker, largest first. A job the worker fails (it crashed, or the kernel doesn't compile) is compiled here,
-  so an error is raised as if there were no worker."""
-  results: list[bytes | None] = [None] * len(jobs)
-  pending = collections.deque(sorted(range(len(jobs)), key=lambda i: -len(jobs[i][1])))
-  lock = threading.Lock()
-
-  def take() -> int | None:
-    with lock: return pending.popleft() if pending else None
-
-  def remote() -> None:
-    while (i := take()) is not None:
-      if (reply := worker.compile(*jobs[i], opt_level)) is None: return  # it died: the rest is compiled here
+  def _remote(self, worker: _CompileWorker) -> None:
+    while (i := self._take(wait=True)) is not None:
+      if (reply := worker.compile(*self.jobs[i], self.opt_level)) is None: return  # it died: the rest is done here
       ok, result, seconds = reply
-      if ok: results[i] = result
+      if ok: self.results[i] = result
       _stats["compile_seconds"] += seconds
 
-  thread = threading.Thread(target=remote, name="tinyjax-compile-worker", daemon=True)
-  thread.start()
-  try:
-    while (i := take()) is not None: results[i] = _timed_compile(*jobs[i], opt_level)
-  finally:
-    with lock: pending.clear()
-    thread.join()
-  return [result if result is not None else _timed_compile(*job, opt_level) for result, job in zip(results, jobs)]
+  def close(self) -> None:
+    """Stop the worker's side (what it has not taken is left), and wait for it: `finish`'s first step, and what a
+    lowering that failed half-way calls."""
+    with self.condition:
+      self.closed = True
+      self.condition.notify_all()
+    if self.thread is not None: self.thread.join()
+
+  def finish(self) -> list[CPUProgram]:
+    with self.condition:
+      self.closed = True
+      self.condition.notify_all()
+    try:
+      while (i := self._take(wait=False)) is not None: self.results[i] = _timed_compile(*self.jobs[i], self.opt_level)
+    finally:
+      self.close()
+    compiled = {(name, llvm_ir): self.results[i] if i in self.results else _timed_compile(name, llvm_ir, symbol,
+                                                                                             self.opt_level)
+                for i, (name, llvm_ir, symbol) in enumerate(self.jobs)}
+    return [compile_cpu(name, llvm_ir, self.opt_level, compiled.get((name, llvm_ir))) for name, llvm_ir in self.kernels]
 
 
 def _timed_compile(name: str, llvm_ir: str, symbol: str, opt_level: int) -> bytes:

@@ -28,7 +28,7 @@ from tinyjax import __version__
 from tinyjax.codegen.gpu import gpu_launch
 from tinyjax.codegen.llvm import render_llvm
 from tinyjax.codegen.opt import amx_bf16
-from tinyjax.devices import LaunchList, compile_cpu_many, compile_worker, cpu_threads
+from tinyjax.devices import CompileStream, LaunchList, compile_cpu_many, compile_worker, cpu_threads
 from tinyjax.devices.cpu import HostProgram
 from tinyjax.devices.device import placement_of, CPU, compute_device, place, runnable
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
@@ -192,19 +192,27 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
     except Exception:  # an entry this version cannot read: lower again and replace it
       lowered = None
   origin = "from the disk cache"
+  programs = None
   if lowered is None:
     start = time.perf_counter()
-    if not gpu: compile_worker()  # started now, it is ready to compile once the kernels are lowered and rendered
+    if not gpu: compile_worker()  # started now, it is ready to compile once the first kernel is rendered
     real_sink = expand_primitives(sink)  # (named calls, eager ones and loop bodies', as their Ops)
     if has_complex(real_sink): real_sink = split_complex(real_sink)  # (complex values as pairs of floats)
     if has_float8(real_sink): real_sink = split_float8(real_sink)  # (float8 values as bytes and float32 arithmetic)
     sched = gpu_schedule(real_sink) if gpu else schedule(real_sink, threads)
     kernels = kernels_of(sched.kernels)
     rendered: dict[tuple, str] = {}  # a kernel several like blocks run is rendered once
-    for k in kernels:
-      if (kernel_key := (k.name, k.ast, k.ordered)) not in rendered:
-        rendered[kernel_key] = device.render(k.name, k.ast, _launch_of(k, device), k.ordered) if gpu else \
-            render_llvm(k.name, k.ast)
+    stream = None if gpu else CompileStream()  # (the CPU's kernels compile as they are rendered)
+    try:
+      for k in kernels:
+        if (kernel_key := (k.name, k.ast, k.ordered)) not in rendered:
+          rendered[kernel_key] = device.render(k.name, k.ast, _launch_of(k, device), k.ordered) if gpu else \
+              render_llvm(k.name, k.ast)
+        if stream is not None: stream.submit(k.name, rendered[kernel_key])
+      if stream is not None: programs = stream.finish()
+    except BaseException:
+      if stream is not None: stream.close()
+      raise
     lowered = (sched, [rendered[(k.name, k.ast, k.ordered)] for k in kernels])
     counters.schedules_lowered += 1
     # (a host function is this process's: such a schedule is not kept on disk, and no other one has its key)
@@ -215,7 +223,8 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   if gpu:
     programs = [device.compile(kernel.name, src, _launch_of(kernel, device))
                 for kernel, src in zip(kernels_of(sched.kernels), sources)]
-  else: programs = compile_cpu_many([(k.name, src) for k, src in zip(kernels_of(sched.kernels), sources)])
+  elif programs is None:  # (from the disk cache)
+    programs = compile_cpu_many([(k.name, src) for k, src in zip(kernels_of(sched.kernels), sources)])
   compiled = CompiledSchedule(sched, programs, device)
   compiled.typed_outputs = tuple((index, out.shape, out.dtype) for index, out in enumerate(sink.src)
                                  if out.dtype.kind == "c" or is_float8(out.dtype))
