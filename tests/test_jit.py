@@ -179,6 +179,9 @@ def test_make_jaxpr_prints_the_primitives_by_name_as_jax():
     "    d:f32[5,4] = transpose[permutation=(1, 0)] c", "    e:i32[5,4] = convert_element_type[new_dtype=int32] d",
     "    f:f32[1,2] = slice[limit_indices=(2, 2) start_indices=(1, 0) strides=None] a",
     "    g:f32[2] = reshape[dimensions=None new_sizes=(2,)] f", "  in (e, g) }"]
+  # subtraction as JAX's `sub` (computed as x + -y)
+  text = str(tj.make_jaxpr(lambda v, w: (v - w, v - 1.0, 2.0 - v))(x, x))
+  assert [line.split(" = ")[1] for line in text.splitlines()[1:4]] == ["sub a b", "sub a 1.0:f32[]", "sub 2.0:f32[] a"]
   # comparisons as JAX's single equations (x >= 0 is computed from lt, eq and or)
   text = str(tj.make_jaxpr(lambda v: (v >= 0, v > 1, v <= 2, v == 3, v < 4, v != 5))(x))
   assert [line.split(" = ")[1] for line in text.splitlines()[1:7]] == [

@@ -647,7 +647,8 @@ def _rem(x: Array, y: Array) -> Array: return _binary(Ops.MOD, x, y)  # floats: 
 
 
 add = _binary_op("add", NUMBER + COMPLEX, _add, "Elementwise x + y (same shapes and dtypes; integers wrap).")
-sub = _binary_op("sub", NUMBER + COMPLEX, _sub, "Elementwise x - y (same shapes and dtypes).")
+sub_p = Primitive("sub", _sub)  # (x + -y as Ops; a primitive for its name in jaxprs: `sub a b`, as JAX's)
+sub = _binary_op("sub", NUMBER + COMPLEX, sub_p.bind, "Elementwise x - y (same shapes and dtypes).")
 mul = _binary_op("mul", NUMBER + COMPLEX, _mul, "Elementwise x * y (same shapes and dtypes).")
 div = _binary_op("div", NUMBER + COMPLEX, _div,
                  "Elementwise x / y: float division, or integer division rounding toward zero.")

@@ -157,7 +157,7 @@ def _multiply(a: Array, b: Array) -> Array: return ew._and(a, b) if a.dtype == B
 
 def _subtract(a: Array, b: Array) -> Array:
   if a.dtype == BOOL: raise TypeError("subtract: numpy boolean subtract is not supported, use logical_xor")
-  return ew._sub(a, b)
+  return ew.sub_p.bind(a, b)
 
 
 def _floor_divide(a: Array, b: Array) -> Array:
