@@ -417,3 +417,18 @@ def test_concretization_errors_have_jaxs_classes():
   with pytest.raises(errors.TracerBoolConversionError):
     tj.vmap(branch)(np.ones(3))
   assert issubclass(errors.TracerBoolConversionError, TypeError) and tj.errors.ShardingTypeError
+
+
+def test_tracers_print_and_format_as_jax_0_10(capsys):
+  """print() and str.format of a traced value show the tracer, as JAX 0.10's (the JAX docs' external-callbacks page
+  formats one with "{}".format(y) inside jit)."""
+  @tj.jit
+  def f(x):
+    y = x + 1
+    print("intermediate value: {}".format(y), f"{y}", repr(y * 2.0))
+    return y * 2
+  assert int(f(2)) == 6
+  printed = capsys.readouterr().out
+  assert printed == "intermediate value: JitTracer(~int32[]) JitTracer(~int32[]) JitTracer(~float32[])\n"
+  tj.jit(lambda v: print(v) or v)(np.ones((2, 3), np.float32))
+  assert capsys.readouterr().out == "JitTracer(float32[2,3])\n"

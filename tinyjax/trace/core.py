@@ -133,6 +133,7 @@ class Tracer(Array):
     """The tracer's name in its repr: JitTracer under jit (a StagingTracer), else its class's."""
     return "JitTracer" if type(self).__name__ == "StagingTracer" else type(self).__name__
   def __str__(self) -> str: return self.__repr__()
+  def __format__(self, spec: str) -> str: return format(str(self), spec)  # ("{}".format(tracer), as JAX's)
   def __reduce__(self): return (Array.from_numpy, (self.concrete("pickling")._value(), self.weak_type))
 
 
