@@ -432,3 +432,16 @@ def test_tracers_print_and_format_as_jax_0_10(capsys):
   assert printed == "intermediate value: JitTracer(~int32[]) JitTracer(~int32[]) JitTracer(~float32[])\n"
   tj.jit(lambda v: print(v) or v)(np.ones((2, 3), np.float32))
   assert capsys.readouterr().out == "JitTracer(float32[2,3])\n"
+
+
+def test_shape_dtype_struct_like_as_jax():
+  """ShapeDtypeStruct.like(x): x's shape, dtype and weak type (JAX 0.10's; checked against it), as pure_callback's
+  result spec in the JAX docs' external-callbacks page."""
+  cases = [(tnp.arange(3.0), (3,), np.float32, False), (2.0, (), np.float32, True), (3, (), np.int32, True),
+           (np.ones((2, 2)), (2, 2), np.float32, False), (np.int8(1), (), np.int8, False)]
+  for value, shape, dtype, weak in cases:
+    spec = tj.ShapeDtypeStruct.like(value)
+    assert (spec.shape, spec.dtype, spec.weak_type) == (shape, np.dtype(dtype), weak), value
+  x = tnp.arange(4.0)
+  got = tj.jit(lambda v: tj.pure_callback(np.sin, tj.ShapeDtypeStruct.like(v), v))(x)
+  np.testing.assert_allclose(np.asarray(got), np.sin(np.arange(4.0)), rtol=1e-6)

@@ -66,6 +66,16 @@ class ShapeDtypeStruct:
     self.shape, self.dtype = tuple(int(d) for d in shape), dtypes.dtype(dtype)
     self.weak_type, self.sharding = weak_type, sharding
 
+  @classmethod
+  def like(cls, x: Any) -> ShapeDtypeStruct:
+    """The abstract array of `x` (an array, a tracer, a numpy array or another ShapeDtypeStruct), as JAX's: its shape,
+    dtype, weak type and sharding."""
+    if not hasattr(x, "shape") or not hasattr(x, "dtype") or isinstance(x, (np.ndarray, np.generic)):
+      from tinyjax.lax._base import to_array  # (a Python scalar is weakly typed; 64-bit dtypes as the x64 setting says)
+      x = to_array(x)
+    return cls(x.shape, x.dtype, getattr(x, "weak_type", False), getattr(x, "sharding", None)
+               if isinstance(x, ShapeDtypeStruct) else None)
+
   @property
   def ndim(self) -> int: return len(self.shape)
   @property
