@@ -198,11 +198,14 @@ class EvalTrace(Trace):
     primitive (custom_jvp's), operands that are not arrays, params that cannot key a node, control flow and host calls
     (they run or check now), or an impl that needs concrete values (its abstract evaluation failed)."""
     if not prim.fixed or prim.name in _RUN_AT_ONCE or _sharding_enabled[0]: return None  # (shardings: op by op)
-    if not all(type(x) is Array for x in operands): return None
+    avals = []
+    for x in operands:
+      if type(x) is not Array: return None
+      avals.append((x.shape, x.dtype, x.weak_type))
     try:
-      items = tuple(sorted(params.items()))
+      items = tuple(sorted(params.items())) if params else ()
       x64 = bool(config.jax_enable_x64)
-      key = (prim, items, tuple((x.shape, x.dtype, x.weak_type) for x in operands), x64)
+      key = (prim, items, tuple(avals), x64)
       call = _EAGER_CALLS.get(key, False)
     except TypeError:
       return None
