@@ -833,7 +833,10 @@ class _InnerJaxpr:
     self.fun, self.args = fun, args
 
   def __repr__(self) -> str:
-    return str(trace_to_jaxpr(self.fun, self.args, {})).replace("\n", "\n      ")
+    try: text = str(trace_to_jaxpr(self.fun, self.args, {}))
+    except Exception as error:  # (a function whose second trace fails: printing the outer program must not)
+      return f"<not shown: tracing it again raised {type(error).__name__}>"
+    return text.replace("\n", "\n      ")
 
 
 _JIT_CALL = Primitive("jit", lambda *args, **params: None)  # (names the records of nested jit calls; never bound)
