@@ -142,10 +142,11 @@ class Array:
   def item(self, *args) -> Any: return self._value().item(*args)
   def tolist(self) -> Any: return self._value().tolist()
 
-  def _scalar(self, kind: str) -> np.ndarray:
+  def _scalar(self, kind: str) -> Any:
+    """The one value of a size-1 array as a Python scalar (or an ml_dtypes scalar), for float(), int(), ..."""
     if self.size != 1:
       raise TypeError(f"only size-1 arrays can be converted to Python {kind}; this array has shape {self.shape}")
-    return self._value().reshape(())
+    return self._value().item()
 
   def __bool__(self) -> bool:
     if self.size != 1:
