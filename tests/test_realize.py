@@ -181,6 +181,19 @@ def test_eager_primitive_calls_are_one_node_expanded_where_lowered(request):
   np.testing.assert_allclose(float(tj.grad(lambda v: tnp.tanh(v).sum())(0.5)), 1 - np.tanh(0.5) ** 2, rtol=1e-6)
 
 
+def test_eager_primitive_calls_tell_signed_zeros_apart_and_find_nan_params():
+  """A staged call's float parameters key its program by their bits: fill_value=-0.0 is not the program of 0.0 (it
+  was reused, giving +0.0), and a NaN fill_value finds its program again (NaN != NaN made every call a new one)."""
+  import tinyjax.numpy as tnp
+  x = tnp.arange(3.0)
+  def filled(value): return np.asarray(x.at[tnp.array([5])].get(mode="fill", fill_value=value))
+  assert not np.signbit(filled(0.0))[0] and np.signbit(filled(-0.0))[0] and not np.signbit(filled(0.0))[0]
+  assert np.isnan(filled(float("nan")))[0]
+  lowered, from_disk = counters.schedules_lowered, counters.schedule_disk_hits
+  assert np.isnan(filled(float("nan")))[0] and np.isnan(filled(float("nan")))[0]
+  assert (counters.schedules_lowered, counters.schedule_disk_hits) == (lowered, from_disk)  # (found in memory)
+
+
 def test_eager_primitive_calls_expand_under_the_x64_setting_they_were_made_in(request):
   """A staged call's impl may read jax_enable_x64 (default dtypes): it is expanded under the setting of the call, not
   of the realisation, so the result's dtype and values are the call's."""

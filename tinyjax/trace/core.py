@@ -29,7 +29,7 @@ from tinyjax.trace.sharding_types import _enabled as _sharding_enabled
 from tinyjax.trace.sharding_types import named_of, sizes_str, type_sharding
 from tinyjax.trace.sharding_types import propagate as propagate_sharding
 from tinyjax.trace.sharding_types import propagate_primitive as propagate_primitive_sharding
-from tinyjax.uop import BOOL, ELEMENTWISE, Ops, UOp, toposort_of
+from tinyjax.uop import BOOL, ELEMENTWISE, Ops, UOp, arg_key, toposort_of
 
 
 class ConcretizationTypeError(TypeError):
@@ -205,7 +205,7 @@ class EvalTrace(Trace):
     try:
       items = tuple(sorted(params.items())) if params else ()
       x64 = bool(config.jax_enable_x64)
-      key = (prim, items, tuple(avals), x64)
+      key = (prim, params_key(items), tuple(avals), x64)
       call = _EAGER_CALLS.get(key, False)
     except TypeError:
       return None
@@ -381,6 +381,13 @@ def typeof(x: Any) -> ShapedArray:
   return ShapedArray(x.shape, x.dtype, x.weak_type, varying_axes(x), type_sharding(named_of(x), len(x.shape)))
 
 
+def params_key(value: Any) -> Any:
+  """A primitive's params (or one of them) as a key that tells -0.0 from 0.0 and finds NaN equal to itself (`arg_key`
+  of every float in them): `fill_value=-0.0` and `fill_value=0.0` are two programs."""
+  if type(value) is tuple: return tuple(params_key(item) for item in value)
+  return arg_key(value) if isinstance(value, (float, complex, np.generic)) else value
+
+
 class PrimitiveCall:
   """The arg of a PRIMITIVE node: the primitive, its params (a sorted tuple of items, hashable) and its outputs'
   avals ((shape, dtype, weak_type) each). `expand` turns the call into Ops for lowering, by running the primitive's
@@ -393,7 +400,7 @@ class PrimitiveCall:
     self._hash = None
 
   def _key(self) -> tuple:
-    return (self.prim.name, id(self.prim), self.params, self.out_avals, self.fingerprint, self.x64)
+    return (self.prim.name, id(self.prim), params_key(self.params), self.out_avals, self.fingerprint, self.x64)
 
   def __hash__(self) -> int:
     if self._hash is None: self._hash = hash(self._key())
