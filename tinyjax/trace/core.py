@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from tinyjax import dtypes
 from tinyjax.config import config
 from tinyjax.array import Array
 from tinyjax.trace.sharding_types import _enabled as _sharding_enabled
@@ -381,11 +382,21 @@ def typeof(x: Any) -> ShapedArray:
   return ShapedArray(x.shape, x.dtype, x.weak_type, varying_axes(x), type_sharding(named_of(x), len(x.shape)))
 
 
-def params_key(value: Any) -> Any:
-  """A primitive's params (or one of them) as a key that tells -0.0 from 0.0 and finds NaN equal to itself (`arg_key`
-  of every float in them): `fill_value=-0.0` and `fill_value=0.0` are two programs."""
-  if type(value) is tuple: return tuple(params_key(item) for item in value)
-  return arg_key(value) if isinstance(value, (float, complex, np.generic)) else value
+def params_key(items: tuple) -> tuple:
+  """A primitive's params ((name, value) items) as a key that tells -0.0 from 0.0 and finds NaN equal to itself
+  (`arg_key` of the floats among the values and in tuples of them): `fill_value=-0.0` and `fill_value=0.0` are two
+  programs. The items themselves where they hold no float (the common case, checked first)."""
+  for _, value in items:
+    kind = type(value)
+    if kind in _FLOAT_TYPES or kind is tuple and not _FLOAT_TYPES.isdisjoint(map(type, value)):
+      return tuple((name, tuple(map(_float_key, value)) if type(value) is tuple else _float_key(value))
+                   for name, value in items)
+  return items
+
+
+# Python's and numpy's float and complex scalar types (ml_dtypes' too: their scalars are numpy generics)
+_FLOAT_TYPES = frozenset({float, complex, *(np.dtype(d).type for d in dtypes.SUPPORTED_DTYPES if d.kind in "fcV")})
+def _float_key(value: Any) -> Any: return arg_key(value) if type(value) in _FLOAT_TYPES else value
 
 
 class PrimitiveCall:
