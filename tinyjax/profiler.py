@@ -187,13 +187,13 @@ def machine_limits() -> MachineLimits:
   """This machine's float32 FMA peak and copy bandwidth over the runtime's threads: measured on the first call on a
   machine (about half a second), then read from the disk cache (see also `limits_for`)."""
   from tinyjax.devices.cache import DiskCache
-  cache = DiskCache("machine")
-  payload = cache.get(_limits_key())
+  cache, key = DiskCache("machine"), _limits_key()
+  payload = cache.get(key)
   if payload is not None:
     try: return MachineLimits(**json.loads(payload))
     except (ValueError, TypeError): pass  # unreadable: measure again and replace it
   limits = measure_machine_limits()
-  cache.put(_limits_key(), json.dumps(limits.__dict__).encode())
+  cache.put(key, json.dumps(limits.__dict__).encode())
   return limits
 
 

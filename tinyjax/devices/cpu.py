@@ -572,18 +572,16 @@ class CompileStream:
       if ok: self.results[i] = result
       _stats["compile_seconds"] += seconds
 
-  def close(self) -> None:
-    """Stop the worker's side (what it has not taken is left), and wait for it: `finish`'s first step, and what a
-    lowering that failed half-way calls."""
+  def close(self, wait: bool = True) -> None:
+    """Stop the worker's side (what it has not taken is left) and, with `wait`, wait for it: what a lowering that
+    failed half-way calls, and `finish`'s first and last steps."""
     with self.condition:
       self.closed = True
       self.condition.notify_all()
-    if self.thread is not None: self.thread.join()
+    if wait and self.thread is not None: self.thread.join()
 
   def finish(self) -> list[CPUProgram]:
-    with self.condition:
-      self.closed = True
-      self.condition.notify_all()
+    self.close(wait=False)
     try:
       while (i := self._take(wait=False)) is not None: self.results[i] = _timed_compile(*self.jobs[i], self.opt_level)
     finally:

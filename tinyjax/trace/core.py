@@ -131,8 +131,8 @@ class Tracer(Array):
     return f"{self.kind_name()}({'~' if self.weak_type else ''}{self.dtype.name}[{','.join(map(str, self.shape))}])"
 
   def kind_name(self) -> str:
-    """The tracer's name in its repr: JitTracer under jit (a StagingTracer), else its class's."""
-    return "JitTracer" if type(self).__name__ == "StagingTracer" else type(self).__name__
+    """The tracer's name in its repr: its class's (JitTracer for a StagingTracer, as JAX names it)."""
+    return type(self).__name__
   def __str__(self) -> str: return self.__repr__()
   def __format__(self, spec: str) -> str: return format(str(self), spec)  # ("{}".format(tracer), as JAX's)
   def __reduce__(self): return (Array.from_numpy, (self.concrete("pickling")._value(), self.weak_type))
@@ -272,6 +272,8 @@ class StagingTracer(Tracer):
   def __init__(self, uop: UOp, weak_type: bool, trace: StagingTrace):
     super().__init__(uop, weak_type)
     self.trace = trace
+
+  def kind_name(self) -> str: return "JitTracer"
 
   def concrete(self, what: str) -> Array:
     self.check_alive()
