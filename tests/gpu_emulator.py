@@ -20,8 +20,19 @@ from tinyjax.devices.cpu import compile_cpu
 from tinyjax.devices.cuda import CUDABuffer
 
 
+# the PTX instructions render_gpu writes as inline assembly, as functions of the CPU's IR
+_PTX_ASM = {
+  'asm "neg.f32 $0, $1;", "=f,f"':
+    ("@ptx.neg.f32", "define internal float @ptx.neg.f32(float %x) {\n  %r = fneg float %x\n  ret float %r\n}"),
+  'asm "cvt.f32.f16 $0, $1;", "=f,h"':
+    ("@ptx.cvt.f32.f16", "define internal float @ptx.cvt.f32.f16(i16 %x) {\n  %h = bitcast i16 %x to half\n"
+                         "  %r = fpext half %h to float\n  ret float %r\n}")}
+
+
 def cpu_module_of_gpu_kernel(name: str, gpu_ir: str) -> str:
   """The CPU kernel (devices/cpu.py's ABI: iterations [start, end) are work-items) of a `render_gpu` module."""
+  for assembly, (function, definition) in _PTX_ASM.items():
+    if assembly in gpu_ir: gpu_ir = gpu_ir.replace(assembly, function) + "\n" + definition + "\n"
   kept, skipping = [], False
   entry = re.compile(rf'define void (@{re.escape(name)}|@"{re.escape(name)}")\(')
   for line in gpu_ir.splitlines():

@@ -79,6 +79,30 @@ def test_float32_subnormals_flush_to_zero_as_on_the_cpu(gpu):
   assert got[0] == 0 and got[1] == 0 and got[2] == np.float32(1e-10)
 
 
+def test_float16_subnormals_and_signs_are_kept_as_on_the_cpu(gpu):
+  """float16's subnormals are normal float32 numbers: kept, as on the CPU, although float32 subnormals flush (NVPTX's
+  float16 conversions and arithmetic flush them under that mode); a negation flips the sign of a float32 subnormal
+  without flushing it (spacing(-0.0)); fmod of two infinities is NaN (NVPTX's frem gives the dividend)."""
+  info = np.finfo(np.float16)
+  half = np.array([info.tiny / 8, -info.tiny / 2, info.smallest_subnormal, 3.0], np.float16)
+  (x,) = on(gpu, half)
+  np.testing.assert_array_equal(np.asarray(x * 2), half * 2)
+  np.testing.assert_array_equal(np.asarray(-x), -half)
+  np.testing.assert_array_equal(np.asarray(x.astype(jnp.float32)), half.astype(np.float32))
+  mantissa, exponent = jnp.frexp(x)
+  np.testing.assert_array_equal(np.asarray(jnp.ldexp(mantissa, exponent)), half)
+  np.testing.assert_array_equal(np.asarray(jnp.spacing(on(gpu, np.zeros(1, np.float16))[0])),
+                                np.array([info.smallest_subnormal], np.float16))
+  (negative_zero,) = on(gpu, np.array([-0.0], np.float32))
+  np.testing.assert_array_equal(np.asarray(jnp.spacing(negative_zero)), -np.array([1e-45], np.float32))
+  for dtype in (np.float16, np.float32):
+    infinities = np.array([np.inf, -np.inf, np.inf, 5.0, -7.5], dtype)
+    divisors = np.array([np.inf, -np.inf, 2.0, np.inf, -2.0], dtype)
+    got = np.asarray(jnp.fmod(*on(gpu, infinities, divisors)))
+    with np.errstate(invalid="ignore"):
+      np.testing.assert_array_equal(got, np.fmod(infinities, divisors))
+
+
 def test_matmul_and_dtypes(gpu):
   a, b = rng.standard_normal((40, 70)).astype(np.float32), rng.standard_normal((70, 30)).astype(np.float32)
   x, y = on(gpu, a, b)
@@ -287,7 +311,7 @@ def _gpu_kernels():
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_kernels_compile_to_ptx(arch, tmp_path):
+def test_kernels_compile_to_ptx(arch, tmp_path, on_cpu):
   ptxas = shutil.which("ptxas")
   count = 0
   grouped = 0

@@ -592,6 +592,8 @@ class _Renderer(Linearizer):
     (operand,) = node.src
     value, kind, llvm_type, op = self.value(operand), dtype_kind(node.dtype), compute_type(node.dtype), node.op
     if op is Ops.NEG:
+      if kind == "f" and self.gpu and llvm_type == "float":  # (NVPTX's neg.ftz.f32 would flush a subnormal)
+        return self.emit(f'call float asm "neg.f32 $0, $1;", "=f,f"(float {value})')
       if kind == "f": return self.emit(f"fneg {llvm_type} {value}")
       if kind == "b": return self.emit(f"xor i1 {value}, true")  # logical not
       return self.emit(f"sub {llvm_type} 0, {value}")
@@ -631,6 +633,10 @@ class _Renderer(Linearizer):
         # the product of a contraction may fuse with its accumulation into an FMA (one rounding instead of two)
         contract = self.plan is not None and self.plan.contract and node is self.plan.reduce.src[0]
         result = self.emit(f"{_FLOAT_BINARY[op]}{' contract' if contract else ''} {llvm_type} {left}, {right}")
+        if op is Ops.MOD and self.gpu:  # NVPTX's frem gives x for fmod(±inf, ±inf), which is NaN
+          magnitude = self.call(f"llvm.fabs.{_suffix(llvm_type)}", llvm_type, [(llvm_type, left)])
+          infinite = self.emit(f"fcmp oeq {llvm_type} {magnitude}, {_float_hex(float('inf'))}")
+          result = self.emit(f"select i1 {infinite}, {llvm_type} {_float_hex(float('nan'))}, {llvm_type} {result}")
       return self.round(result, node.dtype) if op in _ROUNDED_FLOAT_OPS else result
     if op in _INT_BINARY: return self.emit(f"{_INT_BINARY[op]} {llvm_type} {left}, {right}")
     if op is Ops.MAX:
@@ -1345,7 +1351,7 @@ class _Renderer(Linearizer):
 
   def round(self, value: str, dtype: np.dtype) -> str:
     """Round a float32 value to `dtype` (float16 / bfloat16, nearest even, NaN stays NaN); the identity otherwise."""
-    if dtype == F16: return self.emit(f"fpext half {self.emit(f'fptrunc float {value} to half')} to float")
+    if dtype == F16: return self.half_to_float(self.emit(f"fptrunc float {value} to half"))
     if dtype != BF16: return value
     bits = self.emit(f"bitcast float {value} to i32")
     lowest_kept_bit = self.emit(f"and i32 {self.emit(f'lshr i32 {bits}, 16')}, 1")
@@ -1354,6 +1360,13 @@ class _Renderer(Linearizer):
     quiet_nan = self.emit(f"or i32 {bits}, 4194304")  # sets the quiet bit, so truncating keeps it a NaN
     chosen = self.emit(f"select i1 {is_nan}, i32 {quiet_nan}, i32 {rounded}")
     return self.emit(f"bitcast i32 {self.emit(f'and i32 {chosen}, -65536')} to float")
+
+  def half_to_float(self, value: str) -> str:
+    """A float16 value as a float32 (exact). On the GPU through PTX's `cvt.f32.f16` itself: with float32 subnormals
+    flushed (`render_gpu`), NVPTX emits `cvt.ftz.f32.f16` and float16 arithmetic with `.ftz`, which flush float16's
+    subnormals too (normal numbers in float32, kept on the CPU and by XLA)."""
+    if not self.gpu: return self.emit(f"fpext half {value} to float")
+    return self.emit(f'call float asm "cvt.f32.f16 $0, $1;", "=f,h"(i16 {self.emit(f"bitcast half {value} to i16")})')
 
   def double_to_float_round_to_odd(self, value: str) -> str:
     """float64 -> float32 rounding to odd: rounding that to float16 / bfloat16 is then correctly rounded (a plain
@@ -1415,6 +1428,7 @@ class _Renderer(Linearizer):
     """A loaded element (memory type) -> its compute type (vectors of `lanes` elements)."""
     typed = (lambda scalar: scalar if lanes == 1 else f"<{lanes} x {scalar}>")
     if dtype == BOOL: return self.emit(f"icmp ne {typed('i8')} {raw}, {self.splat('0', np.dtype(np.int8), lanes)}")
+    if dtype == F16 and lanes == 1: return self.half_to_float(raw)
     if dtype == F16: return self.emit(f"fpext {typed('half')} {raw} to {typed('float')}")
     if dtype == BF16:
       widened = self.emit(f"zext {typed('i16')} {raw} to {typed('i32')}")
