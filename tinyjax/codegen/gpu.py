@@ -13,6 +13,20 @@ are loops in each work-item: a scatter's batch axes). Two layouts:
     result, and the partials are combined in a tree in local (shared) memory, with a barrier between the levels.
     Every work-item then computes what follows the reductions; work-item 0 alone stores.
 
+A third layout, a tiled matrix product (`GemmTile`, the classic shared-memory GEMM with register blocking): a kernel
+whose one REDUCE sums, over one range k, a value made of factors that depend on (row, k) but not the column ("a") and
+on (column, k) but not the row ("b") -- `a @ b` and whatever elementwise work is done to its operands -- runs as
+work-groups of BLOCK_ROWS x BLOCK_COLUMNS outputs, each work-item a THREAD_ROWS x THREAD_COLUMNS block of them in
+registers. Per step of BLOCK_STEPS values of k, the work-group copies the a factors' BLOCK_ROWS x BLOCK_STEPS values
+and the b factors' BLOCK_STEPS x BLOCK_COLUMNS values into local (shared) memory (each work-item a few, neighbouring
+work-items reading neighbouring elements), waits at a barrier, and every work-item folds its block's products in
+from there (each a value read once per step serves THREAD_COLUMNS or THREAD_ROWS products), then waits again.
+Work-item (ty, tx) owns rows ty + i * (BLOCK_ROWS / THREAD_ROWS) and columns tx + j * (BLOCK_COLUMNS /
+THREAD_COLUMNS) of its block, so neighbouring work-items store neighbouring columns. Sums are float32 (float64 for
+float64) in plain order with fused multiply-adds, as cuBLAS and XLA's GPU GEMMs: not the CPU's float64 blocks.
+Rows and columns past the matrix edge compute on the last row or column's values and store nothing; the last, short
+step of k stages and folds only its values.
+
 `gpu_launch` chooses a group reduction when every top-level REDUCE's first range has at least MIN_GROUP_REDUCE steps,
 every load it drives reads consecutive elements as it steps, and either each output reads data of its own (every such
 load depends on every global range: a row sum, a softmax's max and sum) or there are fewer than FEW_OUTPUTS outputs
@@ -24,7 +38,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from tinyjax.codegen.opt import global_ranges_of
+import numpy as np
+
+from tinyjax.codegen.opt import BF16, F16, F32, F64, accumulator_dtype, global_ranges_of, linear_strides
 from tinyjax.uop import Ops, UOp
 
 GROUP_SIZE = 256  # work-items of a group reduction (fewer when the reduction is shorter)
@@ -32,15 +48,52 @@ MIN_GROUP_REDUCE = 64  # shorter reductions stay loops in a work-item
 FEW_OUTPUTS = 4096  # fewer outputs than this get a group each even when they share their data
 
 
+# a tiled matrix product's blocks (see the module docstring): big ones where they make enough work-groups to fill a
+# GPU, else small ones; shorter rows or columns than MIN_TILE_SIDE, or fewer than MIN_TILE_OUTPUTS outputs, stay
+# one work-item per output
+BIG_TILE = (128, 128, 8, 8, 8)  # block rows, block columns, block steps, thread rows, thread columns: 256 work-items
+SMALL_TILE = (64, 64, 8, 4, 4)  # 256 work-items
+MIN_BIG_TILE_GROUPS = 128
+MIN_TILE_SIDE = 32
+MIN_TILE_OUTPUTS = 1 << 14
+TILE_PAD = 4  # local arrays' rows are padded: a step's writes of 8 values of k x 4 rows hit different banks
+
+
+class GemmTile(NamedTuple):
+  """A kernel run as a tiled matrix product (module docstring): the REDUCE, its range k, the row and column global
+  ranges, the factors staged through local memory, and the block sizes."""
+  reduce: UOp
+  row: UOp
+  column: UOp
+  a: tuple[UOp, ...]  # maximal subexpressions of the REDUCE's value over (row, k), not the column
+  b: tuple[UOp, ...]  # over (column, k), not the row
+  sizes: tuple[int, int, int, int, int]  # BLOCK_ROWS, BLOCK_COLUMNS, BLOCK_STEPS, THREAD_ROWS, THREAD_COLUMNS
+
+  @property
+  def k(self) -> UOp: return self.reduce.src[1]
+
+  @property
+  def threads(self) -> int:
+    block_rows, block_columns, _, thread_rows, thread_columns = self.sizes
+    return block_rows // thread_rows * (block_columns // thread_columns)
+
+  def __str__(self) -> str:
+    block_rows, block_columns, steps, thread_rows, thread_columns = self.sizes
+    return f"{block_rows}x{block_columns}x{steps} tiles of {thread_rows}x{thread_columns}"
+
+
 class GpuLaunch(NamedTuple):
-  """How a GPU kernel runs: `outputs` output elements, `group` work-items for each (1: one work-item per output)."""
+  """How a GPU kernel runs: `outputs` output elements, `group` work-items for each (1: one work-item per output);
+  with a `tile`, `outputs` work-groups of `group` work-items, each a block of the tiled matrix product."""
   outputs: int
   group: int = 1
+  tile: GemmTile | None = None
 
   @property
   def work_items(self) -> int: return self.outputs * self.group
 
   def __str__(self) -> str:
+    if self.tile is not None: return f"groups={self.outputs}x{self.group} gemm {self.tile}"
     return f"groups={self.outputs}x{self.group}" if self.group > 1 else f"work-items={self.outputs}"
 
 
@@ -85,13 +138,67 @@ def _steps_by_one(index: UOp, rng: UOp) -> bool:
   return None not in values and all(b - a == 1 for a, b in zip(values, values[1:]))
 
 
+def _staged_factors(value: UOp, row: UOp, column: UOp, k: UOp) -> tuple[list[UOp], list[UOp]] | None:
+  """The maximal subexpressions of `value` over (row, k) without the column, and over (column, k) without the row;
+  None if some load depends on both (no product of two operands) or a subexpression is boolean."""
+  a: list[UOp] = []
+  b: list[UOp] = []
+  seen: set[UOp] = set()
+  stack = [value]
+  while stack:
+    node = stack.pop()
+    if node in seen: continue
+    seen.add(node)
+    ranges = {n for n in node.toposort if n.op is Ops.RANGE}
+    if k not in ranges or row not in ranges and column not in ranges: continue
+    if row in ranges and column in ranges:
+      if node.op in (Ops.LOAD, Ops.REDUCE): return None
+      stack.extend(node.src)
+      continue
+    if node.dtype == np.dtype(bool): return None
+    (a if row in ranges else b).append(node)
+  return (a, b) if a and b else None
+
+
+def gemm_tile(ast: UOp) -> GemmTile | None:
+  """The tiled matrix product of kernel `ast` (module docstring), or None when it is not one: one STORE whose value
+  holds the kernel's one REDUCE, a float sum over one range of factors of a row and of a column (the last global
+  range, contiguous in the STORE) as `_staged_factors` finds them, rows and columns of at least MIN_TILE_SIDE."""
+  nodes = ast.toposort
+  stores = [n for n in nodes if n.op is Ops.STORE]
+  reduces = [n for n in nodes if n.op is Ops.REDUCE]
+  if len(stores) != 1 or len(reduces) != 1: return None
+  (store,), (reduce,) = stores, reduces
+  if reduce.arg is not Ops.ADD or len(reduce.src) != 2 or reduce not in store.src[2].toposort: return None
+  if reduce.dtype not in (F16, BF16, F32, F64) or accumulator_dtype(reduce) not in (F32, F64): return None
+  global_ranges = global_ranges_of(ast)
+  if len(global_ranges) < 2 or any(rng.src[0].op is not Ops.CONST for rng in global_ranges): return None
+  column, k = global_ranges[-1], reduce.src[1]
+  if k.src[0].op is not Ops.CONST or linear_strides(store.src[1])[0].get(column) != 1: return None
+  for row in reversed(global_ranges[:-1]):
+    if (factors := _staged_factors(reduce.src[0], row, column, k)) is not None: break
+  else: return None
+  rows, columns = global_size(row), global_size(column)
+  outputs = math.prod(global_size(rng) for rng in global_ranges)
+  if rows < MIN_TILE_SIDE or columns < MIN_TILE_SIDE or outputs < MIN_TILE_OUTPUTS: return None
+  batch = outputs // (rows * columns)
+  big_groups = batch * -(-rows // BIG_TILE[0]) * -(-columns // BIG_TILE[1])
+  sizes = BIG_TILE if big_groups >= MIN_BIG_TILE_GROUPS else SMALL_TILE
+  return GemmTile(reduce, row, column, tuple(factors[0]), tuple(factors[1]), sizes)
+
+
 def gpu_launch(ast: UOp, ordered: int = 0, groups: bool = True) -> GpuLaunch:
-  """The launch of kernel `ast` (see the module docstring); `groups=False`: never a group reduction (a device whose
-  work-items can't wait for each other)."""
+  """The launch of kernel `ast` (see the module docstring); `groups=False`: never a group reduction nor a tiled
+  matrix product (a device whose work-items can't wait for each other)."""
   spread = global_ranges_of(ast)[ordered:]
   outputs = math.prod(global_size(rng) for rng in spread)
   reduces = top_reduces(ast)
   if not groups or ordered or not reduces: return GpuLaunch(outputs)
+  if (tile := gemm_tile(ast)) is not None:
+    block_rows, block_columns = tile.sizes[:2]
+    blocks = outputs // (global_size(tile.row) * global_size(tile.column)) * \
+        -(-global_size(tile.row) // block_rows) * -(-global_size(tile.column) // block_columns)
+    return GpuLaunch(blocks, tile.threads, tile)
   shortest = None
   for node in reduces:
     first = node.src[1]

@@ -107,6 +107,129 @@ class Linearizer:
     self.scopes.append(values)
     self.open_ranges.update(values)
 
+  def emit_needed(self, root: UOp) -> str:
+    """Emit what `root` needs that no open scope holds (not everything ready, as `emit_ready`: a tiled product's
+    staged factors are bound to values read from local memory, and what computes them is not wanted), at the current
+    position; return its value."""
+    stack = [(root, False)]
+    while stack:
+      node, ready = stack.pop()
+      if self.lookup(node) is not None: continue
+      if ready:
+        self.scopes[-1][node] = self.render_node(node)
+        continue
+      stack.append((node, True))
+      stack.extend((source, False) for source in node.src if self.lookup(source) is None)
+    return self.value(root)
+
+  @contextlib.contextmanager
+  def bindings(self, values: dict[UOp, str]) -> Iterator[None]:
+    """A scope in which the nodes of `values` (RANGEs among them) have those values."""
+    ranges = {node for node in values if node.op is Ops.RANGE} - self.open_ranges
+    self.scopes.append(dict(values))
+    self.open_ranges.update(ranges)
+    yield
+    self.open_ranges.difference_update(ranges)
+    self.scopes.pop()
+
+  def render_gemm(self, global_ranges: list[UOp]) -> None:
+    """A kernel run as a tiled matrix product (codegen/gpu.py `GemmTile`), through the renderer's primitives:
+    `thread_ids`, `index` (i64 arithmetic), `less`, `both`, `when`, `loop`, `local_array`, `local_store`,
+    `local_load`, `barrier`, `new_sum`, `add_to_sum`, `sum_value`."""
+    from tinyjax.codegen.gpu import TILE_PAD, global_size
+    from tinyjax.codegen.opt import accumulator_dtype, linear_strides
+    tile = self.launch.tile
+    block_rows, block_columns, block_steps, thread_rows, thread_columns = tile.sizes
+    across, down = block_columns // thread_columns, block_rows // thread_rows  # work-items along columns, rows
+    threads = across * down
+    row, column, k, reduce = tile.row, tile.column, tile.k, tile.reduce
+    rows, columns, steps = global_size(row), global_size(column), global_size(k)
+    value, acc_dtype = reduce.src[0], accumulator_dtype(reduce)
+    block, lane = self.thread_ids()
+    # the work-group's block: (other global ranges..., row block, column block), the column block fastest
+    column_blocks, row_blocks = -(-columns // block_columns), -(-rows // block_rows)
+    column_block = self.index("rem", block, column_blocks)
+    rest = self.index("div", block, column_blocks)
+    row_block = self.index("rem", rest, row_blocks)
+    others = [rng for rng in global_ranges if rng is not row and rng is not column]
+    if others:
+      self.bind_work_item(others, self.index("div", rest, row_blocks), lambda v, n: self.index("rem", v, n),
+                          lambda v, n: self.index("div", v, n))
+    first_row = self.index("mul", row_block, block_rows)
+    first_column = self.index("mul", column_block, block_columns)
+    tx, ty = self.index("rem", lane, across), self.index("div", lane, across)
+    my_rows = [self.index("add", first_row, self.index("add", ty, i * down)) for i in range(thread_rows)]
+    my_columns = [self.index("add", first_column, self.index("add", tx, j * across)) for j in range(thread_columns)]
+    # (rows and columns past the edge compute on the last one's values: loads stay inside the operands)
+    clamped_rows = my_rows if rows % block_rows == 0 else [self.index("min", r, rows - 1) for r in my_rows]
+    clamped_columns = my_columns if columns % block_columns == 0 else \
+        [self.index("min", c, columns - 1) for c in my_columns]
+    pitch = {"a": block_rows + TILE_PAD, "b": block_columns + TILE_PAD}
+    arrays = {factor: self.local_array(factor.dtype, block_steps * pitch[side])
+              for side, factors in (("a", tile.a), ("b", tile.b)) for factor in factors}
+    accumulators = [[self.new_sum(acc_dtype) for _ in range(thread_columns)] for _ in range(thread_rows)]
+
+    def k_fast(factors: tuple[UOp, ...]) -> bool:
+      """Whether the factors' loads read consecutive elements along k (then neighbouring work-items take
+      neighbouring values of k), not along their row or column."""
+      loads = [n for factor in factors for n in factor.toposort if n.op is Ops.LOAD and k in n.src[1].toposort]
+      return all(linear_strides(load.src[1])[0].get(k) == 1 for load in loads)
+
+    def stage(first_step: str, count: int) -> None:
+      """Copy the factors' values of steps [first_step, first_step + count) into the local arrays."""
+      for side, factors, outer, first, size in (("a", tile.a, row, first_row, rows),
+                                                ("b", tile.b, column, first_column, columns)):
+        span = block_rows if side == "a" else block_columns
+        fast = k_fast(factors)
+        for r in range(span * block_steps // threads):
+          element = self.index("add", lane, r * threads)
+          if fast: step, offset = self.index("rem", element, block_steps), self.index("div", element, block_steps)
+          else: offset, step = self.index("rem", element, span), self.index("div", element, span)
+          position = self.index("add", first, offset)
+          if size % span: position = self.index("min", position, size - 1)
+          slot = self.index("add", self.index("mul", step, pitch[side]), offset)
+          guard = self.less(step, count) if count < block_steps else None
+          with self.when(guard) if guard else contextlib.nullcontext(), \
+              self.bindings({outer: position, k: self.index("add", first_step, step)}):
+            for factor in factors: self.local_store(arrays[factor], slot, self.emit_needed(factor), factor.dtype)
+
+    def fold(first_step: str, count: int) -> None:
+      """Fold steps [first_step, first_step + count) of the staged values into the accumulators."""
+      for step in range(count):
+        with self.bindings({k: self.index("add", first_step, step)}):
+          a_slots = [self.index("add", ty, step * pitch["a"] + i * down) for i in range(thread_rows)]
+          b_slots = [self.index("add", tx, step * pitch["b"] + j * across) for j in range(thread_columns)]
+          a_values = [{factor: self.local_load(arrays[factor], slot, factor.dtype) for factor in tile.a}
+                      for slot in a_slots]
+          b_values = [{factor: self.local_load(arrays[factor], slot, factor.dtype) for factor in tile.b}
+                      for slot in b_slots]
+          for i in range(thread_rows):
+            for j in range(thread_columns):
+              with self.bindings({row: clamped_rows[i], column: clamped_columns[j], **a_values[i], **b_values[j]}):
+                part = self.cast(self.emit_needed(value), value.dtype, acc_dtype)
+                self.add_to_sum(accumulators[i][j], acc_dtype, part)
+
+    def block_of_steps(first_step: str, count: int) -> None:
+      stage(first_step, count)
+      self.barrier()
+      fold(first_step, count)
+      self.barrier()
+
+    whole = steps // block_steps
+    if whole:
+      with self.loop("0", str(whole), None) as index: block_of_steps(self.index("mul", index, block_steps), block_steps)
+    if steps % block_steps: block_of_steps(str(whole * block_steps), steps % block_steps)
+    (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
+    for i in range(thread_rows):
+      for j in range(thread_columns):
+        inside = [self.less(my_rows[i], rows)] if rows % block_rows else []
+        if columns % block_columns: inside.append(self.less(my_columns[j], columns))
+        guard = self.both(*inside) if len(inside) == 2 else inside[0] if inside else None
+        total = self.cast(self.sum_value(accumulators[i][j], acc_dtype), acc_dtype, reduce.dtype)
+        with self.when(guard) if guard else contextlib.nullcontext(), \
+            self.bindings({row: my_rows[i], column: my_columns[j], reduce: total}):
+          self.emit_needed(store)
+
   def check_stores(self) -> None:
     stores = sum(1 for n in self.ast.toposort if n.op is Ops.STORE)
     if len(self.stores_emitted) != stores:

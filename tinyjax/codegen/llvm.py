@@ -222,7 +222,8 @@ class _Renderer(Linearizer):
     self.plan, self.gpu, self.ordered = plan, gpu, ordered
     self.transpose = transpose  # the block of an elementwise kernel's (rows, columns) loops (opt.transpose_block)
     self.launch = launch or GpuLaunch(1)
-    self.shared = set(top_reduces(ast)) if self.launch.group > 1 else set()  # REDUCEs done as group reductions
+    # REDUCEs done as group reductions
+    self.shared = set(top_reduces(ast)) if self.launch.group > 1 and self.launch.tile is None else set()
     self.decompose = decompose  # float32 transcendentals as polynomials (transcendental.py), not libm intrinsics
     self.lines: list[str] = []
     self.allocas: list[str] = []
@@ -316,7 +317,8 @@ class _Renderer(Linearizer):
     """Emit the whole kernel: the global loop nest (or a run-once guard) with everything inside it."""
     sink = self.ast
     global_ranges = global_ranges_of(sink)
-    if self.gpu: self.bind_thread_index(global_ranges)
+    if self.gpu and self.launch.tile is not None: self.render_gemm(global_ranges)
+    elif self.gpu: self.bind_thread_index(global_ranges)
     elif not global_ranges:
       run = self.emit("icmp slt i64 %start, %end", "run")
       self.line(f"br i1 {run}, label %once, label %done")
@@ -540,6 +542,52 @@ class _Renderer(Linearizer):
 
   def buffer_value(self, index: int) -> str: return f"%buf{index}"
 
+  # ---- the primitives of a tiled matrix product (Linearizer.render_gemm; GPU)
+
+  def thread_ids(self) -> tuple[str, str]: return "%gid", "%lane"
+
+  def index(self, op: str, left: str | int, right: str | int) -> str:
+    """i64 index arithmetic on non-negative values: op is add, mul, div, rem or min."""
+    if op == "min": return self.call("llvm.umin.i64", "i64", [("i64", str(left)), ("i64", str(right))])
+    instruction = {"add": "add nuw nsw", "mul": "mul nuw nsw", "div": "udiv", "rem": "urem"}[op]
+    return self.emit(f"{instruction} i64 {left}, {right}", "idx")
+
+  def less(self, left: str | int, right: str | int) -> str: return self.emit(f"icmp ult i64 {left}, {right}")
+
+  def both(self, first: str, second: str) -> str: return self.emit(f"and i1 {first}, {second}")
+
+  def local_array(self, dtype: np.dtype, size: int) -> str:
+    self.counter += 1
+    array = f"@shared{self.counter}"
+    self.declarations.add(f"{array} = internal addrspace(3) global [{size} x {compute_type(dtype)}] undef, align 16")
+    return array
+
+  def local_store(self, array: str, index: str, value: str, dtype: np.dtype) -> None:
+    address = self.emit(f"getelementptr inbounds {compute_type(dtype)}, ptr addrspace(3) {array}, i64 {index}", "addr")
+    self.line(f"store {compute_type(dtype)} {value}, ptr addrspace(3) {address}")
+
+  def local_load(self, array: str, index: str, dtype: np.dtype) -> str:
+    address = self.emit(f"getelementptr inbounds {compute_type(dtype)}, ptr addrspace(3) {array}, i64 {index}", "addr")
+    return self.emit(f"load {compute_type(dtype)}, ptr addrspace(3) {address}")
+
+  def barrier(self) -> None:
+    self.declarations.add("declare void @llvm.nvvm.barrier0()")
+    self.line("call void @llvm.nvvm.barrier0()")
+
+  def new_sum(self, dtype: np.dtype) -> str:
+    accumulator = self.alloca(compute_type(dtype))
+    self.line(f"store {compute_type(dtype)} {literal(0, dtype)}, ptr {accumulator}")
+    return accumulator
+
+  def add_to_sum(self, accumulator: str, dtype: np.dtype, part: str) -> None:
+    """Add `part` to a tiled product's sum: in order, fused with the product into an FMA where it is one."""
+    current = self.emit(f"load {compute_type(dtype)}, ptr {accumulator}")
+    total = self.combine(Ops.ADD, dtype, current, part, ordered=True, contract=True)
+    self.line(f"store {compute_type(dtype)} {total}, ptr {accumulator}")
+
+  def sum_value(self, accumulator: str, dtype: np.dtype) -> str:
+    return self.emit(f"load {compute_type(dtype)}, ptr {accumulator}")
+
   def select(self, cond: str, if_true: str, if_false: str, dtype: np.dtype) -> str:
     return self.emit(f"select i1 {cond}, {compute_type(dtype)} {if_true}, {compute_type(dtype)} {if_false}")
 
@@ -570,7 +618,7 @@ class _Renderer(Linearizer):
     buffer, index, value = node.src
     stored = self.to_memory(self.value(value), buffer.dtype)
     address = self.address(buffer, index)
-    if self.launch.group > 1:  # the group's work-items all hold the value: work-item 0 stores it
+    if self.launch.group > 1 and self.launch.tile is None:  # the group's work-items all hold it: work-item 0 stores
       with self.when(self.emit("icmp eq i64 %lane, 0")):
         self.line(f"store {memory_type(buffer.dtype)} {stored}, ptr {address}")
     else: self.line(f"store {memory_type(buffer.dtype)} {stored}, ptr {address}")
@@ -631,7 +679,8 @@ class _Renderer(Linearizer):
                            [(llvm_type, left), (llvm_type, right)])
       else:
         # the product of a contraction may fuse with its accumulation into an FMA (one rounding instead of two)
-        contract = self.plan is not None and self.plan.contract and node is self.plan.reduce.src[0]
+        contract = self.plan is not None and self.plan.contract and node is self.plan.reduce.src[0] or \
+            self.launch.tile is not None and node is self.launch.tile.reduce.src[0]
         result = self.emit(f"{_FLOAT_BINARY[op]}{' contract' if contract else ''} {llvm_type} {left}, {right}")
         if op is Ops.MOD and self.gpu:  # NVPTX's frem gives x for fmod(±inf, ±inf), which is NaN
           magnitude = self.call(f"llvm.fabs.{_suffix(llvm_type)}", llvm_type, [(llvm_type, left)])

@@ -126,7 +126,8 @@ class _Renderer(Linearizer):
   def __init__(self, ast: UOp, ordered: int, launch: GpuLaunch):
     super().__init__(ast)
     self.ordered, self.launch = ordered, launch
-    self.shared = set(top_reduces(ast)) if launch.group > 1 else set()  # REDUCEs done as group reductions
+    # REDUCEs done as group reductions
+    self.shared = set(top_reduces(ast)) if launch.group > 1 and launch.tile is None else set()
     self.locals: list[str] = []  # declarations of local-memory arrays (at kernel scope, as OpenCL C wants)
     self.lines: list[str] = []
     self.depth = 1
@@ -155,6 +156,49 @@ class _Renderer(Linearizer):
     self.depth -= 1
     self.line("}")
 
+  @contextlib.contextmanager
+  def when(self, condition: str) -> Iterator[None]:
+    """Statements emitted inside the `with` run only if `condition` holds (what they compute is forgotten after)."""
+    self.line(f"if ({condition}) {{")
+    self.depth += 1
+    self.scopes.append({})
+    yield
+    self.scopes.pop()
+    self.depth -= 1
+    self.line("}")
+
+  # ---- the primitives of a tiled matrix product (Linearizer.render_gemm)
+
+  def thread_ids(self) -> tuple[str, str]: return "gid", "lane"
+
+  def index(self, op: str, left: str | int, right: str | int) -> str:
+    """long index arithmetic on non-negative values: op is add, mul, div, rem or min."""
+    if op == "min": return self.var("long", f"min((long){left}, (long){right})", "idx")
+    return self.var("long", f"{left} {dict(add='+', mul='*', div='/', rem='%')[op]} {right}", "idx")
+
+  def less(self, left: str | int, right: str | int) -> str: return self.var("bool", f"{left} < {right}")
+
+  def both(self, first: str, second: str) -> str: return self.var("bool", f"{first} && {second}")
+
+  def local_array(self, dtype: np.dtype, size: int) -> str:
+    self.counter += 1
+    self.locals.append(f"  __local {c_type(dtype)} shared{self.counter}[{size}];")
+    return f"shared{self.counter}"
+
+  def local_store(self, array: str, index: str, value: str, dtype: np.dtype) -> None:
+    self.line(f"{array}[{index}] = {value};")
+
+  def local_load(self, array: str, index: str, dtype: np.dtype) -> str: return self.var(c_type(dtype), f"{array}[{index}]")
+
+  def barrier(self) -> None: self.line("barrier(CLK_LOCAL_MEM_FENCE);")
+
+  def new_sum(self, dtype: np.dtype) -> str: return self.var(c_type(dtype), literal(0, dtype), "acc")
+
+  def add_to_sum(self, accumulator: str, dtype: np.dtype, part: str) -> None:
+    self.line(f"{accumulator} = {self.combine(Ops.ADD, dtype, accumulator, part)};")
+
+  def sum_value(self, accumulator: str, dtype: np.dtype) -> str: return accumulator
+
   # ---- the kernel
 
   def render_kernel(self) -> None:
@@ -163,6 +207,10 @@ class _Renderer(Linearizer):
     if self.launch.group > 1:  # a work-group per output: no work-item may leave before the barriers
       self.line("long gid = get_group_id(0);")
       self.line("long lane = get_local_id(0);")
+      if self.launch.tile is not None:
+        self.render_gemm(ranges)
+        self.check_stores()
+        return
     else:
       self.line("long gid = get_global_id(0);")
       self.line(f"if (gid >= {self.launch.outputs}L) return;")
@@ -202,7 +250,8 @@ class _Renderer(Linearizer):
   def render_store(self, node: UOp) -> str:
     buffer, index, value = node.src
     pointer, position, stored = self.value(buffer), self.value(index), self.value(value)
-    if self.launch.group > 1: self.line("if (lane == 0)")  # the group's work-items all hold the value: one stores
+    if self.launch.group > 1 and self.launch.tile is None:  # the group's work-items all hold the value: one stores
+      self.line("if (lane == 0)")
     if buffer.dtype == F16: self.line(f"vstore_half_rte({stored}, {position}, {pointer});")
     elif buffer.dtype == BF16: self.line(f"{pointer}[{position}] = (ushort)(as_uint({stored}) >> 16);")
     else: self.line(f"{pointer}[{position}] = ({memory_type(buffer.dtype)}){stored};")
