@@ -16,7 +16,7 @@ import pytest
 import tinyjax as tj
 import tinyjax.numpy as jnp
 from tinyjax.codegen import llvm
-from tinyjax.codegen.gpu import GpuLaunch, gpu_launch
+from tinyjax.codegen.gpu import BIG_TILE, SMALL_TILE, GpuLaunch, gpu_launch
 from tinyjax.codegen.llvm import render_gpu
 from tinyjax.devices import cuda, opencl
 from tinyjax.devices.device import CPU
@@ -113,6 +113,48 @@ def test_matmul_and_dtypes(gpu):
   (xi,) = on(gpu, i)
   np.testing.assert_array_equal(np.asarray(xi // 7 + xi % 5), i // 7 + i % 5)
   assert np.asarray(xi > 0).dtype == np.bool_
+
+
+def _tiled_products():
+  """(name, function, operands, float64 reference, tolerance) of matrix products a GPU runs tiled (GemmTile): edges
+  of rows, columns and k that are no multiple of the blocks, transposed operands, an epilogue, a batch, 16-bit
+  dtypes, elementwise work on the operands, a weight gradient, blocks of both sizes."""
+  r = np.random.default_rng(7)
+  a, b = r.standard_normal((300, 77)).astype(np.float32), r.standard_normal((77, 200)).astype(np.float32)
+  a64, b64 = a.astype(np.float64), b.astype(np.float64)
+  bias = r.standard_normal(200).astype(np.float32)
+  yield "edges", lambda u, v: u @ v, (a, b), a64 @ b64, 1e-5
+  yield "a.T", lambda u, v: u.T @ v, (np.ascontiguousarray(a.T), b), a64 @ b64, 1e-5
+  yield "b.T", lambda u, v: u @ v.T, (a, np.ascontiguousarray(b.T)), a64 @ b64, 1e-5
+  yield "bias relu", lambda u, v, c: jnp.maximum(u @ v + c, 0), (a, b, bias), np.maximum(a64 @ b64 + bias, 0), 1e-5
+  batch_a = r.standard_normal((3, 130, 40)).astype(np.float32)
+  batch_b = r.standard_normal((3, 40, 150)).astype(np.float32)
+  yield "batched", lambda u, v: u @ v, (batch_a, batch_b), batch_a.astype(np.float64) @ batch_b, 1e-5
+  for dtype, tolerance in ((jnp.bfloat16, 1e-2), (jnp.float16, 2e-3)):
+    narrow_a, narrow_b = a.astype(dtype), b.astype(dtype)
+    yield np.dtype(dtype).name, lambda u, v: u @ v, (narrow_a, narrow_b), \
+        narrow_a.astype(np.float64) @ narrow_b.astype(np.float64), tolerance
+  yield "tanh(a) @ exp(b)", lambda u, v: jnp.tanh(u) @ jnp.exp(v * 0.1), (a, b), np.tanh(a64) @ np.exp(b64 * 0.1), 1e-5
+  w, x = r.standard_normal((64, 256)).astype(np.float32), r.standard_normal((256, 100)).astype(np.float32)
+  yield "weight gradient", lambda w_, x_: tj.grad(lambda q: jnp.sum(jnp.tanh(q @ x_)))(w_), (w, x), \
+      (1 - np.tanh(w.astype(np.float64) @ x) ** 2) @ x.T.astype(np.float64), 1e-5
+  big_a, big_b = r.standard_normal((1300, 20)).astype(np.float32), r.standard_normal((20, 1700)).astype(np.float32)
+  yield "big blocks", lambda u, v: u @ v, (big_a, big_b), big_a.astype(np.float64) @ big_b, 1e-5
+
+
+@pytest.mark.parametrize("case", list(_tiled_products()), ids=lambda case: case[0])
+def test_tiled_matmuls(gpu, case):
+  """Matrix products tiled into local memory (codegen/gpu.py GemmTile) on devices whose work-items wait at barriers
+  (the others run them one work-item per output): values against numpy in float64, relative to the largest."""
+  name, f, operands, want, tolerance = case
+  args = on(gpu, *operands)
+  jitted = tj.jit(f)
+  kernels = kernels_of(jitted.lower(*args)._compiled.schedule.schedule.kernels)
+  tiles = [gpu_launch(k.ast, k.ordered, gpu.groups).tile for k in kernels]
+  assert any(tile is not None for tile in tiles) == gpu.groups, name
+  if gpu.groups and name == "big blocks": assert {tile.sizes for tile in tiles if tile} == {BIG_TILE}
+  got = np.asarray(jitted(*args)).astype(np.float64)
+  assert np.abs(got - want).max() <= tolerance * np.abs(want).max(), name
 
 
 def test_pow_every_float_dtype(gpu):
@@ -291,6 +333,10 @@ def _programs():
   yield "sort", lambda a: jnp.sort(a, axis=1), (x,)
   yield "random", lambda k: tj.random.normal(k, (100,)), (tj.random.PRNGKey(0),)
   yield "pow", lambda a: a ** (a * 0.5) + a.astype(jnp.bfloat16) ** 2.5, (x,)
+  big, edge = jnp.ones((256, 256)), jnp.ones((300, 77))
+  yield "tiled matmul", lambda a, b: jnp.maximum(a @ b + 1, 0), (big, big)
+  yield "tiled matmul edges", lambda a, b: (a.astype(jnp.bfloat16) @ b.astype(jnp.bfloat16)).T, (edge, edge.T)
+  yield "tiled matmul big", lambda a, b: a @ b, (jnp.ones((2048, 64)), jnp.ones((64, 2048)))
 
 
 def _float64_programs():
@@ -315,6 +361,7 @@ def test_kernels_compile_to_ptx(arch, tmp_path, on_cpu):
   ptxas = shutil.which("ptxas")
   count = 0
   grouped = 0
+  tiled = {}
   before = tj.compile_cache_stats()["ptx"]
   for name, kernel in _gpu_kernels():
     ir = render_gpu(kernel.name, kernel.ast)
@@ -323,16 +370,20 @@ def test_kernels_compile_to_ptx(arch, tmp_path, on_cpu):
     assert f".target {arch}" in ptx and f".entry {kernel.name}" in ptx, name
     assert ".extern" not in ptx, f"{name}: the PTX calls a function the GPU doesn't have"
     if name == "elementwise": assert ".ftz.f32" in ptx  # float32 subnormals flush, as on the CPU
-    if gpu_launch(kernel.ast).group > 1:  # a group reduction: shared memory and barriers
+    if gpu_launch(kernel.ast).group > 1:  # a group reduction or a tiled product: shared memory and barriers
       assert ".shared" in ptx and "bar.sync" in ptx, name
       grouped += 1
+    if (tile := gpu_launch(kernel.ast).tile) is not None:  # operands staged in shared memory, products fused in FMAs
+      assert "ld.shared" in ptx and ("fma.rn.f32" in ptx or "fma.rn.ftz.f32" in ptx), name
+      tiled[name] = tile.sizes
     if ptxas:
       path = tmp_path / f"{kernel.name}.ptx"
       path.write_text(ptx)
       done = subprocess.run([ptxas, f"-arch={arch}", str(path), "-o", os.devnull], capture_output=True, text=True)
       assert done.returncode == 0, f"ptxas rejected {kernel.name} ({name}):\n{done.stderr}"
     count += 1
-  assert count >= 20 and grouped >= 3
+  assert count >= 20 and grouped >= 3 and tiled == {"tiled matmul": SMALL_TILE, "tiled matmul edges": SMALL_TILE,
+                                                    "tiled matmul big": BIG_TILE}
   after = tj.compile_cache_stats()["ptx"]  # each kernel made (a miss) or found in the disk cache (a hit)
   assert (after["hits"] + after["misses"]) - (before["hits"] + before["misses"]) == count
   if not ptxas: print("ptxas is not on PATH: PTX generated by LLVM but not assembled")

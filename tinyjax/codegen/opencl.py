@@ -188,7 +188,8 @@ class _Renderer(Linearizer):
   def local_store(self, array: str, index: str, value: str, dtype: np.dtype) -> None:
     self.line(f"{array}[{index}] = {value};")
 
-  def local_load(self, array: str, index: str, dtype: np.dtype) -> str: return self.var(c_type(dtype), f"{array}[{index}]")
+  def local_load(self, array: str, index: str, dtype: np.dtype) -> str:
+    return self.var(c_type(dtype), f"{array}[{index}]")
 
   def barrier(self) -> None: self.line("barrier(CLK_LOCAL_MEM_FENCE);")
 
