@@ -132,31 +132,90 @@ class Linearizer:
     self.open_ranges.difference_update(ranges)
     self.scopes.pop()
 
+  def gemm_block(self, global_ranges: list[UOp]) -> tuple[str, str]:
+    """A tiled matrix product's work-group (codegen/gpu.py `GemmTile`): bind the global ranges other than the row
+    and the column to the digits of its index (other ranges..., row block, column block: the column block fastest);
+    return its first row and first column."""
+    from tinyjax.codegen.gpu import global_size
+    tile = self.launch.tile
+    block_rows, block_columns = tile.sizes[:2]
+    column_blocks, row_blocks = -(-global_size(tile.column) // block_columns), -(-global_size(tile.row) // block_rows)
+    block, _ = self.thread_ids()
+    column_block = self.index("rem", block, column_blocks)
+    rest = self.index("div", block, column_blocks)
+    row_block = self.index("rem", rest, row_blocks)
+    others = [rng for rng in global_ranges if rng is not tile.row and rng is not tile.column]
+    if others:
+      self.bind_work_item(others, self.index("div", rest, row_blocks), lambda v, n: self.index("rem", v, n),
+                          lambda v, n: self.index("div", v, n))
+    return self.index("mul", row_block, block_rows), self.index("mul", column_block, block_columns)
+
+  def gemm_stage(self, factors: tuple[UOp, ...], outer: UOp, first: str, span: int, first_step: str, count: int,
+                 store: Callable[[UOp, str, str, str, str | None], None]) -> None:
+    """Compute this work-item's share of the factors' values over `span` values of range `outer` from `first` and
+    BLOCK_STEPS steps of k from `first_step` (of which the first `count` are real), and hand each to
+    `store(factor, step, offset, value, inside)` (`inside`: whether the step is real, None when all are). Neighbouring
+    work-items take neighbouring steps when the factors' loads read consecutive elements along k, else neighbouring
+    values of `outer`. Values past the edge of `outer` or k are computed at its last value (loads stay inside)."""
+    from tinyjax.codegen.gpu import global_size
+    from tinyjax.codegen.opt import linear_strides
+    tile = self.launch.tile
+    k, block_steps, threads = tile.k, tile.sizes[2], tile.threads
+    size, steps = global_size(outer), global_size(k)
+    _, lane = self.thread_ids()
+    loads = [n for factor in factors for n in factor.toposort if n.op is Ops.LOAD and k in n.src[1].toposort]
+    along_k = all(linear_strides(load.src[1])[0].get(k) == 1 for load in loads)
+    for r in range(span * block_steps // threads):
+      element = self.index("add", lane, r * threads)
+      if along_k: step, offset = self.index("rem", element, block_steps), self.index("div", element, block_steps)
+      else: offset, step = self.index("rem", element, span), self.index("div", element, span)
+      position = self.index("add", first, offset)
+      if size % span: position = self.index("min", position, size - 1)
+      at = self.index("add", first_step, step)
+      inside = None
+      if count < block_steps:
+        inside = self.less(step, count)
+        at = self.index("min", at, steps - 1)
+      with self.bindings({outer: position, k: at}):
+        for factor in factors: store(factor, step, offset, self.emit_needed(factor), inside)
+
+  def gemm_steps(self, block: Callable[[str, int], None]) -> None:
+    """Run `block(first_step, count)` over k in blocks of BLOCK_STEPS: a loop over the whole blocks, then the last,
+    short one."""
+    from tinyjax.codegen.gpu import global_size
+    block_steps, steps = self.launch.tile.sizes[2], global_size(self.launch.tile.k)
+    if whole := steps // block_steps:
+      with self.loop("0", str(whole), None) as index: block(self.index("mul", index, block_steps), block_steps)
+    if steps % block_steps: block(str(whole * block_steps), steps % block_steps)
+
+  def gemm_store(self, row: str, column: str, total: str) -> None:
+    """The epilogue and STORE of a tiled product's output (row, column), the REDUCE's value `total` (its dtype),
+    if it lies inside the output."""
+    from tinyjax.codegen.gpu import global_size
+    tile = self.launch.tile
+    rows, columns = global_size(tile.row), global_size(tile.column)
+    inside = [self.less(row, rows)] if rows % tile.sizes[0] else []
+    if columns % tile.sizes[1]: inside.append(self.less(column, columns))
+    guard = self.both(*inside) if len(inside) == 2 else inside[0] if inside else None
+    (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
+    with self.when(guard) if guard else contextlib.nullcontext(), \
+        self.bindings({tile.row: row, tile.column: column, tile.reduce: total}):
+      self.emit_needed(store)
+
   def render_gemm(self, global_ranges: list[UOp]) -> None:
     """A kernel run as a tiled matrix product (codegen/gpu.py `GemmTile`), through the renderer's primitives:
     `thread_ids`, `index` (i64 arithmetic), `less`, `both`, `when`, `loop`, `local_array`, `local_store`,
     `local_load`, `barrier`, `new_sum`, `add_to_sum`, `sum_value`."""
     from tinyjax.codegen.gpu import TILE_PAD, global_size
-    from tinyjax.codegen.opt import accumulator_dtype, linear_strides
+    from tinyjax.codegen.opt import accumulator_dtype
     tile = self.launch.tile
-    block_rows, block_columns, block_steps, thread_rows, thread_columns = tile.sizes
+    block_rows, block_columns, _, thread_rows, thread_columns = tile.sizes
     across, down = block_columns // thread_columns, block_rows // thread_rows  # work-items along columns, rows
-    threads = across * down
     row, column, k, reduce = tile.row, tile.column, tile.k, tile.reduce
-    rows, columns, steps = global_size(row), global_size(column), global_size(k)
+    rows, columns = global_size(row), global_size(column)
     value, acc_dtype = reduce.src[0], accumulator_dtype(reduce)
-    block, lane = self.thread_ids()
-    # the work-group's block: (other global ranges..., row block, column block), the column block fastest
-    column_blocks, row_blocks = -(-columns // block_columns), -(-rows // block_rows)
-    column_block = self.index("rem", block, column_blocks)
-    rest = self.index("div", block, column_blocks)
-    row_block = self.index("rem", rest, row_blocks)
-    others = [rng for rng in global_ranges if rng is not row and rng is not column]
-    if others:
-      self.bind_work_item(others, self.index("div", rest, row_blocks), lambda v, n: self.index("rem", v, n),
-                          lambda v, n: self.index("div", v, n))
-    first_row = self.index("mul", row_block, block_rows)
-    first_column = self.index("mul", column_block, block_columns)
+    first_row, first_column = self.gemm_block(global_ranges)
+    _, lane = self.thread_ids()
     tx, ty = self.index("rem", lane, across), self.index("div", lane, across)
     my_rows = [self.index("add", first_row, self.index("add", ty, i * down)) for i in range(thread_rows)]
     my_columns = [self.index("add", first_column, self.index("add", tx, j * across)) for j in range(thread_columns)]
@@ -165,33 +224,18 @@ class Linearizer:
     clamped_columns = my_columns if columns % block_columns == 0 else \
         [self.index("min", c, columns - 1) for c in my_columns]
     pitch = {"a": block_rows + TILE_PAD, "b": block_columns + TILE_PAD}
-    arrays = {factor: self.local_array(factor.dtype, block_steps * pitch[side])
+    arrays = {factor: self.local_array(factor.dtype, tile.sizes[2] * pitch[side])
               for side, factors in (("a", tile.a), ("b", tile.b)) for factor in factors}
     accumulators = [[self.new_sum(acc_dtype) for _ in range(thread_columns)] for _ in range(thread_rows)]
 
-    def k_fast(factors: tuple[UOp, ...]) -> bool:
-      """Whether the factors' loads read consecutive elements along k (then neighbouring work-items take
-      neighbouring values of k), not along their row or column."""
-      loads = [n for factor in factors for n in factor.toposort if n.op is Ops.LOAD and k in n.src[1].toposort]
-      return all(linear_strides(load.src[1])[0].get(k) == 1 for load in loads)
-
     def stage(first_step: str, count: int) -> None:
-      """Copy the factors' values of steps [first_step, first_step + count) into the local arrays."""
-      for side, factors, outer, first, size in (("a", tile.a, row, first_row, rows),
-                                                ("b", tile.b, column, first_column, columns)):
-        span = block_rows if side == "a" else block_columns
-        fast = k_fast(factors)
-        for r in range(span * block_steps // threads):
-          element = self.index("add", lane, r * threads)
-          if fast: step, offset = self.index("rem", element, block_steps), self.index("div", element, block_steps)
-          else: offset, step = self.index("rem", element, span), self.index("div", element, span)
-          position = self.index("add", first, offset)
-          if size % span: position = self.index("min", position, size - 1)
+      """Copy the factors' values of steps [first_step, first_step + count) into the local arrays, [step][row]."""
+      for side, factors, outer, first, span in (("a", tile.a, row, first_row, block_rows),
+                                                ("b", tile.b, column, first_column, block_columns)):
+        def store(factor: UOp, step: str, offset: str, value: str, inside: str | None, side: str = side) -> None:
           slot = self.index("add", self.index("mul", step, pitch[side]), offset)
-          guard = self.less(step, count) if count < block_steps else None
-          with self.when(guard) if guard else contextlib.nullcontext(), \
-              self.bindings({outer: position, k: self.index("add", first_step, step)}):
-            for factor in factors: self.local_store(arrays[factor], slot, self.emit_needed(factor), factor.dtype)
+          self.local_store(arrays[factor], slot, value, factor.dtype)  # (a step past k's end is never read)
+        self.gemm_stage(factors, outer, first, span, first_step, count, store)
 
     def fold(first_step: str, count: int) -> None:
       """Fold steps [first_step, first_step + count) of the staged values into the accumulators."""
@@ -209,26 +253,17 @@ class Linearizer:
                 part = self.cast(self.emit_needed(value), value.dtype, acc_dtype)
                 self.add_to_sum(accumulators[i][j], acc_dtype, part)
 
-    def block_of_steps(first_step: str, count: int) -> None:
+    def block(first_step: str, count: int) -> None:
       stage(first_step, count)
       self.barrier()
       fold(first_step, count)
       self.barrier()
 
-    whole = steps // block_steps
-    if whole:
-      with self.loop("0", str(whole), None) as index: block_of_steps(self.index("mul", index, block_steps), block_steps)
-    if steps % block_steps: block_of_steps(str(whole * block_steps), steps % block_steps)
-    (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
+    self.gemm_steps(block)
     for i in range(thread_rows):
       for j in range(thread_columns):
-        inside = [self.less(my_rows[i], rows)] if rows % block_rows else []
-        if columns % block_columns: inside.append(self.less(my_columns[j], columns))
-        guard = self.both(*inside) if len(inside) == 2 else inside[0] if inside else None
         total = self.cast(self.sum_value(accumulators[i][j], acc_dtype), acc_dtype, reduce.dtype)
-        with self.when(guard) if guard else contextlib.nullcontext(), \
-            self.bindings({row: my_rows[i], column: my_columns[j], reduce: total}):
-          self.emit_needed(store)
+        self.gemm_store(my_rows[i], my_columns[j], total)
 
   def check_stores(self) -> None:
     stores = sum(1 for n in self.ast.toposort if n.op is Ops.STORE)
