@@ -16,7 +16,7 @@ import pytest
 import tinyjax as tj
 import tinyjax.numpy as jnp
 from tinyjax.codegen import llvm
-from tinyjax.codegen.gpu import BIG_TILE, SMALL_TILE, GpuLaunch, gpu_launch
+from tinyjax.codegen.gpu import BIG_MMA_TILE, BIG_TILE, SMALL_MMA_TILE, SMALL_TILE, GpuLaunch, gpu_launch
 from tinyjax.codegen.llvm import render_gpu
 from tinyjax.devices import cuda, opencl
 from tinyjax.devices.device import CPU
@@ -140,6 +140,18 @@ def _tiled_products():
       (1 - np.tanh(w.astype(np.float64) @ x) ** 2) @ x.T.astype(np.float64), 1e-5
   big_a, big_b = r.standard_normal((1300, 20)).astype(np.float32), r.standard_normal((20, 1700)).astype(np.float32)
   yield "big blocks", lambda u, v: u @ v, (big_a, big_b), big_a.astype(np.float64) @ big_b, 1e-5
+  # 16-bit operands (tensor cores where there are some): float32 sums of exact products, rounded once at the end
+  def narrow(*arrays, dtype=jnp.bfloat16): return [x.astype(dtype) for x in arrays]
+  def wide(*arrays): return [x.astype(np.float64) for x in arrays]
+  u16, v16 = narrow(big_a[:, :40].repeat(2, axis=1), big_b.repeat(2, axis=0))
+  yield "16-bit big blocks", lambda u, v: u @ v, (u16, v16), np.matmul(*wide(u16, v16)), 1e-2
+  u16, v16 = narrow(np.ascontiguousarray(a.T), b, dtype=jnp.float16)
+  yield "16-bit a.T", lambda u, v: u.T @ v, (u16, v16), wide(u16)[0].T @ wide(v16)[0], 2e-3
+  u16, v16 = narrow(batch_a, batch_b)
+  yield "16-bit batched", lambda u, v: u @ v, (u16, v16), np.matmul(*wide(u16, v16)), 1e-2
+  u16, v16, c16 = narrow(a, b, bias)
+  yield "16-bit bias relu", lambda u, v, c: jnp.maximum(u @ v + c, 0), (u16, v16, c16), \
+      np.maximum(np.matmul(*wide(u16, v16)) + wide(c16)[0], 0), 1e-2
 
 
 @pytest.mark.parametrize("case", list(_tiled_products()), ids=lambda case: case[0])
@@ -153,6 +165,8 @@ def test_tiled_matmuls(gpu, case):
   tiles = [gpu_launch(k.ast, k.ordered, gpu.groups).tile for k in kernels]
   assert any(tile is not None for tile in tiles) == gpu.groups, name
   if gpu.groups and name == "big blocks": assert {tile.sizes for tile in tiles if tile} == {BIG_TILE}
+  if getattr(gpu, "mma", False) and name in ("bfloat16", "float16") or name.startswith("16-bit"):
+    assert any(tile is not None and tile.mma for tile in tiles) == getattr(gpu, "mma", False), name
   got = np.asarray(jitted(*args)).astype(np.float64)
   assert np.abs(got - want).max() <= tolerance * np.abs(want).max(), name
 
@@ -337,11 +351,23 @@ def _programs():
   yield "tiled matmul", lambda a, b: jnp.maximum(a @ b + 1, 0), (big, big)
   yield "tiled matmul edges", lambda a, b: (a.astype(jnp.bfloat16) @ b.astype(jnp.bfloat16)).T, (edge, edge.T)
   yield "tiled matmul big", lambda a, b: a @ b, (jnp.ones((2048, 64)), jnp.ones((64, 2048)))
+  yield "tensor cores big", lambda a, b: a @ b, (jnp.ones((2048, 64), jnp.float16), jnp.ones((64, 2048), jnp.float16))
+  yield "tensor cores edges", lambda a, b: jnp.tanh(a @ b), (jnp.ones((300, 77), jnp.bfloat16),
+                                                             jnp.ones((77, 200), jnp.bfloat16))
 
 
 def _float64_programs():
   x = jnp.ones(64, jnp.float64)
   yield "float64", lambda a: jnp.exp(a) + jnp.log(a) * jnp.sin(a) + a ** 1.5, (x,)
+
+
+def _gpu_launches():
+  """(program name, kernel, launch) of every kernel of the programs, launched on a GPU without tensor cores and, where
+  that differs, on one with them."""
+  for name, kernel in _gpu_kernels():
+    plain = gpu_launch(kernel.ast, kernel.ordered)
+    yield name, kernel, plain
+    if (tensor := gpu_launch(kernel.ast, kernel.ordered, mma=True)) != plain: yield name, kernel, tensor
 
 
 def _gpu_kernels():
@@ -363,27 +389,33 @@ def test_kernels_compile_to_ptx(arch, tmp_path, on_cpu):
   grouped = 0
   tiled = {}
   before = tj.compile_cache_stats()["ptx"]
-  for name, kernel in _gpu_kernels():
-    ir = render_gpu(kernel.name, kernel.ast)
+  tensor = {}
+  for name, kernel, launch in _gpu_launches():
+    ir = render_gpu(kernel.name, kernel.ast, kernel.ordered, launch)
     assert "!nvvm.annotations" in ir and "@llvm.nvvm.read.ptx.sreg.ctaid.x" in ir
     ptx = cuda.compile_ptx(kernel.name, ir, arch)
     assert f".target {arch}" in ptx and f".entry {kernel.name}" in ptx, name
     assert ".extern" not in ptx, f"{name}: the PTX calls a function the GPU doesn't have"
     if name == "elementwise": assert ".ftz.f32" in ptx  # float32 subnormals flush, as on the CPU
-    if gpu_launch(kernel.ast).group > 1:  # a group reduction or a tiled product: shared memory and barriers
+    if launch.group > 1:  # a group reduction or a tiled product: shared memory and barriers
       assert ".shared" in ptx and "bar.sync" in ptx, name
       grouped += 1
-    if (tile := gpu_launch(kernel.ast).tile) is not None:  # operands staged in shared memory, products fused in FMAs
+    if launch.tile is not None and launch.tile.mma:  # the 16-bit operands' products on tensor cores
+      assert "mma.sync.aligned.m16n8k16.row.col.f32" in ptx and "ld.shared" in ptx, name
+      tensor[name] = launch.tile.sizes
+    elif launch.tile is not None:  # operands staged in shared memory, products fused in multiply-adds
       assert "ld.shared" in ptx and ("fma.rn.f32" in ptx or "fma.rn.ftz.f32" in ptx), name
-      tiled[name] = tile.sizes
+      tiled[name] = launch.tile.sizes
     if ptxas:
       path = tmp_path / f"{kernel.name}.ptx"
       path.write_text(ptx)
       done = subprocess.run([ptxas, f"-arch={arch}", str(path), "-o", os.devnull], capture_output=True, text=True)
       assert done.returncode == 0, f"ptxas rejected {kernel.name} ({name}):\n{done.stderr}"
     count += 1
-  assert count >= 20 and grouped >= 3 and tiled == {"tiled matmul": SMALL_TILE, "tiled matmul edges": SMALL_TILE,
-                                                    "tiled matmul big": BIG_TILE}
+  assert count >= 20 and grouped >= 3
+  assert tiled == {"tiled matmul": SMALL_TILE, "tiled matmul edges": SMALL_TILE, "tiled matmul big": BIG_TILE,
+                   "tensor cores big": BIG_TILE, "tensor cores edges": SMALL_TILE}
+  assert tensor == {"tensor cores big": BIG_MMA_TILE, "tensor cores edges": SMALL_MMA_TILE}
   after = tj.compile_cache_stats()["ptx"]  # each kernel made (a miss) or found in the disk cache (a hit)
   assert (after["hits"] + after["misses"]) - (before["hits"] + before["misses"]) == count
   if not ptxas: print("ptxas is not on PATH: PTX generated by LLVM but not assembled")

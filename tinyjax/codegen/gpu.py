@@ -26,6 +26,11 @@ THREAD_COLUMNS) of its block, so neighbouring work-items store neighbouring colu
 float64) in plain order with fused multiply-adds, as cuBLAS and XLA's GPU GEMMs: not the CPU's float64 blocks.
 Rows and columns past the matrix edge compute on the last row or column's values and store nothing; the last, short
 step of k stages and folds only its values.
+On a device with tensor cores (`mma`: NVIDIA sm_80 and later) a product of two float16 or bfloat16 operands
+(`value = float32(a) * float32(b)`, nothing else done to them) runs on them instead (`GemmTile.mma`): the staged
+values are the 16-bit operands themselves, and each warp of the work-group computes a WARP_ROWS x WARP_COLUMNS part
+of the block as 16 x 8 tiles with `mma.sync.aligned.m16n8k16` (float32 sums; products exact), reading its
+fragments from local memory (codegen/llvm.py `render_mma_gemm`); k past its end is staged as zeros.
 
 `gpu_launch` chooses a group reduction when every top-level REDUCE's first range has at least MIN_GROUP_REDUCE steps,
 every load it drives reads consecutive elements as it steps, and either each output reads data of its own (every such
@@ -57,6 +62,11 @@ MIN_BIG_TILE_GROUPS = 128
 MIN_TILE_SIDE = 32
 MIN_TILE_OUTPUTS = 1 << 14
 TILE_PAD = 4  # local arrays' rows are padded: a step's writes of 8 values of k x 4 rows hit different banks
+# tensor-core blocks: block rows, block columns, block steps, warps along the rows, warps along the columns (each warp
+# (block rows / warps) x (block columns / warps) of 16 x 8 mma tiles): 8 warps of 64 x 32, or 4 of 32 x 32
+BIG_MMA_TILE = (128, 128, 32, 2, 4)
+SMALL_MMA_TILE = (64, 64, 32, 2, 2)
+MMA_PAD = 8  # 16-bit elements a row of k is padded by: a warp's fragment reads (8 rows x 4 pairs) hit 32 banks
 
 
 class GemmTile(NamedTuple):
@@ -68,18 +78,28 @@ class GemmTile(NamedTuple):
   a: tuple[UOp, ...]  # maximal subexpressions of the REDUCE's value over (row, k), not the column
   b: tuple[UOp, ...]  # over (column, k), not the row
   sizes: tuple[int, int, int, int, int]  # BLOCK_ROWS, BLOCK_COLUMNS, BLOCK_STEPS, THREAD_ROWS, THREAD_COLUMNS
+  mma: str = ""  # on tensor cores: the operands' PTX type ("bf16", "f16"), sizes then end in warps, not work-items
 
   @property
   def k(self) -> UOp: return self.reduce.src[1]
 
   @property
   def threads(self) -> int:
-    block_rows, block_columns, _, thread_rows, thread_columns = self.sizes
-    return block_rows // thread_rows * (block_columns // thread_columns)
+    block_rows, block_columns, _, down, across = self.sizes
+    return down * across * 32 if self.mma else block_rows // down * (block_columns // across)
 
   def __str__(self) -> str:
-    block_rows, block_columns, steps, thread_rows, thread_columns = self.sizes
-    return f"{block_rows}x{block_columns}x{steps} tiles of {thread_rows}x{thread_columns}"
+    block_rows, block_columns, steps, down, across = self.sizes
+    if self.mma: return f"{block_rows}x{block_columns}x{steps} on tensor cores ({self.mma}), {down}x{across} warps"
+    return f"{block_rows}x{block_columns}x{steps} tiles of {down}x{across}"
+
+
+def _mma_type(a: tuple[UOp, ...], b: tuple[UOp, ...], value: UOp) -> str:
+  """The PTX type of a product's 16-bit operands when it can run on tensor cores (module docstring), else ''."""
+  if len(a) != 1 or len(b) != 1 or value.op is not Ops.MUL or set(value.src) != {a[0], b[0]}: return ""
+  if any(f.op is not Ops.CAST or f.dtype != F32 for f in (a[0], b[0])): return ""
+  narrow = {a[0].src[0].dtype, b[0].src[0].dtype}
+  return {frozenset({BF16}): "bf16", frozenset({F16}): "f16"}.get(frozenset(narrow), "")
 
 
 class GpuLaunch(NamedTuple):
@@ -160,7 +180,7 @@ def _staged_factors(value: UOp, row: UOp, column: UOp, k: UOp) -> tuple[list[UOp
   return (a, b) if a and b else None
 
 
-def gemm_tile(ast: UOp) -> GemmTile | None:
+def gemm_tile(ast: UOp, mma: bool = False) -> GemmTile | None:
   """The tiled matrix product of kernel `ast` (module docstring), or None when it is not one: one STORE whose value
   holds the kernel's one REDUCE, a float sum over one range of factors of a row and of a column (the last global
   range, contiguous in the STORE) as `_staged_factors` finds them, rows and columns of at least MIN_TILE_SIDE."""
@@ -182,19 +202,21 @@ def gemm_tile(ast: UOp) -> GemmTile | None:
   outputs = math.prod(global_size(rng) for rng in global_ranges)
   if rows < MIN_TILE_SIDE or columns < MIN_TILE_SIDE or outputs < MIN_TILE_OUTPUTS: return None
   batch = outputs // (rows * columns)
-  big_groups = batch * -(-rows // BIG_TILE[0]) * -(-columns // BIG_TILE[1])
-  sizes = BIG_TILE if big_groups >= MIN_BIG_TILE_GROUPS else SMALL_TILE
-  return GemmTile(reduce, row, column, tuple(factors[0]), tuple(factors[1]), sizes)
+  a, b = tuple(factors[0]), tuple(factors[1])
+  tensor = _mma_type(a, b, reduce.src[0]) if mma and accumulator_dtype(reduce) == F32 else ""
+  big, small = (BIG_MMA_TILE, SMALL_MMA_TILE) if tensor else (BIG_TILE, SMALL_TILE)
+  big_groups = batch * -(-rows // big[0]) * -(-columns // big[1])
+  return GemmTile(reduce, row, column, a, b, big if big_groups >= MIN_BIG_TILE_GROUPS else small, tensor)
 
 
-def gpu_launch(ast: UOp, ordered: int = 0, groups: bool = True) -> GpuLaunch:
+def gpu_launch(ast: UOp, ordered: int = 0, groups: bool = True, mma: bool = False) -> GpuLaunch:
   """The launch of kernel `ast` (see the module docstring); `groups=False`: never a group reduction nor a tiled
-  matrix product (a device whose work-items can't wait for each other)."""
+  matrix product (a device whose work-items can't wait for each other); `mma`: the device has tensor cores."""
   spread = global_ranges_of(ast)[ordered:]
   outputs = math.prod(global_size(rng) for rng in spread)
   reduces = top_reduces(ast)
   if not groups or ordered or not reduces: return GpuLaunch(outputs)
-  if (tile := gemm_tile(ast)) is not None:
+  if (tile := gemm_tile(ast, mma)) is not None:
     block_rows, block_columns = tile.sizes[:2]
     blocks = outputs // (global_size(tile.row) * global_size(tile.column)) * \
         -(-global_size(tile.row) // block_rows) * -(-global_size(tile.column) // block_columns)

@@ -151,12 +151,14 @@ class Linearizer:
     return self.index("mul", row_block, block_rows), self.index("mul", column_block, block_columns)
 
   def gemm_stage(self, factors: tuple[UOp, ...], outer: UOp, first: str, span: int, first_step: str, count: int,
-                 store: Callable[[UOp, str, str, str, str | None], None]) -> None:
+                 store: Callable[[UOp, str, str, str, str | None], None],
+                 value_of: Callable[[UOp], str] | None = None) -> None:
     """Compute this work-item's share of the factors' values over `span` values of range `outer` from `first` and
     BLOCK_STEPS steps of k from `first_step` (of which the first `count` are real), and hand each to
     `store(factor, step, offset, value, inside)` (`inside`: whether the step is real, None when all are). Neighbouring
     work-items take neighbouring steps when the factors' loads read consecutive elements along k, else neighbouring
-    values of `outer`. Values past the edge of `outer` or k are computed at its last value (loads stay inside)."""
+    values of `outer`. Values past the edge of `outer` or k are computed at its last value (loads stay inside).
+    `value_of(factor)` emits a factor's value (default `emit_needed`)."""
     from tinyjax.codegen.gpu import global_size
     from tinyjax.codegen.opt import linear_strides
     tile = self.launch.tile
@@ -177,7 +179,7 @@ class Linearizer:
         inside = self.less(step, count)
         at = self.index("min", at, steps - 1)
       with self.bindings({outer: position, k: at}):
-        for factor in factors: store(factor, step, offset, self.emit_needed(factor), inside)
+        for factor in factors: store(factor, step, offset, (value_of or self.emit_needed)(factor), inside)
 
   def gemm_steps(self, block: Callable[[str, int], None]) -> None:
     """Run `block(first_step, count)` over k in blocks of BLOCK_STEPS: a loop over the whole blocks, then the last,

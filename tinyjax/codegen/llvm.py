@@ -317,7 +317,8 @@ class _Renderer(Linearizer):
     """Emit the whole kernel: the global loop nest (or a run-once guard) with everything inside it."""
     sink = self.ast
     global_ranges = global_ranges_of(sink)
-    if self.gpu and self.launch.tile is not None: self.render_gemm(global_ranges)
+    if self.gpu and self.launch.tile is not None:
+      (self.render_mma_gemm if self.launch.tile.mma else self.render_gemm)(global_ranges)
     elif self.gpu: self.bind_thread_index(global_ranges)
     elif not global_ranges:
       run = self.emit("icmp slt i64 %start, %end", "run")
@@ -587,6 +588,91 @@ class _Renderer(Linearizer):
 
   def sum_value(self, accumulator: str, dtype: np.dtype) -> str:
     return self.emit(f"load {compute_type(dtype)}, ptr {accumulator}")
+
+  def render_mma_gemm(self, global_ranges: list[UOp]) -> None:
+    """A tiled matrix product on tensor cores (codegen/gpu.py `GemmTile.mma`): per block of BLOCK_STEPS values of k,
+    the work-group stages its 16-bit operands' rows of a and columns of b into local memory as [row][k] and
+    [column][k] (k contiguous, rows padded by MMA_PAD, k past its end as zeros), then each warp runs
+    `mma.sync.aligned.m16n8k16.row.col.f32.<type>.<type>.f32` over its 16 x 8 tiles, for each 16 values of k,
+    its fragments read as pairs of values (lane = 4 * group + pair: a's rows group and group + 8, pairs of k at
+    2 * pair and 2 * pair + 8; b's column group, the same k; the sums' rows group and group + 8 and columns 2 * pair
+    and 2 * pair + 1, as PTX lays the m16n8k16 fragments out)."""
+    from tinyjax.codegen.gpu import MMA_PAD
+    tile = self.launch.tile
+    block_rows, block_columns, block_steps, warps_down, warps_across = tile.sizes
+    warp_rows, warp_columns = block_rows // warps_down, block_columns // warps_across
+    (a,), (b,) = tile.a, tile.b
+    narrow = a.src[0].dtype
+    pitch = block_steps + MMA_PAD
+    first_row, first_column = self.gemm_block(global_ranges)
+    _, lane = self.thread_ids()
+    warp, in_warp = self.index("div", lane, 32), self.index("rem", lane, 32)
+    group, pair = self.index("div", in_warp, 4), self.index("rem", in_warp, 4)
+    warp_row = self.index("mul", self.index("div", warp, warps_across), warp_rows)
+    warp_column = self.index("mul", self.index("rem", warp, warps_across), warp_columns)
+    i16 = np.dtype(np.int16)
+    arrays = {a: self.local_array(i16, block_rows * pitch), b: self.local_array(i16, block_columns * pitch)}
+    tiles = [(m, n) for m in range(warp_rows // 16) for n in range(warp_columns // 8)]
+    sums = {(m, n): [self.new_sum(F32) for _ in range(4)] for m, n in tiles}
+
+    def bits(factor: UOp) -> str:
+      """The 16 bits of a factor's operand (a plain load's element as it is in memory)."""
+      operand = factor.src[0]
+      if operand.op is Ops.LOAD and len(operand.src) == 2:
+        self.emit_needed(operand.src[0])
+        self.emit_needed(operand.src[1])
+        raw = self.emit(f"load {memory_type(narrow)}, ptr {self.address(*operand.src)}")
+      else: raw = self.to_memory(self.emit_needed(operand), narrow)
+      return self.emit(f"bitcast half {raw} to i16") if narrow == F16 else raw
+
+    def store(factor: UOp, step: str, offset: str, value: str, inside: str | None) -> None:
+      if inside is not None: value = self.emit(f"select i1 {inside}, i16 {value}, i16 0")
+      self.local_store(arrays[factor], self.index("add", self.index("mul", offset, pitch), step), value, i16)
+
+    def pair_at(array: str, line: str, step: int) -> str:
+      """Two neighbouring 16-bit values (k = step + 2 * pair and the next) of row `line` of a staged array, as i32."""
+      slot = self.index("add", self.index("mul", line, pitch), self.index("add", self.index("mul", pair, 2), step))
+      address = self.emit(f"getelementptr inbounds i16, ptr addrspace(3) {array}, i64 {slot}", "addr")
+      return self.emit(f"load i32, ptr addrspace(3) {address}, align 4")
+
+    instruction = f"mma.sync.aligned.m16n8k16.row.col.f32.{tile.mma}.{tile.mma}.f32 " \
+                  "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};"
+    constraints = "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f"
+
+    def block(first_step: str, count: int) -> None:
+      self.gemm_stage((a,), tile.row, first_row, block_rows, first_step, count, store, bits)
+      self.gemm_stage((b,), tile.column, first_column, block_columns, first_step, count, store, bits)
+      self.barrier()
+      for k16 in range(0, block_steps, 16):
+        a_lines = {m: [self.index("add", warp_row, m * 16 + half * 8 + 0) for half in (0, 1)]
+                   for m in range(warp_rows // 16)}
+        fragments_a = {}
+        for m, (top, bottom) in a_lines.items():
+          top, bottom = self.index("add", top, group), self.index("add", bottom, group)
+          fragments_a[m] = [pair_at(arrays[a], top, k16), pair_at(arrays[a], bottom, k16),
+                            pair_at(arrays[a], top, k16 + 8), pair_at(arrays[a], bottom, k16 + 8)]
+        fragments_b = {}
+        for n in range(warp_columns // 8):
+          line = self.index("add", self.index("add", warp_column, n * 8), group)
+          fragments_b[n] = [pair_at(arrays[b], line, k16), pair_at(arrays[b], line, k16 + 8)]
+        for m, n in tiles:
+          current = [self.sum_value(total, F32) for total in sums[(m, n)]]
+          operands = [f"i32 {v}" for v in fragments_a[m] + fragments_b[n]] + [f"float {v}" for v in current]
+          result = self.emit(f'call {{float, float, float, float}} asm sideeffect "{instruction}", '
+                             f'"{constraints}"({", ".join(operands)})')
+          for index, total in enumerate(sums[(m, n)]):
+            self.line(f"store float {self.emit(f'extractvalue {{float, float, float, float}} {result}, {index}')}, "
+                      f"ptr {total}")
+      self.barrier()
+
+    self.gemm_steps(block)
+    my_row = self.index("add", self.index("add", first_row, warp_row), group)
+    my_column = self.index("add", self.index("add", first_column, warp_column), self.index("mul", pair, 2))
+    for m, n in tiles:
+      for index, total in enumerate(sums[(m, n)]):
+        row = self.index("add", my_row, m * 16 + index // 2 * 8)
+        column = self.index("add", my_column, n * 8 + index % 2)
+        self.gemm_store(row, column, self.cast(self.sum_value(total, F32), F32, tile.reduce.dtype))
 
   def select(self, cond: str, if_true: str, if_false: str, dtype: np.dtype) -> str:
     return self.emit(f"select i1 {cond}, {compute_type(dtype)} {if_true}, {compute_type(dtype)} {if_false}")

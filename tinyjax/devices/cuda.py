@@ -138,6 +138,8 @@ class CudaDevice:
     lib("cuDeviceGetAttribute", ctypes.byref(minor), 76, self.handle)
     self.compute_capability = (major.value, minor.value)
     self.arch = ptx_architecture(major.value, minor.value)
+    # tensor cores with mma.sync's float16 / bfloat16 m16n8k16 (codegen/gpu.py GemmTile.mma): sm_80 and later
+    self.mma = self.compute_capability >= (8, 0)
     context = ctypes.c_void_p()
     lib("cuDevicePrimaryCtxRetain", ctypes.byref(context), self.handle)
     self.context = context

@@ -167,8 +167,9 @@ GPU_SPLIT_THREADS = 128
 def gpu_schedule(sink: UOp) -> Schedule:
   """The schedule of a program on a GPU device: reductions split for GPU_SPLIT_THREADS threads into partial results
   of GPU_SPLIT_MIN_CHUNK_WORK steps or more, per-row reductions in kernels of their own (a work-item per output would
-  compute them once per element)."""
-  return schedule(sink, GPU_SPLIT_THREADS, fuse_rows=False, min_chunk_work=GPU_SPLIT_MIN_CHUNK_WORK)
+  compute them once per element), float16 operands read where they are used as bfloat16 ones (one conversion
+  instruction; what tensor cores read)."""
+  return schedule(sink, GPU_SPLIT_THREADS, gpu=True, min_chunk_work=GPU_SPLIT_MIN_CHUNK_WORK)
 
 
 def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
@@ -182,7 +183,8 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   # so the disk cache key does too; asking for AMX also gets this process the OS's permission to run its kernels,
   # before any cached one is loaded
   threads = GPU_SPLIT_THREADS if gpu else cpu_threads()
-  target = f"gpu={device.arch},groups={device.groups}" if gpu else f"threads={threads},amx={int(amx_bf16())}"
+  target = f"gpu={device.arch},groups={device.groups},mma={getattr(device, 'mma', False)}" if gpu else \
+      f"threads={threads},amx={int(amx_bf16())}"
   key = f"{_CODE_FINGERPRINT}|{target}|{structure_key(sink)}"
   lowered = None
   if (payload := _disk_cache.get(key)) is not None:
@@ -236,7 +238,7 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
 def _launch_of(kernel: Kernel, device):
   """How a kernel runs on GPU `device` (codegen/gpu.py): worked out once per kernel, not at each of its renders,
   compiles and DEBUG launch lines."""
-  return _gpu_launch_memo(kernel.ast, kernel.ordered, device.groups)
+  return _gpu_launch_memo(kernel.ast, kernel.ordered, device.groups, getattr(device, "mma", False))
 
 
 _gpu_launch_memo = functools.lru_cache(maxsize=4096)(gpu_launch)

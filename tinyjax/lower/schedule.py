@@ -25,11 +25,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tinyjax.codegen.opt import BF16, VECTOR_UNARY, choose_opts, global_ranges_of, launch_grain, linear_strides
+from tinyjax.codegen.gpu import gemm_tile
+from tinyjax.codegen.opt import BF16, F16, VECTOR_UNARY, choose_opts, global_ranges_of, launch_grain, linear_strides
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import SPLIT_MIN_CHUNK_WORK, split_reductions
-from tinyjax.uop import (BOOL, ELEMENTWISE, INDEX_DTYPE, Ops, PatternMatcher, ScatterArg, UOp, UPat, arg_key,
+from tinyjax.uop import (BOOL, ELEMENTWISE, INDEX_DTYPE, MOVEMENT, Ops, PatternMatcher, ScatterArg, UOp, UPat, arg_key,
                          graph_rewrite, toposort_of)
 
 REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
@@ -211,11 +212,15 @@ def _tiles_rows(reduction: UOp) -> bool:
   return sum(extent > 1 for extent in reduction.shape) > 1
 
 
-def _widened_load(node: UOp, realize: set[UOp]) -> bool:
+def _widened_load(node: UOp, realize: set[UOp], gpu: bool) -> bool:
   """A bfloat16 buffer read as float32 (a contraction's operand): a shift where it is read, and what AMX tiles read
-  directly (codegen/opt.py `_amx_plan`), so never a float32 copy of its own."""
+  directly (codegen/opt.py `_amx_plan`), so never a float32 copy of its own; on a GPU also a float16 one: one
+  conversion instruction where it is read, and what tensor cores read (codegen/gpu.py), seen through movement ops
+  (a transposed operand: GPU tiles read any layout)."""
   source = node.src[0] if node.op is Ops.CAST else None
-  return source is not None and node.dtype == np.dtype(np.float32) and source.dtype == BF16 and \
+  while gpu and source is not None and source.op in MOVEMENT and source not in realize: source = source.src[0]
+  narrow = (BF16, F16) if gpu else (BF16,)
+  return source is not None and node.dtype == np.dtype(np.float32) and source.dtype in narrow and \
       (source.op is Ops.PARAM or source in realize)
 
 
@@ -244,9 +249,11 @@ def _row_reduction(expand: UOp, space: tuple[int, ...], root: UOp) -> tuple[int,
   return axes if rows > 1 and ROW_FUSE_MIN <= row and row * 8 <= ROW_FUSE_BYTES else None
 
 
-def find_buffers(sink: UOp, fuse_rows: bool = True) -> list[UOp]:
-  """The nodes that become buffers (kernel outputs), in an order where producers come before consumers.
-  `fuse_rows`: per-row reductions stay in the kernels that read them (`_row_reduction`; the CPU's loop nests)."""
+def find_buffers(sink: UOp, gpu: bool = False) -> list[UOp]:
+  """The nodes that become buffers (kernel outputs), in an order where producers come before consumers. On the CPU
+  per-row reductions stay in the kernels that read them (`_row_reduction`; its loop nests compute them once per row,
+  where a GPU's work-item per output would compute them once per element); on a GPU float16 operands are read where
+  they are used, as bfloat16 ones everywhere (`_widened_load`)."""
   realize = {out for out in sink.src if out.op is not Ops.PARAM}
   realize |= {node for node in sink.toposort if node.op in (Ops.CONTIGUOUS, Ops.SCATTER, Ops.PROJECT)}
   # a loop reads its operands from buffers
@@ -281,7 +288,7 @@ def find_buffers(sink: UOp, fuse_rows: bool = True) -> list[UOp]:
           continue
         expanded, row = True, None  # anything else: as any broadcast
       if expanded and (node.op is Ops.REDUCE_AXIS or (node.op in ELEMENTWISE and math.prod(node.shape) > 1 and
-                                                      not _widened_load(node, realize) and
+                                                      not _widened_load(node, realize, gpu) and
                                                       (reread or _is_costly(node, realize, cost)))) or \
           ((costly_above == SCALAR_COSTLY or reduced) and node.op is Ops.REDUCE_AXIS and
            _is_contraction(node, realize) and _tiles_rows(node)):
@@ -289,7 +296,7 @@ def find_buffers(sink: UOp, fuse_rows: bool = True) -> list[UOp]:
         pending.append(node)
         continue
       if _is_expanding(node):
-        if fuse_rows and not expanded and (row := _row_reduction(node, space, kernel_root)) is not None:
+        if not gpu and not expanded and (row := _row_reduction(node, space, kernel_root)) is not None:
           stack.extend((src, expanded, costly_above, reduced, reread, row) for src in node.src)
           continue
         expanded = True
@@ -783,24 +790,24 @@ def _drop_unread_buffers(ast: UOp, slots: list[int]) -> tuple[UOp, tuple[int, ..
   return rebuilt[ast], tuple(slots[index] for index in used)
 
 
-def schedule(sink: UOp, threads: int | None = None, fuse_rows: bool = True,
+def schedule(sink: UOp, threads: int | None = None, gpu: bool = False,
              min_chunk_work: int = SPLIT_MIN_CHUNK_WORK) -> Schedule:
   """Lower a program (SINK over outputs, PARAM inputs) to kernels over buffer slots, for a device that runs a parallel
   launch on `threads` threads (default: `cpu_threads()`; long reductions with few outputs split for them into partial
-  results of at least `min_chunk_work` iterations, split.py). `fuse_rows` keeps per-row reductions in the kernels that
-  read them (`find_buffers`): the CPU's loop nests compute them once per row; a GPU's work-item per output would
-  compute them once per element."""
+  results of at least `min_chunk_work` iterations, split.py). `gpu`: for the GPU kernel model (codegen/gpu.py): the
+  buffers of `find_buffers(gpu=True)`, and tiled products (codegen/gpu.py `gemm_tile`) as they are, without the CPU's
+  relayout copies (`_Scheduler.relayout`: they read any layout) nor its column tiles (`_split_columns`)."""
   threads = cpu_threads() if threads is None else threads
   sink = merge_sums(expand_primitives(sink))
-  sink = split_reductions(sink, threads, set(find_buffers(sink, fuse_rows)), min_chunk_work)
+  sink = split_reductions(sink, threads, set(find_buffers(sink, gpu)), min_chunk_work)
   params = sorted({node for node in sink.toposort if node.op is Ops.PARAM}, key=lambda node: node.arg[0])
   n_inputs = max((p.arg[0] + 1 for p in params), default=0)
-  builder = _Scheduler(n_inputs, threads)
+  builder = _Scheduler(n_inputs, threads, gpu)
   builder.slot_of.update({p: p.arg[0] for p in params})
   projections: dict[UOp, list[UOp]] = {}
   for node in sink.toposort:
     if node.op is Ops.PROJECT: projections.setdefault(node.src[0], []).append(node)
-  for node in find_buffers(sink, fuse_rows):
+  for node in find_buffers(sink, gpu):
     if node.op is Ops.PROJECT:
       if node not in builder.slot_of:
         builder.steps += builder.loop(node.src[0], projections[node.src[0]])
@@ -937,8 +944,8 @@ class _Scheduler:
   are scheduled as programs of their own and linked in: their input slots are the loop's slots, their other slots
   new slots of this program)."""
 
-  def __init__(self, n_inputs: int, threads: int):
-    self.n_inputs, self.threads = n_inputs, threads
+  def __init__(self, n_inputs: int, threads: int, gpu: bool = False):
+    self.n_inputs, self.threads, self.gpu = n_inputs, threads, gpu
     self.slot_of: dict[UOp, int] = {}
     self.specs: list[tuple[tuple[int, ...], np.dtype]] = []
     self.steps: list[Kernel | Loop] = []
@@ -975,10 +982,12 @@ class _Scheduler:
       else:
         ast, slots, outer = self.build(node, builder)
         ordered = 0
-        ast, slots, copies, after = self.relayout(ast, slots, builder.work)
-        kernels += copies
-        if after: outer = global_ranges_of(ast)[0].src[0].arg  # (computed transposed: launched over its columns)
-        if (split := _split_columns(ast, self.threads)) is not None: ast, outer = split
+        # (a GPU's tiled product reads its operands in any layout: no copies for it, nor the CPU's column tiles)
+        if not self.gpu or gemm_tile(ast) is None:
+          ast, slots, copies, after = self.relayout(ast, slots, builder.work)
+          kernels += copies
+          if after: outer = global_ranges_of(ast)[0].src[0].arg  # (computed transposed: launched over its columns)
+        if not self.gpu and (split := _split_columns(ast, self.threads)) is not None: ast, outer = split
       kind = "s" if is_scatter else "r" if any(n.op is Ops.REDUCE for n in ast.toposort) else "e"
       name = f"{kind}_{'_'.join(map(str, node.shape)) or 'scalar'}_{structure_key(ast)[:8]}"
       grain = 1 if is_scatter else _row_split_grain(ast, self.threads) or launch_grain(ast)
@@ -1144,7 +1153,7 @@ class _Scheduler:
   def link(self, program: UOp, input_slots: list[int]) -> tuple[list[Kernel | Loop], list[int]]:
     """Schedule sub-program `program` (a loop's body or condition) and map it into this program's slots: its input
     i reads slot input_slots[i], its own buffers get new slots. Returns its steps and its outputs' slots."""
-    sub = schedule(program, self.threads)
+    sub = schedule(program, self.threads, self.gpu)
     mapping = {i: input_slots[i] for i in range(sub.n_inputs)}
     for index, (shape, dtype) in enumerate(sub.slot_specs): mapping[sub.n_inputs + index] = self.new_slot(shape, dtype)
     return _remap(sub.kernels, mapping), [mapping[slot] for slot in sub.outputs]
