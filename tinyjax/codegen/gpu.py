@@ -67,6 +67,7 @@ TILE_PAD = 4  # local arrays' rows are padded: a step's writes of 8 values of k 
 BIG_MMA_TILE = (128, 128, 32, 2, 4)
 SMALL_MMA_TILE = (64, 64, 32, 2, 2)
 MMA_PAD = 8  # 16-bit elements a row of k is padded by: a warp's fragment reads (8 rows x 4 pairs) hit 32 banks
+MMA_VECTOR = 8  # 16-bit elements a work-item stages with one 16-byte load, where the operand's layout allows
 
 
 class GemmTile(NamedTuple):

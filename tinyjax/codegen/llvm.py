@@ -597,7 +597,7 @@ class _Renderer(Linearizer):
     its fragments read as pairs of values (lane = 4 * group + pair: a's rows group and group + 8, pairs of k at
     2 * pair and 2 * pair + 8; b's column group, the same k; the sums' rows group and group + 8 and columns 2 * pair
     and 2 * pair + 1, as PTX lays the m16n8k16 fragments out)."""
-    from tinyjax.codegen.gpu import MMA_PAD
+    from tinyjax.codegen.gpu import MMA_PAD, MMA_VECTOR, _evaluate, global_size
     tile = self.launch.tile
     block_rows, block_columns, block_steps, warps_down, warps_across = tile.sizes
     warp_rows, warp_columns = block_rows // warps_down, block_columns // warps_across
@@ -635,13 +635,62 @@ class _Renderer(Linearizer):
       address = self.emit(f"getelementptr inbounds i16, ptr addrspace(3) {array}, i64 {slot}", "addr")
       return self.emit(f"load i32, ptr addrspace(3) {address}, align 4")
 
+    def vector_axis(factor: UOp, outer: UOp) -> UOp | None:
+      """The range (k or `outer`) along which a factor's operand is staged MMA_VECTOR elements at a time: a plain load
+      contiguous along it, whose MMA_VECTOR-element groups start on 16-byte boundaries wherever the work-group reads
+      (the other strides, the offset and that range's length multiples of MMA_VECTOR; buffers start 256-aligned);
+      None: one element at a time (`bits`)."""
+      operand = factor.src[0]
+      if operand.op is not Ops.LOAD or len(operand.src) != 2: return None
+      strides, nonlinear = linear_strides(operand.src[1])
+      offset = _evaluate(operand.src[1], {})
+      if nonlinear or offset is None or offset % MMA_VECTOR: return None
+      for axis in (tile.k, outer):
+        if strides.get(axis) == 1 and global_size(axis) % MMA_VECTOR == 0 and \
+            all(stride % MMA_VECTOR == 0 for rng, stride in strides.items() if rng is not axis):
+          return axis
+      return None
+
+    def stage_vectors(factor: UOp, outer: UOp, first: str, span: int, first_step: str, axis: UOp) -> None:
+      """Stage a factor's block MMA_VECTOR elements per load (`vector_axis`): along k, stored as they are into its
+      row; along `outer`, one element into each of MMA_VECTOR rows."""
+      vector = f"<{MMA_VECTOR} x i16>"
+      per_line = (block_steps if axis is tile.k else span) // MMA_VECTOR
+      for r in range(span * block_steps // MMA_VECTOR // tile.threads):
+        element = self.index("add", lane, r * tile.threads)
+        along = self.index("mul", self.index("rem", element, per_line), MMA_VECTOR)
+        across = self.index("div", element, per_line)
+        step, offset = (along, across) if axis is tile.k else (across, along)
+        position = self.index("add", first, offset)
+        if global_size(outer) % span:  # (a group past the edge reads the last whole group)
+          position = self.index("min", position, global_size(outer) - (1 if axis is tile.k else MMA_VECTOR))
+        with self.bindings({outer: position, tile.k: self.index("add", first_step, step)}):
+          operand = factor.src[0]
+          self.emit_needed(operand.src[0])
+          self.emit_needed(operand.src[1])
+          values = self.emit(f"load <{MMA_VECTOR} x {memory_type(narrow)}>, ptr {self.address(*operand.src)}, align 16")
+        if narrow == F16: values = self.emit(f"bitcast <{MMA_VECTOR} x half> {values} to {vector}")
+        if axis is tile.k:
+          slot = self.index("add", self.index("mul", offset, pitch), step)
+          address = self.emit(f"getelementptr inbounds i16, ptr addrspace(3) {arrays[factor]}, i64 {slot}", "addr")
+          self.line(f"store {vector} {values}, ptr addrspace(3) {address}, align 16")
+          continue
+        for index in range(MMA_VECTOR):
+          slot = self.index("add", self.index("mul", self.index("add", offset, index), pitch), step)
+          self.local_store(arrays[factor], slot, self.emit(f"extractelement {vector} {values}, i64 {index}"), i16)
+
+    def stage(factor: UOp, outer: UOp, first: str, span: int, first_step: str, count: int) -> None:
+      if count == block_steps and (axis := vector_axis(factor, outer)) is not None:
+        stage_vectors(factor, outer, first, span, first_step, axis)
+      else: self.gemm_stage((factor,), outer, first, span, first_step, count, store, bits)
+
     instruction = f"mma.sync.aligned.m16n8k16.row.col.f32.{tile.mma}.{tile.mma}.f32 " \
                   "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};"
     constraints = "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f"
 
     def block(first_step: str, count: int) -> None:
-      self.gemm_stage((a,), tile.row, first_row, block_rows, first_step, count, store, bits)
-      self.gemm_stage((b,), tile.column, first_column, block_columns, first_step, count, store, bits)
+      stage(a, tile.row, first_row, block_rows, first_step, count)
+      stage(b, tile.column, first_column, block_columns, first_step, count)
       self.barrier()
       for k16 in range(0, block_steps, 16):
         a_lines = {m: [self.index("add", warp_row, m * 16 + half * 8 + 0) for half in (0, 1)]
