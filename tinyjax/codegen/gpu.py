@@ -95,6 +95,22 @@ class GemmTile(NamedTuple):
     return f"{block_rows}x{block_columns}x{steps} tiles of {down}x{across}"
 
 
+def vector_axis(operand: UOp, axes: tuple[UOp, ...], lanes: int) -> UOp | None:
+  """The first of `axes` along which load `operand` can be read `lanes` elements at a time with aligned vector loads
+  wherever a tiled product's work-group reads (from a multiple of `lanes` along it): a plain load, contiguous along
+  it, the axis's length, the other strides and the offset multiples of `lanes` (buffers start 256-byte aligned);
+  None if none."""
+  if operand.op is not Ops.LOAD or len(operand.src) != 2: return None
+  strides, nonlinear = linear_strides(operand.src[1])
+  offset = _evaluate(operand.src[1], {})
+  if nonlinear or offset is None or offset % lanes: return None
+  for axis in axes:
+    if strides.get(axis) == 1 and global_size(axis) % lanes == 0 and \
+        all(stride % lanes == 0 for rng, stride in strides.items() if rng is not axis):
+      return axis
+  return None
+
+
 def _mma_type(a: tuple[UOp, ...], b: tuple[UOp, ...], value: UOp) -> str:
   """The PTX type of a product's 16-bit operands when it can run on tensor cores (module docstring), else ''."""
   if len(a) != 1 or len(b) != 1 or value.op is not Ops.MUL or set(value.src) != {a[0], b[0]}: return ""

@@ -159,15 +159,34 @@ class Linearizer:
     work-items take neighbouring steps when the factors' loads read consecutive elements along k, else neighbouring
     values of `outer`. Values past the edge of `outer` or k are computed at its last value (loads stay inside).
     `value_of(factor)` emits a factor's value (default `emit_needed`)."""
-    from tinyjax.codegen.gpu import global_size
-    from tinyjax.codegen.opt import linear_strides
+    from tinyjax.codegen.gpu import global_size, vector_axis
+    from tinyjax.codegen.opt import F32, linear_strides
     tile = self.launch.tile
     k, block_steps, threads = tile.k, tile.sizes[2], tile.threads
     size, steps = global_size(outer), global_size(k)
     _, lane = self.thread_ids()
+    each = span * block_steps // threads
+    lanes = 4 if each % 4 == 0 else 2 if each % 2 == 0 else 1
+    # a float32 operand loaded as it is: `lanes` elements per vector load, along k or `outer` where it is contiguous
+    if value_of is None and count == block_steps and lanes > 1 and len(factors) == 1 and factors[0].dtype == F32 and \
+        (axis := vector_axis(factors[0], (k, outer), lanes)) is not None:
+      per_line = (block_steps if axis is k else span) // lanes
+      for r in range(each // lanes):
+        element = self.index("add", lane, r * threads)
+        along = self.index("mul", self.index("rem", element, per_line), lanes)
+        across = self.index("div", element, per_line)
+        step, offset = (along, across) if axis is k else (across, along)
+        position = self.index("add", first, offset)
+        if size % span: position = self.index("min", position, size - (1 if axis is k else lanes))
+        with self.bindings({outer: position, k: self.index("add", first_step, step)}):
+          values = self.load_lanes(factors[0], lanes)
+        for index, value in enumerate(values):
+          if axis is k: store(factors[0], self.index("add", step, index), offset, value, None)
+          else: store(factors[0], step, self.index("add", offset, index), value, None)
+      return
     loads = [n for factor in factors for n in factor.toposort if n.op is Ops.LOAD and k in n.src[1].toposort]
     along_k = all(linear_strides(load.src[1])[0].get(k) == 1 for load in loads)
-    for r in range(span * block_steps // threads):
+    for r in range(each):
       element = self.index("add", lane, r * threads)
       if along_k: step, offset = self.index("rem", element, block_steps), self.index("div", element, block_steps)
       else: offset, step = self.index("rem", element, span), self.index("div", element, span)
@@ -207,7 +226,7 @@ class Linearizer:
   def render_gemm(self, global_ranges: list[UOp]) -> None:
     """A kernel run as a tiled matrix product (codegen/gpu.py `GemmTile`), through the renderer's primitives:
     `thread_ids`, `index` (i64 arithmetic), `less`, `both`, `when`, `loop`, `local_array`, `local_store`,
-    `local_load`, `barrier`, `new_sum`, `add_to_sum`, `sum_value`."""
+    `local_load`, `load_lanes`, `barrier`, `new_sum`, `add_to_sum`, `sum_value`."""
     from tinyjax.codegen.gpu import TILE_PAD, global_size
     from tinyjax.codegen.opt import accumulator_dtype
     tile = self.launch.tile

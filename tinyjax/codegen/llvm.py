@@ -571,6 +571,17 @@ class _Renderer(Linearizer):
     address = self.emit(f"getelementptr inbounds {compute_type(dtype)}, ptr addrspace(3) {array}, i64 {index}", "addr")
     return self.emit(f"load {compute_type(dtype)}, ptr addrspace(3) {address}")
 
+  def load_lanes(self, load: UOp, lanes: int) -> list[str]:
+    """The `lanes` elements of a buffer from LOAD `load`'s index on (one aligned vector load: gpu.py `vector_axis`),
+    in their compute type."""
+    self.emit_needed(load.src[0])
+    self.emit_needed(load.src[1])
+    element = memory_type(load.dtype)
+    alignment = lanes * load.dtype.itemsize
+    vector = self.emit(f"load <{lanes} x {element}>, ptr {self.address(*load.src)}, align {alignment}")
+    return [self.from_memory(self.emit(f"extractelement <{lanes} x {element}> {vector}, i64 {index}"), load.dtype)
+            for index in range(lanes)]
+
   def barrier(self) -> None:
     self.declarations.add("declare void @llvm.nvvm.barrier0()")
     self.line("call void @llvm.nvvm.barrier0()")
@@ -597,7 +608,7 @@ class _Renderer(Linearizer):
     its fragments read as pairs of values (lane = 4 * group + pair: a's rows group and group + 8, pairs of k at
     2 * pair and 2 * pair + 8; b's column group, the same k; the sums' rows group and group + 8 and columns 2 * pair
     and 2 * pair + 1, as PTX lays the m16n8k16 fragments out)."""
-    from tinyjax.codegen.gpu import MMA_PAD, MMA_VECTOR, _evaluate, global_size
+    from tinyjax.codegen.gpu import MMA_PAD, MMA_VECTOR, global_size, vector_axis
     tile = self.launch.tile
     block_rows, block_columns, block_steps, warps_down, warps_across = tile.sizes
     warp_rows, warp_columns = block_rows // warps_down, block_columns // warps_across
@@ -635,25 +646,9 @@ class _Renderer(Linearizer):
       address = self.emit(f"getelementptr inbounds i16, ptr addrspace(3) {array}, i64 {slot}", "addr")
       return self.emit(f"load i32, ptr addrspace(3) {address}, align 4")
 
-    def vector_axis(factor: UOp, outer: UOp) -> UOp | None:
-      """The range (k or `outer`) along which a factor's operand is staged MMA_VECTOR elements at a time: a plain load
-      contiguous along it, whose MMA_VECTOR-element groups start on 16-byte boundaries wherever the work-group reads
-      (the other strides, the offset and that range's length multiples of MMA_VECTOR; buffers start 256-aligned);
-      None: one element at a time (`bits`)."""
-      operand = factor.src[0]
-      if operand.op is not Ops.LOAD or len(operand.src) != 2: return None
-      strides, nonlinear = linear_strides(operand.src[1])
-      offset = _evaluate(operand.src[1], {})
-      if nonlinear or offset is None or offset % MMA_VECTOR: return None
-      for axis in (tile.k, outer):
-        if strides.get(axis) == 1 and global_size(axis) % MMA_VECTOR == 0 and \
-            all(stride % MMA_VECTOR == 0 for rng, stride in strides.items() if rng is not axis):
-          return axis
-      return None
-
     def stage_vectors(factor: UOp, outer: UOp, first: str, span: int, first_step: str, axis: UOp) -> None:
-      """Stage a factor's block MMA_VECTOR elements per load (`vector_axis`): along k, stored as they are into its
-      row; along `outer`, one element into each of MMA_VECTOR rows."""
+      """Stage a factor's block MMA_VECTOR elements per load (codegen/gpu.py `vector_axis`): along k, stored as they
+      are into its row; along `outer`, one element into each of MMA_VECTOR rows."""
       vector = f"<{MMA_VECTOR} x i16>"
       per_line = (block_steps if axis is tile.k else span) // MMA_VECTOR
       for r in range(span * block_steps // MMA_VECTOR // tile.threads):
@@ -680,7 +675,7 @@ class _Renderer(Linearizer):
           self.local_store(arrays[factor], slot, self.emit(f"extractelement {vector} {values}, i64 {index}"), i16)
 
     def stage(factor: UOp, outer: UOp, first: str, span: int, first_step: str, count: int) -> None:
-      if count == block_steps and (axis := vector_axis(factor, outer)) is not None:
+      if count == block_steps and (axis := vector_axis(factor.src[0], (tile.k, outer), MMA_VECTOR)) is not None:
         stage_vectors(factor, outer, first, span, first_step, axis)
       else: self.gemm_stage((factor,), outer, first, span, first_step, count, store, bits)
 

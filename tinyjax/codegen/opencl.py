@@ -191,6 +191,13 @@ class _Renderer(Linearizer):
   def local_load(self, array: str, index: str, dtype: np.dtype) -> str:
     return self.var(c_type(dtype), f"{array}[{index}]")
 
+  def load_lanes(self, load: UOp, lanes: int) -> list[str]:
+    """The `lanes` float32 elements of a buffer from LOAD `load`'s index on, with one `vload`."""
+    self.emit_needed(load.src[0])
+    self.emit_needed(load.src[1])
+    vector = self.var(f"float{lanes}", f"vload{lanes}(0, {self.value(load.src[0])} + {self.value(load.src[1])})")
+    return [f"{vector}.s{index}" for index in range(lanes)]
+
   def barrier(self) -> None: self.line("barrier(CLK_LOCAL_MEM_FENCE);")
 
   def new_sum(self, dtype: np.dtype) -> str: return self.var(c_type(dtype), literal(0, dtype), "acc")
