@@ -152,13 +152,16 @@ class Linearizer:
 
   def gemm_stage(self, factors: tuple[UOp, ...], outer: UOp, first: str, span: int, first_step: str, count: int,
                  store: Callable[[UOp, str, str, str, str | None], None],
-                 value_of: Callable[[UOp], str] | None = None) -> None:
+                 value_of: Callable[[UOp], str] | None = None,
+                 store_lanes: Callable[[UOp, str, str, list[str]], None] | None = None) -> None:
     """Compute this work-item's share of the factors' values over `span` values of range `outer` from `first` and
     BLOCK_STEPS steps of k from `first_step` (of which the first `count` are real), and hand each to
     `store(factor, step, offset, value, inside)` (`inside`: whether the step is real, None when all are). Neighbouring
     work-items take neighbouring steps when the factors' loads read consecutive elements along k, else neighbouring
     values of `outer`. Values past the edge of `outer` or k are computed at its last value (loads stay inside).
-    `value_of(factor)` emits a factor's value (default `emit_needed`)."""
+    `value_of(factor)` emits a factor's value (default `emit_needed`). A float32 operand loaded as it is goes
+    `lanes` elements per vector load, along k or `outer` where it is contiguous; along `outer` they are handed on
+    together to `store_lanes(factor, step, offset, values)` where there is one."""
     from tinyjax.codegen.gpu import global_size, vector_axis
     from tinyjax.codegen.opt import F32, linear_strides
     tile = self.launch.tile
@@ -180,6 +183,9 @@ class Linearizer:
         if size % span: position = self.index("min", position, size - (1 if axis is k else lanes))
         with self.bindings({outer: position, k: self.index("add", first_step, step)}):
           values = self.load_lanes(factors[0], lanes)
+        if axis is not k and store_lanes is not None:
+          store_lanes(factors[0], step, offset, values)
+          continue
         for index, value in enumerate(values):
           if axis is k: store(factors[0], self.index("add", step, index), offset, value, None)
           else: store(factors[0], step, self.index("add", offset, index), value, None)
@@ -226,7 +232,7 @@ class Linearizer:
   def render_gemm(self, global_ranges: list[UOp]) -> None:
     """A kernel run as a tiled matrix product (codegen/gpu.py `GemmTile`), through the renderer's primitives:
     `thread_ids`, `index` (i64 arithmetic), `less`, `both`, `when`, `loop`, `local_array`, `local_store`,
-    `local_load`, `load_lanes`, `barrier`, `new_sum`, `add_to_sum`, `sum_value`."""
+    `local_load`, `load_lanes`, `local_store_lanes`, `barrier`, `new_sum`, `add_to_sum`, `sum_value`."""
     from tinyjax.codegen.gpu import TILE_PAD, global_size
     from tinyjax.codegen.opt import accumulator_dtype
     tile = self.launch.tile
@@ -256,7 +262,11 @@ class Linearizer:
         def store(factor: UOp, step: str, offset: str, value: str, inside: str | None, side: str = side) -> None:
           slot = self.index("add", self.index("mul", step, pitch[side]), offset)
           self.local_store(arrays[factor], slot, value, factor.dtype)  # (a step past k's end is never read)
-        self.gemm_stage(factors, outer, first, span, first_step, count, store)
+
+        def store_lanes(factor: UOp, step: str, offset: str, values: list[str], side: str = side) -> None:
+          slot = self.index("add", self.index("mul", step, pitch[side]), offset)  # (neighbours: one vector store)
+          self.local_store_lanes(arrays[factor], slot, values, factor.dtype)
+        self.gemm_stage(factors, outer, first, span, first_step, count, store, store_lanes=store_lanes)
 
     def fold(first_step: str, count: int) -> None:
       """Fold steps [first_step, first_step + count) of the staged values into the accumulators."""

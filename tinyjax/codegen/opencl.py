@@ -198,6 +198,10 @@ class _Renderer(Linearizer):
     vector = self.var(f"float{lanes}", f"vload{lanes}(0, {self.value(load.src[0])} + {self.value(load.src[1])})")
     return [f"{vector}.s{index}" for index in range(lanes)]
 
+  def local_store_lanes(self, array: str, index: str, values: list[str], dtype: np.dtype) -> None:
+    """Store neighbouring float32 values into a local array with one `vstore`."""
+    self.line(f"vstore{len(values)}((float{len(values)})({', '.join(values)}), 0, {array} + {index});")
+
   def barrier(self) -> None: self.line("barrier(CLK_LOCAL_MEM_FENCE);")
 
   def new_sum(self, dtype: np.dtype) -> str: return self.var(c_type(dtype), literal(0, dtype), "acc")
