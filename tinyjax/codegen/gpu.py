@@ -56,17 +56,19 @@ FEW_OUTPUTS = 4096  # fewer outputs than this get a group each even when they sh
 # a tiled matrix product's blocks (see the module docstring): big ones where they make enough work-groups to fill a
 # GPU, else small ones; shorter rows or columns than MIN_TILE_SIDE, or fewer than MIN_TILE_OUTPUTS outputs, stay
 # one work-item per output
-BIG_TILE = (128, 128, 8, 8, 8)  # block rows, block columns, block steps, thread rows, thread columns: 256 work-items
+# (float32 4096^3 on an H200, TFLOP/s: 128x128x16 34.4, 128x128x8 32.9, 64x128x8 31.3)
+BIG_TILE = (128, 128, 16, 8, 8)  # block rows, block columns, block steps, thread rows, thread columns: 256 work-items
 SMALL_TILE = (64, 64, 8, 4, 4)  # 256 work-items
 MIN_BIG_TILE_GROUPS = 128
 MIN_TILE_SIDE = 32
 MIN_TILE_OUTPUTS = 1 << 14
 TILE_PAD = 4  # local arrays' rows are padded: a step's writes of 8 values of k x 4 rows hit different banks
 # tensor-core blocks: block rows, block columns, block steps, warps along the rows, warps along the columns (each warp
-# (block rows / warps) x (block columns / warps) of 16 x 8 mma tiles): 8 warps of 64 x 64, or 4 of 32 x 32. On an
-# H200, bfloat16 4096^3 (TFLOP/s): 256x128 (8 warps of 64x64) 98, 128x128 (64x32) 76, 128x256 (64x64) 45,
-# 128x128x64 82, 64x64 71; 1024^3: 64x64 44, 128x128 27 (its 64 work-groups leave SMs idle)
-BIG_MMA_TILE = (256, 128, 32, 4, 2)
+# (block rows / warps) x (block columns / warps) of 16 x 8 mma tiles): 8 warps of 64 x 32, or 4 of 32 x 32. On an
+# H200, bfloat16 4096^3 (TFLOP/s, one run): 128x128x64 155, 256x128x32 (8 warps of 64x64) 137, 128x128x32 135,
+# 128x256x32 125; 8192^3: 256x128x32 143, 128x128x32 140; 1024^3: 64x64x32 55, 256x128x32 30 (its 32 work-groups
+# leave most SMs idle)
+BIG_MMA_TILE = (128, 128, 64, 2, 4)
 SMALL_MMA_TILE = (64, 64, 32, 2, 2)
 MMA_PAD = 8  # 16-bit elements a row of k is padded by: a warp's fragment reads (8 rows x 4 pairs) hit 32 banks
 MMA_VECTOR = 8  # 16-bit elements a work-item stages with one 16-byte load, where the operand's layout allows
