@@ -54,6 +54,23 @@ def test_discovery(fake):
   assert device.memory_info() == (64 << 20, 64 << 20)
 
 
+def test_a_gpu_is_the_default_device_unless_a_platform_is_named(fake, monkeypatch):
+  """As JAX: without `jax_platforms` / TINYJAX_PLATFORMS / JAX_PLATFORMS the default device is the first GPU the
+  driver sees; naming a platform (JAX_PLATFORMS=cpu) keeps the CPU."""
+  lib, device = fake
+  for name in ("TINYJAX_PLATFORMS", "JAX_PLATFORMS"): monkeypatch.delenv(name, raising=False)
+  try:
+    with tj.config.override("jax_platforms", None):
+      device_module._default.clear()
+      assert tj.default_backend() == "gpu" and device_module.default_device() is device
+      assert jnp.asarray(np.ones(3, np.float32)).device is device
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    with tj.config.override("jax_platforms", None):
+      assert tj.default_backend() == "cpu"
+  finally:
+    device_module._default.clear()
+
+
 def test_results_match_the_cpu(fake):
   lib, device = fake
   a = rng.standard_normal((33, 65)).astype(np.float32)

@@ -4,8 +4,8 @@ Platforms: `cpu` (always), `cuda` (NVIDIA GPUs through the driver API, devices/c
 backend) and `opencl` (any OpenCL device through pyopencl, devices/opencl.py; PoCL runs it on the CPU). The default
 device is the first device of the first platform named by `jax_platforms` (the config option,
 else the environment variable TINYJAX_PLATFORMS or JAX_PLATFORMS: a comma-separated list such as "cuda,cpu") that can
-be started; without one it is the CPU (JAX prefers a GPU when one is present: tinyjax will once its GPU backend runs
-the whole test suite).
+be started; without one it is the first CUDA GPU when the driver sees one, else the CPU, as JAX prefers a GPU (an
+OpenCL device is the default only when named: PoCL is a CPU).
 
 Arrays made from host data go to the default device; `device_put` moves them. A computation runs on the device of its
 inputs; when they disagree, on the one device other than the default that they name (an array placed there
@@ -147,9 +147,17 @@ def default_device():
       if _ALIASES.get(platform.strip().lower()) is None: raise
   if device is None:
     if requested: raise RuntimeError("; ".join(errors))
-    device = CPU
+    device = _first_gpu() or CPU
   _default[:] = [requested, device]
   return device
+
+
+def _first_gpu():
+  """The first CUDA device, or None without a driver that sees one."""
+  from tinyjax.devices import cuda
+  if not cuda.device_count(): return None
+  try: return backend_devices("cuda")[0]
+  except RuntimeError: return None
 
 
 def default_backend() -> str:
