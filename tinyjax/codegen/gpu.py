@@ -14,8 +14,10 @@ are loops in each work-item: a scatter's batch axes). Two layouts:
     Every work-item then computes what follows the reductions; work-item 0 alone stores.
 
 A third layout, a tiled matrix product (`GemmTile`, the classic shared-memory GEMM with register blocking): a kernel
-whose one REDUCE sums, over one range k, a value made of factors that depend on (row, k) but not the column ("a") and
-on (column, k) but not the row ("b") -- `a @ b` and whatever elementwise work is done to its operands -- runs as
+whose one REDUCE sums, over a range k, a value made of factors that depend on (row, k) but not the column ("a") and
+on (column, k) but not the row ("b") -- `a @ b` and whatever elementwise work is done to its operands; a sum over
+several ranges (a convolution's channels and window) takes them as the digits of one k, and the global ranges that
+no load of the column reads (a convolution's batch, height and width) as the digits of one row -- runs as
 work-groups of BLOCK_ROWS x BLOCK_COLUMNS outputs, each work-item a THREAD_ROWS x THREAD_COLUMNS block of them in
 registers. Per step of BLOCK_STEPS values of k, the work-group copies the a factors' BLOCK_ROWS x BLOCK_STEPS values
 and the b factors' BLOCK_STEPS x BLOCK_COLUMNS values into local (shared) memory (each work-item a few, neighbouring
@@ -75,18 +77,28 @@ MMA_VECTOR = 8  # 16-bit elements a work-item stages with one 16-byte load, wher
 
 
 class GemmTile(NamedTuple):
-  """A kernel run as a tiled matrix product (module docstring): the REDUCE, its range k, the row and column global
-  ranges, the factors staged through local memory, and the block sizes."""
+  """A kernel run as a tiled matrix product (module docstring): the REDUCE, the global ranges of its row (digits,
+  the fastest last) and its column, the factors staged through local memory, the block sizes, and the summed ranges
+  (`ks`)."""
   reduce: UOp
-  row: UOp
+  rows: tuple[UOp, ...]
   column: UOp
   a: tuple[UOp, ...]  # maximal subexpressions of the REDUCE's value over (row, k), not the column
   b: tuple[UOp, ...]  # over (column, k), not the row
   sizes: tuple[int, int, int, int, int]  # BLOCK_ROWS, BLOCK_COLUMNS, BLOCK_STEPS, THREAD_ROWS, THREAD_COLUMNS
   mma: str = ""  # on tensor cores: the operands' PTX type ("bf16", "f16"), sizes then end in warps, not work-items
+  ks: tuple[UOp, ...] = ()  # the REDUCE's ranges as the digits of one step index k, the fastest last
 
   @property
-  def k(self) -> UOp: return self.reduce.src[1]
+  def k(self) -> UOp:
+    """The fastest of the ranges summed over (the only one of a matrix product's)."""
+    return self.ks[-1]
+
+  @property
+  def steps(self) -> int: return math.prod(global_size(rng) for rng in self.ks)
+
+  @property
+  def row_count(self) -> int: return math.prod(global_size(rng) for rng in self.rows)
 
   @property
   def threads(self) -> int:
@@ -179,7 +191,8 @@ def _steps_by_one(index: UOp, rng: UOp) -> bool:
   return None not in values and all(b - a == 1 for a, b in zip(values, values[1:]))
 
 
-def _staged_factors(value: UOp, row: UOp, column: UOp, k: UOp) -> tuple[list[UOp], list[UOp]] | None:
+def _staged_factors(value: UOp, rows: tuple[UOp, ...], column: UOp, ks: tuple[UOp, ...]
+                    ) -> tuple[list[UOp], list[UOp]] | None:
   """The maximal subexpressions of `value` over (row, k) without the column, and over (column, k) without the row;
   None if some load depends on both (no product of two operands) or a subexpression is boolean."""
   a: list[UOp] = []
@@ -191,43 +204,52 @@ def _staged_factors(value: UOp, row: UOp, column: UOp, k: UOp) -> tuple[list[UOp
     if node in seen: continue
     seen.add(node)
     ranges = {n for n in node.toposort if n.op is Ops.RANGE}
-    if k not in ranges or row not in ranges and column not in ranges: continue
-    if row in ranges and column in ranges:
+    row = not ranges.isdisjoint(rows)
+    if ranges.isdisjoint(ks) or not row and column not in ranges: continue
+    if row and column in ranges:
       if node.op in (Ops.LOAD, Ops.REDUCE): return None
       stack.extend(node.src)
       continue
     if node.dtype == np.dtype(bool): return None
-    (a if row in ranges else b).append(node)
+    (a if row else b).append(node)
   return (a, b) if a and b else None
 
 
 def gemm_tile(ast: UOp, mma: bool = False) -> GemmTile | None:
   """The tiled matrix product of kernel `ast` (module docstring), or None when it is not one: one STORE whose value
-  holds the kernel's one REDUCE, a float sum over one range of factors of a row and of a column (the last global
-  range, contiguous in the STORE) as `_staged_factors` finds them, rows and columns of at least MIN_TILE_SIDE."""
+  holds the kernel's one REDUCE, a float sum of factors of a row and of a column (the last global range, contiguous
+  in the STORE) as `_staged_factors` finds them, at least MIN_TILE_SIDE rows and columns."""
   nodes = ast.toposort
   stores = [n for n in nodes if n.op is Ops.STORE]
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
   if len(stores) != 1 or len(reduces) != 1: return None
   (store,), (reduce,) = stores, reduces
-  if reduce.arg is not Ops.ADD or len(reduce.src) != 2 or reduce not in store.src[2].toposort: return None
+  if reduce.arg is not Ops.ADD or len(reduce.src) < 2 or reduce not in store.src[2].toposort: return None
   if reduce.dtype not in (F16, BF16, F32, F64) or accumulator_dtype(reduce) not in (F32, F64): return None
   global_ranges = global_ranges_of(ast)
   if len(global_ranges) < 2 or any(rng.src[0].op is not Ops.CONST for rng in global_ranges): return None
-  column, k = global_ranges[-1], reduce.src[1]
-  if k.src[0].op is not Ops.CONST or linear_strides(store.src[1])[0].get(column) != 1: return None
-  for row in reversed(global_ranges[:-1]):
-    if (factors := _staged_factors(reduce.src[0], row, column, k)) is not None: break
-  else: return None
-  rows, columns = global_size(row), global_size(column)
+  column, ks = global_ranges[-1], tuple(reduce.src[1:])
+  if any(k.src[0].op is not Ops.CONST for k in ks) or linear_strides(store.src[1])[0].get(column) != 1: return None
+  column_loads = [n for n in reduce.src[0].toposort if n.op is Ops.LOAD and column in n.src[1].toposort]
+  rows = tuple(rng for rng in global_ranges[:-1] if not any(rng in load.src[1].toposort for load in column_loads))
+  if not rows or (factors := _staged_factors(reduce.src[0], rows, column, ks)) is None: return None
+  # several ranges (a convolution's channels and window) are one step index, the one the a factors' loads read with
+  # the smallest stride (the channels) fastest
+  strides: dict[UOp, int] = {}
+  for load in (n for factor in factors[0] for n in factor.toposort if n.op is Ops.LOAD):
+    for rng, stride in linear_strides(load.src[1])[0].items(): strides[rng] = min(strides.get(rng, stride), abs(stride))
+  ks = tuple(sorted(ks, key=lambda k: -strides.get(k, 0)))
+  row_count, columns = math.prod(global_size(rng) for rng in rows), global_size(column)
   outputs = math.prod(global_size(rng) for rng in global_ranges)
-  if rows < MIN_TILE_SIDE or columns < MIN_TILE_SIDE or outputs < MIN_TILE_OUTPUTS: return None
-  batch = outputs // (rows * columns)
+  if row_count < MIN_TILE_SIDE or columns < MIN_TILE_SIDE or outputs < MIN_TILE_OUTPUTS: return None
+  batch = outputs // (row_count * columns)
   a, b = tuple(factors[0]), tuple(factors[1])
   tensor = _mma_type(a, b, reduce.src[0]) if mma and accumulator_dtype(reduce) == F32 else ""
   big, small = (BIG_MMA_TILE, SMALL_MMA_TILE) if tensor else (BIG_TILE, SMALL_TILE)
-  big_groups = batch * -(-rows // big[0]) * -(-columns // big[1])
-  return GemmTile(reduce, row, column, a, b, big if big_groups >= MIN_BIG_TILE_GROUPS else small, tensor)
+  # (big blocks where they fill the GPU and are filled: 64 output channels of a convolution are half a big block)
+  big_groups = batch * -(-row_count // big[0]) * -(-columns // big[1])
+  use_big = big_groups >= MIN_BIG_TILE_GROUPS and row_count >= big[0] and columns >= big[1]
+  return GemmTile(reduce, rows, column, a, b, big if use_big else small, tensor, ks)
 
 
 def gpu_launch(ast: UOp, ordered: int = 0, groups: bool = True, mma: bool = False) -> GpuLaunch:
@@ -239,8 +261,8 @@ def gpu_launch(ast: UOp, ordered: int = 0, groups: bool = True, mma: bool = Fals
   if not groups or ordered or not reduces: return GpuLaunch(outputs)
   if (tile := gemm_tile(ast, mma)) is not None:
     block_rows, block_columns = tile.sizes[:2]
-    blocks = outputs // (global_size(tile.row) * global_size(tile.column)) * \
-        -(-global_size(tile.row) // block_rows) * -(-global_size(tile.column) // block_columns)
+    blocks = outputs // (tile.row_count * global_size(tile.column)) * \
+        -(-tile.row_count // block_rows) * -(-global_size(tile.column) // block_columns)
     return GpuLaunch(blocks, tile.threads, tile)
   shortest = None
   for node in reduces:

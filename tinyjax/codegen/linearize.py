@@ -139,22 +139,40 @@ class Linearizer:
     from tinyjax.codegen.gpu import global_size
     tile = self.launch.tile
     block_rows, block_columns = tile.sizes[:2]
-    column_blocks, row_blocks = -(-global_size(tile.column) // block_columns), -(-global_size(tile.row) // block_rows)
+    column_blocks, row_blocks = -(-global_size(tile.column) // block_columns), -(-tile.row_count // block_rows)
     block, _ = self.thread_ids()
     column_block = self.index("rem", block, column_blocks)
     rest = self.index("div", block, column_blocks)
     row_block = self.index("rem", rest, row_blocks)
-    others = [rng for rng in global_ranges if rng is not tile.row and rng is not tile.column]
+    others = [rng for rng in global_ranges if rng not in tile.rows and rng is not tile.column]
     if others:
       self.bind_work_item(others, self.index("div", rest, row_blocks), lambda v, n: self.index("rem", v, n),
                           lambda v, n: self.index("div", v, n))
     return self.index("mul", row_block, block_rows), self.index("mul", column_block, block_columns)
 
-  def gemm_stage(self, factors: tuple[UOp, ...], outer: UOp, first: str, span: int, first_step: str, count: int,
+  def digits(self, ranges: tuple[UOp, ...], index: str) -> dict[UOp, str]:
+    """The values of `ranges` (the fastest last) whose flat index is `index`."""
+    from tinyjax.codegen.gpu import global_size
+    if len(ranges) == 1: return {ranges[0]: index}
+    values, rest = {}, index
+    for position, rng in enumerate(reversed(ranges)):
+      if position == len(ranges) - 1: values[rng] = rest
+      else:
+        values[rng] = self.index("rem", rest, global_size(rng))
+        rest = self.index("div", rest, global_size(rng))
+    return values
+
+  def gemm_k(self, step: str) -> dict[UOp, str]:
+    """The values of a tiled product's summed ranges at step `step` of its one step index (`GemmTile.ks`)."""
+    return self.digits(self.launch.tile.ks, step)
+
+  def gemm_stage(self, factors: tuple[UOp, ...], outer: tuple[UOp, ...], first: str, span: int, first_step: str,
+                 count: int,
                  store: Callable[[UOp, str, str, str, str | None], None],
                  value_of: Callable[[UOp], str] | None = None,
                  store_lanes: Callable[[UOp, str, str, list[str]], None] | None = None) -> None:
-    """Compute this work-item's share of the factors' values over `span` values of range `outer` from `first` and
+    """Compute this work-item's share of the factors' values over `span` values of the ranges `outer` (the digits of
+    one index, the fastest last) from `first` and
     BLOCK_STEPS steps of k from `first_step` (of which the first `count` are real), and hand each to
     `store(factor, step, offset, value, inside)` (`inside`: whether the step is real, None when all are). Neighbouring
     work-items take neighbouring steps when the factors' loads read consecutive elements along k, else neighbouring
@@ -166,13 +184,13 @@ class Linearizer:
     from tinyjax.codegen.opt import F32, linear_strides
     tile = self.launch.tile
     k, block_steps, threads = tile.k, tile.sizes[2], tile.threads
-    size, steps = global_size(outer), global_size(k)
+    size, steps = math.prod(global_size(rng) for rng in outer), tile.steps
     _, lane = self.thread_ids()
     each = span * block_steps // threads
     lanes = 4 if each % 4 == 0 else 2 if each % 2 == 0 else 1
     # a float32 operand loaded as it is: `lanes` elements per vector load, along k or `outer` where it is contiguous
     if value_of is None and count == block_steps and lanes > 1 and len(factors) == 1 and factors[0].dtype == F32 and \
-        (axis := vector_axis(factors[0], (k, outer), lanes)) is not None:
+        (axis := vector_axis(factors[0], (k, outer[-1]), lanes)) is not None:
       per_line = (block_steps if axis is k else span) // lanes
       for r in range(each // lanes):
         element = self.index("add", lane, r * threads)
@@ -181,7 +199,7 @@ class Linearizer:
         step, offset = (along, across) if axis is k else (across, along)
         position = self.index("add", first, offset)
         if size % span: position = self.index("min", position, size - (1 if axis is k else lanes))
-        with self.bindings({outer: position, k: self.index("add", first_step, step)}):
+        with self.bindings({**self.digits(outer, position), **self.gemm_k(self.index("add", first_step, step))}):
           values = self.load_lanes(factors[0], lanes)
         if axis is not k and store_lanes is not None:
           store_lanes(factors[0], step, offset, values)
@@ -203,14 +221,13 @@ class Linearizer:
       if count < block_steps:
         inside = self.less(step, count)
         at = self.index("min", at, steps - 1)
-      with self.bindings({outer: position, k: at}):
+      with self.bindings({**self.digits(outer, position), **self.gemm_k(at)}):
         for factor in factors: store(factor, step, offset, (value_of or self.emit_needed)(factor), inside)
 
   def gemm_steps(self, block: Callable[[str, int], None]) -> None:
     """Run `block(first_step, count)` over k in blocks of BLOCK_STEPS: a loop over the whole blocks, then the last,
     short one."""
-    from tinyjax.codegen.gpu import global_size
-    block_steps, steps = self.launch.tile.sizes[2], global_size(self.launch.tile.k)
+    block_steps, steps = self.launch.tile.sizes[2], self.launch.tile.steps
     if whole := steps // block_steps:
       with self.loop("0", str(whole), None) as index: block(self.index("mul", index, block_steps), block_steps)
     if steps % block_steps: block(str(whole * block_steps), steps % block_steps)
@@ -220,13 +237,13 @@ class Linearizer:
     if it lies inside the output."""
     from tinyjax.codegen.gpu import global_size
     tile = self.launch.tile
-    rows, columns = global_size(tile.row), global_size(tile.column)
+    rows, columns = tile.row_count, global_size(tile.column)
     inside = [self.less(row, rows)] if rows % tile.sizes[0] else []
     if columns % tile.sizes[1]: inside.append(self.less(column, columns))
     guard = self.both(*inside) if len(inside) == 2 else inside[0] if inside else None
     (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
     with self.when(guard) if guard else contextlib.nullcontext(), \
-        self.bindings({tile.row: row, tile.column: column, tile.reduce: total}):
+        self.bindings({**self.digits(tile.rows, row), tile.column: column, tile.reduce: total}):
       self.emit_needed(store)
 
   def render_gemm(self, global_ranges: list[UOp]) -> None:
@@ -238,8 +255,8 @@ class Linearizer:
     tile = self.launch.tile
     block_rows, block_columns, _, thread_rows, thread_columns = tile.sizes
     across, down = block_columns // thread_columns, block_rows // thread_rows  # work-items along columns, rows
-    row, column, k, reduce = tile.row, tile.column, tile.k, tile.reduce
-    rows, columns = global_size(row), global_size(column)
+    column, reduce = tile.column, tile.reduce
+    rows, columns = tile.row_count, global_size(column)
     value, acc_dtype = reduce.src[0], accumulator_dtype(reduce)
     first_row, first_column = self.gemm_block(global_ranges)
     _, lane = self.thread_ids()
@@ -250,6 +267,7 @@ class Linearizer:
     clamped_rows = my_rows if rows % block_rows == 0 else [self.index("min", r, rows - 1) for r in my_rows]
     clamped_columns = my_columns if columns % block_columns == 0 else \
         [self.index("min", c, columns - 1) for c in my_columns]
+    row_values = [self.digits(tile.rows, r) for r in clamped_rows]
     pitch = {"a": block_rows + TILE_PAD, "b": block_columns + TILE_PAD}
     arrays = {factor: self.local_array(factor.dtype, tile.sizes[2] * pitch[side])
               for side, factors in (("a", tile.a), ("b", tile.b)) for factor in factors}
@@ -257,8 +275,8 @@ class Linearizer:
 
     def stage(first_step: str, count: int) -> None:
       """Copy the factors' values of steps [first_step, first_step + count) into the local arrays, [step][row]."""
-      for side, factors, outer, first, span in (("a", tile.a, row, first_row, block_rows),
-                                                ("b", tile.b, column, first_column, block_columns)):
+      for side, factors, outer, first, span in (("a", tile.a, tile.rows, first_row, block_rows),
+                                                ("b", tile.b, (column,), first_column, block_columns)):
         def store(factor: UOp, step: str, offset: str, value: str, inside: str | None, side: str = side) -> None:
           slot = self.index("add", self.index("mul", step, pitch[side]), offset)
           self.local_store(arrays[factor], slot, value, factor.dtype)  # (a step past k's end is never read)
@@ -271,7 +289,7 @@ class Linearizer:
     def fold(first_step: str, count: int) -> None:
       """Fold steps [first_step, first_step + count) of the staged values into the accumulators."""
       for step in range(count):
-        with self.bindings({k: self.index("add", first_step, step)}):
+        with self.bindings(self.gemm_k(self.index("add", first_step, step))):
           a_slots = [self.index("add", ty, step * pitch["a"] + i * down) for i in range(thread_rows)]
           b_slots = [self.index("add", tx, step * pitch["b"] + j * across) for j in range(thread_columns)]
           a_values = [{factor: self.local_load(arrays[factor], slot, factor.dtype) for factor in tile.a}
@@ -280,7 +298,7 @@ class Linearizer:
                       for slot in b_slots]
           for i in range(thread_rows):
             for j in range(thread_columns):
-              with self.bindings({row: clamped_rows[i], column: clamped_columns[j], **a_values[i], **b_values[j]}):
+              with self.bindings({**row_values[i], column: clamped_columns[j], **a_values[i], **b_values[j]}):
                 part = self.cast(self.emit_needed(value), value.dtype, acc_dtype)
                 self.add_to_sum(accumulators[i][j], acc_dtype, part)
 

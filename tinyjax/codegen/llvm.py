@@ -654,7 +654,7 @@ class _Renderer(Linearizer):
       address = self.emit(f"getelementptr inbounds i16, ptr addrspace(3) {array}, i64 {slot}", "addr")
       return self.emit(f"load i32, ptr addrspace(3) {address}, align 4")
 
-    def stage_vectors(factor: UOp, outer: UOp, first: str, span: int, first_step: str, axis: UOp) -> None:
+    def stage_vectors(factor: UOp, outer: tuple[UOp, ...], first: str, span: int, first_step: str, axis: UOp) -> None:
       """Stage a factor's block MMA_VECTOR elements per load (codegen/gpu.py `vector_axis`): along k, stored as they
       are into its row; along `outer`, one element into each of MMA_VECTOR rows."""
       vector = f"<{MMA_VECTOR} x i16>"
@@ -669,9 +669,9 @@ class _Renderer(Linearizer):
           step = self.index("rem", element, block_steps)
           offset = self.index("mul", self.index("div", element, block_steps), MMA_VECTOR)
         position = self.index("add", first, offset)
-        if global_size(outer) % span:  # (a group past the edge reads the last whole group)
-          position = self.index("min", position, global_size(outer) - (1 if axis is tile.k else MMA_VECTOR))
-        with self.bindings({outer: position, tile.k: self.index("add", first_step, step)}):
+        if (size := math.prod(global_size(rng) for rng in outer)) % span:  # (past the edge: the last whole group)
+          position = self.index("min", position, size - (1 if axis is tile.k else MMA_VECTOR))
+        with self.bindings({**self.digits(outer, position), **self.gemm_k(self.index("add", first_step, step))}):
           operand = factor.src[0]
           self.emit_needed(operand.src[0])
           self.emit_needed(operand.src[1])
@@ -686,8 +686,8 @@ class _Renderer(Linearizer):
           slot = self.index("add", self.index("mul", self.index("add", offset, index), pitch), step)
           self.local_store(arrays[factor], slot, self.emit(f"extractelement {vector} {values}, i64 {index}"), i16)
 
-    def stage(factor: UOp, outer: UOp, first: str, span: int, first_step: str, count: int) -> None:
-      if count == block_steps and (axis := vector_axis(factor.src[0], (tile.k, outer), MMA_VECTOR)) is not None:
+    def stage(factor: UOp, outer: tuple[UOp, ...], first: str, span: int, first_step: str, count: int) -> None:
+      if count == block_steps and (axis := vector_axis(factor.src[0], (tile.k, outer[-1]), MMA_VECTOR)) is not None:
         stage_vectors(factor, outer, first, span, first_step, axis)
       else: self.gemm_stage((factor,), outer, first, span, first_step, count, store, bits)
 
@@ -696,8 +696,8 @@ class _Renderer(Linearizer):
     constraints = "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f"
 
     def block(first_step: str, count: int) -> None:
-      stage(a, tile.row, first_row, block_rows, first_step, count)
-      stage(b, tile.column, first_column, block_columns, first_step, count)
+      stage(a, tile.rows, first_row, block_rows, first_step, count)
+      stage(b, (tile.column,), first_column, block_columns, first_step, count)
       self.barrier()
       for k16 in range(0, block_steps, 16):
         a_lines = {m: [self.index("add", warp_row, m * 16 + half * 8 + 0) for half in (0, 1)]
