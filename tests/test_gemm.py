@@ -13,12 +13,14 @@ from test_codegen import (BF16, BOOL, F16, F32, F64, add, alu, assert_same, buff
                           global_range, kernel, load, mul, optimized_module, outer_bound, reduce, reduce_range, sample,
                           store, target_machine)
 
+import tinyjax as tj
 from tinyjax.array import Array
 from tinyjax.codegen import llvm
 from tinyjax.codegen.llvm import SUM_BLOCK, render_llvm
 from tinyjax.codegen.opt import (CONTRACTION_SUM_BLOCK, DOT_MIN_REDUCE, GROUP_ROWS, PACK_BYTES, PACK_MIN_ROWS,
                                  PANEL_BYTES, PANEL_GROUP_ROWS, STREAM_TILE, TILE_ROWS, TILE_SUM_BLOCK,
                                  VECTOR_BYTES, WINDOW_TILE_ROWS, applied_opts, choose_opts, launch_grain)
+from tinyjax.lower.schedule import kernels_of
 from tinyjax.trace.core import bind
 from tinyjax.uop import Ops, UOp
 
@@ -1136,3 +1138,19 @@ def test_register_tile_epilogue_reading_an_array_transposed(epilogue):
   a64, b64, c64 = (x.astype(F64) for x in (a, b, c))
   want = {"add": a64 @ b64 + c64.T, "mul": (a64 @ b64) * c64.T, "where": np.where(c64.T > 0, a64 @ b64, 0.0)}[epilogue]
   np.testing.assert_allclose(np.asarray(tj.jit(fun)(a, b, c)), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m, k, n", [(512, 512, 512), (384, 256, 320), (256, 8192, 64), (64, 200, 128)])
+def test_operand_read_across_is_packed_in_transposed_blocks(m, k, n):
+  """`g @ w.T`: w is read across (strided along the output column, contiguous along the sum) and packed per column
+  tile; where the tile and the sum (or its panel) are whole blocks of 16, in 16x16 blocks transposed in registers
+  (shuffles), else element by element (k = 200). Values against numpy in float64."""
+  rng = np.random.default_rng(k)
+  g, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+  f = tj.jit(lambda a, b: a @ b.T)
+  compiled = f.lower(g, w)._compiled.schedule.schedule
+  (kernel,) = [kernel for kernel in kernels_of(compiled.kernels) if kernel.name.startswith("r_")]
+  assert any(opt[0] == "pack" for opt in applied_opts(kernel.ast))
+  butterfly = "<16 x i32> <i32 0, i32 16, i32 2, i32 18, i32 4, i32 20,"  # (the transpose's last round of shuffles)
+  assert (butterfly in render_llvm(kernel.name, kernel.ast)) == (k % 16 == 0)
+  np.testing.assert_allclose(np.asarray(f(g, w)), g.astype(np.float64) @ w.T.astype(np.float64), rtol=2e-5, atol=2e-4)

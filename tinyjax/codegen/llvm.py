@@ -57,6 +57,9 @@ SUM_BLOCK = 2048
 # A GPU work-item sums without vector lanes (one running float32 sum per block, not 16-64 of them), so its blocks are
 # short: a sequential float32 sum of n terms is off by up to n/2 ulp (0.1 added 2048 times: 4e-5 relative).
 GPU_SUM_BLOCK = 32
+# A packed operand read across (`g @ w.T`'s w) is packed in blocks of TRANSPOSE_LANES x TRANSPOSE_LANES float32 values
+# transposed in registers (`_Renderer.pack_transposed`): one AVX-512 vector per row.
+TRANSPOSE_LANES = 16
 # The short ranges of a reduction's loop nest unrolled whole (a 7x7 window: 49 copies of its body) make at most this
 # many copies; LLVM's optimiser grows worse than linearly in a function's size (an 8x14x14 nest: 69 s).
 UNROLL_WHOLE = 64
@@ -1135,9 +1138,15 @@ class _Renderer(Linearizer):
              for load in plan.packed}
     self.pack_origin = panel[0] if panel else "0"
 
+    transposed = self.transposed_packs(packs, steps)
+
     def nest(depth: int) -> None:
       if depth < len(ranges):
         start, end = panel if panel else ("0", str(ranges[depth].src[0].arg))
+        if transposed and depth == len(ranges) - 1:
+          with self.loop(start, end, None, step=TRANSPOSE_LANES, vectorize=False) as step:
+            self.pack_transposed(packs, ranges[depth], step, column_start)
+          return
         with self.loop(start, end, ranges[depth]): nest(depth + 1)
         return
       first = self.emit(f"mul nsw i64 {self.pack_row()}, {plan.columns}")
@@ -1149,6 +1158,57 @@ class _Renderer(Linearizer):
             self.line(f"store {compute_type(load.dtype)} {self.value(load)}, ptr {address}")
     nest(0)
     self.packs = packs
+
+  def transposed_packs(self, packs: dict[UOp, str], steps: int) -> bool:
+    """Whether the packed loads are read across (strided along the column, contiguous along the innermost reduce
+    range: `g @ w.T`'s w) by float32 loads whose pack can be made in TRANSPOSE_LANES x TRANSPOSE_LANES blocks
+    (`pack_transposed`)."""
+    plan = self.plan
+    assert plan is not None
+    innermost = plan.reduce.src[-1]
+    if plan.columns % TRANSPOSE_LANES or steps % TRANSPOSE_LANES or innermost.src[0].arg % TRANSPOSE_LANES: return False
+    for load in packs:
+      strides, nonlinear = linear_strides(load.src[1])
+      if len(load.src) != 2 or load.dtype != F32 or {innermost, plan.column} & nonlinear or \
+          strides.get(innermost) != 1 or strides.get(plan.column, 0) in (0, 1):
+        return False
+    return True
+
+  def pack_transposed(self, packs: dict[UOp, str], innermost: UOp, step: str, column_start: str) -> None:
+    """Pack TRANSPOSE_LANES steps of the innermost reduce range from `step` on, for loads read across
+    (`transposed_packs`): per block of as many columns, one vector load along the steps from each column's row, a
+    transpose in registers (log2(lanes) rounds of shuffles, pairs of rows interleaved in halves, quarters, ...), one
+    vector store per step into its pack row. A 512x512 `g @ w.T` packed w.T one element at a time, a load from a
+    different row each: its GEMM ran at 75% of the peak, the others at 86-88%."""
+    plan = self.plan
+    assert plan is not None
+    lanes = TRANSPOSE_LANES
+    vector = f"<{lanes} x float>"
+    with self.loop("0", str(plan.columns), None, step=lanes, vectorize=False) as column_block:
+      for load, array in packs.items():
+        rows = []
+        for r in range(lanes):
+          column = self.emit(f"add nsw i64 {column_start}, {self.emit(f'add nsw i64 {column_block}, {r}')}", "idx")
+          with self.bound(plan.column, column), self.bound(innermost, step):
+            self.emit_ready(load.src[1])
+            rows.append(self.emit(f"load {vector}, ptr {self.address(load.src[0], load.src[1])}, align 4"))
+        half = lanes // 2
+        while half:
+          mixed = list(rows)
+          for i in range(lanes):
+            if (i // half) % 2: continue
+            low = [p if (p // half) % 2 == 0 else lanes + p - half for p in range(lanes)]
+            high = [p + half if (p // half) % 2 == 0 else lanes + p for p in range(lanes)]
+            for target, mask in ((i, low), (i + half, high)):
+              indices = ", ".join(f"i32 {m}" for m in mask)
+              mixed[target] = self.emit(f"shufflevector {vector} {rows[i]}, {vector} {rows[i + half]}, "
+                                        f"<{lanes} x i32> <{indices}>")
+          rows, half = mixed, half // 2
+        for t in range(lanes):
+          with self.bound(innermost, self.emit(f"add nsw i64 {step}, {t}", "idx")):
+            first = self.emit(f"mul nsw i64 {self.pack_row()}, {plan.columns}")
+          address = self.slot(array, F32, self.emit(f"add nsw i64 {first}, {column_block}"))
+          self.line(f"store {vector} {rows[t]}, ptr {address}, align {lanes * 4}")
 
   def pack_row(self) -> str:
     """The packed arrays' row at the current reduce step (`pack`)."""
