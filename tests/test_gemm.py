@@ -1141,7 +1141,7 @@ def test_register_tile_epilogue_reading_an_array_transposed(epilogue):
 
 
 @pytest.mark.parametrize("m, k, n", [(512, 512, 512), (384, 256, 320), (256, 8192, 64), (64, 200, 128)])
-def test_operand_read_across_is_packed_in_transposed_blocks(m, k, n):
+def test_operand_read_across_is_packed_in_transposed_blocks(m, k, n, on_cpu):
   """`g @ w.T`: w is read across (strided along the output column, contiguous along the sum) and packed per column
   tile; where the tile and the sum (or its panel) are whole blocks of 16, in 16x16 blocks transposed in registers
   (shuffles), else element by element (k = 200). Values against numpy in float64."""

@@ -172,9 +172,9 @@ class Linearizer:
                  value_of: Callable[[UOp], str] | None = None,
                  store_lanes: Callable[[UOp, str, str, list[str]], None] | None = None) -> None:
     """Compute this work-item's share of the factors' values over `span` values of the ranges `outer` (the digits of
-    one index, the fastest last) from `first` and
-    BLOCK_STEPS steps of k from `first_step` (of which the first `count` are real), and hand each to
-    `store(factor, step, offset, value, inside)` (`inside`: whether the step is real, None when all are). Neighbouring
+    one index, the fastest last) from `first` and BLOCK_STEPS steps of k from `first_step` (of which the first `count`
+    are real), and hand each to `store(factor, step, offset, value, inside)` (`inside`: whether the step is real, None
+    when all are). Neighbouring
     work-items take neighbouring steps when the factors' loads read consecutive elements along k, else neighbouring
     values of `outer`. Values past the edge of `outer` or k are computed at its last value (loads stay inside).
     `value_of(factor)` emits a factor's value (default `emit_needed`). A float32 operand loaded as it is goes
