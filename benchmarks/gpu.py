@@ -1,6 +1,6 @@
-"""GPU figures, on a machine with an NVIDIA GPU (the CUDA driver): matmul TFLOP/s, softmax, layernorm and column-sum
-GB/s, jit dispatch. With `--compare`, the same figures from JAX (and PyTorch) on the same GPU, when they are
-installed. `--platform=opencl` takes them on an OpenCL device instead (PoCL on a CPU: a check that the GPU path runs,
+"""GPU figures, on a machine with an NVIDIA GPU (the CUDA driver): matmul and 3x3 convolution TFLOP/s, softmax,
+layernorm and column-sum GB/s, jit dispatch. With `--compare`, the same figures from JAX (and PyTorch) on the same
+GPU, when they are installed. `--platform=opencl` takes them on an OpenCL device instead (PoCL on a CPU: a check that the GPU path runs,
 not a speed figure).
 
     python benchmarks/gpu.py [--compare] [--platform=opencl]
@@ -51,7 +51,7 @@ def main() -> None:
   rng = np.random.default_rng(0)
 
   for dtype, name in ((np.float32, "float32"), (tnp.bfloat16, "bfloat16"), (np.float16, "float16")):
-    n = 4096 if platform == "gpu" else 512  # (PoCL's matmul without shared-memory tiles: minutes at 4096)
+    n = 4096 if platform == "gpu" else 512  # (PoCL runs the GPU kernels on the CPU: minutes at 4096)
     a, b = (rng.standard_normal((n, n)).astype(np.float32).astype(dtype) for _ in range(2))
     x, y = tj.device_put(a, gpu), tj.device_put(b, gpu)
     matmul = tj.jit(lambda u, v: u @ v)
@@ -63,6 +63,25 @@ def main() -> None:
       jm = jax.jit(lambda u, v: jnp_matmul(jjnp, u, v))
       theirs["jax"] = f"{2 * n ** 3 / timed(lambda: jm(jx, jy), lambda r: r.block_until_ready()) / 1e12:.2f}"
     report(f"matmul {n} {name} TFLOP/s", f"{2 * n ** 3 / seconds / 1e12:.2f}", theirs)
+
+  # a 3x3 convolution (channels last), a tiled product over the window and the channels
+  batch, side, channels = (32, 56, 64) if platform == "gpu" else (2, 16, 32)
+  flops = 2 * batch * side * side * channels * channels * 9
+  for dtype, name in ((np.float32, "float32"), (tnp.bfloat16, "bfloat16")):
+    a = rng.standard_normal((batch, side, side, channels)).astype(np.float32).astype(dtype)
+    w = (rng.standard_normal((3, 3, channels, channels)) / 24).astype(np.float32).astype(dtype)
+    x, k = tj.device_put(a, gpu), tj.device_put(w, gpu)
+    conv = tj.jit(lambda u, v: tj.lax.conv_general_dilated(u, v, (1, 1), "SAME",
+                                                            dimension_numbers=("NHWC", "HWIO", "NHWC")))
+    seconds = timed(lambda: conv(x, k), sync)
+    theirs = {}
+    if "jax" in others:
+      jax, _ = others["jax"]
+      jx, jk = jax.device_put(a), jax.device_put(w)
+      jconv = jax.jit(lambda u, v: jax.lax.conv_general_dilated(u, v, (1, 1), "SAME", precision="highest",
+                                                                 dimension_numbers=("NHWC", "HWIO", "NHWC")))
+      theirs["jax"] = f"{flops / timed(lambda: jconv(jx, jk), lambda r: r.block_until_ready()) / 1e12:.2f}"
+    report(f"conv 3x3 {batch}x{side}x{side}x{channels} {name} TFLOP/s", f"{flops / seconds / 1e12:.2f}", theirs)
 
   rows, cols = 8192, 4096
   a = rng.standard_normal((rows, cols)).astype(np.float32)
