@@ -1,7 +1,7 @@
 """GPU figures, on a machine with an NVIDIA GPU (the CUDA driver): matmul and 3x3 convolution TFLOP/s, softmax,
 layernorm and column-sum GB/s, jit dispatch. With `--compare`, the same figures from JAX (and PyTorch) on the same
-GPU, when they are installed. `--platform=opencl` takes them on an OpenCL device instead (PoCL on a CPU: a check that the GPU path runs,
-not a speed figure).
+GPU, when they are installed. `--platform=opencl` takes them on an OpenCL device instead (PoCL on a CPU: a check that
+the GPU path runs, not a speed figure).
 
     python benchmarks/gpu.py [--compare] [--platform=opencl]
 """
