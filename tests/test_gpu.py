@@ -191,6 +191,23 @@ def test_tiled_matmuls(gpu, case):
   assert np.abs(got - want).max() <= tolerance * np.abs(want).max(), name
 
 
+def test_tiled_float64_matmul_sums_in_float64(gpu):
+  """Under x64 a float64 product is tiled too (float64 sums), an integer one stays one work-item per output."""
+  r = np.random.default_rng(3)
+  a, b = r.standard_normal((300, 77)), r.standard_normal((77, 200))
+  with tj.config.override("jax_enable_x64", True):
+    x, y = on(gpu, a, b)
+    f = tj.jit(lambda u, v: u @ v)
+    (kernel,) = kernels_of(f.lower(x, y)._compiled.schedule.schedule.kernels)
+    assert (gpu_launch(kernel.ast, 0, gpu.groups).tile is not None) == gpu.groups
+    np.testing.assert_allclose(np.asarray(f(x, y)), a @ b, rtol=1e-12, atol=1e-12)
+    i, j = on(gpu, np.arange(300 * 77).reshape(300, 77) % 7, np.arange(77 * 200).reshape(77, 200) % 5)
+    (kernel,) = kernels_of(f.lower(i, j)._compiled.schedule.schedule.kernels)
+    assert gpu_launch(kernel.ast, 0, gpu.groups).tile is None
+    np.testing.assert_array_equal(np.asarray(f(i, j)), (np.arange(300 * 77).reshape(300, 77) % 7) @
+                                  (np.arange(77 * 200).reshape(77, 200) % 5))
+
+
 def test_pow_every_float_dtype(gpu):
   """POW (no libm on the GPU: transcendental.pow_f64) against the CPU's libm pow, special values included."""
   specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0], [2.5, -3.0, 0.0, np.inf, 3.0, np.nan, 7.0]
