@@ -210,6 +210,22 @@ def test_long_contractions_split_by_their_first_axis():
   assert split.split_partials(reduce_axis(param((40, 1 << 20)), Ops.ADD, (1,)), SPLIT_THREADS, set()) == 0
 
 
+def test_contraction_packed_in_panels_splits_by_its_row_groups(threads):
+  """A contraction whose reused operand packs in panels (a long sum: a 1x1 convolution's weight gradient, 64 x 64
+  summed over 32x56x56) runs its rows in groups of PANEL_GROUP_ROWS, a launch unit each: 64 rows were one unit, on
+  one thread, so it splits; with a short sum it packs whole, its rows are units, and it doesn't. Values against numpy
+  in float64."""
+  from tinyjax.codegen.opt import PANEL_GROUP_ROWS
+  length = 1 << 16
+  assert split.split_partials(reduce_axis(_contraction(64, length, 64), Ops.ADD, (1,)), SPLIT_THREADS, set()) > 0
+  assert split.split_partials(reduce_axis(_contraction(64, 1 << 10, 64), Ops.ADD, (1,)), SPLIT_THREADS, set()) == 0
+  many = split.SPLIT_OUTPUTS_PER_THREAD * SPLIT_THREADS * PANEL_GROUP_ROWS  # (row groups enough for the threads)
+  assert split.split_partials(reduce_axis(_contraction(many, length, 64), Ops.ADD, (1,)), SPLIT_THREADS, set()) == 0
+  x, g = make((length, 64), F32), make((length, 64), F32)
+  want = x.astype(np.float64).T @ g.astype(np.float64)
+  np.testing.assert_allclose(np.asarray(tj.jit(lambda a, b: a.T @ b)(x, g)), want, rtol=1e-6, atol=1e-3)
+
+
 def test_split_contraction_keeps_the_full_register_tile():
   """The first stage of a split float32 contraction sums into float64 partials, accumulated in float32 vectors: its
   register tile is 64 float32 columns wide (4 x 16 lanes), as the unsplit contraction's, not 32 (8 doubles)."""

@@ -26,7 +26,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from tinyjax.codegen.opt import STREAM_TILE, TILE_VECTORS, VECTOR_BYTES
+from tinyjax.codegen.opt import PACK_BYTES, PANEL_GROUP_ROWS, STREAM_TILE, TILE_VECTORS, VECTOR_BYTES
 from tinyjax.uop import BOOL, Ops, UOp
 
 # Split only when the reduction has fewer outputs than threads x SPLIT_OUTPUTS_PER_THREAD: with at least that many,
@@ -103,8 +103,14 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   column = kept == [len(source.shape) - 1]
   units = -(-outputs // STREAM_TILE) if streamed else \
       -(-outputs // (VECTOR_BYTES // 4 * TILE_VECTORS)) if column else source.shape[kept[0]] if kept else 1
-  if units >= threads * SPLIT_OUTPUTS_PER_THREAD: return 0
   length = math.prod(source.shape[axis] for axis in axes)
+  # a contraction whose reused operand (the reduction's length x a column tile) packs in panels runs its rows in
+  # groups of PANEL_GROUP_ROWS, a launch unit each: a 1x1 convolution's weight gradient (64 x 64 outputs summed over
+  # 32x56x56) was one group, on one thread (6.2 ms; split into 4 partial GEMMs over both threads: 3.1 ms)
+  if not streamed and not column and kept and len(kept) == 2 and \
+      length * min(source.shape[-1], VECTOR_BYTES // 4 * TILE_VECTORS) * 4 > PACK_BYTES:
+    units = -(-units // PANEL_GROUP_ROWS)
+  if units >= threads * SPLIT_OUTPUTS_PER_THREAD: return 0
   per_output = length * _element_cost(source, realized, {} if memo is None else memo)
   if outputs * per_output < SPLIT_MIN_WORK: return 0  # also an empty reduction
   chunk_work = outputs * per_output if streamed else per_output  # a streamed chunk reads all its outputs' columns
