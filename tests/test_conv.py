@@ -485,7 +485,8 @@ def test_weight_gradient_is_launched_over_its_column_tiles(channels, on_cpu):
                        * g).sum()
   f = tj.jit(tj.grad(loss))
   (gemm,) = [k for k in schedule(f.lower(w)._compiled.jaxpr.sink, threads=2).kernels if k.name.startswith("r_3_3")]
-  assert gemm.outer_size == channels // 64 and any(opt[0] == "span" and len(opt) == 3 for opt in applied_opts(gemm.ast))
+  # (kh and kw read as one range: schedule._merge_contiguous_ranges; the row groups span it inside each sum block)
+  assert gemm.outer_size == channels // 64 and any(opt[0] == "span" for opt in applied_opts(gemm.ast))
   xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
   want = np.zeros(w.shape)
   for a in range(3):
@@ -510,3 +511,24 @@ def test_pointwise_transposed_convolution_matches_the_general_path(strides, padd
   spread = np.zeros((2, (5 - 1) * strides[0] + 1, (6 - 1) * strides[1] + 1, 3))
   spread[:, ::strides[0], ::strides[1]] = x
   np.testing.assert_allclose(np.asarray(dilated), spread @ w[0, 0].astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+def test_pointwise_convolution_is_one_matrix_product(on_cpu):
+  """A 1x1 convolution over NHWC data reads N, H and W as one range (`schedule._merge_contiguous_ranges`): its kernel
+  is the (N*H*W, C) @ (C, O) product with two global ranges, register-tiled across all the rows. A padded 3x3
+  convolution keeps H and W apart (its gates read them). Values against numpy in float64."""
+  from tinyjax.codegen.opt import global_ranges_of
+  from tinyjax.lower.schedule import kernels_of
+  rng = np.random.default_rng(11)
+  x = rng.standard_normal((4, 10, 12, 16)).astype(np.float32)
+  w1 = rng.standard_normal((1, 1, 16, 24)).astype(np.float32)
+  w3 = rng.standard_normal((3, 3, 16, 24)).astype(np.float32)
+
+  def conv(a, b): return lax.conv_general_dilated(a, b, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  f = tj.jit(conv)
+  (pointwise,) = kernels_of(f.lower(x, w1)._compiled.schedule.schedule.kernels)
+  assert [rng_.src[0].arg for rng_ in global_ranges_of(pointwise.ast)] == [4 * 10 * 12, 24]
+  np.testing.assert_allclose(np.asarray(f(x, w1)), np.einsum("nhwc,co->nhwo", x.astype(np.float64), w1[0, 0]),
+                             rtol=1e-5, atol=1e-5)
+  window = [k for k in kernels_of(f.lower(x, w3)._compiled.schedule.schedule.kernels) if k.name.startswith("r_")]
+  assert [len(global_ranges_of(k.ast)) for k in window] == [4]

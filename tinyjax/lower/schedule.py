@@ -778,6 +778,55 @@ def _row_split_grain(ast: UOp, threads: int) -> int | None:
   return max(plan.grain, -(-rows // (threads * plan.rows)) * plan.rows)
 
 
+def _merge_contiguous_ranges(ast: UOp, outer: int) -> tuple[UOp, int]:
+  """A reduction kernel's neighbouring global ranges (r1, r2) merged into one range of their sizes' product where
+  every load and store reads them as one (r1's stride is r2's times r2's size) and nothing else uses them (a gate, a
+  value): a 1x1 convolution's (N, H, W, C) output over NHWC data is then the (N*H*W, C) matrix product it is, whose
+  register tiles and launch chunks span the rows of all of them (forward 2.4 -> 1.7 ms at 32x56x56x64 -> 64: a row
+  tile of W = 56 left partial tiles and a launch over N alone). Returns the AST and its outer size."""
+  nodes = ast.toposort
+  if not any(node.op is Ops.REDUCE for node in nodes): return ast, outer
+  ranges = global_ranges_of(ast)
+  if len(ranges) < 2: return ast, outer
+  indexed = [node for node in nodes if node.op in (Ops.LOAD, Ops.STORE)]
+  inside = set().union(*(node.src[1].toposort for node in indexed))
+  used_elsewhere: set[UOp] = set()
+  for node in nodes:
+    if node in inside: continue
+    for position, source in enumerate(node.src):
+      if source in inside and not (node.op in (Ops.LOAD, Ops.STORE) and position == 1):
+        used_elsewhere |= {n for n in source.toposort if n.op is Ops.RANGE}
+  forms = {node: symbolic._linear(node.src[1]) for node in indexed}
+
+  def reads_as_one(first: UOp, second: UOp) -> bool:
+    if first in used_elsewhere or second in used_elsewhere: return False
+    for terms, _ in forms.values():
+      if any(rng in atom.toposort for atom in terms if atom not in (first, second) for rng in (first, second)):
+        return False  # (inside a division, a modulo, a product of ranges)
+      if terms.get(first, 0) != terms.get(second, 0) * second.src[0].arg: return False
+    return True
+
+  groups: list[list[UOp]] = [[ranges[0]]]
+  for rng in ranges[1:]:
+    if reads_as_one(groups[-1][-1], rng): groups[-1].append(rng)
+    else: groups.append([rng])
+  if len(groups) == len(ranges): return ast, outer
+  merged = {group[-1]: UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(math.prod(r.src[0].arg for r in group)),),
+                           group[0].arg) for group in groups if len(group) > 1}
+  gone = {rng for group in groups if len(group) > 1 for rng in group[:-1]}
+  replaced: dict[UOp, UOp] = {}
+  for node, (terms, constant) in forms.items():
+    new_terms = {merged.get(atom, atom): coefficient for atom, coefficient in terms.items() if atom not in gone}
+    replaced[node.src[1]] = symbolic._build(new_terms, constant)
+  rebuilt: dict[UOp, UOp] = {}
+  for node in nodes:
+    sources = tuple(rebuilt[source] for source in node.src)
+    if node.op in (Ops.LOAD, Ops.STORE): sources = (sources[0], replaced[node.src[1]], *sources[2:])
+    rebuilt[node] = node if sources == node.src else node.replace(src=sources)
+  first = groups[0]
+  return rebuilt[ast], math.prod(r.src[0].arg for r in first) if first[0] is ranges[0] and len(first) > 1 else outer
+
+
 def _drop_unread_buffers(ast: UOp, slots: list[int]) -> tuple[UOp, tuple[int, ...]]:
   """Renumber the kernel's DEFINE_GLOBALs 0..n-1 after simplification removed some loads (`where(c, x, x)` no longer
   reads `c`), and keep only the slots still read or written."""
@@ -1005,7 +1054,8 @@ class _Scheduler:
       ast, numbers, outer, builder.work = hit
       return ast, tuple(slot_list[number] for number in numbers), outer
     ast, outer = builder.build()
-    ast, slots = _drop_unread_buffers(symbolic.simplify(ast), builder.params)
+    ast, outer = _merge_contiguous_ranges(symbolic.simplify(ast), outer)
+    ast, slots = _drop_unread_buffers(ast, builder.params)
     if key is not None:
       number_of = {slot: number for number, slot in reversed(list(enumerate(slot_list)))}
       self.built[key] = (ast, tuple(number_of[slot] for slot in slots), outer, builder.work)
