@@ -513,7 +513,7 @@ def test_pointwise_transposed_convolution_matches_the_general_path(strides, padd
   np.testing.assert_allclose(np.asarray(dilated), spread @ w[0, 0].astype(np.float64), rtol=1e-5, atol=1e-5)
 
 
-def test_pointwise_convolution_is_one_matrix_product(on_cpu):
+def test_pointwise_convolution_reads_its_rows_as_one_range(on_cpu):
   """A 1x1 convolution over NHWC data reads N, H and W as one range (`schedule._merge_contiguous_ranges`): its kernel
   is the (N*H*W, C) @ (C, O) product with two global ranges, register-tiled across all the rows. A padded 3x3
   convolution keeps H and W apart (its gates read them). Values against numpy in float64."""
@@ -532,3 +532,12 @@ def test_pointwise_convolution_is_one_matrix_product(on_cpu):
                              rtol=1e-5, atol=1e-5)
   window = [k for k in kernels_of(f.lower(x, w3)._compiled.schedule.schedule.kernels) if k.name.startswith("r_")]
   assert [len(global_ranges_of(k.ast)) for k in window] == [4]
+  # its gradients: matrix products of the views in place (no copy of the input or the output gradient)
+  g = rng.standard_normal((4, 10, 12, 24)).astype(np.float32)
+  grads = tj.jit(tj.grad(lambda a, b, c: (conv(a, b) * c).sum(), argnums=(0, 1)))
+  assert all(k.name.startswith("r_") for k in kernels_of(grads.lower(x, w1, g)._compiled.schedule.schedule.kernels))
+  dx, dw = grads(x, w1, g)
+  np.testing.assert_allclose(np.asarray(dx), np.einsum("nhwo,co->nhwc", g.astype(np.float64), w1[0, 0]), rtol=1e-5,
+                             atol=1e-4)
+  np.testing.assert_allclose(np.asarray(dw)[0, 0], np.einsum("nhwc,nhwo->co", x.astype(np.float64), g), rtol=1e-5,
+                             atol=1e-4)
