@@ -198,9 +198,11 @@ def bench_conv():
   x_host = rng.standard_normal((32, 64, 56, 56)).astype(np.float32)
   w_host = (rng.standard_normal((64, 64, 3, 3)) * 0.1).astype(np.float32)
   x, w = tnp.asarray(x_host), tnp.asarray(w_host)
+  # (the output gradient a random one, as in training: `.sum()`'s all-ones gradient lets dx skip its product)
+  g = tnp.asarray(rng.standard_normal((32, 64, 56, 56)).astype(np.float32))
   flops = 2 * 32 * 64 * 56 * 56 * 64 * 9
   forward = tinyjax.jit(lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME"))
-  backward = tinyjax.jit(tinyjax.grad(lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME").sum(),
+  backward = tinyjax.jit(tinyjax.grad(lambda x, w, g: (lax.conv_general_dilated(x, w, (1, 1), "SAME") * g).sum(),
                                       argnums=(0, 1)))
 
   def with_numpy():  # im2col + one contraction (BLAS)
@@ -208,7 +210,7 @@ def bench_conv():
     columns = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
     return np.einsum("nchwij,ocij->nohw", columns, w_host, optimize=True)
   ours = best_of(lambda: forward(x, w).block_until_ready(), repeat=3)
-  ours_backward = best_of(lambda: [g.block_until_ready() for g in backward(x, w)], repeat=3)
+  ours_backward = best_of(lambda: [gradient.block_until_ready() for gradient in backward(x, w, g)], repeat=3)
   theirs = best_of(with_numpy, repeat=3)
   report("conv 3x3 32x64x56x56 -> 64, SAME, forward", f"{flops / ours / 1e9:.1f} vs numpy {flops / theirs / 1e9:.1f} "
          "GFLOP/s", theirs / ours, "goal >= 1x numpy im2col + matmul")
