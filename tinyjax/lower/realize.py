@@ -269,9 +269,11 @@ def _print_schedule(sched: Schedule, sources: list[str], origin: str, device) ->
       if isinstance(step, HostCall):
         print(f"{indent}  {step.name:40s} slots={list(step.slots)} (host: reads {step.n_in}, writes the rest)")
         continue
-      print(f"{indent}  {step.name:40s} slots={list(step.slots)} outer={step.outer_size} work={step.work}"
-            f"{f' grain={step.grain}' if step.grain > 1 else ''}{' parallel' if step.parallel else ''}"
-            f"{' sequential' if step.sequential else ''}{'' if device is CPU else f' {_launch_of(step, device)}'}")
+      # (the CPU's launch: chunks of the outer range over its threads; a GPU's: work-items and work-groups)
+      launch = f"outer={step.outer_size} work={step.work}{f' grain={step.grain}' if step.grain > 1 else ''}" \
+          f"{' parallel' if step.parallel else ''}{' sequential' if step.sequential else ''}" if device is CPU else \
+          f"work={step.work} {_launch_of(step, device)}"
+      print(f"{indent}  {step.name:40s} slots={list(step.slots)} {launch}")
       if DEBUG >= 3: print(f"--- UOps of {step.name}\n{pretty(step.ast)}")
       if DEBUG >= 4: print(f"--- {language} of {step.name}\n{sources_of[id(step)]}")
   show(sched.kernels, "")
