@@ -91,19 +91,10 @@ class Linearizer:
       if self.deps[node] <= self.open_ranges and self.lookup(node) is None:
         self.scopes[-1][node] = self.render_node(node)
 
-  def bind_work_item(self, spread: list[UOp], gid: str, remainder: Callable[[str, int], str],
-                     quotient: Callable[[str, int], str]) -> None:
-    """GPU: bind the global ranges `spread` to the digits of the flat index `gid` (the last range varying fastest, so
-    neighbouring work-items touch neighbouring elements), with `remainder(value, size)` / `quotient(value, size)`
-    emitting the index arithmetic. The bindings stay for the rest of the kernel."""
-    from tinyjax.codegen.gpu import global_size
-    rest, values = gid, {}
-    for position, rng in enumerate(reversed(spread)):
-      size = global_size(rng)
-      if position == len(spread) - 1: values[rng] = rest
-      else:
-        values[rng] = remainder(rest, size)
-        rest = quotient(rest, size)
+  def bind_work_item(self, spread: list[UOp], gid: str) -> None:
+    """GPU: bind the global ranges `spread` to the digits of the flat index `gid` (`digits`: the last range varying
+    fastest, so neighbouring work-items touch neighbouring elements). The bindings stay for the rest of the kernel."""
+    values = self.digits(tuple(spread), gid)
     self.scopes.append(values)
     self.open_ranges.update(values)
 
@@ -145,15 +136,12 @@ class Linearizer:
     rest = self.index("div", block, column_blocks)
     row_block = self.index("rem", rest, row_blocks)
     others = [rng for rng in global_ranges if rng not in tile.rows and rng is not tile.column]
-    if others:
-      self.bind_work_item(others, self.index("div", rest, row_blocks), lambda v, n: self.index("rem", v, n),
-                          lambda v, n: self.index("div", v, n))
+    if others: self.bind_work_item(others, self.index("div", rest, row_blocks))
     return self.index("mul", row_block, block_rows), self.index("mul", column_block, block_columns)
 
   def digits(self, ranges: tuple[UOp, ...], index: str) -> dict[UOp, str]:
-    """The values of `ranges` (the fastest last) whose flat index is `index`."""
+    """The values of `ranges` (the fastest last) whose flat index is `index`, through the renderer's `index`."""
     from tinyjax.codegen.gpu import global_size
-    if len(ranges) == 1: return {ranges[0]: index}
     values, rest = {}, index
     for position, rng in enumerate(reversed(ranges)):
       if position == len(ranges) - 1: values[rng] = rest

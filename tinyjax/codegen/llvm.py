@@ -341,8 +341,7 @@ class _Renderer(Linearizer):
     elements (coalesced); what lies under them is emitted once, reductions as loops inside the work-item. The first
     `self.ordered` global ranges (a scatter's batch axes) are loops inside every work-item instead, run in order."""
     ordered, spread = global_ranges[:self.ordered], global_ranges[self.ordered:]
-    self.bind_work_item(spread, "%gid", lambda rest, size: self.emit(f"urem i64 {rest}, {size}", "idx"),
-                        lambda rest, size: self.emit(f"udiv i64 {rest}, {size}", "idx"))
+    self.bind_work_item(spread, "%gid")
 
     def loops(depth: int) -> None:
       self.emit_ready(self.ast)

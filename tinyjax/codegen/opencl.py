@@ -172,7 +172,8 @@ class _Renderer(Linearizer):
   def thread_ids(self) -> tuple[str, str]: return "gid", "lane"
 
   def index(self, op: str, left: str | int, right: str | int) -> str:
-    """long index arithmetic on non-negative values: op is add, mul, div, rem or min."""
+    """long index arithmetic on non-negative values: op is add, mul, div, rem or min (number operands as longs)."""
+    left, right = (f"{v}L" if isinstance(v, int) else v for v in (left, right))
     if op == "min": return self.var("long", f"min((long){left}, (long){right})", "idx")
     return self.var("long", f"{left} {dict(add='+', mul='*', div='/', rem='%')[op]} {right}", "idx")
 
@@ -226,8 +227,7 @@ class _Renderer(Linearizer):
     else:
       self.line("long gid = get_global_id(0);")
       self.line(f"if (gid >= {self.launch.outputs}L) return;")
-    self.bind_work_item(spread, "gid", lambda rest, size: self.var("long", f"{rest} % {size}L", "idx"),
-                        lambda rest, size: self.var("long", f"{rest} / {size}L", "idx"))
+    self.bind_work_item(spread, "gid")
 
     def loops(depth: int) -> None:
       self.emit_ready(self.ast)
