@@ -101,6 +101,12 @@ class GemmTile(NamedTuple):
   def row_count(self) -> int: return math.prod(global_size(rng) for rng in self.rows)
 
   @property
+  def row_blocks(self) -> int: return -(-self.row_count // self.sizes[0])
+
+  @property
+  def column_blocks(self) -> int: return -(-global_size(self.column) // self.sizes[1])
+
+  @property
   def threads(self) -> int:
     block_rows, block_columns, _, down, across = self.sizes
     return down * across * 32 if self.mma else block_rows // down * (block_columns // across)
@@ -144,6 +150,11 @@ class GpuLaunch(NamedTuple):
 
   @property
   def work_items(self) -> int: return self.outputs * self.group
+
+  @property
+  def group_reduction(self) -> bool:
+    """Whether each work-group computes one output, its reductions shared out (not a tiled product's block)."""
+    return self.group > 1 and self.tile is None
 
   def __str__(self) -> str:
     if self.tile is not None: return f"groups={self.outputs}x{self.group} gemm {self.tile}"
@@ -259,11 +270,9 @@ def gpu_launch(ast: UOp, ordered: int = 0, groups: bool = True, mma: bool = Fals
   outputs = math.prod(global_size(rng) for rng in spread)
   reduces = top_reduces(ast)
   if not groups or ordered or not reduces: return GpuLaunch(outputs)
-  if (tile := gemm_tile(ast, mma)) is not None:
-    block_rows, block_columns = tile.sizes[:2]
-    blocks = outputs // (tile.row_count * global_size(tile.column)) * \
-        -(-tile.row_count // block_rows) * -(-global_size(tile.column) // block_columns)
-    return GpuLaunch(blocks, tile.threads, tile)
+  if (tile := gemm_tile(ast, mma)) is not None:  # (a work-group per block, for each value of the other ranges)
+    batch = outputs // (tile.row_count * global_size(tile.column))
+    return GpuLaunch(batch * tile.row_blocks * tile.column_blocks, tile.threads, tile)
   shortest = None
   for node in reduces:
     first = node.src[1]

@@ -127,17 +127,14 @@ class Linearizer:
     """A tiled matrix product's work-group (codegen/gpu.py `GemmTile`): bind the global ranges other than the row
     and the column to the digits of its index (other ranges..., row block, column block: the column block fastest);
     return its first row and first column."""
-    from tinyjax.codegen.gpu import global_size
     tile = self.launch.tile
-    block_rows, block_columns = tile.sizes[:2]
-    column_blocks, row_blocks = -(-global_size(tile.column) // block_columns), -(-tile.row_count // block_rows)
     block, _ = self.thread_ids()
-    column_block = self.index("rem", block, column_blocks)
-    rest = self.index("div", block, column_blocks)
-    row_block = self.index("rem", rest, row_blocks)
+    column_block = self.index("rem", block, tile.column_blocks)
+    rest = self.index("div", block, tile.column_blocks)
+    row_block = self.index("rem", rest, tile.row_blocks)
     others = [rng for rng in global_ranges if rng not in tile.rows and rng is not tile.column]
-    if others: self.bind_work_item(others, self.index("div", rest, row_blocks))
-    return self.index("mul", row_block, block_rows), self.index("mul", column_block, block_columns)
+    if others: self.bind_work_item(others, self.index("div", rest, tile.row_blocks))
+    return self.index("mul", row_block, tile.sizes[0]), self.index("mul", column_block, tile.sizes[1])
 
   def digits(self, ranges: tuple[UOp, ...], index: str) -> dict[UOp, str]:
     """The values of `ranges` (the fastest last) whose flat index is `index`, through the renderer's `index`."""

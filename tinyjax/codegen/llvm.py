@@ -225,8 +225,7 @@ class _Renderer(Linearizer):
     self.plan, self.gpu, self.ordered = plan, gpu, ordered
     self.transpose = transpose  # the block of an elementwise kernel's (rows, columns) loops (opt.transpose_block)
     self.launch = launch or GpuLaunch(1)
-    # REDUCEs done as group reductions
-    self.shared = set(top_reduces(ast)) if self.launch.group > 1 and self.launch.tile is None else set()
+    self.shared = set(top_reduces(ast)) if self.launch.group_reduction else set()  # REDUCEs done as group reductions
     self.decompose = decompose  # float32 transcendentals as polynomials (transcendental.py), not libm intrinsics
     self.lines: list[str] = []
     self.allocas: list[str] = []
@@ -762,7 +761,7 @@ class _Renderer(Linearizer):
     buffer, index, value = node.src
     stored = self.to_memory(self.value(value), buffer.dtype)
     address = self.address(buffer, index)
-    if self.launch.group > 1 and self.launch.tile is None:  # the group's work-items all hold it: work-item 0 stores
+    if self.launch.group_reduction:  # the group's work-items all hold the value: work-item 0 stores it
       with self.when(self.emit("icmp eq i64 %lane, 0")):
         self.line(f"store {memory_type(buffer.dtype)} {stored}, ptr {address}")
     else: self.line(f"store {memory_type(buffer.dtype)} {stored}, ptr {address}")

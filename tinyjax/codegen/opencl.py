@@ -126,8 +126,7 @@ class _Renderer(Linearizer):
   def __init__(self, ast: UOp, ordered: int, launch: GpuLaunch):
     super().__init__(ast)
     self.ordered, self.launch = ordered, launch
-    # REDUCEs done as group reductions
-    self.shared = set(top_reduces(ast)) if launch.group > 1 and launch.tile is None else set()
+    self.shared = set(top_reduces(ast)) if launch.group_reduction else set()  # REDUCEs done as group reductions
     self.locals: list[str] = []  # declarations of local-memory arrays (at kernel scope, as OpenCL C wants)
     self.lines: list[str] = []
     self.depth = 1
@@ -262,8 +261,7 @@ class _Renderer(Linearizer):
   def render_store(self, node: UOp) -> str:
     buffer, index, value = node.src
     pointer, position, stored = self.value(buffer), self.value(index), self.value(value)
-    if self.launch.group > 1 and self.launch.tile is None:  # the group's work-items all hold the value: one stores
-      self.line("if (lane == 0)")
+    if self.launch.group_reduction: self.line("if (lane == 0)")  # the group's work-items all hold it: one stores
     if buffer.dtype == F16: self.line(f"vstore_half_rte({stored}, {position}, {pointer});")
     elif buffer.dtype == BF16: self.line(f"{pointer}[{position}] = (ushort)(as_uint({stored}) >> 16);")
     else: self.line(f"{pointer}[{position}] = ({memory_type(buffer.dtype)}){stored};")
