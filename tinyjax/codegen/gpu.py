@@ -137,8 +137,8 @@ def _mma_type(a: tuple[UOp, ...], b: tuple[UOp, ...], value: UOp) -> str:
   """The PTX type of a product's 16-bit operands when it can run on tensor cores (module docstring), else ''."""
   if len(a) != 1 or len(b) != 1 or value.op is not Ops.MUL or set(value.src) != {a[0], b[0]}: return ""
   if any(f.op is not Ops.CAST or f.dtype != F32 for f in (a[0], b[0])): return ""
-  narrow = {a[0].src[0].dtype, b[0].src[0].dtype}
-  return {frozenset({BF16}): "bf16", frozenset({F16}): "f16"}.get(frozenset(narrow), "")
+  narrow = a[0].src[0].dtype
+  return {BF16: "bf16", F16: "f16"}.get(narrow, "") if b[0].src[0].dtype == narrow else ""
 
 
 class GpuLaunch(NamedTuple):

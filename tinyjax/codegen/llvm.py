@@ -564,12 +564,16 @@ class _Renderer(Linearizer):
     self.declarations.add(f"{array} = internal addrspace(3) global [{size} x {compute_type(dtype)}] undef, align 16")
     return array
 
+  def local_address(self, array: str, index: str, element: str) -> str:
+    """The address of element `index` (of LLVM type `element`) of a local (shared, addrspace 3) array."""
+    return self.emit(f"getelementptr inbounds {element}, ptr addrspace(3) {array}, i64 {index}", "addr")
+
   def local_store(self, array: str, index: str, value: str, dtype: np.dtype) -> None:
-    address = self.emit(f"getelementptr inbounds {compute_type(dtype)}, ptr addrspace(3) {array}, i64 {index}", "addr")
+    address = self.local_address(array, index, compute_type(dtype))
     self.line(f"store {compute_type(dtype)} {value}, ptr addrspace(3) {address}")
 
   def local_load(self, array: str, index: str, dtype: np.dtype) -> str:
-    address = self.emit(f"getelementptr inbounds {compute_type(dtype)}, ptr addrspace(3) {array}, i64 {index}", "addr")
+    address = self.local_address(array, index, compute_type(dtype))
     return self.emit(f"load {compute_type(dtype)}, ptr addrspace(3) {address}")
 
   def local_store_lanes(self, array: str, index: str, values: list[str], dtype: np.dtype) -> None:
@@ -577,17 +581,21 @@ class _Renderer(Linearizer):
     vector_type_name, vector = f"<{len(values)} x {compute_type(dtype)}>", "poison"
     for position, value in enumerate(values):
       vector = self.emit(f"insertelement {vector_type_name} {vector}, {compute_type(dtype)} {value}, i64 {position}")
-    address = self.emit(f"getelementptr inbounds {compute_type(dtype)}, ptr addrspace(3) {array}, i64 {index}", "addr")
+    address = self.local_address(array, index, compute_type(dtype))
     self.line(f"store {vector_type_name} {vector}, ptr addrspace(3) {address}, align {len(values) * dtype.itemsize}")
+
+  def address_of(self, load: UOp) -> str:
+    """The address a plain LOAD reads, what it needs emitted first (`emit_needed`: in a tiled product's stage)."""
+    self.emit_needed(load.src[0])
+    self.emit_needed(load.src[1])
+    return self.address(*load.src)
 
   def load_lanes(self, load: UOp, lanes: int) -> list[str]:
     """The `lanes` elements of a buffer from LOAD `load`'s index on (one aligned vector load: gpu.py `vector_axis`),
     in their compute type."""
-    self.emit_needed(load.src[0])
-    self.emit_needed(load.src[1])
     element = memory_type(load.dtype)
     alignment = lanes * load.dtype.itemsize
-    vector = self.emit(f"load <{lanes} x {element}>, ptr {self.address(*load.src)}, align {alignment}")
+    vector = self.emit(f"load <{lanes} x {element}>, ptr {self.address_of(load)}, align {alignment}")
     return [self.from_memory(self.emit(f"extractelement <{lanes} x {element}> {vector}, i64 {index}"), load.dtype)
             for index in range(lanes)]
 
@@ -639,9 +647,7 @@ class _Renderer(Linearizer):
       """The 16 bits of a factor's operand (a plain load's element as it is in memory)."""
       operand = factor.src[0]
       if operand.op is Ops.LOAD and len(operand.src) == 2:
-        self.emit_needed(operand.src[0])
-        self.emit_needed(operand.src[1])
-        raw = self.emit(f"load {memory_type(narrow)}, ptr {self.address(*operand.src)}")
+        raw = self.emit(f"load {memory_type(narrow)}, ptr {self.address_of(operand)}")
       else: raw = self.to_memory(self.emit_needed(operand), narrow)
       return self.emit(f"bitcast half {raw} to i16") if narrow == F16 else raw
 
@@ -652,8 +658,7 @@ class _Renderer(Linearizer):
     def pair_at(array: str, line: str, step: int) -> str:
       """Two neighbouring 16-bit values (k = step + 2 * pair and the next) of row `line` of a staged array, as i32."""
       slot = self.index("add", self.index("mul", line, pitch), self.index("add", self.index("mul", pair, 2), step))
-      address = self.emit(f"getelementptr inbounds i16, ptr addrspace(3) {array}, i64 {slot}", "addr")
-      return self.emit(f"load i32, ptr addrspace(3) {address}, align 4")
+      return self.emit(f"load i32, ptr addrspace(3) {self.local_address(array, slot, 'i16')}, align 4")
 
     def stage_vectors(factor: UOp, outer: tuple[UOp, ...], first: str, span: int, first_step: str, axis: UOp) -> None:
       """Stage a factor's block MMA_VECTOR elements per load (codegen/gpu.py `vector_axis`): along k, stored as they
@@ -673,14 +678,11 @@ class _Renderer(Linearizer):
         if (size := math.prod(global_size(rng) for rng in outer)) % span:  # (past the edge: the last whole group)
           position = self.index("min", position, size - (1 if axis is tile.k else MMA_VECTOR))
         with self.bindings({**self.digits(outer, position), **self.gemm_k(self.index("add", first_step, step))}):
-          operand = factor.src[0]
-          self.emit_needed(operand.src[0])
-          self.emit_needed(operand.src[1])
-          values = self.emit(f"load <{MMA_VECTOR} x {memory_type(narrow)}>, ptr {self.address(*operand.src)}, align 16")
+          values = self.emit(f"load <{MMA_VECTOR} x {memory_type(narrow)}>, ptr {self.address_of(factor.src[0])}, "
+                             "align 16")
         if narrow == F16: values = self.emit(f"bitcast <{MMA_VECTOR} x half> {values} to {vector}")
         if axis is tile.k:
-          slot = self.index("add", self.index("mul", offset, pitch), step)
-          address = self.emit(f"getelementptr inbounds i16, ptr addrspace(3) {arrays[factor]}, i64 {slot}", "addr")
+          address = self.local_address(arrays[factor], self.index("add", self.index("mul", offset, pitch), step), "i16")
           self.line(f"store {vector} {values}, ptr addrspace(3) {address}, align 16")
           continue
         for index in range(MMA_VECTOR):
@@ -701,11 +703,10 @@ class _Renderer(Linearizer):
       stage(b, (tile.column,), first_column, block_columns, first_step, count)
       self.barrier()
       for k16 in range(0, block_steps, 16):
-        a_lines = {m: [self.index("add", warp_row, m * 16 + half * 8 + 0) for half in (0, 1)]
-                   for m in range(warp_rows // 16)}
         fragments_a = {}
-        for m, (top, bottom) in a_lines.items():
-          top, bottom = self.index("add", top, group), self.index("add", bottom, group)
+        for m in range(warp_rows // 16):  # (rows group and group + 8 of the warp's m-th 16)
+          top = self.index("add", warp_row, self.index("add", group, m * 16))
+          bottom = self.index("add", top, 8)
           fragments_a[m] = [pair_at(arrays[a], top, k16), pair_at(arrays[a], bottom, k16),
                             pair_at(arrays[a], top, k16 + 8), pair_at(arrays[a], bottom, k16 + 8)]
         fragments_b = {}
@@ -1191,16 +1192,15 @@ class _Renderer(Linearizer):
             self.emit_ready(load.src[1])
             rows.append(self.emit(f"load {vector}, ptr {self.address(load.src[0], load.src[1])}, align 4"))
         half = lanes // 2
-        while half:
+        while half:  # (row i of each pair (i, i + half) takes the low halves of both, row i + half the high ones)
+          low = ", ".join(f"i32 {p if (p // half) % 2 == 0 else lanes + p - half}" for p in range(lanes))
+          high = ", ".join(f"i32 {p + half if (p // half) % 2 == 0 else lanes + p}" for p in range(lanes))
           mixed = list(rows)
           for i in range(lanes):
             if (i // half) % 2: continue
-            low = [p if (p // half) % 2 == 0 else lanes + p - half for p in range(lanes)]
-            high = [p + half if (p // half) % 2 == 0 else lanes + p for p in range(lanes)]
             for target, mask in ((i, low), (i + half, high)):
-              indices = ", ".join(f"i32 {m}" for m in mask)
               mixed[target] = self.emit(f"shufflevector {vector} {rows[i]}, {vector} {rows[i + half]}, "
-                                        f"<{lanes} x i32> <{indices}>")
+                                        f"<{lanes} x i32> <{mask}>")
           rows, half = mixed, half // 2
         for t in range(lanes):
           with self.bound(innermost, self.emit(f"add nsw i64 {step}, {t}", "idx")):
