@@ -110,6 +110,7 @@ class EmulatedGPU:
   def synchronize(self) -> None: pass
 
   groups = False  # work-items run one after the other here: none can wait for another (no group reductions)
+  mma = False
 
   def render(self, name: str, ast, launch, ordered: int = 0) -> str: return render_gpu(name, ast, ordered, launch)
 

@@ -182,11 +182,11 @@ def test_tiled_matmuls(gpu, case):
   args = on(gpu, *operands)
   jitted = tj.jit(f)
   kernels = kernels_of(jitted.lower(*args)._compiled.schedule.schedule.kernels)
-  tiles = [gpu_launch(k.ast, k.ordered, gpu.groups, getattr(gpu, "mma", False)).tile for k in kernels]
+  tiles = [gpu_launch(k.ast, k.ordered, gpu.groups, gpu.mma).tile for k in kernels]
   assert any(tile is not None for tile in tiles) == gpu.groups, name
   if gpu.groups and name == "big blocks": assert {tile.sizes for tile in tiles if tile} == {BIG_TILE}
-  if getattr(gpu, "mma", False) and name in ("bfloat16", "float16") or name.startswith("16-bit"):
-    assert any(tile is not None and tile.mma for tile in tiles) == getattr(gpu, "mma", False), name
+  if gpu.mma and name in ("bfloat16", "float16") or name.startswith("16-bit"):
+    assert any(tile is not None and tile.mma for tile in tiles) == gpu.mma, name
   got = np.asarray(jitted(*args)).astype(np.float64)
   assert np.abs(got - want).max() <= tolerance * np.abs(want).max(), name
 

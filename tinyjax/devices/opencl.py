@@ -63,6 +63,7 @@ class OpenCLDevice:
 
   # kernels
   groups = True  # work-items of a work-group can wait for each other (group reductions, codegen/gpu.py)
+  mma = False  # no tensor-core instructions in OpenCL C (codegen/gpu.py GemmTile.mma)
 
   def render(self, name: str, ast, launch: GpuLaunch, ordered: int = 0) -> str:
     return render_opencl(name, ast, ordered, launch)

@@ -183,7 +183,7 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   # so the disk cache key does too; asking for AMX also gets this process the OS's permission to run its kernels,
   # before any cached one is loaded
   threads = GPU_SPLIT_THREADS if gpu else cpu_threads()
-  target = f"gpu={device.arch},groups={device.groups},mma={getattr(device, 'mma', False)}" if gpu else \
+  target = f"gpu={device.arch},groups={device.groups},mma={device.mma}" if gpu else \
       f"threads={threads},amx={int(amx_bf16())}"
   key = f"{_CODE_FINGERPRINT}|{target}|{structure_key(sink)}"
   lowered = None
@@ -238,7 +238,7 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
 def _launch_of(kernel: Kernel, device):
   """How a kernel runs on GPU `device` (codegen/gpu.py): worked out once per kernel, not at each of its renders,
   compiles and DEBUG launch lines."""
-  return _gpu_launch_memo(kernel.ast, kernel.ordered, device.groups, getattr(device, "mma", False))
+  return _gpu_launch_memo(kernel.ast, kernel.ordered, device.groups, device.mma)
 
 
 _gpu_launch_memo = functools.lru_cache(maxsize=4096)(gpu_launch)
