@@ -104,7 +104,8 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   units = -(-outputs // STREAM_TILE) if streamed else \
       -(-outputs // (VECTOR_BYTES // 4 * TILE_VECTORS)) if column else source.shape[kept[0]] if kept else 1
   length = math.prod(source.shape[axis] for axis in axes)
-  # a contraction whose reused operand (the reduction's length x a column tile) packs in panels runs its rows in
+  # a contraction whose reused operand (the reduction's length x a column tile) packs in panels (codegen/opt.py
+  # `_packed_loads`: more than PACK_BYTES, float32 counted) runs its rows in
   # groups of PANEL_GROUP_ROWS, a launch unit each: a 1x1 convolution's weight gradient (64 x 64 outputs summed over
   # 32x56x56) was one group, on one thread (6.2 ms; split into 4 partial GEMMs over both threads: 3.1 ms)
   if not streamed and not column and kept and len(kept) == 2 and \
