@@ -382,6 +382,35 @@ def test_parallel_launch_in_forked_child():
   assert os.waitstatus_to_exitcode(status) == 0
 
 
+def test_workers_waking_late_never_claim_a_finished_launch():
+  """Workers that wake from their futex sleep (the program paused for a while) find launches that the launcher ran
+  alone and finished; one that read such a launch's claim counter just before the next launch was published must not
+  claim its grains. The runtime once let it (the next launch's grain count was read against the old counter): the
+  grains ran twice, the increments below came out wrong, or the launcher waited forever on a grain count it had
+  passed. Three threads on two cores make a late worker likely: the old runtime failed 4 of 5 runs of this."""
+  script = CHILD_PRELUDE + """
+import time
+from test_devices import unary_kernel
+from tinyjax.devices import cpu
+increment = compile_cpu("increment", unary_kernel("increment", "%z = fadd float %x, 1.0"))
+small, large = np.zeros(8, np.float32), np.zeros(4096, np.float32)
+bursts, pairs = 2000, 20
+launches = cpu.LaunchList([(increment, (0, 0), 8, 1, True), (increment, (1, 1), 4096, 1, True)] * pairs)
+for burst in range(1, bursts + 1):
+  time.sleep(0.001)  # (the workers fall asleep)
+  launches([small.ctypes.data, large.ctypes.data])
+  assert (small == burst * pairs).all() and (large == burst * pairs).all(), (burst, np.unique(large))
+print("ok")
+"""
+  env = os.environ | {"TINYJAX_CPU_THREADS": "3"}
+  try:
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                            timeout=SUBPROCESS_TIMEOUT_S)
+  except subprocess.TimeoutExpired:
+    pytest.fail("a parallel launch never finished (a grain was counted twice)")
+  assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]
+
+
 # ---- real subprocesses sharing a cache directory
 
 CHILD_PRELUDE = f"""

@@ -110,9 +110,16 @@ def runtime_ir(triple: str, data_layout: str, machine: str | None = None) -> str
 
 
 # Globals that threads write are each aligned to a 64-byte cache line so they don't share one.
-# Job fields are read while a later job may be writing them, so they use (monotonic) atomic loads and stores;
-# a worker only acts on what it read after a successful claim (cmpxchg on the counter, whose top 32 bits are the
-# job's generation), which proves the job it read is still the current one.
+# Job fields are read while a later job may be writing them, so they use atomic loads and stores; a worker only acts
+# on what it read after a successful claim (cmpxchg on the counter, whose top 32 bits are the job's generation),
+# which proves the job it read is still the current one. The grain count is read before the claim, so a launcher
+# closes the finished job's counter (its grain field all ones) before it writes the next job's fields, and writes
+# them with release stores that the workers' acquire load of the count pairs with: a worker that read the finished
+# job's counter and then the next job's count fails its claim. (Without the close, such a worker claimed grains past
+# the finished job's end, ran them with the next job's fields and counted them into the next job's `tj_done`, which
+# then passed the grain count, and the launcher waited forever; or, in-place kernels, added twice. A worker is that
+# late when it wakes from its futex sleep or starts while the launcher runs short launches alone: about 2% of fresh
+# processes hung on their first launches, most bursts of launches after a pause on three threads.)
 _RUNTIME_TEMPLATE = r"""
 target triple = "{triple}"
 target datalayout = "{data_layout}"
@@ -233,7 +240,7 @@ claim:
   br i1 %same_job, label %check, label %exit
 check:
   %grain = and i64 %counter, 4294967295
-  %ngrains = load atomic i64, ptr @tj_job_nchunks monotonic, align 8
+  %ngrains = load atomic i64, ptr @tj_job_nchunks acquire, align 8
   %left = icmp ult i64 %grain, %ngrains
   br i1 %left, label %try_claim, label %exit
 try_claim:
@@ -468,13 +475,17 @@ start:
   call void @tj_start_workers()
   br label %publish
 publish:
-  store atomic i64 %grain_size, ptr @tj_job_grain_size monotonic, align 8
-  store atomic ptr %fn, ptr @tj_job_fn monotonic, align 8
-  store atomic ptr %args, ptr @tj_job_args monotonic, align 8
-  store atomic i64 %n, ptr @tj_job_n monotonic, align 8
-  store atomic i64 %nchunks, ptr @tj_job_nchunks monotonic, align 8
-  store atomic i32 0, ptr @tj_done seq_cst, align 4
   %old_gen = load atomic i32, ptr @tj_job_gen seq_cst, align 4
+  %old_gen64 = zext i32 %old_gen to i64
+  %old_gen_shifted = shl i64 %old_gen64, 32
+  %closed = or i64 %old_gen_shifted, 4294967295
+  store atomic i64 %closed, ptr @tj_counter seq_cst, align 8
+  store atomic i64 %grain_size, ptr @tj_job_grain_size release, align 8
+  store atomic ptr %fn, ptr @tj_job_fn release, align 8
+  store atomic ptr %args, ptr @tj_job_args release, align 8
+  store atomic i64 %n, ptr @tj_job_n release, align 8
+  store atomic i64 %nchunks, ptr @tj_job_nchunks release, align 8
+  store atomic i32 0, ptr @tj_done seq_cst, align 4
   %gen = add i32 %old_gen, 1
   %gen64 = zext i32 %gen to i64
   %counter = shl i64 %gen64, 32
