@@ -1124,6 +1124,22 @@ def test_packs_in_panels_past_pack_bytes_match_numpy(form, on_cpu):
                              atol=1e-5 * np.abs(want).max())
 
 
+def test_panelled_gemm_prefetches_the_next_panel_of_its_row_operand():
+  """A GEMM packed panel by panel prefetches, at each step of each tile, its row operand's line of the same step of
+  the next panel (llvm.py `prefetch_ahead`; the step clamped to the last one); a GEMM whose pack holds every step has
+  no panels and no prefetches."""
+  import tinyjax as tj
+  long_k, short_k = PACK_BYTES // (4 * 64) + 165, 512
+  irs = {}
+  for k in (long_k, short_k):
+    a, b = tj.numpy.zeros((k, 300)), tj.numpy.zeros((k, 128))
+    compiled = tj.jit(lambda x, y: x.T @ y).lower(a, b)._compiled
+    (kernel,) = [kernel for kernel in kernels_of(compiled.schedule.schedule.kernels) if kernel.name.startswith("r_")]
+    irs[k] = render_llvm(kernel.name, kernel.ast)
+  assert "call void @llvm.prefetch.p0(" in irs[long_k] and f"i64 {long_k - 1})" in irs[long_k]
+  assert "llvm.prefetch" not in irs[short_k]
+
+
 @pytest.mark.parametrize("epilogue", ["add", "mul", "where"])
 def test_register_tile_epilogue_reading_an_array_transposed(epilogue):
   """A contraction's epilogue that reads another array across the column (`a @ b + c.T`) is computed per element:

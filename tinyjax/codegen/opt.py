@@ -120,8 +120,11 @@ PACK_MIN_ROWS = 16
 # rows beats one as big as the stack allows (256 KB against 1.25 MB: 256x8192x256 207 -> 250 GFLOP/s, 64x24200x256
 # 203 -> 240, 512x6272x128 255 -> 280); groups of 512 rows ran the larger GEMMs faster but cut launches of 512 rows
 # into one chunk, on one thread. Panels where one pack fits: slower (1568x4608x512 277 -> 207: a pack per group).
+# With the row operand prefetched a panel ahead (llvm.py `prefetch_ahead`), the current and the next panel's
+# lines share L2: 128 KB panels measured as 256 KB ones on those GEMMs (noise 10%), and the 1x1 weight gradient
+# (64x100352x64) 360 -> 380 GFLOP/s.
 PANEL_GROUP_ROWS = 128
-PANEL_BYTES = 1 << 18
+PANEL_BYTES = 1 << 17
 # A bfloat16 contraction with float32 sums runs on AMX tiles where the host has them (`_amx_plan`, llvm.py
 # `render_amx`): blocks of AMX_BLOCK x AMX_BLOCK outputs (2 x 2 tiles of 16 x 16 float32), AMX_K reduce steps per tile
 # product (32 bfloat16 = a 64-byte tile row); the tiles' float32 sums are added into float64 every AMX_SUM_BLOCK steps
