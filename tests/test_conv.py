@@ -431,7 +431,7 @@ def test_im2col_and_direct_products_agree_with_numpy(monkeypatch, im2col):
 def test_pointwise_convolution_is_one_gemm_over_the_channels_last_rows(stride, padding):
   """A 1x1 convolution of a channels-last input is one GEMM (N * H * W, C) @ (C, O) over the input as it lies
   (`_pointwise_conv`; a strided one's positions copied first): values against numpy, gradients against numpy's
-  directional derivative (conv is bilinear), jit(vmap(grad)) against a loop, and NCHW, which keeps the general path."""
+  directional derivative (conv is bilinear), jit(vmap(grad)) against a loop, and NCHW (its own GEMM, below)."""
   rng = np.random.default_rng(5)
   x = rng.standard_normal((3, 5, 7, 6)).astype(np.float32)  # NCHW for numpy_conv
   w = rng.standard_normal((32, 5, 1, 1)).astype(np.float32)  # OIHW
@@ -466,6 +466,43 @@ def test_pointwise_convolution_is_one_gemm_over_the_channels_last_rows(stride, p
                                                                                        :single.shape[3]]
     expected = 2 * np.einsum("ohw,chw->co", single[0], xi)
     np.testing.assert_allclose(np.asarray(per_example[i], np.float64)[0, 0], expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stride, padding", [((1, 1), ((0, 0), (0, 0))), ((2, 2), ((0, 0), (0, 0))),
+                                             ((2, 1), ((1, 0), (0, 2)))], ids=str)
+def test_pointwise_convolution_of_channels_first_data_writes_channels_first(stride, padding, on_cpu):
+  """A 1x1 convolution of NCHW data into NCHW (JAX's default layout) is, per image, (O, C) @ (C, H * W) written in
+  place: one kernel and no transpose of a channels-last result (`_pointwise_conv`). Values against numpy in float64,
+  both gradients against numpy's directional derivatives (conv is bilinear), per-example gradients through
+  jit(vmap(grad)) against a loop, and the 1-D form (NCW) against an einsum."""
+  from tinyjax.lower.schedule import kernels_of
+  rng = np.random.default_rng(15)
+  x = rng.standard_normal((3, 5, 7, 6)).astype(np.float32)
+  w = rng.standard_normal((32, 5, 1, 1)).astype(np.float32)
+  want = numpy_conv(x, w, stride, padding)
+
+  def conv(a, b): return lax.conv_general_dilated(a, b, stride, padding)
+  f = tj.jit(conv)
+  if stride == (1, 1) and padding == ((0, 0), (0, 0)):
+    assert len(list(kernels_of(f.lower(x, w)._compiled.schedule.schedule.kernels))) == 1
+  np.testing.assert_allclose(np.asarray(f(x, w), np.float64), want, rtol=1e-5, atol=1e-5)
+  ct = rng.standard_normal(want.shape).astype(np.float32)
+  gx, gw = tj.jit(tj.grad(lambda a, b: (conv(a, b) * ct).sum(), argnums=(0, 1)))(x, w)
+  dx, dw = rng.standard_normal(x.shape), rng.standard_normal(w.shape)
+  np.testing.assert_allclose((np.asarray(gx, np.float64) * dx).sum(), (numpy_conv(dx, w, stride, padding) * ct).sum(),
+                             rtol=1e-4)
+  np.testing.assert_allclose((np.asarray(gw, np.float64) * dw).sum(), (numpy_conv(x, dw, stride, padding) * ct).sum(),
+                             rtol=1e-4)
+  per_example = tj.jit(tj.vmap(tj.grad(lambda b, a: (conv(a[None], b) ** 2).sum()), in_axes=(None, 0)))(w, x)
+  for i in range(x.shape[0]):
+    single = numpy_conv(x[i:i + 1], w, stride, padding)[0]
+    xi = np.pad(x[i].astype(np.float64), ((0, 0), *padding))[:, ::stride[0], ::stride[1]][:, :single.shape[1],
+                                                                                       :single.shape[2]]
+    np.testing.assert_allclose(np.asarray(per_example[i], np.float64)[:, :, 0, 0],
+                               2 * np.einsum("ohw,chw->oc", single, xi), rtol=1e-4, atol=1e-4)
+  signal, taps = x[:, :, 0, :], w[:, :, 0, :]  # NCW, OIW
+  np.testing.assert_allclose(np.asarray(lax.conv_general_dilated(signal, taps, (1,), "VALID"), np.float64),
+                             np.einsum("ncw,oc->now", signal.astype(np.float64), taps[:, :, 0]), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("channels", [128, 256])
