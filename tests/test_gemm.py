@@ -1126,8 +1126,8 @@ def test_packs_in_panels_past_pack_bytes_match_numpy(form, on_cpu):
 
 def test_panelled_gemm_prefetches_the_next_panel_of_its_row_operand():
   """A GEMM packed panel by panel prefetches, at each step of each tile, its row operand's line of the same step of
-  the next panel (llvm.py `prefetch_ahead`; the step clamped to the last one); a GEMM whose pack holds every step has
-  no panels and no prefetches."""
+  the next panel (llvm.py `prefetch_ahead`: the address a panel's steps of the operand's stride further); a GEMM
+  whose pack holds every step has no panels and no prefetches."""
   import tinyjax as tj
   long_k, short_k = PACK_BYTES // (4 * 64) + 165, 512
   irs = {}
@@ -1136,7 +1136,8 @@ def test_panelled_gemm_prefetches_the_next_panel_of_its_row_operand():
     compiled = tj.jit(lambda x, y: x.T @ y).lower(a, b)._compiled
     (kernel,) = [kernel for kernel in kernels_of(compiled.schedule.schedule.kernels) if kernel.name.startswith("r_")]
     irs[k] = render_llvm(kernel.name, kernel.ast)
-  assert "call void @llvm.prefetch.p0(" in irs[long_k] and f"i64 {long_k - 1})" in irs[long_k]
+  panel = PANEL_BYTES // (4 * 64) // CONTRACTION_SUM_BLOCK * CONTRACTION_SUM_BLOCK
+  assert "call void @llvm.prefetch.p0(" in irs[long_k] and f", i64 {panel * 300 * 4}\n" in irs[long_k]
   assert "llvm.prefetch" not in irs[short_k]
 
 

@@ -69,11 +69,10 @@ class Linearizer:
     if rng is None:
       yield
       return
-    was_open = rng in self.open_ranges  # (a range bound again inside its own loop stays open after)
     self.scopes.append({rng: value})
     self.open_ranges.add(rng)
     yield
-    if not was_open: self.open_ranges.discard(rng)
+    self.open_ranges.discard(rng)
     self.scopes.pop()
 
   def lookup(self, node: UOp) -> str | None:

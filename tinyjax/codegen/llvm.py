@@ -1158,6 +1158,18 @@ class _Renderer(Linearizer):
     nest(0)
     self.packs = packs
 
+  def prefetch(self, load: UOp, steps: int, rng: UOp) -> None:
+    """Prefetch what `load` reads `steps` values of `rng` further on (its index linear in `rng`; nothing otherwise),
+    to all cache levels. The address is the load's current one moved by that many strides, a plain (not inbounds)
+    GEP: it may point past the buffer, which a prefetch may (it never faults)."""
+    strides, nonlinear = linear_strides(load.src[1])
+    if rng in nonlinear or not strides.get(rng): return
+    self.emit_ready(load.src[1])
+    offset = strides[rng] * steps * load.src[0].dtype.itemsize
+    address = self.emit(f"getelementptr i8, ptr {self.address(load.src[0], load.src[1])}, i64 {offset}")
+    self.declarations.add("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
+    self.line(f"call void @llvm.prefetch.p0(ptr {address}, i32 0, i32 3, i32 1)")
+
   def transposed_packs(self, packs: dict[UOp, str], steps: int) -> bool:
     """Whether the packed loads are read across (strided along the column, contiguous along the innermost reduce
     range: `g @ w.T`'s w) by float32 loads whose pack can be made in TRANSPOSE_LANES x TRANSPOSE_LANES blocks
@@ -1481,7 +1493,7 @@ class _Renderer(Linearizer):
         body, lanes = self.tile_body(row_values, column_values)
 
         def step(_, body=body, lanes=lanes, first_row=row_values[0], column_values=column_values):
-          if ahead: self.prefetch_ahead(rng, ahead, size, first_row, column_values)
+          if ahead: self.prefetch_ahead(rng, ahead, first_row, column_values)
           return [self.cast(part, dtype, F32, lanes) for part, dtype in body()], F32
         parts = self.accumulate(node, F32, height * columns // lanes, [(block_start, block_end, rng, True)], step,
                                 tiled=True, contract=plan.contract, lanes=lanes)
@@ -1497,9 +1509,9 @@ class _Renderer(Linearizer):
           total = self.combine(Ops.ADD, F64, self.emit(f"load double, ptr {address}"), part, ordered=True)
           self.line(f"store double {total}, ptr {address}")
 
-  def prefetch_ahead(self, rng: UOp, ahead: int, size: int, first_row: str, column_values: list[str]) -> None:
+  def prefetch_ahead(self, rng: UOp, ahead: int, first_row: str, column_values: list[str]) -> None:
     """Prefetch what the row operand's loads (those under the plan's REDUCE that depend on the row) read at reduce
-    step `rng` + `ahead`, the next panel's (the last step where that is past the end), for the tile's first row (one
+    step `rng` + `ahead`, the next panel's (past the last panel, nothing: `prefetch`), for the tile's first row (one
     prefetch per 64 bytes of the tile's columns where they depend on the column). A panelled GEMM reads its row
     operand in place, each step's values for a tile's rows from a line of their own when the operand is read across
     (a weight gradient's x.T): the first tile to reach a line waited on memory for it, with no stream the hardware
@@ -1510,22 +1522,13 @@ class _Renderer(Linearizer):
     in every tile, most of them for lines already there)."""
     plan = self.plan
     assert plan is not None
-    loads = [node for node in plan.reduce.src[0].toposort
-             if node.op is Ops.LOAD and rng in self.deps[node] and plan.row in self.deps[node]]
-    if not loads: return
-    later = self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {self.value(rng)}, {ahead}")),
-                                                ("i64", str(size - 1))])
-    self.declarations.add("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
-    with self.bound(rng, later), self.bound(plan.row, first_row):
-      for load in loads:
+    with self.bound(plan.row, first_row):
+      for load in plan.reduce.src[0].toposort:
+        if load.op is not Ops.LOAD or rng not in self.deps[load] or plan.row not in self.deps[load]: continue
         line = max(1, 64 // load.src[0].dtype.itemsize)  # (values per 64-byte line)
-        columns = column_values[::line] if plan.column in self.deps[load] else [None]
-        for column in columns:
+        for column in column_values[::line] if plan.column in self.deps[load] else [None]:
           with self.bound(None if column is None else plan.column, column or ""):
-            self.emit_ready(load.src[1])
-            # (read, to all cache levels, data)
-            self.line(f"call void @llvm.prefetch.p0(ptr {self.address(load.src[0], load.src[1])}, i32 0, i32 3, "
-                      "i32 1)")
+            self.prefetch(load, ahead, rng)
 
   @contextlib.contextmanager
   def span_loops(self) -> Iterator[str]:
