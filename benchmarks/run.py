@@ -218,6 +218,31 @@ def bench_conv():
          2 * theirs / ours_backward, "ratio vs 2 numpy forward convs")
 
 
+
+def bench_conv_layouts():
+  """1x1 and 3x3 convolutions of 32x56x56x64 into 64 channels in both layouts, forward and backward (dx and dw, a
+  random output gradient), as fractions of this machine's measured FMA peak (the issue's goal: >= 70%)."""
+  import tinyjax
+  from tinyjax import lax
+  peak = tinyjax.machine_limits().flops
+  rng = np.random.default_rng(0)
+  for layout, size in (("NHWC", 3), ("NHWC", 1), ("NCHW", 3), ("NCHW", 1)):
+    numbers = ("NHWC", "HWIO", "NHWC") if layout == "NHWC" else ("NCHW", "OIHW", "NCHW")
+    shape = (32, 56, 56, 64) if layout == "NHWC" else (32, 64, 56, 56)
+    kernel = (size, size, 64, 64) if layout == "NHWC" else (64, 64, size, size)
+    x, g = (tnp.asarray(rng.standard_normal(shape).astype(np.float32)) for _ in range(2))
+    w = tnp.asarray((rng.standard_normal(kernel) / (8 * size)).astype(np.float32))
+
+    def conv(x, w): return lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=numbers)
+    forward = tinyjax.jit(conv)
+    backward = tinyjax.jit(tinyjax.grad(lambda x, w, g: (conv(x, w) * g).sum(), argnums=(0, 1)))
+    flops = 2 * 32 * 56 * 56 * 64 * 64 * size * size
+    ours = best_of(lambda: forward(x, w).block_until_ready(), repeat=3)
+    ours_backward = best_of(lambda: [d.block_until_ready() for d in backward(x, w, g)], repeat=3)
+    report(f"conv {size}x{size} {layout} 32x56x56x64 -> 64", f"fwd {flops / ours / peak:.0%}, bwd "
+           f"{2 * flops / ours_backward / peak:.0%} of peak", None,
+           f"{flops / ours / 1e9:.0f} / {2 * flops / ours_backward / 1e9:.0f} GFLOP/s")
+
 def bench_checkpoint():
   import tempfile
 
@@ -316,7 +341,8 @@ def bench_fft():
 BENCHMARKS = [bench_first_call_compile, bench_elementwise_chain, bench_transcendental, bench_transcendental_f64,
               bench_sum_axis, bench_matmul,
               bench_eager_dispatch, bench_jit_dispatch, bench_embedding_gather, bench_scan_rnn,
-              bench_random_normal, bench_conv, bench_checkpoint, bench_psum, bench_linalg, bench_fft]
+              bench_random_normal, bench_conv, bench_conv_layouts, bench_checkpoint, bench_psum, bench_linalg,
+              bench_fft]
 
 if __name__ == "__main__":
   wanted = sys.argv[1:]
