@@ -218,7 +218,6 @@ def bench_conv():
          2 * theirs / ours_backward, "ratio vs 2 numpy forward convs")
 
 
-
 def bench_conv_layouts():
   """1x1 and 3x3 convolutions of 32x56x56x64 into 64 channels in both layouts, forward and backward (dx and dw, a
   random output gradient), as fractions of this machine's measured FMA peak (the issue's goal: >= 70%)."""
@@ -242,6 +241,7 @@ def bench_conv_layouts():
     report(f"conv {size}x{size} {layout} 32x56x56x64 -> 64", f"fwd {flops / ours / peak:.0%}, bwd "
            f"{2 * flops / ours_backward / peak:.0%} of peak", None,
            f"{flops / ours / 1e9:.0f} / {2 * flops / ours_backward / 1e9:.0f} GFLOP/s")
+
 
 def bench_checkpoint():
   import tempfile

@@ -1128,7 +1128,6 @@ def test_panelled_gemm_prefetches_the_next_panel_of_its_row_operand():
   """A GEMM packed panel by panel prefetches, at each step of each tile, its row operand's line of the same step of
   the next panel (llvm.py `prefetch_ahead`: the address a panel's steps of the operand's stride further); a GEMM
   whose pack holds every step has no panels and no prefetches."""
-  import tinyjax as tj
   long_k, short_k = PACK_BYTES // (4 * 64) + 165, 512
   irs = {}
   for k in (long_k, short_k):

@@ -63,17 +63,10 @@ class Linearizer:
     self.counter = 0
     self.stores_emitted: set[UOp] = set()
 
-  @contextlib.contextmanager
-  def bound(self, rng: UOp | None, value: str) -> Iterator[None]:
-    """A scope in which RANGE `rng` has the value `value` (what it computes is forgotten after); None: no scope."""
-    if rng is None:
-      yield
-      return
-    self.scopes.append({rng: value})
-    self.open_ranges.add(rng)
-    yield
-    self.open_ranges.discard(rng)
-    self.scopes.pop()
+  def bound(self, rng: UOp | None, value: str | None) -> contextlib.AbstractContextManager:
+    """A scope in which RANGE `rng` has the value `value` (what it computes is forgotten after; `bindings`); None: no
+    scope."""
+    return contextlib.nullcontext() if rng is None else self.bindings({rng: value})
 
   def lookup(self, node: UOp) -> str | None:
     for scope in reversed(self.scopes):

@@ -1158,18 +1158,6 @@ class _Renderer(Linearizer):
     nest(0)
     self.packs = packs
 
-  def prefetch(self, load: UOp, steps: int, rng: UOp) -> None:
-    """Prefetch what `load` reads `steps` values of `rng` further on (its index linear in `rng`; nothing otherwise),
-    to all cache levels. The address is the load's current one moved by that many strides, a plain (not inbounds)
-    GEP: it may point past the buffer, which a prefetch may (it never faults)."""
-    strides, nonlinear = linear_strides(load.src[1])
-    if rng in nonlinear or not strides.get(rng): return
-    self.emit_ready(load.src[1])
-    offset = strides[rng] * steps * load.src[0].dtype.itemsize
-    address = self.emit(f"getelementptr i8, ptr {self.address(load.src[0], load.src[1])}, i64 {offset}")
-    self.declarations.add("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
-    self.line(f"call void @llvm.prefetch.p0(ptr {address}, i32 0, i32 3, i32 1)")
-
   def transposed_packs(self, packs: dict[UOp, str], steps: int) -> bool:
     """Whether the packed loads are read across (strided along the column, contiguous along the innermost reduce
     range: `g @ w.T`'s w) by float32 loads whose pack can be made in TRANSPOSE_LANES x TRANSPOSE_LANES blocks
@@ -1511,7 +1499,7 @@ class _Renderer(Linearizer):
 
   def prefetch_ahead(self, rng: UOp, ahead: int, first_row: str, column_values: list[str]) -> None:
     """Prefetch what the row operand's loads (those under the plan's REDUCE that depend on the row) read at reduce
-    step `rng` + `ahead`, the next panel's (past the last panel, nothing: `prefetch`), for the tile's first row (one
+    step `rng` + `ahead`, the next panel's (after the last one, past the operand), for the tile's first row (one
     prefetch per 64 bytes of the tile's columns where they depend on the column). A panelled GEMM reads its row
     operand in place, each step's values for a tile's rows from a line of their own when the operand is read across
     (a weight gradient's x.T): the first tile to reach a line waited on memory for it, with no stream the hardware
@@ -1527,8 +1515,20 @@ class _Renderer(Linearizer):
         if load.op is not Ops.LOAD or rng not in self.deps[load] or plan.row not in self.deps[load]: continue
         line = max(1, 64 // load.src[0].dtype.itemsize)  # (values per 64-byte line)
         for column in column_values[::line] if plan.column in self.deps[load] else [None]:
-          with self.bound(None if column is None else plan.column, column or ""):
+          with self.bound(None if column is None else plan.column, column):
             self.prefetch(load, ahead, rng)
+
+  def prefetch(self, load: UOp, steps: int, rng: UOp) -> None:
+    """Prefetch what `load` reads `steps` values of `rng` further on (its index linear in `rng`; nothing otherwise),
+    to all cache levels. The address is the load's current one moved by that many strides, a plain (not inbounds)
+    GEP: it may point past the buffer, which a prefetch may (it never faults)."""
+    strides, nonlinear = linear_strides(load.src[1])
+    if rng in nonlinear or not strides.get(rng): return
+    self.emit_ready(load.src[1])
+    offset = strides[rng] * steps * load.src[0].dtype.itemsize
+    address = self.emit(f"getelementptr i8, ptr {self.address(load.src[0], load.src[1])}, i64 {offset}")
+    self.declarations.add("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
+    self.line(f"call void @llvm.prefetch.p0(ptr {address}, i32 0, i32 3, i32 1)")
 
   @contextlib.contextmanager
   def span_loops(self) -> Iterator[str]:
