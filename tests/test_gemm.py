@@ -100,7 +100,6 @@ def test_vector_epilogue_of_transcendentals_is_accurate(epilogue):
   exhaustively in test_transcendental.py; the vector code is the same operations lane by lane)."""
   from tinyjax.codegen.llvm import vector_epilogue_ok
   from tinyjax.codegen.opt import choose_opts
-  from tinyjax.lower.schedule import schedule
   import tinyjax.numpy as tnp
   rows, cols = 48, 64
   col, red = global_range(0, cols), reduce_range(1, rows)
@@ -109,9 +108,8 @@ def test_vector_epilogue_of_transcendentals_is_accurate(epilogue):
   values = (sample(F32, n=rows * cols, seed=13) / 16).astype(F32)
   sums = values.reshape(rows, cols).astype(F64).sum(0)
   if epilogue == "tanh":  # the whole of jnp.tanh, lowered as jit lowers it: bitcasts, exp2, log2, divisions
-    program = tnp.tanh(tnp.asarray(values.reshape(rows, cols)).sum(0)).uop
-    from tinyjax.lower.realize import normalize
-    (only,) = schedule(normalize([program])[0]).kernels
+    compiled = tj.jit(lambda v: tnp.tanh(v.sum(0))).lower(values.reshape(rows, cols))._compiled.schedule.schedule
+    (only,) = compiled.kernels
     ast, want = only.ast, np.tanh(sums)
   else:
     u32 = np.dtype(np.uint32)

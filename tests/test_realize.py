@@ -48,6 +48,66 @@ def test_eager_loop_lowers_and_compiles_once():
   np.testing.assert_allclose(np.asarray(x), expected, rtol=1e-6)
 
 
+def test_eager_constants_are_inputs_so_a_loop_over_values_compiles_once():
+  """An eager program takes its constants as inputs, as JAX's eager operations take their Python scalars: `x * i`
+  over 20 values of `i` is one program (it was one program per value, each lowered and compiled: ~12 ms a step).
+  Values against numpy in float64, every dtype kind; the signed zero, NaN and infinities are values like others."""
+  import tinyjax.numpy as jnp
+  x = jnp.asarray(np.linspace(-2, 2, 7, dtype=np.float32))
+  float((x * 0.5 + 0.25).sum())
+  counters.reset()
+  for step in range(20):
+    value = step / 3 - 1
+    got = float((x * value + step).sum())
+    want = (np.linspace(-2, 2, 7).astype(np.float32).astype(np.float64) * np.float32(value) + step).sum()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+  assert counters.schedules_lowered == 0 and counters.kernels_launched == 20
+  xs = np.asarray(x)
+  for value in (-0.0, 0.0, float("inf"), float("-inf"), float("nan")):
+    with np.errstate(divide="ignore", invalid="ignore"): want = 1 / (xs * np.float32(0) + np.float32(value))
+    np.testing.assert_array_equal(np.asarray(1 / (x * 0 + value)), want)
+  # (1 / (x * 0 + c): one more program, for all five values, lowered here or found in the disk cache)
+  assert counters.schedules_lowered + counters.schedule_disk_hits == 1
+  ints = jnp.arange(6, dtype=jnp.int8).block_until_ready()
+  counters.reset()
+  for shift in (2, 3, 5):  # (not 1, 0 or -1: floor_divide uses those constants itself, the same nodes)
+    want = (np.arange(6, dtype=np.int8) + np.int8(44)) // shift
+    np.testing.assert_array_equal(np.asarray((ints + 300) // shift), want)
+  assert counters.schedules_lowered + counters.schedule_disk_hits == 1  # (300 wraps to 44 in int8, as JAX's)
+  flags = jnp.asarray([True, False, True])
+  np.testing.assert_array_equal(np.asarray(flags & True), [True, False, True])
+  np.testing.assert_array_equal(np.asarray(jnp.where(flags, x[:3], -1.5)), np.where([1, 0, 1], xs[:3], -1.5))
+  halves = jnp.asarray(np.array([1, 2, 3], jnp.bfloat16))
+  np.testing.assert_array_equal(np.asarray(halves * 1.5), np.array([1.5, 3, 4.5], jnp.bfloat16))
+  z = jnp.asarray(np.array([1 + 2j, 3 - 1j], np.complex64))
+  np.testing.assert_allclose(np.asarray(z * (0.5 - 1j)), np.array([1 + 2j, 3 - 1j]) * (0.5 - 1j), rtol=1e-6)
+
+
+def test_eager_constants_stay_literals_in_jit_programs():
+  """jit keeps a Python scalar as a literal of the program (JAX's jaxprs do): one input, and a new value is a new
+  trace; the same function run eagerly reads its constant as an input."""
+  import tinyjax as tj
+  import tinyjax.numpy as jnp
+  x = jnp.ones(4)
+  sched = tj.jit(lambda v: v * 3.0 + 1.0).lower(x)._compiled.schedule.schedule
+  assert sched.n_inputs == 1
+  assert sum(node.op is Ops.CONST for kernel in sched.kernels for node in kernel.ast.toposort) >= 2
+  np.testing.assert_array_equal(np.asarray(tj.jit(lambda v: v * 3.0 + 1.0)(x)), np.full(4, 4.0, np.float32))
+  np.testing.assert_array_equal(np.asarray(x * 3.0 + 1.0), np.full(4, 4.0, np.float32))
+
+
+def test_a_constant_s_buffer_is_never_handed_to_a_donation():
+  """A program that is a constant alone hands out the constant's buffer as its result (an input passed through);
+  donating that array must not write into the buffer the constant keeps for later programs."""
+  import tinyjax as tj
+  import tinyjax.numpy as jnp
+  c = jnp.zeros(()) + 7.0  # (constants alone: the program's one input, passed through or added)
+  bump = tj.jit(lambda v: v * 2.0, donate_argnums=0)
+  np.testing.assert_array_equal(np.asarray(bump(c)), np.float32(14.0))
+  np.testing.assert_array_equal(np.asarray(jnp.zeros(()) + 7.0), np.float32(7.0))
+  np.testing.assert_array_equal(np.asarray(jnp.ones(3) * 7.0), np.full(3, 7.0, np.float32))
+
+
 def test_values_the_program_holds_are_computed_once():
   """State updated eagerly across steps (an optimizer's moments) is kept when a value computed from it is realised,
   so each step computes one step's work: before, a momentum loop recomputed the moments' whole history each step

@@ -30,7 +30,7 @@ from tinyjax.codegen.llvm import render_llvm
 from tinyjax.codegen.opt import amx_bf16
 from tinyjax.devices import CompileStream, LaunchList, compile_cpu_many, compile_worker, cpu_threads
 from tinyjax.devices.cpu import HostProgram
-from tinyjax.devices.device import placement_of, CPU, compute_device, place, runnable
+from tinyjax.devices.device import placement_of, CPU, compute_device, host_buffer, place, runnable
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
 from tinyjax.devices.buffer import Buffer, allocate_buffers, give_block, reinterpret, take_block, shard
 from tinyjax.devices.cache import DiskCache
@@ -139,18 +139,19 @@ _CODE_FINGERPRINT = _code_fingerprint()
 
 
 def normalize(roots: list[UOp], first_param: int = 0, replaced: dict[UOp, UOp] | None = None,
-              order: list[UOp] | None = None) -> tuple[UOp, list[Buffer]]:
+              order: list[UOp] | None = None, constants: bool = False) -> tuple[UOp, list]:
   """Replace BUFFER leaves by PARAMs numbered from `first_param` in order of first use; return the SINK and the
   buffers. (jit numbers its arguments 0.. and the arrays it closed over after them.) `replaced`, when given, is
   filled with each node's normalised node; `order`, when given, is the roots' nodes sources first (`toposort_of`
-  them), so the graph is not walked again."""
+  them), so the graph is not walked again. With `constants` (an eager program: `realize`), CONST leaves are
+  numbered inputs too (their nodes are in the list, where the buffers are): see `program_key`."""
   sink = UOp(Ops.SINK, roots[0].dtype, tuple(roots))
-  buffers: list[Buffer] = []
+  buffers: list = []
   replaced = {} if replaced is None else replaced
   for node in (sink.toposort if order is None else [*order, sink]):
-    if node.op is Ops.BUFFER:
+    if node.op is Ops.BUFFER or (constants and node.op is CONST):
       replaced[node] = UOp(Ops.PARAM, node.dtype, (), (first_param + len(buffers), node.shape))
-      buffers.append(node.arg)
+      buffers.append(node.arg if node.op is Ops.BUFFER else node)
     elif node.src and any(replaced[s] is not s for s in node.src):
       replaced[node] = node.replace(src=tuple(replaced[s] for s in node.src))
     else:
@@ -454,42 +455,68 @@ def realize(roots: list[UOp], order: list[UOp] | None = None) -> list[Buffer]:
   """Compute the given lazy nodes on the device of their inputs (`place`); return one buffer per root. (`order`:
   as `normalize`'s.) The compiled schedule is found by the graph's `program_key`; the normalised graph is only built
   when that misses."""
-  key, inputs = program_key(roots, order)
-  if inputs and all(type(buffer) is Buffer and buffer.device is CPU and not buffer.committed for buffer in inputs):
+  key, inputs, constants = program_key(roots, order)
+  buffers = [inputs[i] for i in range(len(inputs)) if i not in constants] if constants else inputs
+  if buffers and all(type(buffer) is Buffer and buffer.device is CPU and not buffer.committed for buffer in buffers):
     device, committed, replicated = CPU, False, None  # (`place`'s answer for plain host buffers, found cheaply)
   else:
-    device, committed, replicated = place([placement_of(buffer) for buffer in inputs])
-    inputs = [runnable(buffer, device) for buffer in inputs]
+    device, committed, replicated = place([placement_of(buffer) for buffer in buffers])
+    inputs = [buffer if i in constants else runnable(buffer, device) for i, buffer in enumerate(inputs)]
+  for i in constants: inputs[i] = constant_buffer(inputs[i], device)
   if (compiled := _memory_cache.get((key, device))) is None:
-    compiled = get_schedule(normalize(roots, order=order)[0], device)
+    compiled = get_schedule(normalize(roots, order=order, constants=True)[0], device)
     if len(_memory_cache) >= _MEMORY_CACHE_LIMIT: del _memory_cache[next(iter(_memory_cache))]
     _memory_cache[(key, device)] = compiled
   outputs = run_schedule(compiled, inputs)
   return place_outputs(outputs, inputs, device, committed, replicated)
 
 
-def program_key(roots: list[UOp], order: list[UOp] | None = None) -> tuple[tuple, list[Buffer]]:
-  """What `normalize` gives, as a tuple instead of a graph (eager code realises a new graph each time; building its
-  normalised copy node by node cost more than the rest of an eager op): one entry per node, sources first, naming its
-  sources by position and each buffer by its dtype and shape alone (they are numbered in order of first use, as
-  normalize numbers its PARAMs), then the roots' positions; and the buffers."""
+def program_key(roots: list[UOp], order: list[UOp] | None = None) -> tuple[tuple, list, set[int]]:
+  """What `normalize(constants=True)` gives, as a tuple instead of a graph (eager code realises a new graph each
+  time; building its normalised copy node by node cost more than the rest of an eager op): one entry per node,
+  sources first, naming its sources by position and each buffer by its dtype and shape alone (they are numbered in
+  order of first use, as normalize numbers its PARAMs), then the roots' positions; the inputs; and which of them are
+  constants (their CONST nodes, for `constant_buffer`).
+
+  A constant is an input like a buffer, named by its dtype alone: eager `x * 2.0` takes its 2.0 as JAX's eager
+  operations take a Python scalar, as an argument, so `x * i` in a Python loop over `i` is one program, compiled
+  once, not a program per value. (jit's programs keep theirs as literals, as JAX's jaxprs do.)"""
   index: dict[UOp, int] = {}
   position = index.__getitem__
   entries: list[tuple] = []
-  buffers: list[Buffer] = []
+  inputs: list = []
+  constants: set[int] = set()
   for node in (toposort_of(roots) if order is None else order):
     op, arg = node.op, node.arg
     if op is BUFFER:
       entries.append((BUFFER, node.dtype, node.shape))
-      buffers.append(arg)
+      inputs.append(arg)
+    elif op is CONST:
+      entries.append((CONST, node.dtype))
+      constants.add(len(inputs))
+      inputs.append(node)
     else:
       entries.append((op, node.dtype, tuple(map(position, node.src)), arg_key(arg)))
     index[node] = len(index)
   entries.append(tuple(map(position, roots)))
-  return tuple(entries), buffers
+  return tuple(entries), inputs, constants
 
 
-BUFFER = Ops.BUFFER
+def constant_buffer(node: UOp, device) -> Buffer:
+  """A 0-d buffer on `device` holding the value of CONST `node`, made once per node and device (eager code reuses its
+  constants' nodes: lax/_base.py `full`). Never written: a program reads its inputs, and an output that is an input
+  is handed out as it is (donating it copies: jit sees the reference kept here)."""
+  made = node.__dict__.get("buffers")
+  if made is None: made = node.__dict__["buffers"] = {}
+  buffer = made.get(device)
+  if buffer is None:
+    host = np.array(node.arg, node.dtype)
+    host.flags.writeable = False
+    buffer = made[device] = host_buffer(host, device)
+  return buffer
+
+
+BUFFER, CONST = Ops.BUFFER, Ops.CONST
 
 
 def place_outputs(outputs: list[Buffer], inputs: list[Buffer], device, committed: bool = False,
