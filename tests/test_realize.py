@@ -101,9 +101,11 @@ def test_a_constant_s_buffer_is_never_handed_to_a_donation():
   donating that array must not write into the buffer the constant keeps for later programs."""
   import tinyjax as tj
   import tinyjax.numpy as jnp
-  c = jnp.zeros(()) + 7.0  # (constants alone: the program's one input, passed through or added)
+  c = jnp.full((), 7.0).block_until_ready()  # (a constant alone: the program's input, passed through)
   bump = tj.jit(lambda v: v * 2.0, donate_argnums=0)
   np.testing.assert_array_equal(np.asarray(bump(c)), np.float32(14.0))
+  assert c.is_deleted()
+  np.testing.assert_array_equal(np.asarray(jnp.full((), 7.0)), np.float32(7.0))
   np.testing.assert_array_equal(np.asarray(jnp.zeros(()) + 7.0), np.float32(7.0))
   np.testing.assert_array_equal(np.asarray(jnp.ones(3) * 7.0), np.full(3, 7.0, np.float32))
 
