@@ -110,6 +110,42 @@ def test_a_constant_s_buffer_is_never_handed_to_a_donation():
   np.testing.assert_array_equal(np.asarray(jnp.ones(3) * 7.0), np.full(3, 7.0, np.float32))
 
 
+def test_one_operation_over_buffers_runs_by_its_signature(monkeypatch):
+  """Realising one operation over computed arrays, constants and views of them (`float(x[0])`, `x.sum()`,
+  `x * x.T`, `a @ b`) runs its program found by the operation's signature (`run_one_op`), not through `realize`'s
+  walks; values against numpy in float64, the same leaf read through two views, a pass-through reshape; a lazy
+  operand (a graph of two operations) still goes through `realize`."""
+  import tinyjax.numpy as jnp
+  from tinyjax.lower import realize as realize_module
+  rng = np.random.default_rng(0)
+  a_host, b_host = rng.standard_normal((5, 5)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)
+  a, b = jnp.asarray(a_host), jnp.asarray(b_host)
+  from tinyjax.trace import sharding_types
+  # (once a test placed a NamedSharding, primitives run op by op: a @ b is then several operations)
+  monkeypatch.setattr(sharding_types, "_enabled", [False])
+  from tinyjax.trace import core
+  monkeypatch.setattr(core, "_sharding_enabled", sharding_types._enabled)
+  calls = []
+  original = realize_module.realize
+  monkeypatch.setattr(realize_module, "realize", lambda *args: calls.append(args) or original(*args))
+  a64, b64 = a_host.astype(np.float64), b_host.astype(np.float64)
+  np.testing.assert_allclose(float(a[2, 3]), a64[2, 3])
+  np.testing.assert_allclose(float(a.sum()), a64.sum(), rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(a * a.T), a64 * a64.T, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(a @ b), a64 @ b64, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(a * 2.5), a64 * 2.5, rtol=1e-6)
+  np.testing.assert_array_equal(np.asarray(a.reshape(25)), a_host.reshape(25))
+  np.testing.assert_array_equal(np.asarray(jnp.maximum(b, 0.0)), np.maximum(b_host, 0))
+  assert not calls
+  np.testing.assert_allclose(float((a * 2.0 + 1.0).sum()), (a64 * 2 + 1).sum(), rtol=1e-6)
+  assert len(calls) == 1
+  m = a * 3.0  # held by the program: a graph built on it before it is computed then reads its buffer
+  later = m + 1.0
+  np.testing.assert_allclose(np.asarray(m), a64 * 3, rtol=1e-6)
+  assert m.is_realized and later.uop.src[0].op is Ops.BUFFER
+  np.testing.assert_allclose(np.asarray(later), a64 * 3 + 1, rtol=1e-6)
+
+
 def test_values_the_program_holds_are_computed_once():
   """State updated eagerly across steps (an optimizer's moments) is kept when a value computed from it is realised,
   so each step computes one step's work: before, a momentum loop recomputed the moments' whole history each step

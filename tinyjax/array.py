@@ -220,16 +220,26 @@ def realize_arrays(arrays: list[Array]) -> None:
   values on the way that other live arrays hold (`held_arrays`)."""
   pending = [a for a in arrays if a.uop.op is not Ops.BUFFER]
   if not pending: return
+  from tinyjax.lower.realize import realize, run_one_op  # (lower/ sits beside array.py; imported late: start-up)
+  if len(pending) == 1 and pending[0]._named is None:  # one operation over buffers: nothing on the way to keep
+    node = pending[0].uop
+    if (buffer := run_one_op(node)) is not None:
+      _keep(pending[0], node, buffer, True)
+      return
   held, reading, order = held_arrays(pending)
   pending += held
-  from tinyjax.lower.realize import realize  # lower/ sits beside array.py; imported late to keep start-up small
   buffers = realize([a.uop for a in pending], order)
   for array, buffer in zip(pending, buffers):
     if array._named is not None and buffer.device.platform == "cpu":  # computed from sharded arrays: laid out so
       from tinyjax.devices.buffer import shard
       buffer = shard(buffer, array._named)
-    node = array.uop
-    if buffer._node is None and node.__dict__.get("held_by") is not None and node in reading:
-      node.become_buffer(buffer)  # (graphs built on the lazy node now read the result: see UOp.become_buffer)
-    else:
-      array.uop = UOp(Ops.BUFFER, buffer.dtype, (), buffer)
+    _keep(array, array.uop, buffer, array.uop in reading)
+
+
+def _keep(array: Array, node: UOp, buffer, reads_buffers: bool) -> None:
+  """Make `array` hold `buffer`, the value of its lazy `node` (whose computation reads some buffer, or only
+  constants)."""
+  if buffer._node is None and node.__dict__.get("held_by") is not None and reads_buffers:
+    node.become_buffer(buffer)  # (graphs built on the lazy node now read the result: see UOp.become_buffer)
+  else:
+    array.uop = UOp(Ops.BUFFER, buffer.dtype, (), buffer)

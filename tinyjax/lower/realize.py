@@ -43,7 +43,7 @@ from tinyjax.lower.schedule import (HostCall, Kernel, Loop, Schedule, Switch, ex
                                     kernels_of, schedule, structure_key)
 from tinyjax.profiler import kernel_flops, record_launch, roofline
 from tinyjax.profiler import open_profiles as _profiles  # (a list: checking it is cheaper than a call)
-from tinyjax.uop import Ops, UOp, arg_key, pretty, toposort_of
+from tinyjax.uop import MOVEMENT, Ops, UOp, arg_key, pretty, toposort_of
 
 
 @dataclass
@@ -469,6 +469,50 @@ def realize(roots: list[UOp], order: list[UOp] | None = None) -> list[Buffer]:
     _memory_cache[(key, device)] = compiled
   outputs = run_schedule(compiled, inputs)
   return place_outputs(outputs, inputs, device, committed, replicated)
+
+
+# (op, dtype, arg, operands' signatures) -> the function running that one-operation program on its inputs
+_one_op_programs: dict[tuple, Callable[[list], Buffer]] = {}
+
+
+def run_one_op(node: UOp) -> Buffer | None:
+  """Compute `node`, one operation over host buffers, constants and views of them (movement ops: an index `x[0]`, a
+  broadcast scalar, a transpose), at least one a buffer: its result's buffer, or None for any other graph. The
+  program is found by the operation's signature (one tuple, no walk of the graph) and run through jit's direct
+  runner: `float(x[0])` or `float(x.sum())` on an array already computed cost ~23 us as a graph realised by
+  `realize` (its walks, keys and frees are per node, with a fixed part this skips), ~4 us here."""
+  signature, inputs, leaves = [node.op, node.dtype, node.arg], [], []
+  buffers = False
+  for src in node.src:
+    leaf, chain = src, ()
+    while leaf.op in MOVEMENT:
+      chain += (leaf.op, leaf.arg)
+      leaf = leaf.src[0]
+    if leaf in leaves: signature.append((leaves.index(leaf), chain))  # (read twice, x * x.T: one input)
+    elif leaf.op is BUFFER:
+      buffer = leaf.arg
+      if type(buffer) is not Buffer or buffer.device is not CPU or buffer.committed: return None
+      signature.append((buffer.dtype, buffer.shape, chain))
+      inputs.append(buffer)
+      leaves.append(leaf)
+      buffers = True
+    elif leaf.op is CONST:
+      signature.append((leaf.dtype, chain))
+      inputs.append(constant_buffer(leaf, CPU))
+      leaves.append(leaf)
+    else:
+      return None
+  if not buffers: return None  # (constants alone: where they go is the default device's to say)
+  if type(signature[2]) is not tuple and signature[2] is not None: signature[2] = arg_key(signature[2])
+  key = tuple(signature)
+  if _profiles or DEBUG >= 1:  # (each launch timed and recorded)
+    return run_schedule(get_schedule(normalize([node], constants=True)[0], CPU), inputs)[0]
+  if (run := _one_op_programs.get(key)) is None:
+    compiled = get_schedule(normalize([node], constants=True)[0], CPU)
+    run = direct_runner(compiled, len(inputs), []) or (lambda buffers: run_schedule(compiled, buffers)[0])
+    if len(_one_op_programs) >= _MEMORY_CACHE_LIMIT: _one_op_programs.clear()
+    _one_op_programs[key] = run
+  return run(inputs)
 
 
 def program_key(roots: list[UOp], order: list[UOp] | None = None) -> tuple[tuple, list, set[int]]:
