@@ -146,6 +146,35 @@ def test_one_operation_over_buffers_runs_by_its_signature(monkeypatch):
   np.testing.assert_allclose(np.asarray(later), a64 * 3 + 1, rtol=1e-6)
 
 
+def test_eager_indexing_at_many_places_is_one_program():
+  """Eager `x[i]`, `x[i, j]`, `x[a:b]` and `lax.dynamic_slice` at Python ints read at starts held in an input (JAX's
+  eager indexing takes its indices as arguments): a loop over the places is one program per block shape (and one for
+  the block at 0, a plain slice), not one per place; values against numpy, negative starts, clamping as JAX's. Under
+  jit the same indices are static slices."""
+  import tinyjax as tj
+  import tinyjax.numpy as jnp
+  from tinyjax import lax
+  host = np.arange(120, dtype=np.float32).reshape(30, 4)
+  x = jnp.asarray(host)
+  float(x[1, 2]), float(x[0, 2]), np.asarray(x[3:6]), np.asarray(x[0:3])  # (each kind's programs, once)
+  counters.reset()
+  for i in range(1, 30):
+    assert float(x[i, 2]) == host[i, 2] and float(x[-i, 1]) == host[-i, 1]
+    np.testing.assert_array_equal(np.asarray(x[i]), host[i])
+  for i in range(1, 10):
+    np.testing.assert_array_equal(np.asarray(x[3 * i:3 * i + 3]), host[3 * i:3 * i + 3])
+    np.testing.assert_array_equal(np.asarray(lax.dynamic_slice(x, (3 * i, 1), (3, 2))), host[3 * i:3 * i + 3, 1:3])
+  assert counters.schedules_lowered + counters.schedule_disk_hits <= 3  # (x[i] and the dynamic slice: new shapes)
+  np.testing.assert_array_equal(np.asarray(lax.dynamic_slice(x, (28, 3), (5, 2))), host[25:30, 2:4])  # (clamped)
+  np.testing.assert_array_equal(np.asarray(x[100]), host[29])  # (JAX clamps an out-of-range read)
+  jaxpr = str(tj.make_jaxpr(lambda v: v[3, 1:3])(x))
+  assert "slice" in jaxpr and "gather" not in jaxpr
+  np.testing.assert_array_equal(np.asarray(tj.jit(lambda v: v[7])(x)), host[7])
+  want = np.zeros((30, 4), np.float32)
+  want[5, 1] = 2.0
+  np.testing.assert_array_equal(np.asarray(tj.grad(lambda v: v[5, 1] * 2.0)(x)), want)
+
+
 def test_values_the_program_holds_are_computed_once():
   """State updated eagerly across steps (an optimizer's moments) is kept when a value computed from it is realised,
   so each step computes one step's work: before, a momentum loop recomputed the moments' whole history each step

@@ -25,7 +25,7 @@ from tinyjax.lax._base import canonicalize_axis, cast, expand_raw, full, is_arra
 from tinyjax.lax._elementwise import _add, _and, _eq, _fdiv, _lt, _mul, _where
 from tinyjax.lax._shape import concatenate, iota_along, shrink_raw
 from tinyjax.trace import ad, batching
-from tinyjax.trace.core import bind
+from tinyjax.trace.core import EvalTrace, bind, current_trace
 from tinyjax.uop import Ops, ScatterArg
 
 SCATTER_MODES = ("set", "add", "mul", "min", "max")
@@ -248,18 +248,28 @@ def _check_sizes(name: str, operand: Array, sizes: Sequence[int]) -> tuple[int, 
   return sizes
 
 
+def slice_at(operand: Array, starts: Sequence[int], sizes: Sequence[int]) -> Array:
+  """The block of `sizes` at `starts` (in range: checked and clamped by the caller). Traced, a SHRINK (free: index
+  arithmetic in whatever reads it). Eagerly, where some start is not 0, a GATHER at the starts held in a buffer, an
+  input of the program as JAX's eager indexing takes its indices: `x[i]` or `x[i * n:(i + 1) * n]` in a Python loop
+  is one program, not one lowered and compiled per `i` (~4 ms each). (Not of an array placed with a sharding: a slice
+  keeps its operand's, trace/sharding_types.py.)"""
+  if type(current_trace.get()) is not EvalTrace or not any(starts) or operand.ndim == 0 or \
+      getattr(operand, "_named", None) is not None or getattr(operand.uop.arg, "sharding", None) is not None:
+    return shrink_raw(operand, [(start, start + size) for start, size in zip(starts, sizes)])
+  return gather_raw(operand, Array.from_numpy(np.array(starts, np.int32)), sizes)
+
+
 def dynamic_slice(operand: Any, start_indices: Any, slice_sizes: Sequence[int]) -> Array:
   """The slice of `operand` of shape `slice_sizes` starting at `start_indices` (traced values allowed; negative
   starts count from the end; each start is clamped so the slice fits, as JAX)."""
   operand = to_array(operand)
   sizes = _check_sizes("dynamic_slice", operand, slice_sizes)
   starts = _start_indices("dynamic_slice", operand, start_indices)
-  if all(isinstance(s, int) for s in starts):  # concrete starts: a plain slice (free: index arithmetic)
-    bounds = []
-    for start, size, dim in zip(starts, sizes, operand.shape):
-      start = min(max(start + dim if start < 0 else start, 0), dim - size)
-      bounds.append((start, start + size))
-    return shrink_raw(operand, bounds)
+  if all(isinstance(s, int) for s in starts):  # concrete starts: a plain slice (or a gather eagerly: `slice_at`)
+    starts = [min(max(start + dim if start < 0 else start, 0), dim - size)
+              for start, size, dim in zip(starts, sizes, operand.shape)]
+    return slice_at(operand, starts, sizes)
   if operand.ndim == 0: return operand
   return gather_raw(operand, _starts_array(starts, operand.shape), sizes)
 

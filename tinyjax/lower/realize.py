@@ -477,13 +477,19 @@ _one_op_programs: dict[tuple, Callable[[list], Buffer]] = {}
 
 def run_one_op(node: UOp) -> Buffer | None:
   """Compute `node`, one operation over host buffers, constants and views of them (movement ops: an index `x[0]`, a
-  broadcast scalar, a transpose), at least one a buffer: its result's buffer, or None for any other graph. The
-  program is found by the operation's signature (one tuple, no walk of the graph) and run through jit's direct
-  runner: `float(x[0])` or `float(x.sum())` on an array already computed cost ~23 us as a graph realised by
-  `realize` (its walks, keys and frees are per node, with a fixed part this skips), ~4 us here."""
-  signature, inputs, leaves = [node.op, node.dtype, node.arg], [], []
+  broadcast scalar, a transpose), or a view of such an operation's result (the reshape of `x[i]`'s gather), at least
+  one a buffer: its result's buffer, or None for any other graph. The program is found by the operation's signature
+  (one tuple, no walk of the graph) and run through jit's direct runner: `float(x[0])` or `float(x.sum())` on an
+  array already computed cost ~23 us as a graph realised by `realize` (its walks, keys and frees are per node, with a
+  fixed part this skips), ~4 us here."""
+  core, view = node, ()
+  while core.op in MOVEMENT:
+    view += (core.op, core.arg)
+    core = core.src[0]
+  if core.op is BUFFER or core.op is CONST: core, view = node, ()  # (a view of a buffer: the view is the operation)
+  signature, inputs, leaves = [view, core.op, core.dtype, core.arg], [], []
   buffers = False
-  for src in node.src:
+  for src in core.src:
     leaf, chain = src, ()
     while leaf.op in MOVEMENT:
       chain += (leaf.op, leaf.arg)
@@ -503,7 +509,7 @@ def run_one_op(node: UOp) -> Buffer | None:
     else:
       return None
   if not buffers: return None  # (constants alone: where they go is the default device's to say)
-  if type(signature[2]) is not tuple and signature[2] is not None: signature[2] = arg_key(signature[2])
+  if type(signature[3]) is not tuple and signature[3] is not None: signature[3] = arg_key(signature[3])
   key = tuple(signature)
   if _profiles or DEBUG >= 1:  # (each launch timed and recorded)
     return run_schedule(get_schedule(normalize([node], constants=True)[0], CPU), inputs)[0]

@@ -1,10 +1,12 @@
 """Indexing: `x[...]`, `x.at[...]`, `take` and `take_along_axis`, with numpy's rules and JAX's out-of-bounds modes.
 
 Basic indices (integers, slices with any step, None, Ellipsis) are movement ops: FLIP, SHRINK, PAD and RESHAPE,
-free until lowering. Integer arrays and boolean masks (concrete ones, turned into integer arrays with `nonzero`) are
-advanced indices: the basic part is applied first, then one GATHER reads the indexed axes (moved to the front) at the
-broadcast index arrays, and the result's axes are laid out as numpy does (the broadcast index shape replaces the
-indexed axes when they are adjacent in the index, else it goes first). Reads clamp out-of-bounds indices, as JAX.
+free until lowering; eagerly, a block away from the start is read by a GATHER at starts held in an input
+(lax/_slicing.py `slice_at`), so a Python loop over places is one program. Integer arrays and boolean masks
+(concrete ones, turned into integer arrays with `nonzero`) are advanced indices: the basic part is applied first, then
+one GATHER reads the indexed axes (moved to the front) at the broadcast index arrays, and the result's axes are laid
+out as numpy does (the broadcast index shape replaces the indexed axes when they are adjacent in the index, else it
+goes first). Reads clamp out-of-bounds indices, as JAX.
 
 `x.at[index].set/add/...` is one SCATTER over every axis of x: integer arrays and integers index their axis, a slice
 of step 1 is a window of the update, any other slice an index array of its own; updates are broadcast to the shape
@@ -24,7 +26,7 @@ from tinyjax.array import Array
 from tinyjax.lax import _shape as lax_shape
 from tinyjax.lax._base import cast, expand_raw, full, reshape_raw, to_array
 from tinyjax.lax._elementwise import _add, _and, _lt, _where
-from tinyjax.lax._slicing import gather_raw, scatter_raw, stack_columns
+from tinyjax.lax._slicing import gather_raw, scatter_raw, slice_at, stack_columns
 from tinyjax.numpy._shape import broadcast_to
 from tinyjax.trace.core import Primitive, Tracer
 
@@ -315,7 +317,10 @@ def _basic_getitem(x: Array, items: list[Any]) -> Array:
       limits.append(position + 1)
       strides.append(1)
   result = lax_shape.flip_raw(x, flips)
-  result = lax_shape.strided_slice_raw(result, starts, limits, strides)
+  if all(stride == 1 for stride in strides) and all(out_shape):  # (a block: eagerly read at starts, `slice_at`)
+    result = slice_at(result, starts, [limit - start for start, limit in zip(starts, limits)])
+  else:
+    result = lax_shape.strided_slice_raw(result, starts, limits, strides)
   return reshape_raw(result, out_shape)
 
 
