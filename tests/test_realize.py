@@ -165,6 +165,12 @@ def test_eager_indexing_at_many_places_is_one_program():
     np.testing.assert_array_equal(np.asarray(x[3 * i:3 * i + 3]), host[3 * i:3 * i + 3])
     np.testing.assert_array_equal(np.asarray(lax.dynamic_slice(x, (3 * i, 1), (3, 2))), host[3 * i:3 * i + 3, 1:3])
   assert counters.schedules_lowered + counters.schedule_disk_hits <= 3  # (x[i] and the dynamic slice: new shapes)
+  counters.reset()
+  for i in range(-32, 32):  # indexed updates too; out of range: dropped, as JAX's
+    want = host.copy()
+    if -30 <= i < 30: want[i, 1] = i
+    np.testing.assert_array_equal(np.asarray(x.at[i, 1].set(float(i))), want)
+  assert counters.schedules_lowered + counters.schedule_disk_hits == 1
   np.testing.assert_array_equal(np.asarray(lax.dynamic_slice(x, (28, 3), (5, 2))), host[25:30, 2:4])  # (clamped)
   np.testing.assert_array_equal(np.asarray(x[100]), host[29])  # (JAX clamps an out-of-range read)
   jaxpr = str(tj.make_jaxpr(lambda v: v[3, 1:3])(x))

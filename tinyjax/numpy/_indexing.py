@@ -28,7 +28,7 @@ from tinyjax.lax._base import cast, expand_raw, full, reshape_raw, to_array
 from tinyjax.lax._elementwise import _add, _and, _lt, _where
 from tinyjax.lax._slicing import gather_raw, scatter_raw, slice_at, stack_columns
 from tinyjax.numpy._shape import broadcast_to
-from tinyjax.trace.core import Primitive, Tracer
+from tinyjax.trace.core import EvalTrace, Primitive, Tracer, current_trace
 
 
 class NonConcreteBooleanIndexError(IndexError):
@@ -355,6 +355,10 @@ def scatter_update(x: Array, index: Any, values: Any, mode: str, out_of_bounds: 
     flat = scatter_update(reshape_raw(x, (1,)), (slice(None), *items), values, mode, out_of_bounds, unique_indices)
     return reshape_raw(flat, ())
   items = _expand_index(x.shape, index)
+  if type(current_trace.get()) is EvalTrace:  # eagerly, integers as index arrays held in inputs: `x.at[i].set(v)` in
+    # a Python loop over i is one program, not one per place (their layout is an integer's: the index block has no axes)
+    items = [_Advanced(Array.from_numpy(np.array(item, np.int32))) if type(item) is int and
+             -2 ** 31 <= item < 2 ** 31 else item for item in items]
   arrays = [item.array for item in items if isinstance(item, _Advanced)]
   return _SCATTERS[mode].bind(x, values, *arrays, index=IndexSpec.of(items), out_of_bounds=out_of_bounds,
                               unique_indices=unique_indices)
