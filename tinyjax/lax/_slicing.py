@@ -257,7 +257,16 @@ def slice_at(operand: Array, starts: Sequence[int], sizes: Sequence[int]) -> Arr
   if type(current_trace.get()) is not EvalTrace or not any(starts) or operand.ndim == 0 or \
       getattr(operand, "_named", None) is not None or getattr(operand.uop.arg, "sharding", None) is not None:
     return shrink_raw(operand, [(start, start + size) for start, size in zip(starts, sizes)])
-  return gather_raw(operand, Array.from_numpy(np.array(starts, np.int32)), sizes)
+  key = tuple(starts)
+  if (indices := _EAGER_STARTS.get(key)) is None:
+    if len(_EAGER_STARTS) >= _EAGER_STARTS_MAX: _EAGER_STARTS.clear()
+    indices = _EAGER_STARTS[key] = Array.from_numpy(np.array(starts, np.int32))
+  return gather_raw(operand, indices, sizes)
+
+
+# eager starts' index arrays by their values (`x[0]` read again and again builds its buffer once)
+_EAGER_STARTS: dict[tuple, Array] = {}
+_EAGER_STARTS_MAX = 4096
 
 
 def dynamic_slice(operand: Any, start_indices: Any, slice_sizes: Sequence[int]) -> Array:
