@@ -25,6 +25,7 @@ from tinyjax.lax._base import canonicalize_axis, cast, expand_raw, full, is_arra
 from tinyjax.lax._elementwise import _add, _and, _eq, _fdiv, _lt, _mul, _where
 from tinyjax.lax._shape import concatenate, iota_along, shrink_raw
 from tinyjax.trace import ad, batching
+from tinyjax.devices.device import default_device
 from tinyjax.trace.core import EvalTrace, bind, current_trace
 from tinyjax.uop import Ops, ScatterArg
 
@@ -257,16 +258,21 @@ def slice_at(operand: Array, starts: Sequence[int], sizes: Sequence[int]) -> Arr
   if type(current_trace.get()) is not EvalTrace or not any(starts) or operand.ndim == 0 or \
       getattr(operand, "_named", None) is not None or getattr(operand.uop.arg, "sharding", None) is not None:
     return shrink_raw(operand, [(start, start + size) for start, size in zip(starts, sizes)])
-  key = tuple(starts)
-  if (indices := _EAGER_STARTS.get(key)) is None:
-    if len(_EAGER_STARTS) >= _EAGER_STARTS_MAX: _EAGER_STARTS.clear()
-    indices = _EAGER_STARTS[key] = Array.from_numpy(np.array(starts, np.int32))
-  return gather_raw(operand, indices, sizes)
+  return gather_raw(operand, eager_indices(tuple(starts)), sizes)
 
 
-# eager starts' index arrays by their values (`x[0]` read again and again builds its buffer once)
-_EAGER_STARTS: dict[tuple, Array] = {}
-_EAGER_STARTS_MAX = 4096
+def eager_indices(values: tuple[int, ...]) -> Array:
+  """An int32 array of the Python ints `values` on the default device, as eager indexing takes its indices; made once
+  per values and device (`x[0]` read again and again builds its buffer once)."""
+  key = (values, default_device())
+  if (indices := _EAGER_INDICES.get(key)) is None:
+    if len(_EAGER_INDICES) >= _EAGER_INDICES_MAX: _EAGER_INDICES.clear()
+    indices = _EAGER_INDICES[key] = Array.from_numpy(np.array(values, np.int32))
+  return indices
+
+
+_EAGER_INDICES: dict[tuple, Array] = {}
+_EAGER_INDICES_MAX = 4096
 
 
 def dynamic_slice(operand: Any, start_indices: Any, slice_sizes: Sequence[int]) -> Array:

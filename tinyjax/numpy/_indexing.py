@@ -357,6 +357,7 @@ def scatter_update(x: Array, index: Any, values: Any, mode: str, out_of_bounds: 
   items = _expand_index(x.shape, index)
   if type(current_trace.get()) is EvalTrace:  # eagerly, integers as index arrays held in inputs: `x.at[i].set(v)` in
     # a Python loop over i is one program, not one per place (their layout is an integer's: the index block has no axes)
+    # (a buffer each, not `eager_indices`' shared ones: x.at[1, 1] would read one buffer twice, another program)
     items = [_Advanced(Array.from_numpy(np.array(item, np.int32))) if type(item) is int and
              -2 ** 31 <= item < 2 ** 31 else item for item in items]
   arrays = [item.array for item in items if isinstance(item, _Advanced)]
