@@ -186,3 +186,14 @@ def test_bad_keys_and_dtypes():
     random.uniform(random.PRNGKey(0), (3,), minval=tnp.zeros(4))
   with pytest.raises(TypeError):
     random.normal("not a key")
+
+
+@pytest.mark.parametrize("sample", [lambda k: random.uniform(k, (4,), dtype=tnp.float64),
+                                    lambda k: random.normal(k, (4,), dtype=tnp.float64),
+                                    lambda k: random.randint(k, (4,), 0, 9, dtype=tnp.int64),
+                                    lambda k: random.bits(k, (4,), dtype=tnp.uint64)])
+def test_64_bit_dtypes_without_x64_warn_and_truncate(sample):
+  """As JAX: a 64-bit dtype asked of a sampler while jax_enable_x64 is off is a UserWarning, and the 32-bit dtype."""
+  with pytest.warns(UserWarning, match="Explicitly requested dtype .*64 is not available"):
+    values = sample(random.key(0))
+  assert values.dtype.itemsize == 4

@@ -289,7 +289,7 @@ def clone(key: Any) -> Any:
 # ------------------------------------------------------------------------------------------------- samplers
 
 def _float_dtype(name: str, dtype: Any) -> np.dtype:
-  dtype = dtypes.canonicalize_dtype(dtypes.dtype(dtypes.default_float_dtype() if dtype is None else dtype))
+  dtype = dtypes.default_float_dtype() if dtype is None else dtypes.check_user_dtype_supported(dtype)
   if not dtypes.issubdtype(dtype, np.floating):
     raise ValueError(f"dtype argument to `{name}` must be a float dtype, got {dtype}")
   return dtype
@@ -311,7 +311,7 @@ def _check_shape(name: str, shape: tuple[int, ...], *param_shapes: tuple[int, ..
 def bits(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array:
   """Uniformly random unsigned integers of `dtype` (default uint32) and `shape`."""
   data, _ = _key("bits", key)
-  dtype = np.dtype(np.uint32) if dtype is None else dtypes.canonicalize_dtype(dtypes.dtype(dtype))
+  dtype = np.dtype(np.uint32) if dtype is None else dtypes.check_user_dtype_supported(dtype)
   if dtype.kind != "u":
     raise TypeError(f"dtype argument to `bits` must be an unsigned int dtype, got {dtype}")
   return _random_bits(data, dtype.itemsize * 8, _shape(shape))
@@ -380,7 +380,7 @@ def randint(key: Any, shape: Sequence[int], minval: Any, maxval: Any, dtype: Any
   double-width remainder of random bits, so the same key gives the same integers as JAX."""
   data, _ = _key("randint", key)
   shape = _shape(shape)
-  dtype = dtypes.canonicalize_dtype(dtypes.dtype(dtypes.default_int_dtype() if dtype is None else dtype))
+  dtype = dtypes.default_int_dtype() if dtype is None else dtypes.check_user_dtype_supported(dtype)
   if not dtypes.issubdtype(dtype, np.integer): raise TypeError(f"randint only accepts integer dtypes, got {dtype}")
   _check_shape("randint", shape, np.shape(minval), np.shape(maxval))
   def as_int(value: Any) -> Array:
@@ -522,7 +522,7 @@ def truncated_normal(key: Any, lower: Any, upper: Any, shape: Sequence[int] | No
 def rademacher(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array:
   """Random -1 / +1 values (integer dtype, default int32)."""
   data, _ = _key("rademacher", key)
-  dtype = dtypes.canonicalize_dtype(dtypes.dtype(dtypes.default_int_dtype() if dtype is None else dtype))
+  dtype = dtypes.default_int_dtype() if dtype is None else dtypes.check_user_dtype_supported(dtype)
   heads = lax.lt(_uniform(data, _shape(shape), np.dtype(np.float32), 0.0, 1.0), full(_shape(shape), 0.5,
                                                                                         np.float32))
   return lax.sub(lax.mul(cast(heads, dtype, False), full(_shape(shape), 2, dtype)), full(_shape(shape), 1, dtype))
