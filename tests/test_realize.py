@@ -96,7 +96,7 @@ def test_eager_constants_stay_literals_in_jit_programs():
   np.testing.assert_array_equal(np.asarray(x * 3.0 + 1.0), np.full(4, 4.0, np.float32))
 
 
-def test_a_constant_s_buffer_is_never_handed_to_a_donation():
+def test_a_constant_s_buffer_is_never_handed_to_a_donation(on_cpu):  # (donation is the CPU's)
   """A program that is a constant alone hands out the constant's buffer as its result (an input passed through);
   donating that array must not write into the buffer the constant keeps for later programs."""
   import tinyjax as tj
@@ -110,7 +110,7 @@ def test_a_constant_s_buffer_is_never_handed_to_a_donation():
   np.testing.assert_array_equal(np.asarray(jnp.ones(3) * 7.0), np.full(3, 7.0, np.float32))
 
 
-def test_one_operation_over_buffers_runs_by_its_signature(monkeypatch):
+def test_one_operation_over_buffers_runs_by_its_signature(monkeypatch, on_cpu):  # (the CPU's fast path)
   """Realising one operation over computed arrays, constants and views of them (`float(x[0])`, `x.sum()`,
   `x * x.T`, `a @ b`) runs its program found by the operation's signature (`run_one_op`), not through `realize`'s
   walks; values against numpy in float64, the same leaf read through two views, a pass-through reshape; a lazy
