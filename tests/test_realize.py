@@ -70,9 +70,9 @@ def test_eager_constants_are_inputs_so_a_loop_over_values_compiles_once():
   assert counters.schedules_lowered + counters.schedule_disk_hits == 1
   ints = jnp.arange(6, dtype=jnp.int8).block_until_ready()
   counters.reset()
-  for shift in (2, 3, 5):  # (not 1, 0 or -1: floor_divide uses those constants itself, the same nodes)
-    want = (np.arange(6, dtype=np.int8) + np.int8(44)) // shift
-    np.testing.assert_array_equal(np.asarray((ints + 300) // shift), want)
+  for factor in (2, 3, 5):
+    want = (np.arange(6, dtype=np.int8) + np.int8(44)) * np.int8(factor)
+    np.testing.assert_array_equal(np.asarray((ints + 300) * factor), want)
   assert counters.schedules_lowered + counters.schedule_disk_hits == 1  # (300 wraps to 44 in int8, as JAX's)
   flags = jnp.asarray([True, False, True])
   np.testing.assert_array_equal(np.asarray(flags & True), [True, False, True])
@@ -81,6 +81,38 @@ def test_eager_constants_are_inputs_so_a_loop_over_values_compiles_once():
   np.testing.assert_array_equal(np.asarray(halves * 1.5), np.array([1.5, 3, 4.5], jnp.bfloat16))
   z = jnp.asarray(np.array([1 + 2j, 3 - 1j], np.complex64))
   np.testing.assert_allclose(np.asarray(z * (0.5 - 1j)), np.array([1 + 2j, 3 - 1j]) * (0.5 - 1j), rtol=1e-6)
+
+
+def test_eager_constants_that_make_code_stay_literals(monkeypatch):
+  """A constant exponent of pow and a constant divisor (floor_divide's, remainder's) stay literals of an eager program,
+  where LLVM makes code of them (x ** 2.0 an x * x, // 3 a multiply and shifts): a program per value there, as JAX's
+  integer_pow; values against numpy, negative divisors and operands included, through the one-operation path too."""
+  import tinyjax.numpy as jnp
+  from tinyjax.lower.realize import program_key
+  from tinyjax.trace import core, sharding_types
+  for staged in (True, False):  # (once a NamedSharding was placed, primitives run op by op: a bare POW)
+    monkeypatch.setattr(sharding_types, "_enabled", [not staged])
+    monkeypatch.setattr(core, "_sharding_enabled", sharding_types._enabled)
+    _check_literals(jnp, program_key)
+
+
+def _check_literals(jnp, program_key):
+  xs = np.linspace(-3, 3, 13).astype(np.float32)
+  x = jnp.asarray(xs)
+  assert sum(entry[0] is Ops.CONST and len(entry) == 3 for entry in program_key([(x ** 2.0).uop])[0]) == 1
+  assert sum(entry[0] is Ops.CONST and len(entry) == 2 for entry in program_key([(x * 2.0).uop])[0]) == 1
+  for exponent in (2.0, 0.5, 3.0, -1.0):
+    with np.errstate(invalid="ignore", divide="ignore"): want = np.power(xs.astype(np.float64), exponent)
+    np.testing.assert_allclose(np.asarray(x ** exponent), want, rtol=2e-7, equal_nan=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+      want = np.power((xs + np.float32(1)).astype(np.float64), exponent)
+    np.testing.assert_allclose(np.asarray((x + 1.0) ** exponent), want, rtol=2e-7, equal_nan=True)
+  ints = np.arange(-20, 20, dtype=np.int32)
+  i = jnp.asarray(ints)
+  for divisor in (3, -3, 7, 1, -1, 16):
+    np.testing.assert_array_equal(np.asarray(i // divisor), ints // divisor)
+    np.testing.assert_array_equal(np.asarray(i % divisor), ints % divisor)
+    np.testing.assert_array_equal(np.asarray((i * 3) // divisor), (ints * 3) // divisor)
 
 
 def test_eager_constants_stay_literals_in_jit_programs():
