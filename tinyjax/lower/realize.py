@@ -589,7 +589,8 @@ def program_key(roots: list[UOp], order: list[UOp] | None = None) -> tuple[tuple
       inputs.append(node)
     else:
       entries.append((op, node.dtype, tuple(map(position, node.src)), arg_key(arg)))
-      if (op in _LITERAL_OPERAND_OPS or op is PRIMITIVE) and (found := _literal_operand(node)):
+      if (op in _LITERAL_OPERAND_OPS or op is PRIMITIVE and arg.prim.name in _LITERAL_OPERAND_PRIMITIVES) and \
+          (found := _literal_operand(node)):
         literal = found if literal is None else literal | found
     index[node] = len(index)
   entries.append(tuple(map(position, roots)))
