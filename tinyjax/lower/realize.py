@@ -515,9 +515,9 @@ def run_one_op(node: UOp) -> Buffer | None:
   """Compute `node`, one operation over host buffers, constants and views of them (movement ops: an index `x[0]`, a
   broadcast scalar, a transpose), or a view of such an operation's result (the reshape of `x[i]`'s gather), at least
   one a buffer: its result's buffer, or None for any other graph. The program is found by the operation's signature
-  (one tuple, no walk of the graph) and run through jit's direct runner: `float(x[0])` or `float(x.sum())` on an
-  array already computed cost ~23 us as a graph realised by `realize` (its walks, keys and frees are per node, with a
-  fixed part this skips), ~4 us here."""
+  (one tuple, no walk of the graph) and run through jit's direct runner, skipping `realize`'s per-node walks, keys and
+  placement: `float(x.sum())` on an array already computed 12.6 -> 9.6 us, `np.asarray(y * 2)` 13.5 -> 8.4 us. (A
+  second operand that stays a literal, `_literal_operand`, is named by its value.)"""
   core, view = node, ()
   while core.op in MOVEMENT:
     view += (core.op, core.arg)
