@@ -479,22 +479,25 @@ def realize(roots: list[UOp], order: list[UOp] | None = None) -> list[Buffer]:
 # shifts (eagerly on 1M elements: 3.8 ms -> 79 us and 849 -> 164 us). Everywhere else a constant is an input.
 _LITERAL_OPERAND_OPS = frozenset({Ops.POW, Ops.IDIV, Ops.MOD})
 _LITERAL_OPERAND_PRIMITIVES = frozenset({"pow"})
+_LITERAL_CANDIDATES = _LITERAL_OPERAND_OPS | {Ops.PRIMITIVE}  # (ops worth asking `_keeps_literal`)
+
+
+def _keeps_literal(node: UOp) -> bool:
+  """Whether `node` keeps a second operand of constants a literal (`_LITERAL_OPERAND_OPS`, the pow primitive)."""
+  return node.op in _LITERAL_OPERAND_OPS or node.op is PRIMITIVE and node.arg.prim.name in _LITERAL_OPERAND_PRIMITIVES
 
 
 def _literal_operand(node: UOp) -> set[UOp] | None:
-  """The CONST leaves of `node`'s second operand when `node` is an operation that keeps it a literal
-  (`_LITERAL_OPERAND_OPS`) and that operand is computed from constants alone (a few nodes: a broadcast scalar, the
-  safe divisor of floor_divide); else None."""
-  op = node.op
-  if not (op in _LITERAL_OPERAND_OPS or op is Ops.PRIMITIVE and node.arg.prim.name in _LITERAL_OPERAND_PRIMITIVES):
-    return None
+  """The CONST leaves of `node`'s second operand when `node` keeps it a literal (`_keeps_literal`) and that operand is
+  computed from constants alone (a few nodes: a broadcast scalar, the safe divisor of floor_divide); else None."""
+  if not _keeps_literal(node): return None
   leaves, stack, seen = set(), [node.src[1]], set()
   while stack:
     current = stack.pop()
     if current in seen: continue
     seen.add(current)
     if current.op is CONST: leaves.add(current)
-    elif not current.src or current.op in (BUFFER, Ops.PARAM) or len(seen) > 64: return None
+    elif not current.src or len(seen) > 64: return None  # (a buffer, a parameter, an iota: not constants alone)
     else: stack.extend(current.src)
   return leaves
 
@@ -525,8 +528,7 @@ def run_one_op(node: UOp) -> Buffer | None:
   if core.op is BUFFER or core.op is CONST: core, view = node, ()  # (a view of a buffer: the view is the operation)
   signature, inputs, leaves = [view, core.op, core.dtype, core.arg], [], []
   buffers = False
-  literal = core.op in _LITERAL_OPERAND_OPS or \
-      core.op is PRIMITIVE and core.arg.prim.name in _LITERAL_OPERAND_PRIMITIVES  # (its second operand's constant)
+  literal = _keeps_literal(core)  # (its second operand's constant is named by its value)
   for src in core.src:
     leaf, chain = src, ()
     while leaf.op in MOVEMENT:
@@ -589,8 +591,7 @@ def program_key(roots: list[UOp], order: list[UOp] | None = None) -> tuple[tuple
       inputs.append(node)
     else:
       entries.append((op, node.dtype, tuple(map(position, node.src)), arg_key(arg)))
-      if (op in _LITERAL_OPERAND_OPS or op is PRIMITIVE and arg.prim.name in _LITERAL_OPERAND_PRIMITIVES) and \
-          (found := _literal_operand(node)):
+      if op in _LITERAL_CANDIDATES and (found := _literal_operand(node)):
         literal = found if literal is None else literal | found
     index[node] = len(index)
   entries.append(tuple(map(position, roots)))

@@ -41,6 +41,11 @@ class _Advanced:
   array: Array
 
 
+def _int_index(item: int) -> _Advanced:
+  """An integer index as an index array (a 0-d int32 array: the layout of an integer's axis, its index block none)."""
+  return _Advanced(to_array(np.int32(item)))
+
+
 def _is_int_scalar(item: Any) -> bool:
   if isinstance(item, (bool, np.bool_)): return False
   if isinstance(item, (int, np.integer)): return True
@@ -180,7 +185,7 @@ def getitem(x: Array, index: Any, mode: str | None = None, fill_value: Any = Non
   items = _expand_index(x.shape, index)
   has_arrays = any(isinstance(item, _Advanced) for item in items)
   if has_arrays or mode in ("fill", "wrap"):  # integers are advanced indices too then (numpy's rule)
-    items = [_Advanced(to_array(np.int32(item))) if isinstance(item, int) and not isinstance(item, bool) else item
+    items = [_int_index(item) if isinstance(item, int) and not isinstance(item, bool) else item
              for item in items]
   new_axis_sizes = {i: (0 if item is False else 1) for i, item in enumerate(items) if item is None or
                     isinstance(item, bool)}
@@ -358,8 +363,7 @@ def scatter_update(x: Array, index: Any, values: Any, mode: str, out_of_bounds: 
   if type(current_trace.get()) is EvalTrace:  # eagerly, integers as index arrays held in inputs: `x.at[i].set(v)` in
     # a Python loop over i is one program, not one per place (their layout is an integer's: the index block has no axes)
     # (a buffer each, not `eager_indices`' shared ones: x.at[1, 1] would read one buffer twice, another program)
-    items = [_Advanced(Array.from_numpy(np.array(item, np.int32))) if type(item) is int and
-             -2 ** 31 <= item < 2 ** 31 else item for item in items]
+    items = [_int_index(item) if type(item) is int and -2 ** 31 <= item < 2 ** 31 else item for item in items]
   arrays = [item.array for item in items if isinstance(item, _Advanced)]
   return _SCATTERS[mode].bind(x, values, *arrays, index=IndexSpec.of(items), out_of_bounds=out_of_bounds,
                               unique_indices=unique_indices)
@@ -397,7 +401,7 @@ def _scatter(x: Array, values: Array, *arrays: Array, index: IndexSpec, out_of_b
   items = index.items(arrays)
   has_arrays = bool(arrays)
   if has_arrays:
-    items = [_Advanced(to_array(np.int32(item))) if isinstance(item, int) and not isinstance(item, bool) else item
+    items = [_int_index(item) if isinstance(item, int) and not isinstance(item, bool) else item
              for item in items]
   axis_items = [item for item in items if not (item is None or isinstance(item, bool))]
   # the broadcast index block
