@@ -262,6 +262,7 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
   # patches: (N, C, o1, k1, o2, k2, ...); kernel w: (O, I, k1, k2, ...)
   spatial_k = [3 + 2 * i for i in range(n_spatial)]
   taps_bytes = math.prod(kernel) * channels * out_features * w.dtype.itemsize
+  to_out = [(0, n_spatial + 1, *range(1, n_spatial + 1))[axis] for axis in np.argsort(numbers.out_spec)]
   if groups == 1 and batch_groups == 1 and math.prod(kernel) > 1 and taps_bytes >= IM2COL_TAPS_BYTES:
     # taps too many to stay in cache: the patches are copied into rows (N o..., k... C) first, so that the product is
     # one GEMM with a single reduce range, which gets the K-blocked row groups and the packed kernel (codegen/opt.py)
@@ -271,16 +272,16 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
     taps = _materialize(permute_raw(w, (*range(2, 2 + n_spatial), 1, 0)))  # (k..., C, O)
     taps = reshape_raw(taps, (math.prod(kernel) * channels, out_features))
     result = dot_general_raw(rows, taps, ((1,), (0,)), ((), ()), out_dtype)
-    result = reshape_raw(_materialize(result), (batch, *out_sizes, out_features))
-    result = permute_raw(result, (0, n_spatial + 1, *range(1, n_spatial + 1)))  # (N, o..., O) -> (N, O, o...)
-  elif groups == 1 and batch_groups == 1:
+    result = reshape_raw(result, (batch, *out_sizes, out_features))
+    # (N, o..., O) into the output's layout: a copy unless that is channels last (then the product writes the output)
+    return permute_raw(result if to_out == sorted(to_out) else _materialize(result), to_out)
+  if groups == 1 and batch_groups == 1:
     # a GEMM (N o...) x (C k...) @ (C k...) x O: the kernel goes first into (C, k..., O) and the product is computed
     # as (N, o..., O), so that the output channels are the contiguous, vectorised axis of the tile (codegen/opt.py)
     w = _materialize(permute_raw(w, (*range(1, n_spatial + 2), 0)))
     result = dot_general_raw(patches, w, ((1, *spatial_k), tuple(range(n_spatial + 1))), ((), ()), out_dtype)
-    result = _materialize(result)
-    result = permute_raw(result, (0, n_spatial + 1, *range(1, n_spatial + 1)))  # (N, o..., O) -> (N, O, o...)
-  elif batch_groups == 1:
+    return permute_raw(result if to_out == sorted(to_out) else _materialize(result), to_out)
+  if batch_groups == 1:
     per_group = channels // groups
     patches = reshape_raw(patches, (batch, groups, per_group, *patches.shape[2:]))
     w = reshape_raw(w, (groups, out_features // groups, in_features, *kernel))
