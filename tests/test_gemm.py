@@ -16,7 +16,7 @@ from test_codegen import (BF16, BOOL, F16, F32, F64, add, alu, assert_same, buff
 import tinyjax as tj
 from tinyjax.array import Array
 from tinyjax.codegen import llvm
-from tinyjax.codegen.llvm import SUM_BLOCK, render_llvm
+from tinyjax.codegen.llvm import FLOAT32_BLOCKS, SUM_BLOCK, render_llvm
 from tinyjax.codegen.opt import (CONTRACTION_SUM_BLOCK, DOT_MIN_REDUCE, GROUP_ROWS, PACK_BYTES, PACK_MIN_ROWS,
                                  PANEL_BYTES, PANEL_GROUP_ROWS, STREAM_TILE, TILE_ROWS, TILE_SUM_BLOCK,
                                  VECTOR_BYTES, WINDOW_TILE_ROWS, applied_opts, choose_opts, launch_grain)
@@ -465,14 +465,16 @@ def test_kernels_ask_for_the_tiles_vector_width():
   assert "prefer-vector-width" not in render_llvm("kernel", copy)
 
 
+@pytest.mark.parametrize("blocks", [4, 6], ids=["float32_total", "float64_total"])
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=str)
 @pytest.mark.parametrize("bounds", [(0, 70), (0, 1), (3, 41), (32, 70), (5, 6)], ids=str)
-def test_k_blocked_row_groups(bounds: tuple[int, int], dtype: np.dtype, monkeypatch):
+def test_k_blocked_row_groups(bounds: tuple[int, int], dtype: np.dtype, blocks: int, monkeypatch):
   """A float32 GEMM with a long reduce range runs its tiles in groups of GROUP_ROWS rows, block by block of the
   reduce range: full and partial groups, row tiles then single rows, vector then single columns, a partial last
   block, a chunk [start, end) of rows with an epilogue. Its block sums are the same operations in the same order as
-  one tile's blocked loop, so the result is bit-identical to the plain tiles', and as close to float64."""
-  m, k, n = 70, 3 * CONTRACTION_SUM_BLOCK + 44, 83
+  one tile's blocked loop (added up in float32 or float64: FLOAT32_BLOCKS), so the result is bit-identical to the
+  plain tiles', and as close to float64."""
+  m, k, n = 70, (blocks - 1) * CONTRACTION_SUM_BLOCK + 44, 83
   start, end = bounds
   a, b = matmul_inputs(m, k, n, dtype, seed=8)
   bias = sample(F32, n, seed=9).astype(dtype)
@@ -1168,3 +1170,27 @@ def test_operand_read_across_is_packed_in_transposed_blocks(m, k, n, on_cpu):
   butterfly = "<16 x i32> <i32 0, i32 16, i32 2, i32 18, i32 4, i32 20,"  # (the transpose's last round of shuffles)
   assert (butterfly in render_llvm(kernel.name, kernel.ast)) == (k % 16 == 0)
   np.testing.assert_allclose(np.asarray(f(g, w)), g.astype(np.float64) @ w.T.astype(np.float64), rtol=2e-5, atol=2e-4)
+
+
+@pytest.mark.parametrize("blocks", [1, 2, FLOAT32_BLOCKS, FLOAT32_BLOCKS + 1, 4 * FLOAT32_BLOCKS])
+@pytest.mark.parametrize("grouped", [False, True], ids=["tiles", "row_groups"])
+def test_few_block_sums_add_up_in_float32(blocks: int, grouped: bool, monkeypatch):
+  """A register tile's float32 block sums are added up in float32 where there are at most FLOAT32_BLOCKS of them
+  (no float64 in the kernel: widening the tile at every block's end cost the MLP's GEMMs ~3%), in float64 beyond,
+  in the plain tiles and the K-blocked row groups alike. Both stay as close to float64 as the blocks allow: products
+  of normal values within 1e-6 * sqrt(k) * scale, and a long sum of 0.1s within CONTRACTION_SUM_RTOL."""
+  m, k, n = 40, blocks * CONTRACTION_SUM_BLOCK - 3, 32
+  ast = matmul_kernel(m, k, n, F32)
+  monkeypatch.setattr(llvm._Renderer, "k_blocked", lambda self: grouped and blocks > 2)
+  source = render_llvm("kernel", ast, optimize=True)
+  assert ("double" in source) == (blocks > FLOAT32_BLOCKS)
+  a, b = matmul_inputs(m, k, n, F32, seed=3)
+  out = np.zeros(m * n, F32)
+  run_kernel(ast, [out, a, b], True)
+  expected = a.astype(F64) @ b.astype(F64)
+  scale = np.abs(a).astype(F64) @ np.abs(b).astype(F64)
+  assert (np.abs(out.reshape(m, n) - expected) / scale).max() < 1e-6 * np.sqrt(k)
+  tenths = np.full((m, k), 0.1, F32)
+  run_kernel(ast, [out, tenths, np.ones((k, n), F32)], True)
+  exact = float(np.float32(0.1)) * k
+  assert np.abs(out.astype(F64) - exact).max() / exact < CONTRACTION_SUM_RTOL
