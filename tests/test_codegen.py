@@ -7,13 +7,14 @@ import ctypes.util
 import functools
 import math
 import mmap
+import re
 
 import llvmlite.binding as llvm
 import ml_dtypes
 import numpy as np
 import pytest
 
-from tinyjax.codegen.llvm import SUM_BLOCK, render_llvm
+from tinyjax.codegen.llvm import SMALL_KERNEL_STEPS, SUM_BLOCK, render_llvm
 from tinyjax.uop import Ops, UOp
 
 INDEX = np.dtype(np.int64)
@@ -675,10 +676,38 @@ def test_short_reduce_nest_unrolls_whole_within_a_bound():
 # what LLVM makes of it: vectorised loops, F16C, no libcalls
 
 def test_elementwise_float32_vectorises():
-  i = global_range(0, 4096)
+  i = global_range(0, 1 << 16)
   ast = kernel(store(buffer(0, F32), i, mul(add(load(buffer(1, F32), i), load(buffer(2, F32), i)), const(2.0, F32))))
   optimized = str(optimized_module(render_llvm("kernel", ast)))
   assert "<8 x float>" in optimized or "<16 x float>" in optimized
+
+
+@pytest.mark.parametrize("rows", [SMALL_KERNEL_STEPS // 8, SMALL_KERNEL_STEPS // 8 + 1])
+def test_small_kernels_compile_without_the_vectorisers(rows: int):
+  """A kernel of at most SMALL_KERNEL_STEPS loop iterations is rendered `noimplicitfloat`: LLVM's loop and SLP
+  vectorisers leave it scalar (half its compile time), and it computes the same. A bigger one is vectorised; so is a
+  small one with an operation that is slow as a scalar (a square root), and a small register-tiled product, whose
+  vector tile the renderer writes itself."""
+  size = rows * 8
+  i, k = global_range(0, rows), reduce_range(1, 8)
+  x_value = load(buffer(1, F32), add(mul(i, const(8)), k))
+  ast = kernel(store(buffer(0, F32), i, reduce(Ops.ADD, mul(add(x_value, const(0.5, F32)), x_value), k)))
+  source = render_llvm("kernel", ast)
+  small = size <= SMALL_KERNEL_STEPS
+  assert ("noimplicitfloat" in source) == small
+  assert bool(re.search(r"<(4|8|16) x float>", str(optimized_module(source)))) != small
+  x = np.random.default_rng(2).standard_normal(size).astype(F32)
+  out = np.zeros(rows, F32)
+  run(ast, [out, x])
+  x64 = x.astype(F64)
+  np.testing.assert_allclose(out, ((x64 + 0.5) * x64).reshape(rows, 8).sum(1), rtol=2e-6, atol=1e-6)
+  roots = kernel(store(buffer(0, F32), i, reduce(Ops.ADD, alu(Ops.SQRT, x_value), k)))
+  assert "noimplicitfloat" not in render_llvm("kernel", roots)
+  m = global_range(0, 16)
+  n, r = global_range(1, 16), reduce_range(2, 16)
+  product = mul(load(buffer(1, F32), add(mul(m, const(16)), r)), load(buffer(2, F32), add(mul(r, const(16)), n)))
+  tiled = render_llvm("kernel", kernel(store(buffer(0, F32), add(mul(m, const(16)), n), reduce(Ops.ADD, product, r))))
+  assert "noimplicitfloat" not in tiled and "<16 x float>" in tiled
 
 
 @pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX])

@@ -456,7 +456,7 @@ def test_kernels_ask_for_the_tiles_vector_width():
   more than they move (a transcendental), vectorised that wide; a plain copy is left to LLVM's choice."""
   attribute = f'"prefer-vector-width"="{VECTOR_BYTES * 8}"'
   assert attribute in render_llvm("kernel", matmul_kernel(64, 64, 64, F32))
-  elementwise = global_range(0, 1000)
+  elementwise = global_range(0, 1 << 16)
   plain = kernel(store(buffer(0, F32), elementwise, alu(Ops.EXP2, load(buffer(1, F32), elementwise))))
   ir = render_llvm("kernel", plain)
   assert attribute in ir

@@ -135,7 +135,7 @@ def test_sin_large_arguments():
 @pytest.mark.parametrize("op", list(REFERENCE), ids=lambda op: op.name)
 def test_vectorises_without_libm(op: Ops, dtype: np.dtype):
   """out[i] = op(in[i]) becomes vector code (AVX2 or AVX-512) and calls nothing."""
-  module = optimized_module(render_llvm("kernel", elementwise(op, [dtype], dtype, 4096), optimize=True))
+  module = optimized_module(render_llvm("kernel", elementwise(op, [dtype], dtype, 1 << 16), optimize=True))
   assert re.search(r"<(8|16|32) x float>", str(module))
   assert not re.search(r"call\s", target_machine().emit_assembly(module))
 
@@ -144,7 +144,7 @@ def test_vectorises_without_libm(op: Ops, dtype: np.dtype):
 def test_float64_vectorises_without_libm(op: Ops):
   """float64 EXP2 / LOG2 / SIN / COS on the CPU are transcendental.py's float64 arithmetic (the GPU's): vector code
   that calls nothing (libm's scalar calls kept the loop scalar)."""
-  module = optimized_module(render_llvm("kernel", elementwise(op, [F64], F64, 4096), optimize=True))
+  module = optimized_module(render_llvm("kernel", elementwise(op, [F64], F64, 1 << 16), optimize=True))
   assert re.search(r"<(4|8) x double>", str(module))
   assert not re.search(r"call\s", target_machine().emit_assembly(module))
 
