@@ -17,8 +17,8 @@ import tinyjax as tj
 from tinyjax.array import Array
 from tinyjax.codegen import llvm
 from tinyjax.codegen.llvm import FLOAT32_BLOCKS, SUM_BLOCK, render_llvm
-from tinyjax.codegen.opt import (CONTRACTION_SUM_BLOCK, DOT_MIN_REDUCE, GROUP_ROWS, PACK_BYTES, PACK_MIN_ROWS,
-                                 PANEL_BYTES, PANEL_GROUP_ROWS, STREAM_TILE, TILE_ROWS, TILE_SUM_BLOCK,
+from tinyjax.codegen.opt import (CONTRACTION_SUM_BLOCK, DOT_MIN_REDUCE, GROUP_MIN_BLOCKS, GROUP_ROWS, PACK_BYTES,
+                                 PACK_MIN_ROWS, PANEL_BYTES, PANEL_GROUP_ROWS, STREAM_TILE, TILE_ROWS, TILE_SUM_BLOCK,
                                  VECTOR_BYTES, WINDOW_TILE_ROWS, applied_opts, choose_opts, launch_grain)
 from tinyjax.lower.schedule import kernels_of
 from tinyjax.trace.core import bind
@@ -205,7 +205,7 @@ def test_matmul_chunk_of_rows(bounds: tuple[int, int]):
 
 
 @pytest.mark.parametrize("bounds", [(0, 33), (2, 31), (5, 9)], ids=str)
-@pytest.mark.parametrize("k", [19, 3 * CONTRACTION_SUM_BLOCK + 7], ids=["plain", "grouped"])
+@pytest.mark.parametrize("k", [19, (GROUP_MIN_BLOCKS + 1) * CONTRACTION_SUM_BLOCK + 7], ids=["plain", "grouped"])
 def test_clamped_rows_store_once_in_place(bounds: tuple[int, int], k: int):
   """out += a @ b in one kernel (an epilogue reading the element it stores, as a donated buffer's update does): the
   rows a chunk's last, clamped tile repeats must not store, or they would add the product again."""
@@ -465,16 +465,14 @@ def test_kernels_ask_for_the_tiles_vector_width():
   assert "prefer-vector-width" not in render_llvm("kernel", copy)
 
 
-@pytest.mark.parametrize("blocks", [4, 6], ids=["float32_total", "float64_total"])
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=str)
 @pytest.mark.parametrize("bounds", [(0, 70), (0, 1), (3, 41), (32, 70), (5, 6)], ids=str)
-def test_k_blocked_row_groups(bounds: tuple[int, int], dtype: np.dtype, blocks: int, monkeypatch):
+def test_k_blocked_row_groups(bounds: tuple[int, int], dtype: np.dtype, monkeypatch):
   """A float32 GEMM with a long reduce range runs its tiles in groups of GROUP_ROWS rows, block by block of the
   reduce range: full and partial groups, row tiles then single rows, vector then single columns, a partial last
   block, a chunk [start, end) of rows with an epilogue. Its block sums are the same operations in the same order as
-  one tile's blocked loop (added up in float32 or float64: FLOAT32_BLOCKS), so the result is bit-identical to the
-  plain tiles', and as close to float64."""
-  m, k, n = 70, (blocks - 1) * CONTRACTION_SUM_BLOCK + 44, 83
+  one tile's blocked loop, so the result is bit-identical to the plain tiles', and as close to float64."""
+  m, k, n = 70, GROUP_MIN_BLOCKS * CONTRACTION_SUM_BLOCK + 44, 83
   start, end = bounds
   a, b = matmul_inputs(m, k, n, dtype, seed=8)
   bias = sample(F32, n, seed=9).astype(dtype)
@@ -497,12 +495,13 @@ def test_k_blocked_row_groups(bounds: tuple[int, int], dtype: np.dtype, blocks: 
 
 
 def test_k_blocking_applies_to_long_float32_sums_only():
-  """Row groups for float32 sums over one range of more than two blocks; a launch chunk is then whole groups."""
-  ast = matmul_kernel(64, 3 * CONTRACTION_SUM_BLOCK, 64, F32)
+  """Row groups for float32 sums over one range of more than GROUP_MIN_BLOCKS blocks; a launch chunk is then whole
+  groups."""
+  ast = matmul_kernel(64, (GROUP_MIN_BLOCKS + 1) * CONTRACTION_SUM_BLOCK, 64, F32)
   assert llvm._Renderer(ast, choose_opts(ast)).k_blocked()
   group = GROUP_ROWS // TILE_ROWS * TILE_ROWS  # whole tiles
   assert ("group", 0, group) in applied_opts(ast) and launch_grain(ast) == group
-  for other in (matmul_kernel(64, 2 * CONTRACTION_SUM_BLOCK, 64, F32), matmul_kernel(64, 300, 64, F64),
+  for other in (matmul_kernel(64, GROUP_MIN_BLOCKS * CONTRACTION_SUM_BLOCK, 64, F32), matmul_kernel(64, 300, 64, F64),
                 matmul_kernel(64, 300, 64, I32), matmul_kernel(64, 300, 64, F32, reduce_op=Ops.MAX)):
     assert not llvm._Renderer(other, choose_opts(other)).k_blocked()
 
@@ -869,7 +868,7 @@ def test_row_groups_span_the_ranges_between_launch_and_row(b, o, bounds, monkeyp
   them inside each reduce block (`span`), with one group for the whole row where the sums fit: the same float64 sums
   in the same order as without spans (bit-identical), and float64-close to numpy."""
   from tinyjax.codegen import opt
-  outer, spans, q, width = 3, 4, 3 * CONTRACTION_SUM_BLOCK + 17, 5
+  outer, spans, q, width = 3, 4, GROUP_MIN_BLOCKS * CONTRACTION_SUM_BLOCK + 17, 5
   ast = _shifted_gemm_kernel(outer, spans, b, o, q, width)
   assert ("span", 1) in applied_opts(ast)
   rng = np.random.default_rng(13)
@@ -890,7 +889,7 @@ def test_row_groups_span_the_ranges_between_launch_and_row(b, o, bounds, monkeyp
   assert (got[:start] == -7.0).all() and (got[end:] == -7.0).all()
 
 
-@pytest.mark.parametrize("b,q", [(7, 50), (14, 50), (7, 3 * CONTRACTION_SUM_BLOCK + 5), (30, 50)])
+@pytest.mark.parametrize("b,q", [(7, 50), (14, 50), (7, GROUP_MIN_BLOCKS * CONTRACTION_SUM_BLOCK + 5), (30, 50)])
 def test_fixed_length_row_ends_in_one_tile_of_the_rest(b, q):
   """A row that is not the launch range (a convolution's 7 or 14 output columns) runs in tiles of TILE_ROWS and one
   tile of the rest (14: 6 + 6 + 2), not smaller tiles; with and without K-blocked groups, against float64."""
@@ -1173,15 +1172,14 @@ def test_operand_read_across_is_packed_in_transposed_blocks(m, k, n, on_cpu):
 
 
 @pytest.mark.parametrize("blocks", [1, 2, FLOAT32_BLOCKS, FLOAT32_BLOCKS + 1, 4 * FLOAT32_BLOCKS])
-@pytest.mark.parametrize("grouped", [False, True], ids=["tiles", "row_groups"])
-def test_few_block_sums_add_up_in_float32(blocks: int, grouped: bool, monkeypatch):
+def test_few_block_sums_add_up_in_float32(blocks: int):
   """A register tile's float32 block sums are added up in float32 where there are at most FLOAT32_BLOCKS of them
-  (no float64 in the kernel: widening the tile at every block's end cost the MLP's GEMMs ~3%), in float64 beyond,
-  in the plain tiles and the K-blocked row groups alike. Both stay as close to float64 as the blocks allow: products
-  of normal values within 1e-6 * sqrt(k) * scale, and a long sum of 0.1s within CONTRACTION_SUM_RTOL."""
+  (no float64 in the kernel: widening the tile at every block's end cost the MLP's GEMMs ~3%), in float64 beyond
+  (the K-blocked row groups of the longest: always). Both stay as close to float64 as the blocks allow: products of
+  normal values within 1e-6 * sqrt(k) * scale, and a long sum of 0.1s within CONTRACTION_SUM_RTOL."""
   m, k, n = 40, blocks * CONTRACTION_SUM_BLOCK - 3, 32
   ast = matmul_kernel(m, k, n, F32)
-  monkeypatch.setattr(llvm._Renderer, "k_blocked", lambda self: grouped and blocks > 2)
+  assert llvm._Renderer(ast, choose_opts(ast)).k_blocked() == (blocks > GROUP_MIN_BLOCKS)
   source = render_llvm("kernel", ast, optimize=True)
   assert ("double" in source) == (blocks > FLOAT32_BLOCKS)
   a, b = matmul_inputs(m, k, n, F32, seed=3)

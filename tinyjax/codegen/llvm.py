@@ -55,10 +55,11 @@ from tinyjax.uop import BOOL, Ops, UOp
 I64 = np.dtype(np.int64)
 SUM_BLOCK = 2048
 # A register tile's float32 block sums (opt.CONTRACTION_SUM_BLOCK steps each) are added up in float32 where there are
-# at most FLOAT32_BLOCKS of them, in float64 beyond: widening the tile's 24 vectors into 48 float64 ones (spilled)
-# at every block's end cost the MLP step's GEMMs (K = 512 and 784, 2 and 4 blocks) about 3%. The blocks' own float32
-# error dominates: a float64 total of two float32 sums rounded once is their float32 sum, and 512^3 / 784^3 / 1024^3
-# products of normal values (2, 4 and 4 blocks) keep their max error against float64 (5.3e-5 / 6.5e-5 / 7.0e-5).
+# at most FLOAT32_BLOCKS of them, in float64 beyond (and always in K-blocked row groups, opt.GROUP_MIN_BLOCKS):
+# widening the tile's 24 vectors into 48 float64 ones (spilled) at every block's end cost the MLP step's GEMMs
+# (K = 512 and 784, 2 and 4 blocks) about 3%. The blocks' own float32 error dominates: a float64 total of two float32
+# sums rounded once is their float32 sum, and 512^3 / 784^3 / 1024^3 products of normal values (2, 4 and 4 blocks)
+# keep their max error against float64 (5.3e-5 / 6.5e-5 / 7.0e-5 -> 7.2e-5).
 FLOAT32_BLOCKS = 4
 # A GPU work-item sums without vector lanes (one running float32 sum per block, not 16-64 of them), so its blocks are
 # short: a sequential float32 sum of n terms is off by up to n/2 ulp (0.1 added 2048 times: 4e-5 relative).
@@ -1024,14 +1025,10 @@ class _Renderer(Linearizer):
     # the block loop is kept a loop, one memory stream (see SUM_BLOCK); a tile's blocks are short (plan.sum_block) and
     # its loop nest is laid out by hand, so its block loop is left to LLVM
     block_loop = ("0", str(-(-size // chunk)), None, tiled)
-    total = self.block_total(-(-size // chunk) * math.prod(rng.src[0].arg for rng in outer)) if tiled else F64
+    blocks = -(-size // chunk) * math.prod(rng.src[0].arg for rng in outer)
+    total = F32 if tiled and blocks <= FLOAT32_BLOCKS else F64  # (a tile's few block sums: FLOAT32_BLOCKS)
     results = self.accumulate(node, total, count, [*loops(outer), block_loop], block_sum, tiled, lanes=lanes)
     return finish(results, total)
-
-  @staticmethod
-  def block_total(blocks: int) -> np.dtype:
-    """The dtype a register tile adds its float32 block sums up in (FLOAT32_BLOCKS)."""
-    return F32 if blocks <= FLOAT32_BLOCKS else F64
 
   def accumulate(self, node: UOp, acc_dtype: np.dtype, count: int, nest: list[tuple[str, str, UOp | None, bool]],
                  body: Callable[[list[str]], tuple[list[str], np.dtype]], tiled: bool = False,
@@ -1433,10 +1430,10 @@ class _Renderer(Linearizer):
                         heights: list[int]) -> None:
     """The register tiles of one column tile, K-blocked: rows go in groups of GROUP_ROWS, and for each block of
     `plan.sum_block` reduce steps every tile of the group runs that block (float32 accumulators in registers, added
-    into the group's sums in an array, float64 beyond FLOAT32_BLOCKS blocks), so the block's slice of the reused
-    operand (sum_block x columns) is read from a near cache by all the group's tiles instead of from a far one by
-    each. The float32 block sums and their total are the same operations, in the same order, as `reduce_loops`
-    performs for a single tile.
+    into the group's float64 sums in an array), so the block's slice of the reused operand (sum_block x columns) is
+    read from a near cache by all the group's tiles instead of from a far one by each. The float32 block sums and
+    their float64 total are the same operations, in the same order, as `reduce_loops` performs for a single tile of
+    more than FLOAT32_BLOCKS blocks (the plain tiles of fewer add them up in float32).
     Then the epilogue and STORE per element, row by row."""
     plan = self.plan
     assert plan is not None and plan.row is not None
@@ -1444,13 +1441,12 @@ class _Renderer(Linearizer):
     rng = node.src[1]
     size = rng.src[0].arg
     span_count = math.prod(span.src[0].arg for span in plan.spans)
-    total = self.block_total(-(-size // plan.sum_block))
-    sums = self.alloca(f"[{span_count * plan.group * columns} x {compute_type(total)}]", align=VECTOR_BYTES)
+    sums = self.alloca(f"[{span_count * plan.group * columns} x double]", align=VECTOR_BYTES)
     block_sums = self.alloca(f"[{plan.rows * columns} x float]", align=VECTOR_BYTES)
     with self.loop(row_start, row_end, None, step=plan.group, whole=False) as group:
       group_end = self.capped(group, plan.group, row_end)
       with self.loop("0", str(span_count * plan.group * columns), None) as slot:
-        self.line(f"store {compute_type(total)} {literal(0.0, total)}, ptr {self.slot(sums, total, slot)}")
+        self.line(f"store double 0.0, ptr {self.slot(sums, F64, slot)}")
 
       def row_slots(span: str, row_index: str) -> str:
         row_in_group = self.emit(f"sub nsw i64 {row_index}, {group}")
@@ -1471,28 +1467,27 @@ class _Renderer(Linearizer):
         else:
           first_block, last_block = "0", str(-(-size // plan.sum_block))
         self.render_group_blocks(first_block, last_block, size, group, group_end, column_start, columns, heights,
-                                 (sums, total), block_sums, row_slots, panel if panel < size else 0)
+                                 sums, block_sums, row_slots, panel if panel < size else 0)
       with self.span_loops() as span, self.loop(group, group_end, None) as row_index:
         first = row_slots(span, row_index)
         with self.bound(plan.row, row_index):
           lanes = plan.lanes if self.vector_epilogue and columns % plan.lanes == 0 else 1
           for j, column_value in enumerate(self.offsets(column_start, columns // lanes, lanes)):
             with self.bound(plan.column, column_value):
-              address = self.slot(sums, total, self.emit(f"add nsw i64 {first}, {j * lanes}"))
-              value = self.emit(f"load {vector_type(total, lanes)}, ptr {address}, align {total.itemsize}")
+              address = self.slot(sums, F64, self.emit(f"add nsw i64 {first}, {j * lanes}"))
+              total = self.emit(f"load {vector_type(F64, lanes)}, ptr {address}, align 8")
               if lanes > 1:
-                self.vector_store(self.cast(value, total, node.dtype, lanes), lanes)
+                self.vector_store(self.cast(total, F64, node.dtype, lanes), lanes)
                 continue
-              self.scopes[-1][node] = self.cast(value, total, node.dtype)
+              self.scopes[-1][node] = self.cast(total, F64, node.dtype)
               self.emit_ready(self.ast)
 
   def render_group_blocks(self, first_block: str, last_block: str, size: int, group: str, group_end: str,
-                          column_start: str, columns: int, heights: list[int], sums: tuple[str, np.dtype],
-                          block_sums: str, row_slots: Callable[[str, str], str], ahead: int = 0) -> None:
+                          column_start: str, columns: int, heights: list[int], sums: str, block_sums: str,
+                          row_slots: Callable[[str, str], str], ahead: int = 0) -> None:
     """Reduce blocks [first_block, last_block) of a row group (`render_row_groups`): every tile of the group runs
-    each block, its float32 sums added into the group's sums (`sums`: an array and its dtype, float64 or, for at
-    most FLOAT32_BLOCKS blocks, float32). With `ahead` (a panel's steps), each step of a tile also prefetches what
-    the same step of the next panel reads (`prefetch_ahead`)."""
+    each block, its float32 sums added into the group's float64 sums. With `ahead` (a panel's steps), each step of a
+    tile also prefetches what the same step of the next panel reads (`prefetch_ahead`)."""
     plan = self.plan
     assert plan is not None
     node = plan.reduce
@@ -1515,13 +1510,11 @@ class _Renderer(Linearizer):
           self.line(f"store {vector_type(F32, lanes)} {part}, ptr {self.slot(block_sums, F32, str(i * lanes))}"
                     f"{', align 4' if lanes > 1 else ''}")
         first = row_slots(span, row_index)
-        array, total = sums
         with self.loop("0", str(height * columns), None) as i:
-          address = self.slot(array, total, self.emit(f"add nsw i64 {first}, {i}"))
-          part = self.cast(self.emit(f"load float, ptr {self.slot(block_sums, F32, i)}"), F32, total)
-          value = self.combine(Ops.ADD, total, self.emit(f"load {compute_type(total)}, ptr {address}"), part,
-                               ordered=True)
-          self.line(f"store {compute_type(total)} {value}, ptr {address}")
+          address = self.slot(sums, F64, self.emit(f"add nsw i64 {first}, {i}"))
+          part = self.cast(self.emit(f"load float, ptr {self.slot(block_sums, F32, i)}"), F32, F64)
+          total = self.combine(Ops.ADD, F64, self.emit(f"load double, ptr {address}"), part, ordered=True)
+          self.line(f"store double {total}, ptr {address}")
 
   def prefetch_ahead(self, rng: UOp, ahead: int, first_row: str, column_values: list[str]) -> None:
     """Prefetch what the row operand's loads (those under the plan's REDUCE that depend on the row) read at reduce

@@ -100,6 +100,12 @@ CONTRACTION_SUM_BLOCK = 256
 # other operand; groups of 12 rows, or no groups up to K = 2048, measured within noise of it (4 x 4 tiles: 16 and 64
 # rows no better).
 GROUP_ROWS = 32
+# Row groups pay for a sum of more than GROUP_MIN_BLOCKS blocks (K > 2048 at CONTRACTION_SUM_BLOCK), or where they
+# span ranges (`_spans`, more than two blocks). Below, since few block sums add up in float32 (llvm.py
+# FLOAT32_BLOCKS), the plain tiles ran faster (three runs each, 2 cores, % of the FMA peak: 512x784x512 87-90 ->
+# 94-95, 1024^3 90-91 -> 94-95, 512x1536x512 89-90 -> 90-91, 2048^3 85-87 -> 86-89); above, they lost (512x4096x512
+# 87-88 -> 82-83, 1024x4096x1024 87 -> 81-83).
+GROUP_MIN_BLOCKS = 8
 # A row group's float64 sums for the values of the ranges it spans (`_spans`) stay in L2: at most SPAN_SUMS_BYTES.
 SPAN_SUMS_BYTES = 1 << 19
 # The reused operand of a register-tiled contraction (b in a @ b) is packed per column tile: its values for every
@@ -283,11 +289,13 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   sum_block = CONTRACTION_SUM_BLOCK if contract and not stream else TILE_SUM_BLOCK
   opts: list[Opt] = [("reduce_outside", innermost.arg[0]), ("tile" if stream else "upcast", column.arg[0], columns)]
   if row is not None: opts.append(("upcast", row.arg[0], rows))
-  # a float32 sum over one range longer than two blocks, its row just outside its column: K-blocked row groups
+  # a float32 sum over one range longer than two blocks, its row just outside its column: K-blocked row groups, where
+  # they span ranges (`_spans`) or the sum has more than GROUP_MIN_BLOCKS blocks
   group = GROUP_ROWS // rows * rows if row is not None and row is global_ranges[-2] and reduce.arg is Ops.ADD and \
       accumulator_dtype(reduce) == F32 and len(reduce_ranges) == 1 and innermost.src[0].arg > 2 * sum_block \
       else 0
   spans = _spans(loads, row, global_ranges, group * columns) if group else ()
+  if not spans and innermost.src[0].arg <= GROUP_MIN_BLOCKS * sum_block: group = 0
   if spans:  # the sums are in L2 anyway: the group grows to the whole row where they fit (one pass, not two)
     values = math.prod(rng.src[0].arg for rng in spans)
     whole = -(-row.src[0].arg // rows) * rows
