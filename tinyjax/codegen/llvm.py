@@ -1816,6 +1816,18 @@ def render_gpu(name: str, ast: UOp, ordered: int = 0, launch: GpuLaunch | None =
   return "\n".join(lines)
 
 
+def _costly_scalar_loop(ast: UOp) -> bool:
+  """Whether a kernel runs a float operation of _COSTLY_SCALAR, or a float max reduction, in a loop (per element or
+  per reduce step; a mean's one division after its sum doesn't count)."""
+  open_ranges: dict[UOp, frozenset[UOp]] = {}  # the loops a node runs in (a REDUCE's result: after its own)
+  for node in ast.toposort:
+    ranges = frozenset({node}) if node.op is Ops.RANGE else frozenset().union(*(open_ranges[s] for s in node.src))
+    open_ranges[node] = ranges - set(node.src[1:]) if node.op is Ops.REDUCE else ranges
+    if dtype_kind(node.dtype) != "f": continue
+    if node.op is Ops.REDUCE and node.arg is Ops.MAX or node.op in _COSTLY_SCALAR and open_ranges[node]: return True
+  return False
+
+
 def _loop_steps(ast: UOp) -> float:
   """The iterations of a kernel's loop nest: the product of its ranges' lengths (inf where one isn't constant)."""
   ranges = [node for node in ast.toposort if node.op is Ops.RANGE]
@@ -1850,9 +1862,7 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   wide = plan is not None or any(node.op in _COMPUTE_HEAVY and any(n.op is Ops.RANGE for n in node.toposort)
                                  for node in ast.toposort)  # (a scalar computed once, before the loops, doesn't count)
   attributes = f' "prefer-vector-width"="{VECTOR_BYTES * 8}"' if wide else ""
-  if plan is None and not transpose and _loop_steps(ast) <= SMALL_KERNEL_STEPS and not any(
-      dtype_kind(node.dtype) == "f" and (node.op in _COSTLY_SCALAR or node.op is Ops.REDUCE and node.arg is Ops.MAX)
-      for node in ast.toposort):
+  if plan is None and not transpose and _loop_steps(ast) <= SMALL_KERNEL_STEPS and not _costly_scalar_loop(ast):
     attributes += " noimplicitfloat"
 
   symbol, body_symbol = _symbol(name), _symbol(f"{name}.body")
