@@ -1192,3 +1192,16 @@ def test_few_block_sums_add_up_in_float32(blocks: int):
   run_kernel(ast, [out, tenths, np.ones((k, n), F32)], True)
   exact = float(np.float32(0.1)) * k
   assert np.abs(out.astype(F64) - exact).max() / exact < CONTRACTION_SUM_RTOL
+
+
+def test_tiles_wider_than_their_column_are_not_emitted():
+  """A 10-column product's 64- and 16-column tiles could never run: only its one-column tiles are rendered (a sixth
+  of the multiplies for LLVM to compile), and the values are numpy's."""
+  m, k, n = 64, 48, 10
+  ast = matmul_kernel(m, k, n, F32)
+  source = render_llvm("kernel", ast, optimize=True)
+  assert choose_opts(ast).columns > n and "x float>" not in source
+  a, b = matmul_inputs(m, k, n, F32, seed=4)
+  out = np.zeros(m * n, F32)
+  run_kernel(ast, [out, a, b], True)
+  np.testing.assert_allclose(out.reshape(m, n), a.astype(F64) @ b.astype(F64), rtol=1e-5, atol=1e-5)
