@@ -208,6 +208,21 @@ def test_compile_worker_compiles_the_same_object_code(cache_dir):
   assert compile_cpu_many(kernels) == programs and cache_stats()["memory_hits"] == 8
 
 
+def test_prepared_kernels_compile_early_and_load_in_submit_order(cache_dir):
+  """A CompileStream's `prepare` starts a kernel's compile before the lowering hands it over in order (`submit`):
+  `finish` returns the programs in submit order, each kernel compiled once, and one prepared but never submitted
+  (compiled for nothing) is not loaded."""
+  kernels = _fresh_kernels(5, "prepared")
+  get_runtime()  # (loaded before the counts: a fresh cache compiles it, one more miss)
+  reset_cache_stats()
+  stream = cpu.CompileStream()
+  for name, ir in kernels[2:]: stream.prepare(name, ir)
+  for name, ir in kernels[:4]: stream.submit(name, ir)
+  programs = stream.finish()
+  assert len(programs) == 4 and cache_stats()["misses"] == 4
+  _check_adds(programs, kernels[:4])
+
+
 def test_dead_compile_worker_is_replaced_and_its_kernels_compiled_here(cache_dir):
   if cpu._cpu_count() < 2: pytest.skip("one usable core: no compile worker is started")
   worker = cpu.compile_worker()

@@ -313,6 +313,22 @@ def test_kernels_of_one_structure_are_built_once_over_their_own_slots():
     np.testing.assert_allclose(out, want, rtol=1e-5)
 
 
+def test_kernels_with_a_reduction_are_reported_as_they_are_built():
+  """`schedule(built=...)` hands over each kernel with a reduction as soon as it is built, the object the schedule
+  keeps (elementwise ones may still merge, so they are not reported): get_schedule starts compiling the contractions
+  while the rest is lowered."""
+  x, w = param(0, (32, 64)), param(1, (64, 16))
+  lhs = node(Ops.EXPAND, node(Ops.RESHAPE, x, arg=(32, 64, 1)), arg=(32, 64, 16))
+  rhs = node(Ops.EXPAND, node(Ops.RESHAPE, w, arg=(1, 64, 16)), arg=(32, 64, 16))
+  product = node(Ops.REDUCE_AXIS, node(Ops.MUL, lhs, rhs), arg=(Ops.ADD, (1,)))
+  sink = node(Ops.SINK, node(Ops.EXP2, product), node(Ops.ADD, x, x), node(Ops.REDUCE_AXIS, x, arg=(Ops.MAX, (0,))))
+  reported = []
+  kernels = schedule(sink, threads=1, built=reported.append).kernels
+  reducing = [k for k in kernels if any(n.op is Ops.REDUCE for n in k.ast.toposort)]
+  assert len(reducing) == 2 and len(kernels) == 3
+  assert len(reported) == 2 and all(any(k is r for k in reducing) for r in reported)
+
+
 def test_empty_reduction_gives_identity():
   x = param(0, (3, 0))
   sink = node(Ops.SINK, node(Ops.REDUCE_AXIS, x, arg=(Ops.MAX, (1,))), node(Ops.REDUCE_AXIS, x, arg=(Ops.ADD, (1,))))

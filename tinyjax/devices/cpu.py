@@ -538,7 +538,13 @@ class CompileStream:
     self.thread: threading.Thread | None = None
 
   def submit(self, name: str, llvm_ir: str) -> None:
+    """Hand over the program's next kernel (`finish` returns their programs in this order)."""
     self.kernels.append((name, llvm_ir))
+    self.prepare(name, llvm_ir)
+
+  def prepare(self, name: str, llvm_ir: str) -> None:
+    """Start compiling a kernel that a later `submit` hands over: a program's contractions, while the lowering still
+    works out the rest (`get_schedule`)."""
     if (name, llvm_ir, self.opt_level) in _programs: return
     key = object_code_key(name, llvm_ir, self.opt_level)
     symbol = f"{name}__{key[:16]}"

@@ -205,11 +205,16 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
     real_sink = expand_primitives(sink)  # (named calls, eager ones and loop bodies', as their Ops)
     if has_complex(real_sink): real_sink = split_complex(real_sink)  # (complex values as pairs of floats)
     if has_float8(real_sink): real_sink = split_float8(real_sink)  # (float8 values as bytes and float32 arithmetic)
-    sched = gpu_schedule(real_sink) if gpu else schedule(real_sink, threads)
-    kernels = kernels_of(sched.kernels)
     rendered: dict[tuple, str] = {}  # a kernel several like blocks run is rendered once
     stream = None if gpu else CompileStream()  # (the CPU's kernels compile as they are rendered)
+
+    def built(k: Kernel) -> None:  # (a contraction, rendered and compiling while the rest of the program is lowered)
+      if (kernel_key := (k.name, k.ast, k.ordered)) not in rendered:
+        rendered[kernel_key] = render_llvm(k.name, k.ast)
+        stream.prepare(k.name, rendered[kernel_key])
     try:
+      sched = gpu_schedule(real_sink) if gpu else schedule(real_sink, threads, built=built)
+      kernels = kernels_of(sched.kernels)
       for k in kernels:
         if (kernel_key := (k.name, k.ast, k.ordered)) not in rendered:
           rendered[kernel_key] = device.render(k.name, k.ast, _launch_of(k, device), k.ordered) if gpu else \

@@ -414,11 +414,9 @@ def _shared_elementwise(realize: set[UOp], order: dict[UOp, int]) -> list[UOp]:
   """Elementwise values more than one kernel recomputes from several full-size buffers (SHARED_MIN_SAVED_BYTES),
   the topmost of each chain of such values: they get a buffer of their own."""
   readers: dict[UOp, set[UOp]] = {}  # node -> the kernels (their roots) that compute it
-  users: dict[UOp, list[UOp]] = {}
 
   def visit(root: UOp, node: UOp) -> bool:
     readers.setdefault(node, set()).add(root)
-    for src in node.src: users.setdefault(src, []).append(node)
     return True
   _walk_regions(realize, visit, order)
   leaves: dict[UOp, frozenset[UOp]] = {}  # node -> the buffers it reads (through non-buffer nodes)
@@ -443,8 +441,8 @@ def _shared_elementwise(realize: set[UOp], order: dict[UOp, int]) -> list[UOp]:
 
   shared = {node for node, kernels in readers.items() if len(kernels) > 1 and node.op in ELEMENTWISE and
             math.prod(node.shape) > 1 and saved_bytes(node) >= SHARED_MIN_SAVED_BYTES}
-  return sorted((node for node in shared if not any(user in shared for user in users.get(node, ()))),
-                key=order.__getitem__)
+  below_shared = {src for node in shared for src in node.src}  # (the topmost: no shared node reads them)
+  return sorted((node for node in shared if node not in below_shared), key=order.__getitem__)
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
@@ -840,12 +838,15 @@ def _drop_unread_buffers(ast: UOp, slots: list[int]) -> tuple[UOp, tuple[int, ..
 
 
 def schedule(sink: UOp, threads: int | None = None, gpu: bool = False,
-             min_chunk_work: int = SPLIT_MIN_CHUNK_WORK) -> Schedule:
+             min_chunk_work: int = SPLIT_MIN_CHUNK_WORK, built: Callable[[Kernel], None] | None = None) -> Schedule:
   """Lower a program (SINK over outputs, PARAM inputs) to kernels over buffer slots, for a device that runs a parallel
   launch on `threads` threads (default: `cpu_threads()`; long reductions with few outputs split for them into partial
   results of at least `min_chunk_work` iterations, split.py). `gpu`: for the GPU kernel model (codegen/gpu.py): the
   buffers of `find_buffers(gpu=True)`, and tiled products (codegen/gpu.py `gemm_tile`) as they are, without the CPU's
-  relayout copies (`_Scheduler.relayout`: they read any layout) nor its column tiles (`_split_columns`)."""
+  relayout copies (`_Scheduler.relayout`: they read any layout) nor its column tiles (`_split_columns`). `built` is
+  called with each kernel that has a reduction as soon as it is built (it is in the schedule as it is: only
+  elementwise kernels are merged after, `merge_elementwise`), so that its compile can start while the rest is
+  lowered."""
   threads = cpu_threads() if threads is None else threads
   sink = merge_sums(expand_primitives(sink))
   sink = split_reductions(sink, threads, set(find_buffers(sink, gpu)), min_chunk_work)
@@ -863,7 +864,10 @@ def schedule(sink: UOp, threads: int | None = None, gpu: bool = False,
         builder.copies.clear()
       continue
     builder.slot_of[node] = builder.new_slot(node.shape, node.dtype)
-    builder.steps += builder.kernels(node)
+    steps = builder.kernels(node)
+    builder.steps += steps
+    for step in steps if built is not None else ():
+      if isinstance(step, Kernel) and any(n.op is Ops.REDUCE for n in step.ast.toposort): built(step)
   outputs = tuple(builder.slot_of[out] for out in sink.src)
   return Schedule(tuple(merge_elementwise(builder.steps)), n_inputs, tuple(builder.specs), outputs)
 
