@@ -53,6 +53,21 @@ def reduce_axis(x: UOp, op: Ops, axes: tuple[int, ...]) -> UOp: return UOp(Ops.R
 
 # ---------------------------------------------------------------------------------------------- when it splits
 
+def test_fusion_is_worked_out_again_only_for_a_split_program(monkeypatch):
+  """schedule() finds the buffers (fusion) of the program, then of the split one only where a reduction was split:
+  a program with nothing to split (ResNet-50's training step) is walked once."""
+  from tinyjax.lower import schedule as schedule_module
+  calls = []
+  find = schedule_module.find_buffers
+  monkeypatch.setattr(schedule_module, "find_buffers", lambda sink, gpu=False: calls.append(sink) or find(sink, gpu))
+  x = param((LONG,))
+  long_sum = UOp(Ops.SINK, F32, (reduce_axis(x, Ops.ADD, (0,)),))
+  assert len(schedule(long_sum, threads=SPLIT_THREADS).kernels) == 2 and len(calls) == 2 and calls[0] is not calls[1]
+  calls.clear()
+  rows = UOp(Ops.SINK, F32, (reduce_axis(param((64, 64)), Ops.ADD, (1,)),))
+  assert len(schedule(rows, threads=SPLIT_THREADS).kernels) == 1 and len(calls) == 1
+
+
 def test_full_sum_is_two_kernels_only_with_threads():
   x = param((LONG,))
   sink = UOp(Ops.SINK, F32, (reduce_axis(x, Ops.ADD, (0,)),))
