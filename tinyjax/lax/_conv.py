@@ -272,15 +272,13 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
     taps = _materialize(permute_raw(w, (*range(2, 2 + n_spatial), 1, 0)))  # (k..., C, O)
     taps = reshape_raw(taps, (math.prod(kernel) * channels, out_features))
     result = dot_general_raw(rows, taps, ((1,), (0,)), ((), ()), out_dtype)
-    result = reshape_raw(result, (batch, *out_sizes, out_features))
-    # (N, o..., O) into the output's layout: a copy unless that is channels last (then the product writes the output)
-    return permute_raw(result if to_out == sorted(to_out) else _materialize(result), to_out)
+    return _into_layout(reshape_raw(result, (batch, *out_sizes, out_features)), to_out)
   if groups == 1 and batch_groups == 1:
     # a GEMM (N o...) x (C k...) @ (C k...) x O: the kernel goes first into (C, k..., O) and the product is computed
     # as (N, o..., O), so that the output channels are the contiguous, vectorised axis of the tile (codegen/opt.py)
     w = _materialize(permute_raw(w, (*range(1, n_spatial + 2), 0)))
     result = dot_general_raw(patches, w, ((1, *spatial_k), tuple(range(n_spatial + 1))), ((), ()), out_dtype)
-    return permute_raw(result if to_out == sorted(to_out) else _materialize(result), to_out)
+    return _into_layout(result, to_out)
   if batch_groups == 1:
     per_group = channels // groups
     patches = reshape_raw(patches, (batch, groups, per_group, *patches.shape[2:]))
@@ -300,6 +298,12 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
     result = permute_raw(result, (1, 0, n_spatial + 2, *range(2, n_spatial + 2)))
     result = reshape_raw(result, (per_batch, out_features, *out_sizes))
   return permute_raw(result, list(np.argsort(numbers.out_spec)))
+
+
+def _into_layout(result: Array, order: list[int]) -> Array:
+  """A channels-last product (N, o..., O) permuted into the output's layout: a copy of it first unless the layout is
+  channels last (then the product, left unmaterialised, writes the output itself and what follows fuses into it)."""
+  return permute_raw(result if order == sorted(order) else _materialize(result), order)
 
 
 def _pointwise_conv(lhs: Array, rhs: Array, strides: tuple[int, ...], numbers: ConvDimensionNumbers,

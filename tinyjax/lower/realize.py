@@ -208,23 +208,26 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
     rendered: dict[tuple, str] = {}  # a kernel several like blocks run is rendered once
     stream = None if gpu else CompileStream()  # (the CPU's kernels compile as they are rendered)
 
-    def built(k: Kernel) -> None:  # (a contraction, rendered and compiling while the rest of the program is lowered)
+    def render(k: Kernel) -> str:
       if (kernel_key := (k.name, k.ast, k.ordered)) not in rendered:
-        rendered[kernel_key] = render_llvm(k.name, k.ast)
-        stream.prepare(k.name, rendered[kernel_key])
+        rendered[kernel_key] = device.render(k.name, k.ast, _launch_of(k, device), k.ordered) if gpu else \
+            render_llvm(k.name, k.ast)
+      return rendered[kernel_key]
+
+    def built(k: Kernel) -> None:  # (a contraction, rendered and compiling while the rest of the program is lowered)
+      stream.prepare(k.name, render(k))
     try:
       sched = gpu_schedule(real_sink) if gpu else schedule(real_sink, threads, built=built)
       kernels = kernels_of(sched.kernels)
-      for k in kernels:
-        if (kernel_key := (k.name, k.ast, k.ordered)) not in rendered:
-          rendered[kernel_key] = device.render(k.name, k.ast, _launch_of(k, device), k.ordered) if gpu else \
-              render_llvm(k.name, k.ast)
-        if stream is not None: stream.submit(k.name, rendered[kernel_key])
+      sources = []
+      for k in kernels:  # (each submitted as it is rendered: the worker compiles while the rest are)
+        sources.append(render(k))
+        if stream is not None: stream.submit(k.name, sources[-1])
       if stream is not None: programs = stream.finish()
     except BaseException:
       if stream is not None: stream.close()
       raise
-    lowered = (sched, [rendered[(k.name, k.ast, k.ordered)] for k in kernels])
+    lowered = (sched, sources)
     counters.schedules_lowered += 1
     # (a host function is this process's: such a schedule is not kept on disk, and no other one has its key)
     if not has_host_calls(sched.kernels): _disk_cache.put(key, pickle.dumps(lowered, protocol=pickle.HIGHEST_PROTOCOL))
