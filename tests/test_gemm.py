@@ -14,12 +14,14 @@ from test_codegen import (BF16, BOOL, F16, F32, F64, add, alu, assert_same, buff
                           store, target_machine)
 
 import tinyjax as tj
+import tinyjax.numpy as tnp
 from tinyjax.array import Array
 from tinyjax.codegen import llvm
 from tinyjax.codegen.llvm import FLOAT32_BLOCKS, SUM_BLOCK, render_llvm
 from tinyjax.codegen.opt import (CONTRACTION_SUM_BLOCK, DOT_MIN_REDUCE, GROUP_MIN_BLOCKS, GROUP_ROWS, PACK_BYTES,
                                  PACK_MIN_ROWS, PANEL_BYTES, PANEL_GROUP_ROWS, STREAM_TILE, TILE_ROWS, TILE_SUM_BLOCK,
-                                 VECTOR_BYTES, WINDOW_TILE_ROWS, applied_opts, choose_opts, launch_grain)
+                                 TRANSPOSE_BLOCK, VECTOR_BYTES, WINDOW_TILE_ROWS, applied_opts, choose_opts,
+                                 global_ranges_of, launch_grain)
 from tinyjax.lower.schedule import kernels_of
 from tinyjax.trace.core import bind
 from tinyjax.uop import Ops, UOp
@@ -946,6 +948,79 @@ def test_only_reads_across_columns_get_transpose_blocks():
   strided = kernel(store(buffer(0, F32), add(mul(i, const(128)), j),
                          load(buffer(1, F32), add(mul(i, const(4)), mul(j, const(8))))))
   assert applied_opts(strided) == ()  # 8 elements apart: two per line
+
+
+def _opts_line(ast: UOp) -> str:
+  return next(line for line in render_llvm("k", ast).splitlines() if line.startswith("; opts:"))
+
+
+@pytest.mark.parametrize("dtype,lanes", [(F32, 16), (F64, 8), (I32, 16), (BF16, 32), (BOOL, 32)], ids=str)
+@pytest.mark.parametrize("rows,columns,bounds", [(64, 64, None), (97, 130, None), (97, 130, (32, 96)),
+                                                 (128, 200, (64, 128))])
+def test_register_transposes(rows, columns, bounds, dtype, lanes):
+  """Whole transpose blocks load a square of vectors along the source's rows and transpose them in registers (two-
+  input shuffles), then compute and store each row as a vector; partial blocks keep the scalar loops. Values equal the
+  plain loops' and numpy's for any launch chunk, with an operand read along the columns as well (a vector load)."""
+  i, j = global_range(0, rows), global_range(1, columns)
+  across = load(buffer(1, dtype), add(mul(j, const(rows)), i))
+  along = load(buffer(2, dtype), add(mul(i, const(columns)), j))
+  value = alu(Ops.ADD if dtype != BOOL else Ops.OR, across, along) if dtype not in (BF16,) else across
+  ast = kernel(store(buffer(0, dtype), add(mul(i, const(columns)), j), value))
+  assert f"('registers', {lanes})" in _opts_line(ast) and "shufflevector" in render_llvm("k", ast)
+  first, second = sample(dtype, n=rows * columns, seed=15), sample(dtype, n=rows * columns, seed=16)
+  outputs = {}
+  for optimize in (True, False):
+    outputs[optimize] = np.zeros(rows * columns, dtype)
+    run_kernel(ast, [outputs[optimize], first, second], optimize, *(bounds or (0, rows)))
+  assert_same(outputs[True], outputs[False])
+  start, end = bounds or (0, rows)
+  transposed = first.reshape(columns, rows).T
+  want = transposed if dtype == BF16 else transposed | second.reshape(rows, columns) if dtype == BOOL else \
+      transposed + second.reshape(rows, columns)  # (float32 or float64 sums, int32 wrapping, as the kernel's)
+  got = outputs[True].reshape(rows, columns)
+  np.testing.assert_array_equal(got[start:end], want[start:end])
+  assert (got[:start] == 0).all() and (got[end:] == 0).all()
+
+
+def test_register_transposes_need_rows_consecutive_in_each_block():
+  """A load read across the columns is transposed in registers only where each aligned block of rows is consecutive in
+  memory (`block_stride`): flat rows (n, o) of a (2, 64, 100) output read from (2, 100, 64) are, rows wrapping every
+  58 are not, and neither is a gated load; those keep the scalar transpose blocks."""
+  from tinyjax.codegen.opt import block_stride
+  rows, columns = 128, 100
+  i, j = global_range(0, rows), global_range(1, columns)
+  flat = add(add(mul(alu(Ops.IDIV, i, const(64)), const(6400)), mul(j, const(64))), alu(Ops.MOD, i, const(64)))
+  assert block_stride(flat, i, 16) == 1 and block_stride(flat, i, 64) == 1 and block_stride(flat, i, 128) is None
+  ast = kernel(store(buffer(0, F32), add(mul(i, const(columns)), j), load(buffer(1, F32), flat)))
+  assert "('registers', 16)" in _opts_line(ast)
+  values = sample(F32, n=rows * columns, seed=17)
+  out = np.zeros(rows * columns, F32)
+  run_kernel(ast, [out, values], True)
+  np.testing.assert_array_equal(out.reshape(2, 64, 100), values.reshape(2, 100, 64).transpose(0, 2, 1))
+  wrapping = add(add(mul(alu(Ops.IDIV, i, const(58)), const(5800)), mul(j, const(58))), alu(Ops.MOD, i, const(58)))
+  assert block_stride(wrapping, i, 16) is None
+  ast = kernel(store(buffer(0, F32), add(mul(i, const(columns)), j), load(buffer(1, F32), wrapping)))
+  assert _opts_line(ast) == f"; opts: [('transpose', {TRANSPOSE_BLOCK})]"
+  gate = alu(Ops.CMPLT, j, const(90))
+  ast = kernel(store(buffer(0, F32), add(mul(i, const(columns)), j), load(buffer(1, F32), add(mul(j, const(rows)), i),
+                                                                             gate)))
+  assert _opts_line(ast) == f"; opts: [('transpose', {TRANSPOSE_BLOCK})]"
+
+
+def test_layout_changes_get_columns_over_several_axes():
+  """An elementwise kernel reading across its flat order gets one column over as many trailing axes as its loads read
+  linearly: NHWC -> NCHW has columns of H * W (so it runs in register transpose blocks), a padding copy keeps columns
+  of its last axis. Values against numpy."""
+  host = sample(F32, n=2 * 20 * 20 * 64, seed=18).reshape(2, 20, 20, 64)
+  f = tj.jit(lambda x: x.transpose(0, 3, 1, 2) * 2)
+  (copy,) = kernels_of(f.lower(host)._compiled.schedule.schedule.kernels)
+  ranges = global_ranges_of(copy.ast)
+  assert [rng.src[0].arg for rng in ranges] == [128, 400] and "('registers', 16)" in _opts_line(copy.ast)
+  np.testing.assert_array_equal(np.asarray(f(host)), host.transpose(0, 3, 1, 2) * 2)
+  g = tj.jit(lambda x: tnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0))) * 2)
+  (padded,) = kernels_of(g.lower(host)._compiled.schedule.schedule.kernels)
+  assert global_ranges_of(padded.ast)[-1].src[0].arg == 64
+  np.testing.assert_array_equal(np.asarray(g(host)), np.pad(host, ((0, 0), (1, 1), (1, 1), (0, 0))) * 2)
 
 
 @pytest.mark.parametrize("shape,axes", [((300, 200), (1, 0)), ((3, 70, 90), (0, 2, 1)), ((64, 65), (1, 0))])

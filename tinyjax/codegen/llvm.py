@@ -37,7 +37,7 @@ from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
 from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, SHORT_REDUCE,
                                  VECTOR_BYTES, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts,
-                                 choose_opts, global_ranges_of, linear_strides, transpose_block)
+                                 block_stride, choose_opts, global_ranges_of, linear_strides, transpose_block)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.uop import BOOL, Ops, UOp
 
@@ -228,6 +228,31 @@ def vector_epilogue_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]], a
   return _vector_nodes_ok(store.src[2], plan.column, deps, leaf=node)
 
 
+def register_transposes(ast: UOp, deps: dict[UOp, frozenset[UOp]], block: int) -> tuple[int, tuple[UOp, ...]]:
+  """For a kernel run in transpose blocks of `block` (opt.py `transpose_block`): the lanes of its register transposes
+  and the LOADs read that way, or (0, ()). Each lanes x lanes square of a whole block then loads, per column, the
+  lanes rows of a LOAD read across the columns as one vector (consecutive in memory within aligned row blocks:
+  `block_stride`), transposes these vectors in registers (`_Renderer.transposed_vectors`) and computes and stores
+  each row as one vector along the columns (`vector_value`), instead of an element per load and store. Needs one
+  STORE, those LOADs without a gate, and the rest of the value on vectors as `_vector_nodes_ok` admits."""
+  stores = [node for node in ast.src if node.op is Ops.STORE]
+  if not block or len(stores) != 1: return 0, ()
+  row, column = global_ranges_of(ast)
+  (store,) = stores
+  value = store.src[2]
+  loads = [node for node in value.toposort if node.op is Ops.LOAD and column in deps[node]]
+  across = []
+  for load in loads:
+    strides, other = linear_strides(load.src[1])
+    if column in other or strides.get(column) != 1: across.append(load)
+  lanes = min(block, VECTOR_BYTES // max(node.src[0].dtype.itemsize for node in (store, *loads)))
+  if not across or block % lanes or any(len(load.src) > 2 or block_stride(load.src[1], row, lanes) != 1
+                                        for load in across):
+    return 0, ()
+  if not _vector_nodes_ok(value, column, deps, packed=tuple(across)): return 0, ()
+  return lanes, tuple(across)
+
+
 def _symbol(name: str) -> str:
   return f"@{name}" if re.fullmatch(r"[A-Za-z_.$][\w.$]*", name) else f'@"{name}"'
 
@@ -240,6 +265,7 @@ class _Renderer(Linearizer):
     super().__init__(ast)
     self.plan, self.gpu, self.ordered = plan, gpu, ordered
     self.transpose = transpose  # the block of an elementwise kernel's (rows, columns) loops (opt.transpose_block)
+    self.transpose_lanes, self.across = register_transposes(ast, self.deps, transpose)
     self.launch = launch or GpuLaunch(1)
     self.shared = set(top_reduces(ast)) if self.launch.group_reduction else set()  # REDUCEs done as group reductions
     self.decompose = decompose  # float32 transcendentals as polynomials (transcendental.py), not libm intrinsics
@@ -544,15 +570,72 @@ class _Renderer(Linearizer):
 
   def render_transpose_blocks(self, row: UOp, column: UOp) -> None:
     """An elementwise kernel's (rows, columns) loops in blocks of `self.transpose` x `self.transpose` (the last ones
-    partial): rows of a block outside, its columns inside, one block of columns after the other."""
+    partial): rows of a block outside, its columns inside, one block of columns after the other. With register
+    transposes (`register_transposes`) a whole block is squares of `self.transpose_lanes` done on vectors."""
     block, columns = self.transpose, self.value(column.src[0])
     with self.loop("%start", "%end", None, step=block, whole=False) as row_block:
       row_end = self.capped(row_block, block, "%end")
       with self.loop("0", columns, None, step=block, whole=False) as column_block:
         column_end = self.capped(column_block, block, columns)
-        with self.loop(row_block, row_end, row):
+        partial = "true"
+        if self.transpose_lanes:
+          whole = self.both(self.emit(f"icmp eq i64 {row_end}, {self.emit(f'add nsw i64 {row_block}, {block}')}"),
+                            self.emit(f"icmp eq i64 {column_end}, {self.emit(f'add nsw i64 {column_block}, {block}')}"))
+          with self.when(whole):
+            lanes = self.transpose_lanes
+            for first_row in self.offsets(row_block, block // lanes, lanes):
+              for first_column in self.offsets(column_block, block // lanes, lanes):
+                self.render_register_transpose(row, column, first_row, first_column)
+          partial = self.emit(f"xor i1 {whole}, true")
+        with self.when(partial), self.loop(row_block, row_end, row):
           self.emit_ready(self.ast)
           with self.loop(column_block, column_end, column): self.emit_ready(self.ast)
+
+  def render_register_transpose(self, row: UOp, column: UOp, first_row: str, first_column: str) -> None:
+    """One lanes x lanes square from (first_row, first_column): each LOAD read across the columns as one vector per
+    column (the square's rows are consecutive in memory), transposed in registers into one vector per row; then each
+    row's value as vectors along the columns (`vector_value`) and one vector STORE."""
+    lanes = self.transpose_lanes
+    rows_of: dict[UOp, list[str]] = {}
+    with self.bound(row, first_row):
+      for load in self.across:
+        element = memory_type(load.src[0].dtype)
+        vectors = []
+        for column_value in self.offsets(first_column, lanes):
+          with self.bound(column, column_value):
+            vectors.append(self.emit(f"load <{lanes} x {element}>, ptr {self.address_of(load)}, "
+                                     f"align {load.src[0].dtype.itemsize}"))
+        rows_of[load] = self.transposed_vectors(vectors, element)
+    (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
+    buffer, index, value = store.src
+    for i, row_value in enumerate(self.offsets(first_row, lanes)):
+      with self.bound(row, row_value), self.bound(column, first_column):
+        packed = {load: self.from_memory(vectors[i], load.src[0].dtype, lanes) for load, vectors in rows_of.items()}
+        stored = self.to_memory(self.vector_value(value, lanes, packed, {}, column), buffer.dtype, lanes)
+        self.emit_needed(index)
+        self.line(f"store <{lanes} x {memory_type(buffer.dtype)}> {stored}, ptr {self.address(buffer, index)}, "
+                  f"align {buffer.dtype.itemsize}")
+    self.stores_emitted.add(store)
+
+  def transposed_vectors(self, vectors: list[str], element: str) -> list[str]:
+    """The transpose of a square held as vectors (vector j's lane i is element (i, j)): vector i's lane j is element
+    (i, j). log2(lanes) rounds of two-input shuffles; round `bit` swaps that bit of the row and of the column of every
+    element (vectors a and a | bit trade their lanes k with bit set for lanes k ^ bit of the other)."""
+    lanes = len(vectors)
+    vector = f"<{lanes} x {element}>"
+    rows, bit = list(vectors), 1
+    while bit < lanes:
+      low = [k if not k & bit else lanes + (k ^ bit) for k in range(lanes)]
+      high = [k ^ bit if not k & bit else lanes + k for k in range(lanes)]
+      result = list(rows)
+      for a in range(lanes):
+        if a & bit: continue
+        for target, mask in ((a, low), (a | bit, high)):
+          indices = ", ".join(f"i32 {k}" for k in mask)
+          result[target] = self.emit(f"shufflevector {vector} {rows[a]}, {vector} {rows[a | bit]}, "
+                                     f"<{lanes} x i32> <{indices}>")
+      rows, bit = result, bit * 2
+    return rows
 
   # ---- nodes
 
@@ -1309,13 +1392,17 @@ class _Renderer(Linearizer):
     first = self.emit(f"insertelement {llvm_type} poison, {scalar} {value}, i64 0")
     return self.emit(f"shufflevector {llvm_type} {first}, {llvm_type} poison, <{lanes} x i32> zeroinitializer")
 
-  def vector_value(self, node: UOp, lanes: int, packed: dict[UOp, str], memo: dict[UOp, str]) -> str:
-    """`node` for `lanes` consecutive columns, the column bound to the first one's value: a LOAD contiguous along
-    the column is one vector load (from its pack if it has one), what doesn't depend on the column is a scalar made a
-    splat, and the operations between are vector instructions (the subset `vector_body_ok` admits)."""
+  def vector_value(self, node: UOp, lanes: int, packed: dict[UOp, str], memo: dict[UOp, str],
+                   column: UOp | None = None) -> str:
+    """`node` for `lanes` consecutive columns (the plan's, or `column`), the column bound to the first one's value: a
+    LOAD contiguous along the column is one vector load (from its pack if it has one), what doesn't depend on the
+    column is a scalar made a splat, and the operations between are vector instructions (the subset `vector_body_ok`
+    admits)."""
     plan = self.plan
-    assert plan is not None
-    if plan.column not in self.deps[node]:
+    if column is None:
+      assert plan is not None
+      column = plan.column
+    if column not in self.deps[node]:
       self.emit_ready(node)
       return self.splat(self.value(node), node.dtype, lanes)
     if (done := memo.get(node)) is not None: return done
@@ -1332,7 +1419,7 @@ class _Renderer(Linearizer):
       steps = "<" + ", ".join(f"i64 {lane}" for lane in range(lanes)) + ">"
       result = self.emit(f"add nsw <{lanes} x i64> {self.splat(self.value(node), dtype, lanes)}, {steps}")
     else:
-      sources = [self.vector_value(source, lanes, packed, memo) for source in node.src]
+      sources = [self.vector_value(source, lanes, packed, memo, column) for source in node.src]
       if op is Ops.CAST: result = self.vector_cast(sources[0], node.src[0].dtype, dtype, lanes)
       elif op is Ops.BITCAST: result = self.emit(f"bitcast {vector_type(node.src[0].dtype, lanes)} {sources[0]} to "
                                                  f"{llvm_type}")
@@ -1358,7 +1445,7 @@ class _Renderer(Linearizer):
           name = "llvm.maximum" if kind == "f" else _INT_MAX_INTRINSIC[kind]
           result = self.call(f"{name}.{_suffix(llvm_type)}", llvm_type, [(llvm_type, left), (llvm_type, right)])
         elif kind == "f":
-          contract = plan.contract and node is plan.reduce.src[0]
+          contract = plan is not None and plan.contract and node is plan.reduce.src[0]
           result = self.emit(f"{_FLOAT_BINARY[op]}{' contract' if contract else ''} {llvm_type} {left}, {right}")
         else: result = self.emit(f"{_INT_BINARY[op]} {llvm_type} {left}, {right}")
     memo[node] = result
@@ -1850,9 +1937,9 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   enabled = not NOOPT if optimize is None else optimize
   plan = choose_opts(ast, enabled=enabled)
   transpose = 0 if plan is not None else transpose_block(ast, enabled)
-  opts = list(applied_opts(ast, enabled))
-  if DEBUG >= 3: print(f"*** opts of {name}: {opts}")
   renderer = _Renderer(ast, plan, decompose=enabled, transpose=transpose)
+  opts = list(applied_opts(ast, enabled)) + ([("registers", renderer.transpose_lanes)] if renderer.across else [])
+  if DEBUG >= 3: print(f"*** opts of {name}: {opts}")
   renderer.render_kernel()
   # kernels that compute more than they move ask for VECTOR_BYTES vectors, which LLVM would otherwise not use on CPUs
   # where it prefers 256-bit vectors (Intel's AVX-512 parts): a tile sized for them became 32 half-width accumulators,

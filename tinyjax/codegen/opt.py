@@ -42,7 +42,8 @@ import ml_dtypes
 import numpy as np
 
 from tinyjax.helpers import NOOPT
-from tinyjax.uop import UNARY, Ops, UOp
+from tinyjax.lower import symbolic
+from tinyjax.uop import INDEX_DTYPE, UNARY, Ops, UOp
 
 F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -202,6 +203,28 @@ def linear_strides(index: UOp) -> tuple[dict[UOp, int], set[UOp]]:
     factor = index.src[1].arg
     return {rng: c * factor for rng, c in strides.items() if c * factor != 0}, other
   return {}, {node for node in index.toposort if node.op is Ops.RANGE}
+
+
+def block_stride(index: UOp, rng: UOp, block: int) -> int | None:
+  """The stride of `rng` in `index` inside each aligned block of `block` consecutive values of it (`rng` = block *
+  b + i, 0 <= i < block): the index rebuilt over b and i by symbolic's division folding, i's coefficient; None where
+  it stays non-linear in i. A transpose's flat rows (n, o) of (32, 64, 3136) read (r // 64) * 200704 + r % 64: stride
+  1 within blocks of 16 rows, though not across them."""
+  outer = UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(-(-rng.src[0].arg // block)),), (-1, "block"))
+  inner = UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(block),), (-2, "block"))
+  done: dict[UOp, UOp] = {rng: symbolic.add(symbolic.mul(outer, block), inner)}
+  for node in index.toposort:
+    if node in done: continue
+    sources = [done.get(source, source) for source in node.src]
+    divisor = node.src[1].arg if len(node.src) == 2 and node.src[1].op is Ops.CONST else None
+    if node.op in (Ops.CONST, Ops.RANGE): done[node] = node
+    elif node.op is Ops.ADD: done[node] = symbolic.add(*sources)
+    elif node.op is Ops.MUL and divisor is not None: done[node] = symbolic.mul(sources[0], divisor)
+    elif node.op is Ops.IDIV and divisor is not None and divisor > 0: done[node] = symbolic.idiv(sources[0], divisor)
+    elif node.op is Ops.MOD and divisor is not None and divisor > 0: done[node] = symbolic.mod(sources[0], divisor)
+    else: return None
+  strides, other = linear_strides(done[index])
+  return None if inner in other else strides.get(inner, 0)
 
 
 def global_ranges_of(ast: UOp) -> list[UOp]:

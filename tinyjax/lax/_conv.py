@@ -241,7 +241,9 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
     config = [(0, 0, 0)] * lhs.ndim
     for axis, d, (lo, hi) in zip(numbers.lhs_spec[2:], lhs_dilation, padding): config[axis] = (lo, hi, d - 1)
     lhs = pad(lhs, 0, config)
-    if any(p != (0, 0) for p in padding): lhs = _materialize(lhs)
+    if any(p != (0, 0) for p in padding) and not _flat(lhs, rhs, window_strides, rhs_dilation, numbers,
+                                                      feature_group_count, batch_group_count):
+      lhs = _materialize(lhs)
   channels_last = (0, n_spatial + 1, *range(1, n_spatial + 1))
   if feature_group_count == 1 and batch_group_count == 1 and \
       all(rhs.shape[axis] == 1 for axis in numbers.rhs_spec[2:]) and \
@@ -254,8 +256,7 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
   out_features, in_features = w.shape[:2]
   groups, batch_groups = feature_group_count, batch_group_count
   kernel = w.shape[2:]
-  if groups == 1 and batch_groups == 1 and all(s == 1 for s in strides + rhs_dilation) and \
-      math.prod(x.shape[2:]) <= FLAT_WASTE * math.prod(kernel):
+  if _flat(lhs, rhs, strides, rhs_dilation, numbers, groups, batch_groups):
     result = _flat_conv(x, w, out_dtype)
     return permute_raw(result, list(np.argsort(numbers.out_spec)))
   patches, out_sizes = _windows(x, range(2, 2 + n_spatial), kernel, strides, rhs_dilation)
@@ -298,6 +299,15 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
     result = permute_raw(result, (1, 0, n_spatial + 2, *range(2, n_spatial + 2)))
     result = reshape_raw(result, (per_batch, out_features, *out_sizes))
   return permute_raw(result, list(np.argsort(numbers.out_spec)))
+
+
+def _flat(lhs: Array, rhs: Array, strides: tuple[int, ...], rhs_dilation: tuple[int, ...],
+          numbers: ConvDimensionNumbers, groups: int, batch_groups: int) -> bool:
+  """Whether the convolution of a padded input is one GEMM over its flattened grid (`_flat_conv`); its padding is
+  then not copied first: the rows `_flat_conv` copies read the input through it."""
+  grid, kernel = [lhs.shape[axis] for axis in numbers.lhs_spec[2:]], [rhs.shape[axis] for axis in numbers.rhs_spec[2:]]
+  return groups == 1 and batch_groups == 1 and all(s == 1 for s in strides + rhs_dilation) and \
+      math.prod(grid) <= FLAT_WASTE * math.prod(kernel)
 
 
 def _into_layout(result: Array, order: list[int]) -> Array:

@@ -558,20 +558,40 @@ class _Rangeify:
       if size > 1 and inner and _divides(value, flat):
         # a load reads across the flat order (a pad, a transpose, a broadcast): a division and a modulo per element,
         # and gated loads the vectoriser leaves scalar. Rows instead: each inner axis is its own inner loop (the pad's
-        # gate and the loads' strides are plain in them), the rows one flat loop (divisions once per row)
-        self.__init__(root, self.slot_of)
-        rows = size // math.prod(shape[-inner:])
-        row = self.new_range(rows, "global") if rows > 1 else symbolic.const(0)
-        inner_idx = [self.new_range(dim, "global") if dim > 1 else symbolic.const(0) for dim in shape[-inner:]]
-        idx = (*_unflatten(row, shape[:-inner]), *inner_idx)
-        out_index = _flat_index(idx, shape)
-        outer = rows if rows > 1 else next(dim for dim in shape[-inner:] if dim > 1)
-        value = self.emit(value_node, idx, None, top=value_node is root)
+        # gate and the loads' strides are plain in them), the rows one flat loop (divisions once per row). More
+        # trailing axes join the inner ones as one column while every load stays linear along it: (N, H, W, C) read
+        # as (N, C, H, W) has columns of H * W, not W, and so its transpose blocks (codegen/opt.py `transpose_block`)
+        count, last = inner, 0
+        for last in range(inner + 1, len(shape)):
+          built = self.rows_and_columns(value_node, last, merge=True)
+          if _divides(built[0], built[-1]): break
+          count = last
+        if last != count: built = self.rows_and_columns(value_node, count, merge=count > inner)
+        value, idx, out_index, outer, _ = built
     else:
       idx, out_index, outer = self.loop_nest(shape)
       value = self.emit(value_node, idx, None, top=value_node is root)
     store = UOp(Ops.STORE, root.dtype, (self.define_global(self.slot_of[root], root.dtype), out_index, value))
     return UOp(Ops.SINK, root.dtype, (store,)), outer
+
+  def rows_and_columns(self, value_node: UOp, count: int, merge: bool
+                       ) -> tuple[UOp, tuple[UOp, ...], UOp, int, UOp | None]:
+    """The kernel's value built over rows (the leading axes as one flat range) and the last `count` axes, each its own
+    range or (`merge`) all in one range, the column, also returned. Also the index per axis, the flat output index
+    and the outer size."""
+    self.__init__(self.root, self.slot_of)
+    shape, root = self.root.shape, self.root
+    rows = math.prod(shape[:-count])
+    row = self.new_range(rows, "global") if rows > 1 else symbolic.const(0)
+    column = None
+    if merge:
+      column = self.new_range(math.prod(shape[-count:]), "global")
+      inner_idx = list(_unflatten(column, shape[-count:]))
+    else: inner_idx = [self.new_range(dim, "global") if dim > 1 else symbolic.const(0) for dim in shape[-count:]]
+    idx = (*_unflatten(row, shape[:-count]), *inner_idx)
+    outer = rows if rows > 1 else next(dim for dim in shape[-count:] if dim > 1)
+    value = self.emit(value_node, idx, None, top=value_node is root)
+    return value, idx, _flat_index(idx, shape), outer, column
 
   def window_starts(self, indices: UOp, batch_idx: tuple[UOp, ...], window: tuple[int, ...]) -> list[UOp]:
     """The loaded window starts of a GATHER / SCATTER for one batch element, as int64 index expressions."""
