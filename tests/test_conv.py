@@ -431,6 +431,56 @@ def test_im2col_and_direct_products_agree_with_numpy(monkeypatch, im2col):
                                (numpy_conv(x, dw, stride, padding, dilation) * ct).sum(), rtol=1e-4)
 
 
+def test_channels_first_convolution_stores_channels_first_from_its_product(on_cpu):
+  """A 3x3 NCHW convolution big enough (codegen/opt.py `permuted_store_pays`) is one product in channels-last loop
+  order (its register tile's column the output channels) that stores NCHW element by element: no transposing copy
+  after it. Values and both gradients against numpy in float64, and jit(vmap(grad)) against a loop."""
+  from tinyjax.codegen.opt import applied_opts, global_ranges_of
+  from tinyjax.lower.schedule import kernels_of
+  rng = np.random.default_rng(16)
+  x = rng.standard_normal((2, 32, 24, 24)).astype(np.float32)
+  w = (rng.standard_normal((64, 32, 3, 3)) / 10).astype(np.float32)
+  pads = ((1, 1), (1, 1))
+
+  def conv(a, b): return lax.conv_general_dilated(a, b, (1, 1), pads)
+  f = tj.jit(conv)
+  kernels = kernels_of(f.lower(x, w)._compiled.schedule.schedule.kernels)
+  (product,) = [kernel for kernel in kernels if kernel.name.startswith("r_")]
+  assert kernels[-1] is product and product.name.startswith("r_2_64_24_24_")
+  column = global_ranges_of(product.ast)[-1]  # the tile's column: the output channels, the product's last loop
+  assert column.src[0].arg == 64 and ("upcast", column.arg[0], 64) in applied_opts(product.ast)
+  want = numpy_conv(x, w, (1, 1), pads)
+  np.testing.assert_allclose(np.asarray(f(x, w), np.float64), want, rtol=2e-5, atol=2e-5)
+  ct = rng.standard_normal(want.shape).astype(np.float32)
+  gx, gw = tj.jit(tj.grad(lambda a, b: (conv(a, b) * ct).sum(), argnums=(0, 1)))(x, w)
+  dx, dw = rng.standard_normal(x.shape), rng.standard_normal(w.shape)  # conv is bilinear: exact directional derivatives
+  np.testing.assert_allclose(np.sum(np.asarray(gx, np.float64) * dx), np.sum(numpy_conv(dx, w, (1, 1), pads) * ct),
+                             rtol=1e-4)
+  np.testing.assert_allclose(np.sum(np.asarray(gw, np.float64) * dw), np.sum(numpy_conv(x, dw, (1, 1), pads) * ct),
+                             rtol=1e-4)
+  per_example = tj.jit(tj.vmap(tj.grad(lambda a, b, c: (conv(a[None], b) * c[None]).sum(), argnums=1),
+                               in_axes=(0, None, 0)))(x, w, ct)
+  looped = [np.asarray(tj.grad(lambda b: (conv(x[i:i + 1], b) * ct[i:i + 1]).sum())(w)) for i in range(2)]
+  np.testing.assert_allclose(np.asarray(per_example), np.stack(looped), rtol=1e-4, atol=1e-4)
+
+
+def test_permuted_store_only_where_it_pays(on_cpu):
+  """A contraction stored permuted runs in its own loop order only with a long sum, whole vectors along its own last
+  axis, no whole column tiles along the output's and a big output; a 512x512 weight gradient (whole tiles both ways)
+  and a classifier's 512x10 one (small) keep the output's order or a copy. einsum values against numpy either way."""
+  from tinyjax.codegen.opt import permuted_store_pays
+  from tinyjax.lower.schedule import kernels_of
+  assert permuted_store_pays(56, 64, 576, 32 * 64 * 56 * 56)
+  assert not permuted_store_pays(512, 512, 512, 512 * 512) and not permuted_store_pays(10, 512, 512, 5120)
+  assert not permuted_store_pays(56, 64, 128, 1 << 20) and not permuted_store_pays(56, 40, 576, 1 << 20)
+  rng = np.random.default_rng(17)
+  for p, kernels_wanted in ((1100, 1), (300, 2)):  # 70400 outputs: one kernel; 19200: the product and its copy
+    a, b = rng.standard_normal((p, 256)).astype(np.float32), rng.standard_normal((256, 64)).astype(np.float32)
+    f = tj.jit(lambda u, v: tnp.einsum("pk,ko->op", u, v))
+    assert len(kernels_of(f.lower(a, b)._compiled.schedule.schedule.kernels)) == kernels_wanted
+    np.testing.assert_allclose(np.asarray(f(a, b), np.float64), (a.astype(np.float64) @ b).T, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("stride, padding", [((1, 1), ((0, 0), (0, 0))), ((2, 2), ((0, 0), (0, 0))),
                                              ((2, 1), ((1, 0), (0, 2)))], ids=str)
 def test_pointwise_convolution_is_one_gemm_over_the_channels_last_rows(stride, padding):

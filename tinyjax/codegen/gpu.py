@@ -47,7 +47,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tinyjax.codegen.opt import BF16, F16, F32, F64, accumulator_dtype, global_ranges_of, linear_strides
+from tinyjax.codegen.opt import (BF16, F16, F32, F64, PERMUTED_STORE_MIN_REDUCE, accumulator_dtype, global_ranges_of,
+                                 linear_strides)
 from tinyjax.uop import Ops, UOp
 
 GROUP_SIZE = 256  # work-items of a group reduction (fewer when the reduction is shorter)
@@ -229,7 +230,7 @@ def _staged_factors(value: UOp, rows: tuple[UOp, ...], column: UOp, ks: tuple[UO
 def gemm_tile(ast: UOp, mma: bool = False) -> GemmTile | None:
   """The tiled matrix product of kernel `ast` (module docstring), or None when it is not one: one STORE whose value
   holds the kernel's one REDUCE, a float sum of factors of a row and of a column (the last global range, contiguous
-  in the STORE) as `_staged_factors` finds them, at least MIN_TILE_SIDE rows and columns."""
+  in the STORE unless the sum is long) as `_staged_factors` finds them, at least MIN_TILE_SIDE rows and columns."""
   nodes = ast.toposort
   stores = [n for n in nodes if n.op is Ops.STORE]
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
@@ -240,7 +241,11 @@ def gemm_tile(ast: UOp, mma: bool = False) -> GemmTile | None:
   global_ranges = global_ranges_of(ast)
   if len(global_ranges) < 2 or any(rng.src[0].op is not Ops.CONST for rng in global_ranges): return None
   column, ks = global_ranges[-1], tuple(reduce.src[1:])
-  if any(k.src[0].op is not Ops.CONST for k in ks) or linear_strides(store.src[1])[0].get(column) != 1: return None
+  if any(k.src[0].op is not Ops.CONST for k in ks): return None
+  # the STORE contiguous along the column (coalesced), or a long sum stored permuted (lower/schedule.py
+  # `_contraction_order`: a channels-first convolution's output, one write instead of a product and its transpose)
+  if linear_strides(store.src[1])[0].get(column) != 1 and \
+      math.prod(global_size(k) for k in ks) < PERMUTED_STORE_MIN_REDUCE: return None
   column_loads = [n for n in reduce.src[0].toposort if n.op is Ops.LOAD and column in n.src[1].toposort]
   rows = tuple(rng for rng in global_ranges[:-1] if not any(rng in load.src[1].toposort for load in column_loads))
   if not rows or (factors := _staged_factors(reduce.src[0], rows, column, ks)) is None: return None

@@ -215,16 +215,18 @@ def vector_body_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]]) -> bo
 
 
 def vector_epilogue_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]], ast: UOp) -> bool:
-  """Whether a vector tile's epilogue (what the kernel computes from the REDUCE, and its STORE, contiguous along the
-  column as the plan requires) can run on the accumulator vectors (`_Renderer.vector_store`): the REDUCE's result
-  converts to its dtype in one instruction, whether its sum was blocked into float64 or not, and the rest is made of
-  what `_vector_nodes_ok` admits."""
+  """Whether a vector tile's epilogue (what the kernel computes from the REDUCE, and its STORE) can run on the
+  accumulator vectors (`_Renderer.vector_store`): the STORE is contiguous along the column (not so in a contraction
+  stored permuted), the REDUCE's result converts to its dtype in one instruction, whether its sum was blocked into
+  float64 or not, and the rest is made of what `_vector_nodes_ok` admits."""
   if not vector_body_ok(plan, deps): return False
+  (store,) = [n for n in ast.src if n.op is Ops.STORE]
+  strides, other = linear_strides(store.src[1])
+  if plan.column in other or strides.get(plan.column) != 1: return False  # (a contraction stored permuted)
   node = plan.reduce
   inner = accumulator_dtype(node)
   blocked = node.arg is Ops.ADD and inner == F32  # (perhaps) summed in float32 blocks into float64
   if not vector_cast_ok(inner, node.dtype) or blocked and not vector_cast_ok(F64, node.dtype): return False
-  (store,) = [n for n in ast.src if n.op is Ops.STORE]
   return _vector_nodes_ok(store.src[2], plan.column, deps, leaf=node)
 
 

@@ -154,6 +154,26 @@ DOT_MAX_ROWS = 256
 # float32 transpose: 69 -> 15.8 ms (16: 24.5, 64: 14.5; 512x512: 115 -> 58 us, 64: 75), 2 cores.
 TRANSPOSE_BLOCK = 32
 
+# A register tile may store a STORE that is not contiguous along its column (element by element) when its sum has at
+# least this many steps (`permuted_store_pays`, lower/schedule.py `_contraction_order`).
+PERMUTED_STORE_MIN_REDUCE = 256
+PERMUTED_STORE_MIN_SIZE = 1 << 16
+
+
+def permuted_store_pays(last: int, column: int, steps: int, size: int) -> bool:
+  """Whether a float32 contraction of `size` elements whose output is stored permuted, its own last axis `column`
+  long and the output's `last`, runs in its own loop order (`column` the register tile's column, the STORE element
+  by element) rather than in the output's order or computed and then copied: the sum has PERMUTED_STORE_MIN_REDUCE
+  steps or more, `column` is whole vectors, `last` fills no whole column tiles, and the output is big enough
+  (PERMUTED_STORE_MIN_SIZE) for a copy of it to cost more than compiling the element-by-element stores (the IR of a
+  6 x 64 tile's: 37 -> 155 KB, 25 -> 90 ms of LLVM). A channels-first convolution's output (N, O, H, W) from its
+  (N, H, W, O) product: 56 wide rows, 64 channels. Not a weight gradient computed as (out, in) and stored (in, out)
+  with whole tiles both ways: the MLP step's 512x512 ones stored element by element took its step from 280 to 170 per
+  second."""
+  lanes = VECTOR_BYTES // 4
+  return steps >= PERMUTED_STORE_MIN_REDUCE and size >= PERMUTED_STORE_MIN_SIZE and column % lanes == 0 and \
+      last % (lanes * TILE_VECTORS) != 0
+
 Opt = tuple  # ("reduce_outside", range id) | ("upcast", range id, amount)
 
 
@@ -271,15 +291,19 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   # profitability: the column is contiguous in the STORE and in every load (or not used), and the plain nest's inner
   # loop (the innermost reduce range) is strided in some load; gated loads would put branches into the tile
   loads = [node for node in value_nodes if node.op is Ops.LOAD]
-  if _stride(store_index, column) != 1 or any(len(load.src) > 2 for load in loads): return None
-  if (plan := _amx_plan(reduce, global_ranges, reduce_ranges)) is not None: return plan
+  reduce_steps = math.prod(rng.src[0].arg for rng in reduce_ranges)
+  # (or the STORE is not contiguous but the sum long: a contraction stored permuted, lower/schedule.py
+  # `_contraction_order`, whose epilogue stores element by element)
+  permuted = _stride(store_index, column) != 1
+  if permuted and reduce_steps < PERMUTED_STORE_MIN_REDUCE or any(len(load.src) > 2 for load in loads): return None
+  if not permuted and (plan := _amx_plan(reduce, global_ranges, reduce_ranges)) is not None: return plan
   innermost = reduce_ranges[-1]
   # the plain nest is right when its inner loop (the innermost reduce range) is contiguous and long enough to
   # vectorise; a short one (a convolution's kernel width) leaves it a scalar loop of a few iterations per output
   short = innermost.src[0].arg < SHORT_REDUCE
   # loads strided along the column (w in `g @ w.T`) are only read where the operand is packed (`_packed_loads`)
   across = [load for load in loads if _stride(load.src[1], column) not in (0, 1)]
-  if all(_stride(load.src[1], innermost) in (0, 1) for load in loads) and not short:
+  if all(_stride(load.src[1], innermost) in (0, 1) for load in loads) and not short and not permuted:
     plan = _dot_plan(reduce, column, global_ranges, loads, reduce_ranges)
     if plan is not None or not across: return plan
   lanes = max(1, VECTOR_BYTES // _accumulator_bytes(reduce))
@@ -297,7 +321,6 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   # its sums in registers: in the stream tile's memory array each step's adds wait on the last step's stores (64x64:
   # 180 -> 90 ns). Not when the epilogue has an operation without a vector form (tanh's exp2): the register tile
   # would run it per element, where the stream tile's loop over its columns is vectorised.
-  reduce_steps = math.prod(rng.src[0].arg for rng in reduce_ranges)
   resident = reduce_steps * column.src[0].arg * _accumulator_bytes(reduce) <= RESIDENT_BYTES
   stream = row is None and (column.src[0].arg > lanes * TILE_VECTORS and not resident or
                             not _vector_epilogue(store, reduce))

@@ -17,6 +17,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
+from tinyjax.codegen.opt import permuted_store_pays
 from tinyjax.lax._base import cast, expand_raw, full, like, reshape_raw, to_array
 from tinyjax.lax._reductions import dot_general_raw, reduce_raw, sum_raw
 from tinyjax.lax._elementwise import _neg, add, max as lax_max, min as lax_min, mul
@@ -274,13 +275,13 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
     taps = _materialize(permute_raw(w, (*range(2, 2 + n_spatial), 1, 0)))  # (k..., C, O)
     taps = reshape_raw(taps, (math.prod(kernel) * channels, out_features))
     result = dot_general_raw(rows, taps, ((1,), (0,)), ((), ()), out_dtype)
-    return _into_layout(reshape_raw(result, (batch, *out_sizes, out_features)), to_out)
+    return _into_layout(reshape_raw(result, (batch, *out_sizes, out_features)), to_out, rows.shape[1])
   if groups == 1 and batch_groups == 1:
     # a GEMM (N o...) x (C k...) @ (C k...) x O: the kernel goes first into (C, k..., O) and the product is computed
     # as (N, o..., O), so that the output channels are the contiguous, vectorised axis of the tile (codegen/opt.py)
     w = _materialize(permute_raw(w, (*range(1, n_spatial + 2), 0)))
     result = dot_general_raw(patches, w, ((1, *spatial_k), tuple(range(n_spatial + 1))), ((), ()), out_dtype)
-    return _into_layout(result, to_out)
+    return _into_layout(result, to_out, channels * math.prod(kernel))
   if batch_groups == 1:
     per_group = channels // groups
     patches = reshape_raw(patches, (batch, groups, per_group, *patches.shape[2:]))
@@ -320,10 +321,14 @@ def _transposed_rows(numbers: ConvDimensionNumbers) -> bool:
   return list(order) != sorted(order)
 
 
-def _into_layout(result: Array, order: list[int]) -> Array:
-  """A channels-last product (N, o..., O) permuted into the output's layout: a copy of it first unless the layout is
-  channels last (then the product, left unmaterialised, writes the output itself and what follows fuses into it)."""
-  return permute_raw(result if order == sorted(order) else _materialize(result), order)
+def _into_layout(result: Array, order: list[int], steps: int) -> Array:
+  """A channels-last product (N, o..., O) of `steps` products per element permuted into the output's layout. Left
+  unmaterialised where it writes the output itself: channels last (what follows fuses into it), or element by element
+  from its register tile where that pays (codegen/opt.py `permuted_store_pays`, lower/schedule.py
+  `_contraction_order`); else it is copied first and then transposed."""
+  direct = order == sorted(order) or permuted_store_pays(result.shape[order[-1]], result.shape[-1], steps,
+                                                         math.prod(result.shape))
+  return permute_raw(result if direct else _materialize(result), order)
 
 
 def _pointwise_conv(lhs: Array, rhs: Array, strides: tuple[int, ...], numbers: ConvDimensionNumbers,
