@@ -1280,3 +1280,28 @@ def test_tiles_wider_than_their_column_are_not_emitted():
   out = np.zeros(m * n, F32)
   run_kernel(ast, [out, a, b], True)
   np.testing.assert_allclose(out.reshape(m, n), a.astype(F64) @ b.astype(F64), rtol=1e-5, atol=1e-5)
+
+
+def test_padding_and_concatenation_copies_split_their_inner_loop_at_the_gates(on_cpu):
+  """The innermost loop of a copy through a padding or a concatenation runs in parts between its gates' bounds
+  (`gate_split`), every gate a constant in each part: the padding's window [3, 33) of 37 and the two parts of a
+  concatenation. Values against numpy, with and without the loop optimisations (NOOPT's plain loops)."""
+  from tinyjax.codegen.llvm import gate_split
+  host = sample(F32, n=3 * 5 * 20 * 30, seed=19).reshape(3, 5, 20, 30)
+  other = sample(F32, n=3 * 5 * 20 * 7, seed=20).reshape(3, 5, 20, 7)
+  cases = [(lambda x, y: tnp.pad(x, ((0, 0), (0, 0), (1, 2), (3, 4))) * 2, [(0, 3), (3, 33), (33, 37)],
+            np.pad(host, ((0, 0), (0, 0), (1, 2), (3, 4))) * 2),
+           (lambda x, y: tnp.concatenate([x, y + 1], axis=-1), [(0, 30), (30, 37)],
+            np.concatenate([host, other + 1], axis=-1))]
+  for f, parts, want in cases:
+    (copy,) = kernels_of(tj.jit(f).lower(host, other)._compiled.schedule.schedule.kernels)
+    split = gate_split(copy.ast, global_ranges_of(copy.ast)[-1])
+    assert [(first, last) for first, last, _ in split] == parts
+    if len(parts) == 3:  # each bound of the window: false before it, true inside, false after it for one of them
+      assert [sorted(values.values()) for _, _, values in split] == [[False, True], [True, True], [False, True]]
+    np.testing.assert_array_equal(np.asarray(tj.jit(f)(host, other)), want)
+    for optimize in (True, False):
+      out = np.zeros(want.size, F32)
+      run_kernel(copy.ast, [out, host, other] if len(copy.slots) == 3 else [out, host], optimize,
+                 0, copy.outer_size)
+      np.testing.assert_array_equal(out.reshape(want.shape), want)

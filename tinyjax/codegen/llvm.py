@@ -255,6 +255,54 @@ def register_transposes(ast: UOp, deps: dict[UOp, frozenset[UOp]], block: int) -
   return lanes, tuple(across)
 
 
+# The most parts a loop is split into by its loads' gates (`gate_split`): a padding's three, a few concatenated parts.
+GATE_SPLIT_PARTS = 5
+
+
+def gate_split(ast: UOp, rng: UOp) -> list[tuple[int, int, dict[UOp, bool]]] | None:
+  """For a kernel's innermost loop `rng` (constant length) and the gates of its loads that depend on it: where each
+  gate is an AND of conditions that don't and bounds `rng + c < k` / `k < rng + c` that do (a padding's window along
+  its last axis, a concatenation's parts), the parts of the loop between the bounds' thresholds (at most
+  GATE_SPLIT_PARTS), each with every bound's value there; None otherwise. The loop then runs part by part
+  (`open_global_loops`), each gate a constant: a (32, 64, 56, 56) -> (32, 64, 58, 58) padding copy's loads were masked
+  vector loads with 64-bit index compares, 1.41 ms; unconditional in the middle part, 0.64 ms."""
+  size = rng.src[0].arg
+  bounds: dict[UOp, tuple[bool, int]] = {}  # bound -> (true below the threshold, the threshold)
+  for load in (node for node in ast.toposort if node.op is Ops.LOAD and len(node.src) > 2):
+    stack = [load.src[2]]
+    while stack:
+      node = stack.pop()
+      if rng not in node.toposort or node in bounds: continue
+      if node.op is Ops.AND:
+        stack.extend(node.src)
+        continue
+      if node.op is not Ops.CMPLT or node.dtype != BOOL: return None
+      side = 0 if rng in node.src[0].toposort else 1
+      strides, other = linear_strides(node.src[side])
+      constant, offset = node.src[1 - side], _index_constant(node.src[side])
+      if other or set(strides) != {rng} or strides[rng] != 1 or constant.op is not Ops.CONST or offset is None:
+        return None
+      # rng + offset < k: true below k - offset; k < rng + offset: true from k - offset + 1 on
+      bounds[node] = (True, constant.arg - offset) if side == 0 else (False, constant.arg - offset + 1)
+  cuts = sorted({min(max(threshold, 0), size) for _, threshold in bounds.values()} | {0, size})
+  if not bounds or len(cuts) - 1 > GATE_SPLIT_PARTS: return None
+  return [(first, last, {bound: (first < threshold) == below for bound, (below, threshold) in bounds.items()})
+          for first, last in zip(cuts, cuts[1:]) if first < last]
+
+
+def _index_constant(index: UOp) -> int | None:
+  """The constant term of a linear index expression (its RANGEs' terms left out), None if it has other atoms."""
+  if index.op is Ops.CONST: return index.arg
+  if index.op is Ops.RANGE: return 0
+  if index.op is Ops.ADD:
+    parts = [_index_constant(src) for src in index.src]
+    return None if None in parts else sum(parts)
+  if index.op is Ops.MUL and index.src[1].op is Ops.CONST:
+    part = _index_constant(index.src[0])
+    return None if part is None else part * index.src[1].arg
+  return None
+
+
 def _symbol(name: str) -> str:
   return f"@{name}" if re.fullmatch(r"[A-Za-z_.$][\w.$]*", name) else f'@"{name}"'
 
@@ -412,6 +460,14 @@ class _Renderer(Linearizer):
       self.open_global_loops(global_ranges, depth + 1)
       return
     start, end = ("%start", "%end") if depth == 0 else ("0", self.value(rng.src[0]))
+    if self.plan is None and depth == len(global_ranges) - 1 and depth and (parts := gate_split(self.ast, rng)):
+      # the innermost loop of a copy through a padding, in parts between its gates' bounds, each bound a constant in
+      # each part (a load inside the padding's window, unconditional, vectorises without masks)
+      for first, last, values in parts:
+        with self.bindings({bound: "true" if value else "false" for bound, value in values.items()}), \
+            self.loop(str(first), str(last), binds=rng):
+          self.open_global_loops(global_ranges, depth + 1)
+      return
     with self.loop(start, end, binds=rng):
       self.open_global_loops(global_ranges, depth + 1)
 
