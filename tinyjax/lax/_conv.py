@@ -241,11 +241,15 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
     # copy of an NHWC input written as NCHW took 117 ms in ResNet-50's step (strided reads of all it fuses), 2 GFLOP/s
     config = [(0, 0, 0)] * lhs.ndim
     for axis, d, (lo, hi) in zip(numbers.lhs_spec[2:], lhs_dilation, padding): config[axis] = (lo, hi, d - 1)
-    lhs = pad(lhs, 0, config)
-    if any(p != (0, 0) for p in padding) and not (
-        _flat(lhs, rhs, window_strides, rhs_dilation, numbers, feature_group_count, batch_group_count) and
-        _transposed_rows(numbers)):
-      lhs = _materialize(lhs)
+    padded = pad(lhs, 0, config)
+    if _flat(padded, rhs, window_strides, rhs_dilation, numbers, feature_group_count, batch_group_count) and \
+        (order := _rows_order(numbers.lhs_spec)) != sorted(order):
+      # the flat GEMM's rows transpose the input (an NCHW input's weight gradient): a copy of the input in their
+      # order first (register transposes, codegen/llvm.py), then the rows copy reads it through the padding in order
+      # (32x64x56x56: 1.06 + 0.67 ms; read through the padding across: 2.7-3.3 ms; padded, then read: 1.75 + 3.3)
+      padded = pad(permute_raw(_materialize(permute_raw(lhs, order)), list(np.argsort(order))), 0, config)
+    elif any(p != (0, 0) for p in padding): padded = _materialize(padded)
+    lhs = padded
   channels_last = (0, n_spatial + 1, *range(1, n_spatial + 1))
   if feature_group_count == 1 and batch_group_count == 1 and \
       all(rhs.shape[axis] == 1 for axis in numbers.rhs_spec[2:]) and \
@@ -259,7 +263,8 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
   groups, batch_groups = feature_group_count, batch_group_count
   kernel = w.shape[2:]
   if _flat(lhs, rhs, strides, rhs_dilation, numbers, groups, batch_groups):
-    result = _flat_conv(x, w, out_dtype)
+    order = _rows_order(numbers.rhs_spec)
+    result = _flat_conv(x, w, out_dtype, transposed_taps=order != sorted(order))
     return permute_raw(result, list(np.argsort(numbers.out_spec)))
   patches, out_sizes = _windows(x, range(2, 2 + n_spatial), kernel, strides, rhs_dilation)
   # patches: (N, C, o1, k1, o2, k2, ...); kernel w: (O, I, k1, k2, ...)
@@ -311,14 +316,12 @@ def _flat(lhs: Array, rhs: Array, strides: tuple[int, ...], rhs_dilation: tuple[
       math.prod(grid) <= FLAT_WASTE * math.prod(kernel)
 
 
-def _transposed_rows(numbers: ConvDimensionNumbers) -> bool:
-  """Whether `_flat_conv`'s rows (features, spatial..., batch) are a transposing copy of the input as it lies (an NCHW
-  input's weight gradient). Then its padding is not copied first: the rows read the input through it, one pass
-  instead of two (32x64x56x56: 2.7 ms against 1.75 + 3.3). Rows in the input's own order (NHWC) copy the padded input
-  faster than they read through the padding's gates (examples/cnn.py: 110 + 196 us against 379), and the forward
-  convolution has made that padded copy already."""
-  order = (numbers.lhs_spec[1], *numbers.lhs_spec[2:], numbers.lhs_spec[0])
-  return list(order) != sorted(order)
+def _rows_order(spec: tuple[int, ...]) -> list[int]:
+  """The axes of an operand, given its (batch, feature, spatial...) spec, in the order of `_flat_conv`'s rows and taps
+  (feature, spatial..., batch): not sorted where they transpose its memory (an NCHW input's or output gradient's in
+  a weight gradient). Rows in the input's own order (NHWC) copy the padded input, which the forward convolution has
+  made already (examples/cnn.py: 110 + a shared 196 us, read through the padding's gates: 379)."""
+  return [spec[1], *spec[2:], spec[0]]
 
 
 def _into_layout(result: Array, order: list[int], steps: int) -> Array:
@@ -379,7 +382,7 @@ FLAT_WASTE = 1.5
 IM2COL_TAPS_BYTES = 1 << 20
 
 
-def _flat_conv(x: Array, w: Array, out_dtype: np.dtype) -> Array:
+def _flat_conv(x: Array, w: Array, out_dtype: np.dtype, transposed_taps: bool = False) -> Array:
   """A stride-1, undilated convolution of a padded input x (B, F, P...) with a kernel w (O, F, K...) as one GEMM with
   a long reduction: the input becomes rows (F * prod(P), B), one per grid point, and the kernel is zero-padded onto
   the same grid, (F * prod(P), O); an output position y reads the rows shifted by y's flat offset (a windowed view
@@ -400,6 +403,9 @@ def _flat_conv(x: Array, w: Array, out_dtype: np.dtype) -> Array:
   if (extra := sum((o - 1) * s for o, s in zip(out_sizes, flat_strides))):
     rows = _materialize(pad_raw(rows, [(0, extra), (0, 0)]))
   taps = permute_raw(w, (1, *spatial, 0))  # (F, K..., O)
+  # (taps transposing the kernel as it lies, an NCHW output gradient: copied in that order first, register
+  # transposes, and then padded in order: 1.06 + 0.67 ms against 2.6 for 32x64x56x56 padded across)
+  if grid != kernel and transposed_taps: taps = _materialize(taps)
   if grid != kernel: taps = pad_raw(taps, [(0, 0)] + [(0, p - k) for p, k in zip(grid, kernel)] + [(0, 0)])
   taps = reshape_raw(taps, (points, w.shape[0]))
   if grid != kernel: taps = _materialize(taps)
