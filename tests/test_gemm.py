@@ -1297,6 +1297,7 @@ def test_padding_and_concatenation_copies_split_their_inner_loop_at_the_gates(on
     (copy,) = kernels_of(tj.jit(f).lower(host, other)._compiled.schedule.schedule.kernels)
     split = gate_split(copy.ast, global_ranges_of(copy.ast)[-1])
     assert [(first, last) for first, last, _ in split] == parts
+    assert f"('gate_split', {global_ranges_of(copy.ast)[-1].arg[0]}, {len(parts)})" in _opts_line(copy.ast)
     if len(parts) == 3:  # each bound of the window: false before it, true inside, false after it for one of them
       assert [sorted(values.values()) for _, _, values in split] == [[False, True], [True, True], [False, True]]
     np.testing.assert_array_equal(np.asarray(tj.jit(f)(host, other)), want)

@@ -316,6 +316,7 @@ class _Renderer(Linearizer):
     self.plan, self.gpu, self.ordered = plan, gpu, ordered
     self.transpose = transpose  # the block of an elementwise kernel's (rows, columns) loops (opt.transpose_block)
     self.transpose_lanes, self.across = register_transposes(ast, self.deps, transpose)
+    self.gate_parts: tuple[int, int] | None = None  # (range id, parts) of a loop split at its gates (`gate_split`)
     self.launch = launch or GpuLaunch(1)
     self.shared = set(top_reduces(ast)) if self.launch.group_reduction else set()  # REDUCEs done as group reductions
     self.decompose = decompose  # float32 transcendentals as polynomials (transcendental.py), not libm intrinsics
@@ -463,6 +464,7 @@ class _Renderer(Linearizer):
     if self.plan is None and depth == len(global_ranges) - 1 and depth and (parts := gate_split(self.ast, rng)):
       # the innermost loop of a copy through a padding, in parts between its gates' bounds, each bound a constant in
       # each part (a load inside the padding's window, unconditional, vectorises without masks)
+      self.gate_parts = (rng.arg[0], len(parts))
       for first, last, values in parts:
         with self.bindings({bound: "true" if value else "false" for bound, value in values.items()}), \
             self.loop(str(first), str(last), binds=rng):
@@ -1996,9 +1998,10 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   plan = choose_opts(ast, enabled=enabled)
   transpose = 0 if plan is not None else transpose_block(ast, enabled)
   renderer = _Renderer(ast, plan, decompose=enabled, transpose=transpose)
-  opts = list(applied_opts(ast, enabled)) + ([("registers", renderer.transpose_lanes)] if renderer.across else [])
-  if DEBUG >= 3: print(f"*** opts of {name}: {opts}")
   renderer.render_kernel()
+  opts = list(applied_opts(ast, enabled)) + ([("registers", renderer.transpose_lanes)] if renderer.across else []) + \
+      ([("gate_split", *renderer.gate_parts)] if renderer.gate_parts else [])
+  if DEBUG >= 3: print(f"*** opts of {name}: {opts}")
   # kernels that compute more than they move ask for VECTOR_BYTES vectors, which LLVM would otherwise not use on CPUs
   # where it prefers 256-bit vectors (Intel's AVX-512 parts): a tile sized for them became 32 half-width accumulators,
   # a third of them spilled to the stack, and transcendental and reducing kernels ran at half width (4M exp 1.92 ->
