@@ -580,12 +580,13 @@ class _Rangeify:
         # gate and the loads' strides are plain in them), the rows one flat loop (divisions once per row). More
         # trailing axes join the inner ones as one column while every load stays linear along it: (N, H, W, C) read
         # as (N, C, H, W) has columns of H * W, not W, and so its transpose blocks (codegen/opt.py `transpose_block`)
-        count, last = inner, 0
-        for last in range(inner + 1, len(shape)):
-          built = self.rows_and_columns(value_node, last, merge=True)
-          if _divides(built[0], built[-1]): break
-          count = last
-        if last != count: built = self.rows_and_columns(value_node, count, merge=count > inner)
+        built, chosen = self.rows_and_columns(value_node, inner, merge=False), None
+        for count in range(inner + 1, len(shape)):
+          trial = _Rangeify(root, self.slot_of)
+          attempt = trial.rows_and_columns(value_node, count, merge=True)
+          if _divides(attempt[0], attempt[-1]): break
+          built, chosen = attempt, trial
+        if chosen is not None: self.__dict__.update(chosen.__dict__)
         value, idx, out_index, outer, _ = built
     elif (order := _contraction_order(value_node)) is not None:
       # a contraction stored permuted (a channels-first convolution's output): its loops run in the contraction's
