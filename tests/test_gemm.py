@@ -1306,3 +1306,30 @@ def test_padding_and_concatenation_copies_split_their_inner_loop_at_the_gates(on
       run_kernel(copy.ast, [out, host, other] if len(copy.slots) == 3 else [out, host], optimize,
                  0, copy.outer_size)
       np.testing.assert_array_equal(out.reshape(want.shape), want)
+
+
+def test_register_transposes_fuse_casts_broadcasts_and_selects(on_cpu):
+  """Transposes with what fuses into them (a cast to bfloat16, a row or column broadcast, a select, a comparison) in
+  register transpose blocks, against numpy; their gradients (transposes again) against the identity d/dx sum(f^2) =
+  2 f f'; vmap(jit) against a loop; float64 and int64 under x64 (8 lanes)."""
+  import ml_dtypes
+  rng = np.random.default_rng(21)
+  x = rng.standard_normal((96, 130)).astype(F32)
+  b, c = rng.standard_normal(96).astype(F32), rng.standard_normal(130).astype(F32)
+  cases = [(lambda a: a.T.astype(tnp.bfloat16), lambda a: a.T.astype(ml_dtypes.bfloat16), False),  # (its rounding:
+           (lambda a: a.T + b[None, :], lambda a: a.T + b[None, :], True),  # several instructions, scalar blocks)
+           (lambda a: tnp.where(a.T > 0, a.T * 2, c[:, None]), lambda a: np.where(a.T > 0, a.T * 2, c[:, None]), True),
+           (lambda a: (a.T > 0).astype(tnp.int32), lambda a: (a.T > 0).astype(np.int32), True)]
+  for f, g, registers in cases:
+    (copy,) = kernels_of(tj.jit(f).lower(x)._compiled.schedule.schedule.kernels)
+    assert ("('registers'," in _opts_line(copy.ast)) == registers
+    np.testing.assert_array_equal(np.asarray(tj.jit(f)(x)), g(x))
+  grad = np.asarray(tj.jit(tj.grad(lambda a: (tnp.sin(a.T) * c[:, None]).sum()))(x))
+  np.testing.assert_allclose(grad, (np.cos(x.T.astype(F64)) * c[:, None]).T, rtol=1e-5, atol=1e-6)
+  stacked = np.stack([x, -x])
+  np.testing.assert_array_equal(np.asarray(tj.vmap(tj.jit(lambda a: a.T * 3))(stacked)), stacked.transpose(0, 2, 1) * 3)
+  with tj.config.override("jax_enable_x64", True):
+    for host in (rng.standard_normal((70, 100)), rng.integers(-5, 5, (64, 64))):
+      (copy,) = kernels_of(tj.jit(lambda a: a.T + 1).lower(host)._compiled.schedule.schedule.kernels)
+      assert "('registers', 8)" in _opts_line(copy.ast)
+      np.testing.assert_array_equal(np.asarray(tj.jit(lambda a: a.T + 1)(host)), host.T + 1)

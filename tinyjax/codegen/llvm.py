@@ -266,6 +266,7 @@ def gate_split(ast: UOp, rng: UOp) -> list[tuple[int, int, dict[UOp, bool]]] | N
   GATE_SPLIT_PARTS), each with every bound's value there; None otherwise. The loop then runs part by part
   (`open_global_loops`), each gate a constant: a (32, 64, 56, 56) -> (32, 64, 58, 58) padding copy's loads were masked
   vector loads with 64-bit index compares, 1.41 ms; unconditional in the middle part, 0.64 ms."""
+  if rng.src[0].op is not Ops.CONST: return None
   size = rng.src[0].arg
   bounds: dict[UOp, tuple[bool, int]] = {}  # bound -> (true below the threshold, the threshold)
   for load in (node for node in ast.toposort if node.op is Ops.LOAD and len(node.src) > 2):
