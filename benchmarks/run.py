@@ -13,6 +13,8 @@ import time
 import numpy as np
 
 os.environ.setdefault("TINYJAX_CACHE_DIR", tempfile.mkdtemp(prefix="tinyjax-bench-"))  # cold cache for compile times
+# this checkout's tinyjax, not an installed one (another worktree's editable install measured instead, unnoticed)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tinyjax.numpy as tnp  # noqa: E402
 from tinyjax.devices import cache_stats  # noqa: E402
