@@ -671,3 +671,41 @@ def test_channels_last_convolution_writes_its_output_in_place(features, on_cpu, 
           numpy_conv(x.transpose(0, 3, 1, 2), dw.transpose(3, 2, 0, 1), (1, 1), ((1, 1), (1, 1)))) *
          ct.transpose(0, 3, 1, 2)).sum()
   np.testing.assert_allclose(lhs, rhs, rtol=1e-4)
+
+
+@pytest.mark.parametrize("channels,width", [(32, 20), (35, 13)])
+def test_window_taps_beyond_l1_run_in_channel_blocks(channels, width, on_cpu):
+  """A direct 3x3 convolution whose taps for a column tile exceed WINDOW_BLOCK_BYTES runs its tiles in row groups,
+  its channels in at most WINDOW_BLOCKS blocks (codegen/opt.py `_window_chunk`; 35 channels: blocks of 9, the last of
+  8; 13-wide rows: a partial tile per group). Values and both gradients against float64 numpy; jit(vmap) against a
+  loop. Taps that fit keep the plain tiles."""
+  from tinyjax.codegen.opt import WINDOW_BLOCKS, applied_opts
+  from tinyjax.lower.schedule import kernels_of
+  rng = np.random.default_rng(22)
+  x = rng.standard_normal((2, width, width, channels)).astype(np.float32)
+  w = (rng.standard_normal((3, 3, channels, 64)) / 10).astype(np.float32)
+  numbers = ("NHWC", "HWIO", "NHWC")
+
+  def conv(a, b): return lax.conv_general_dilated(a, b, (1, 1), "SAME", dimension_numbers=numbers)
+  f = tj.jit(conv)
+  (product,) = [k for k in kernels_of(f.lower(x, w)._compiled.schedule.schedule.kernels) if k.name.startswith("r_")]
+  chunk = next(opt[2] for opt in applied_opts(product.ast) if opt[0] == "chunk")
+  assert chunk == -(-channels // WINDOW_BLOCKS) and any(opt[0] == "group" for opt in applied_opts(product.ast))
+  to_nchw = (lambda a: a.transpose(0, 3, 1, 2))
+  w_oihw = w.transpose(3, 2, 0, 1)
+  want = numpy_conv(to_nchw(x), w_oihw, (1, 1), ((1, 1), (1, 1))).transpose(0, 2, 3, 1)
+  np.testing.assert_allclose(np.asarray(f(x, w), np.float64), want, rtol=2e-5, atol=2e-5)
+  ct = rng.standard_normal(want.shape).astype(np.float32)
+  gx, gw = tj.jit(tj.grad(lambda a, b: (conv(a, b) * ct).sum(), argnums=(0, 1)))(x, w)
+  dx, dw = rng.standard_normal(x.shape), rng.standard_normal(w.shape)
+  along_x = numpy_conv(to_nchw(dx), w_oihw, (1, 1), ((1, 1), (1, 1))).transpose(0, 2, 3, 1)
+  along_w = numpy_conv(to_nchw(x), dw.transpose(3, 2, 0, 1), (1, 1), ((1, 1), (1, 1))).transpose(0, 2, 3, 1)
+  np.testing.assert_allclose(np.sum(np.asarray(gx, np.float64) * dx), np.sum(along_x * ct), rtol=1e-4)
+  np.testing.assert_allclose(np.sum(np.asarray(gw, np.float64) * dw), np.sum(along_w * ct), rtol=1e-4)
+  batched = np.asarray(tj.vmap(tj.jit(conv), in_axes=(0, None))(x[:, None], w))
+  np.testing.assert_allclose(batched[:, 0], np.stack([np.asarray(f(x[i:i + 1], w))[0] for i in range(2)]),
+                             rtol=1e-5, atol=1e-5)
+  small = w[:, :, :4]  # taps that fit: the plain tiles
+  (plain,) = [k for k in kernels_of(f.lower(x[..., :4], small)._compiled.schedule.schedule.kernels)
+              if k.name.startswith("r_")]
+  assert not any(opt[0] == "chunk" for opt in applied_opts(plain.ast))

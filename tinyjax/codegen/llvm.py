@@ -1231,6 +1231,8 @@ class _Renderer(Linearizer):
           self.render_block(row_index, height, column_index, width, clamp)
         elif plan.row is None:
           self.render_block(None, 1, column_index, width)
+        elif self.k_blocked() and plan.chunk:
+          self.render_window_groups(*bounds(plan.row), column_index, width, row_heights)
         elif self.k_blocked():
           self.render_row_groups(*bounds(plan.row), column_index, width, row_heights)
         else:
@@ -1629,6 +1631,55 @@ class _Renderer(Linearizer):
                 self.vector_store(self.cast(total, F64, node.dtype, lanes), lanes)
                 continue
               self.scopes[-1][node] = self.cast(total, F64, node.dtype)
+              self.emit_ready(self.ast)
+
+  def render_window_groups(self, row_start: str, row_end: str, column_start: str, columns: int,
+                           heights: list[int]) -> None:
+    """The register tiles of one column tile over a window (a direct convolution: channels, then its taps), in row
+    groups: for each block of `plan.chunk` channels every tile of the group runs the block, the taps whole (as
+    `reduce_loops` unrolls them), its float32 sums added into the group's float32 sums in an array (at most
+    WINDOW_BLOCKS blocks: as a single tile's few block sums, FLOAT32_BLOCKS), so that the block's taps are read from L1
+    by all the group's tiles instead of from L2 by each. Then the epilogue and STORE per element, row by row."""
+    plan = self.plan
+    assert plan is not None and plan.row is not None
+    node = plan.reduce
+    outer, window = node.src[1], list(node.src[2:])
+    size = outer.src[0].arg
+    sums = self.alloca(f"[{plan.group * columns} x float]", align=VECTOR_BYTES)
+    with self.loop(row_start, row_end, None, step=plan.group, whole=False) as group:
+      group_end = self.capped(group, plan.group, row_end)
+      with self.loop("0", str(plan.group * columns), None) as slot:
+        self.line(f"store float 0.0, ptr {self.slot(sums, F32, slot)}")
+      with self.loop("0", str(-(-size // plan.chunk)), None, vectorize=False) as block:
+        block_start, block_end = self.block_bounds(block, plan.chunk, str(size))
+        taps = [("0", self.value(rng.src[0]), rng, "full") for rng in window]
+        # (a clamped tile's rows past the group's end add into the group's unused sums: the group is whole tiles)
+        for row_index, height, clamp in self.row_tiles(group, group_end, heights):
+          row_values, column_values = self.tile_rows(row_index, height, clamp), self.offsets(column_start, columns)
+          body, lanes = self.tile_body(row_values, column_values)
+
+          def step(_, body=body, lanes=lanes):
+            return [self.cast(part, dtype, F32, lanes) for part, dtype in body()], F32
+          parts = self.accumulate(node, F32, height * columns // lanes, [(block_start, block_end, outer, True), *taps],
+                                  step, tiled=True, contract=plan.contract, lanes=lanes)
+          first = self.emit(f"mul nsw i64 {self.emit(f'sub nsw i64 {row_index}, {group}')}, {columns}")
+          for i, part in enumerate(parts):
+            address = self.slot(sums, F32, self.emit(f"add nsw i64 {first}, {i * lanes}"))
+            total = self.combine(Ops.ADD, F32, self.emit(f"load {vector_type(F32, lanes)}, ptr {address}, align 4"),
+                                 part, ordered=True, lanes=lanes)
+            self.line(f"store {vector_type(F32, lanes)} {total}, ptr {address}, align 4")
+      with self.loop(group, group_end, None) as row_index:
+        first = self.emit(f"mul nsw i64 {self.emit(f'sub nsw i64 {row_index}, {group}')}, {columns}")
+        with self.bound(plan.row, row_index):
+          lanes = plan.lanes if self.vector_epilogue and columns % plan.lanes == 0 else 1
+          for j, column_value in enumerate(self.offsets(column_start, columns // lanes, lanes)):
+            with self.bound(plan.column, column_value):
+              address = self.slot(sums, F32, self.emit(f"add nsw i64 {first}, {j * lanes}"))
+              total = self.emit(f"load {vector_type(F32, lanes)}, ptr {address}, align 4")
+              if lanes > 1:
+                self.vector_store(self.cast(total, F32, node.dtype, lanes), lanes)
+                continue
+              self.scopes[-1][node] = self.cast(total, F32, node.dtype)
               self.emit_ready(self.ast)
 
   def render_group_blocks(self, first_block: str, last_block: str, size: int, group: str, group_end: str,
