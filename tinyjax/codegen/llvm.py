@@ -1620,18 +1620,24 @@ class _Renderer(Linearizer):
         self.render_group_blocks(first_block, last_block, size, group, group_end, column_start, columns, heights,
                                  sums, block_sums, row_slots, panel if panel < size else 0)
       with self.span_loops() as span, self.loop(group, group_end, None) as row_index:
-        first = row_slots(span, row_index)
-        with self.bound(plan.row, row_index):
-          lanes = plan.lanes if self.vector_epilogue and columns % plan.lanes == 0 else 1
-          for j, column_value in enumerate(self.offsets(column_start, columns // lanes, lanes)):
-            with self.bound(plan.column, column_value):
-              address = self.slot(sums, F64, self.emit(f"add nsw i64 {first}, {j * lanes}"))
-              total = self.emit(f"load {vector_type(F64, lanes)}, ptr {address}, align 8")
-              if lanes > 1:
-                self.vector_store(self.cast(total, F64, node.dtype, lanes), lanes)
-                continue
-              self.scopes[-1][node] = self.cast(total, F64, node.dtype)
-              self.emit_ready(self.ast)
+        with self.bound(plan.row, row_index): self.store_group_row(sums, F64, row_slots(span, row_index), column_start,
+                                                                    columns)
+
+  def store_group_row(self, sums: str, dtype: np.dtype, first: str, column_start: str, columns: int) -> None:
+    """The epilogue and STORE of a row group's row (the row bound) from its sums (of `dtype`, the row's from slot
+    `first` on), a vector at a time where the epilogue allows."""
+    plan = self.plan
+    assert plan is not None
+    lanes = plan.lanes if self.vector_epilogue and columns % plan.lanes == 0 else 1
+    for j, column_value in enumerate(self.offsets(column_start, columns // lanes, lanes)):
+      with self.bound(plan.column, column_value):
+        address = self.slot(sums, dtype, self.emit(f"add nsw i64 {first}, {j * lanes}"))
+        total = self.emit(f"load {vector_type(dtype, lanes)}, ptr {address}, align {dtype.itemsize}")
+        if lanes > 1:
+          self.vector_store(self.cast(total, dtype, plan.reduce.dtype, lanes), lanes)
+          continue
+        self.scopes[-1][plan.reduce] = self.cast(total, dtype, plan.reduce.dtype)
+        self.emit_ready(self.ast)
 
   def render_window_groups(self, row_start: str, row_end: str, column_start: str, columns: int,
                            heights: list[int]) -> None:
@@ -1670,17 +1676,7 @@ class _Renderer(Linearizer):
             self.line(f"store {vector_type(F32, lanes)} {total}, ptr {address}, align 4")
       with self.loop(group, group_end, None) as row_index:
         first = self.emit(f"mul nsw i64 {self.emit(f'sub nsw i64 {row_index}, {group}')}, {columns}")
-        with self.bound(plan.row, row_index):
-          lanes = plan.lanes if self.vector_epilogue and columns % plan.lanes == 0 else 1
-          for j, column_value in enumerate(self.offsets(column_start, columns // lanes, lanes)):
-            with self.bound(plan.column, column_value):
-              address = self.slot(sums, F32, self.emit(f"add nsw i64 {first}, {j * lanes}"))
-              total = self.emit(f"load {vector_type(F32, lanes)}, ptr {address}, align 4")
-              if lanes > 1:
-                self.vector_store(self.cast(total, F32, node.dtype, lanes), lanes)
-                continue
-              self.scopes[-1][node] = self.cast(total, F32, node.dtype)
-              self.emit_ready(self.ast)
+        with self.bound(plan.row, row_index): self.store_group_row(sums, F32, first, column_start, columns)
 
   def render_group_blocks(self, first_block: str, last_block: str, size: int, group: str, group_end: str,
                           column_start: str, columns: int, heights: list[int], sums: str, block_sums: str,
