@@ -34,7 +34,7 @@ from tinyjax.devices.device import placement_of, CPU, compute_device, host_buffe
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
 from tinyjax.devices.buffer import Buffer, allocate_buffers, give_block, reinterpret, take_block, shard
 from tinyjax.devices.cache import DiskCache
-from tinyjax.helpers import DEBUG
+from tinyjax.helpers import DEBUG, gc_paused
 from tinyjax.lower.complex import has_complex, split_complex
 from tinyjax.lower.float8 import has_float8, is_float8, split_float8
 from tinyjax.lower.memory import MemoryPlan, plan_memory
@@ -475,7 +475,7 @@ def realize(roots: list[UOp], order: list[UOp] | None = None) -> list[Buffer]:
     inputs = [buffer if i in constants else runnable(buffer, device) for i, buffer in enumerate(inputs)]
   for i in constants: inputs[i] = constant_buffer(inputs[i], device)
   if (compiled := _memory_cache.get((key, device))) is None:
-    compiled = get_schedule(normalize(roots, order=order, constants=True)[0], device)
+    with gc_paused(): compiled = get_schedule(normalize(roots, order=order, constants=True)[0], device)
     if len(_memory_cache) >= _MEMORY_CACHE_LIMIT: del _memory_cache[next(iter(_memory_cache))]
     _memory_cache[(key, device)] = compiled
   outputs = run_schedule(compiled, inputs)

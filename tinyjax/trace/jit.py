@@ -33,6 +33,7 @@ from tinyjax.array import Array, deleted_uop, realize_arrays
 from tinyjax.devices.buffer import Buffer, DeletedBuffer, ShardedBuffer, is_exclusive, shard
 from tinyjax.devices.device import (CPU, compute_device, default_device, place, placement_of, runnable,
                                     same_memory)
+from tinyjax.helpers import gc_paused
 from tinyjax.lower.memory import donation_aliases
 from tinyjax.lower.realize import (CompiledSchedule, direct_runner, get_schedule, normalize, place_outputs,
                                    run_schedule)
@@ -726,11 +727,12 @@ class JitWrapped:
            _mesh_stack[-1] if _mesh_stack else None)  # (shard_map without mesh= takes set_mesh's: JAX keys on it too)
     compiled = self._cache.get(key)
     if compiled is None:
-      jaxpr = self._trace(args, static, static_kwargs, dynamic_kwargs)
-      device, committed, replicated = place([*placements, *(placement_of(buffer) for buffer in jaxpr.consts)])
-      moves = any(not same_memory(placement[0], device) for placement in placements)
-      compiled = _Compiled(jaxpr, get_schedule(jaxpr.sink, device) if jaxpr.sink.src else None, device, moves,
-                           self._donated_leaves(args, static), committed, replicated)
+      with gc_paused():
+        jaxpr = self._trace(args, static, static_kwargs, dynamic_kwargs)
+        device, committed, replicated = place([*placements, *(placement_of(buffer) for buffer in jaxpr.consts)])
+        moves = any(not same_memory(placement[0], device) for placement in placements)
+        compiled = _Compiled(jaxpr, get_schedule(jaxpr.sink, device) if jaxpr.sink.src else None, device, moves,
+                             self._donated_leaves(args, static), committed, replicated)
       self._cache[key] = compiled
     return compiled, leaves
 
