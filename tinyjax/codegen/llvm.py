@@ -255,6 +255,18 @@ def register_transposes(ast: UOp, deps: dict[UOp, frozenset[UOp]], block: int) -
   return lanes, tuple(across)
 
 
+def unrolled_whole(ranges: list[UOp]) -> set[UOp]:
+  """The short ranges of a reduction's nest (a convolution's window) that are unrolled whole (see loop_hints),
+  innermost first while their product stays at most UNROLL_WHOLE: LLVM took 69 s on an 8x14x14 nest unrolled into
+  1568 copies."""
+  whole, copies = set(), 1
+  for rng in reversed(ranges):
+    if rng.src[0].op is Ops.CONST and rng.src[0].arg <= SHORT_REDUCE and copies * rng.src[0].arg <= UNROLL_WHOLE:
+      whole.add(rng)
+      copies *= rng.src[0].arg
+  return whole
+
+
 # The most parts a loop is split into by its loads' gates (`gate_split`): a padding's three, a few concatenated parts.
 GATE_SPLIT_PARTS = 5
 
@@ -1129,13 +1141,7 @@ class _Renderer(Linearizer):
     inner_dtype = accumulator_dtype(node)
     block = self.plan.sum_block if tiled else GPU_SUM_BLOCK if self.gpu else SUM_BLOCK
 
-    # the short ranges of a nest (a convolution's window) are unrolled whole (see loop_hints), innermost first while
-    # their product stays at most UNROLL_WHOLE: LLVM took 69 s on an 8x14x14 nest unrolled into 1568 copies
-    whole, copies = set(), 1
-    for rng in reversed(ranges if len(ranges) > 1 else []):
-      if rng.src[0].op is Ops.CONST and rng.src[0].arg <= SHORT_REDUCE and copies * rng.src[0].arg <= UNROLL_WHOLE:
-        whole.add(rng)
-        copies *= rng.src[0].arg
+    whole = unrolled_whole(ranges) if len(ranges) > 1 else set()
 
     def loops(over: list[UOp]) -> list[tuple[str, str, UOp | None, bool | str]]:
       return [("0", self.value(rng.src[0]), rng, "full" if rng in whole else True) for rng in over]
@@ -1658,7 +1664,8 @@ class _Renderer(Linearizer):
         self.line(f"store float 0.0, ptr {self.slot(sums, F32, slot)}")
       with self.loop("0", str(-(-size // plan.chunk)), None, vectorize=False) as block:
         block_start, block_end = self.block_bounds(block, plan.chunk, str(size))
-        taps = [("0", self.value(rng.src[0]), rng, "full") for rng in window]
+        whole = unrolled_whole(window)
+        taps = [("0", self.value(rng.src[0]), rng, "full" if rng in whole else True) for rng in window]
         # (a clamped tile's rows past the group's end add into the group's unused sums: the group is whole tiles)
         for row_index, height, clamp in self.row_tiles(group, group_end, heights):
           row_values, column_values = self.tile_rows(row_index, height, clamp), self.offsets(column_start, columns)
