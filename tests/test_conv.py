@@ -709,3 +709,22 @@ def test_window_taps_beyond_l1_run_in_channel_blocks(channels, width, on_cpu):
   (plain,) = [k for k in kernels_of(f.lower(x[..., :4], small)._compiled.schedule.schedule.kernels)
               if k.name.startswith("r_")]
   assert not any(opt[0] == "chunk" for opt in applied_opts(plain.ast))
+
+
+@pytest.mark.parametrize("size,channels", [(5, 12), (7, 8)])
+def test_wider_windows_in_channel_blocks_match_numpy(size, channels, on_cpu):
+  """5x5 and 7x7 windows whose taps exceed WINDOW_BLOCK_BYTES also run in channel blocks (their taps unrolled as
+  `reduce_loops` unrolls them); values against float64 numpy."""
+  from tinyjax.codegen.opt import applied_opts
+  from tinyjax.lower.schedule import kernels_of
+  rng = np.random.default_rng(23)
+  x = rng.standard_normal((2, 20, 20, channels)).astype(np.float32)
+  w = (rng.standard_normal((size, size, channels, 64)) / 10).astype(np.float32)
+  f = tj.jit(lambda a, b: lax.conv_general_dilated(a, b, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")))
+  (product,) = [k for k in kernels_of(f.lower(x, w)._compiled.schedule.schedule.kernels) if k.name.startswith("r_")]
+  assert any(opt[0] == "chunk" for opt in applied_opts(product.ast))
+  half = size // 2
+  xp = np.pad(x.astype(np.float64), ((0, 0), (half, half), (half, half), (0, 0)))
+  want = sum(np.einsum("nhwc,co->nhwo", xp[:, a:a + 20, b:b + 20], w[a, b].astype(np.float64))
+             for a in range(size) for b in range(size))
+  np.testing.assert_allclose(np.asarray(f(x, w), np.float64), want, rtol=3e-5, atol=3e-5)
