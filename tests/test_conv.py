@@ -673,13 +673,15 @@ def test_channels_last_convolution_writes_its_output_in_place(features, on_cpu, 
   np.testing.assert_allclose(lhs, rhs, rtol=1e-4)
 
 
-@pytest.mark.parametrize("channels,width", [(32, 20), (35, 13)])
+@pytest.mark.parametrize("channels,width", [(32, 20), (35, 13), (128, 10)])
 def test_window_taps_beyond_l1_run_in_channel_blocks(channels, width, on_cpu):
   """A direct 3x3 convolution whose taps for a column tile exceed WINDOW_BLOCK_BYTES runs its tiles in row groups,
-  its channels in at most WINDOW_BLOCKS blocks (codegen/opt.py `_window_chunk`; 35 channels: blocks of 9, the last of
-  8; 13-wide rows: a partial tile per group). Values and both gradients against float64 numpy; jit(vmap) against a
+  its channels in WINDOW_BLOCKS blocks with float32 sums where those fit in it, else in blocks that fit with float64
+  sums (codegen/opt.py `_window_chunk`; 35 channels: blocks of 9, the last of 8; 128: 8 blocks of 17, the last of 9;
+  13-wide rows: a partial tile per group). Values and both gradients against float64 numpy; jit(vmap) against a
   loop. Taps that fit keep the plain tiles."""
-  from tinyjax.codegen.opt import WINDOW_BLOCKS, applied_opts
+  from tinyjax.codegen.llvm import render_llvm
+  from tinyjax.codegen.opt import WINDOW_BLOCK_BYTES, WINDOW_BLOCKS, applied_opts
   from tinyjax.lower.schedule import kernels_of
   rng = np.random.default_rng(22)
   x = rng.standard_normal((2, width, width, channels)).astype(np.float32)
@@ -690,7 +692,9 @@ def test_window_taps_beyond_l1_run_in_channel_blocks(channels, width, on_cpu):
   f = tj.jit(conv)
   (product,) = [k for k in kernels_of(f.lower(x, w)._compiled.schedule.schedule.kernels) if k.name.startswith("r_")]
   chunk = next(opt[2] for opt in applied_opts(product.ast) if opt[0] == "chunk")
-  assert chunk == -(-channels // WINDOW_BLOCKS) and any(opt[0] == "group" for opt in applied_opts(product.ast))
+  assert chunk == min(-(-channels // WINDOW_BLOCKS), WINDOW_BLOCK_BYTES // (9 * 64 * 4))
+  assert any(opt[0] == "group" for opt in applied_opts(product.ast))
+  assert ("x double]" in render_llvm("k", product.ast)) == (-(-channels // chunk) > WINDOW_BLOCKS)  # the group's sums
   to_nchw = (lambda a: a.transpose(0, 3, 1, 2))
   w_oihw = w.transpose(3, 2, 0, 1)
   want = numpy_conv(to_nchw(x), w_oihw, (1, 1), ((1, 1), (1, 1))).transpose(0, 2, 3, 1)

@@ -1649,19 +1649,21 @@ class _Renderer(Linearizer):
                            heights: list[int]) -> None:
     """The register tiles of one column tile over a window (a direct convolution: channels, then its taps), in row
     groups: for each block of `plan.chunk` channels every tile of the group runs the block, the taps whole (as
-    `reduce_loops` unrolls them), its float32 sums added into the group's float32 sums in an array (at most
-    WINDOW_BLOCKS blocks: as a single tile's few block sums, FLOAT32_BLOCKS), so that the block's taps are read from L1
-    by all the group's tiles instead of from L2 by each. Then the epilogue and STORE per element, row by row."""
+    `reduce_loops` unrolls them), its float32 sums added into the group's sums in an array, float32 for at most
+    FLOAT32_BLOCKS blocks as a single tile's few block sums, else float64, so that the block's taps are read from L1 by
+    all the group's tiles instead of from L2 by each. Then the epilogue and STORE per element, row by row."""
     plan = self.plan
     assert plan is not None and plan.row is not None
     node = plan.reduce
     outer, window = node.src[1], list(node.src[2:])
     size = outer.src[0].arg
-    sums = self.alloca(f"[{plan.group * columns} x float]", align=VECTOR_BYTES)
+    total_dtype = F32 if -(-size // plan.chunk) <= FLOAT32_BLOCKS else F64
+    sums = self.alloca(f"[{plan.group * columns} x {compute_type(total_dtype)}]", align=VECTOR_BYTES)
     with self.loop(row_start, row_end, None, step=plan.group, whole=False) as group:
       group_end = self.capped(group, plan.group, row_end)
       with self.loop("0", str(plan.group * columns), None) as slot:
-        self.line(f"store float 0.0, ptr {self.slot(sums, F32, slot)}")
+        zero = literal(0, total_dtype)
+        self.line(f"store {compute_type(total_dtype)} {zero}, ptr {self.slot(sums, total_dtype, slot)}")
       with self.loop("0", str(-(-size // plan.chunk)), None, vectorize=False) as block:
         block_start, block_end = self.block_bounds(block, plan.chunk, str(size))
         whole = unrolled_whole(window)
@@ -1677,13 +1679,14 @@ class _Renderer(Linearizer):
                                   step, tiled=True, contract=plan.contract, lanes=lanes)
           first = self.emit(f"mul nsw i64 {self.emit(f'sub nsw i64 {row_index}, {group}')}, {columns}")
           for i, part in enumerate(parts):
-            address = self.slot(sums, F32, self.emit(f"add nsw i64 {first}, {i * lanes}"))
-            total = self.combine(Ops.ADD, F32, self.emit(f"load {vector_type(F32, lanes)}, ptr {address}, align 4"),
-                                 part, ordered=True, lanes=lanes)
-            self.line(f"store {vector_type(F32, lanes)} {total}, ptr {address}, align 4")
+            address = self.slot(sums, total_dtype, self.emit(f"add nsw i64 {first}, {i * lanes}"))
+            kept = self.emit(f"load {vector_type(total_dtype, lanes)}, ptr {address}, align {total_dtype.itemsize}")
+            total = self.combine(Ops.ADD, total_dtype, kept, self.cast(part, F32, total_dtype, lanes), ordered=True,
+                                 lanes=lanes)
+            self.line(f"store {vector_type(total_dtype, lanes)} {total}, ptr {address}, align {total_dtype.itemsize}")
       with self.loop(group, group_end, None) as row_index:
         first = self.emit(f"mul nsw i64 {self.emit(f'sub nsw i64 {row_index}, {group}')}, {columns}")
-        with self.bound(plan.row, row_index): self.store_group_row(sums, F32, first, column_start, columns)
+        with self.bound(plan.row, row_index): self.store_group_row(sums, total_dtype, first, column_start, columns)
 
   def render_group_blocks(self, first_block: str, last_block: str, size: int, group: str, group_end: str,
                           column_start: str, columns: int, heights: list[int], sums: str, block_sums: str,

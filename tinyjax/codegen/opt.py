@@ -107,8 +107,9 @@ GROUP_ROWS = 32
 # 94-95, 1024^3 90-91 -> 94-95, 512x1536x512 89-90 -> 90-91, 2048^3 85-87 -> 86-89); above, they lost (512x4096x512
 # 87-88 -> 82-83, 1024x4096x1024 87 -> 81-83).
 GROUP_MIN_BLOCKS = 8
-# A direct convolution's tiles run in row groups of WINDOW_GROUP_ROWS, its channels in WINDOW_BLOCKS blocks whose taps
-# (channels x window x the tile's columns, at most WINDOW_BLOCK_BYTES) stay in L1 for the group (`_window_chunk`).
+# A direct convolution's tiles run in row groups of WINDOW_GROUP_ROWS, its channels in blocks (WINDOW_BLOCKS, or more
+# where those are too big) whose taps (channels x window x the tile's columns, at most WINDOW_BLOCK_BYTES) stay in L1
+# for the group (`_window_chunk`).
 WINDOW_GROUP_ROWS = 64
 WINDOW_BLOCKS = 4
 WINDOW_BLOCK_BYTES = 40 << 10
@@ -378,14 +379,17 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
 def _window_chunk(reduce: UOp, reduce_ranges: list[UOp], columns: int) -> int:
   """A float32 sum over a window (a direct convolution's channels, then its short taps) whose taps for the tile's
   columns do not fit WINDOW_BLOCK_BYTES: the channels per block of its row groups (`llvm.py render_window_groups`),
-  so that a block's taps stay in L1 for all the group's tiles, in at most WINDOW_BLOCKS blocks; 0 where that does not
-  apply. 32x56x56x64 3x3 into 64 (147 KB of taps), NHWC: 18.2-18.7 -> 16.9-17.1 ms forward. Taps that fit already
-  (examples/cnn.py's first convolution, 1 channel) ran 2x slower in blocks of one row of the window."""
+  so that a block's taps stay in L1 for all the group's tiles: WINDOW_BLOCKS blocks where those fit (their sums then
+  float32), else as many channels as fit (float64 sums); 0 where that does not apply. 32x56x56x64 3x3 into 64 (147 KB
+  of taps), NHWC: 18.2-18.7 -> 16.9-17.1 ms forward; 8x28x28x128 into 128 (295 KB, 8 blocks of 17): 5.84-5.90 ->
+  5.21-5.22 ms. Taps that fit already (examples/cnn.py's first convolution, 1 channel) ran 2x slower in blocks of one
+  row of the window."""
   if reduce.arg is not Ops.ADD or accumulator_dtype(reduce) != F32 or len(reduce_ranges) < 2: return 0
   outer, window = reduce_ranges[0].src[0].arg, math.prod(rng.src[0].arg for rng in reduce_ranges[1:])
   if window > SHORT_REDUCE * SHORT_REDUCE or outer * window * columns * 4 <= WINDOW_BLOCK_BYTES: return 0  # (in L1)
   chunk = -(-outer // WINDOW_BLOCKS)
-  return chunk if outer >= 2 * chunk and chunk * window * columns * 4 <= WINDOW_BLOCK_BYTES else 0
+  if chunk * window * columns * 4 > WINDOW_BLOCK_BYTES: chunk = WINDOW_BLOCK_BYTES // (window * columns * 4)
+  return chunk if chunk >= 1 and outer >= 2 * chunk else 0
 
 
 def amx_bf16() -> bool:
