@@ -39,6 +39,7 @@ from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32
                                  VECTOR_BYTES, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts,
                                  block_stride, choose_opts, global_ranges_of, linear_strides, transpose_block)
 from tinyjax.helpers import DEBUG, NOOPT
+from tinyjax.lower import symbolic
 from tinyjax.uop import BOOL, Ops, UOp
 
 
@@ -291,29 +292,14 @@ def gate_split(ast: UOp, rng: UOp) -> list[tuple[int, int, dict[UOp, bool]]] | N
         continue
       if node.op is not Ops.CMPLT or node.dtype != BOOL: return None
       side = 0 if rng in node.src[0].toposort else 1
-      strides, other = linear_strides(node.src[side])
-      constant, offset = node.src[1 - side], _index_constant(node.src[side])
-      if other or set(strides) != {rng} or strides[rng] != 1 or constant.op is not Ops.CONST or offset is None:
-        return None
+      (terms, offset), constant = symbolic._linear(node.src[side]), node.src[1 - side]
+      if terms != {rng: 1} or constant.op is not Ops.CONST: return None
       # rng + offset < k: true below k - offset; k < rng + offset: true from k - offset + 1 on
       bounds[node] = (True, constant.arg - offset) if side == 0 else (False, constant.arg - offset + 1)
   cuts = sorted({min(max(threshold, 0), size) for _, threshold in bounds.values()} | {0, size})
   if not bounds or len(cuts) - 1 > GATE_SPLIT_PARTS: return None
   return [(first, last, {bound: (first < threshold) == below for bound, (below, threshold) in bounds.items()})
           for first, last in zip(cuts, cuts[1:]) if first < last]
-
-
-def _index_constant(index: UOp) -> int | None:
-  """The constant term of a linear index expression (its RANGEs' terms left out), None if it has other atoms."""
-  if index.op is Ops.CONST: return index.arg
-  if index.op is Ops.RANGE: return 0
-  if index.op is Ops.ADD:
-    parts = [_index_constant(src) for src in index.src]
-    return None if None in parts else sum(parts)
-  if index.op is Ops.MUL and index.src[1].op is Ops.CONST:
-    part = _index_constant(index.src[0])
-    return None if part is None else part * index.src[1].arg
-  return None
 
 
 def _symbol(name: str) -> str:
@@ -1657,6 +1643,8 @@ class _Renderer(Linearizer):
     node = plan.reduce
     outer, window = node.src[1], list(node.src[2:])
     size = outer.src[0].arg
+    whole = unrolled_whole(window)
+    taps = [("0", self.value(rng.src[0]), rng, "full" if rng in whole else True) for rng in window]
     total_dtype = F32 if -(-size // plan.chunk) <= FLOAT32_BLOCKS else F64
     sums = self.alloca(f"[{plan.group * columns} x {compute_type(total_dtype)}]", align=VECTOR_BYTES)
     with self.loop(row_start, row_end, None, step=plan.group, whole=False) as group:
@@ -1666,8 +1654,6 @@ class _Renderer(Linearizer):
         self.line(f"store {compute_type(total_dtype)} {zero}, ptr {self.slot(sums, total_dtype, slot)}")
       with self.loop("0", str(-(-size // plan.chunk)), None, vectorize=False) as block:
         block_start, block_end = self.block_bounds(block, plan.chunk, str(size))
-        whole = unrolled_whole(window)
-        taps = [("0", self.value(rng.src[0]), rng, "full" if rng in whole else True) for rng in window]
         # (a clamped tile's rows past the group's end add into the group's unused sums: the group is whole tiles)
         for row_index, height, clamp in self.row_tiles(group, group_end, heights):
           row_values, column_values = self.tile_rows(row_index, height, clamp), self.offsets(column_start, columns)
