@@ -1246,6 +1246,26 @@ def test_operand_read_across_is_packed_in_transposed_blocks(m, k, n, on_cpu):
   np.testing.assert_allclose(np.asarray(f(g, w)), g.astype(np.float64) @ w.T.astype(np.float64), rtol=2e-5, atol=2e-4)
 
 
+@pytest.mark.parametrize("n, c, h, w, o, blocks", [(4, 64, 12, 12, 48, True), (24, 64, 16, 16, 64, True),
+                                                    (3, 32, 7, 7, 32, False), (5, 32, 4, 6, 16, False)])
+def test_flat_reduce_read_across_is_packed_in_transposed_blocks(n, c, h, w, o, blocks, on_cpu):
+  """An NCHW 1x1 convolution's weight gradient sums over the flat (n, h*w) range r, reading its input at
+  (r // (h*w)) * c*h*w + r % (h*w): contiguous inside aligned blocks of 16 steps where h*w is a multiple of 16, so the
+  input's pack is made in transposed 16x16 blocks there (also per panel: 24x16x16 steps), and element by element
+  (gathers) for 7x7 and 4x6 grids. Values against numpy in float64."""
+  rng = np.random.default_rng(h * w)
+  x, g = rng.standard_normal((n, c, h, w)).astype(F32), rng.standard_normal((n, o, h, w)).astype(F32)
+  f = tj.jit(lambda x, g: tj.lax.conv_general_dilated(x, g, (1, 1), "VALID",
+                                                      dimension_numbers=("CNHW", "IOHW", "CNHW")))
+  compiled = f.lower(x, g)._compiled.schedule.schedule
+  (kernel,) = [kernel for kernel in kernels_of(compiled.kernels) if kernel.name.startswith("r_") and
+               any(opt[0] == "pack" for opt in applied_opts(kernel.ast))]
+  butterfly = "<16 x i32> <i32 0, i32 16, i32 2, i32 18, i32 4, i32 20,"
+  assert (butterfly in render_llvm(kernel.name, kernel.ast)) == blocks
+  want = np.einsum("ncp,nop->oc", x.reshape(n, c, -1).astype(F64), g.reshape(n, o, -1).astype(F64))
+  np.testing.assert_allclose(np.asarray(f(x, g)).reshape(o, c), want, rtol=2e-5, atol=2e-4)
+
+
 @pytest.mark.parametrize("blocks", [1, 2, FLOAT32_BLOCKS, FLOAT32_BLOCKS + 1, 4 * FLOAT32_BLOCKS])
 def test_few_block_sums_add_up_in_float32(blocks: int):
   """A register tile's float32 block sums are added up in float32 where there are at most FLOAT32_BLOCKS of them

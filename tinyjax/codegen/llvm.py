@@ -1317,16 +1317,17 @@ class _Renderer(Linearizer):
 
   def transposed_packs(self, packs: dict[UOp, str], steps: int) -> bool:
     """Whether the packed loads are read across (strided along the column, contiguous along the innermost reduce
-    range: `g @ w.T`'s w) by float32 loads whose pack can be made in TRANSPOSE_LANES x TRANSPOSE_LANES blocks
-    (`pack_transposed`)."""
+    range in its aligned blocks of TRANSPOSE_LANES steps: `g @ w.T`'s w, or an NCHW 1x1 convolution's weight
+    gradient's input, whose flat (n, h*w) reduce range reads (r // 3136) * 200704 + r % 3136) by float32 loads whose
+    pack can be made in TRANSPOSE_LANES x TRANSPOSE_LANES blocks (`pack_transposed`)."""
     plan = self.plan
     assert plan is not None
     innermost = plan.reduce.src[-1]
     if plan.columns % TRANSPOSE_LANES or steps % TRANSPOSE_LANES or innermost.src[0].arg % TRANSPOSE_LANES: return False
     for load in packs:
       strides, nonlinear = linear_strides(load.src[1])
-      if len(load.src) != 2 or load.dtype != F32 or {innermost, plan.column} & nonlinear or \
-          strides.get(innermost) != 1 or strides.get(plan.column, 0) in (0, 1):
+      if len(load.src) != 2 or load.dtype != F32 or plan.column in nonlinear or \
+          strides.get(plan.column, 0) in (0, 1) or block_stride(load.src[1], innermost, TRANSPOSE_LANES) != 1:
         return False
     return True
 
