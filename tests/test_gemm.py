@@ -670,27 +670,34 @@ def test_transposed_weight_gradient_needs_no_copy():
   np.testing.assert_allclose(np.asarray(tj.jit(lambda u, v: u @ v.T)(x, w)), x.astype(F64) @ w.T, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("rows, columns, reduce, dtype, plan", [
-  (256, 128, 300, F32, "pack"), (255, 128, 300, F32, "dot"), (256, 136, 300, F32, "dot"),
-  (256, 128, 5200, F32, "panel"), (256, 128, 5200, I32, "copy")], ids=str)
-def test_tall_transposed_contraction_packs_w_for_a_register_tile(rows, columns, reduce, dtype, plan, on_cpu):
+@pytest.mark.parametrize("batch, rows, columns, reduce, dtype, plan", [
+  ((), 256, 128, 300, F32, "pack"), ((), 255, 128, 300, F32, "dot"), ((), 256, 136, 300, F32, "dot"),
+  ((), 256, 128, 5200, F32, "panel"), ((), 256, 128, 5200, I32, "copy"), ((), 128, 256, 512, F32, "pack"),
+  ((), 64, 256, 512, F32, "pack"), ((), 63, 256, 512, F32, "dot"), ((), 128, 256, 500, F32, "dot"),
+  ((), 128, 128, 512, F32, "dot"), ((), 128, 256, 512, I32, "dot"), ((3,), 64, 64, 512, F32, "pack"),
+  ((3,), 32, 64, 512, F32, "dot")], ids=str)
+def test_tall_transposed_contraction_packs_w_for_a_register_tile(batch, rows, columns, reduce, dtype, plan, on_cpu):
   """x @ w.T with DOT_MAX_ROWS rows or more and whole column tiles gets a register tile (faster there than the dot
   tile) that packs w's columns transposed, in one kernel (past PACK_BYTES, a float32 sum packs panel by panel);
-  where it can't pack (an int32 sum past PACK_BYTES), w is copied transposed by a kernel of its own first. Fewer
-  rows, or a column tail, keep the dot tile. numpy's values."""
+  where it can't pack (an int32 sum past PACK_BYTES), w is copied transposed by a kernel of its own first. So does
+  a float32 one from DOT_PACKED_ROWS rows, whole blocks of 16 summed, where every launch chunk holds all the rows:
+  DOT_PACKED_COLUMNS columns or more (launched over column tiles), or a batch. Fewer rows, a column tail, too few
+  columns unbatched, a sum not whole blocks of 16, or an int32 sum (below DOT_MAX_ROWS) keep the dot tile. numpy's
+  values."""
   import tinyjax as tj
-  from tinyjax.codegen.opt import DOT_MAX_ROWS, PACK_BYTES
-  assert DOT_MAX_ROWS == 256 and (reduce * 64 * 4 > PACK_BYTES) == (plan in ("panel", "copy"))
+  from tinyjax.codegen.opt import DOT_MAX_ROWS, DOT_PACKED_COLUMNS, DOT_PACKED_ROWS, PACK_BYTES
+  assert (DOT_MAX_ROWS, DOT_PACKED_ROWS, DOT_PACKED_COLUMNS) == (256, 64, 256)
+  assert (reduce * 64 * 4 > PACK_BYTES) == (plan in ("panel", "copy"))
   rng = np.random.default_rng(rows + columns)
-  x, w = rng.standard_normal((rows, reduce)), rng.standard_normal((columns, reduce))
+  x, w = rng.standard_normal((*batch, rows, reduce)), rng.standard_normal((*batch, columns, reduce))
   if dtype == I32: x, w = np.round(x * 3), np.round(w * 3)
   x, w = x.astype(dtype), w.astype(dtype)
-  f = tj.jit(lambda u, v: jnp_relu(u @ v.T))
+  f = tj.jit(lambda u, v: jnp_relu(u @ v.swapaxes(-1, -2)))
   text = f.lower(x, w).as_text()
   assert text.count("# kernel ") == (2 if plan == "copy" else 1)
   assert ("('dot'," in text) == (plan == "dot") and ("('pack'," in text) == (plan in ("pack", "panel"))
   assert ("('panel'," in text) == (plan == "panel")
-  expected = np.maximum(x.astype(F64) @ w.T.astype(F64), 0)
+  expected = np.maximum(x.astype(F64) @ w.swapaxes(-1, -2).astype(F64), 0)
   if dtype == I32: np.testing.assert_array_equal(np.asarray(f(x, w)), expected.astype(I32))
   else: np.testing.assert_allclose(np.asarray(f(x, w)), expected, rtol=1e-4, atol=1e-4)
 

@@ -35,7 +35,7 @@ import numpy as np
 from tinyjax.codegen import transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
-from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, SHORT_REDUCE,
+from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, SHORT_REDUCE, TRANSPOSE_LANES,
                                  VECTOR_BYTES, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts,
                                  block_stride, choose_opts, global_ranges_of, linear_strides, transpose_block)
 from tinyjax.helpers import DEBUG, NOOPT
@@ -65,9 +65,6 @@ FLOAT32_BLOCKS = 4
 # A GPU work-item sums without vector lanes (one running float32 sum per block, not 16-64 of them), so its blocks are
 # short: a sequential float32 sum of n terms is off by up to n/2 ulp (0.1 added 2048 times: 4e-5 relative).
 GPU_SUM_BLOCK = 32
-# A packed operand read across (`g @ w.T`'s w) is packed in blocks of TRANSPOSE_LANES x TRANSPOSE_LANES float32 values
-# transposed in registers (`_Renderer.pack_transposed`): one AVX-512 vector per row.
-TRANSPOSE_LANES = 16
 # The short ranges of a reduction's loop nest unrolled whole (a 7x7 window: 49 copies of its body) make at most this
 # many copies; LLVM's optimiser grows worse than linearly in a function's size (an 8x14x14 nest: 69 s).
 UNROLL_WHOLE = 64

@@ -154,6 +154,18 @@ DOT_MIN_REDUCE = 256
 # the register tile after it beats the dot tile's horizontal sums: a @ b.T at 512x512x512 ran at 289-296 GFLOP/s
 # against 212-215, 256x1024x256 at 274 against 251, 128x512x512 at 200-205 against 216-238 (2 cores).
 DOT_MAX_ROWS = 256
+# A packed operand read across (`g @ w.T`'s w) is packed in blocks of TRANSPOSE_LANES x TRANSPOSE_LANES float32 values
+# transposed in registers (llvm.py `pack_transposed`): one AVX-512 vector per row.
+TRANSPOSE_LANES = 16
+# Since w packs in transposed 16x16 blocks (llvm.py `pack_transposed`), the register tile also wins from
+# DOT_PACKED_ROWS rows where every launch chunk keeps its pack for all of them: launched over column tiles (at least
+# DOT_PACKED_COLUMNS columns: 4 tiles, lower/schedule.py `_split_columns`) or over ranges outside the row (a batch, a
+# split sum's partials), and the sum is whole float32 blocks of 16 (2 cores, us, dot tile -> register tile: 128x512x512
+# 198-218 -> 173, 100x784x512 226-291 -> 171-188, 200x784x256 210-244 -> 164, batched 8x64x512x64 101-179 -> 90-93,
+# 8x64x3136x64 765-832 -> 488-497: an NCHW 1x1 weight gradient's partial sums). With fewer column tiles the launch
+# cuts the rows, each chunk packing w again: 64x2048x64 55-62 -> 83-136; and with fewer rows the pack is paid for
+# too few of them (8x16x4096x64: 256 -> 400).
+DOT_PACKED_ROWS, DOT_PACKED_COLUMNS = 64, 256
 
 # An elementwise kernel reading across its columns (a transpose) runs in blocks of TRANSPOSE_BLOCK rows x columns
 # (`transpose_block`): 32 x 32 float32 reads 32 lines of 128 bytes and writes 32 such rows per block. A 4096x4096
@@ -512,7 +524,10 @@ def _dot_plan(reduce: UOp, column: UOp, global_ranges: list[UOp], loads: list[UO
   if not rows or rows[0] is not global_ranges[-2] or column.src[0].arg < DOT_COLUMNS: return None
   row = rows[0]
   whole_tiles = column.src[0].arg % (VECTOR_BYTES // _accumulator_bytes(reduce) * TILE_VECTORS) == 0
-  if row.src[0].arg >= DOT_MAX_ROWS and whole_tiles: return None  # copied by lower/ for a register tile instead
+  packed_whole = reduce_ranges[0].src[0].arg % TRANSPOSE_LANES == 0 and all(load.dtype == F32 for load in loads) and \
+      (column.src[0].arg >= DOT_PACKED_COLUMNS or row is not global_ranges[0])
+  if whole_tiles and (row.src[0].arg >= DOT_MAX_ROWS or row.src[0].arg >= DOT_PACKED_ROWS and packed_whole):
+    return None  # the register tile instead, w packed (or copied by lower/ where it can't be)
   opts = (("dot", column.arg[0], DOT_COLUMNS), ("upcast", row.arg[0], DOT_ROWS))
   grain = DOT_ROWS if row is global_ranges[0] else 1
   return TilePlan(reduce, column, row, DOT_COLUMNS, False, DOT_ROWS, 1, _contracts(reduce), opts, grain, dot=True)

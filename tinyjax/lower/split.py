@@ -108,13 +108,16 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   # `_packed_loads`: more than PACK_BYTES, float32 counted) runs its rows in
   # groups of PANEL_GROUP_ROWS, a launch unit each: a 1x1 convolution's weight gradient (64 x 64 outputs summed over
   # 32x56x56) was one group, on one thread (6.2 ms; split into 4 partial GEMMs over both threads: 3.1 ms)
-  if not streamed and not column and kept and len(kept) == 2 and \
-      length * min(source.shape[-1], VECTOR_BYTES // 4 * TILE_VECTORS) * 4 > PACK_BYTES:
-    units = -(-units // PANEL_GROUP_ROWS)
+  panelled = not streamed and not column and kept and len(kept) == 2 and \
+      length * min(source.shape[-1], VECTOR_BYTES // 4 * TILE_VECTORS) * 4 > PACK_BYTES
+  if panelled: units = -(-units // PANEL_GROUP_ROWS)
   if units >= threads * SPLIT_OUTPUTS_PER_THREAD: return 0
   per_output = length * _element_cost(source, realized, {} if memo is None else memo)
   if outputs * per_output < SPLIT_MIN_WORK: return 0  # also an empty reduction
-  chunk_work = outputs * per_output if streamed else per_output  # a streamed chunk reads all its outputs' columns
+  # a streamed chunk reads all its outputs' columns, and a panelled contraction's computes all its outputs: with fewer
+  # row groups than threads it splits by that measure (a 1x1 weight gradient over 8x56x56 positions, 64 x 25088 x 64,
+  # counted by one output's 25088 steps, stayed one kernel on one thread: 0.84 -> 0.59 ms; 128x8192x256 2.0 -> 1.4)
+  chunk_work = outputs * per_output if streamed or panelled and units < threads else per_output
   # (chunks of at least 2 elements: a partial result per element is the input copied)
   partials = min(threads * SPLIT_PARTIALS_PER_THREAD, chunk_work // min_chunk_work, length // 2) // threads * \
       threads
