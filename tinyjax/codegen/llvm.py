@@ -1220,8 +1220,6 @@ class _Renderer(Linearizer):
           self.render_block(row_index, height, column_index, width, clamp)
         elif plan.row is None:
           self.render_block(None, 1, column_index, width)
-        elif self.k_blocked() and plan.chunk:
-          self.render_window_groups(*bounds(plan.row), column_index, width, row_heights)
         elif self.k_blocked():
           self.render_row_groups(*bounds(plan.row), column_index, width, row_heights)
         else:
@@ -1569,25 +1567,29 @@ class _Renderer(Linearizer):
 
   def render_row_groups(self, row_start: str, row_end: str, column_start: str, columns: int,
                         heights: list[int]) -> None:
-    """The register tiles of one column tile, K-blocked: rows go in groups of GROUP_ROWS, and for each block of
-    `plan.sum_block` reduce steps every tile of the group runs that block (float32 accumulators in registers, added
-    into the group's float64 sums in an array), so the block's slice of the reused operand (sum_block x columns) is
-    read from a near cache by all the group's tiles instead of from a far one by each. The float32 block sums and
-    their float64 total are the same operations, in the same order, as `reduce_loops` performs for a single tile of
-    more than FLOAT32_BLOCKS blocks (the plain tiles of fewer add them up in float32).
-    Then the epilogue and STORE per element, row by row."""
+    """The register tiles of one column tile in row groups of `plan.group` rows, the reduction cut into blocks: for
+    each block every tile of the group runs the block (float32 accumulators in registers) and adds its sums into the
+    group's sums in an array, so that the block's slice of the reused operand is read from a near cache by all the
+    group's tiles instead of from a far one by each. The blocks are
+    - a GEMM's (one reduce range) of `plan.sum_block` steps, its sums float64 (K-blocked; a pack too big for
+      PACK_BYTES is made a panel of `plan.panel` steps at a time, per group; spans, `opt._spans`, sum apart);
+    - a direct convolution's (channels, then its taps, `opt._window_chunk`) of `plan.chunk` channels, the taps whole
+      (as `reduce_loops` unrolls them), its sums float32 for at most FLOAT32_BLOCKS blocks, else float64: its block's
+      taps are then read from L1.
+    The float32 block sums and their total are the same operations, in the same order, as `reduce_loops` performs
+    for a single tile of that many blocks. Then the epilogue and STORE per element, row by row."""
     plan = self.plan
     assert plan is not None and plan.row is not None
-    node = plan.reduce
-    rng = node.src[1]
-    size = rng.src[0].arg
+    outer = plan.reduce.src[1]
+    size, block = outer.src[0].arg, plan.chunk or plan.sum_block
+    total_dtype = F32 if plan.chunk and -(-size // block) <= FLOAT32_BLOCKS else F64
     span_count = math.prod(span.src[0].arg for span in plan.spans)
-    sums = self.alloca(f"[{span_count * plan.group * columns} x double]", align=VECTOR_BYTES)
-    block_sums = self.alloca(f"[{plan.rows * columns} x float]", align=VECTOR_BYTES)
+    sums = self.alloca(f"[{span_count * plan.group * columns} x {compute_type(total_dtype)}]", align=VECTOR_BYTES)
     with self.loop(row_start, row_end, None, step=plan.group, whole=False) as group:
       group_end = self.capped(group, plan.group, row_end)
       with self.loop("0", str(span_count * plan.group * columns), None) as slot:
-        self.line(f"store double 0.0, ptr {self.slot(sums, F64, slot)}")
+        self.line(f"store {compute_type(total_dtype)} {literal(0, total_dtype)}, "
+                  f"ptr {self.slot(sums, total_dtype, slot)}")
 
       def row_slots(span: str, row_index: str) -> str:
         row_in_group = self.emit(f"sub nsw i64 {row_index}, {group}")
@@ -1595,23 +1597,21 @@ class _Renderer(Linearizer):
           row_in_group = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {span}, {plan.group}')}, {row_in_group}")
         return self.emit(f"mul nsw i64 {row_in_group}, {columns}")
 
-      # a pack too big for PACK_BYTES is made a panel of `plan.panel` reduce steps at a time, per row group
       panel = plan.panel if plan.panel and columns == plan.columns else size
       with contextlib.ExitStack() as panels:
         if panel < size:
           index = panels.enter_context(self.loop("0", str(-(-size // panel)), None, vectorize=False))
           panel_start, panel_end = self.block_bounds(index, panel, str(size))
           self.pack(column_start, (panel_start, panel_end))
-          first_block = self.emit(f"sdiv i64 {panel_start}, {plan.sum_block}")
-          last_block = self.emit(f"sdiv i64 {self.emit(f'add nsw i64 {panel_end}, {plan.sum_block - 1}')}, "
-                                 f"{plan.sum_block}")
+          first_block = self.emit(f"sdiv i64 {panel_start}, {block}")
+          last_block = self.emit(f"sdiv i64 {self.emit(f'add nsw i64 {panel_end}, {block - 1}')}, {block}")
         else:
-          first_block, last_block = "0", str(-(-size // plan.sum_block))
-        self.render_group_blocks(first_block, last_block, size, group, group_end, column_start, columns, heights,
-                                 sums, block_sums, row_slots, panel if panel < size else 0)
+          first_block, last_block = "0", str(-(-size // block))
+        self.render_group_blocks(first_block, last_block, group, group_end, column_start, columns, heights, sums,
+                                 total_dtype, row_slots, panel if panel < size else 0)
       with self.span_loops() as span, self.loop(group, group_end, None) as row_index:
-        with self.bound(plan.row, row_index): self.store_group_row(sums, F64, row_slots(span, row_index), column_start,
-                                                                    columns)
+        with self.bound(plan.row, row_index):
+          self.store_group_row(sums, total_dtype, row_slots(span, row_index), column_start, columns)
 
   def store_group_row(self, sums: str, dtype: np.dtype, first: str, column_start: str, columns: int) -> None:
     """The epilogue and STORE of a row group's row (the row bound) from its sums (of `dtype`, the row's from slot
@@ -1629,82 +1629,38 @@ class _Renderer(Linearizer):
         self.scopes[-1][plan.reduce] = self.cast(total, dtype, plan.reduce.dtype)
         self.emit_ready(self.ast)
 
-  def render_window_groups(self, row_start: str, row_end: str, column_start: str, columns: int,
-                           heights: list[int]) -> None:
-    """The register tiles of one column tile over a window (a direct convolution: channels, then its taps), in row
-    groups: for each block of `plan.chunk` channels every tile of the group runs the block, the taps whole (as
-    `reduce_loops` unrolls them), its float32 sums added into the group's sums in an array, float32 for at most
-    FLOAT32_BLOCKS blocks as a single tile's few block sums, else float64, so that the block's taps are read from L1 by
-    all the group's tiles instead of from L2 by each. Then the epilogue and STORE per element, row by row."""
-    plan = self.plan
-    assert plan is not None and plan.row is not None
-    node = plan.reduce
-    outer, window = node.src[1], list(node.src[2:])
-    size = outer.src[0].arg
-    whole = unrolled_whole(window)
-    taps = [("0", self.value(rng.src[0]), rng, "full" if rng in whole else True) for rng in window]
-    total_dtype = F32 if -(-size // plan.chunk) <= FLOAT32_BLOCKS else F64
-    sums = self.alloca(f"[{plan.group * columns} x {compute_type(total_dtype)}]", align=VECTOR_BYTES)
-    with self.loop(row_start, row_end, None, step=plan.group, whole=False) as group:
-      group_end = self.capped(group, plan.group, row_end)
-      with self.loop("0", str(plan.group * columns), None) as slot:
-        zero = literal(0, total_dtype)
-        self.line(f"store {compute_type(total_dtype)} {zero}, ptr {self.slot(sums, total_dtype, slot)}")
-      with self.loop("0", str(-(-size // plan.chunk)), None, vectorize=False) as block:
-        block_start, block_end = self.block_bounds(block, plan.chunk, str(size))
-        # (a clamped tile's rows past the group's end add into the group's unused sums: the group is whole tiles)
-        for row_index, height, clamp in self.row_tiles(group, group_end, heights):
-          row_values, column_values = self.tile_rows(row_index, height, clamp), self.offsets(column_start, columns)
-          body, lanes = self.tile_body(row_values, column_values)
-
-          def step(_, body=body, lanes=lanes):
-            return [self.cast(part, dtype, F32, lanes) for part, dtype in body()], F32
-          parts = self.accumulate(node, F32, height * columns // lanes, [(block_start, block_end, outer, True), *taps],
-                                  step, tiled=True, contract=plan.contract, lanes=lanes)
-          first = self.emit(f"mul nsw i64 {self.emit(f'sub nsw i64 {row_index}, {group}')}, {columns}")
-          for i, part in enumerate(parts):
-            address = self.slot(sums, total_dtype, self.emit(f"add nsw i64 {first}, {i * lanes}"))
-            kept = self.emit(f"load {vector_type(total_dtype, lanes)}, ptr {address}, align {total_dtype.itemsize}")
-            total = self.combine(Ops.ADD, total_dtype, kept, self.cast(part, F32, total_dtype, lanes), ordered=True,
-                                 lanes=lanes)
-            self.line(f"store {vector_type(total_dtype, lanes)} {total}, ptr {address}, align {total_dtype.itemsize}")
-      with self.loop(group, group_end, None) as row_index:
-        first = self.emit(f"mul nsw i64 {self.emit(f'sub nsw i64 {row_index}, {group}')}, {columns}")
-        with self.bound(plan.row, row_index): self.store_group_row(sums, total_dtype, first, column_start, columns)
-
-  def render_group_blocks(self, first_block: str, last_block: str, size: int, group: str, group_end: str,
-                          column_start: str, columns: int, heights: list[int], sums: str, block_sums: str,
+  def render_group_blocks(self, first_block: str, last_block: str, group: str, group_end: str, column_start: str,
+                          columns: int, heights: list[int], sums: str, total_dtype: np.dtype,
                           row_slots: Callable[[str, str], str], ahead: int = 0) -> None:
-    """Reduce blocks [first_block, last_block) of a row group (`render_row_groups`): every tile of the group runs
-    each block, its float32 sums added into the group's float64 sums. With `ahead` (a panel's steps), each step of a
-    tile also prefetches what the same step of the next panel reads (`prefetch_ahead`)."""
+    """Blocks [first_block, last_block) of a row group (`render_row_groups`): every tile of the group runs each block,
+    its float32 sums added into the group's sums (`total_dtype`). With `ahead` (a panel's steps), each step of a tile
+    also prefetches what the same step of the next panel reads (`prefetch_ahead`)."""
     plan = self.plan
     assert plan is not None
     node = plan.reduce
-    rng = node.src[1]
-    with self.loop(first_block, last_block, None, vectorize=False) as block, self.span_loops() as span:
-      block_start, block_end = self.block_bounds(block, plan.sum_block, str(size))
+    outer, window = node.src[1], list(node.src[2:])
+    size, block = outer.src[0].arg, plan.chunk or plan.sum_block
+    whole = unrolled_whole(window)
+    taps = [("0", self.value(rng.src[0]), rng, "full" if rng in whole else True) for rng in window]
+    with self.loop(first_block, last_block, None, vectorize=False) as index, self.span_loops() as span:
+      block_start, block_end = self.block_bounds(index, block, str(size))
       # (a clamped tile's rows past the group's end add into the group's unused sums: the group is whole tiles)
       for row_index, height, clamp in self.row_tiles(group, group_end, heights):
         row_values, column_values = self.tile_rows(row_index, height, clamp), self.offsets(column_start, columns)
         body, lanes = self.tile_body(row_values, column_values)
 
         def step(_, body=body, lanes=lanes, first_row=row_values[0], column_values=column_values):
-          if ahead: self.prefetch_ahead(rng, ahead, first_row, column_values)
+          if ahead: self.prefetch_ahead(outer, ahead, first_row, column_values)
           return [self.cast(part, dtype, F32, lanes) for part, dtype in body()], F32
-        parts = self.accumulate(node, F32, height * columns // lanes, [(block_start, block_end, rng, True)], step,
-                                tiled=True, contract=plan.contract, lanes=lanes)
-        # the float32 sums go through an array of their own: stored straight into the float64 array, SLP
-        # would vectorise from those stores, 8 doubles wide, i.e. the whole tile at half the vector width
-        for i, part in enumerate(parts):
-          self.line(f"store {vector_type(F32, lanes)} {part}, ptr {self.slot(block_sums, F32, str(i * lanes))}"
-                    f"{', align 4' if lanes > 1 else ''}")
+        parts = self.accumulate(node, F32, height * columns // lanes, [(block_start, block_end, outer, True), *taps],
+                                step, tiled=True, contract=plan.contract, lanes=lanes)
         first = row_slots(span, row_index)
-        with self.loop("0", str(height * columns), None) as i:
-          address = self.slot(sums, F64, self.emit(f"add nsw i64 {first}, {i}"))
-          part = self.cast(self.emit(f"load float, ptr {self.slot(block_sums, F32, i)}"), F32, F64)
-          total = self.combine(Ops.ADD, F64, self.emit(f"load double, ptr {address}"), part, ordered=True)
-          self.line(f"store double {total}, ptr {address}")
+        for i, part in enumerate(parts):
+          address = self.slot(sums, total_dtype, self.emit(f"add nsw i64 {first}, {i * lanes}"))
+          kept = self.emit(f"load {vector_type(total_dtype, lanes)}, ptr {address}, align {total_dtype.itemsize}")
+          total = self.combine(Ops.ADD, total_dtype, kept, self.cast(part, F32, total_dtype, lanes), ordered=True,
+                               lanes=lanes)
+          self.line(f"store {vector_type(total_dtype, lanes)} {total}, ptr {address}, align {total_dtype.itemsize}")
 
   def prefetch_ahead(self, rng: UOp, ahead: int, first_row: str, column_values: list[str]) -> None:
     """Prefetch what the row operand's loads (those under the plan's REDUCE that depend on the row) read at reduce

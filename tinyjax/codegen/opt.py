@@ -390,7 +390,7 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
 
 def _window_chunk(reduce: UOp, reduce_ranges: list[UOp], columns: int) -> int:
   """A float32 sum over a window (a direct convolution's channels, then its short taps) whose taps for the tile's
-  columns do not fit WINDOW_BLOCK_BYTES: the channels per block of its row groups (`llvm.py render_window_groups`),
+  columns do not fit WINDOW_BLOCK_BYTES: the channels per block of its row groups (`llvm.py render_row_groups`),
   so that a block's taps stay in L1 for all the group's tiles: WINDOW_BLOCKS blocks where those fit (their sums then
   float32), else as many channels as fit (float64 sums); 0 where that does not apply. 32x56x56x64 3x3 into 64 (147 KB
   of taps), NHWC: 18.2-18.7 -> 16.9-17.1 ms forward; 8x28x28x128 into 128 (295 KB, 8 blocks of 17): 5.84-5.90 ->
