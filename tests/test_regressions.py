@@ -178,6 +178,11 @@ def test_gradients_and_products_keep_weak_types():
   assert not tj.grad(lambda x: x * 2.0)(tnp.float32(3.0)).weak_type
   weak = tnp.broadcast_to(tnp.asarray(2.0), (3,))
   check(lambda w: tnp.dot(w, w), [weak], F32, True, 12.0)
+  # (a zero gradient too: an unused Python float's, a custom rule's point, JAX's docs' `Point(1., 2.)`)
+  unused = tj.grad(lambda p: tnp.sin(p[0]))((1.0, 2.0, tnp.float32(3.0), tnp.ones(2)))
+  assert [g.weak_type for g in unused] == [True, True, False, False] and float(unused[1]) == 0.0
+  assert tj.jvp(lambda x, y: (x, 3.0 * y), (1.0, 2.0), (1.0, 0.0))[1][1].weak_type
+  assert tj.vjp(lambda x, y: x, 1.0, 2.0)[1](tnp.float32(1.0))[1].weak_type
   check(lambda w: tnp.dot(w, w) + tnp.ones((), tnp.bfloat16), [weak], BF16, False, 13.0)
 
 

@@ -37,15 +37,18 @@ LN2 = math.log(2.0)
 # ---------------------------------------------------------------------------------------------------------------------
 # small Op-level helpers the rules are written with (the current trace decides what they do)
 
-def full_like(x: Any, value: Any, dtype: np.dtype | None = None) -> Any:
+def full_like(x: Any, value: Any, dtype: np.dtype | None = None, weak_type: bool = False) -> Any:
   dtype = x.dtype if dtype is None else np.dtype(dtype)
   value = bool(value) if dtype == BOOL else (int(value) if dtype.kind in "iu" else float(value))
-  const = bind(Ops.CONST, arg=value, dtype=dtype)
+  const = bind(Ops.CONST, arg=value, dtype=dtype, weak_type=weak_type)
   if not x.shape: return const
-  return bind(Ops.EXPAND, bind(Ops.RESHAPE, const, arg=(1,) * len(x.shape)), arg=tuple(x.shape))
+  return bind(Ops.EXPAND, bind(Ops.RESHAPE, const, arg=(1,) * len(x.shape), weak_type=weak_type),
+              arg=tuple(x.shape), weak_type=weak_type)
 
 
-def zeros_like(x: Any) -> Any: return full_like(x, 0)
+def zeros_like(x: Any) -> Any:
+  """Zeros of `x`'s shape, dtype and weak type (the gradient of an unused Python float is a weak float32, as JAX's)."""
+  return full_like(x, 0, weak_type=getattr(x, "weak_type", False))
 def add(a: Any, b: Any) -> Any: return bind(Ops.ADD, a, b)
 def mul(a: Any, b: Any) -> Any: return bind(Ops.MUL, a, b)
 def neg(a: Any) -> Any: return bind(Ops.NEG, a)
