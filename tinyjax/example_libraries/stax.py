@@ -16,8 +16,15 @@ from typing import Any, Callable, Sequence
 from tinyjax import lax, random
 from tinyjax import numpy as jnp
 from tinyjax.nn import functions as nn_functions
+from tinyjax.nn.functions import (elu, gelu, leaky_relu, log_softmax, relu, selu, sigmoid, softmax, softplus,  # noqa: F401
+                                  standardize)
 from tinyjax.nn.initializers import glorot_normal, normal, ones, zeros
 from tinyjax.trace.jit import ShapeDtypeStruct, eval_shape
+
+# the functions and aliases stax code calls by stax's names (JAX's examples: `stax.logsoftmax(logits)`)
+glorot = glorot_normal
+randn = normal
+logsoftmax = log_softmax
 
 
 # ---------------------------------------------------------------------------------------------------------------------
