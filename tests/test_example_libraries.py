@@ -127,3 +127,15 @@ def test_stax_combinators_dropout_and_shapes():
   # SAME average pooling divides by the elements actually in each window
   np.testing.assert_allclose(np.asarray(stax.AvgPool((2, 2), padding="SAME")[1]((), tnp.ones((1, 3, 3, 1)))),
                              np.ones((1, 3, 3, 1)))
+
+
+def test_stax_exports_the_functions_stax_code_calls():
+  """JAX's stax re-exports jax.nn's activations and the aliases old code calls (`stax.logsoftmax(logits)` in JAX's
+  examples/differentially_private_sgd.py): the same functions as tinyjax.nn's, values as numpy's."""
+  x = np.array([[0.5, -1.0, 2.0]], np.float32)
+  want = x - np.log(np.exp(x.astype(np.float64)).sum(-1, keepdims=True))
+  np.testing.assert_allclose(np.asarray(stax.logsoftmax(x)), want, rtol=1e-6)
+  assert stax.log_softmax is tj.nn.log_softmax and stax.relu is tj.nn.relu and stax.standardize is tj.nn.standardize
+  assert stax.glorot is stax.glorot_normal and stax.randn is stax.normal
+  for name in ("softmax", "softplus", "sigmoid", "elu", "leaky_relu", "selu", "gelu"):
+    assert getattr(stax, name) is getattr(tj.nn, name)
