@@ -1362,31 +1362,32 @@ def test_register_transposes_fuse_casts_broadcasts_and_selects(on_cpu):
       np.testing.assert_array_equal(np.asarray(tj.jit(lambda a: a.T + 1)(host)), host.T + 1)
 
 
-@pytest.mark.parametrize("transposed", [False, True], ids=["vectors", "looped"])
-def test_contraction_with_a_random_epilogue(transposed, on_cpu):
+@pytest.mark.parametrize("kind", ["vectors", "scalars", "dot"])
+def test_contraction_with_a_random_epilogue(kind, on_cpu):
   """A sum with a random normal added in its epilogue (DP-SGD's noised gradient: threefry's 20 rounds of integer
   adds, rotations and xors, then erf_inv) stays one kernel of modest IR: the rotations are vector shifts, so the
-  epilogue runs on the tile's vectors; where it can't (it also reads an array transposed), it runs in loops over the
-  tile's elements from an array of its sums (`looped_epilogue`) instead of 256 unrolled copies (2.4 MB of IR, 3 s
-  of LLVM). Launch chunks ending inside a tile (40 rows of 6-row tiles) store only their own rows. The noise equals
+  epilogue runs on the tile's vectors, in a loop over the tile's rows from an array of its sums (`looped_epilogue`);
+  where it can't run on vectors (it also reads an array transposed), or in a dot tile (`a @ b.T`, 40 rows), in loops
+  over the tile's elements, not unrolled per element (256 scalar copies: 2.4 MB of IR, 3 s of LLVM; a dot tile's 16:
+  150 KB). Launch chunks ending inside a tile (40 rows of 6-row tiles) store only their own rows. The noise equals
   random.normal's own kernel's, the sum numpy's in float64."""
   from tinyjax import random
-  m, k, n = 40, 64, 48
+  m, k, n = 40, 512 if kind == "dot" else 64, 48
   rng = np.random.default_rng(5)
-  a, b, c = rng.standard_normal((m, k)).astype(F32), rng.standard_normal((k, n)).astype(F32), \
-      rng.standard_normal((n, m)).astype(F32)
+  a, c = rng.standard_normal((m, k)).astype(F32), rng.standard_normal((n, m)).astype(F32)
+  b = rng.standard_normal((n, k) if kind == "dot" else (k, n)).astype(F32)
   key = random.key(3)
 
   def f(a, b, c, key):
-    total = a @ b + random.normal(key, (m, n))
-    return total + c.T if transposed else total
+    total = (a @ b.T if kind == "dot" else a @ b) + random.normal(key, (m, n))
+    return total + c.T if kind == "scalars" else total
   compiled = tj.jit(f).lower(a, b, c, key)._compiled.schedule.schedule
   (kernel,) = [kernel for kernel in kernels_of(compiled.kernels) if kernel.name.startswith("r_")]
   plan = llvm.choose_opts(kernel.ast)
   renderer = llvm._Renderer(kernel.ast, plan)
-  assert renderer.vector_epilogue != transposed and renderer.looped_epilogue
+  assert renderer.vector_epilogue == (kind == "vectors") and renderer.looped_epilogue and plan.dot == (kind == "dot")
   source = render_llvm(kernel.name, kernel.ast)
-  assert len(source) < 200_000 and ("lshr <16 x i32>" in source) != transposed
+  assert len(source) < 100_000 and ("lshr <16 x i32>" in source) == (kind == "vectors")
   noise = np.asarray(random.normal(key, (m, n)))
-  want = a.astype(F64) @ b.astype(F64) + noise + (c.T if transposed else 0)
+  want = a.astype(F64) @ (b.T if kind == "dot" else b).astype(F64) + noise + (c.T if kind == "scalars" else 0)
   np.testing.assert_allclose(np.asarray(tj.jit(f)(a, b, c, key)), want, rtol=1e-5, atol=1e-4)

@@ -245,7 +245,7 @@ LOOPED_EPILOGUE_OPS = 64
 def looped_epilogue(plan: TilePlan | None, ast: UOp) -> bool:
   """Whether a register tile's epilogue (what its STORE computes from the REDUCE) has more than LOOPED_EPILOGUE_OPS
   operations (`_Renderer.render_block` then runs it in loops, `looped_store`)."""
-  if plan is None or plan.stream or plan.dot: return False
+  if plan is None or plan.stream: return False
   (store,) = [n for n in ast.src if n.op is Ops.STORE]
   below = set(plan.reduce.toposort)
   return sum(1 for node in store.src[2].toposort if node not in below and node.op not in (Ops.CONST, Ops.RANGE)) > \
