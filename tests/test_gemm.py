@@ -1362,17 +1362,18 @@ def test_register_transposes_fuse_casts_broadcasts_and_selects(on_cpu):
       np.testing.assert_array_equal(np.asarray(tj.jit(lambda a: a.T + 1)(host)), host.T + 1)
 
 
-@pytest.mark.parametrize("kind", ["vectors", "scalars", "dot"])
+@pytest.mark.parametrize("kind", ["vectors", "scalars", "dot", "groups"])
 def test_contraction_with_a_random_epilogue(kind, on_cpu):
   """A sum with a random normal added in its epilogue (DP-SGD's noised gradient: threefry's 20 rounds of integer
   adds, rotations and xors, then erf_inv) stays one kernel of modest IR: the rotations are vector shifts, so the
   epilogue runs on the tile's vectors, in a loop over the tile's rows from an array of its sums (`looped_epilogue`);
   where it can't run on vectors (it also reads an array transposed), or in a dot tile (`a @ b.T`, 40 rows), in loops
-  over the tile's elements, not unrolled per element (256 scalar copies: 2.4 MB of IR, 3 s of LLVM; a dot tile's 16:
-  150 KB). Launch chunks ending inside a tile (40 rows of 6-row tiles) store only their own rows. The noise equals
-  random.normal's own kernel's, the sum numpy's in float64."""
+  over the tile's elements; in K-blocked row groups (4096 steps), over each row's columns; not unrolled per element
+  (256 scalar copies: 2.4 MB of IR, 3 s of LLVM; a dot tile's 16: 150 KB; a row group's: 621 KB). Launch chunks
+  ending inside a tile (40 rows of 6-row tiles) store only their own rows. The noise equals random.normal's own
+  kernel's, the sum numpy's in float64."""
   from tinyjax import random
-  m, k, n = 40, 512 if kind == "dot" else 64, 48
+  m, k, n = 40, {"dot": 512, "groups": 4096}.get(kind, 64), 48
   rng = np.random.default_rng(5)
   a, c = rng.standard_normal((m, k)).astype(F32), rng.standard_normal((n, m)).astype(F32)
   b = rng.standard_normal((n, k) if kind == "dot" else (k, n)).astype(F32)
@@ -1385,9 +1386,10 @@ def test_contraction_with_a_random_epilogue(kind, on_cpu):
   (kernel,) = [kernel for kernel in kernels_of(compiled.kernels) if kernel.name.startswith("r_")]
   plan = llvm.choose_opts(kernel.ast)
   renderer = llvm._Renderer(kernel.ast, plan)
-  assert renderer.vector_epilogue == (kind == "vectors") and renderer.looped_epilogue and plan.dot == (kind == "dot")
+  assert renderer.vector_epilogue == (kind in ("vectors", "groups")) and renderer.looped_epilogue
+  assert plan.dot == (kind == "dot") and (plan.group > 0) == (kind == "groups")
   source = render_llvm(kernel.name, kernel.ast)
-  assert len(source) < 100_000 and ("lshr <16 x i32>" in source) == (kind == "vectors")
+  assert len(source) < 100_000 and ("lshr <16 x i32>" in source) == (kind in ("vectors", "groups"))
   noise = np.asarray(random.normal(key, (m, n)))
   want = a.astype(F64) @ (b.T if kind == "dot" else b).astype(F64) + noise + (c.T if kind == "scalars" else 0)
   np.testing.assert_allclose(np.asarray(tj.jit(f)(a, b, c, key)), want, rtol=1e-5, atol=1e-4)

@@ -237,8 +237,8 @@ def vector_epilogue_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]], a
 
 # A register tile's epilogue of more than this many operations (a random normal's threefry rounds and erf_inv added
 # to a sum: DP-SGD's noised gradient) runs in loops over the tile's rows and columns (or vectors of columns) from the
-# tile's sums in an array, not unrolled per element (8 x 32 scalar copies of ~200 operations were 2.4 MB of IR, 3 s
-# of LLVM; 8 x 2 vector copies 0.7 MB, 0.3 s).
+# tile's sums in an array (a row group's: over its columns), not unrolled per element (8 x 32 scalar copies of ~200
+# operations were 2.4 MB of IR, 3 s of LLVM; 8 x 2 vector copies 0.7 MB, 0.3 s).
 LOOPED_EPILOGUE_OPS = 64
 
 
@@ -1680,15 +1680,21 @@ class _Renderer(Linearizer):
     plan = self.plan
     assert plan is not None
     lanes = plan.lanes if self.vector_epilogue and columns % plan.lanes == 0 else 1
-    for j, column_value in enumerate(self.offsets(column_start, columns // lanes, lanes)):
+
+    def store(column_value: str, offset: str) -> None:
       with self.bound(plan.column, column_value):
-        address = self.slot(sums, dtype, self.emit(f"add nsw i64 {first}, {j * lanes}"))
+        address = self.slot(sums, dtype, self.emit(f"add nsw i64 {first}, {offset}"))
         total = self.emit(f"load {vector_type(dtype, lanes)}, ptr {address}, align {dtype.itemsize}")
-        if lanes > 1:
-          self.vector_store(self.cast(total, dtype, plan.reduce.dtype, lanes), lanes)
-          continue
-        self.scopes[-1][plan.reduce] = self.cast(total, dtype, plan.reduce.dtype)
-        self.emit_ready(self.ast)
+        if lanes > 1: self.vector_store(self.cast(total, dtype, plan.reduce.dtype, lanes), lanes)
+        else:
+          self.scopes[-1][plan.reduce] = self.cast(total, dtype, plan.reduce.dtype)
+          self.emit_ready(self.ast)
+    if self.looped_epilogue:  # (a long epilogue: in a loop over the columns, `looped_epilogue`)
+      with self.loop("0", str(columns), None, step=lanes, vectorize=lanes == 1) as j:
+        store(self.emit(f"add nsw i64 {column_start}, {j}", "idx"), j)
+      return
+    for j, column_value in enumerate(self.offsets(column_start, columns // lanes, lanes)):
+      store(column_value, str(j * lanes))
 
   def render_group_blocks(self, first_block: str, last_block: str, group: str, group_end: str, column_start: str,
                           columns: int, heights: list[int], sums: str, total_dtype: np.dtype,
