@@ -176,6 +176,9 @@ TRANSPOSE_BLOCK = 32
 # least this many steps (`permuted_store_pays`, lower/schedule.py `_contraction_order`).
 PERMUTED_STORE_MIN_REDUCE = 256
 PERMUTED_STORE_MIN_SIZE = 1 << 16
+# (or smaller, with at least this many products in all: a 3x3 weight gradient over 64x16x16 positions, (3, 3, 32, 64)
+# summed over 16384 steps and stored as (64, 32, 3, 3), ran in the output's order, 3-wide columns, at 41 GFLOP/s)
+PERMUTED_STORE_MIN_WORK = 1 << 26
 
 
 def permuted_store_pays(last: int, column: int, steps: int, size: int) -> bool:
@@ -184,13 +187,13 @@ def permuted_store_pays(last: int, column: int, steps: int, size: int) -> bool:
   by element) rather than in the output's order or computed and then copied: the sum has PERMUTED_STORE_MIN_REDUCE
   steps or more, `column` is whole vectors, `last` fills no whole column tiles, and the output is big enough
   (PERMUTED_STORE_MIN_SIZE) for a copy of it to cost more than compiling the element-by-element stores (the IR of a
-  6 x 64 tile's: 37 -> 155 KB, 25 -> 90 ms of LLVM). A channels-first convolution's output (N, O, H, W) from its
-  (N, H, W, O) product: 56 wide rows, 64 channels. Not a weight gradient computed as (out, in) and stored (in, out)
-  with whole tiles both ways: the MLP step's 512x512 ones stored element by element took its step from 280 to 170 per
-  second."""
+  6 x 64 tile's: 37 -> 155 KB, 25 -> 90 ms of LLVM), or its sums long enough (PERMUTED_STORE_MIN_WORK). A
+  channels-first convolution's output (N, O, H, W) from its (N, H, W, O) product: 56 wide rows, 64 channels. Not a
+  weight gradient computed as (out, in) and stored (in, out) with whole tiles both ways: the MLP step's 512x512 ones
+  stored element by element took its step from 280 to 170 per second."""
   lanes = VECTOR_BYTES // 4
-  return steps >= PERMUTED_STORE_MIN_REDUCE and size >= PERMUTED_STORE_MIN_SIZE and column % lanes == 0 and \
-      last % (lanes * TILE_VECTORS) != 0
+  big = size >= PERMUTED_STORE_MIN_SIZE or size * steps >= PERMUTED_STORE_MIN_WORK
+  return steps >= PERMUTED_STORE_MIN_REDUCE and big and column % lanes == 0 and last % (lanes * TILE_VECTORS) != 0
 
 Opt = tuple  # ("reduce_outside", range id) | ("upcast", range id, amount)
 

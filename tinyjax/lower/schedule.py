@@ -517,22 +517,34 @@ def _needs_loop_nest(root: UOp, loads: set[UOp]) -> bool:
   return False
 
 
-def _contraction_order(node: UOp) -> list[int] | None:
+def _contraction_order(root: UOp, loads: set[UOp]) -> list[int] | None:
   """A contraction stored permuted (a channels-first convolution's output) where that pays (codegen/opt.py
   `permuted_store_pays`) runs its loops in its own order, its last axis the register tile's contiguous column; the
   tile's epilogue then stores element by element, which is small next to the sums. 32x64x56x56 3x3 into 64 channels,
   NCHW (576 steps): a product and a transposing copy, 21.5-22.2 ms, became one kernel, 19.9-20.5 ms.
-  For a PERMUTE of such a contraction (through reshapes of its length-1 axes) that moves its last axis: the
-  output's axes in the contraction's loop order, else None."""
-  if node.op is not Ops.PERMUTE or node.arg[-1] == len(node.arg) - 1: return None
-  base = node.src[0]
-  while base.op in (Ops.RESHAPE, Ops.CAST) and [d for d in base.shape if d != 1] == [d for d in base.src[0].shape
-                                                                                   if d != 1]:
-    base = base.src[0]
-  if base.op is not Ops.REDUCE_AXIS or base.arg[0] is not Ops.ADD: return None
-  steps = math.prod(base.src[0].shape[axis] for axis in base.arg[1])
-  if not permuted_store_pays(node.shape[-1], node.src[0].shape[-1], steps, math.prod(node.shape)): return None
-  return [int(axis) for axis in np.argsort(node.arg)]
+  For a PERMUTE of such a contraction (through reshapes of its length-1 axes) that moves its last axis, also under
+  elementwise operations of the output's shape (an input gradient times a ReLU's or a pool's mask, read in the
+  output's layout: 64x64x14x14 -> 32 channels in the output's order, 14-wide columns: 23.6 ms): the output's axes
+  in the contraction's loop order, else None."""
+  orders, stack, seen = set(), [root], set()
+  while stack:
+    node = stack.pop()
+    if node in seen or node in loads: continue
+    seen.add(node)
+    if node.op in ELEMENTWISE and node.shape == root.shape: stack.extend(node.src)
+    if node.op is not Ops.PERMUTE: continue
+    axes, source = list(node.arg), node.src[0]
+    while source.op is Ops.PERMUTE:  # (permutes composed: a weight gradient's (3, 3, C, O) as (C, O, 3, 3), then OIHW)
+      axes, source = [source.arg[axis] for axis in axes], source.src[0]
+    base = source
+    while base.op in (Ops.RESHAPE, Ops.CAST) and [d for d in base.shape if d != 1] == [d for d in base.src[0].shape
+                                                                                     if d != 1]:
+      base = base.src[0]
+    if axes[-1] == len(axes) - 1 or base.op is not Ops.REDUCE_AXIS or base.arg[0] is not Ops.ADD: continue
+    steps = math.prod(base.src[0].shape[axis] for axis in base.arg[1])
+    if permuted_store_pays(node.shape[-1], source.shape[-1], steps, math.prod(node.shape)):
+      orders.add(tuple(int(axis) for axis in np.argsort(axes)))
+  return list(orders.pop()) if len(orders) == 1 else None
 
 
 class _Rangeify:
@@ -588,18 +600,30 @@ class _Rangeify:
           built, chosen = attempt, trial
         if chosen is not None: self.__dict__.update(chosen.__dict__)
         value, idx, out_index, outer, _ = built
-    elif (order := _contraction_order(value_node)) is not None:
+    elif (order := _contraction_order(value_node, loads)) is not None and \
+        (tiled := _Rangeify(root, self.slot_of).in_order(value_node, order)) is not None:
       # a contraction stored permuted (a channels-first convolution's output): its loops run in the contraction's
       # own order, its last axis the register tile's contiguous column, and the STORE writes the permuted layout
-      loops, _, outer = self.loop_nest(tuple(shape[axis] for axis in order))
-      idx = tuple(loops[order.index(axis)] for axis in range(len(shape)))
-      out_index = _flat_index(idx, shape)
-      value = self.emit(value_node, idx, None, top=value_node is root)
+      self.__dict__.update(tiled[0].__dict__)
+      return tiled[1]
     else:
       idx, out_index, outer = self.loop_nest(shape)
       value = self.emit(value_node, idx, None, top=value_node is root)
     store = UOp(Ops.STORE, root.dtype, (self.define_global(self.slot_of[root], root.dtype), out_index, value))
     return UOp(Ops.SINK, root.dtype, (store,)), outer
+
+  def in_order(self, value_node: UOp, order: list[int]) -> tuple[_Rangeify, tuple[UOp, int]] | None:
+    """The kernel of a contraction stored permuted, its loops in the contraction's order (`_contraction_order`), and
+    this builder; None where its register tile would not take it (a gated load: the padded patches of ResNet's 7x7
+    stride-2 convolution, whose weight gradient then ran as a plain loop nest)."""
+    root, shape = self.root, self.root.shape
+    loops, _, outer = self.loop_nest(tuple(shape[axis] for axis in order))
+    idx = tuple(loops[order.index(axis)] for axis in range(len(shape)))
+    value = self.emit(value_node, idx, None, top=value_node is root)
+    store = UOp(Ops.STORE, root.dtype, (self.define_global(self.slot_of[root], root.dtype), _flat_index(idx, shape),
+                                        value))
+    ast = UOp(Ops.SINK, root.dtype, (store,))
+    return (self, (ast, outer)) if choose_opts(symbolic.simplify(ast)) is not None else None
 
   def rows_and_columns(self, value_node: UOp, count: int, merge: bool
                        ) -> tuple[UOp, tuple[UOp, ...], UOp, int, UOp | None]:
@@ -1090,6 +1114,9 @@ class _Scheduler:
           ast, slots, copies, after = self.relayout(ast, slots, builder.work)
           kernels += copies
           if after: outer = global_ranges_of(ast)[0].src[0].arg  # (computed transposed: launched over its columns)
+          # (an operand copied in order may make neighbouring ranges one: a 3x3 weight gradient's (C, kh, kw) read
+          # from its patches copied with the sum innermost, a GEMM's 288 columns rather than a 3-wide column)
+          elif copies: ast, outer = _merge_contiguous_ranges(ast, outer)
         if not self.gpu and (split := _split_columns(ast, self.threads)) is not None: ast, outer = split
       kind = "s" if is_scatter else "r" if any(n.op is Ops.REDUCE for n in ast.toposort) else "e"
       name = f"{kind}_{'_'.join(map(str, node.shape)) or 'scalar'}_{structure_key(ast)[:8]}"
