@@ -235,6 +235,9 @@ def test_contraction_packed_in_panels_splits_by_its_row_groups(threads):
   assert split.split_partials(reduce_axis(_contraction(64, length, 64), Ops.ADD, (1,)), SPLIT_THREADS, set()) > 0
   # (a chunk computes all 64 x 64 outputs: 8x56x56 positions split though one output's sum is short of two chunks)
   assert split.split_partials(reduce_axis(_contraction(64, 25088, 64), Ops.ADD, (1,)), SPLIT_THREADS, set()) > 0
+  # (not on a GPU: its work-items are its outputs, not the CPU's row groups)
+  assert split.split_partials(reduce_axis(_contraction(64, 25088, 64), Ops.ADD, (1,)), SPLIT_THREADS, set(),
+                              gpu=True) == 0
   assert split.split_partials(reduce_axis(_contraction(64, 1 << 10, 64), Ops.ADD, (1,)), SPLIT_THREADS, set()) == 0
   many = split.SPLIT_OUTPUTS_PER_THREAD * SPLIT_THREADS * PANEL_GROUP_ROWS  # (row groups enough for the threads)
   assert split.split_partials(reduce_axis(_contraction(many, length, 64), Ops.ADD, (1,)), SPLIT_THREADS, set()) == 0

@@ -922,7 +922,7 @@ def schedule(sink: UOp, threads: int | None = None, gpu: bool = False,
   sink = merge_sums(expand_primitives(sink))
   buffers = find_buffers(sink, gpu)
   # (found again only where reductions were split: ResNet-50's training step has none to split, 0.5 s saved)
-  if (split := split_reductions(sink, threads, set(buffers), min_chunk_work)) is not sink:
+  if (split := split_reductions(sink, threads, set(buffers), min_chunk_work, gpu)) is not sink:
     sink, buffers = split, find_buffers(split, gpu)
   params = sorted({node for node in sink.toposort if node.op is Ops.PARAM}, key=lambda node: node.arg[0])
   n_inputs = max((p.arg[0] + 1 for p in params), default=0)

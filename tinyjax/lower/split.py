@@ -83,10 +83,10 @@ def _broadcasts(source: UOp, realized: set[UOp]) -> bool:
 
 
 def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[UOp, int] | None = None,
-                   min_chunk_work: int = SPLIT_MIN_CHUNK_WORK) -> int:
+                   min_chunk_work: int = SPLIT_MIN_CHUNK_WORK, gpu: bool = False) -> int:
   """How many partial results per output REDUCE_AXIS `reduction` is split into on a machine running `threads`
-  threads per launch, each of at least `min_chunk_work` loop iterations; 0 when it stays one kernel. `realized`: the
-  nodes fusion makes buffers of."""
+  threads per launch (`gpu`: work-items, not the CPU's register tiles), each of at least `min_chunk_work` loop
+  iterations; 0 when it stays one kernel. `realized`: the nodes fusion makes buffers of."""
   reduce_op, axes = reduction.arg
   if threads < 2 or reduce_op not in SPLIT_OPS or reduction.dtype not in SPLIT_DTYPES: return 0
   outputs = math.prod(reduction.shape)
@@ -117,7 +117,7 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   # a streamed chunk reads all its outputs' columns, and a panelled contraction's computes all its outputs: with fewer
   # row groups than threads it splits by that measure (a 1x1 weight gradient over 8x56x56 positions, 64 x 25088 x 64,
   # counted by one output's 25088 steps, stayed one kernel on one thread: 0.84 -> 0.59 ms; 128x8192x256 2.0 -> 1.4)
-  chunk_work = outputs * per_output if streamed or panelled and units < threads else per_output
+  chunk_work = outputs * per_output if streamed or panelled and units < threads and not gpu else per_output
   # (chunks of at least 2 elements: a partial result per element is the input copied)
   partials = min(threads * SPLIT_PARTIALS_PER_THREAD, chunk_work // min_chunk_work, length // 2) // threads * \
       threads
@@ -174,7 +174,8 @@ def split_reduction(reduction: UOp, partials: int, contiguous: bool) -> UOp:
   return _node(Ops.CONTIGUOUS, result) if contiguous else result
 
 
-def split_reductions(sink: UOp, threads: int, realized: set[UOp], min_chunk_work: int = SPLIT_MIN_CHUNK_WORK) -> UOp:
+def split_reductions(sink: UOp, threads: int, realized: set[UOp], min_chunk_work: int = SPLIT_MIN_CHUNK_WORK,
+                     gpu: bool = False) -> UOp:
   """Rewrite every reduction of program `sink` that `split_partials` splits into its two-stage form. `realized`: the
   nodes that fusion makes buffers of (`find_buffers` of the original program)."""
   if threads < 2: return sink
@@ -184,7 +185,7 @@ def split_reductions(sink: UOp, threads: int, realized: set[UOp], min_chunk_work
     new = node
     if node.src and any(replaced[src] is not src for src in node.src):
       new = node.replace(src=tuple(replaced[src] for src in node.src))
-    if node.op is Ops.REDUCE_AXIS and (partials := split_partials(node, threads, realized, memo, min_chunk_work)):
+    if node.op is Ops.REDUCE_AXIS and (partials := split_partials(node, threads, realized, memo, min_chunk_work, gpu)):
       new = split_reduction(new, partials, contiguous=node in realized and node not in sink.src)
     replaced[node] = new
   return replaced[sink]
