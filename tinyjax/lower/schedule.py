@@ -160,6 +160,28 @@ REREAD_LIMIT = 64
 # builds a kernel by recursion over its operations, three Python frames each, under Python's limit of 1000; a chain
 # of 400 fused operations raised RecursionError.
 MAX_FUSED_DEPTH = 200
+# Movement ops that read their operand at other places than the output's (a shift: `x[1:]`, a pad, a reversal).
+SHIFTING = {Ops.PAD, Ops.SHRINK, Ops.FLIP}
+
+
+def _read_shifted_and_in_place(sink: UOp) -> set[UOp]:
+  """The reductions some of whose users read them shifted (through a pad, a slice, a reversal, under reshapes) and
+  others not, or shifted differently: fused into one kernel, each place would compute the whole reduction again (a
+  cumsum's first step `x + shifted(x)` of a matmul x: the matmul twice per element, in a plain loop nest, 658 ms
+  against 8 for JAX's whole step)."""
+  users: dict[UOp, list[UOp]] = {}
+  for node in sink.toposort:
+    for src in node.src: users.setdefault(src, []).append(node)
+  found = set()
+  for node in users:
+    if node.op is not Ops.REDUCE_AXIS: continue
+    readers, stack = set(), [node]
+    while stack:
+      for user in users.get(stack.pop(), ()):
+        if user.op is Ops.RESHAPE: stack.append(user)
+        else: readers.add(user)
+    if len(readers) > 1 and any(reader.op in SHIFTING for reader in readers): found.add(node)
+  return found
 
 
 def _is_costly(node: UOp, realize: set[UOp], cost: dict[UOp, tuple[bool, int]]) -> bool:
@@ -257,6 +279,7 @@ def find_buffers(sink: UOp, gpu: bool = False) -> list[UOp]:
   they are used, as bfloat16 ones everywhere (`_widened_load`)."""
   realize = {out for out in sink.src if out.op is not Ops.PARAM}
   realize |= {node for node in sink.toposort if node.op in (Ops.CONTIGUOUS, Ops.SCATTER, Ops.PROJECT)}
+  realize |= _read_shifted_and_in_place(sink)
   # a loop reads its operands from buffers
   realize |= {src for node in sink.toposort if node.op in LOOPS for src in node.src if src.op is not Ops.PARAM}
   # kernels are explored in the program's order, never a set's: what is fused where must not depend on where the
