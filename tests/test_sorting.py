@@ -139,3 +139,42 @@ def test_sorting_errors():
     tnp.sort(tnp.ones(3), axis=2)
   with pytest.raises(ValueError, match="axis must be specified"):
     tnp.cumulative_sum(tnp.ones((2, 2)))
+
+
+def _total_order_top_k(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+  """numpy reference for JAX's top_k: the IEEE total order (NaN above +inf, a sign-bit NaN below -inf, -0.0 below
+  0.0), largest first, ties by lower index."""
+  bits = x.astype(np.float32).view(np.int32).astype(np.int64)
+  key = np.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+  order = np.argsort(-key, axis=-1, kind="stable")[..., :k]
+  return np.take_along_axis(x, order, axis=-1), order.astype(np.int32)
+
+
+@pytest.mark.parametrize("k", [0, 1, 5, 16, 17])
+def test_top_k_by_selection_matches_the_total_order(k):
+  """top_k of at most TOP_K_SELECT entries picks them one at a time (no sorting network: no scan in the program),
+  more sorts: the same values and indices as JAX's (NaNs of both signs, signed zeros, infinities, ties), for float32,
+  bfloat16 and int32; gradients scatter into the picked places; vmap and jit agree with eager."""
+  import ml_dtypes
+  from tinyjax.lax._sort import TOP_K_SELECT
+  rng = np.random.default_rng(k)
+  x = rng.integers(-4, 5, (6, 40)).astype(np.float32)  # (ties)
+  neg_nan = np.array([0xFFC00000], np.uint32).view(np.float32)[0]
+  x[0, :6] = [np.nan, neg_nan, np.inf, -np.inf, 0.0, -0.0]
+  x[1, 10:14] = [-0.0, 0.0, -0.0, np.nan]
+  for array in (x, x.astype(ml_dtypes.bfloat16), np.nan_to_num(x, posinf=99, neginf=-99).astype(np.int32)):
+    values, indices = lax.top_k(array, k)
+    want_values, want_indices = _total_order_top_k(array.astype(np.float32), k)
+    np.testing.assert_array_equal(np.asarray(indices), want_indices)
+    np.testing.assert_array_equal(np.asarray(values, np.float32).view(np.int32),
+                                  want_values.astype(array.dtype).astype(np.float32).view(np.int32))
+  selected = "scan" not in str(tj.make_jaxpr(lambda a: lax.top_k(a, k))(x))
+  assert selected == (k <= TOP_K_SELECT)
+  finite = rng.standard_normal((6, 40)).astype(np.float32)
+  weights = rng.standard_normal((6, k)).astype(np.float32)
+  grad = tj.grad(lambda a: (lax.top_k(a, k)[0] * weights).sum())(finite)
+  expected = np.zeros_like(finite)
+  np.put_along_axis(expected, _total_order_top_k(finite, k)[1].astype(np.int64), weights, axis=-1)
+  np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-6)
+  batched = tj.jit(tj.vmap(lambda a: lax.top_k(a, k)))(finite)
+  np.testing.assert_array_equal(np.asarray(batched[1]), np.asarray(lax.top_k(finite, k)[1]))
