@@ -151,11 +151,12 @@ _FLOAT_ACCUMULATE = {Ops.ADD: "fadd reassoc", Ops.MUL: "fmul reassoc"}
 # the renderer
 
 def vector_cast_ok(src: np.dtype, dst: np.dtype) -> bool:
-  """Whether `_Renderer.vector_cast` converts `src` to `dst`: exactly, or rounding once in one instruction (not to
-  float16 / bfloat16, which round in several steps, nor float -> int, which saturates)."""
+  """Whether `_Renderer.vector_cast` converts `src` to `dst`: exactly, or rounding once (float32 to float16 /
+  bfloat16 too, on vectors: a bfloat16 matmul's output cast, which made its epilogue scalar, 384 copies of the
+  rounding, 339 KB of IR; not from other types, which would round twice, nor float -> int, which saturates)."""
   src_kind, dst_kind = dtype_kind(src), dtype_kind(dst)
   if src == dst or dst_kind == "b": return True
-  if dst in (F16, BF16): return False
+  if dst in (F16, BF16): return src == F32
   return not (src_kind == "f" and dst_kind in "iu")
 
 
@@ -1549,6 +1550,7 @@ class _Renderer(Linearizer):
     (`vector_cast_ok`)."""
     src_kind, dst_kind = dtype_kind(src), dtype_kind(dst)
     src_type, dst_type = vector_type(src, lanes), vector_type(dst, lanes)
+    if src == F32 and dst in (F16, BF16): return self.round(value, dst, lanes)  # (one rounding, `round`)
     if src_type == dst_type: return value  # float16 / bfloat16 values are exact floats; same-width integers
     if dst_kind == "b":
       compare = "fcmp une" if src_kind == "f" else "icmp ne"
@@ -1867,17 +1869,23 @@ class _Renderer(Linearizer):
 
   # ---- conversions
 
-  def round(self, value: str, dtype: np.dtype) -> str:
-    """Round a float32 value to `dtype` (float16 / bfloat16, nearest even, NaN stays NaN); the identity otherwise."""
-    if dtype == F16: return self.half_to_float(self.emit(f"fptrunc float {value} to half"))
+  def round(self, value: str, dtype: np.dtype, lanes: int = 1) -> str:
+    """Round a float32 value (a vector of `lanes`) to `dtype` (float16 / bfloat16, nearest even, NaN stays NaN); the
+    identity otherwise."""
+    floats, ints, flags = ((f"<{lanes} x {t}>" if lanes > 1 else t) for t in ("float", "i32", "i1"))
+    if dtype == F16:
+      if lanes == 1: return self.half_to_float(self.emit(f"fptrunc float {value} to half"))
+      halves = self.emit(f"fptrunc {floats} {value} to <{lanes} x half>")
+      return self.emit(f"fpext <{lanes} x half> {halves} to {floats}")
     if dtype != BF16: return value
-    bits = self.emit(f"bitcast float {value} to i32")
-    lowest_kept_bit = self.emit(f"and i32 {self.emit(f'lshr i32 {bits}, 16')}, 1")
-    rounded = self.emit(f"add i32 {bits}, {self.emit(f'add i32 {lowest_kept_bit}, 32767')}")
-    is_nan = self.emit(f"fcmp uno float {value}, 0.0")
-    quiet_nan = self.emit(f"or i32 {bits}, 4194304")  # sets the quiet bit, so truncating keeps it a NaN
-    chosen = self.emit(f"select i1 {is_nan}, i32 {quiet_nan}, i32 {rounded}")
-    return self.emit(f"bitcast i32 {self.emit(f'and i32 {chosen}, -65536')} to float")
+    word = lambda number: self.splat(str(number), np.dtype(np.int32), lanes)  # noqa: E731
+    bits = self.emit(f"bitcast {floats} {value} to {ints}")
+    lowest_kept_bit = self.emit(f"and {ints} {self.emit(f'lshr {ints} {bits}, {word(16)}')}, {word(1)}")
+    rounded = self.emit(f"add {ints} {bits}, {self.emit(f'add {ints} {lowest_kept_bit}, {word(32767)}')}")
+    is_nan = self.emit(f"fcmp uno {floats} {value}, {'zeroinitializer' if lanes > 1 else '0.0'}")
+    quiet_nan = self.emit(f"or {ints} {bits}, {word(4194304)}")  # sets the quiet bit, so truncating keeps it a NaN
+    chosen = self.emit(f"select {flags} {is_nan}, {ints} {quiet_nan}, {ints} {rounded}")
+    return self.emit(f"bitcast {ints} {self.emit(f'and {ints} {chosen}, {word(-65536)}')} to {floats}")
 
   def half_to_float(self, value: str) -> str:
     """A float16 value as a float32 (exact). On the GPU through PTX's `cvt.f32.f16` itself: with float32 subnormals
