@@ -352,7 +352,7 @@ class _Renderer(Linearizer):
     self.pack_origin = "0"  # the reduce step at the packed arrays' start (a panel's first, `pack`)
     self.vector_body = vector_body_ok(plan, self.deps)  # a register tile's body emitted on vectors (tile_body)
     self.vector_epilogue = vector_epilogue_ok(plan, self.deps, ast)  # and its epilogue (vector_store)
-    self.looped_epilogue = looped_epilogue(plan, ast)  # a scalar epilogue run in loops over the tile (render_block)
+    self.looped_epilogue = looped_epilogue(plan, ast)  # a long epilogue, run in loops over the tile (looped_store)
 
   # ---- low level: names, instructions, blocks
 
@@ -1878,7 +1878,8 @@ class _Renderer(Linearizer):
       halves = self.emit(f"fptrunc {floats} {value} to <{lanes} x half>")
       return self.emit(f"fpext <{lanes} x half> {halves} to {floats}")
     if dtype != BF16: return value
-    word = lambda number: self.splat(str(number), np.dtype(np.int32), lanes)  # noqa: E731
+
+    def word(number: int) -> str: return self.splat(str(number), np.dtype(np.int32), lanes)
     bits = self.emit(f"bitcast {floats} {value} to {ints}")
     lowest_kept_bit = self.emit(f"and {ints} {self.emit(f'lshr {ints} {bits}, {word(16)}')}, {word(1)}")
     rounded = self.emit(f"add {ints} {bits}, {self.emit(f'add {ints} {lowest_kept_bit}, {word(32767)}')}")
