@@ -1613,15 +1613,8 @@ class _Renderer(Linearizer):
       count = self.call("llvm.smin.i64", "i64", [("i64", count), ("i64", self.emit(f"add nsw i64 {last}, 1"))])
     with self.loop("0", count, None, vectorize=False) as i:
       row = None if row_start is None else self.emit(f"add nsw i64 {row_start}, {i}", "idx")
-      first = self.emit(f"mul nsw i64 {i}, {columns}")
-      with self.bound(plan.row, row), self.loop("0", str(columns), None, step=lanes, vectorize=lanes == 1) as j:
-        with self.bound(plan.column, self.emit(f"add nsw i64 {column_start}, {j}", "idx")):
-          total = self.emit(f"load {vector}, ptr {self.slot(sums, dtype, self.emit(f'add nsw i64 {first}, {j}'))}"
-                            f"{align}")
-          if lanes > 1: self.vector_store(total, lanes)
-          else:
-            self.scopes[-1][plan.reduce] = total
-            self.emit_ready(self.ast)
+      with self.bound(plan.row, row):
+        self.store_sums_row(sums, dtype, self.emit(f"mul nsw i64 {i}, {columns}"), column_start, columns)
 
   def k_blocked(self) -> bool:
     """Whether the plan's register tiles run in row groups with the reduce range cut into blocks (`render_row_groups`,
@@ -1674,11 +1667,12 @@ class _Renderer(Linearizer):
                                  total_dtype, row_slots, panel if panel < size else 0)
       with self.span_loops() as span, self.loop(group, group_end, None) as row_index:
         with self.bound(plan.row, row_index):
-          self.store_group_row(sums, total_dtype, row_slots(span, row_index), column_start, columns)
+          self.store_sums_row(sums, total_dtype, row_slots(span, row_index), column_start, columns)
 
-  def store_group_row(self, sums: str, dtype: np.dtype, first: str, column_start: str, columns: int) -> None:
-    """The epilogue and STORE of a row group's row (the row bound) from its sums (of `dtype`, the row's from slot
-    `first` on), a vector at a time where the epilogue allows."""
+  def store_sums_row(self, sums: str, dtype: np.dtype, first: str, column_start: str, columns: int) -> None:
+    """The epilogue and STORE of one row (the row bound) of a row group's or a looped tile's sums in an array (of
+    `dtype`, the row's from slot `first` on), a vector at a time where the epilogue allows; over the columns in a loop
+    where the epilogue is long (`looped_epilogue`), else unrolled."""
     plan = self.plan
     assert plan is not None
     lanes = plan.lanes if self.vector_epilogue and columns % plan.lanes == 0 else 1
