@@ -145,8 +145,7 @@ def test_a_constant_s_buffer_is_never_handed_to_a_donation(on_cpu):  # (donation
 def test_one_operation_over_buffers_runs_by_its_signature(monkeypatch, on_cpu):  # (the CPU's fast path)
   """Realising one operation over computed arrays, constants and views of them (`float(x[0])`, `x.sum()`,
   `x * x.T`, `a @ b`) runs its program found by the operation's signature (`run_one_op`), not through `realize`'s
-  walks; values against numpy in float64, the same leaf read through two views, a pass-through reshape; a lazy
-  operand (a graph of two operations) still goes through `realize`."""
+  walks; values against numpy in float64, the same leaf read through two views, a pass-through reshape."""
   import tinyjax.numpy as jnp
   from tinyjax.lower import realize as realize_module
   rng = np.random.default_rng(0)
@@ -169,13 +168,71 @@ def test_one_operation_over_buffers_runs_by_its_signature(monkeypatch, on_cpu): 
   np.testing.assert_array_equal(np.asarray(a.reshape(25)), a_host.reshape(25))
   np.testing.assert_array_equal(np.asarray(jnp.maximum(b, 0.0)), np.maximum(b_host, 0))
   assert not calls
-  np.testing.assert_allclose(float((a * 2.0 + 1.0).sum()), (a64 * 2 + 1).sum(), rtol=1e-6)
-  assert len(calls) == 1
   m = a * 3.0  # held by the program: a graph built on it before it is computed then reads its buffer
   later = m + 1.0
   np.testing.assert_allclose(np.asarray(m), a64 * 3, rtol=1e-6)
   assert m.is_realized and later.uop.src[0].op is Ops.BUFFER
   np.testing.assert_allclose(np.asarray(later), a64 * 3 + 1, rtol=1e-6)
+
+
+def test_small_eager_program_runs_by_its_signature(monkeypatch, on_cpu):
+  """A small eager graph read back (`float(jnp.sum(jnp.sin(x) * 2.0 + x))`) runs the program its signature numbers
+  (`run_signed`: no walk, no `realize`), compiled once for a Python loop of it; values against numpy in float64, the
+  same input read twice, an int and a bool result. Where an array of a lazy node below is alive, `realize`'s walk
+  computes and keeps it too; a graph built on a node computed since reads that node's buffer (its own input
+  deleted); a graph past the signature's sizes, or a literal operand (`x ** 3.0`), is walked; the same structure with
+  a shared node or over other buffers is another program."""
+  import tinyjax.numpy as jnp
+  from tinyjax.lower import realize as realize_module
+  from tinyjax.trace import core, sharding_types
+  monkeypatch.setattr(sharding_types, "_enabled", [False])
+  monkeypatch.setattr(core, "_sharding_enabled", sharding_types._enabled)
+  calls = []
+  original = realize_module.realize
+  monkeypatch.setattr(realize_module, "realize", lambda *args: calls.append(args) or original(*args))
+  rng = np.random.default_rng(1)
+  host = rng.standard_normal((4, 6)).astype(np.float32)
+  x64 = host.astype(np.float64)
+  x = jnp.asarray(host)
+  before = realize_module.counters.schedules_lowered
+  for scale in (2.0, 3.0, -0.5):  # (the scale is an input: one program)
+    got = float(jnp.sum(jnp.sin(x) * scale + x))
+    np.testing.assert_allclose(got, (np.sin(x64) * scale + x64).sum(), rtol=1e-5)
+  assert not calls and realize_module.counters.schedules_lowered - before <= 1
+  np.testing.assert_allclose(np.asarray(jnp.exp(x) * x - x.T.T), np.exp(x64) * x64 - x64, rtol=1e-5, atol=1e-6)
+  count, nonnegative = int((x > 0).sum() + 1), bool(jnp.all(x * x >= 0))  # (not in an assert: pytest keeps its parts)
+  assert count == (x64 > 0).sum() + 1 and nonnegative
+  assert not calls
+  # an alive array below: computed and kept by realize's walk
+  held = jnp.cos(x) * 2.0
+  total = float((held + 1.0).sum())
+  assert len(calls) == 1 and held.is_realized
+  np.testing.assert_allclose(total, (np.cos(x64) * 2 + 1).sum(), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(held), np.cos(x64) * 2, rtol=1e-6)
+  # a graph built on a node computed since reads its buffer, not its deleted input
+  other = jnp.asarray(host + 1)
+  first = other * 3.0
+  second = first - 1.0
+  later = jnp.tanh(second).sum()
+  np.testing.assert_allclose(np.asarray(second), (x64 + 1) * 3 - 1, rtol=1e-6)
+  other.delete()
+  np.testing.assert_allclose(float(later), np.tanh((x64 + 1) * 3 - 1).sum(), rtol=1e-5)
+  # past the sizes (a chain of 40 operations), and a literal operand: walked
+  calls.clear()
+  chain = x
+  for _ in range(40): chain = chain * 1.01 + 0.01
+  expected = x64
+  for _ in range(40): expected = expected * 1.01 + 0.01
+  np.testing.assert_allclose(float(chain.sum()), expected.sum(), rtol=1e-5)
+  np.testing.assert_allclose(float((x ** 3.0).sum()), (x64 ** 3).sum(), rtol=1e-5)
+  assert len(calls) == 2
+  # a shared node, and two buffers where one was read twice: other structures, right values
+  y = jnp.asarray(host * 2)
+  shared = jnp.sin(x)
+  np.testing.assert_allclose(float(jnp.sum(shared * shared)), (np.sin(x64) ** 2).sum(), rtol=1e-5)
+  np.testing.assert_allclose(float(jnp.sum(jnp.sin(x) * jnp.sin(y))), (np.sin(x64) * np.sin(2 * x64)).sum(),
+                             rtol=1e-5)
+  np.testing.assert_allclose(float(jnp.sum(jnp.sin(x) * jnp.sin(x))), (np.sin(x64) ** 2).sum(), rtol=1e-5)
 
 
 def test_eager_indexing_at_many_places_is_one_program():

@@ -6,12 +6,13 @@ above this module, the way `jax.numpy` sets them on `jax.Array`.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Any
 
 import numpy as np
 
-from tinyjax.devices.buffer import DeletedBuffer
+from tinyjax.devices.buffer import Buffer, DeletedBuffer
 from tinyjax.devices.device import host_buffer
 from tinyjax.uop import MOVEMENT, Ops, UOp, toposort_of
 
@@ -143,9 +144,14 @@ class Array:
   def tolist(self) -> Any: return self._value().tolist()
 
   def _scalar(self, kind: str) -> Any:
-    """The one value of a size-1 array as a Python scalar (or an ml_dtypes scalar), for float(), int(), ..."""
+    """The one value of a size-1 array as a Python scalar (or an ml_dtypes scalar), for float(), int(), ... (A host
+    buffer's value of a common dtype is read where it lies: no numpy view is made for it.)"""
     if self.size != 1:
       raise TypeError(f"only size-1 arrays can be converted to Python {kind}; this array has shape {self.shape}")
+    if self.uop.op is not Ops.BUFFER: realize_arrays([self])
+    buffer = self.uop.arg
+    if type(buffer) is Buffer and buffer._address and (reader := _SCALAR_READERS.get(buffer.dtype)) is not None:
+      return reader.from_address(buffer._address).value
     return self._value().item()
 
   def __bool__(self) -> bool:
@@ -178,6 +184,13 @@ class Array:
 
   def __reduce__(self):  # pickling stores the values
     return (Array.from_numpy, (self._value(), self.weak_type))
+
+
+# dtype -> the ctypes type that reads one value of it as numpy's `item()` gives it (a Python float, int or bool)
+_SCALAR_READERS = {np.dtype(dtype): reader for dtype, reader in (
+  (np.float32, ctypes.c_float), (np.float64, ctypes.c_double), (np.bool_, ctypes.c_bool), (np.int8, ctypes.c_int8),
+  (np.int16, ctypes.c_int16), (np.int32, ctypes.c_int32), (np.int64, ctypes.c_int64), (np.uint8, ctypes.c_uint8),
+  (np.uint16, ctypes.c_uint16), (np.uint32, ctypes.c_uint32), (np.uint64, ctypes.c_uint64))}
 
 
 def deleted_uop(shape: tuple[int, ...], dtype: np.dtype, device: Any = None) -> UOp:
@@ -220,9 +233,12 @@ def realize_arrays(arrays: list[Array]) -> None:
   values on the way that other live arrays hold (`held_arrays`)."""
   pending = [a for a in arrays if a.uop.op is not Ops.BUFFER]
   if not pending: return
-  from tinyjax.lower.realize import realize, run_one_op  # (lower/ sits beside array.py; imported late: start-up)
-  if len(pending) == 1 and pending[0]._named is None:  # one operation over buffers: nothing on the way to keep
+  from tinyjax.lower.realize import realize, run_one_op, run_signed  # (lower/ sits beside array.py: start-up)
+  if len(pending) == 1 and pending[0]._named is None:  # a small eager program, or one operation over buffers
     node = pending[0].uop
+    if (buffer := run_signed(node)) is not None:
+      _keep(pending[0], node, buffer, True)
+      return
     if (buffer := run_one_op(node)) is not None:
       _keep(pending[0], node, buffer, True)
       return

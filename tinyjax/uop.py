@@ -227,6 +227,7 @@ class UOp:
     which are `unshared`: no hash-consing entry names the old computation."""
     self.op, self.src, self.arg = Ops.BUFFER, (), buffer
     self.__dict__.pop("toposort", None)
+    self.__dict__.pop("sig", None)  # (lower/realize.py `signature_of`: its leaves and lazy nodes are no longer read)
     buffer._node = weakref.ref(self)
 
   def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg))
