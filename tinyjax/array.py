@@ -233,23 +233,29 @@ def realize_arrays(arrays: list[Array]) -> None:
   values on the way that other live arrays hold (`held_arrays`)."""
   pending = [a for a in arrays if a.uop.op is not Ops.BUFFER]
   if not pending: return
-  from tinyjax.lower.realize import realize, run_one_op, run_signed  # (lower/ sits beside array.py: start-up)
+  lower = _lower[0] or _import_lower()
   if len(pending) == 1 and pending[0]._named is None:  # a small eager program, or one operation over buffers
     node = pending[0].uop
-    if (buffer := run_signed(node)) is not None:
-      _keep(pending[0], node, buffer, True)
-      return
-    if (buffer := run_one_op(node)) is not None:
+    if (buffer := lower.run_signed(node)) is not None or (buffer := lower.run_one_op(node)) is not None:
       _keep(pending[0], node, buffer, True)
       return
   held, reading, order = held_arrays(pending)
   pending += held
-  buffers = realize([a.uop for a in pending], order)
+  buffers = lower.realize([a.uop for a in pending], order)
   for array, buffer in zip(pending, buffers):
     if array._named is not None and buffer.device.platform == "cpu":  # computed from sharded arrays: laid out so
       from tinyjax.devices.buffer import shard
       buffer = shard(buffer, array._named)
     _keep(array, array.uop, buffer, array.uop in reading)
+
+
+_lower: list = [None]  # lower/realize.py, once imported (it imports this module: it is imported when first needed)
+
+
+def _import_lower():
+  from tinyjax.lower import realize
+  _lower[0] = realize
+  return realize
 
 
 def _keep(array: Array, node: UOp, buffer, reads_buffers: bool) -> None:
