@@ -258,6 +258,32 @@ def test_cache_hit_takes_the_fast_path():
   assert len(traces) == 2 and f._fast_calls == 7
 
 
+def test_python_scalar_arguments_take_the_fast_path():
+  """`step(i, state)` with a Python int, float or bool argument (weakly typed, as JAX's) runs through the hot path:
+  one trace for every value, the values against numpy, a donated state beside it, an int out of int32's range an
+  OverflowError, and a new scalar type (float after int) a new program."""
+  traces = []
+
+  def step(i, state, scale, flag):
+    traces.append(1)
+    return {"w": state["w"] * scale + i, "n": state["n"] + 1}, (i * 2, flag)
+
+  f = tj.jit(step, donate_argnums=1)
+  w = np.arange(6, dtype=np.float32)
+  state = {"w": tnp.asarray(w), "n": tnp.asarray(np.int32(0))}
+  expected = w.astype(np.float64)
+  for i in range(5):
+    state, (twice, flag) = f(i, state, 0.5, i % 2 == 0)
+    expected = expected * 0.5 + i
+    assert int(twice) == 2 * i and bool(flag) == (i % 2 == 0) and twice.weak_type and twice.dtype == np.int32
+  np.testing.assert_allclose(np.asarray(state["w"]), expected, rtol=1e-6)
+  assert int(state["n"]) == 5 and len(traces) == 1 and f._fast_calls == 4
+  with pytest.raises(OverflowError):
+    f(2 ** 40, state, 0.5, True)
+  f(1.5, state, 0.5, True)  # a float where an int was: another signature
+  assert len(traces) == 2
+
+
 def test_one_output_programs_run_directly(on_cpu):
   """A program with one new output and no intermediates (`jit(x + 1)`, with or without closed-over constants) runs
   through its direct runner on a cache hit: the same values and launch count as `run_schedule`'s path, which a

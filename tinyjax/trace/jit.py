@@ -583,21 +583,29 @@ class _Compiled:
     return tree_util.tree_unflatten(jaxpr.out_tree, outputs)
 
 
-def _fast_signature(leaves: list[Any]) -> tuple[tuple, list[Buffer]] | None:
-  """The hot path's signature of flattened arguments (shape, dtype, weak type of each leaf) and their buffers; None
-  unless every leaf is an Array (lazy ones are realised here)."""
-  signature, buffers = [], []
-  for leaf in leaves:
-    if type(leaf) is not Array: return None
+def _fast_signature(leaves: list[Any]) -> tuple[tuple, list[Buffer], list[Array]] | None:
+  """The hot path's signature of flattened arguments (shape, dtype, weak type of each leaf), their buffers and the
+  arrays holding them; None unless every leaf is an Array or a Python scalar (lazy arrays are realised here, scalars
+  put in host buffers as `_leaf_to_array` does: a training step's `step(i, state, batch)`)."""
+  signature, buffers, arrays = [], [], leaves
+  for k, leaf in enumerate(leaves):
+    kind = type(leaf)
+    if kind is not Array:
+      if kind not in _SCALAR_TYPES: return None
+      if arrays is leaves: arrays = list(leaves)
+      leaf = arrays[k] = _leaf_to_array(leaf)
     uop = leaf.uop
     if uop.op is not Ops.BUFFER:  # the lazy leaves are computed together (see JitWrapped._lookup)
-      realize_arrays([other for other in leaves if type(other) is Array])
+      realize_arrays([other for other in arrays if type(other) is Array])
       uop = leaf.uop
     buffer = uop.arg
     signature += (buffer.shape, buffer.dtype, leaf.weak_type, buffer.device, buffer.committed,
                   buffer.sharding if type(buffer) is ShardedBuffer else None)
     buffers.append(buffer)
-  return tuple(signature), buffers
+  return tuple(signature), buffers, arrays
+
+
+_SCALAR_TYPES = frozenset({bool, int, float, complex})
 
 
 @dataclass(frozen=True)
@@ -765,12 +773,12 @@ class JitWrapped:
           break
       else: leaves, in_tree = args, len(args)  # (its key: the count; hashing a tree structure takes 0.15 us)
       if (fast := _fast_signature(leaves)) is not None:
-        signature, inputs = fast
+        signature, inputs, arrays = fast
         fast_key = (in_tree, signature, _mesh_stack[-1] if _mesh_stack else None)  # (the current mesh: see _lookup)
         if (compiled := self._fast_cache.get(fast_key)) is not None and not debug_nans[0]:
           self._fast_calls += 1
-          return compiled.run(inputs, leaves)
-        fast = inputs = None  # (the list of the argument buffers would count as a reference to a donated one)
+          return compiled.run(inputs, arrays)
+        fast = inputs = arrays = None  # (the list of the argument buffers would count as a reference to a donated one)
     compiled, leaves = self._lookup(args, kwargs)
     if fast_key is not None: self._fast_cache[fast_key] = compiled
     arrays = [_leaf_to_array(leaf).realize() for leaf in leaves]
