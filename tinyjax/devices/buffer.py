@@ -85,12 +85,17 @@ class Buffer:
 
   def __del__(self):
     # Recycle the block only if nothing else can see it. Every numpy view of it (numpy() hands them out) has the block
-    # itself as its base, so once our own references are dropped the block's only references must be the local name
-    # and getrefcount's argument.
-    raw = getattr(self, "_raw", None)  # (None too for a Buffer whose __init__ raised)
+    # itself as its base, so once the typed view (`_host`) is dropped the block's only references must be `_raw`, the
+    # local name and getrefcount's argument. (give_block inlined: a training step frees hundreds of outputs.)
+    global _pool_bytes
+    try: raw = self._raw
+    except AttributeError: return  # (a Buffer whose __init__ raised)
     if raw is None or sys is None: return
-    self._raw = self._host = None
-    if sys.getrefcount(raw) == 2: give_block(raw, self._address)
+    if self._host is not None: self._host = None
+    if sys.getrefcount(raw) == 3 and (nbytes := raw.nbytes) and _pool_bytes + nbytes <= POOL_LIMIT_BYTES:
+      if (free := _pool.get(nbytes)) is None: free = _pool[nbytes] = []
+      free.append((raw, self._address))
+      _pool_bytes += nbytes
 
   @property
   def address(self) -> int:

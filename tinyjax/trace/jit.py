@@ -578,8 +578,18 @@ class _Compiled:
     if self.single_leaf:  # (the common case, without the list and the tree)
       buffer, (fresh, weak) = buffers[0], self.outputs[0]  # (debug.print's values may follow in `buffers`)
       return Array(UOp.new_buffer(buffer.dtype, buffer) if fresh else UOp(Ops.BUFFER, buffer.dtype, (), buffer), weak)
-    outputs = [Array(UOp.new_buffer(b.dtype, b) if fresh else UOp(Ops.BUFFER, b.dtype, (), b), weak)
-               for b, (fresh, weak) in zip(buffers, self.outputs)]
+    # (UOp.new_buffer and Array(...) inlined: a training step's state of hundreds of leaves, 0.6 -> 0.45 us each)
+    new, ref, outputs = object.__new__, weakref.ref, []
+    for b, (fresh, weak) in zip(buffers, self.outputs):
+      if fresh:
+        node = new(UOp)
+        node.op, node.dtype, node.src, node.arg = Ops.BUFFER, b.dtype, (), b
+        b._node = ref(node)
+      else:
+        node = UOp(Ops.BUFFER, b.dtype, (), b)
+      array = new(Array)
+      array.uop, array.weak_type, array._named = node, weak, None
+      outputs.append(array)
     return tree_util.tree_unflatten(jaxpr.out_tree, outputs)
 
 
