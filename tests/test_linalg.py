@@ -681,3 +681,24 @@ def test_eigenvalue_derivatives(x64):
   for value, derivative in zip(values, tangent):  # each eigenvalue paired with its nearest perturbed ones
     moved = (plus[np.argmin(np.abs(plus - value))] - minus[np.argmin(np.abs(minus - value))]) / (2 * step)
     np.testing.assert_allclose(derivative, moved, rtol=1e-5, atol=1e-6)
+
+
+def test_lu_permutation_for_few_and_many_matrices():
+  """The permutation of LAPACK's row swaps is built in Python lists for a few matrices and as numpy steps over all of
+  them for many (linalg.FEW_PERMUTATIONS): the same permutations either way, each a permutation with P a = L U, and
+  `lu_pivots_to_permutation` of random swaps against swaps applied one by one."""
+  rng = np.random.default_rng(3)
+  for batch in (1, 3, lax_linalg.FEW_PERMUTATIONS + 5):
+    a = rng.standard_normal((batch, 6, 6)).astype(np.float32)
+    factors, pivots, permutation = (np.asarray(v) for v in lax_linalg.lu(jnp.asarray(a)))
+    for m in range(batch):
+      assert sorted(permutation[m]) == list(range(6))
+      lower, upper = np.tril(factors[m], -1) + np.eye(6), np.triu(factors[m])
+      np.testing.assert_allclose(a[m][permutation[m]], lower @ upper, atol=1e-5)
+  for batch in (2, lax_linalg.FEW_PERMUTATIONS + 1):
+    swaps = np.stack([rng.integers(i, 7, batch) for i in range(5)], axis=-1).astype(np.int32)  # (batch, 5) into 7
+    got = np.asarray(lax_linalg.lu_pivots_to_permutation(jnp.asarray(swaps), 7))
+    for m in range(batch):
+      expected = list(range(7))
+      for i, target in enumerate(swaps[m]): expected[i], expected[target] = expected[target], expected[i]
+      np.testing.assert_array_equal(got[m], expected)

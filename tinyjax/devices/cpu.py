@@ -26,6 +26,7 @@ import ctypes.util
 import functools
 import hashlib
 import importlib
+import math
 import operator
 import os
 import pickle
@@ -383,6 +384,10 @@ class HostProgram:
 
   def __init__(self, name: str, run: Callable[[list], list], n_in: int, avals: tuple):
     self.name, self.run, self.n_in, self.avals = name, run, n_in, avals
+    import numpy as np  # (not at the top: compile workers import this module without it)
+    # (bytes, dtype, shape) per slot, sized once: np.prod per slot and call was a third of a small LU's host step
+    self._specs = [(math.prod(shape) * np.dtype(dtype).itemsize, np.dtype(dtype), tuple(shape))
+                   for shape, dtype in avals]
     self.error: BaseException | None = None
     self._fn = _HOST_FN(self._call)  # (kept: the runtime holds only its address)
     self.fn_addr = ctypes.cast(self._fn, ctypes.c_void_p).value
@@ -390,12 +395,11 @@ class HostProgram:
   def _call(self, args: int, start: int, end: int) -> None:
     import numpy as np
     try:
-      addresses = (ctypes.c_void_p * len(self.avals)).from_address(args)
+      addresses = (ctypes.c_void_p * len(self._specs)).from_address(args)
       arrays = []
-      for address, (shape, dtype) in zip(addresses, self.avals):
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        raw = (ctypes.c_char * max(nbytes, 1)).from_address(address or 0) if nbytes else bytearray(1)
-        arrays.append(np.frombuffer(raw, np.uint8, nbytes).view(dtype).reshape(shape))
+      for address, (nbytes, dtype, shape) in zip(addresses, self._specs):
+        raw = (ctypes.c_char * nbytes).from_address(address) if nbytes else bytearray(dtype.itemsize)
+        arrays.append(np.frombuffer(raw, dtype, nbytes // dtype.itemsize).reshape(shape))
       for out, value in zip(arrays[self.n_in:], self.run(arrays[:self.n_in])): np.copyto(out, value)
     except BaseException as error:  # noqa: BLE001 -- raised again by the caller, after the launch returns
       self.error = self.error or error

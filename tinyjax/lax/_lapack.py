@@ -81,6 +81,11 @@ def lapack() -> Lapack:
                      "OpenBLAS), or install liblapack and set TINYJAX_LAPACK=/path/to/liblapack.so")
 
 
+# the character arguments (read, never written: made once) and string lengths gfortran's ABI passes after the others
+_CHARS = {c: ctypes.byref(ctypes.c_char(c.encode())) for c in "NTCLURAVEIOS"}
+_LENGTHS = (ctypes.c_size_t(1),) * 4
+
+
 class _Call:
   """Arguments by reference, as Fortran takes them: ints and chars made once, arrays by their data pointers."""
 
@@ -90,15 +95,16 @@ class _Call:
 
   def int(self, value: int) -> Any: return ctypes.byref(self.lib.int_type(value))
   @staticmethod
-  def char(value: str) -> Any: return ctypes.byref(ctypes.c_char(value.encode()))
+  def char(value: str) -> Any: return _CHARS[value]
   @staticmethod
-  def ptr(array: np.ndarray) -> Any: return array.ctypes.data_as(ctypes.c_void_p)
+  def ptr(array: np.ndarray) -> Any: return ctypes.c_void_p(array.ctypes.data)
 
   def __call__(self, name: str, *args: Any, chars: int = 0) -> int:
     """Call `prefix + name` with `args` and the info pointer last (then the hidden lengths of `chars` string
     arguments, gfortran's ABI); returns info."""
-    self.lib.fn(self.prefix + name)(*args, ctypes.byref(self.info), *([ctypes.c_size_t(1)] * chars))
+    self.lib.fn(self.prefix + name)(*args, ctypes.byref(self.info), *_LENGTHS[:chars])
     return self.info.value
+
 
   def workspace(self, name: str, *args: Any, chars: int = 0) -> int:
     """The optimal workspace size of a routine called with lwork = -1 (`args` ends with the work pointer's place)."""
@@ -162,7 +168,7 @@ def _trsm_each(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, tr
     call.lib.fn(call.prefix + "trsm")(call.char(side), call.char(uplo), call.char(trans), call.char(diag),
                                       call.int(n), call.int(m), call.ptr(one), call.ptr(triangles[index]),
                                       call.int(max(1, k)), call.ptr(out[index]), call.int(max(1, n)),
-                                      *([ctypes.c_size_t(1)] * 4))
+                                      *_LENGTHS)
   return out.reshape(b.shape)
 
 
