@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tinyjax import dtypes
+from tinyjax.dtypes import real_dtype
 from tinyjax.array import Array
 from tinyjax.lax._base import canonicalize_axis
 from tinyjax.lax._elementwise import complex as lax_complex
@@ -80,11 +81,12 @@ def _largest_divisor(n: int) -> int:
 
 
 def _transform_last(x: Array, sign: int) -> Array:
-  """The unnormalised DFT sum_j x_j exp(sign 2 pi i j k / n) along the last axis of complex `x`."""
+  """The unnormalised DFT sum_j x_j exp(sign 2 pi i j k / n) along the last axis of `x`: complex, or real (a real
+  signal's first stage contracts its values alone, half the work), the result complex."""
   jnp = _jnp()
   n = x.shape[-1]
-  dtype = x.dtype
-  if n == 1: return x
+  dtype = _complex_dtype(x)
+  if n == 1: return x.astype(dtype)
   if n <= DIRECT_MAX: return _direct(x, sign)
   n1 = _largest_divisor(n)
   if n1 == 1: return _bluestein(x, sign)
@@ -110,8 +112,11 @@ def _direct(x: Array, sign: int) -> Array:
   the (2, n, 2n) real matrix of `_pair_dft_matrix` (a complex product would be four real ones)."""
   jnp = _jnp()
   n = x.shape[-1]
-  parts = jnp.stack([jnp.real(x), jnp.imag(x)], axis=-2)  # (..., 2, n)
-  out = jnp.einsum("...pk,pkm->...m", parts, jnp.asarray(_pair_dft_matrix(n, sign, parts.dtype)))
+  if not dtypes.is_complex(x.dtype):  # (a real signal: its parts are (x, 0))
+    out = jnp.einsum("...k,km->...m", x, jnp.asarray(_pair_dft_matrix(n, sign, x.dtype)[0]))
+  else:
+    parts = jnp.stack([jnp.real(x), jnp.imag(x)], axis=-2)  # (..., 2, n)
+    out = jnp.einsum("...pk,pkm->...m", parts, jnp.asarray(_pair_dft_matrix(n, sign, parts.dtype)))
   return lax_complex(out[..., :n], out[..., n:])
 
 
@@ -164,7 +169,8 @@ def _complex_transform(a: Any, n: int | None, axis: int, norm: str | None, inver
   if n is not None: x = _resized(x, operator.index(n), axis)
   length = x.shape[axis]
   if length == 0: raise ValueError(f"Invalid number of FFT data points ({length}) specified.")
-  x = x.astype(_complex_dtype(x))
+  complex_dtype = _complex_dtype(x)
+  x = x.astype(complex_dtype if dtypes.is_complex(x.dtype) else real_dtype(complex_dtype))  # (real: see _direct)
   moved = jnp.moveaxis(x, axis, -1)
   out = _transform_last(moved, 1 if inverse else -1)
   scale = _scale(length, norm, inverse)
