@@ -39,9 +39,12 @@ class Lapack:
 
   def __init__(self, library: ctypes.CDLL, path: str, mangle: str, int_type: Any):
     self.library, self.path, self.mangle, self.int_type = library, path, mangle, int_type
+    self._functions: dict[str, Any] = {}
 
   def fn(self, name: str) -> Any:
-    return getattr(self.library, self.mangle.format(name))
+    if (function := self._functions.get(name)) is None:
+      function = self._functions[name] = getattr(self.library, self.mangle.format(name))
+    return function
 
   def __repr__(self) -> str: return f"Lapack({self.path}, {self.mangle}, {ctypes.sizeof(self.int_type) * 8}-bit ints)"
 
@@ -84,6 +87,13 @@ def lapack() -> Lapack:
 # the character arguments (read, never written: made once) and string lengths gfortran's ABI passes after the others
 _CHARS = {c: ctypes.byref(ctypes.c_char(c.encode())) for c in "NTCLURAVEIOS"}
 _LENGTHS = (ctypes.c_size_t(1),) * 4
+
+
+@functools.lru_cache(maxsize=64)
+def _lower_mask(n: int) -> np.ndarray:
+  """The n x n mask of a lower triangle, diagonal included (np.tril builds one per call: 3.4 us of a 16x16 potrf's
+  host step)."""
+  return np.tri(n, dtype=bool)
 
 
 class _Call:
@@ -132,7 +142,7 @@ def _potrf_each(a: np.ndarray) -> np.ndarray:
   for matrix in stack:
     if call("potrf", call.char("U"), call.int(n), call.ptr(matrix), call.int(max(1, n)), chars=1) != 0:
       matrix[...] = np.nan
-  return np.tril(stack).reshape(a.shape)
+  return np.where(_lower_mask(n), stack, 0).reshape(a.shape)
 
 
 def _getrf_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -430,7 +440,7 @@ def _geqrf_orgqr_batched(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndar
 # the routines lax/linalg.py calls: batches of small matrices vectorised, the rest one LAPACK call per matrix
 
 def _batched(a: np.ndarray) -> bool:
-  return a.size > 0 and a.dtype.kind == "f" and int(np.prod(a.shape[:-2])) > 1 and max(a.shape[-2:]) <= SMALL_MATRIX
+  return a.size > 0 and a.dtype.kind == "f" and math.prod(a.shape[:-2]) > 1 and max(a.shape[-2:]) <= SMALL_MATRIX
 
 
 def potrf(a: np.ndarray) -> np.ndarray:
