@@ -124,7 +124,7 @@ def _bluestein(x: Array, sign: int) -> Array:
   """X_k = c_k sum_j (x_j c_j) conj(c_(k-j)): a convolution, by transforms of a power-of-two length."""
   jnp = _jnp()
   n = x.shape[-1]
-  size, chirp, kernel_spectrum = _bluestein_constants(n, sign, x.dtype)
+  size, chirp, kernel_spectrum = _bluestein_constants(n, sign, _complex_dtype(x))
   chirp = jnp.asarray(chirp)
   padded = jnp.pad(x * chirp, [(0, 0)] * (x.ndim - 1) + [(0, size - n)])
   spectrum = _transform_last(padded, -1) * jnp.asarray(kernel_spectrum)
