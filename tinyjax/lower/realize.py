@@ -615,6 +615,7 @@ def signature_of(node: UOp, depth: int = 0) -> tuple | None:
     for src in sources:
       if src.op is BUFFER or src.op is CONST:
         if src in leaves: parts.append(leaves.index(src))
+        elif len(leaves) == SIGNATURE_LEAVES: break
         else:
           parts.append((len(leaves), src.dtype, src.shape))
           leaves.append(src)
@@ -636,6 +637,7 @@ def signature_of(node: UOp, depth: int = 0) -> tuple | None:
       alive.extend(below[2])
       if (held := src.__dict__.get("held_by")) is not None and held() is not None: alive.append(src)
       size += below[3]
+      if size > SIGNATURE_NODES or len(leaves) > SIGNATURE_LEAVES: break  # (a wide graph: none, found early)
     else:
       signature = _numbered(tuple(parts), tuple(leaves), tuple(alive), size)
   recorded["sig"] = signature
