@@ -1433,3 +1433,28 @@ def test_low_precision_output_of_a_register_tile_rounds_on_vectors(dtype, on_cpu
   special = np.asarray(tj.jit(lambda u, v, w: (u @ v * 0.0 + w).astype(dtype))(a, b, c))
   np.testing.assert_array_equal(special[0, 1:4].astype(F64), c[0, 1:4].astype(dtype).astype(F64))
   assert np.isnan(special[0, 0].astype(F64)) and not np.isnan(special[1:].astype(F64)).any()
+
+
+def test_batch_summed_product_reads_its_operand_through_divisions(on_cpu):
+  """einsum('nop,nip->oi') sums over (n, p), adjacent but not contiguous in memory (o lies between): where the
+  column operand is big (schedule.BLOCK_LINEAR_MIN_BYTES), the product is built over one reduce range read through
+  divisions and packs it in transposed blocks, instead of a relayout copy of x first; p not a multiple of the packs'
+  16 steps, or a small operand, keeps the copy. Values against float64 numpy either way."""
+  from tinyjax.lower import schedule as schedule_module
+  rng = np.random.default_rng(5)
+  # (32 images: split 8 ways, each partial sums over 4 of them, more steps than one pack holds)
+  for p, copied in ((2048, False), (2052, True)):
+    g = rng.standard_normal((32, 64, p)).astype(np.float32)
+    x = rng.standard_normal((32, 64, p)).astype(np.float32)
+    assert x.nbytes >= schedule_module.BLOCK_LINEAR_MIN_BYTES
+    f = tj.jit(lambda g, x: tnp.einsum("nop,nip->oi", g, x))
+    got = np.asarray(f(tnp.asarray(g), tnp.asarray(x)))
+    want = np.einsum("nop,nip->oi", g.astype(np.float64), x.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-3)
+    (compiled,) = f._fast_cache.values()
+    kernels = compiled.schedule.schedule.kernels
+    assert any(k.name.startswith("e_") for k in kernels) == copied, [k.name for k in kernels]
+    if not copied:
+      product = next(k for k in kernels if sum(n.op is Ops.REDUCE for n in k.ast.toposort))
+      (reduce,) = [n for n in product.ast.toposort if n.op is Ops.REDUCE]
+      assert len(reduce.src) == 2 and any(n.op is Ops.IDIV for n in product.ast.toposort)
