@@ -284,6 +284,32 @@ def test_python_scalar_arguments_take_the_fast_path():
   assert len(traces) == 2
 
 
+def test_static_arguments_take_the_fast_path():
+  """Calls with static positional arguments (`jit(f, static_argnums=...)`, as tinyjax.random's samplers are) run
+  through the hot path, keyed by the static values: one trace per value, the right program for each, a negative
+  index, a static argument passed by name (the general path), and an unhashable static value's ValueError."""
+  traces = []
+
+  def f(x, n, scale):
+    traces.append(n)
+    return x * n + scale
+
+  g = tj.jit(f, static_argnums=(1, -1))
+  x = tnp.asarray(np.arange(4, dtype=np.float32))
+  for n in (2, 3, 2, 3, 2):
+    np.testing.assert_array_equal(np.asarray(g(x, n, 0.5)), np.arange(4) * n + 0.5)
+  assert traces == [2, 3] and g._fast_calls == 3
+  np.testing.assert_array_equal(np.asarray(g(x, 2, 1.5)), np.arange(4) * 2 + 1.5)  # (a new static value: traced)
+  assert traces == [2, 3, 2]
+  h = tj.jit(f, static_argnames=("n", "scale"))
+  np.testing.assert_array_equal(np.asarray(h(x, n=4, scale=1.0)), np.arange(4) * 4 + 1.0)
+  np.testing.assert_array_equal(np.asarray(h(x, 4, 1.0)), np.arange(4) * 4 + 1.0)
+  np.testing.assert_array_equal(np.asarray(h(x, 4, 1.0)), np.arange(4) * 4 + 1.0)
+  assert h._fast_calls == 1
+  with pytest.raises(ValueError, match="hashable"):
+    g(x, [2], 0.5)
+
+
 def test_one_output_programs_run_directly(on_cpu):
   """A program with one new output and no intermediates (`jit(x + 1)`, with or without closed-over constants) runs
   through its direct runner on a cache hit: the same values and launch count as `run_schedule`'s path, which a

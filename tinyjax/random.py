@@ -314,7 +314,7 @@ def bits(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array:
   dtype = np.dtype(np.uint32) if dtype is None else dtypes.check_user_dtype_supported(dtype)
   if dtype.kind != "u":
     raise TypeError(f"dtype argument to `bits` must be an unsigned int dtype, got {dtype}")
-  return _random_bits(data, dtype.itemsize * 8, _shape(shape))
+  return _random_bits_data(data, dtype.itemsize * 8, _shape(shape))
 
 
 def _uniform(data: Array, shape: tuple[int, ...], dtype: np.dtype, minval: Any, maxval: Any) -> Array:
@@ -346,7 +346,7 @@ def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = None, minval: Any 
   data, _ = _key("uniform", key)
   shape, dtype = _shape(shape), _float_dtype("uniform", dtype)
   _check_shape("uniform", shape, np.shape(minval), np.shape(maxval))
-  return _uniform(data, shape, dtype, minval, maxval)
+  return _uniform_data(data, shape, dtype, minval, maxval)
 
 
 def _normal(data: Array, shape: tuple[int, ...], dtype: np.dtype) -> Array:
@@ -359,7 +359,15 @@ def _normal(data: Array, shape: tuple[int, ...], dtype: np.dtype) -> Array:
 def normal(key: Any, shape: Sequence[int] = (), dtype: Any = None) -> Array:
   """Standard normal floats of `shape` (sqrt(2) erf_inv of a uniform in (-1, 1), as JAX)."""
   data, _ = _key("normal", key)
-  return _normal(data, _shape(shape), _float_dtype("normal", dtype))
+  return _normal_data(data, _shape(shape), _float_dtype("normal", dtype))
+
+
+# Called eagerly, `bits`, `uniform` and `normal` run at once as jitted programs (compiled once per shape and dtype), as
+# JAX's do: built op by op, an eager `normal(key, (8,))` was 31 operations and a walk of their 51 nodes, 194 us
+# against JAX's 14. (Inside a transformation they trace inline; the samplers built on them stay lazy.)
+_random_bits_data = jit(_random_bits, static_argnums=(1, 2))
+_uniform_data = jit(_uniform, static_argnums=(1, 2))
+_normal_data = jit(_normal, static_argnums=(1, 2))
 
 
 def _clip_integer(value: Array, dtype: np.dtype) -> Array:

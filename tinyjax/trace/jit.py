@@ -702,6 +702,7 @@ class JitWrapped:
     self.fun, self.static_argnums, self.static_argnames = fun, static_argnums, static_argnames
     self.donate_argnums = donate_argnums
     self._fast_calls = 0  # calls answered by the hot path (tests check it is taken)
+    self._static_positions: dict[int, frozenset[int]] = {}  # argument count -> the static arguments' positions
     functools.update_wrapper(self, fun, updated=())  # the name and docstring, not another wrapper's attributes
     try: parameters = list(inspect.signature(fun).parameters)
     except (TypeError, ValueError): parameters = []
@@ -776,16 +777,25 @@ class JitWrapped:
       if type(current_trace.get()) is StagingTrace: return self._staged_call(args, kwargs)
       return self.fun(*args, **kwargs)
     fast_key = None
-    if not kwargs and not self.static_argnums:
-      for arg in args:  # a flat call (every argument an Array) has no tree to walk (optree's flatten: ~0.5 us)
+    if not kwargs:
+      dynamic, static_values = args, ()
+      if self.static_argnums:  # (static arguments by position: their values join the key)
+        if (static := self._static_positions.get(len(args))) is None:
+          static = self._static_positions[len(args)] = frozenset(
+            i % len(args) for i in self.static_argnums if -len(args) <= i < len(args))
+        dynamic = tuple(arg for i, arg in enumerate(args) if i not in static)
+        static_values = (len(args), *(args[i] for i in sorted(static)))
+      for arg in dynamic:  # a flat call (every argument an Array) has no tree to walk (optree's flatten: ~0.5 us)
         if type(arg) is not Array:
-          leaves, in_tree = tree_util.tree_flatten(args)
+          leaves, in_tree = tree_util.tree_flatten(dynamic)
           break
-      else: leaves, in_tree = args, len(args)  # (its key: the count; hashing a tree structure takes 0.15 us)
+      else: leaves, in_tree = dynamic, len(dynamic)  # (its key: the count; hashing a tree structure takes 0.15 us)
       if (fast := _fast_signature(leaves)) is not None:
         signature, inputs, arrays = fast
-        fast_key = (in_tree, signature, _mesh_stack[-1] if _mesh_stack else None)  # (the current mesh: see _lookup)
-        if (compiled := self._fast_cache.get(fast_key)) is not None and not debug_nans[0]:
+        fast_key = (in_tree, signature, static_values, _mesh_stack[-1] if _mesh_stack else None)  # (mesh: _lookup)
+        try: compiled = self._fast_cache.get(fast_key)
+        except TypeError: compiled = fast_key = None  # (an unhashable static value: `_lookup` says so)
+        if compiled is not None and not debug_nans[0]:
           self._fast_calls += 1
           return compiled.run(inputs, arrays)
         fast = inputs = arrays = None  # (the list of the argument buffers would count as a reference to a donated one)
