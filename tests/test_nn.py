@@ -8,6 +8,7 @@ import pytest
 import tinyjax as tj
 import tinyjax.numpy as tnp
 from tinyjax import nn
+from tests.gradcheck import numeric_grad
 
 RNG = np.random.default_rng(0)
 X = RNG.uniform(-3, 3, (2, 5))
@@ -184,3 +185,42 @@ def test_delta_orthogonal_matches_jax():
   assert np.count_nonzero(w) == 8
   with pytest.raises(ValueError, match="fan_in"):
     nn.initializers.delta_orthogonal()(tj.random.PRNGKey(0), (3, 3, 4, 2))
+
+
+def test_composite_functions_are_one_eager_node():
+  """softmax, log_softmax, logsumexp, jnp.var and jnp.std are primitives without rules of their own: an eager call
+  builds one PRIMITIVE node (trace/core.py stage_call), printed by name in jaxprs, while values (float64 numpy),
+  gradients (finite differences), vmap and jit come from their decompositions as before."""
+  import tinyjax.numpy as jnp
+  from tinyjax.uop import Ops
+  rng = np.random.default_rng(7)
+  x64 = rng.standard_normal((3, 6))
+  x = jnp.asarray(x64.astype(np.float32))
+  shifted = x64 - x64.max(axis=1, keepdims=True)
+  expected = {
+    "softmax": (lambda v: tj.nn.softmax(v, axis=1), np.exp(shifted) / np.exp(shifted).sum(1, keepdims=True)),
+    "log_softmax": (lambda v: tj.nn.log_softmax(v), shifted - np.log(np.exp(shifted).sum(1, keepdims=True))),
+    "logsumexp": (lambda v: tj.nn.logsumexp(v, axis=0), np.log(np.exp(x64).sum(0))),
+    "var": (lambda v: jnp.var(v, axis=1, ddof=1), x64.var(axis=1, ddof=1)),
+    "std": (lambda v: jnp.std(v, keepdims=True), x64.std(keepdims=True)),
+  }
+  for name, (fn, want) in expected.items():
+    out = fn(x)
+    assert out.uop.op is Ops.PRIMITIVE and out.uop.arg.prim.name == name, name
+    np.testing.assert_allclose(np.asarray(out), want, rtol=2e-6, atol=2e-6, err_msg=name)
+    np.testing.assert_allclose(np.asarray(tj.jit(fn)(x)), want, rtol=2e-6, atol=2e-6, err_msg=name)
+    rows = np.stack([np.asarray(fn(x[i:i + 1]))[0] if name not in ("logsumexp", "std") else np.asarray(fn(x[i]))
+                     for i in range(3)])
+    batched = tj.vmap(lambda r: fn(r[None])[0] if name not in ("logsumexp", "std") else fn(r))(x)
+    np.testing.assert_allclose(np.asarray(batched), rows, rtol=2e-6, atol=2e-6, err_msg=name)
+    assert f"{name}[" in str(tj.make_jaxpr(fn)(x)), name
+    with tj.config.override("jax_enable_x64", True):
+      weights = rng.standard_normal(np.shape(want))
+      loss = lambda v, fn=fn, weights=weights: (fn(v) * weights).sum()
+      analytic = np.asarray(tj.grad(loss)(jnp.asarray(x64)))
+      numeric = numeric_grad(lambda v: float(loss(jnp.asarray(v))), x64, eps=1e-6)
+      np.testing.assert_allclose(analytic, numeric, rtol=1e-6, atol=1e-7, err_msg=name)
+  with pytest.raises(ValueError, match="ddof and correction"):
+    jnp.var(x, ddof=1, correction=1)
+  masked = jnp.var(x, axis=1, where=x > 0)  # (with `where`: written out, no primitive)
+  np.testing.assert_allclose(np.asarray(masked), [np.var(r[r > 0]) for r in x64.astype(np.float32)], rtol=1e-5)
