@@ -187,12 +187,16 @@ def test_delta_orthogonal_matches_jax():
     nn.initializers.delta_orthogonal()(tj.random.PRNGKey(0), (3, 3, 4, 2))
 
 
-def test_composite_functions_are_one_eager_node():
+def test_composite_functions_are_one_eager_node(monkeypatch):
   """softmax, log_softmax, logsumexp, jnp.var and jnp.std are primitives without rules of their own: an eager call
   builds one PRIMITIVE node (trace/core.py stage_call), printed by name in jaxprs, while values (float64 numpy),
   gradients (finite differences), vmap and jit come from their decompositions as before."""
   import tinyjax.numpy as jnp
+  from tinyjax.trace import core, sharding_types
   from tinyjax.uop import Ops
+  # (once a test placed a NamedSharding, primitives run op by op)
+  monkeypatch.setattr(sharding_types, "_enabled", [False])
+  monkeypatch.setattr(core, "_sharding_enabled", sharding_types._enabled)
   rng = np.random.default_rng(7)
   x64 = rng.standard_normal((3, 6))
   x = jnp.asarray(x64.astype(np.float32))

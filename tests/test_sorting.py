@@ -152,7 +152,7 @@ def _total_order_top_k(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("k", [0, 1, 5, 16, 17])
 def test_top_k_by_selection_matches_the_total_order(k):
-  """top_k of at most TOP_K_SELECT entries picks them one at a time (no sorting network: no scan in the program),
+  """top_k of at most TOP_K_SELECT entries picks them one at a time (no sorting network: no `sort` in the program),
   more sorts: the same values and indices as JAX's (NaNs of both signs, signed zeros, infinities, ties), for float32,
   bfloat16 and int32; gradients scatter into the picked places; vmap and jit agree with eager."""
   import ml_dtypes
@@ -168,7 +168,8 @@ def test_top_k_by_selection_matches_the_total_order(k):
     np.testing.assert_array_equal(np.asarray(indices), want_indices)
     np.testing.assert_array_equal(np.asarray(values, np.float32).view(np.int32),
                                   want_values.astype(array.dtype).astype(np.float32).view(np.int32))
-  selected = "scan" not in str(tj.make_jaxpr(lambda a: lax.top_k(a, k))(x))
+  text = str(tj.make_jaxpr(lambda a: lax.top_k(a, k))(x))
+  selected = "sort[" not in text and "scan" not in text
   assert selected == (k <= TOP_K_SELECT)
   finite = rng.standard_normal((6, 40)).astype(np.float32)
   weights = rng.standard_normal((6, k)).astype(np.float32)
@@ -178,3 +179,32 @@ def test_top_k_by_selection_matches_the_total_order(k):
   np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-6)
   batched = tj.jit(tj.vmap(lambda a: lax.top_k(a, k)))(finite)
   np.testing.assert_array_equal(np.asarray(batched[1]), np.asarray(lax.top_k(finite, k)[1]))
+
+
+def test_eager_sort_and_quantile_are_one_node(monkeypatch):
+  """An eager sort is one `sort` primitive node (its network's scan traced where the program is lowered, not at each
+  call) and a median or quantile one `quantile` node; values against numpy (NaN last, ties), gradients through the
+  decomposition, and jaxprs that print `sort[...]` as JAX's do."""
+  from tinyjax.trace import core, sharding_types
+  from tinyjax.uop import Ops
+  monkeypatch.setattr(sharding_types, "_enabled", [False])
+  monkeypatch.setattr(core, "_sharding_enabled", sharding_types._enabled)
+  rng = np.random.default_rng(11)
+  x = rng.integers(-5, 5, (3, 37)).astype(np.float32)
+  x[1, 4] = np.nan
+  ordered = tnp.sort(tnp.asarray(x), axis=1)
+  assert ordered.uop.op is Ops.PROJECT and ordered.uop.src[0].arg.prim.name == "sort"
+  np.testing.assert_array_equal(np.asarray(ordered), np.sort(x, axis=1))
+  median = tnp.median(tnp.asarray(x[::2]), axis=1)
+  assert median.uop.op is Ops.PRIMITIVE and median.uop.arg.prim.name == "quantile"
+  np.testing.assert_allclose(np.asarray(median), np.median(x[::2].astype(np.float64), axis=1), rtol=1e-6)
+  q = tnp.quantile(tnp.asarray(x), tnp.asarray([0.1, 0.5, 0.9]), axis=0, keepdims=True)
+  np.testing.assert_allclose(np.asarray(q), np.quantile(x.astype(np.float64), [0.1, 0.5, 0.9], axis=0,
+                                                        keepdims=True), rtol=1e-6)
+  assert "sort[" in str(tj.make_jaxpr(lambda a: tnp.sort(a))(x))
+  smooth = rng.standard_normal(9)
+  with tj.config.override("jax_enable_x64", True):
+    grad = np.asarray(tj.grad(lambda a: tnp.median(a))(tnp.asarray(smooth)))
+  expected = np.zeros(9)
+  expected[np.argsort(smooth)[4]] = 1.0
+  np.testing.assert_allclose(grad, expected)

@@ -9,6 +9,7 @@ import numpy as np
 from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax._base import canonicalize_axis, cast
+from tinyjax.trace.core import Primitive
 
 QUANTILE_METHODS = ("linear", "lower", "higher", "midpoint", "nearest")
 
@@ -32,12 +33,20 @@ def _quantile(name: str, a: Any, q: Any, axis: Any, method: str, keepdims: bool,
   q = cast(jnp.asarray(q), x.dtype, False)
   if q.ndim > 1: raise ValueError(f"{name}: q must be a scalar or 1-d, got shape {q.shape}")
   axes = _axes(axis, x.ndim)
+  if any(x.shape[d] == 0 for d in axes):
+    raise ValueError(f"{name}: cannot take a quantile over an empty axis of shape {x.shape}")
+  return quantile_p.bind(x, q, axes=axes, method=method, keepdims=bool(keepdims), ignore_nan=bool(ignore_nan))
+
+
+def _quantile_impl(x: Array, q: Array, *, axes: tuple[int, ...], method: str, keepdims: bool,
+                   ignore_nan: bool) -> Array:
+  """The quantiles q of x over `axes`: x sorted along them (flattened last), read at each quantile's position."""
+  from tinyjax import numpy as jnp
   kept = [d for d in range(x.ndim) if d not in axes]
   # the reduced axes last, flattened into one: (kept..., n)
   moved = jnp.transpose(x, (*kept, *axes))
   n = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
   flat = jnp.reshape(moved, (*moved.shape[:len(kept)], n))
-  if n == 0: raise ValueError(f"{name}: cannot take a quantile over an empty axis of shape {x.shape}")
   ordered = jnp.sort(flat, axis=-1)  # NaN last
   nan = jnp.isnan(flat)
   count = (n - jnp.sum(nan, axis=-1, keepdims=True)) if ignore_nan else jnp.full(flat.shape[:-1] + (1,), n)
@@ -71,6 +80,12 @@ def _quantile(name: str, a: Any, q: Any, axis: Any, method: str, keepdims: bool,
     shape = [1 if d in axes else x.shape[d] for d in range(x.ndim)]
     result = jnp.reshape(result, q.shape + tuple(shape))
   return result
+
+
+# a primitive without rules of its own: an eager median or quantile is one node (trace/core.py `stage_call`; built op
+# by op, `float(jnp.median(x))` of 64 floats took 635 us, JAX 12), lowered, differentiated and batched through its
+# decomposition
+quantile_p = Primitive("quantile", _quantile_impl)
 
 
 def quantile(a: Any, q: Any, axis: Any = None, out: None = None, overwrite_input: bool = False,
