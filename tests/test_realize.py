@@ -233,6 +233,10 @@ def test_small_eager_program_runs_by_its_signature(monkeypatch, on_cpu):
   np.testing.assert_allclose(float(jnp.sum(jnp.sin(x) * jnp.sin(y))), (np.sin(x64) * np.sin(2 * x64)).sum(),
                              rtol=1e-5)
   np.testing.assert_allclose(float(jnp.sum(jnp.sin(x) * jnp.sin(x))), (np.sin(x64) ** 2).sum(), rtol=1e-5)
+  # constants alone run on the CPU (the default device here) and stay constants: a cached `ones` never becomes a buffer
+  calls.clear()
+  np.testing.assert_array_equal(np.asarray(jnp.ones(3) + 1), [2.0, 2.0, 2.0])
+  assert not calls and jnp.ones(3).uop.op is not Ops.BUFFER and float(jnp.ones(()) * 0.0) == 0.0
 
 
 def test_eager_indexing_at_many_places_is_one_program():

@@ -236,7 +236,10 @@ def realize_arrays(arrays: list[Array]) -> None:
   lower = _lower[0] or _import_lower()
   if len(pending) == 1 and pending[0]._named is None:  # a small eager program, or one operation over buffers
     node = pending[0].uop
-    if (buffer := lower.run_signed(node)) is not None or (buffer := lower.run_one_op(node)) is not None:
+    if (signed := lower.run_signed(node)) is not None:
+      _keep(pending[0], node, *signed)
+      return
+    if (buffer := lower.run_one_op(node)) is not None:
       _keep(pending[0], node, buffer, True)
       return
   held, reading, order = held_arrays(pending)

@@ -4,6 +4,7 @@ elements cost O(n log n) work in log n kernels (not a Python loop, not an n x n 
 compositions of Ops."""
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from tinyjax.array import Array
 from tinyjax.lax._base import canonicalize_axis, full, to_array
 from tinyjax.lax._elementwise import _add, _max, _min, _mul
 from tinyjax.lax._shape import flip_raw, pad_raw, shrink_raw
-from tinyjax.trace.core import bind
+from tinyjax.trace.core import Primitive, bind
 from tinyjax.uop import Ops
 
 
@@ -35,7 +36,14 @@ def _shifted(x: Array, axis: int, distance: int, fill: Any) -> Array:
 
 
 def cumulative_raw(x: Array, axis: int, combine: str, reverse: bool = False) -> Array:
-  """The inclusive scan of `x` along `axis` with "add", "mul", "max" or "min", in log2(n) materialised steps."""
+  """The inclusive scan of `x` along `axis` with "add", "mul", "max" or "min": its primitive (`cumsum_p`, ...:
+  without rules of their own, an eager call is one node, trace/core.py `stage_call`; `np.asarray(jnp.cumsum(x))` of
+  64 floats built its 6 steps eagerly, 107 us against JAX's 15)."""
+  return _CUMULATIVE_PRIMITIVES[combine].bind(x, axis=int(axis), reverse=bool(reverse))
+
+
+def _cumulative_steps(x: Array, *, axis: int, reverse: bool, combine: str) -> Array:
+  """The primitives' decomposition: log2(n) materialised steps, each combining x with itself shifted."""
   combiners = {"add": (_add, 0), "mul": (_mul, 1), "max": (_max, None), "min": (_min, None)}
   fn, identity = combiners[combine]
   if identity is None:  # max/min: the identity is the dtype's lowest/highest value
@@ -54,6 +62,11 @@ def cumulative_raw(x: Array, axis: int, combine: str, reverse: bool = False) -> 
     distance *= 2
   return flip_raw(x, [axis]) if reverse else x
 
+
+
+_CUMULATIVE_PRIMITIVES = {combine: Primitive(name, functools.partial(_cumulative_steps, combine=combine))
+                          for combine, name in (("add", "cumsum"), ("mul", "cumprod"), ("max", "cummax"),
+                                                ("min", "cummin"))}
 
 
 # lax's forms: no promotion, an axis and a direction

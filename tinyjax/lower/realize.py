@@ -31,7 +31,7 @@ from tinyjax.codegen.llvm import render_llvm
 from tinyjax.codegen.opt import amx_bf16
 from tinyjax.devices import CompileStream, LaunchList, compile_cpu_many, compile_worker, cpu_threads
 from tinyjax.devices.cpu import HostProgram
-from tinyjax.devices.device import placement_of, CPU, compute_device, host_buffer, place, runnable
+from tinyjax.devices.device import placement_of, CPU, compute_device, default_device, host_buffer, place, runnable
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
 from tinyjax.devices.buffer import Buffer, allocate_buffers, give_block, reinterpret, take_block, shard
 from tinyjax.devices.cache import DiskCache
@@ -598,6 +598,7 @@ def signature_of(node: UOp, depth: int = 0) -> tuple | None:
   if "sig" in recorded: return recorded["sig"]
   if depth > SIGNATURE_NODES: return None  # (a long chain: not kept, as the nodes below may have signatures)
   op, arg, sources = node.op, node.arg, node.src
+  if op is BUFFER or op is CONST: return None  # (a leaf: what a program reads, not one to run)
   signature = None
   if op in _LITERAL_CANDIDATES and _keeps_literal(node): pass
   elif len(sources) == 1 and (src := sources[0]).op is not BUFFER and src.op is not CONST:  # (unary, a reduction)
@@ -614,7 +615,7 @@ def signature_of(node: UOp, depth: int = 0) -> tuple | None:
     size = 1
     for src in sources:
       if src.op is BUFFER or src.op is CONST:
-        if src in leaves: parts.append(leaves.index(src))
+        if src in leaves: parts.append((leaves.index(src),))  # (a tuple: a bare int is a lazy source's number)
         elif len(leaves) == SIGNATURE_LEAVES: break
         else:
           parts.append((len(leaves), src.dtype, src.shape))
@@ -659,12 +660,13 @@ def _numbered(key: tuple, leaves: tuple, alive: tuple, size: int) -> tuple | Non
   return sid, leaves, alive, size
 
 
-def run_signed(node: UOp) -> Buffer | None:
+def run_signed(node: UOp) -> tuple[Buffer, bool] | None:
   """Compute eager `node` from its signature (above): its compiled program found by the signature's number and run
-  over its leaves' buffers, without `realize`'s walks (`float(jnp.sum(jnp.sin(x) * 2.0 + x))`: 38 -> 2x us). None
+  over its leaves' buffers; the result's buffer, and whether some leaf was a buffer (else the node stays a graph of
+  constants: array.py `_keep`), without `realize`'s walks (`float(jnp.sum(jnp.sin(x) * 2.0 + x))`: 38 -> 28 us). None
   where the walk is needed: the array of a lazy node below is alive (its value is kept too), or was and its node has
   been computed since (it reads that buffer now), an input is not a plain host buffer, the inputs are constants alone
-  (their device is the default device's to say), or launches are timed."""
+  and the default device is not the CPU (they run there), or launches are timed."""
   if (signature := signature_of(node)) is None: return None
   sid, leaves, alive, _ = signature
   for below in alive:
@@ -678,7 +680,7 @@ def run_signed(node: UOp) -> Buffer | None:
       buffers = True
     else:
       inputs.append(constant_buffer(leaf, CPU))
-  if not buffers or _profiles or DEBUG >= 1: return None
+  if _profiles or DEBUG >= 1 or not buffers and default_device() is not CPU: return None
   if (run := _signed_programs.get(sid)) is None:
     key, _, _ = program_key([node])
     if (compiled := _memory_cache.get((key, CPU))) is None:
@@ -687,7 +689,7 @@ def run_signed(node: UOp) -> Buffer | None:
       _memory_cache[(key, CPU)] = compiled
     run = direct_runner(compiled, len(inputs), []) or (lambda buffers: run_schedule(compiled, buffers)[0])
     _signed_programs[sid] = run
-  return run(inputs)
+  return run(inputs), buffers
 
 
 def program_key(roots: list[UOp], order: list[UOp] | None = None) -> tuple[tuple, list, set[int]]:
