@@ -873,3 +873,23 @@ def test_eager_scalar_operands_take_the_short_path_with_the_lattice_s_results():
   np.testing.assert_array_equal(np.asarray(f(x)), np.full(4, 4.0, np.float32))
   np.testing.assert_array_equal(np.asarray(x * 3.0 + 1.0), np.full(4, 4.0, np.float32))
   assert float(tj.grad(lambda v: (v * 3.0).sum())(x)[0]) == 3.0
+
+
+def test_where_with_a_python_scalar_promotes_as_jax():
+  """`jnp.where(c, x, 0)` takes the ufuncs' shortcut for an array and a Python scalar its dtype holds, and otherwise
+  the promotion lattice: the dtypes and weak types JAX gives, values against numpy, either side, broadcast."""
+  import ml_dtypes
+  condition = np.array([True, False, True, False])
+  f32 = np.array([1.5, -2.0, 3.0, 4.0], np.float32)
+  i32 = np.array([1, 2, 3, 4], np.int32)
+  cases = [  # (x, y, dtype, weak)
+    (f32, 0, np.float32, False), (0, f32, np.float32, False), (f32, 2.5, np.float32, False),
+    (i32, 7, np.int32, False), (i32, 2.5, np.float32, True), (True, i32, np.int32, False),
+    (f32.astype(ml_dtypes.bfloat16), 1.0, ml_dtypes.bfloat16, False), (f32[:1], i32, np.float32, False),
+  ]
+  for x, y, dtype, weak in cases:
+    got = tnp.where(tnp.asarray(condition), x if np.isscalar(x) else tnp.asarray(x),
+                    y if np.isscalar(y) else tnp.asarray(y))
+    assert got.dtype == np.dtype(dtype) and got.weak_type == weak, (x, y, got.dtype, got.weak_type)
+    want = np.where(condition, np.asarray(x, np.float64), np.asarray(y, np.float64))
+    np.testing.assert_array_equal(np.asarray(got, np.float64), want.astype(dtype).astype(np.float64))

@@ -541,7 +541,7 @@ def where(condition: Any, x: Any = None, y: Any = None, /, *, size: int | None =
     if not shapes[0] == shapes[1] == shapes[2]: np.broadcast_shapes(*shapes)
   except ValueError:  # a ValueError whatever the ranks, as JAX's where
     raise ValueError(f"Incompatible shapes for broadcasting: shapes={shapes}") from None
-  a, b = promote("where", x, y)
+  a, b = _same_dtype_operands(x, y, False, False) or promote("where", x, y)
   shape = broadcast_shapes("where", cond.shape, a.shape)
   cond, a, b = (expand_raw(v, shape) for v in (cast(cond, BOOL, False), a, b))
   return ew._where(cond, a, b)
