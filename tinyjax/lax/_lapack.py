@@ -115,7 +115,6 @@ class _Call:
     self.lib.fn(self.prefix + name)(*args, ctypes.byref(self.info), *_LENGTHS[:chars])
     return self.info.value
 
-
   def workspace(self, name: str, *args: Any, chars: int = 0) -> int:
     """The optimal workspace size of a routine called with lwork = -1 (`args` ends with the work pointer's place)."""
     query = np.zeros(1, self.dtype)

@@ -184,7 +184,6 @@ def _select_top_k(x: Array, key: Array, positions: Array, k: int) -> tuple[Array
   """top_k by selection: k times, the largest key not yet taken and the first place holding it (ties keep their
   order); the values gathered from `x` there (so they carry its gradient)."""
   from tinyjax.lax._reductions import max_raw, min_raw
-  from tinyjax.lax._shape import concatenate
   from tinyjax.numpy._indexing import take_along_axis
   last = x.ndim - 1
   length = x.shape[-1]

@@ -475,12 +475,18 @@ def realize(roots: list[UOp], order: list[UOp] | None = None) -> list[Buffer]:
     device, committed, replicated = place([placement_of(buffer) for buffer in buffers])
     inputs = [buffer if i in constants else runnable(buffer, device) for i, buffer in enumerate(inputs)]
   for i in constants: inputs[i] = constant_buffer(inputs[i], device)
+  outputs = run_schedule(_eager_schedule(key, roots, order, device), inputs)
+  return place_outputs(outputs, inputs, device, committed, replicated)
+
+
+def _eager_schedule(key: tuple, roots: list[UOp], order: list[UOp] | None, device) -> CompiledSchedule:
+  """The compiled schedule of an eager graph whose `program_key` is `key`: from the memory cache (the oldest entry
+  dropped when it is full), else normalised and compiled."""
   if (compiled := _memory_cache.get((key, device))) is None:
     with gc_paused(): compiled = get_schedule(normalize(roots, order=order, constants=True)[0], device)
     if len(_memory_cache) >= _MEMORY_CACHE_LIMIT: del _memory_cache[next(iter(_memory_cache))]
     _memory_cache[(key, device)] = compiled
-  outputs = run_schedule(compiled, inputs)
-  return place_outputs(outputs, inputs, device, committed, replicated)
+  return compiled
 
 
 # Operations whose second operand, when it is constants alone, is kept a literal of an eager program (its value part
@@ -682,11 +688,7 @@ def run_signed(node: UOp) -> tuple[Buffer, bool] | None:
       inputs.append(constant_buffer(leaf, CPU))
   if _profiles or DEBUG >= 1 or not buffers and default_device() is not CPU: return None
   if (run := _signed_programs.get(sid)) is None:
-    key, _, _ = program_key([node])
-    if (compiled := _memory_cache.get((key, CPU))) is None:
-      with gc_paused(): compiled = get_schedule(normalize([node], constants=True)[0], CPU)
-      if len(_memory_cache) >= _MEMORY_CACHE_LIMIT: del _memory_cache[next(iter(_memory_cache))]
-      _memory_cache[(key, CPU)] = compiled
+    compiled = _eager_schedule(program_key([node])[0], [node], None, CPU)
     run = direct_runner(compiled, len(inputs), []) or (lambda buffers: run_schedule(compiled, buffers)[0])
     _signed_programs[sid] = run
   return run(inputs), buffers

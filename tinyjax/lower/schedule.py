@@ -812,6 +812,15 @@ class _Rangeify:
     return self.emit(src, tuple(src_idx), valid), ranges
 
 
+def _built(builder: _Rangeify) -> tuple[UOp, tuple[int, ...], int]:
+  """The kernel `builder` builds, simplified, neighbouring ranges merged, its unread buffers dropped: its AST, slots
+  and outer size."""
+  ast, outer = builder.build()
+  ast, outer = _merge_contiguous_ranges(symbolic.simplify(ast), outer)
+  ast, slots = _drop_unread_buffers(ast, builder.params)
+  return ast, slots, outer
+
+
 def _combine(mode: str, old: UOp, update: UOp) -> UOp:
   """A scatter's new value of an element from its old value and an update."""
   if mode == "set": return update
@@ -1171,9 +1180,7 @@ class _Scheduler:
     if hit is not None:
       ast, numbers, outer, builder.work = hit
       return ast, tuple(slot_list[number] for number in numbers), outer
-    ast, outer = builder.build()
-    ast, outer = _merge_contiguous_ranges(symbolic.simplify(ast), outer)
-    ast, slots = _drop_unread_buffers(ast, builder.params)
+    ast, slots, outer = _built(builder)
     if key is not None:
       number_of = {slot: number for number, slot in reversed(list(enumerate(slot_list)))}
       self.built[key] = (ast, tuple(number_of[slot] for slot in slots), outer, builder.work)
@@ -1188,16 +1195,13 @@ class _Scheduler:
     if len(reduces) != 1 or len(reduces[0].src) < 3 or choose_opts(ast) is not None: return None
     trial = _Rangeify(node, self.slot_of)
     trial.block_linear_reduce = True
-    built, outer = trial.build()
-    built, outer = _merge_contiguous_ranges(symbolic.simplify(built), outer)
+    built, slots, outer = _built(trial)
     if sum(len(n.src) - 1 for n in built.toposort if n.op is Ops.REDUCE) >= len(reduces[0].src) - 1: return None
     ranges = global_ranges_of(built)
     if len(ranges) < 2 or ranges[-2].src[0].op is not Ops.CONST: return None
     # (only where the column operand, copied, would not stay in cache: below it, the copy and a plain tile won)
     if trial.work // ranges[-2].src[0].arg * reduces[0].src[0].dtype.itemsize < BLOCK_LINEAR_MIN_BYTES: return None
-    if choose_opts(built) is None: return None
-    built, slots = _drop_unread_buffers(built, trial.params)
-    return built, slots, outer, trial
+    return (built, slots, outer, trial) if choose_opts(built) is not None else None
 
   def region_key(self, root: UOp) -> tuple[tuple, list[int]]:
     """The structure of what the kernel computing buffer node `root` evaluates, down to the buffers it reads

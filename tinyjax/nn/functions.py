@@ -16,7 +16,7 @@ from tinyjax import dtypes
 from tinyjax import numpy as tnp
 from tinyjax.array import Array
 from tinyjax.lax import _elementwise as ew
-from tinyjax.lax._base import like
+from tinyjax.lax._base import canonicalize_axes, like
 from tinyjax.lax._shape import iota_along, stop_gradient
 from tinyjax.trace import ad, batching
 from tinyjax.trace.core import Primitive
@@ -206,7 +206,7 @@ def logsumexp(a: Any, axis: Axis = None, b: Any = None, keepdims: bool = False, 
   returns (log|sum|, sign(sum)); otherwise a negative weighted sum gives NaN."""
   a = _float_operand(a, "logsumexp")
   if b is None and not return_sign:  # (one primitive: see `softmax_p`)
-    return logsumexp_p.bind(a, axis=_axes(axis, a.ndim), keepdims=bool(keepdims))
+    return logsumexp_p.bind(a, axis=canonicalize_axes(axis, a.ndim), keepdims=bool(keepdims))
   return _logsumexp(a, axis, b, keepdims, return_sign)
 
 
@@ -227,12 +227,6 @@ def _logsumexp(a: Array, axis: Axis, b: Any, keepdims: bool, return_sign: bool) 
   return (out, stop_gradient(sign)) if return_sign else out
 
 
-def _axes(axis: Axis, ndim: int) -> tuple[int, ...]:
-  """`axis` as a primitive's param: a tuple of non-negative axes (all of them for None)."""
-  from tinyjax.lax._base import canonicalize_axes
-  return canonicalize_axes(axis, ndim)
-
-
 def logmeanexp(x: Any, axis: Axis = None, where: Any = None, keepdims: bool = False) -> Array:
   """log(mean(exp(x))) over `axis` (the elements where `where` holds), stably: logsumexp - log(count)."""
   x = _float_operand(x, "logmeanexp")
@@ -249,7 +243,7 @@ def logmeanexp(x: Any, axis: Axis = None, where: Any = None, keepdims: bool = Fa
 def log_softmax(x: Any, axis: Axis = -1) -> Array:
   """x - logsumexp(x) along `axis`, stably: the shift by the maximum is outside differentiation."""
   x = _float_operand(x, "log_softmax")
-  return log_softmax_p.bind(x, axis=_axes(axis, x.ndim))
+  return log_softmax_p.bind(x, axis=canonicalize_axes(axis, x.ndim))
 
 
 def _log_softmax(x: Array, *, axis: tuple[int, ...]) -> Array:
@@ -260,7 +254,7 @@ def _log_softmax(x: Array, *, axis: tuple[int, ...]) -> Array:
 def softmax(x: Any, axis: Axis = -1) -> Array:
   """exp(x) / sum(exp(x)) along `axis`, stably (the maximum is subtracted first)."""
   x = _float_operand(x, "softmax")
-  return softmax_p.bind(x, axis=_axes(axis, x.ndim))
+  return softmax_p.bind(x, axis=canonicalize_axes(axis, x.ndim))
 
 
 def _softmax(x: Array, *, axis: tuple[int, ...]) -> Array:

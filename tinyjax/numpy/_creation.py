@@ -13,10 +13,10 @@ import numpy as np
 from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.placement import with_device
-from tinyjax.trace.core import Primitive
 from tinyjax.lax import _elementwise as ew
 from tinyjax.lax import _shape as lax_shape
 from tinyjax.lax._base import LOW_PRECISION_FLOATS, cast, expand_raw, host_to_array, is_array, like
+from tinyjax.trace.core import Primitive
 
 
 def _shape_tuple(shape: int | Sequence[int]) -> tuple[int, ...]:

@@ -16,8 +16,8 @@ from tinyjax.lax._base import canonicalize_axis, cast, reshape_raw
 from tinyjax.numpy import _elementwise as ew
 from tinyjax.numpy import _reductions as red
 from tinyjax.numpy._elementwise import as_array
-from tinyjax.trace.core import Primitive
 from tinyjax.numpy._shape import broadcast_to, flip, moveaxis, swapaxes
+from tinyjax.trace.core import Primitive
 
 
 def _sections(length: int, indices_or_sections: Any, name: str, exact: bool) -> list[int]:
