@@ -108,8 +108,8 @@ def _pair_dft_matrix(n: int, sign: int, dtype: np.dtype) -> np.ndarray:
 
 
 def _direct(x: Array, sign: int) -> Array:
-  """The DFT of complex `x` along its last axis (length n <= DIRECT_MAX) as one real contraction over its parts and
-  the (2, n, 2n) real matrix of `_pair_dft_matrix` (a complex product would be four real ones)."""
+  """The DFT of `x` (complex, or real) along its last axis (length n <= DIRECT_MAX) as one real contraction over its
+  parts and the (2, n, 2n) real matrix of `_pair_dft_matrix` (a complex product would be four real ones)."""
   jnp = _jnp()
   n = x.shape[-1]
   if not dtypes.is_complex(x.dtype):  # (a real signal: its parts are (x, 0))
