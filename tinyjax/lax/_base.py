@@ -5,14 +5,17 @@ Everything here builds graphs through `bind` only; the one place that looks at h
 """
 from __future__ import annotations
 
+import functools
+import inspect
+import itertools
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.trace.core import EvalTrace, bind, current_trace, eager_array
+from tinyjax.trace.core import EvalTrace, Primitive, bind, current_trace, debug_nans, eager_array
 from tinyjax.uop import Ops
 
 PYTHON_SCALARS = (bool, int, float, complex)
@@ -166,6 +169,67 @@ def full(shape: Sequence[int], value: Any, dtype: Any, weak_type: bool = False) 
 # eager broadcast constants by (shape, value, dtype, weak type): `x * 2.0` in a Python loop builds its 2.0 once
 _EAGER_CONSTANTS: dict[tuple, Any] = {}
 _EAGER_CONSTANTS_MAX = 4096
+
+
+def staged(static_argnames: Sequence[str] = ()) -> Callable[[Callable], Callable]:
+  """Decorate a library function (`jnp.take`, `jnp.clip`, `nn.one_hot`...) so that an eager call of it builds one
+  PRIMITIVE node named after it, as JAX's jitted library functions make one dispatch: the call's signature (its
+  arrays' avals and its static arguments) finds the result's aval from one abstract evaluation (`stage_call`), and
+  the function's own Python runs only where a program reading the node is lowered (`jnp.take(x, i)` built 246 Python
+  calls each time). Arrays and Python scalars are the operands (a scalar as a weakly typed 0-d constant, as jit
+  takes it: a loop over its values runs one program); the `static_argnames`, None and strings are params (keyed by
+  value). Anything else (lists and tuples other than of arrays, numpy data, tracers), a trace other than the eager
+  one, or a call that does not stage (its abstract evaluation failed: it needs values, or raises) runs the function
+  itself; so transformations and jaxprs see the function's body, and errors are what it raises."""
+  static = frozenset(static_argnames)
+
+  def decorate(fn: Callable) -> Callable:
+    parameters = list(inspect.signature(fn).parameters.values())
+    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    positional_only = [p.name for p in parameters if p.kind is p.POSITIONAL_ONLY]
+
+    def impl(*operands: Array, _layout: tuple, **params: Any) -> Any:
+      arguments, k = params, 0
+      for entry in _layout:  # a name: one operand; (name, n, kind): a list or tuple of n operands
+        if type(entry) is str:
+          arguments[entry], k = operands[k], k + 1
+        else:
+          name, n, kind = entry
+          arguments[name], k = kind(operands[k:k + n]), k + n
+      return fn(*[arguments.pop(name) for name in positional_only if name in arguments], **arguments)
+    if fn.__name__ in _STAGED_NAMES:  # (a call is named by its function in the persistent caches' keys)
+      raise ValueError(f"a staged function named {fn.__name__} exists already")
+    _STAGED_NAMES.add(fn.__name__)
+    prim = Primitive(fn.__name__, impl)
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+      trace = current_trace.get()
+      if type(trace) is not EvalTrace or debug_nans[0] or len(args) > len(names): return fn(*args, **kwargs)
+      operands, layout, params = [], [], {}
+      for name, value in itertools.chain(zip(names, args), kwargs.items()):
+        kind = type(value)
+        if kind is Array:
+          operands.append(value)
+          layout.append(name)
+        elif name in static or value is None or kind is str: params[name] = value
+        elif kind in PYTHON_SCALARS:
+          try: operands.append(to_array(value))
+          except (OverflowError, TypeError): return fn(*args, **kwargs)
+          layout.append(name)
+        elif (kind is list or kind is tuple) and value and all(type(v) is Array for v in value):
+          operands.extend(value)
+          layout.append((name, len(value), kind))
+        else: return fn(*args, **kwargs)
+      params["_layout"] = tuple(layout)
+      staged_call = trace.stage_call(prim, tuple(operands), params)
+      return staged_call if staged_call is not None else fn(*args, **kwargs)
+    call.staged_primitive = prim
+    return call
+  return decorate
+
+
+_STAGED_NAMES: set[str] = set()
 
 
 def like(x: Array, value: Any, dtype: Any = None) -> Array:

@@ -16,7 +16,7 @@ from tinyjax import dtypes
 from tinyjax import numpy as tnp
 from tinyjax.array import Array
 from tinyjax.lax import _elementwise as ew
-from tinyjax.lax._base import canonicalize_axes, like
+from tinyjax.lax._base import canonicalize_axes, like, staged
 from tinyjax.lax._shape import iota_along, stop_gradient
 from tinyjax.trace import ad, batching
 from tinyjax.trace.core import Primitive
@@ -279,6 +279,7 @@ def standardize(x: Any, axis: Axis = -1, mean: Any = None, variance: Any = None,
   return (x - mean) * ew.rsqrt(tnp.asarray(variance) + epsilon)
 
 
+@staged(static_argnames=("num_classes", "dtype", "axis"))
 def one_hot(x: Any, num_classes: int, *, dtype: Any = None, axis: int = -1) -> Array:
   """A one-hot encoding of the integer array x: a new axis of size `num_classes` at `axis` holding 1 at index x and
   0 elsewhere (all 0 for out-of-range values). dtype defaults to the default float dtype."""

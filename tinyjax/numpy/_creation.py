@@ -15,7 +15,7 @@ from tinyjax.array import Array
 from tinyjax.placement import with_device
 from tinyjax.lax import _elementwise as ew
 from tinyjax.lax import _shape as lax_shape
-from tinyjax.lax._base import LOW_PRECISION_FLOATS, cast, expand_raw, host_to_array, is_array, like
+from tinyjax.lax._base import LOW_PRECISION_FLOATS, cast, expand_raw, host_to_array, is_array, like, staged
 from tinyjax.trace.core import Primitive
 
 
@@ -133,6 +133,7 @@ def _static_number(value: Any, name: str) -> int | float:
 
 
 @with_device
+@staged(static_argnames=("start", "stop", "step", "dtype"))
 def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) -> Array:
   """[start, start + step, ...) below `stop` (static numbers). Dtype: `dtype`, else int32 for integer arguments
   and float32 if any is a float (64-bit under x64), as JAX."""

@@ -16,7 +16,7 @@ from tinyjax.array import Array
 from tinyjax.trace.sharding_types import check_binary
 from tinyjax.lax import _elementwise as ew
 from tinyjax.lax._base import (BOOL, broadcast_shapes, cast, check_int_range, expand_raw, full, host_to_array, is_array,
-                               is_python_scalar, like, python_scalar)
+                               is_python_scalar, like, python_scalar, staged)
 from tinyjax.trace import ad, batching
 from tinyjax.trace.core import Primitive
 from tinyjax.uop import Ops
@@ -510,6 +510,7 @@ def _round_float(x: Array, decimals: int) -> Array:
 around = round
 
 
+@staged()
 def clip(arr: Any = None, /, min: Any = None, max: Any = None, *, a: Any = None,  # noqa: A002
          a_min: Any = None, a_max: Any = None) -> Array:
   """Elementwise min(max(arr, min), max) with promotion (either bound may be None); NaN propagates. numpy's older
@@ -527,6 +528,7 @@ def clip(arr: Any = None, /, min: Any = None, max: Any = None, *, a: Any = None,
   return x
 
 
+@staged(static_argnames=("size", "fill_value"))
 def where(condition: Any, x: Any = None, y: Any = None, /, *, size: int | None = None,
           fill_value: Any = None) -> Array:
   """Elementwise `x` where `condition` is true, else `y` (promoted and broadcast together). With only `condition`:

@@ -24,7 +24,7 @@ import numpy as np
 from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax import _shape as lax_shape
-from tinyjax.lax._base import cast, expand_raw, full, reshape_raw, to_array
+from tinyjax.lax._base import cast, expand_raw, full, reshape_raw, staged, to_array
 from tinyjax.lax._elementwise import _add, _and, _lt, _where
 from tinyjax.lax._slicing import gather_raw, scatter_raw, slice_at, stack_columns
 from tinyjax.numpy._shape import broadcast_to
@@ -575,6 +575,7 @@ def _index_array(name: str, indices: Any) -> Array:
   return indices
 
 
+@staged(static_argnames=("axis", "mode", "unique_indices", "indices_are_sorted", "fill_value"))
 def take(a: Any, indices: Any, axis: int | None = None, out: None = None, mode: str | None = None,
          unique_indices: bool = False, indices_are_sorted: bool = False, fill_value: Any = None) -> Array:
   """Elements of `a` at `indices` along `axis` (flattened `a` when None). mode: "fill" (default, as JAX:

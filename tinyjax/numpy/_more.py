@@ -12,7 +12,7 @@ import numpy as np
 from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax import _shape as lax_shape
-from tinyjax.lax._base import canonicalize_axis, cast, reshape_raw
+from tinyjax.lax._base import canonicalize_axis, cast, reshape_raw, staged
 from tinyjax.numpy import _elementwise as ew
 from tinyjax.numpy import _reductions as red
 from tinyjax.numpy._elementwise import as_array
@@ -184,6 +184,7 @@ def _isclose(x: Array, y: Array, *, rtol: Any, atol: Any, equal_nan: bool) -> Ar
 isclose_p = Primitive("isclose", _isclose)
 
 
+@staged(static_argnames=("rtol", "atol", "equal_nan"))
 def allclose(a: Any, b: Any, rtol: Any = 1e-05, atol: Any = 1e-08, equal_nan: bool = False) -> Array:
   """Whether `isclose` holds everywhere (a bool scalar)."""
   return red.all(isclose(a, b, rtol, atol, equal_nan))
@@ -210,6 +211,7 @@ def kron(a: Any, b: Any) -> Array:
   return reshape_raw(product, tuple(p * q for p, q in zip(x.shape, y.shape)))
 
 
+@staged(static_argnames=("ord", "axis", "keepdims"))
 def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Array:  # noqa: A002
   """Vector norms (ord None/2, 1, inf, -inf, 0, any p) over one axis, matrix norms ('fro', 1, -1, inf, -inf; 'nuc',
   2, -2 by the singular values) over two (None: the 2-norm of the flattened array, or 'fro' for matrices, as numpy)."""

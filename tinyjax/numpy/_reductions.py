@@ -14,7 +14,7 @@ from tinyjax.array import Array
 from tinyjax.lax import _elementwise as ew
 from tinyjax.lax import _reductions as lax_red
 from tinyjax.lax._base import (BOOL, FLOAT32, LOW_PRECISION_FLOATS, canonicalize_axes, cast, expand_raw, like,
-                               reshape_raw)
+                               reshape_raw, staged)
 from tinyjax.numpy._elementwise import add, as_array, maximum, minimum, multiply
 from tinyjax.trace.core import Primitive
 from tinyjax.uop import Ops
@@ -107,6 +107,7 @@ def _count(shape: tuple[int, ...], axes: tuple[int, ...]) -> int:
   return math.prod(shape[i] for i in axes)
 
 
+@staged(static_argnames=("axis", "dtype", "keepdims"))
 def mean(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepdims: bool = False,
          where: Any = None) -> Array:
   """Arithmetic mean over `axis`. Dtype: `dtype`, else floats unchanged and integers/bools -> float32 (64-bit ints

@@ -14,7 +14,7 @@ from tinyjax.array import Array
 from tinyjax.placement import with_out_sharding
 from tinyjax.trace.sharding_types import reshape_spec
 from tinyjax.lax import _shape as lax_shape
-from tinyjax.lax._base import canonicalize_axes, canonicalize_axis, cast, expand_raw, reshape_raw
+from tinyjax.lax._base import canonicalize_axes, canonicalize_axis, cast, expand_raw, reshape_raw, staged
 from tinyjax.numpy._creation import asarray
 from tinyjax.numpy._elementwise import as_array
 
@@ -153,6 +153,7 @@ def flipud(m: Any) -> Array:
   return flip(m, 0)
 
 
+@staged(static_argnames=("axis", "dtype"))
 def concatenate(arrays: Sequence[Any], axis: int | None = 0, dtype: Any = None) -> Array:
   """Join arrays along an existing `axis` (None: flatten first), promoting their dtypes together."""
   if isinstance(arrays, Array): arrays = list(arrays)  # iterating splits along axis 0
@@ -171,6 +172,7 @@ def concatenate(arrays: Sequence[Any], axis: int | None = 0, dtype: Any = None) 
   return lax_shape.concatenate(promoted, canonicalize_axis(axis, promoted[0].ndim))
 
 
+@staged(static_argnames=("axis", "dtype"))
 def stack(arrays: Sequence[Any], axis: int = 0, dtype: Any = None) -> Array:
   """Join arrays of one shape along a new `axis`."""
   if isinstance(arrays, Array): arrays = list(arrays)  # iterating splits along axis 0

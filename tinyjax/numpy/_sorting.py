@@ -13,7 +13,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.lax._base import canonicalize_axis, cast, full, reshape_raw, to_array
+from tinyjax.lax._base import canonicalize_axis, cast, full, reshape_raw, staged, to_array
 from tinyjax.lax._shape import concatenate, pad_raw
 from tinyjax.lax._cumulative import cumulative_raw
 from tinyjax.lax._sort import argsort_raw, lexsort_raw, sort_raw
@@ -35,6 +35,7 @@ def sort(a: Any, axis: int | None = -1, *, kind: str | None = None, order: None 
   return sort_raw(x, canonicalize_axis(axis, x.ndim), descending)
 
 
+@staged(static_argnames=("axis", "kind", "order", "stable", "descending"))
 def argsort(a: Any, axis: int | None = -1, *, kind: str | None = None, order: None = None, stable: bool = True,
             descending: bool = False) -> Array:
   """The indices (default int dtype) that sort `a` along `axis` (None: flattened); stable, ties in their original

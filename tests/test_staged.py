@@ -1,0 +1,178 @@
+"""Library functions whose eager calls build one node (lax/_base.py `staged`): `jnp.take`, `clip`, `where`, `mean`,
+`linalg.norm`, `argsort`, `allclose`, `stack`, `concatenate`, `arange` and `nn.one_hot`. A staged call must give
+exactly what the function itself gives (values, dtype, weak type, errors), and everything else (numpy data, lists,
+transformations, jaxprs) must go through the function as before."""
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as jnp
+from tinyjax.lower.realize import counters
+from tinyjax.uop import Ops
+from gradcheck import numeric_grad
+
+RNG = np.random.default_rng(3)
+X64 = RNG.uniform(-4, 4, 12)
+M64 = RNG.uniform(-4, 4, (4, 6))
+XI64 = RNG.integers(-5, 6, 12)
+INDEX = np.array([1, 3, 11, 0, 14, -20])  # (two out of bounds: "fill" gives NaN for floats)
+
+
+@pytest.fixture(autouse=True)
+def _eager_staging(monkeypatch):
+  from tinyjax.trace import core, sharding_types
+  # (once a test placed a NamedSharding, primitives run op by op)
+  monkeypatch.setattr(sharding_types, "_enabled", [False])
+  monkeypatch.setattr(core, "_sharding_enabled", sharding_types._enabled)
+
+
+def _taken(values: np.ndarray, index: np.ndarray, fill: float = np.nan) -> np.ndarray:
+  inside = (index >= -len(values)) & (index < len(values))
+  return np.where(inside, values[np.clip(index, -len(values), len(values) - 1)], fill)
+
+
+def _cases():
+  x, m = jnp.asarray(X64.astype(np.float32)), jnp.asarray(M64.astype(np.float32))
+  xi = jnp.asarray(XI64.astype(np.int32))
+  i, c = jnp.asarray(INDEX.astype(np.int32)), jnp.asarray(X64 > 0)
+  shifted = M64 - M64.min()
+  order = np.argsort(X64, kind="stable")
+  return [  # (name, call, float64 numpy reference)
+    ("take", lambda: jnp.take(x, i), _taken(X64, INDEX)),
+    ("take", lambda: jnp.take(x, 2), X64[2]),
+    ("take", lambda: jnp.take(m, i[:3], axis=1), M64[:, [1, 3, 11 % 6]] * [1, 1, np.nan]),
+    ("take", lambda: jnp.take(x, i, mode="clip"), X64[np.clip(INDEX, 0, 11)]),
+    ("take", lambda: jnp.take(xi, i, fill_value=-7), _taken(XI64, INDEX, -7)),
+    ("clip", lambda: jnp.clip(x, -1, 2.5), np.clip(X64, -1, 2.5)),
+    ("clip", lambda: jnp.clip(x, None, 0.5), np.minimum(X64, 0.5)),
+    ("clip", lambda: jnp.clip(xi, -2, 3), np.clip(XI64, -2, 3)),
+    ("clip", lambda: jnp.clip(xi, 1.5, 3), np.clip(XI64, 1.5, 3)),
+    ("clip", lambda: jnp.clip(x, max=x * 0.5), np.minimum(X64, X64 * 0.5)),
+    ("where", lambda: jnp.where(c, x, 0), np.where(X64 > 0, X64, 0)),
+    ("where", lambda: jnp.where(c, 1, 0), np.where(X64 > 0, 1, 0)),
+    ("where", lambda: jnp.where(c, xi, 2.5), np.where(X64 > 0, XI64, 2.5)),
+    ("where", lambda: jnp.where(c, x, xi), np.where(X64 > 0, X64, XI64)),
+    ("one_hot", lambda: tj.nn.one_hot(i, 12), INDEX[:, None] == np.arange(12)),  # (out of range: all zeros)
+    ("one_hot", lambda: tj.nn.one_hot(i, 4, dtype=jnp.int32, axis=0), (np.arange(4)[:, None] == INDEX)),
+    ("mean", lambda: jnp.mean(x), X64.mean()),
+    ("mean", lambda: jnp.mean(m, axis=0), M64.mean(axis=0)),
+    ("mean", lambda: jnp.mean(xi, keepdims=True), XI64.mean(keepdims=True)),
+    ("mean", lambda: jnp.mean(m, axis=(0, 1), where=m > 0), M64[M64 > 0].mean()),
+    ("norm", lambda: jnp.linalg.norm(x), np.linalg.norm(X64)),
+    ("norm", lambda: jnp.linalg.norm(m, ord=1), np.linalg.norm(M64, ord=1)),
+    ("norm", lambda: jnp.linalg.norm(m, "fro", axis=(0, 1)), np.linalg.norm(M64, "fro")),
+    ("norm", lambda: jnp.linalg.norm(x, np.inf), np.linalg.norm(X64, np.inf)),
+    ("argsort", lambda: jnp.argsort(x), order),
+    ("argsort", lambda: jnp.argsort(m, axis=0, descending=True), np.argsort(-M64, axis=0, kind="stable")),
+    ("allclose", lambda: jnp.allclose(x, x + 1e-6), True),
+    ("allclose", lambda: jnp.allclose(x, x + 1), False),
+    ("allclose", lambda: jnp.allclose(x, x * 1.2, rtol=0.3), True),
+    ("stack", lambda: jnp.stack([x, x * 2]), np.stack([X64, X64 * 2])),
+    ("stack", lambda: jnp.stack((m, shifted.astype(np.float32) + m), axis=2), np.stack((M64, shifted + M64), axis=2)),
+    ("concatenate", lambda: jnp.concatenate([x, xi]), np.concatenate([X64, XI64])),
+    ("concatenate", lambda: jnp.concatenate([m, m], axis=1), np.concatenate([M64, M64], axis=1)),
+    ("arange", lambda: jnp.arange(50), np.arange(50)),
+    ("arange", lambda: jnp.arange(1.5, 7, 0.5), np.arange(1.5, 7, 0.5)),
+    ("arange", lambda: jnp.arange(10, dtype=jnp.float32), np.arange(10.0)),
+  ]
+
+
+def _is_staged(array) -> bool:
+  return array.uop.op is Ops.PRIMITIVE and "_layout" in dict(array.uop.arg.params)
+
+
+def _unstaged(call):
+  """What `call` gives with the functions' own code run eagerly (the way before staging)."""
+  from tinyjax.lax import _base
+  original = _base.EvalTrace.stage_call
+  try:
+    _base.EvalTrace.stage_call = lambda self, prim, operands, params: (
+      None if prim.name in _base._STAGED_NAMES and "_layout" in params else original(self, prim, operands, params))
+    return call()
+  finally:
+    _base.EvalTrace.stage_call = original
+
+
+@pytest.mark.parametrize("case", range(len(_cases())))
+def test_a_staged_call_is_one_node_and_gives_what_the_function_gives(case):
+  name, call, want = _cases()[case]
+  out = call()
+  assert _is_staged(out) and out.uop.arg.prim.name == name
+  unstaged = _unstaged(call)
+  assert not _is_staged(unstaged)
+  assert (out.dtype, out.weak_type, out.shape) == (unstaged.dtype, unstaged.weak_type, unstaged.shape)
+  np.testing.assert_array_equal(np.asarray(out), np.asarray(unstaged))
+  tolerance = 1e-6 if out.dtype.kind == "f" else 0
+  np.testing.assert_allclose(np.asarray(out, np.float64), want, rtol=tolerance, atol=tolerance)
+  np.testing.assert_array_equal(np.asarray(tj.jit(call)()), np.asarray(out))  # (under jit: the function's body)
+
+
+def test_python_scalars_are_operands_so_a_loop_over_values_runs_one_program():
+  x = jnp.asarray(X64.astype(np.float32))
+  np.asarray(jnp.clip(x, -1.0, 1.0))
+  lowered = counters.schedules_lowered
+  for low in (-3.0, -2.0, 0.5, 1.25):
+    np.testing.assert_allclose(np.asarray(jnp.clip(x, low, 2.0)), np.clip(X64, low, 2.0), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(jnp.where(x > low, x, low)), np.where(X64 > low, X64, low), rtol=1e-6)
+  assert counters.schedules_lowered - lowered <= 1  # (where's program; clip's was lowered before the loop)
+  assert jnp.clip(x, -1, 1).weak_type is False and jnp.where(x > 0, 1.0, 0.0).weak_type is True
+
+
+def test_what_does_not_stage_runs_the_function():
+  x = jnp.asarray(X64.astype(np.float32))
+  # numpy data and lists: the function, as before
+  np.testing.assert_array_equal(np.asarray(jnp.take(X64.astype(np.float32), [1, 2])), X64.astype(np.float32)[[1, 2]])
+  np.testing.assert_allclose(np.asarray(jnp.mean(x, axis=[0])), X64.mean(), rtol=1e-6)  # (an unhashable axis)
+  assert not _is_staged(jnp.take(X64.astype(np.float32), [1, 2]))
+  # a value-dependent call (nonzero's size comes from the values): the function, each time
+  for _ in range(2):
+    np.testing.assert_array_equal(np.asarray(jnp.where(x > 0)[0]), np.nonzero(X64 > 0)[0])
+  # jaxprs show the function's body, not a call
+  jaxpr = str(tj.make_jaxpr(lambda v: jnp.take(v, jnp.asarray([1, 2])))(x))
+  assert "gather" in jaxpr and "take" not in jaxpr
+  # a lazy staged node used inside a jitted function and a gradient (a constant of the trace)
+  taken = jnp.take(x, jnp.asarray([0, 5, 7]))
+  np.testing.assert_allclose(np.asarray(tj.jit(lambda v: v * taken)(jnp.ones(3))), X64[[0, 5, 7]], rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(tj.grad(lambda v: (v * jnp.clip(x, 0, 1)[:3]).sum())(jnp.ones(3))),
+                             np.clip(X64, 0, 1)[:3], rtol=1e-6)
+
+
+def test_errors_are_the_functions_own():
+  x, m = jnp.asarray(X64.astype(np.float32)), jnp.asarray(M64.astype(np.float32))
+  for _ in range(2):  # (the second time from the cached failed evaluation)
+    with pytest.raises(ValueError, match="axis"):
+      jnp.take(x, jnp.asarray([1]), axis=3)
+    with pytest.raises(ValueError, match="axis"):
+      jnp.argsort(m, axis=2)
+    with pytest.raises(ValueError, match="mode"):
+      jnp.take(x, jnp.asarray([1]), mode="bogus")
+    with pytest.raises(TypeError, match="integer"):
+      jnp.take(x, jnp.asarray([1.0]))
+    with pytest.raises(TypeError, match="different numbers of dimensions"):
+      jnp.concatenate([x, m])
+    with pytest.raises(ValueError):
+      jnp.stack([x, x[:3]])
+  with pytest.raises(OverflowError):
+    jnp.clip(x, 2 ** 40, None)
+
+
+def test_staged_functions_under_transformations():
+  """grad (finite differences, float64), vmap (against a loop) and their compositions with jit go through the
+  functions' bodies; the eager results they close over are staged nodes."""
+  with tj.config.override("jax_enable_x64", True):
+    x = jnp.asarray(X64)
+    index = jnp.asarray(np.array([2, 5, 5, 9]))
+
+    def loss(v):
+      picked = jnp.take(jnp.clip(v, -2.5, 3.0), index)
+      return jnp.mean(jnp.where(picked > 0, picked ** 2, -picked)) + jnp.linalg.norm(v) + \
+          (jnp.stack([v, v * 2]) ** 2).sum() * 1e-2 + (tj.nn.one_hot(index, 12) @ v).sum()
+    numeric = numeric_grad(lambda v: float(loss(jnp.asarray(v))), X64, eps=1e-6)
+    np.testing.assert_allclose(np.asarray(tj.grad(loss)(x)), numeric, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(tj.jit(tj.grad(loss))(x)), numeric, rtol=1e-6, atol=1e-8)
+    rows = jnp.asarray(np.stack([X64, -X64, X64 * 0.5]))
+    per_row = np.stack([np.asarray(tj.grad(loss)(rows[k])) for k in range(3)])
+    np.testing.assert_allclose(np.asarray(tj.vmap(tj.grad(loss))(rows)), per_row, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(tj.jit(tj.vmap(tj.grad(loss)))(rows)), per_row, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(tj.vmap(tj.jit(loss))(rows)), [float(loss(rows[k])) for k in range(3)],
+                               rtol=1e-12)
