@@ -1,7 +1,9 @@
 """Library functions whose eager calls build one node (lax/_base.py `staged`): `jnp.take`, `clip`, `where`, `mean`,
-`linalg.norm`, `argsort`, `allclose`, `stack`, `concatenate`, `arange` and `nn.one_hot`. A staged call must give
+`linalg.norm`, `argsort`, `nn.one_hot` and more (the table below). A staged call must give
 exactly what the function itself gives (values, dtype, weak type, errors), and everything else (numpy data, lists,
 transformations, jaxprs) must go through the function as before."""
+import math
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,7 @@ RNG = np.random.default_rng(3)
 X64 = RNG.uniform(-4, 4, 12)
 M64 = RNG.uniform(-4, 4, (4, 6))
 XI64 = RNG.integers(-5, 6, 12)
+F32 = np.finfo(np.float32)
 INDEX = np.array([1, 3, 11, 0, 14, -20])  # (two out of bounds: "fill" gives NaN for floats)
 
 
@@ -74,6 +77,42 @@ def _cases():
     ("arange", lambda: jnp.arange(50), np.arange(50)),
     ("arange", lambda: jnp.arange(1.5, 7, 0.5), np.arange(1.5, 7, 0.5)),
     ("arange", lambda: jnp.arange(10, dtype=jnp.float32), np.arange(10.0)),
+    ("linspace", lambda: jnp.linspace(0, 1, 7), np.linspace(0, 1, 7)),
+    ("linspace", lambda: jnp.linspace(x[:2], 5.0, 3, axis=1), np.linspace(X64[:2], 5.0, 3, axis=1)),
+    ("nan_to_num", lambda: jnp.nan_to_num(x / (x > 0)), np.nan_to_num(np.where(X64 > 0, X64, np.inf * np.sign(X64)),
+                                                                       posinf=F32.max, neginf=F32.min)),
+    ("nan_to_num", lambda: jnp.nan_to_num((x - x) / (x - x), nan=1.5), np.full(12, 1.5)),
+    ("searchsorted", lambda: jnp.searchsorted(jnp.sort(x), m), np.searchsorted(np.sort(X64), M64)),
+    ("searchsorted", lambda: jnp.searchsorted(jnp.sort(xi), xi, side="right"), np.searchsorted(np.sort(XI64), XI64,
+                                                                                            side="right")),
+    ("round", lambda: jnp.round(x, 2), np.round(X64.astype(np.float32), 2)),
+    ("hypot", lambda: jnp.hypot(x, 3.0), np.hypot(X64, 3.0)),
+    ("isin", lambda: jnp.isin(xi, i), np.isin(XI64, INDEX)),
+    ("isin", lambda: jnp.isin(xi, i, invert=True), ~np.isin(XI64, INDEX)),
+    ("interp", lambda: jnp.interp(m, jnp.sort(x), x * 2), np.interp(M64, np.sort(X64), X64 * 2)),
+    ("interp", lambda: jnp.interp(m, jnp.sort(x), x, left=-9.0, right=9), np.interp(M64, np.sort(X64), X64, -9, 9)),
+    ("triu", lambda: jnp.triu(m, 1), np.triu(M64, 1)),
+    ("tril", lambda: jnp.tril(m), np.tril(M64)),
+    ("trace", lambda: jnp.trace(m, offset=1), np.trace(M64, offset=1)),
+    ("average", lambda: jnp.average(m, axis=1, weights=m * m), np.average(M64, axis=1, weights=M64 * M64)),
+    ("polyval", lambda: jnp.polyval(x[:4], m), np.polyval(X64[:4], M64)),
+    ("diff", lambda: jnp.diff(x, n=2), np.diff(X64, n=2)),
+    ("diff", lambda: jnp.diff(m, axis=0, prepend=0.5), np.diff(M64, axis=0, prepend=0.5)),
+    ("outer", lambda: jnp.outer(x, xi), np.outer(X64, XI64)),
+    ("diag", lambda: jnp.diag(m, -1), np.diag(M64, -1)),
+    ("diag", lambda: jnp.diag(x, 2), np.diag(X64, 2)),
+    ("cross", lambda: jnp.cross(m[:, :3], m[:, 3:]), np.cross(M64[:, :3], M64[:, 3:])),
+    ("nanmean", lambda: jnp.nanmean(jnp.where(m > -3, m, np.nan), axis=0),
+     np.nanmean(np.where(M64 > -3, M64, np.nan), axis=0)),
+    ("sort", lambda: jnp.sort(m, axis=0), np.sort(M64, axis=0)),
+    ("sort", lambda: jnp.sort(xi, descending=True), -np.sort(-XI64)),
+    ("silu", lambda: tj.nn.silu(x), X64 / (1 + np.exp(-X64))),
+    ("gelu", lambda: tj.nn.gelu(x, approximate=False), [X64[k] / 2 * (1 + math.erf(X64[k] / 2 ** 0.5)) for k in
+                                                        range(12)]),
+    ("det", lambda: jnp.linalg.det(m[:, :4]), np.linalg.det(M64[:, :4])),
+    ("inv", lambda: jnp.linalg.inv(m[:, :4] + 9 * jnp.eye(4)), np.linalg.inv(M64[:, :4] + 9 * np.eye(4))),
+    ("solve", lambda: jnp.linalg.solve(m[:, :4] + 9 * jnp.eye(4), x[:4]), np.linalg.solve(M64[:, :4] + 9 * np.eye(4),
+                                                                                         X64[:4])),
   ]
 
 

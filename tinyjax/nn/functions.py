@@ -16,7 +16,7 @@ from tinyjax import dtypes
 from tinyjax import numpy as tnp
 from tinyjax.array import Array
 from tinyjax.lax import _elementwise as ew
-from tinyjax.lax._base import canonicalize_axes, like, staged
+from tinyjax.lax._base import canonicalize_axes, full, like, staged
 from tinyjax.lax._shape import iota_along, stop_gradient
 from tinyjax.trace import ad, batching
 from tinyjax.trace.core import Primitive
@@ -68,6 +68,7 @@ def softplus(x: Any) -> Array:
   return softplus_p.bind(_float_operand(x, "softplus"))
 
 
+@staged()
 def silu(x: Any) -> Array:
   """x * sigmoid(x), elementwise (also called swish)."""
   x = _float_operand(x, "silu")
@@ -77,13 +78,14 @@ def silu(x: Any) -> Array:
 swish = silu
 
 
+@staged(static_argnames=("approximate",))
 def gelu(x: Any, approximate: bool = True) -> Array:
   """Gaussian error linear unit. approximate=True (JAX's default) is the tanh form
   x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); approximate=False the exact x/2 (1 + erf(x / sqrt(2)))."""
   x = _float_operand(x, "gelu")
   if not approximate:
     from tinyjax.lax._special import erf
-    return x * (0.5 * (1.0 + erf(x * np.array(1 / math.sqrt(2), x.dtype))))
+    return x * (0.5 * (1.0 + erf(x * full((), 1 / math.sqrt(2), x.dtype))))  # (a strongly typed constant)
   inner = math.sqrt(2 / math.pi) * (x + 0.044715 * (x ** 3))
   return x * (0.5 * (1.0 + tnp.tanh(inner)))
 

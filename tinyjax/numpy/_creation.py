@@ -160,6 +160,7 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) ->
 
 
 @with_device
+@staged(static_argnames=("num", "endpoint", "retstep", "dtype", "axis"))
 def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retstep: bool = False,
              dtype: Any = None, axis: int = 0) -> Array | tuple[Array, Array]:
   """`num` evenly spaced values from `start` to `stop` (included if `endpoint`), along a new axis `axis` when
@@ -279,11 +280,13 @@ def _triangle(m: Any, k: int, lower: bool, name: str) -> Array:
   return ew._where(expand_raw(keep, x.shape), x, like(x, 0))
 
 
+@staged(static_argnames=("k",))
 def tril(m: Any, k: int = 0) -> Array:
   """`m` with the elements above the k-th diagonal of its last two axes set to 0."""
   return _triangle(m, k, True, "tril")
 
 
+@staged(static_argnames=("k",))
 def triu(m: Any, k: int = 0) -> Array:
   """`m` with the elements below the k-th diagonal of its last two axes set to 0."""
   return _triangle(m, k, False, "triu")

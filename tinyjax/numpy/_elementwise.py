@@ -396,8 +396,8 @@ fmax = _binary("fmax", _fmax, "Elementwise maximum ignoring NaN (NaN only if bot
 fmin = _binary("fmin", _fmin, "Elementwise minimum ignoring NaN (NaN only if both are NaN).", kinds=ALL_KINDS)
 arctan2 = _binary("arctan2", _arctan2, "Elementwise atan2(x1, x2) (angle of (x2, x1)).", True, "fc")
 nextafter = _binary("nextafter", ew._nextafter, "Elementwise next float after x1 in the direction of x2.", True, "f")
-hypot = _binary("hypot", _hypot, "Elementwise sqrt(x1**2 + x2**2) without undue overflow.", True, "f",
-                weak_if=lambda x1, x2: np.ndim(x1) == np.ndim(x2) == 0)  # JAX: weak only for scalars
+hypot = staged()(_binary("hypot", _hypot, "Elementwise sqrt(x1**2 + x2**2) without undue overflow.", True, "f",
+                weak_if=lambda x1, x2: np.ndim(x1) == np.ndim(x2) == 0))  # JAX: weak only for scalars
 copysign = _binary("copysign", _copysign, "Elementwise |x1| with the sign of x2 (floats).", True, "f")
 heaviside = _binary("heaviside", _heaviside, "Elementwise step: 0 for x1 < 0, x2 for x1 == 0, 1 for x1 > 0 (ints "
                     "-> default float).", True,
@@ -486,6 +486,7 @@ right_shift = _binary("right_shift", ew._shift_right_arithmetic, "Elementwise x1
                       "count as ints).", kinds="iu", numeric=True)
 
 
+@staged(static_argnames=("decimals",))
 def round(a: Any, decimals: int = 0, out: None = None) -> Array:  # noqa: A001
   """Round to `decimals` decimal places, ties to even (as numpy); same dtype. Integers with decimals >= 0 are
   unchanged; negative decimals round to multiples of 10**-decimals."""

@@ -10,7 +10,7 @@ from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.placement import with_out_sharding
 from tinyjax.lax import _reductions as lax_red
-from tinyjax.lax._base import canonicalize_axis, cast, expand_raw, reshape_raw
+from tinyjax.lax._base import canonicalize_axis, cast, expand_raw, reshape_raw, staged
 from tinyjax.numpy._elementwise import _operand, multiply
 from tinyjax.trace import sharding_types
 
@@ -114,6 +114,7 @@ def inner(a: Any, b: Any, *, precision: Any = None) -> Array:
   return _contract(a, b, ((a.ndim - 1,), (b.ndim - 1,)))
 
 
+@staged()
 def outer(a: Any, b: Any) -> Array:
   """All products of the flattened operands: shape (a.size, b.size)."""
   a, b = _promoted_pair("outer", a, b)

@@ -141,6 +141,7 @@ def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Array:
   return reshape_raw(lax_shape.shrink_raw(grid, [(0, d) for d in batch] + [(0, length), (0, 1)]), (*batch, length))
 
 
+@staged(static_argnames=("k",))
 def diag(v: Any, k: int = 0) -> Array:
   """The `k` diagonal of a 2-D array, or a 2-D array with the 1-D `v` on its `k` diagonal."""
   x = as_array(v, "diag")
@@ -156,6 +157,7 @@ def diag(v: Any, k: int = 0) -> Array:
   return ew.where(grid, values, lax_shape.full((n, n), 0, x.dtype))
 
 
+@staged(static_argnames=("offset", "axis1", "axis2", "dtype"))
 def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None, out: None = None) -> Array:
   """Sum of the `offset` diagonal of the planes (axis1, axis2)."""
   return red.sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
@@ -301,6 +303,7 @@ def piecewise(x: Any, condlist: Any, funclist: Sequence[Any], *args: Any, **kw: 
   return result
 
 
+@staged(static_argnames=("period",))
 def interp(x: Any, xp: Any, fp: Any, left: Any = None, right: Any = None, period: Any = None) -> Array:
   """Linear interpolation of (xp, fp) (xp increasing) at x; left/right: the values outside (fp's ends by default);
   `period`: xp is periodic."""
@@ -328,6 +331,7 @@ def interp(x: Any, xp: Any, fp: Any, left: Any = None, right: Any = None, period
   return result.astype(dtype)
 
 
+@staged(static_argnames=("unroll",))
 def polyval(p: Any, x: Any, *, unroll: int = 16) -> Array:
   """The polynomial with coefficients p (highest power first) at x, by Horner's rule."""
   from tinyjax import numpy as jnp
@@ -350,6 +354,7 @@ def digitize(x: Any, bins: Any, right: bool = False, *, method: str | None = Non
   return jnp.where(bins[-1] >= bins[0], increasing, decreasing).astype(np.int32)
 
 
+@staged(static_argnames=("axisa", "axisb", "axisc", "axis"))
 def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis: int | None = None) -> Array:
   """The cross product of 2- or 3-vectors along the given axes (2-vectors have a zero third component)."""
   from tinyjax import numpy as jnp
@@ -605,6 +610,7 @@ def fill_diagonal(a: Any, val: Any, wrap: bool = False, *, inplace: bool = True)
 # ---------------------------------------------------------------------------------------------------------------------
 # set operations (on sorted values; size= makes them work on traced arrays, as JAX)
 
+@staged(static_argnames=("assume_unique", "invert", "method"))
 def isin(element: Any, test_elements: Any, assume_unique: bool = False, invert: bool = False, *,
          method: str = "auto") -> Array:
   """Whether each element occurs in `test_elements` (a binary search in their sorted values)."""

@@ -273,6 +273,7 @@ def nanmin(a: Any, axis: Axis = None, out: None = None, keepdims: bool = False, 
   return _nan_extreme("nanmin", a, axis, keepdims, False)
 
 
+@staged(static_argnames=("axis", "dtype", "keepdims"))
 def nanmean(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepdims: bool = False,
             where: Any = None) -> Array:
   """Mean of the non-NaN elements (NaN where there are none)."""

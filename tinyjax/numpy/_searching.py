@@ -16,7 +16,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.lax._base import cast, expand_raw, full, reshape_raw, to_array
+from tinyjax.lax._base import cast, expand_raw, full, reshape_raw, staged, to_array
 from tinyjax.lax._elementwise import _add, _and, _eq, _fdiv, _isnan, _lt, _mul, _not, _or, _sub, _where
 from tinyjax.lax._shape import iota, pad_raw, shrink_raw
 from tinyjax.lax._slicing import gather_raw
@@ -149,6 +149,7 @@ def unique(ar: Any, return_index: bool = False, return_inverse: bool = False, re
   return out[0] if len(out) == 1 else tuple(out)
 
 
+@staged(static_argnames=("side", "method"))
 def searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None, *, method: str = "scan") -> Array:
   """Where each value of `v` would be inserted in the sorted 1-D array `a` to keep it sorted (int32, v's shape):
   before equal elements (`side="left"`) or after them ("right"). A binary search: ceil(log2(len(a) + 1)) gathers."""

@@ -329,6 +329,7 @@ def roll(a: Any, shift: int | Sequence[int], axis: int | Sequence[int] | None = 
   return x
 
 
+@staged(static_argnames=("n", "axis"))
 def diff(a: Any, n: int = 1, axis: int = -1, prepend: Any = None, append: Any = None) -> Array:
   """The n-th discrete difference along `axis`: a[1:] - a[:-1], n times (bools: a[1:] != a[:-1]), after `prepend`
   and `append` (scalars broadcast to one slice) are joined to `a` along `axis`."""

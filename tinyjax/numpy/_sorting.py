@@ -25,6 +25,7 @@ def _as_array(a: Any, name: str) -> Array:
   return to_array(a)
 
 
+@staged(static_argnames=("axis", "kind", "order", "stable", "descending"))
 def sort(a: Any, axis: int | None = -1, *, kind: str | None = None, order: None = None, stable: bool = True,
          descending: bool = False) -> Array:
   """`a` sorted along `axis` (None: flattened), ascending (or `descending`), NaN last; stable."""

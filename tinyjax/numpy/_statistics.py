@@ -8,7 +8,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.lax._base import canonicalize_axis, cast
+from tinyjax.lax._base import canonicalize_axis, cast, staged
 from tinyjax.trace.core import Primitive
 
 QUANTILE_METHODS = ("linear", "lower", "higher", "midpoint", "nearest")
@@ -126,6 +126,7 @@ def nanmedian(a: Any, axis: Any = None, out: None = None, overwrite_input: bool 
   return _quantile("nanmedian", a, 0.5, axis, "linear", keepdims, True)
 
 
+@staged(static_argnames=("axis", "returned", "keepdims"))
 def average(a: Any, axis: Any = None, weights: Any = None, returned: bool = False,
             keepdims: bool = False) -> Array | tuple[Array, Array]:
   """The (weighted) mean over `axis`; `weights` of a's shape, or 1-d along a single `axis`. With `returned`, also the

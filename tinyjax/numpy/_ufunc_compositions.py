@@ -10,9 +10,11 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
+from tinyjax.lax._base import full, staged
 from tinyjax.numpy import _elementwise as ew
 
 
+@staged(static_argnames=("copy", "nan", "posinf", "neginf"))
 def nan_to_num(x: Any, copy: bool = True, nan: Any = 0.0, posinf: Any = None, neginf: Any = None) -> Array:
   """`x` with NaN replaced by `nan`, +inf by `posinf` and -inf by `neginf` (default: the dtype's largest and most
   negative finite values); a complex `x` has its parts replaced separately. Integer and bool arrays are returned
@@ -28,9 +30,13 @@ def nan_to_num(x: Any, copy: bool = True, nan: Any = 0.0, posinf: Any = None, ne
   info = dtypes.finfo(array.dtype)
   posinf = info.max if posinf is None else posinf
   neginf = info.min if neginf is None else neginf
-  out = jnp.where(jnp.isnan(array), jnp.asarray(nan, dtype=array.dtype), array)
-  out = jnp.where(isposinf(out), jnp.asarray(posinf, dtype=array.dtype), out)
-  return jnp.where(isneginf(out), jnp.asarray(neginf, dtype=array.dtype), out)
+
+  def fill(value: Any) -> Array:  # (a number: a constant, no host data, so that an eager call stages as one node)
+    return full((), value, array.dtype) if isinstance(value, (int, float, np.generic)) else \
+        jnp.asarray(value, dtype=array.dtype)
+  out = jnp.where(jnp.isnan(array), fill(nan), array)
+  out = jnp.where(isposinf(out), fill(posinf), out)
+  return jnp.where(isneginf(out), fill(neginf), out)
 
 
 def float_power(x1: Any, x2: Any, /) -> Array:
@@ -81,7 +87,7 @@ def _is_signed_inf(name: str, x: Any, sign: float) -> Array:
   (value,) = ew.promote(name, x)
   if dtypes.is_complex(value.dtype): raise ValueError("isposinf/isneginf are not well defined for complex types")
   if not dtypes.is_floating(value.dtype): return jnp.zeros(value.shape, np.bool_)
-  return value == jnp.asarray(sign * np.inf, value.dtype)
+  return value == full((), sign * math.inf, value.dtype)  # (a constant, not host data)
 
 
 def isposinf(x: Any, /, out: None = None) -> Array:

@@ -18,7 +18,7 @@ import numpy as np
 from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax import linalg as lax_linalg
-from tinyjax.lax._base import canonicalize_axis
+from tinyjax.lax._base import canonicalize_axis, staged
 from tinyjax.numpy import _elementwise as ew
 from tinyjax.numpy._creation import asarray
 from tinyjax.numpy._more import norm
@@ -156,6 +156,7 @@ def _solve_jvp(primals, tangents):
   return x, _lu_solve(factors, permutation, b_dot - a_dot @ x)
 
 
+@staged()
 def solve(a: Any, b: Any) -> Array:
   """x with a x = b for a (..., n, n) and b (n,) or (..., n, k), batch dimensions broadcast (numpy 2's rule: b is a
   vector only when it is 1-D). A singular a gives inf / NaN, no exception."""
@@ -175,6 +176,7 @@ def solve(a: Any, b: Any) -> Array:
   return _solve(broadcast_to(a, (*batch, n, n)), broadcast_to(b, (*batch, *b.shape[-2:])))
 
 
+@staged()
 def inv(a: Any) -> Array:
   """The inverses of square matrices (..., n, n) (inf / NaN where singular, as JAX)."""
   from tinyjax.numpy._creation import eye
@@ -234,6 +236,7 @@ def _det_jvp(primals, tangents):
   return determinant, jnp.where(regular, tangent, 0.0).astype(a.dtype)
 
 
+@staged()
 def det(a: Any) -> Array:
   """The determinants (...) of square matrices (..., n, n), by LU; differentiable also where a is singular."""
   (x,) = _inexact("det", a)
