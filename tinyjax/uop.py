@@ -243,7 +243,7 @@ class UOp:
       if "shape" not in src.__dict__:
         _shapes_below(self)
         break
-    return _shape(self)
+    return shape_of(self)
 
   @_cached
   def toposort(self) -> list[UOp]:
@@ -314,7 +314,7 @@ def _shapes_below(node: UOp) -> None:
   while stack:
     current, expanded = stack.pop()
     if expanded:
-      current.__dict__["shape"] = _shape(current)
+      current.__dict__["shape"] = shape_of(current)
       continue
     if current in seen or "shape" in current.__dict__: continue
     seen.add(current)
@@ -328,12 +328,15 @@ def _broadcast_ok(node: UOp) -> tuple[int, ...]:
   return node.src[0].shape
 
 
-def _shape(node: UOp) -> tuple[int, ...] | None:
+def shape_of(node: UOp) -> tuple[int, ...] | None:
+  """The shape of `node` from its sources' (what its `shape` property computes and keeps; eager operations set it as
+  they make a node, trace/core.py)."""
   op, arg = node.op, node.arg
   if op in ELEMENTWISE:
-    if op in UNARY: return node.src[0].shape
-    shape = node.src[0].shape
-    if all(s.shape == shape for s in node.src[1:]): return shape
+    sources = node.src
+    shape = sources[0].shape
+    if len(sources) == 1 or sources[1].shape == shape and (len(sources) == 2 or sources[2].shape == shape):
+      return shape  # (the common cases, without a generator: every eager op's node comes here)
     if any(s.shape is None for s in node.src): return None
     return _broadcast_ok(node)
   if op is Ops.CONST: return ()

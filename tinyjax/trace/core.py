@@ -30,7 +30,7 @@ from tinyjax.trace.sharding_types import _enabled as _sharding_enabled
 from tinyjax.trace.sharding_types import named_of, sizes_str, type_sharding
 from tinyjax.trace.sharding_types import propagate as propagate_sharding
 from tinyjax.trace.sharding_types import propagate_primitive as propagate_primitive_sharding
-from tinyjax.uop import BOOL, ELEMENTWISE, Ops, UOp, arg_key, toposort_of
+from tinyjax.uop import BOOL, ELEMENTWISE, Ops, UOp, arg_key, shape_of, toposort_of
 
 
 class ConcretizationTypeError(TypeError):
@@ -173,7 +173,9 @@ class EvalTrace(Trace):
         raise UnexpectedTracerError(f"a {type(operand).__name__} reached the eager evaluator: a traced value was used "
                                     "outside the transformation that owns it")
       uops.append(operand.uop)
-    result = eager_array(UOp.unshared(op, dtype, tuple(uops), arg), weak_type)
+    node = UOp.unshared(op, dtype, tuple(uops), arg)
+    node.__dict__["shape"] = shape_of(node)  # (asked by the next op or the read: computed here, where it is cheapest)
+    result = eager_array(node, weak_type)
     if debug_nans[0] and not self.in_primitive and op in _CHECKED: check_nans(_jax_name(op, arg), result)
     return result
 
@@ -220,7 +222,9 @@ class EvalTrace(Trace):
     uops = tuple(x.uop for x in operands)
     if not prim.multiple_results:
       shape, dtype, weak = out_avals[0]
-      return eager_array(UOp.unshared(Ops.PRIMITIVE, dtype, uops, call), weak)
+      node = UOp.unshared(Ops.PRIMITIVE, dtype, uops, call)
+      node.__dict__["shape"] = shape  # (known: the first use of an eager result asks it)
+      return eager_array(node, weak)
     node = UOp.unshared(Ops.PRIMITIVE, BOOL, uops, call)
     return [eager_array(UOp.unshared(Ops.PROJECT, dtype, (node,), (i, shape)), weak) for i, (shape, dtype, weak) in
             enumerate(out_avals)]
