@@ -601,52 +601,57 @@ def signature_of(node: UOp, depth: int = 0) -> tuple | None:
   read back again, or built on, costs a lookup); None for a graph past the sizes above, or with an operation that
   keeps a literal operand (`_keeps_literal`: its value is part of the key), or an arg that can't key."""
   recorded = node.__dict__
-  if "sig" in recorded: return recorded["sig"]
+  if (signature := recorded.get("sig", False)) is not False: return signature
   if depth > SIGNATURE_NODES: return None  # (a long chain: not kept, as the nodes below may have signatures)
   op, arg, sources = node.op, node.arg, node.src
   if op is BUFFER or op is CONST: return None  # (a leaf: what a program reads, not one to run)
   signature = None
-  if op in _LITERAL_CANDIDATES and _keeps_literal(node): pass
-  elif len(sources) == 1 and (src := sources[0]).op is not BUFFER and src.op is not CONST:  # (unary, a reduction)
-    if (below := signature_of(src, depth + 1)) is not None:
-      alive = below[2] + (src,) if (held := src.__dict__.get("held_by")) is not None and held() is not None else \
-          below[2]
-      signature = _numbered((op, node.dtype, arg if arg is None or type(arg) is tuple else arg_key(arg), below[0]),
-                            below[1], alive, below[3] + 1)
-    elif "sig" not in src.__dict__: return None  # (past the depth: not kept)
+  if op is PRIMITIVE:
+    literal = arg.prim.name in _LITERAL_OPERAND_PRIMITIVES  # (its arg, a call, keys as it is)
   else:
-    parts: list = [op, node.dtype, arg if arg is None or type(arg) is tuple else arg_key(arg)]
-    leaves: list[UOp] = []
-    alive: list[UOp] = []
-    size = 1
-    for src in sources:
-      if src.op is BUFFER or src.op is CONST:
-        if src in leaves: parts.append((leaves.index(src),))  # (a tuple: a bare int is a lazy source's number)
-        elif len(leaves) == SIGNATURE_LEAVES: break
-        else:
-          parts.append((len(leaves), src.dtype, src.shape))
-          leaves.append(src)
-        continue
-      if (below := signature_of(src, depth + 1)) is None:
-        if "sig" not in src.__dict__: return None  # (past the depth: not kept)
-        break
-      if leaves:  # (where its leaves are among this node's)
-        where = []
-        for leaf in below[1]:
-          if leaf in leaves: where.append(leaves.index(leaf))
-          else:
-            where.append(len(leaves))
-            leaves.append(leaf)
-        parts.append((below[0], tuple(where)))
-      else:  # (its leaves first: numbered as they are)
-        leaves.extend(below[1])
-        parts.append(below[0])
-      alive.extend(below[2])
-      if (held := src.__dict__.get("held_by")) is not None and held() is not None: alive.append(src)
-      size += below[3]
-      if size > SIGNATURE_NODES or len(leaves) > SIGNATURE_LEAVES: break  # (a wide graph: none, found early)
+    literal = op in _LITERAL_OPERAND_OPS
+    if arg is not None and type(arg) is not tuple: arg = arg_key(arg)
+  if not literal:
+    if len(sources) == 1 and (src := sources[0]).op is not BUFFER and src.op is not CONST:  # (unary, a reduction)
+      if (below := src.__dict__.get("sig", False)) is False: below = signature_of(src, depth + 1)
+      if below is not None:
+        held = src.__dict__.get("held_by")
+        signature = _numbered((op, node.dtype, arg, below[0]), below[1],
+                              below[2] + (src,) if held is not None and held() is not None else below[2], below[3] + 1)
+      elif "sig" not in src.__dict__: return None  # (past the depth: not kept)
     else:
-      signature = _numbered(tuple(parts), tuple(leaves), tuple(alive), size)
+      parts: list = [op, node.dtype, arg]
+      leaves: list[UOp] = []
+      alive: tuple = ()
+      size = 1
+      for src in sources:
+        if src.op is BUFFER or src.op is CONST:
+          if src in leaves: parts.append((leaves.index(src),))  # (a tuple: a bare int is a lazy source's number)
+          else:
+            parts.append((len(leaves), src.dtype, src.shape))
+            leaves.append(src)
+          continue
+        if (below := src.__dict__.get("sig", False)) is False: below = signature_of(src, depth + 1)
+        if below is None:
+          if "sig" not in src.__dict__: return None  # (past the depth: not kept)
+          break
+        if leaves:  # (where its leaves are among this node's)
+          where = []
+          for leaf in below[1]:
+            if leaf in leaves: where.append(leaves.index(leaf))
+            else:
+              where.append(len(leaves))
+              leaves.append(leaf)
+          parts.append((below[0], tuple(where)))
+        else:  # (its leaves first: numbered as they are)
+          leaves.extend(below[1])
+          parts.append(below[0])
+        if below[2]: alive += below[2]
+        held = src.__dict__.get("held_by")
+        if held is not None and held() is not None: alive += (src,)
+        size += below[3]
+      else:  # (`_numbered` says None for a graph past the sizes)
+        signature = _numbered(tuple(parts), tuple(leaves), alive, size)
   recorded["sig"] = signature
   return signature
 

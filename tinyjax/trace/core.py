@@ -204,17 +204,17 @@ class EvalTrace(Trace):
     avals = []
     for x in operands:
       if type(x) is not Array: return None
-      avals.append((x.shape, x.dtype, x.weak_type))
-    try:
-      items = tuple(sorted(params.items())) if params else ()
+      node = x.uop
+      avals.append((node.shape, node.dtype, x.weak_type))
+    try:  # (keyed by the params in the caller's order: a call site passes them in one order)
       x64 = bool(config.jax_enable_x64)
-      key = (prim, params_key(items), tuple(avals), x64)
+      key = (prim, params_key(tuple(params.items())), tuple(avals), x64)
       call = _EAGER_CALLS.get(key, False)
     except TypeError:
       return None
     if call is False:
       out_avals = _abstract_eval(self, prim, operands, params)
-      call = None if out_avals is None else PrimitiveCall(prim, items, out_avals, x64=x64)
+      call = None if out_avals is None else PrimitiveCall(prim, tuple(sorted(params.items())), out_avals, x64=x64)
       if len(_EAGER_CALLS) >= _EAGER_CALLS_MAX: _EAGER_CALLS.clear()
       _EAGER_CALLS[key] = call
     if call is None: return None
