@@ -42,6 +42,7 @@ def relu(x: Any) -> Array:
   return relu_p.bind(tnp.asarray(x))
 
 
+@staged()
 def relu6(x: Any) -> Array:
   """min(max(x, 0), 6), elementwise; as JAX, the derivative is 1 strictly inside (0, 6) and 0 elsewhere."""
   x = tnp.asarray(x)
@@ -90,34 +91,40 @@ def gelu(x: Any, approximate: bool = True) -> Array:
   return x * (0.5 * (1.0 + tnp.tanh(inner)))
 
 
+@staged()
 def selu(x: Any) -> Array:
   """Scaled ELU: scale * elu(x, alpha) with the self-normalising constants (alpha 1.6733, scale 1.0507)."""
   alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
   return scale * elu(x, alpha)
 
 
+@staged()
 def celu(x: Any, alpha: float = 1.0) -> Array:
   """Continuously differentiable ELU: max(x, 0) + alpha * min(expm1(x / alpha), 0)."""
   x = _float_operand(x, "celu")
   return tnp.maximum(x, 0.0) + alpha * tnp.expm1(tnp.minimum(x, 0.0) / alpha)
 
 
+@staged()
 def log_sigmoid(x: Any) -> Array:
   """log(sigmoid(x)) = -softplus(-x), stable for large |x|."""
   return -softplus(-_float_operand(x, "log_sigmoid"))
 
 
+@staged()
 def hard_tanh(x: Any) -> Array:
   """-1 below -1, 1 above 1, x between."""
   x = _float_operand(x, "hard_tanh")
   return tnp.where(x > 1, 1.0, tnp.where(x < -1, -1.0, x))
 
 
+@staged()
 def hard_sigmoid(x: Any) -> Array:
   """relu6(x + 3) / 6."""
   return relu6(_float_operand(x, "hard_sigmoid") + 3.0) / 6.0
 
 
+@staged()
 def hard_silu(x: Any) -> Array:
   """x * hard_sigmoid(x) (also called hard_swish)."""
   x = _float_operand(x, "hard_silu")
@@ -127,6 +134,7 @@ def hard_silu(x: Any) -> Array:
 hard_swish = hard_silu
 
 
+@staged(static_argnames=("axis",))
 def glu(x: Any, axis: int = -1) -> Array:
   """Gated linear unit: the first half of `axis` times the sigmoid of the second half."""
   x = tnp.asarray(x)
@@ -136,12 +144,14 @@ def glu(x: Any, axis: int = -1) -> Array:
   return first * sigmoid(second)
 
 
+@staged()
 def leaky_relu(x: Any, negative_slope: float = 1e-2) -> Array:
   """x where x >= 0, else negative_slope * x."""
   x = _float_operand(x, "leaky_relu")
   return tnp.where(x >= 0, x, negative_slope * x)
 
 
+@staged()
 def elu(x: Any, alpha: float = 1.0) -> Array:
   """x where x > 0, else alpha * (exp(x) - 1) (computed on the clipped input, so no overflow in the unused branch)."""
   x = _float_operand(x, "elu")
@@ -154,36 +164,42 @@ def tanh(x: Any) -> Array:
   return tnp.tanh(x)
 
 
+@staged()
 def mish(x: Any) -> Array:
   """x * tanh(softplus(x))."""
   x = _float_operand(x, "mish")
   return x * tnp.tanh(softplus(x))
 
 
+@staged()
 def squareplus(x: Any, b: Any = 4) -> Array:
   """(x + sqrt(x^2 + b)) / 2, a smooth ReLU."""
   x = _float_operand(x, "squareplus")
   return (x + tnp.sqrt(tnp.square(x) + b)) / 2
 
 
+@staged()
 def soft_sign(x: Any) -> Array:
   """x / (|x| + 1)."""
   x = _float_operand(x, "soft_sign")
   return x / (tnp.abs(x) + 1)
 
 
+@staged()
 def sparse_plus(x: Any) -> Array:
   """0 for x <= -1, x for x >= 1, (x + 1)^2 / 4 between."""
   x = _float_operand(x, "sparse_plus")
   return tnp.where(x <= -1.0, 0.0, tnp.where(x >= 1.0, x, (x + 1.0) ** 2 / 4)).astype(x.dtype)
 
 
+@staged()
 def sparse_sigmoid(x: Any) -> Array:
   """clip((x + 1) / 2, 0, 1): the derivative of sparse_plus."""
   x = _float_operand(x, "sparse_sigmoid")
   return 0.5 * tnp.clip(x + 1.0, 0.0, 2.0)
 
 
+@staged()
 def log1mexp(x: Any) -> Array:
   """log(1 - exp(-x)) for x > 0, stably (expm1 below log 2, log1p above)."""
   x = _float_operand(x, "log1mexp")
@@ -229,6 +245,7 @@ def _logsumexp(a: Array, axis: Axis, b: Any, keepdims: bool, return_sign: bool) 
   return (out, stop_gradient(sign)) if return_sign else out
 
 
+@staged(static_argnames=("axis", "keepdims"))
 def logmeanexp(x: Any, axis: Axis = None, where: Any = None, keepdims: bool = False) -> Array:
   """log(mean(exp(x))) over `axis` (the elements where `where` holds), stably: logsumexp - log(count)."""
   x = _float_operand(x, "logmeanexp")
@@ -272,6 +289,7 @@ log_softmax_p = Primitive("log_softmax", _log_softmax)
 logsumexp_p = Primitive("logsumexp", lambda a, *, axis, keepdims: _logsumexp(a, axis, None, keepdims, False))
 
 
+@staged(static_argnames=("axis", "epsilon"))
 def standardize(x: Any, axis: Axis = -1, mean: Any = None, variance: Any = None, epsilon: float = 1e-5) -> Array:
   """(x - mean) / sqrt(variance + epsilon) along `axis`; mean and variance (E[x^2] - E[x]^2, as JAX) are computed
   when not given."""

@@ -6,6 +6,7 @@ from typing import Any
 
 from tinyjax import dtypes
 from tinyjax.array import Array
+from tinyjax.lax._base import staged
 from tinyjax.numpy import _elementwise as ew
 
 
@@ -18,6 +19,7 @@ def _weights(name: str, weights: Any, samples: int, integer: bool) -> Array:
   return jnp.abs(w)  # (numpy raises for negative weights; a traced array cannot be checked)
 
 
+@staged(static_argnames=("rowvar", "bias", "ddof"))
 def cov(m: Any, y: Any = None, rowvar: bool = True, bias: bool = False, ddof: int | None = None,
         fweights: Any = None, aweights: Any = None) -> Array:
   """The covariance matrix of the variables in the rows of `m` (columns if not `rowvar`), with `y`'s variables
@@ -55,6 +57,7 @@ def cov(m: Any, y: Any = None, rowvar: bool = True, bias: bool = False, ddof: in
   return jnp.squeeze(jnp.true_divide(jnp.dot(centered, jnp.conj(weighted.T)), normaliser))
 
 
+@staged(static_argnames=("rowvar",))
 def corrcoef(x: Any, y: Any = None, rowvar: bool = True) -> Array:
   """The Pearson correlation coefficients of the variables (see `cov`), clipped to [-1, 1] (each part of a complex
   coefficient)."""

@@ -211,6 +211,7 @@ linspace_p = Primitive("linspace", _linspace)
 
 
 @with_device
+@staged(static_argnames=("num", "endpoint", "base", "dtype", "axis"))
 def logspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, base: Any = 10.0, dtype: Any = None,
              axis: int = 0) -> Array:
   """base ** linspace(start, stop, num): `num` points evenly spaced on a log scale. Dtype: `dtype`, else the
@@ -225,6 +226,7 @@ def logspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, base: 
 
 
 @with_device
+@staged(static_argnames=("num", "endpoint", "dtype", "axis"))
 def geomspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, dtype: Any = None,
               axis: int = 0) -> Array:
   """`num` points from `start` to `stop` evenly spaced on a log scale (a geometric progression; both ends of one

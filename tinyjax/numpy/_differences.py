@@ -8,7 +8,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.lax._base import canonicalize_axis
+from tinyjax.lax._base import canonicalize_axis, staged
 from tinyjax.numpy import _elementwise as ew
 
 
@@ -66,6 +66,7 @@ def gradient(f: Any, *varargs: Any, axis: int | Sequence[int] | None = None, edg
   return gradients[0] if len(axes) == 1 else gradients
 
 
+@staged(static_argnames=("discont", "axis", "period"))
 def unwrap(p: Any, discont: Any = None, axis: int = -1, period: Any = 2 * np.pi) -> Array:
   """`p` with every jump between neighbours along `axis` larger than `discont` (default period / 2) replaced by
   its remainder modulo `period` (phase unwrapping; the first element kept). Integers stay integers when `period`

@@ -100,10 +100,11 @@ _INEXACT_REAL = frozenset(np.dtype(d) for d in (np.float16, dtypes.bfloat16, np.
 
 
 def _binary(name: str, fn: Callable[[Array, Array], Array], doc: str, inexact: bool = False, kinds: str = "fiub",
-            numeric: bool = False, weak_if: Callable[..., bool] | None = None) -> Callable[[Any, Any], Array]:
+            numeric: bool = False, weak_if: Callable[..., bool] | None = None, stage: bool = False
+            ) -> Callable[[Any, Any], Array]:
   """A binary ufunc: promote (see `promote`), check the dtype kind, apply `fn`. `weak_if(x1, x2)`, for the functions
   JAX composes with strongly typed constants, says whether a weak result stays weak (e.g. only when every operand
-  was weak)."""
+  was weak). `stage`: `fn` is several operations, and an eager call is one node (lax/_base.py `staged`)."""
   def ufunc(x1: Any, x2: Any, /) -> Array:
     operands = _same_dtype_operands(x1, x2, inexact, numeric)
     a, b = operands if operands is not None else promote(name, x1, x2, inexact=inexact, numeric=numeric)
@@ -113,11 +114,12 @@ def _binary(name: str, fn: Callable[[Array, Array], Array], doc: str, inexact: b
     return result if weak_if is None or weak_if(x1, x2) else cast(result, result.dtype, False)
   ufunc.__name__ = ufunc.__qualname__ = name
   ufunc.__doc__ = doc
-  return ufunc
+  return staged()(ufunc) if stage else ufunc
 
 
 def _unary(name: str, fn: Callable[[Array], Array], doc: str, inexact: bool = False, kinds: str = "fiub",
-           numeric: bool = False, weak_if: Callable[..., bool] | None = None) -> Callable[[Any], Array]:
+           numeric: bool = False, weak_if: Callable[..., bool] | None = None, stage: bool = False
+           ) -> Callable[[Any], Array]:
   """A unary ufunc, as `_binary`."""
   def ufunc(x: Any, /) -> Array:
     (a,) = promote(name, x, inexact=inexact, numeric=numeric)
@@ -126,7 +128,7 @@ def _unary(name: str, fn: Callable[[Array], Array], doc: str, inexact: bool = Fa
     return result if weak_if is None or weak_if(x) else cast(result, result.dtype, False)
   ufunc.__name__ = ufunc.__qualname__ = name
   ufunc.__doc__ = doc
-  return ufunc
+  return staged()(ufunc) if stage else ufunc
 
 
 def _kind(dtype: np.dtype) -> str:
@@ -392,16 +394,19 @@ fmod = _binary("fmod", _fmod, "Elementwise C fmod: remainder with the sign of th
 # (complex numbers are ordered lexicographically, by real part and then imaginary part, as JAX and numpy order them)
 maximum = _binary("maximum", _maximum, "Elementwise maximum; NaN propagates.", kinds=ALL_KINDS)
 minimum = _binary("minimum", _minimum, "Elementwise minimum; NaN propagates.", kinds=ALL_KINDS)
-fmax = _binary("fmax", _fmax, "Elementwise maximum ignoring NaN (NaN only if both are NaN).", kinds=ALL_KINDS)
-fmin = _binary("fmin", _fmin, "Elementwise minimum ignoring NaN (NaN only if both are NaN).", kinds=ALL_KINDS)
+fmax = _binary("fmax", _fmax, "Elementwise maximum ignoring NaN (NaN only if both are NaN).", kinds=ALL_KINDS,
+               stage=True)
+fmin = _binary("fmin", _fmin, "Elementwise minimum ignoring NaN (NaN only if both are NaN).", kinds=ALL_KINDS,
+               stage=True)
 arctan2 = _binary("arctan2", _arctan2, "Elementwise atan2(x1, x2) (angle of (x2, x1)).", True, "fc")
-nextafter = _binary("nextafter", ew._nextafter, "Elementwise next float after x1 in the direction of x2.", True, "f")
-hypot = staged()(_binary("hypot", _hypot, "Elementwise sqrt(x1**2 + x2**2) without undue overflow.", True, "f",
-                weak_if=lambda x1, x2: np.ndim(x1) == np.ndim(x2) == 0))  # JAX: weak only for scalars
-copysign = _binary("copysign", _copysign, "Elementwise |x1| with the sign of x2 (floats).", True, "f")
+nextafter = _binary("nextafter", ew._nextafter, "Elementwise next float after x1 in the direction of x2.", True, "f",
+                    stage=True)
+hypot = _binary("hypot", _hypot, "Elementwise sqrt(x1**2 + x2**2) without undue overflow.", True, "f",
+                weak_if=lambda x1, x2: np.ndim(x1) == np.ndim(x2) == 0, stage=True)  # JAX: weak only for scalars
+copysign = _binary("copysign", _copysign, "Elementwise |x1| with the sign of x2 (floats).", True, "f", stage=True)
 heaviside = _binary("heaviside", _heaviside, "Elementwise step: 0 for x1 < 0, x2 for x1 == 0, 1 for x1 > 0 (ints "
                     "-> default float).", True,
-                    weak_if=lambda x1, x2: np.ndim(x1) == 0)  # JAX: weak only for a scalar x1
+                    weak_if=lambda x1, x2: np.ndim(x1) == 0, stage=True)  # JAX: weak only for a scalar x1
 
 logaddexp = _binary("logaddexp", _logaddexp_p.bind, "Elementwise log(exp(x1) + exp(x2)), without overflow.", True,
                     "fc")
@@ -428,7 +433,7 @@ log = _unary("log", ew.log_p.bind, "Elementwise natural logarithm.", True, kinds
 log2 = _unary("log2", _float_only(lambda a: _log_base(a, 2)), "Elementwise base-2 logarithm.", True,
               weak_if=_never_weak, kinds=ALL_KINDS)
 log10 = _unary("log10", _float_only(lambda a: _log_base(a, 10)), "Elementwise base-10 logarithm.", True,
-               weak_if=_never_weak, kinds=ALL_KINDS)
+               weak_if=_never_weak, kinds=ALL_KINDS, stage=True)
 log1p = _unary("log1p", ew.log1p_p.bind, "Elementwise log(1 + x), accurate for small x.", True, kinds=ALL_KINDS)
 sin = _unary("sin", ew.sin_p.bind, "Elementwise sine.", True, kinds=ALL_KINDS)
 cos = _unary("cos", ew.cos_p.bind, "Elementwise cosine.", True, kinds=ALL_KINDS)
@@ -448,16 +453,16 @@ trunc = _unary("trunc", _integer_identity(ew._trunc), "Elementwise rounding towa
 rint = _unary("rint", lambda a: _by_parts(ew._round_half_even, a) if dtypes.is_inexact(a.dtype) else
               cast(a, dtypes.default_float_dtype(), False),
               "Elementwise rounding to the nearest integer, ties to even (ints -> a strongly typed default float; "
-              "complex: each part).", kinds=ALL_KINDS)
+              "complex: each part).", kinds=ALL_KINDS, stage=True)
 deg2rad = _unary("deg2rad", lambda a: ew._mul(a, like(a, math.pi / 180)), "Degrees to radians.", True,
                  kinds=ALL_KINDS)
 rad2deg = _unary("rad2deg", lambda a: ew._mul(a, like(a, 180 / math.pi)), "Radians to degrees.", True,
                  kinds=ALL_KINDS)
 radians, degrees = deg2rad, rad2deg
-signbit = _unary("signbit", ew._signbit, "Elementwise test of the sign bit (True for -0.0; bool result).")
+signbit = _unary("signbit", ew._signbit, "Elementwise test of the sign bit (True for -0.0; bool result).", stage=True)
 isnan = _unary("isnan", _isnan, "Elementwise test for NaN (bool).", kinds=ALL_KINDS)
-isinf = _unary("isinf", _isinf, "Elementwise test for +-inf (bool).", kinds=ALL_KINDS)
-isfinite = _unary("isfinite", _isfinite, "Elementwise test for finite values (bool).", kinds=ALL_KINDS)
+isinf = _unary("isinf", _isinf, "Elementwise test for +-inf (bool).", kinds=ALL_KINDS, stage=True)
+isfinite = _unary("isfinite", _isfinite, "Elementwise test for finite values (bool).", kinds=ALL_KINDS, stage=True)
 
 equal = _binary("equal", ew.eq_p.bind, "Elementwise x1 == x2 (bool).", kinds=ALL_KINDS)
 not_equal = _binary("not_equal", lambda a, b: ew._compare(Ops.CMPNE, a, b), "Elementwise x1 != x2 (bool).",
@@ -468,12 +473,14 @@ less_equal = _binary("less_equal", ew.le_p.bind, "Elementwise x1 <= x2 (bool).",
 greater = _binary("greater", ew.gt_p.bind, "Elementwise x1 > x2 (bool).", kinds=ALL_KINDS)
 greater_equal = _binary("greater_equal", ew.ge_p.bind, "Elementwise x1 >= x2 (bool).", kinds=ALL_KINDS)
 
-logical_and = _binary("logical_and", _logical(ew._and), "Elementwise truth of x1 and x2 (bool).", kinds=ALL_KINDS)
-logical_or = _binary("logical_or", _logical(ew._or), "Elementwise truth of x1 or x2 (bool).", kinds=ALL_KINDS)
+logical_and = _binary("logical_and", _logical(ew._and), "Elementwise truth of x1 and x2 (bool).", kinds=ALL_KINDS,
+                      stage=True)
+logical_or = _binary("logical_or", _logical(ew._or), "Elementwise truth of x1 or x2 (bool).", kinds=ALL_KINDS,
+                     stage=True)
 logical_xor = _binary("logical_xor", _logical(lambda a, b: ew._binary(Ops.XOR, a, b)),
-                      "Elementwise truth of x1 xor x2 (bool).", kinds=ALL_KINDS)
+                      "Elementwise truth of x1 xor x2 (bool).", kinds=ALL_KINDS, stage=True)
 logical_not = _unary("logical_not", lambda a: ew._not(cast(a, BOOL, False)), "Elementwise not x (bool).",
-                     kinds=ALL_KINDS)
+                     kinds=ALL_KINDS, stage=True)
 
 bitwise_and = _binary("bitwise_and", ew._and, "Elementwise x1 & x2 (integers and bools).", kinds="iub")
 bitwise_or = _binary("bitwise_or", ew._or, "Elementwise x1 | x2 (integers and bools).", kinds="iub")
@@ -593,6 +600,7 @@ def conjugate(x: Any, /) -> Array:
 conj = conjugate
 
 
+@staged(static_argnames=("deg",))
 def angle(z: Any, deg: bool = False) -> Array:
   """The argument of each complex number, atan2(imag, real), in radians (degrees with `deg`); of a real number, 0 or
   pi (ints -> default float)."""
@@ -618,6 +626,7 @@ def iscomplex(x: Any) -> Array:
   return ew._compare(Ops.CMPNE, ew._imag(a), like(ew._imag(a), 0))
 
 
+@staged()
 def isreal(x: Any) -> Array:
   """Elementwise: a zero imaginary part (bool)."""
   return logical_not(iscomplex(x))

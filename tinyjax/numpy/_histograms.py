@@ -11,9 +11,11 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
+from tinyjax.lax._base import staged
 from tinyjax.numpy import _elementwise as ew
 
 
+@staged(static_argnames=("bins", "range"))
 def histogram_bin_edges(a: Any, bins: Any = 10, range: Any = None, weights: Any = None) -> Array:  # noqa: A002
   """The edges of `bins` equal bins over `range` (default: a's min to max; an empty range widened by 0.5 each
   side), or `bins` itself when it is 1-d; in a's inexact dtype. String bin rules are not supported (as JAX)."""

@@ -93,6 +93,7 @@ def dot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = 
   return lax_red.dot_general_raw(a, b, ((a.ndim - 1,), (b_axis,)), ((), ()), out_dtype)
 
 
+@staged(static_argnames=("precision",))
 def vdot(a: Any, b: Any, *, precision: Any = None) -> Array:
   """The inner product of the flattened operands, the first conjugated (for complex operands)."""
   del precision
@@ -154,6 +155,7 @@ def _check_core(name: str, signature: str, x1: Array, x2: Array, matrix_first: b
                      f"{error_context}")
 
 
+@staged()
 def matvec(x1: Any, x2: Any, /) -> Array:
   """The matrix-vector product of stacks: (..., n, m) with (..., m) -> (..., n), batch axes broadcast (numpy 2's
   gufunc; no conjugation)."""
@@ -162,6 +164,7 @@ def matvec(x1: Any, x2: Any, /) -> Array:
   return matmul(a, b[..., None])[..., 0]
 
 
+@staged()
 def vecmat(x1: Any, x2: Any, /) -> Array:
   """The vector-matrix product of stacks: (..., n) with (..., n, m) -> (..., m), batch axes broadcast; a complex
   vector is conjugated (numpy 2's gufunc, as JAX)."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.lax._base import canonicalize_axis
+from tinyjax.lax._base import canonicalize_axis, staged
 from tinyjax.numpy._elementwise import as_array
 from tinyjax.trace.core import ConcretizationTypeError, Tracer
 
@@ -30,6 +30,7 @@ def diagflat(v: Any, k: int = 0) -> Array:
   return jnp.diag(jnp.ravel(as_array(v, "diagflat")), operator.index(k))
 
 
+@staged()
 def ediff1d(ary: Any, to_end: Any = None, to_begin: Any = None) -> Array:
   """The differences of the flattened `ary` (x[1:] - x[:-1]) between the flattened `to_begin` and `to_end`, all
   in `ary`'s dtype."""

@@ -119,6 +119,7 @@ def indices(dimensions: Sequence[int], dtype: Any = None, sparse: bool = False) 
   return stack(outputs) if outputs else lax_shape.full((0,), 0, dtype)
 
 
+@staged(static_argnames=("offset", "axis1", "axis2"))
 def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Array:
   """The `offset` diagonal of the planes (axis1, axis2), as a last axis."""
   x = as_array(a, "diagonal")
@@ -201,6 +202,7 @@ def array_equal(a1: Any, a2: Any, equal_nan: bool = False) -> Array:
   return red.all(equal)
 
 
+@staged()
 def kron(a: Any, b: Any) -> Array:
   """The Kronecker product: every element of a times b, as blocks."""
   x, y = ew.promote("kron", a, b, broadcast=False)
@@ -371,6 +373,7 @@ def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axi
   return jnp.moveaxis(c, -1, axisc)
 
 
+@staged(static_argnames=("dx", "axis"))
 def trapezoid(y: Any, x: Any = None, dx: Any = 1.0, axis: int = -1) -> Array:
   """The integral of y (samples at x, or spaced dx) by the trapezoidal rule along `axis`."""
   from tinyjax import numpy as jnp
@@ -381,6 +384,7 @@ def trapezoid(y: Any, x: Any = None, dx: Any = 1.0, axis: int = -1) -> Array:
   return jnp.sum(widths * (y[..., 1:] + y[..., :-1]) / 2, axis=-1)
 
 
+@staged(static_argnames=("axis", "dtype"))
 def nancumsum(a: Any, axis: int | None = None, dtype: Any = None, out: None = None) -> Array:
   """cumsum with NaNs counted as zero."""
   from tinyjax import numpy as jnp
@@ -388,6 +392,7 @@ def nancumsum(a: Any, axis: int | None = None, dtype: Any = None, out: None = No
   return jnp.cumsum(jnp.where(jnp.isnan(x), 0, x) if dtypes.is_floating(x.dtype) else x, axis=axis, dtype=dtype)
 
 
+@staged(static_argnames=("axis", "dtype"))
 def nancumprod(a: Any, axis: int | None = None, dtype: Any = None, out: None = None) -> Array:
   """cumprod with NaNs counted as one."""
   from tinyjax import numpy as jnp
@@ -486,6 +491,7 @@ def delete(arr: Any, obj: Any, axis: int | None = None, *, assume_unique_indices
   return jnp.take(x, jnp.asarray(np.nonzero(keep)[0].astype(np.int32)), axis=axis)
 
 
+@staged(static_argnames=("axis",))
 def append(arr: Any, values: Any, axis: int | None = None) -> Array:
   """`values` appended to `arr` along `axis` (both flattened without one)."""
   from tinyjax import numpy as jnp

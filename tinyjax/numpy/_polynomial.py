@@ -10,6 +10,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
+from tinyjax.lax._base import staged
 from tinyjax.numpy import _elementwise as ew
 from tinyjax.trace.core import ConcretizationTypeError, Tracer
 
@@ -21,6 +22,7 @@ def _coefficients(name: str, *args: Any, inexact: bool = True) -> list[Array]:
   return [jnp.atleast_1d(a) for a in arrays]
 
 
+@staged()
 def poly(seq_of_zeros: Any) -> Array:
   """The coefficients of the monic polynomial with the given roots (or with the eigenvalues of a square matrix as
   roots: complex then, as JAX; numpy returns real coefficients for conjugate pairs)."""

@@ -213,6 +213,7 @@ def argmin(a: Any, axis: int | None = None, out: None = None, keepdims: bool = F
   return _arg_extreme("argmin", a, axis, keepdims, False)
 
 
+@staged(static_argnames=("axis", "keepdims"))
 def any(a: Any, axis: Axis = None, out: None = None, keepdims: bool = False, where: Any = None) -> Array:  # noqa: A001
   """Whether any element along `axis` is nonzero (bool)."""
   _unsupported(out, where, "any")
@@ -220,6 +221,7 @@ def any(a: Any, axis: Axis = None, out: None = None, keepdims: bool = False, whe
   return lax_red.max_raw(_masked(cast(x, BOOL, False), where, False), canonicalize_axes(axis, x.ndim), keepdims)
 
 
+@staged(static_argnames=("axis", "keepdims"))
 def all(a: Any, axis: Axis = None, out: None = None, keepdims: bool = False, where: Any = None) -> Array:  # noqa: A001
   """Whether every element along `axis` is nonzero (bool; True for an empty reduction)."""
   _unsupported(out, where, "all")
@@ -232,6 +234,7 @@ def all(a: Any, axis: Axis = None, out: None = None, keepdims: bool = False, whe
 def _isnan(x: Array) -> Array: return ew._isnan(x) if dtypes.is_floating(x.dtype) else like(x, False, BOOL)
 
 
+@staged(static_argnames=("axis", "dtype", "keepdims", "initial"))
 def nansum(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepdims: bool = False,
            initial: Any = None, where: Any = None) -> Array:
   """`sum` with NaNs counted as 0."""
@@ -239,6 +242,7 @@ def nansum(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepd
   return sum(ew._where(_isnan(x), like(x, 0), x), axis, dtype, out, keepdims, initial, where)
 
 
+@staged(static_argnames=("axis", "dtype", "keepdims", "initial"))
 def nanprod(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepdims: bool = False,
             initial: Any = None, where: Any = None) -> Array:
   """`prod` with NaNs counted as 1."""
@@ -255,6 +259,7 @@ def _nan_extreme(name: str, a: Any, axis: Axis, keepdims: bool, find_max: bool) 
   return ew._where(all_nan, like(result, math.nan), result)
 
 
+@staged(static_argnames=("axis", "keepdims", "initial"))
 def nanmax(a: Any, axis: Axis = None, out: None = None, keepdims: bool = False, initial: Any = None,
            where: Any = None) -> Array:
   """Maximum ignoring NaNs (NaN where every element is NaN)."""
@@ -264,6 +269,7 @@ def nanmax(a: Any, axis: Axis = None, out: None = None, keepdims: bool = False, 
   return _nan_extreme("nanmax", a, axis, keepdims, True)
 
 
+@staged(static_argnames=("axis", "keepdims", "initial"))
 def nanmin(a: Any, axis: Axis = None, out: None = None, keepdims: bool = False, initial: Any = None,
            where: Any = None) -> Array:
   """Minimum ignoring NaNs (NaN where every element is NaN)."""
@@ -283,6 +289,7 @@ def nanmean(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keep
   return mean(x, axis, dtype, out, keepdims, where=keep)
 
 
+@staged(static_argnames=("axis", "dtype", "ddof", "keepdims"))
 def nanvar(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, ddof: int = 0, keepdims: bool = False,
            where: Any = None, correction: int | float | None = None) -> Array:
   """Variance of the non-NaN elements."""
@@ -292,6 +299,7 @@ def nanvar(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, ddof:
   return var(x, axis, dtype, out, ddof, keepdims, where=keep, correction=correction)
 
 
+@staged(static_argnames=("axis", "dtype", "ddof", "keepdims"))
 def nanstd(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, ddof: int = 0, keepdims: bool = False,
            where: Any = None, correction: int | float | None = None) -> Array:
   """Standard deviation of the non-NaN elements."""
@@ -307,16 +315,19 @@ def _nan_arg(name: str, a: Any, axis: int | None, keepdims: bool, find_max: bool
   return ew._where(all_nan, like(result, -1), result)
 
 
+@staged(static_argnames=("axis", "keepdims"))
 def nanargmax(a: Any, axis: int | None = None, out: None = None, keepdims: bool = False) -> Array:
   """Index of the maximum ignoring NaNs (-1 where every element is NaN, as JAX)."""
   return _nan_arg("nanargmax", a, axis, keepdims, True)
 
 
+@staged(static_argnames=("axis", "keepdims"))
 def nanargmin(a: Any, axis: int | None = None, out: None = None, keepdims: bool = False) -> Array:
   """Index of the minimum ignoring NaNs (-1 where every element is NaN, as JAX)."""
   return _nan_arg("nanargmin", a, axis, keepdims, False)
 
 
+@staged(static_argnames=("axis", "keepdims"))
 def count_nonzero(a: Any, axis: Axis = None, keepdims: bool = False) -> Array:
   """How many elements are nonzero along `axis` (int32)."""
   x = as_array(a, "count_nonzero")

@@ -237,23 +237,27 @@ def _as_list(tup: Any, name: str) -> list[Any]:
   return list(tup)
 
 
+@staged(static_argnames=("dtype",))
 def vstack(tup: Sequence[Any], dtype: Any = None) -> Array:
   """Stack arrays vertically: 1-D arrays become rows (`atleast_2d`), then concatenate along axis 0."""
   return concatenate([atleast_2d(a) for a in _as_list(tup, "vstack")], 0, dtype)
 
 
+@staged(static_argnames=("dtype",))
 def hstack(tup: Sequence[Any], dtype: Any = None) -> Array:
   """Stack arrays horizontally: along axis 0 for 1-D arrays, along axis 1 otherwise."""
   arrays = [atleast_1d(a) for a in _as_list(tup, "hstack")]
   return concatenate(arrays, 0 if arrays and arrays[0].ndim == 1 else 1, dtype)
 
 
+@staged()
 def column_stack(tup: Sequence[Any]) -> Array:
   """Stack 1-D arrays as columns of a 2-D array (2-D arrays are taken as they are), along axis 1."""
   arrays = [_as_array(a) for a in _as_list(tup, "column_stack")]
   return concatenate([reshape(a, (a.size, 1)) if a.ndim < 2 else a for a in arrays], 1)
 
 
+@staged(static_argnames=("dtype",))
 def dstack(tup: Sequence[Any], dtype: Any = None) -> Array:
   """Stack arrays along a third axis (`atleast_3d`, then concatenate along axis 2)."""
   return concatenate([atleast_3d(a) for a in _as_list(tup, "dstack")], 2, dtype)

@@ -48,6 +48,7 @@ def argsort(a: Any, axis: int | None = -1, *, kind: str | None = None, order: No
   return cast(argsort_raw(x, canonicalize_axis(axis, x.ndim), descending), dtypes.default_int_dtype(), False)
 
 
+@staged(static_argnames=("axis",))
 def lexsort(keys: Sequence[Any], axis: int = -1) -> Array:
   """Indices sorting by the last key, ties broken by the one before, and so on (numpy's lexsort)."""
   arrays = [_as_array(k, "lexsort") for k in keys]
@@ -58,6 +59,7 @@ def lexsort(keys: Sequence[Any], axis: int = -1) -> Array:
   return cast(lexsort_raw(arrays, canonicalize_axis(axis, len(shape))), dtypes.default_int_dtype(), False)
 
 
+@staged()
 def sort_complex(a: Any) -> Array:
   """`a` sorted along its last axis as complex numbers (by real part, then imaginary part; NaNs last), in the
   complex dtype of its kind (float32 and smaller give complex64)."""

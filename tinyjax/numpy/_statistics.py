@@ -157,6 +157,7 @@ def average(a: Any, axis: Any = None, weights: Any = None, returned: bool = Fals
   return (result, jnp.broadcast_to(total, result.shape)) if returned else result
 
 
+@staged(static_argnames=("axis", "keepdims"))
 def ptp(a: Any, axis: Any = None, out: None = None, keepdims: bool = False) -> Array:
   """Peak to peak: max - min over `axis`."""
   from tinyjax import numpy as jnp

@@ -59,15 +59,17 @@ def copy(a: Any, order: Any = None) -> Array:
   return jnp.asarray(a)
 
 
+@staged()
 def spacing(x: Any, /) -> Array:
   """The distance from x to the next float away from zero (negative for negative x; the smallest subnormal at 0;
   float16 steps toward +inf, as numpy). Integers and bools move to the default float dtype."""
   from tinyjax import numpy as jnp
   (value,) = ew.promote("spacing", x, inexact=True)
   if dtypes.is_complex(value.dtype): raise ValueError("jnp.spacing is not defined for complex inputs.")
-  if value.dtype == np.float16: return jnp.nextafter(value, jnp.asarray(np.inf, value.dtype)) - value
-  step = jnp.nextafter(value, jnp.copysign(jnp.asarray(np.inf, value.dtype), value)) - value
-  smallest = jnp.asarray(dtypes.finfo(value.dtype).smallest_subnormal, value.dtype)
+  infinity = full((), math.inf, value.dtype)  # (constants, not host data: an eager call is one node)
+  if value.dtype == np.float16: return jnp.nextafter(value, infinity) - value
+  step = jnp.nextafter(value, jnp.copysign(infinity, value)) - value
+  smallest = full((), dtypes.finfo(value.dtype).smallest_subnormal, value.dtype)
   return jnp.where(step == 0, jnp.copysign(smallest, value), step)
 
 
@@ -106,6 +108,7 @@ _SINC_SERIES_BOUND = 0.1
 _SINC_SERIES = tuple((-1) ** n / math.factorial(2 * n + 1) for n in range(7))
 
 
+@staged()
 def sinc(x: Any, /) -> Array:
   """sin(pi x) / (pi x), 1 at x = 0, elementwise; its derivatives at 0 are the limits (grad(sinc)(0) is 0, the
   second derivative -pi^2 / 3), as JAX's. Integers move to the default float dtype."""
@@ -150,6 +153,7 @@ def _chebyshev(t: Array, coefficients: tuple[float, ...]) -> Array:
   return (b0 - b2) * 0.5
 
 
+@staged()
 def i0(x: Any) -> Array:
   """The modified Bessel function of the first kind of order 0, elementwise (real x; integers move to the default
   float dtype). Differentiable: its derivative is I1(x), 0 at x = 0."""

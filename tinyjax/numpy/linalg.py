@@ -64,6 +64,7 @@ def _adjoint(x: Array) -> Array:
   return ew.conjugate(ew.swap_last(x))
 
 
+@staged(static_argnames=("upper", "symmetrize_input"))
 def cholesky(a: Any, *, upper: bool = False, symmetrize_input: bool = True) -> Array:
   """The lower Cholesky factor L of symmetric positive-definite matrices (..., n, n), a = L L^T (`upper`: L^T).
   NaN where a is not positive-definite (no exception, as JAX)."""
@@ -106,6 +107,7 @@ def eigh(a: Any, UPLO: str | None = None, symmetrize_input: bool = True) -> Eigh
   return EighResult(values, vectors)
 
 
+@staged(static_argnames=("UPLO", "symmetrize_input"))
 def eigvalsh(a: Any, UPLO: str | None = "L", symmetrize_input: bool = True) -> Array:  # noqa: N803
   """The eigenvalues (ascending) of symmetric matrices (..., n, n)."""
   return eigh(a, UPLO, symmetrize_input).eigenvalues

@@ -16,7 +16,7 @@ from tinyjax import dtypes, lax
 from tinyjax import numpy as jnp
 from tinyjax.array import Array
 from tinyjax.lax import erf as _lax_erf, erf_inv as _lax_erf_inv, erfc as _lax_erfc
-from tinyjax.lax._base import cast, like
+from tinyjax.lax._base import cast, full, like, staged
 from tinyjax.nn.functions import logsumexp, sigmoid
 
 _LANCZOS_G = 7.0
@@ -33,7 +33,8 @@ def _in_float64(fn):
   def wrapped(x: Any) -> Array:
     array = _float(x)
     return cast(fn(cast(array, np.float64, False)), array.dtype, array.weak_type)
-  return wrapped
+  wrapped.__name__ = wrapped.__qualname__ = fn.__name__.strip("_").removesuffix("64")  # (_gammaln64: gammaln)
+  return staged()(wrapped)
 
 
 def erf(x: Any) -> Array:
@@ -56,12 +57,14 @@ def expit(x: Any) -> Array:
   return sigmoid(x)
 
 
+@staged()
 def logit(x: Any) -> Array:
   """log(x / (1 - x))."""
   x = _float(x)
   return jnp.log(x / (1 - x))
 
 
+@staged()
 def xlogy(x: Any, y: Any) -> Array:
   """x * log(y), 0 where x == 0 (also for y == 0)."""
   x, y = jnp.asarray(x), jnp.asarray(y)
@@ -70,6 +73,7 @@ def xlogy(x: Any, y: Any) -> Array:
   return jnp.where(x == 0, 0.0, x * jnp.log(safe_y))
 
 
+@staged()
 def xlog1py(x: Any, y: Any) -> Array:
   """x * log1p(y), 0 where x == 0."""
   x, y = jnp.asarray(x), jnp.asarray(y)
@@ -78,6 +82,7 @@ def xlog1py(x: Any, y: Any) -> Array:
   return jnp.where(x == 0, 0.0, x * jnp.log1p(safe_y))
 
 
+@staged()
 def entr(x: Any) -> Array:
   """-x log(x) for x > 0, 0 at 0, -inf below."""
   x = _float(x)
@@ -135,17 +140,20 @@ digamma = _in_float64(_digamma64)
 digamma.__doc__ = "The digamma function psi(x) = d/dx log Gamma(x) (NaN at the poles)."
 
 
+@staged()
 def ndtr(x: Any) -> Array:
   """The standard normal CDF, 0.5 erfc(-x / sqrt(2))."""
   x = _float(x)
-  return 0.5 * _lax_erfc(-x * np.array(1 / math.sqrt(2), x.dtype))
+  return 0.5 * _lax_erfc(-x * full((), 1 / math.sqrt(2), x.dtype))  # (a strongly typed constant, not host data)
 
 
+@staged()
 def log_ndtr(x: Any) -> Array:
   """log of the standard normal CDF (through erfc, accurate far into the lower tail)."""
   return jnp.log(ndtr(x))
 
 
+@staged()
 def ndtri(p: Any) -> Array:
   """The standard normal quantile function (inverse of ndtr)."""
   p = _float(p)
