@@ -51,6 +51,7 @@ def _with_initial(result: Array, initial: Any, combine) -> Array:
   return result if initial is None else cast(combine(result, initial), result.dtype, weak_type=False)
 
 
+@staged(static_argnames=("axis", "dtype", "keepdims", "initial"))
 def sum(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepdims: bool = False,  # noqa: A001
         initial: Any = None, where: Any = None) -> Array:
   """Sum over `axis` (None: all; a tuple: several). Dtype: `dtype`, else bool/int8/int16 -> int32,
@@ -63,6 +64,7 @@ def sum(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepdims
   return _with_initial(result, initial, add)
 
 
+@staged(static_argnames=("axis", "dtype", "keepdims", "initial"))
 def prod(a: Any, axis: Axis = None, dtype: Any = None, out: None = None, keepdims: bool = False,
          initial: Any = None, where: Any = None) -> Array:
   """Product over `axis`, with `sum`'s result dtypes."""
@@ -88,12 +90,14 @@ def _extreme(name: str, a: Any, axis: Axis, out: Any, keepdims: bool, initial: A
   return _with_initial(result, initial, maximum if find_max else minimum)
 
 
+@staged(static_argnames=("axis", "keepdims", "initial"))
 def max(a: Any, axis: Axis = None, out: None = None, keepdims: bool = False, initial: Any = None,  # noqa: A001
         where: Any = None) -> Array:
   """Maximum over `axis` (NaN propagates); same dtype. ValueError for an empty reduction without `initial`."""
   return _extreme("max", a, axis, out, keepdims, initial, where, True)
 
 
+@staged(static_argnames=("axis", "keepdims", "initial"))
 def min(a: Any, axis: Axis = None, out: None = None, keepdims: bool = False, initial: Any = None,  # noqa: A001
         where: Any = None) -> Array:
   """Minimum over `axis` (NaN propagates); same dtype. ValueError for an empty reduction without `initial`."""
@@ -201,12 +205,14 @@ def _arg_extreme(name: str, a: Any, axis: int | None, keepdims: bool, find_max: 
   return lax_red.arg_extreme_raw(x, axis, find_max, index_dtype, keepdims)
 
 
+@staged(static_argnames=("axis", "keepdims"))
 def argmax(a: Any, axis: int | None = None, out: None = None, keepdims: bool = False) -> Array:
   """Index of the first maximum along `axis` (None: of the flattened array), default int dtype; NaN is maximal."""
   _unsupported(out, None, "argmax")
   return _arg_extreme("argmax", a, axis, keepdims, True)
 
 
+@staged(static_argnames=("axis", "keepdims"))
 def argmin(a: Any, axis: int | None = None, out: None = None, keepdims: bool = False) -> Array:
   """Index of the first minimum along `axis` (None: of the flattened array), default int dtype; NaN is minimal."""
   _unsupported(out, None, "argmin")
