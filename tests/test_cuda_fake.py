@@ -65,8 +65,12 @@ def test_a_gpu_is_the_default_device_unless_a_platform_is_named(fake, monkeypatc
       assert tj.default_backend() == "gpu" and device_module.default_device() is device
       assert jnp.asarray(np.ones(3, np.float32)).device is device
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    device_module._default.clear()  # (the environment is read when the default device is first looked up, as JAX's)
     with tj.config.override("jax_platforms", None):
       assert tj.default_backend() == "cpu"
+    with tj.config.override("jax_platforms", "cuda"):  # (the option, unlike the environment, applies at once)
+      assert tj.default_backend() == "gpu"
+    assert tj.default_backend() == "cpu"
   finally:
     device_module._default.clear()
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import re
 
+from tinyjax.config import config
+
 
 class CpuDevice:
   """A CPU device. There is one unless `jax_num_cpu_devices` (or TINYJAX_CPU_DEVICES) asks for more: then the host is
@@ -125,18 +127,21 @@ def backend_devices(platform: str) -> list:
 
 
 def _requested_platforms() -> list[str]:
-  from tinyjax.config import config
   value = config.jax_platforms or os.environ.get("TINYJAX_PLATFORMS") or os.environ.get("JAX_PLATFORMS") or ""
   return [name.strip() for name in value.split(",") if name.strip()]
 
 
-_default: list = []  # (requested platforms, device) of the last lookup
+# [the default device] once looked up. The environment variables are read then, as JAX reads JAX_PLATFORMS when its
+# backends start (reading them at each lookup cost 2 us of every eager read of constants); a change of the
+# jax_platforms option clears it.
+_default: list = []
+config.on_change(lambda name, value: _default.clear() if name == "jax_platforms" else None)
 
 
 def default_device():
   """The device arrays from the host go to and computations without inputs run on."""
+  if _default: return _default[0]
   requested = _requested_platforms()
-  if _default and _default[0] == requested: return _default[1]
   device, errors = None, []
   for platform in requested:
     try:
@@ -148,7 +153,7 @@ def default_device():
   if device is None:
     if requested: raise RuntimeError("; ".join(errors))
     device = _first_gpu() or CPU
-  _default[:] = [requested, device]
+  _default[:] = [device]
   return device
 
 

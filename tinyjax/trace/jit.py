@@ -603,7 +603,7 @@ def _fast_signature(leaves: list[Any]) -> tuple[tuple, list[Buffer], list[Array]
     if kind is not Array:
       if kind not in _SCALAR_TYPES: return None
       if arrays is leaves: arrays = list(leaves)
-      leaf = arrays[k] = _leaf_to_array(leaf)
+      leaf = arrays[k] = _scalar_argument(leaf)
     uop = leaf.uop
     if uop.op is not Ops.BUFFER:  # the lazy leaves are computed together (see JitWrapped._lookup)
       realize_arrays([other for other in arrays if type(other) is Array])
@@ -616,6 +616,25 @@ def _fast_signature(leaves: list[Any]) -> tuple[tuple, list[Buffer], list[Array]
 
 
 _SCALAR_TYPES = frozenset({bool, int, float, complex})
+
+
+def _scalar_argument(leaf: bool | int | float | complex) -> Array:
+  """A Python scalar argument as `_leaf_to_array` makes it, its buffer made once per value, dtype and default device
+  (`random.uniform(key, shape)` passes its bounds 0.0 and 1.0 to a jitted program: two host buffers per call were
+  10 us of its 23). The buffer is never written: donating it copies, as it is referenced here."""
+  dtype = dtypes.python_scalar_dtype(leaf)
+  key = (type(leaf), repr(leaf), dtype, default_device())  # (repr: -0.0 is not 0.0, NaN is itself)
+  made = _SCALAR_ARGUMENTS.get(key)
+  if made is None:
+    if len(_SCALAR_ARGUMENTS) >= _SCALAR_ARGUMENTS_MAX: _SCALAR_ARGUMENTS.clear()
+    array = _leaf_to_array(leaf)
+    made = _SCALAR_ARGUMENTS[key] = (array.uop.arg, array.weak_type)
+  buffer, weak = made
+  return Array(UOp(Ops.BUFFER, buffer.dtype, (), buffer), weak)
+
+
+_SCALAR_ARGUMENTS: dict[tuple, tuple[Buffer, bool]] = {}
+_SCALAR_ARGUMENTS_MAX = 4096
 
 
 @dataclass(frozen=True)
