@@ -9,6 +9,7 @@ and `allocate_buffers` makes the buffers of a launch without re-checking shapes 
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import sys
@@ -40,8 +41,16 @@ def take_block(nbytes: int) -> tuple[np.ndarray, int]:
   if (free := _pool.get(nbytes)):
     _pool_bytes -= nbytes
     return free.pop()
-  raw = np.empty(nbytes, np.uint8)
+  if 0 < nbytes <= SMALL_BLOCK_BYTES:  # (its address without numpy's `.ctypes`: 1.1 -> 0.45 us; zeroing it is free)
+    memory = ctypes.create_string_buffer(nbytes)
+    return np.frombuffer(memory, np.uint8), ctypes.addressof(memory)
+  raw = np.empty(nbytes, np.uint8)  # (untouched: its pages are faulted in where a kernel first writes them)
   return raw, raw.ctypes.data
+
+
+# A new block up to this size is a ctypes buffer seen by numpy (an eager read handed out as a numpy view takes one
+# each time: the view keeps its block out of the pool).
+SMALL_BLOCK_BYTES = 1 << 16
 
 
 def give_block(raw: np.ndarray, address: int) -> None:
