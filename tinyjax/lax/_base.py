@@ -187,6 +187,7 @@ def staged(static_argnames: Sequence[str] = ()) -> Callable[[Callable], Callable
     parameters = list(inspect.signature(fn).parameters.values())
     names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     positional_only = [p.name for p in parameters if p.kind is p.POSITIONAL_ONLY]
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in parameters)  # (einsum's *operands: arrays, "*" in the layout)
 
     def impl(*operands: Array, _layout: tuple, **params: Any) -> Any:
       arguments, k = params, 0
@@ -196,6 +197,8 @@ def staged(static_argnames: Sequence[str] = ()) -> Callable[[Callable], Callable
         else:
           name, n, kind = entry
           arguments[name], k = kind(operands[k:k + n]), k + n
+      if "*" in arguments:  # (every parameter before the variadic one was passed by position)
+        return fn(*[arguments.pop(name) for name in names], *arguments.pop("*"), **arguments)
       return fn(*[arguments.pop(name) for name in positional_only if name in arguments], **arguments)
     if fn.__name__ in _STAGED_NAMES:  # (a call is named by its function in the persistent caches' keys)
       raise ValueError(f"a staged function named {fn.__name__} exists already")
@@ -205,8 +208,13 @@ def staged(static_argnames: Sequence[str] = ()) -> Callable[[Callable], Callable
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
       trace = current_trace.get()
-      if type(trace) is not EvalTrace or debug_nans[0] or len(args) > len(names): return fn(*args, **kwargs)
+      if type(trace) is not EvalTrace or debug_nans[0]: return fn(*args, **kwargs)
       operands, layout, params = [], [], {}
+      if len(args) > len(names):
+        extra = args[len(names):]
+        if not variadic or not all(type(v) is Array for v in extra): return fn(*args, **kwargs)
+        operands.extend(extra)
+        layout.append(("*", len(extra), tuple))
       for name, value in itertools.chain(zip(names, args), kwargs.items()):
         kind = type(value)
         if kind is Array:

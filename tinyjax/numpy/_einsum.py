@@ -16,6 +16,7 @@ from typing import Any
 
 from tinyjax import dtypes
 from tinyjax.array import Array
+from tinyjax.lax._base import staged
 from tinyjax.lax._reductions import dot_general
 from tinyjax.lax._shape import permute_raw
 from tinyjax.numpy import _reductions as red
@@ -81,6 +82,7 @@ def _sum_out(x: Array, term: str, keep: set[str]) -> tuple[Array, str]:
   return red.sum(x, axis=axes, dtype=x.dtype), "".join(c for c in term if c in keep)
 
 
+@staged(static_argnames=("optimize", "precision", "preferred_element_type", "_use_xeinsum"))
 def einsum(subscripts: str, *operands: Any, out: None = None, optimize: Any = "auto", precision: Any = None,
            preferred_element_type: Any = None, _use_xeinsum: bool = False, _dot_general: Any = None,
            out_sharding: Any = None) -> Array:

@@ -36,6 +36,7 @@ def _placed(result: Array, out_sharding: Any) -> Array:
   return with_sharding_constraint(result, out_sharding)
 
 
+@staged(static_argnames=("precision", "preferred_element_type"))
 def matmul(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None,
            out_sharding: Any = None) -> Array:
   """Matrix product with numpy's rules: (..., m, k) @ (..., k, n) -> (..., m, n) with broadcast batch axes; a 1-D
@@ -71,6 +72,7 @@ def matmul(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any
   return result
 
 
+@staged(static_argnames=("precision", "preferred_element_type"))
 def dot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None, out_sharding: Any = None
         ) -> Array:
   """numpy's dot: scalars multiply; 1-D·1-D is the inner product; otherwise the sum over the last axis of `a` and
@@ -105,6 +107,7 @@ def vdot(a: Any, b: Any, *, precision: Any = None) -> Array:
   return _contract(reshape_raw(a, (a.size,)), reshape_raw(b, (b.size,)), ((0,), (0,)))
 
 
+@staged(static_argnames=("precision",))
 def inner(a: Any, b: Any, *, precision: Any = None) -> Array:
   """Sum over the last axes of both: shape a.shape[:-1] + b.shape[:-1] (scalars multiply)."""
   del precision
@@ -123,6 +126,7 @@ def outer(a: Any, b: Any) -> Array:
 
 
 @with_out_sharding
+@staged(static_argnames=("axes", "precision"))
 def tensordot(a: Any, b: Any, axes: int | Sequence[Any] = 2, *, precision: Any = None) -> Array:
   """Sum over `axes` (an int n: the last n of a with the first n of b; or a pair of axis lists): shape
   (a's other axes, b's other axes)."""
