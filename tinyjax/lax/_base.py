@@ -56,9 +56,16 @@ def canonicalize_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int,
 # ---------------------------------------------------------------------------------------------------------- host data
 
 def check_int_range(value: int, dtype: np.dtype) -> None:
-  info = np.iinfo(dtype)
-  if not info.min <= value <= info.max:
+  low, high = _int_range(dtype)
+  if not low <= value <= high:
     raise OverflowError(f"Python int {value} too large to convert to {dtype.name}")
+
+
+@functools.cache
+def _int_range(dtype: np.dtype) -> tuple[int, int]:
+  """An integer dtype's (min, max) as Python ints (np.iinfo costs ~1 us: every eager op with a Python int asks)."""
+  info = np.iinfo(dtype)
+  return int(info.min), int(info.max)
 
 
 def scalar_value(value: Any, dtype: np.dtype) -> bool | int | float | complex:
