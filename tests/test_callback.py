@@ -139,3 +139,20 @@ def test_make_jaxpr_and_profile_show_it():
     out = f(x)
   np.testing.assert_allclose(np.asarray(out), np.sin(2.0) + 1, rtol=1e-6)
   assert len(profile.kernels) >= 1
+
+
+def test_host_step_views_follow_the_buffers_addresses():
+  """A host step keeps a numpy view per (slot, address) (devices/cpu.py HostProgram): with outputs held alive the
+  addresses keep changing, past the views it keeps (HOST_VIEWS), and with them dropped they repeat; every call must
+  see its own operands and write its own results."""
+  from tinyjax.devices.cpu import HOST_VIEWS
+  f = tj.jit(lambda x: tj.pure_callback(lambda v: np.cumsum(v) * 2, tj.ShapeDtypeStruct(x.shape, x.dtype), x) + x)
+  rng = np.random.default_rng(5)
+  held = []
+  for step in range(HOST_VIEWS + 20):
+    host = rng.standard_normal(33).astype(np.float32)
+    out = f(jnp.asarray(host))
+    if step % 2: held.append((out, host))
+    else: np.testing.assert_allclose(np.asarray(out), np.cumsum(host) * 2 + host, rtol=1e-5, atol=1e-5)
+  for out, host in held:
+    np.testing.assert_allclose(np.asarray(out), np.cumsum(host) * 2 + host, rtol=1e-5, atol=1e-5)

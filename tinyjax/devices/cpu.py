@@ -36,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from tinyjax.devices import runtime
 from tinyjax.devices.cache import DiskCache
@@ -391,18 +391,30 @@ class HostProgram:
     self.error: BaseException | None = None
     self._fn = _HOST_FN(self._call)  # (kept: the runtime holds only its address)
     self.fn_addr = ctypes.cast(self._fn, ctypes.c_void_p).value
+    # (slot, address) -> the numpy view of that slot's memory there: a program's buffers come from the pool, so the
+    # same addresses come back call after call (a view was ~1.2 us; a small LU's host step has four). A view made for
+    # a slot's size is valid whenever the slot's buffer is at that address again.
+    self._views: dict[tuple[int, int], Any] = {}
 
   def _call(self, args: int, start: int, end: int) -> None:
     import numpy as np
     try:
       addresses = (ctypes.c_void_p * len(self._specs)).from_address(args)
-      arrays = []
-      for address, (nbytes, dtype, shape) in zip(addresses, self._specs):
-        raw = (ctypes.c_char * nbytes).from_address(address) if nbytes else bytearray(dtype.itemsize)
-        arrays.append(np.frombuffer(raw, dtype, nbytes // dtype.itemsize).reshape(shape))
+      views, arrays = self._views, []
+      for slot, address in enumerate(addresses):
+        if (view := views.get((slot, address))) is None:
+          nbytes, dtype, shape = self._specs[slot]
+          raw = (ctypes.c_char * nbytes).from_address(address) if nbytes else bytearray(dtype.itemsize)
+          view = np.frombuffer(raw, dtype, nbytes // dtype.itemsize).reshape(shape)
+          if len(views) >= HOST_VIEWS: views.clear()
+          views[(slot, address)] = view
+        arrays.append(view)
       for out, value in zip(arrays[self.n_in:], self.run(arrays[:self.n_in])): np.copyto(out, value)
     except BaseException as error:  # noqa: BLE001 -- raised again by the caller, after the launch returns
       self.error = self.error or error
+
+
+HOST_VIEWS = 64  # (views a host step keeps; a loop body's step sees a few addresses per slot)
 
 
 class LaunchList:
