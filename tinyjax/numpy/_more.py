@@ -68,6 +68,7 @@ def vsplit(ary: Any, indices_or_sections: Any) -> list[Array]:
   return split(ary, indices_or_sections, axis=0)
 
 
+@staged(static_argnames=("k", "axes"))
 def rot90(m: Any, k: int = 1, axes: tuple[int, int] = (0, 1)) -> Array:
   """`m` rotated by 90 degrees `k` times in the plane of `axes` (from the first axis toward the second)."""
   x = as_array(m, "rot90")

@@ -263,6 +263,7 @@ def dstack(tup: Sequence[Any], dtype: Any = None) -> Array:
   return concatenate([atleast_3d(a) for a in _as_list(tup, "dstack")], 2, dtype)
 
 
+@staged(static_argnames=("reps",))
 def tile(A: Any, reps: int | Sequence[int]) -> Array:  # noqa: N803
   """`A` repeated `reps` times along each axis (reps longer than A.ndim adds leading axes; shorter applies to the
   trailing axes): a broadcast and a reshape, no copy until used."""
@@ -278,6 +279,7 @@ def tile(A: Any, reps: int | Sequence[int]) -> Array:  # noqa: N803
 
 
 @with_out_sharding
+@staged(static_argnames=("repeats", "axis", "total_repeat_length"))
 def repeat(a: Any, repeats: Any, axis: int | None = None, *, total_repeat_length: int | None = None) -> Array:
   """Each element repeated `repeats` times along `axis` (None: of the flattened array). `repeats` may be an array of
   per-element counts: then output position j takes the element whose cumulative count first exceeds j (a binary
@@ -312,6 +314,7 @@ def repeat(a: Any, repeats: Any, axis: int | None = None, *, total_repeat_length
   return reshape(spread, x.shape[:axis] + (x.shape[axis] * repeats,) + x.shape[axis + 1:])
 
 
+@staged(static_argnames=("shift", "axis"))
 def roll(a: Any, shift: int | Sequence[int], axis: int | Sequence[int] | None = None) -> Array:
   """Elements shifted by `shift` along `axis` (None: of the flattened array, reshaped back), wrapping around."""
   x = _as_array(a)
@@ -367,6 +370,7 @@ def _pad_widths(pad_width: Any, ndim: int) -> list[tuple[int, int]]:
   return [(int(lo), int(hi)) for lo, hi in widths]
 
 
+@staged(static_argnames=("pad_width", "mode"))
 def pad(array: Any, pad_width: Any, mode: str = "constant", constant_values: Any = 0) -> Array:
   """Pad each axis by (before, after) widths. Modes: 'constant' (scalar constant_values), 'edge', 'reflect',
   'symmetric', 'wrap' (the last three for widths up to the axis size)."""
