@@ -244,6 +244,8 @@ def _more_cases(x, m, xi, i):
                                                                                 1.959963984540054]),
     ("logit", lambda: tj.scipy.special.logit(p), np.log(p64 / (1 - p64))),
     ("gammaln", lambda: tj.scipy.special.gammaln(p * 10), np.vectorize(math.lgamma)(p64 * 10)),
+    ("digamma", lambda: tj.scipy.special.digamma(jnp.asarray([1.0, 2.0, 0.5])),
+     [-0.5772156649015329, 0.42278433509846713, -1.9635100260214235]),
     ("eigvalsh", lambda: jnp.linalg.eigvalsh(m[:, :4].T @ m[:, :4]), np.linalg.eigvalsh(M64[:, :4].T @ M64[:, :4])),
     ("cholesky", lambda: jnp.linalg.cholesky(m.T @ m + jnp.eye(6)), np.linalg.cholesky(M64.T @ M64 + np.eye(6))),
   ]
