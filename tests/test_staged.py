@@ -351,3 +351,56 @@ def test_staged_functions_under_transformations():
     np.testing.assert_allclose(np.asarray(tj.jit(tj.vmap(tj.grad(loss)))(rows)), per_row, rtol=1e-10)
     np.testing.assert_allclose(np.asarray(tj.vmap(tj.jit(loss))(rows)), [float(loss(rows[k])) for k in range(3)],
                                rtol=1e-12)
+
+
+def _multiple_cases():
+  x, m = jnp.asarray(X64.astype(np.float32)), jnp.asarray(M64.astype(np.float32))
+  square64 = M64[:, :4] + 4 * np.eye(4)
+  square = jnp.asarray(square64.astype(np.float32))
+  sign, logdet = np.linalg.slogdet(square64)
+  q64, r64 = np.linalg.qr(square64)
+  counts, edges = np.histogram(X64, bins=4)
+  top = np.sort(X64)[::-1][:3]
+  return [  # (name, call, float64 numpy reference of each result; None: checked against the function alone)
+    ("split", lambda: jnp.split(x, 3), np.split(X64, 3)),
+    ("array_split", lambda: jnp.array_split(m, 3, axis=1), np.array_split(M64, 3, axis=1)),
+    ("meshgrid", lambda: jnp.meshgrid(x[:3], x[3:5], indexing="ij"), np.meshgrid(X64[:3], X64[3:5], indexing="ij")),
+    ("frexp", lambda: jnp.frexp(x), np.frexp(X64.astype(np.float32))),
+    ("modf", lambda: jnp.modf(x), np.modf(X64)),
+    ("divmod", lambda: jnp.divmod(x, 1.5), np.divmod(X64.astype(np.float32), np.float32(1.5))),
+    ("slogdet", lambda: jnp.linalg.slogdet(square), (sign, logdet)),
+    ("eigh", lambda: jnp.linalg.eigh(square.T @ square)[:1], (np.linalg.eigvalsh(square64.T @ square64),)),
+    ("svd", lambda: jnp.linalg.svd(m, compute_uv=False), np.linalg.svd(M64, compute_uv=False)),
+    ("svd", lambda: jnp.linalg.svd(m, full_matrices=False), None),
+    ("qr", lambda: jnp.linalg.qr(square), (q64 * np.sign(np.diag(r64)), (r64.T * np.sign(np.diag(r64))).T)),
+    ("unique", lambda: jnp.unique(jnp.asarray(XI64), size=6, fill_value=-1),
+     np.pad(np.unique(XI64), (0, max(0, 6 - len(np.unique(XI64)))), constant_values=-1)[:6]),
+    ("histogram", lambda: jnp.histogram(x, bins=4), (counts, edges)),
+    ("sort_key_val", lambda: tj.lax.sort_key_val(x, jnp.asarray(XI64)), (np.sort(X64), XI64[np.argsort(X64)])),
+    ("top_k", lambda: tj.lax.top_k(x, 3), (top, np.argsort(-X64)[:3])),
+  ]
+
+
+@pytest.mark.parametrize("case", range(len(_multiple_cases())))
+def test_a_staged_call_of_several_results_rebuilds_the_functions_sequence(case):
+  """A function returning a tuple, list or namedtuple (or, for some arguments, one array) is one node with a result
+  per array; the call gives the function's own container, each array bit for bit the function's, and numpy's values
+  (`qr` up to the signs of Q's columns, taken from R's diagonal, as numpy's and LAPACK's agree on neither)."""
+  name, call, want = _multiple_cases()[case]
+  out, unstaged = call(), _unstaged(call)
+  assert type(out) is type(unstaged)
+  outs = [out] if isinstance(out, tj.Array) else list(out)
+  theirs = [unstaged] if isinstance(unstaged, tj.Array) else list(unstaged)
+  assert len(outs) == len(theirs)
+  nodes = {a.uop.src[0] if a.uop.op is Ops.PROJECT else a.uop for a in outs}
+  assert len(nodes) == 1 and _is_staged(tj.Array(nodes.pop())), name
+  for mine, other in zip(outs, theirs):
+    assert (mine.dtype, mine.weak_type, mine.shape) == (other.dtype, other.weak_type, other.shape)
+    np.testing.assert_array_equal(np.asarray(mine), np.asarray(other))
+  if name == "qr":
+    q, r = (np.asarray(a, np.float64) for a in outs)
+    signs = np.sign(np.diag(r))
+    outs = [q * signs, (r.T * signs).T]
+  if want is not None:
+    for mine, reference in zip(outs, [want] if isinstance(want, np.ndarray) else want):
+      np.testing.assert_allclose(np.asarray(mine).astype(np.float64), reference, rtol=4e-5, atol=4e-5)

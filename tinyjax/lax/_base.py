@@ -178,7 +178,7 @@ _EAGER_CONSTANTS: dict[tuple, Any] = {}
 _EAGER_CONSTANTS_MAX = 4096
 
 
-def staged(static_argnames: Sequence[str] = ()) -> Callable[[Callable], Callable]:
+def staged(static_argnames: Sequence[str] = (), multiple_results: bool = False) -> Callable[[Callable], Callable]:
   """Decorate a library function (`jnp.take`, `jnp.clip`, `nn.one_hot`...) so that an eager call of it builds one
   PRIMITIVE node named after it, as JAX's jitted library functions make one dispatch: the call's signature (its
   arrays' avals and its static arguments) finds the result's aval from one abstract evaluation (`stage_call`), and
@@ -187,7 +187,12 @@ def staged(static_argnames: Sequence[str] = ()) -> Callable[[Callable], Callable
   takes it: a loop over its values runs one program); the `static_argnames`, None and strings are params (keyed by
   value). Anything else (lists and tuples other than of arrays, numpy data, tracers), a trace other than the eager
   one, or a call that does not stage (its abstract evaluation failed: it needs values, or raises) runs the function
-  itself; so transformations and jaxprs see the function's body, and errors are what it raises."""
+  itself; so transformations and jaxprs see the function's body, and errors are what it raises.
+
+  `multiple_results`: the function returns a flat sequence of arrays (a tuple, a list, a namedtuple such as
+  `slogdet`'s) or, for some arguments, one array. The node then has one result per array, and the container is found
+  once per call signature (`_containers`) by running the function itself on the arguments (lazily: it computes
+  nothing)."""
   static = frozenset(static_argnames)
 
   def decorate(fn: Callable) -> Callable:
@@ -205,12 +210,15 @@ def staged(static_argnames: Sequence[str] = ()) -> Callable[[Callable], Callable
           name, n, kind = entry
           arguments[name], k = kind(operands[k:k + n]), k + n
       if "*" in arguments:  # (every parameter before the variadic one was passed by position)
-        return fn(*[arguments.pop(name) for name in names], *arguments.pop("*"), **arguments)
-      return fn(*[arguments.pop(name) for name in positional_only if name in arguments], **arguments)
+        out = fn(*[arguments.pop(name) for name in names], *arguments.pop("*"), **arguments)
+      else:
+        out = fn(*[arguments.pop(name) for name in positional_only if name in arguments], **arguments)
+      if not multiple_results: return out
+      return [out] if isinstance(out, Array) else list(out)  # (a nested result fails the abstract evaluation)
     if fn.__name__ in _STAGED_NAMES:  # (a call is named by its function in the persistent caches' keys)
       raise ValueError(f"a staged function named {fn.__name__} exists already")
     _STAGED_NAMES.add(fn.__name__)
-    prim = Primitive(fn.__name__, impl)
+    prim = Primitive(fn.__name__, impl, multiple_results=multiple_results)
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -238,13 +246,25 @@ def staged(static_argnames: Sequence[str] = ()) -> Callable[[Callable], Callable
         else: return fn(*args, **kwargs)
       params["_layout"] = tuple(layout)
       staged_call = trace.stage_call(prim, tuple(operands), params)
-      return staged_call if staged_call is not None else fn(*args, **kwargs)
+      if staged_call is None: return fn(*args, **kwargs)
+      if not multiple_results: return staged_call
+      signature = staged_call[0].uop.src[0].arg  # (the PROJECTs' call: one per signature, keyed by value)
+      if (container := _containers.get(signature, False)) is False:
+        out = fn(*args, **kwargs)
+        container = None if isinstance(out, Array) else type(out)
+        if len(_containers) >= _CONTAINERS_MAX: _containers.clear()
+        _containers[signature] = container
+      if container is None: return staged_call[0]
+      return container._make(staged_call) if hasattr(container, "_make") else container(staged_call)
     call.staged_primitive = prim
     return call
   return decorate
 
 
 _STAGED_NAMES: set[str] = set()
+# a multiple-result staged call's signature -> the type of sequence its function returns (None: one array)
+_containers: dict[Any, type | None] = {}
+_CONTAINERS_MAX = 4096
 
 
 def like(x: Array, value: Any, dtype: Any = None) -> Array:

@@ -10,7 +10,7 @@ import numpy as np
 
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
-from tinyjax.lax._base import canonicalize_axis, to_array
+from tinyjax.lax._base import canonicalize_axis, full, to_array
 from tinyjax.lax._shape import iota_along
 from tinyjax.trace import ad
 from tinyjax.trace.core import Primitive, bind
@@ -49,7 +49,7 @@ def population_count(x: Any) -> Array:
   unsigned = np.dtype(f"uint{bits}")
   v = lax.bitcast_convert_type(x, unsigned)
 
-  def const(pattern: int) -> Array: return to_array(np.array(pattern & ((1 << bits) - 1), unsigned))
+  def const(pattern: int) -> Array: return full((), pattern & ((1 << bits) - 1), unsigned)  # (a constant, no host data)
   v = v - (jnp.right_shift(v, const(1)) & const(0x5555555555555555))
   v = (v & const(0x3333333333333333)) + (jnp.right_shift(v, const(2)) & const(0x3333333333333333))
   v = (v + jnp.right_shift(v, const(4))) & const(0x0F0F0F0F0F0F0F0F)
@@ -69,9 +69,9 @@ def clz(x: Any) -> Array:
   v = lax.bitcast_convert_type(x, unsigned)
   shift = 1
   while shift < bits:
-    v = v | jnp.right_shift(v, to_array(np.array(shift, unsigned)))
+    v = v | jnp.right_shift(v, full((), shift, unsigned))
     shift *= 2
-  count = to_array(np.array(bits, unsigned)) - population_count(v)
+  count = full((), bits, unsigned) - population_count(v)
   return lax.bitcast_convert_type(count, x.dtype) if x.dtype.kind == "i" else count
 
 

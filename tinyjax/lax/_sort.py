@@ -19,7 +19,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.lax._base import canonicalize_axis, expand_raw, full, reshape_raw, to_array
+from tinyjax.lax._base import canonicalize_axis, expand_raw, full, reshape_raw, staged, to_array
 from tinyjax.lax._elementwise import _and, _eq, _imag, _isnan, _lt, _not, _or, _real, _where
 from tinyjax.lax._shape import concatenate, iota_along, pad_raw, permute_raw, shrink_raw
 from tinyjax.trace.core import Primitive, bind
@@ -137,11 +137,13 @@ def sort(operand: Any, dimension: int = -1, is_stable: bool = True, num_keys: in
   return result[0] if single else tuple(result)
 
 
+@staged(static_argnames=("dimension", "is_stable"), multiple_results=True)
 def sort_key_val(keys: Any, values: Any, dimension: int = -1, is_stable: bool = True) -> tuple[Array, Array]:
   """`values` reordered as `keys` sort along `dimension`, and the sorted keys."""
   return sort((keys, values), dimension, is_stable, num_keys=1)
 
 
+@staged(static_argnames=("k",), multiple_results=True)
 def top_k(operand: Any, k: int) -> tuple[Array, Array]:
   """The `k` largest entries along the last axis, largest first, and their int32 indices: floats in the IEEE total
   order, as JAX's (a NaN above +inf, one with its sign bit set below -inf, -0.0 below 0.0), ties in their order."""

@@ -12,7 +12,7 @@ import numpy as np
 from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax import _shape as lax_shape
-from tinyjax.lax._base import canonicalize_axis, cast, reshape_raw, staged
+from tinyjax.lax._base import canonicalize_axis, cast, full, reshape_raw, staged
 from tinyjax.numpy import _elementwise as ew
 from tinyjax.numpy import _reductions as red
 from tinyjax.numpy._elementwise import as_array
@@ -49,11 +49,13 @@ def _split(name: str, ary: Any, indices_or_sections: Any, axis: int, exact: bool
   return parts
 
 
+@staged(static_argnames=("indices_or_sections", "axis"), multiple_results=True)
 def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Array]:
   """`ary` cut along `axis` into equal sections or at the given indices (numpy's split)."""
   return _split("split", ary, indices_or_sections, axis, True)
 
 
+@staged(static_argnames=("indices_or_sections", "axis"), multiple_results=True)
 def array_split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Array]:
   """As `split`, but a number of sections need not divide the axis."""
   return _split("array_split", ary, indices_or_sections, axis, False)
@@ -82,6 +84,7 @@ def rot90(m: Any, k: int = 1, axes: tuple[int, int] = (0, 1)) -> Array:
   return flip(swapaxes(x, first, second), second)
 
 
+@staged(static_argnames=("copy", "sparse", "indexing"), multiple_results=True)
 def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = "xy") -> list[Array]:
   """Coordinate arrays from 1-D coordinate vectors (`indexing` "xy": the first two outputs' axes swapped, as
   numpy; "ij": matrix indexing); `sparse` keeps the broadcastable shapes."""
@@ -737,6 +740,7 @@ def lcm(x1: Any, x2: Any) -> Array:
   return jnp.where(divisor == 0, 0, jnp.abs(x // jnp.where(divisor == 0, 1, divisor) * y))
 
 
+@staged(multiple_results=True)
 def frexp(x: Any, /) -> tuple[Array, Array]:
   """x = mantissa * 2 ** exponent with |mantissa| in [0.5, 1) (0, inf and NaN: themselves and exponent 0), from the
   bits of the float alone: kernels flush subnormals to zero (as XLA), so a subnormal is normalised with integer
@@ -749,7 +753,7 @@ def frexp(x: Any, /) -> tuple[Array, Array]:
   bits_dtype = np.dtype(f"int{width}")
   mantissa_bits, bias = int(info.nmant), int(info.maxexp) - 1
 
-  def const(v: int) -> np.ndarray: return np.array(v, np.int64).astype(bits_dtype)
+  def const(v: int) -> Array: return full((), v, bits_dtype)  # (a constant, not host data: an eager call is one node)
   bits = lax.bitcast_convert_type(value, bits_dtype)
   exponent_field = (bits >> mantissa_bits) & const(2 * bias + 1)
   fraction = bits & const((1 << mantissa_bits) - 1)
@@ -784,6 +788,7 @@ def ldexp(x1: Any, x2: Any, /) -> Array:
   return result
 
 
+@staged(multiple_results=True)
 def modf(x: Any, /, out: None = None) -> tuple[Array, Array]:
   """The fractional and integral parts of x (x - trunc(x), trunc(x)), as JAX (inf gives a NaN fraction)."""
   from tinyjax import numpy as jnp

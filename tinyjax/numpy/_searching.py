@@ -102,6 +102,8 @@ def argwhere(a: Any, *, size: int | None = None, fill_value: Any = None) -> Arra
   return to_array(np.stack(columns, axis=1).astype(dtypes.default_int_dtype()))
 
 
+@staged(static_argnames=("return_index", "return_inverse", "return_counts", "axis", "equal_nan", "size", "fill_value"),
+        multiple_results=True)
 def unique(ar: Any, return_index: bool = False, return_inverse: bool = False, return_counts: bool = False,
            axis: int | None = None, *, equal_nan: bool = True, size: int | None = None,
            fill_value: Any = None) -> Any:
@@ -205,6 +207,7 @@ def bincount(x: Any, weights: Any = None, minlength: int = 0, *, length: int | N
   return scatter_update(full((length,), 0, weights.dtype), clipped, weights, "add")
 
 
+@staged(static_argnames=("bins", "range", "density"), multiple_results=True)
 def histogram(a: Any, bins: Any = 10, range: tuple[float, float] | None = None,  # noqa: A002
               weights: Any = None, density: bool | None = None) -> tuple[Array, Array]:
   """Counts of `a` in `bins` (a number of equal bins over `range`, default a's min to max, or an array of edges)

@@ -47,6 +47,7 @@ def float_power(x1: Any, x2: Any, /) -> Array:
   return jnp.power(base, exponent)
 
 
+@staged(multiple_results=True)
 def divmod(x1: Any, x2: Any, /) -> tuple[Array, Array]:  # noqa: A001 (numpy's name)
   """(floor_divide(x1, x2), remainder(x1, x2)) with numpy's sign rules."""
   return ew.floor_divide(x1, x2), ew.remainder(x1, x2)

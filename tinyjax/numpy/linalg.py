@@ -72,6 +72,7 @@ def cholesky(a: Any, *, upper: bool = False, symmetrize_input: bool = True) -> A
   return _adjoint(factor) if upper else factor
 
 
+@staged(static_argnames=("mode",), multiple_results=True)
 def qr(a: Any, mode: str = "reduced") -> Any:
   """The QR decomposition of (..., m, n) matrices: Q with orthonormal columns and upper-triangular R, a = Q R.
   mode 'reduced' (Q (m, k), R (k, n), k = min(m, n)), 'complete' (Q (m, m), R (m, n)) or 'r' (R only)."""
@@ -82,6 +83,7 @@ def qr(a: Any, mode: str = "reduced") -> Any:
   return r if mode == "r" else QRResult(q, r)
 
 
+@staged(static_argnames=("full_matrices", "compute_uv", "hermitian", "subset_by_index"), multiple_results=True)
 def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False,
         subset_by_index: tuple[int, int] | None = None) -> Any:
   """Singular value decomposition a = U diag(S) Vh of (..., m, n): `SVDResult(U, S, Vh)`, S descending; U (..., m, m)
@@ -98,6 +100,7 @@ def svdvals(x: Any, /) -> Array:
   return svd(x, compute_uv=False)
 
 
+@staged(static_argnames=("UPLO", "symmetrize_input"), multiple_results=True)
 def eigh(a: Any, UPLO: str | None = None, symmetrize_input: bool = True) -> EighResult:  # noqa: N803 (numpy's name)
   """Eigenvalues (ascending) and eigenvectors (columns) of symmetric matrices (..., n, n): `EighResult(eigenvalues,
   eigenvectors)`. UPLO 'L' (the default) or 'U' says which triangle is read when not `symmetrize_input`."""
@@ -278,6 +281,7 @@ def _slogdet_jvp(primals, tangents):
   return (sign, logabsdet), ((trace - jnp.real(trace).astype(a.dtype)) * sign, jnp.real(trace))
 
 
+@staged(static_argnames=("method",), multiple_results=True)
 def slogdet(a: Any, *, method: str | None = None) -> SlogdetResult:
   """`SlogdetResult(sign, logabsdet)` of square matrices (..., n, n): det = sign * exp(logabsdet), without overflow.
   A singular matrix gives sign 0 and logabsdet -inf."""
