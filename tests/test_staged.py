@@ -404,3 +404,18 @@ def test_a_staged_call_of_several_results_rebuilds_the_functions_sequence(case):
   if want is not None:
     for mine, reference in zip(outs, [want] if isinstance(want, np.ndarray) else want):
       np.testing.assert_allclose(np.asarray(mine).astype(np.float64), reference, rtol=4e-5, atol=4e-5)
+
+
+def test_a_staged_call_runs_its_host_steps_once(monkeypatch):
+  """A multiple-result staged call finds its container by tracing, not by running the function: slogdet's LU runs
+  once, where the node is computed (and not at all until then)."""
+  from tinyjax.lax import _lapack
+  calls = []
+  original = _lapack.getrf
+  monkeypatch.setattr(_lapack, "getrf", lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
+  square = M64[:, :4] + 4 * np.eye(4)
+  for k in range(2):
+    sign, logdet = jnp.linalg.slogdet(jnp.asarray(square.astype(np.float32) * (k + 1)))
+    assert len(calls) == k
+    np.testing.assert_allclose(float(logdet), np.linalg.slogdet(square * (k + 1))[1], rtol=1e-6)
+    assert len(calls) == k + 1

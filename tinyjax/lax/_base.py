@@ -15,7 +15,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.trace.core import EvalTrace, Primitive, bind, current_trace, debug_nans, eager_array
+from tinyjax.trace.core import EvalTrace, Primitive, bind, current_trace, debug_nans, eager_array, trace_impl
 from tinyjax.uop import Ops
 
 PYTHON_SCALARS = (bool, int, float, complex)
@@ -191,8 +191,7 @@ def staged(static_argnames: Sequence[str] = (), multiple_results: bool = False) 
 
   `multiple_results`: the function returns a flat sequence of arrays (a tuple, a list, a namedtuple such as
   `slogdet`'s) or, for some arguments, one array. The node then has one result per array, and the container is found
-  once per call signature (`_containers`) by running the function itself on the arguments (lazily: it computes
-  nothing)."""
+  once per call signature (`_containers`) by tracing the function on the arguments' avals."""
   static = frozenset(static_argnames)
 
   def decorate(fn: Callable) -> Callable:
@@ -214,7 +213,9 @@ def staged(static_argnames: Sequence[str] = (), multiple_results: bool = False) 
       else:
         out = fn(*[arguments.pop(name) for name in positional_only if name in arguments], **arguments)
       if not multiple_results: return out
-      return [out] if isinstance(out, Array) else list(out)  # (a nested result fails the abstract evaluation)
+      returned[0] = None if isinstance(out, Array) else type(out)
+      return [out] if returned[0] is None else list(out)  # (a nested result fails the abstract evaluation)
+    returned: list = [None]  # (the container of the impl's last result: `call` reads it after an abstract run)
     if fn.__name__ in _STAGED_NAMES:  # (a call is named by its function in the persistent caches' keys)
       raise ValueError(f"a staged function named {fn.__name__} exists already")
     _STAGED_NAMES.add(fn.__name__)
@@ -250,10 +251,9 @@ def staged(static_argnames: Sequence[str] = (), multiple_results: bool = False) 
       if not multiple_results: return staged_call
       signature = staged_call[0].uop.src[0].arg  # (the PROJECTs' call: one per signature, keyed by value)
       if (container := _containers.get(signature, False)) is False:
-        out = fn(*args, **kwargs)
-        container = None if isinstance(out, Array) else type(out)
+        trace_impl(trace, prim, operands, params)  # (traced, nothing computed: a host step is not run)
         if len(_containers) >= _CONTAINERS_MAX: _containers.clear()
-        _containers[signature] = container
+        container = _containers[signature] = returned[0]
       if container is None: return staged_call[0]
       return container._make(staged_call) if hasattr(container, "_make") else container(staged_call)
     call.staged_primitive = prim
