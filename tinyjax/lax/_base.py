@@ -9,6 +9,7 @@ import functools
 import inspect
 import itertools
 import math
+import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -213,9 +214,9 @@ def staged(static_argnames: Sequence[str] = (), multiple_results: bool = False) 
       else:
         out = fn(*[arguments.pop(name) for name in positional_only if name in arguments], **arguments)
       if not multiple_results: return out
-      returned[0] = None if isinstance(out, Array) else type(out)
-      return [out] if returned[0] is None else list(out)  # (a nested result fails the abstract evaluation)
-    returned: list = [None]  # (the container of the impl's last result: `call` reads it after an abstract run)
+      returned.container = None if isinstance(out, Array) else type(out)
+      return [out] if returned.container is None else list(out)  # (a nested result fails the abstract evaluation)
+    returned = threading.local()  # (the container of this thread's last result: `call` reads it after tracing)
     if fn.__name__ in _STAGED_NAMES:  # (a call is named by its function in the persistent caches' keys)
       raise ValueError(f"a staged function named {fn.__name__} exists already")
     _STAGED_NAMES.add(fn.__name__)
@@ -253,7 +254,7 @@ def staged(static_argnames: Sequence[str] = (), multiple_results: bool = False) 
       if (container := _containers.get(signature, False)) is False:
         trace_impl(trace, prim, operands, params)  # (traced, nothing computed: a host step is not run)
         if len(_containers) >= _CONTAINERS_MAX: _containers.clear()
-        container = _containers[signature] = returned[0]
+        container = _containers[signature] = returned.container
       if container is None: return staged_call[0]
       return container._make(staged_call) if hasattr(container, "_make") else container(staged_call)
     call.staged_primitive = prim
