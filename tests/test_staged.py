@@ -302,6 +302,7 @@ def test_what_does_not_stage_runs_the_function():
   # a value-dependent call (nonzero's size comes from the values): the function, each time
   for _ in range(2):
     np.testing.assert_array_equal(np.asarray(jnp.where(x > 0)[0]), np.nonzero(X64 > 0)[0])
+  assert jnp.meshgrid() == []  # (a call of no results)
   # jaxprs show the function's body, not a call
   jaxpr = str(tj.make_jaxpr(lambda v: jnp.take(v, jnp.asarray([1, 2])))(x))
   assert "gather" in jaxpr and "take" not in jaxpr

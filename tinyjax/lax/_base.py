@@ -250,6 +250,7 @@ def staged(static_argnames: Sequence[str] = (), multiple_results: bool = False) 
       staged_call = trace.stage_call(prim, tuple(operands), params)
       if staged_call is None: return fn(*args, **kwargs)
       if not multiple_results: return staged_call
+      if not staged_call: return fn(*args, **kwargs)  # (no results: `meshgrid()`)
       signature = staged_call[0].uop.src[0].arg  # (the PROJECTs' call: one per signature, keyed by value)
       if (container := _containers.get(signature, False)) is False:
         trace_impl(trace, prim, operands, params)  # (traced, nothing computed: a host step is not run)
