@@ -147,3 +147,32 @@ def test_bad_input():
     jnp.fft.fftn(np.ones((2, 2)), axes=(0, 0))
   with pytest.raises(ValueError, match="at least one dimension"):
     jnp.fft.fft(np.float32(1.0))
+
+
+def test_eager_transforms_run_as_jitted_programs():
+  """An eager transform of an array runs at once as a jitted program, compiled once per shape and arguments (its DFT
+  matrices are host constants): the same values as the function run op by op, axes given as lists, numpy input, and
+  a loop over values that lowers nothing new."""
+  from tinyjax.lower.realize import counters
+  from tinyjax.uop import Ops
+  x = _signal(6, 10)
+  array = jnp.asarray(x)
+  for name in ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fftn", "ifftn", "fft2", "ifft2", "rfftn", "irfftn",
+               "rfft2", "irfft2"):
+    transform = getattr(jnp.fft, name)
+    source = jnp.asarray(x.real.astype(np.float32)) if name in ("rfft", "ihfft", "rfftn", "rfft2") else array
+    out = transform(source)
+    assert out.uop.op is Ops.BUFFER, name  # (computed: the program ran)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(transform.__wrapped__(source)), err_msg=name)
+  np.testing.assert_array_equal(np.asarray(jnp.fft.fftn(array, axes=[0, 1], norm="ortho")),
+                                np.asarray(jnp.fft.fftn(array, axes=(0, 1), norm="ortho")))
+  np.testing.assert_allclose(np.asarray(jnp.fft.fft(x, 12, 0)), np.fft.fft(x.astype(np.complex128), 12, 0),
+                             rtol=2e-5, atol=2e-5)
+  lowered = counters.schedules_lowered
+  for k in range(3):
+    values = _signal(6, 10)
+    np.testing.assert_allclose(np.asarray(jnp.fft.fft(jnp.asarray(values), axis=0)), np.fft.fft(values, axis=0),
+                               rtol=2e-5, atol=2e-5)
+  assert counters.schedules_lowered - lowered <= 1
+  with pytest.raises(ValueError, match="norm"):
+    jnp.fft.fft(array, norm="bogus")
