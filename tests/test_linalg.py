@@ -702,3 +702,32 @@ def test_lu_permutation_for_few_and_many_matrices():
       expected = list(range(7))
       for i, target in enumerate(swaps[m]): expected[i], expected[target] = expected[target], expected[i]
       np.testing.assert_array_equal(got[m], expected)
+
+
+def test_svd_based_functions_run_eagerly_as_jitted_programs():
+  """pinv, cond and matrix_rank (an SVD and a tolerance held as host data) run an eager call on an array as a jitted
+  program (trace/jit.py `jitted_eagerly`): computed at once, the same values as the function run op by op and as
+  numpy, keyword-only arguments included, and the same program for a second matrix of the shape."""
+  from tinyjax.lower.realize import counters
+  from tinyjax.uop import Ops
+  rng = np.random.default_rng(14)
+  host = rng.standard_normal((6, 4)).astype(np.float32)
+  square = rng.standard_normal((5, 5)).astype(np.float32)
+  cases = [(jnp.linalg.pinv, (host,), {}, np.linalg.pinv(host.astype(np.float64))),
+           (jnp.linalg.pinv, (host,), {"rcond": 0.5}, np.linalg.pinv(host.astype(np.float64), rcond=0.5)),
+           (jnp.linalg.cond, (square,), {}, np.linalg.cond(square.astype(np.float64))),
+           (jnp.linalg.cond, (square, "fro"), {}, np.linalg.cond(square.astype(np.float64), "fro")),
+           (jnp.linalg.matrix_rank, (host @ host.T,), {}, 4),
+           (jnp.linalg.matrix_rank, (host,), {"tol": 1e9}, 0)]
+  for fn, (matrix, *rest), kwargs, want in cases:
+    out = fn(jnp.asarray(matrix), *rest, **kwargs)
+    assert out.uop.op is Ops.BUFFER, fn.__name__
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(fn.__wrapped__(jnp.asarray(matrix), *rest, **kwargs)))
+    np.testing.assert_allclose(np.asarray(out, np.float64), want, rtol=2e-4, atol=2e-5)
+  lowered = counters.schedules_lowered
+  other = rng.standard_normal((6, 4)).astype(np.float32)
+  np.testing.assert_allclose(np.asarray(jnp.linalg.pinv(jnp.asarray(other))), np.linalg.pinv(other.astype(np.float64)),
+                             rtol=2e-4, atol=2e-5)
+  assert counters.schedules_lowered == lowered
+  with pytest.raises(TypeError):
+    jnp.linalg.pinv(jnp.asarray(host), bogus=1)

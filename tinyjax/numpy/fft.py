@@ -18,7 +18,6 @@ rebuilds the Hermitian spectrum and returns the real part. `norm` is "backward" 
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import operator
 from typing import Any, Sequence
@@ -30,8 +29,7 @@ from tinyjax.dtypes import real_dtype
 from tinyjax.array import Array
 from tinyjax.lax._base import canonicalize_axis
 from tinyjax.lax._elementwise import complex as lax_complex
-from tinyjax.trace.core import EvalTrace, current_trace
-from tinyjax.trace.jit import jit
+from tinyjax.trace.jit import jitted_eagerly
 
 DIRECT_MAX = 16  # lengths up to this are a matmul with the DFT matrix; larger ones are factored (or Bluestein);
 # measured on 2^20 points (benchmarks/run.py fft): 8 -> 34 ms, 16 -> 31, 32 -> 59, 64 -> 36, 128 -> 169
@@ -41,27 +39,6 @@ _NORMS = (None, "backward", "ortho", "forward")
 def _jnp():
   from tinyjax import numpy as jnp
   return jnp
-
-
-def _jitted_eagerly(fn):
-  """A transform whose eager call on an array runs as a jitted program (compiled once per shape and arguments), as
-  JAX's do: its DFT matrices are host constants, which a staged eager node can't hold (lax/_base.py `staged`), and
-  built op by op an eager `fft` of 8x8 read back took 86 us (JAX 19). The other arguments are static (lists of axes
-  or sizes as tuples). A transformation's trace, numpy data or an unhashable argument run the function itself."""
-  parameters = list(inspect.signature(fn).parameters.values())[1:]
-  jitted = jit(fn, static_argnums=tuple(range(1, len(parameters) + 1)))
-
-  @functools.wraps(fn)
-  def call(a: Any, *args: Any, **kwargs: Any) -> Array:
-    if type(a) is not Array or type(current_trace.get()) is not EvalTrace or len(args) > len(parameters):
-      return fn(a, *args, **kwargs)
-    static = list(args) + [kwargs.pop(p.name, p.default) for p in parameters[len(args):]]
-    if kwargs: return fn(a, *args, **kwargs)  # (an unknown keyword: the function says so)
-    static = [tuple(value) if type(value) is list else value for value in static]
-    try: hash(tuple(static))
-    except TypeError: return fn(a, *static)
-    return jitted(a, *static)
-  return call
 
 
 def _complex_dtype(x: Array) -> np.dtype:
@@ -202,19 +179,19 @@ def _complex_transform(a: Any, n: int | None, axis: int, norm: str | None, inver
   return jnp.moveaxis(out, -1, axis)
 
 
-@_jitted_eagerly
+@jitted_eagerly
 def fft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
   """The discrete Fourier transform along `axis` (cut or zero-padded to length `n`)."""
   return _complex_transform(a, n, axis, norm, False, "fft")
 
 
-@_jitted_eagerly
+@jitted_eagerly
 def ifft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
   """The inverse discrete Fourier transform along `axis`."""
   return _complex_transform(a, n, axis, norm, True, "ifft")
 
 
-@_jitted_eagerly
+@jitted_eagerly
 def rfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
   """The transform of real input along `axis`: its n // 2 + 1 non-negative frequencies."""
   jnp = _jnp()
@@ -226,7 +203,7 @@ def rfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) 
   return _slice(full, full.shape[axis] // 2 + 1, axis)
 
 
-@_jitted_eagerly
+@jitted_eagerly
 def irfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
   """The inverse of `rfft`: a real signal of length `n` (default 2 (m - 1)) from m non-negative frequencies."""
   jnp = _jnp()
@@ -250,14 +227,14 @@ def irfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None)
 _SWAPPED = {None: "forward", "backward": "forward", "ortho": "ortho", "forward": "backward"}
 
 
-@_jitted_eagerly
+@jitted_eagerly
 def hfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
   """The transform of a Hermitian-symmetric signal given by its first half: a real spectrum of length n."""
   _check_norm(norm)
   return irfft(_jnp().conj(_jnp().asarray(a)), n, axis, _SWAPPED[norm])
 
 
-@_jitted_eagerly
+@jitted_eagerly
 def ihfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
   """The inverse of `hfft`: the first n // 2 + 1 values of the Hermitian signal whose spectrum is the real `a`."""
   _check_norm(norm)
@@ -283,31 +260,31 @@ def _nd(transform, a: Any, s, axes, norm, name: str) -> Array:
   return x
 
 
-@_jitted_eagerly
+@jitted_eagerly
 def fftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None, norm: str | None = None) -> Array:
   """The n-dimensional transform over `axes` (default all, or the last len(s))."""
   return _nd(fft, a, s, axes, norm, "fftn")
 
 
-@_jitted_eagerly
+@jitted_eagerly
 def ifftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None, norm: str | None = None) -> Array:
   """The n-dimensional inverse transform."""
   return _nd(ifft, a, s, axes, norm, "ifftn")
 
 
-@_jitted_eagerly
+@jitted_eagerly
 def fft2(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1), norm: str | None = None) -> Array:
   """The transform over the last two axes."""
   return fftn(a, s, axes, norm)
 
 
-@_jitted_eagerly
+@jitted_eagerly
 def ifft2(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1), norm: str | None = None) -> Array:
   """The inverse transform over the last two axes."""
   return ifftn(a, s, axes, norm)
 
 
-@_jitted_eagerly
+@jitted_eagerly
 def rfftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None, norm: str | None = None) -> Array:
   """`rfft` over the last of `axes`, then `fft` over the others."""
   x = _jnp().asarray(a)
@@ -317,7 +294,7 @@ def rfftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = N
   return x
 
 
-@_jitted_eagerly
+@jitted_eagerly
 def irfftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
            norm: str | None = None) -> Array:
   """The inverse of `rfftn`: `ifft` over all of `axes` but the last, then `irfft` over it."""
@@ -327,13 +304,13 @@ def irfftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = 
   return irfft(x, None if sizes is None else sizes[-1], axes[-1], norm)
 
 
-@_jitted_eagerly
+@jitted_eagerly
 def rfft2(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1), norm: str | None = None) -> Array:
   """`rfftn` over the last two axes."""
   return rfftn(a, s, axes, norm)
 
 
-@_jitted_eagerly
+@jitted_eagerly
 def irfft2(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1), norm: str | None = None) -> Array:
   """`irfftn` over the last two axes."""
   return irfftn(a, s, axes, norm)

@@ -23,6 +23,7 @@ from tinyjax.numpy import _elementwise as ew
 from tinyjax.numpy._creation import asarray
 from tinyjax.numpy._more import norm
 from tinyjax.trace.custom import custom_jvp
+from tinyjax.trace.jit import jitted_eagerly
 
 
 class EighResult(NamedTuple):
@@ -318,6 +319,7 @@ def _pinv_jvp(primals, tangents):
   return p, -(p @ (a_dot @ p)) + left + right
 
 
+@jitted_eagerly
 def pinv(a: Any, rtol: Any = None, hermitian: bool = False, *, rcond: Any = None) -> Array:
   """The Moore-Penrose pseudo-inverses (..., n, m) of (..., m, n), from the SVD: singular values at most `rtol`
   times the largest (default 10 * max(m, n) * eps) count as zero."""
@@ -331,6 +333,7 @@ def pinv(a: Any, rtol: Any = None, hermitian: bool = False, *, rcond: Any = None
   return _pinv(x, broadcast_to(asarray(rtol, dtypes.real_dtype(x.dtype)), x.shape[:-2]))
 
 
+@jitted_eagerly
 def matrix_rank(M: Any, rtol: Any = None, *, tol: Any = None) -> Array:  # noqa: N803 (numpy's name)
   """The number of singular values above `tol` (default: `rtol`, itself max(m, n) * eps by default, times the
   largest singular value), per matrix (..., m, n); for a 1-D input, 1 if any entry is non-zero."""
@@ -377,6 +380,7 @@ def lstsq(a: Any, b: Any, rcond: Any = None, *, numpy_resid: bool = False) -> tu
   return (x[:, 0] if vector else x), residuals, rank, s
 
 
+@jitted_eagerly
 def cond(x: Any, p: Any = None) -> Array:
   """The condition numbers of (..., m, n) in the `p` norm (None / 2 / -2: by the singular values; 1, -1, inf, -inf,
   'fro': norm(x) * norm(inv(x)), square x only); inf where x is singular."""

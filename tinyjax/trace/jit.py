@@ -932,3 +932,32 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
                              in_shardings, out_shardings)
   return JitWrapped(fun, _normalize_argnums(static_argnums), names, _normalize_argnums(donate_argnums))
 
+
+
+def jitted_eagerly(fn: Callable) -> Callable:
+  """`fn(a, ...)` whose eager call on an array runs as a jitted program, its other arguments static (compiled once per
+  shape and arguments), as JAX jits its library functions: for functions whose impl holds host constants (an FFT's
+  DFT matrices, an SVD's tolerance), which a staged eager node can't (lax/_base.py `staged`). Lists among the other
+  arguments become tuples. A transformation's trace, a first argument other than an Array, or an unhashable
+  argument runs the function itself."""
+  parameters = list(inspect.signature(fn).parameters.values())[1:]
+  names = [p.name for p in parameters]
+
+  def by_name(a: Any, *static: Any) -> Any:  # (keyword-only parameters too)
+    return fn(a, **dict(zip(names, static)))
+  by_name.__name__ = by_name.__qualname__ = fn.__name__
+  jitted = jit(by_name, static_argnums=tuple(range(1, len(names) + 1)))
+
+  @functools.wraps(fn)
+  def call(a: Any, *args: Any, **kwargs: Any) -> Any:
+    if type(a) is not Array or type(current_trace.get()) is not EvalTrace or len(args) > len(parameters):
+      return fn(a, *args, **kwargs)
+    given = dict(zip(names, args))
+    if set(given) & set(kwargs) or not set(kwargs) <= set(names): return fn(a, *args, **kwargs)  # (its TypeError)
+    given.update(kwargs)
+    static = [given.get(p.name, p.default) for p in parameters]
+    static = [tuple(value) if type(value) is list else value for value in static]
+    try: hash(tuple(static))
+    except TypeError: return fn(a, *args, **kwargs)
+    return jitted(a, *static)
+  return call
