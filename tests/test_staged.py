@@ -94,6 +94,7 @@ def _cases():
     ("norm", lambda: jnp.linalg.norm(x, np.inf), np.linalg.norm(X64, np.inf)),
     ("argsort", lambda: jnp.argsort(x), order),
     ("argsort", lambda: jnp.argsort(m, axis=0, descending=True), np.argsort(-M64, axis=0, kind="stable")),
+    ("isclose", lambda: jnp.isclose(x, x * 1.2, rtol=0.1, equal_nan=True), np.isclose(X64, X64 * 1.2, rtol=0.1)),
     ("allclose", lambda: jnp.allclose(x, x + 1e-6), True),
     ("allclose", lambda: jnp.allclose(x, x + 1), False),
     ("allclose", lambda: jnp.allclose(x, x * 1.2, rtol=0.3), True),

@@ -16,7 +16,6 @@ from tinyjax.placement import with_device
 from tinyjax.lax import _elementwise as ew
 from tinyjax.lax import _shape as lax_shape
 from tinyjax.lax._base import LOW_PRECISION_FLOATS, cast, expand_raw, host_to_array, is_array, like, staged
-from tinyjax.trace.core import Primitive
 
 
 def _shape_tuple(shape: int | Sequence[int]) -> tuple[int, ...]:
@@ -166,6 +165,7 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
   """`num` evenly spaced values from `start` to `stop` (included if `endpoint`), along a new axis `axis` when
   start/stop are arrays. Dtype: `dtype`, else the default float dtype (or start/stop's float dtype)."""
   from tinyjax.numpy._elementwise import promote  # noqa: PLC0415
+  from tinyjax.numpy._shape import moveaxis  # noqa: PLC0415
   num = operator.index(num)
   if num < 0: raise ValueError(f"Number of samples, {num}, must be non-negative.")
   start_array, stop_array = promote("linspace", start, stop, inexact=True)
@@ -173,16 +173,6 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
   out_dtype = dtypes.check_user_dtype_supported(dtype, "linspace") if dtype is not None else compute
   if compute in LOW_PRECISION_FLOATS: compute = np.dtype(np.float32)
   start_array, stop_array = cast(start_array, compute, False), cast(stop_array, compute, False)
-  if not retstep:  # (one primitive: an eager call is one node; built op by op, `linspace(0, 1, 50)` took 105 us)
-    return linspace_p.bind(start_array, stop_array, num=num, endpoint=bool(endpoint), dtype=out_dtype, axis=axis)
-  return _linspace(start_array, stop_array, num=num, endpoint=endpoint, dtype=out_dtype, axis=axis, retstep=True)
-
-
-def _linspace(start_array: Array, stop_array: Array, *, num: int, endpoint: bool, dtype: np.dtype, axis: int,
-              retstep: bool = False) -> Array | tuple[Array, Array]:
-  """`linspace` of start and stop already promoted to their compute dtype (values rounded to `dtype`)."""
-  from tinyjax.numpy._shape import moveaxis  # noqa: PLC0415
-  compute, out_dtype = start_array.dtype, dtype
   bshape = start_array.shape
   divisor = (num - 1) if endpoint else num
   out_shape = (num,) + bshape
@@ -204,9 +194,6 @@ def _linspace(start_array: Array, stop_array: Array, *, num: int, endpoint: bool
   out = cast(values, out_dtype, weak_type=False)
   if axis != 0 and out.ndim > 1: out = moveaxis(out, 0, axis)
   return (out, cast(step, out_dtype, False)) if retstep else out
-
-
-linspace_p = Primitive("linspace", _linspace)
 
 
 
