@@ -368,6 +368,12 @@ def direct_runner(compiled: CompiledSchedule, n_args: int, consts: list[Buffer]
   return run
 
 
+def _runner(compiled: CompiledSchedule, n_inputs: int) -> Callable[[list[Buffer]], Buffer]:
+  """A function of an eager program's input buffers returning its one output: jit's direct runner where the program
+  has one (`direct_runner`), else `run_schedule`."""
+  return direct_runner(compiled, n_inputs, []) or (lambda buffers: run_schedule(compiled, buffers)[0])
+
+
 def _slot_buffers(compiled: CompiledSchedule, buffers: list[Buffer], arena) -> list[Buffer]:
   """A buffer for every slot (what `_run_steps` launches over): the inputs, the outputs, and views into the arena
   for the intermediates."""
@@ -572,7 +578,7 @@ def run_one_op(node: UOp) -> Buffer | None:
     return run_schedule(get_schedule(normalize([node], constants=True)[0], CPU), inputs)[0]
   if (run := _one_op_programs.get(key)) is None:
     compiled = get_schedule(normalize([node], constants=True)[0], CPU)
-    run = direct_runner(compiled, len(inputs), []) or (lambda buffers: run_schedule(compiled, buffers)[0])
+    run = _runner(compiled, len(inputs))
     if len(_one_op_programs) >= _MEMORY_CACHE_LIMIT: _one_op_programs.clear()
     _one_op_programs[key] = run
   return run(inputs)
@@ -694,7 +700,7 @@ def run_signed(node: UOp) -> tuple[Buffer, bool] | None:
   if _profiles or DEBUG >= 1 or not buffers and default_device() is not CPU: return None
   if (run := _signed_programs.get(sid)) is None:
     compiled = _eager_schedule(program_key([node])[0], [node], None, CPU)
-    run = direct_runner(compiled, len(inputs), []) or (lambda buffers: run_schedule(compiled, buffers)[0])
+    run = _runner(compiled, len(inputs))
     _signed_programs[sid] = run
   return run(inputs), buffers
 

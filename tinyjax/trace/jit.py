@@ -933,7 +933,6 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] | No
   return JitWrapped(fun, _normalize_argnums(static_argnums), names, _normalize_argnums(donate_argnums))
 
 
-
 def jitted_eagerly(fn: Callable) -> Callable:
   """`fn(a, ...)` whose eager call on an array runs as a jitted program, its other arguments static (compiled once per
   shape and arguments), as JAX jits its library functions: for functions whose impl holds host constants (an FFT's
