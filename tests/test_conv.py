@@ -604,6 +604,37 @@ def test_pointwise_convolution_of_channels_first_data_writes_channels_first(stri
                              np.einsum("ncw,oc->now", signal.astype(np.float64), taps[:, :, 0]), rtol=1e-5, atol=1e-5)
 
 
+def test_pointwise_channels_first_product_runs_image_by_image(on_cpu):
+  """An NCHW 1x1 convolution's product reads each image's channels in place, unpacked (codegen/opt.py
+  IN_PLACE_BYTES), launched over the images (each image's input and output streamed through once), not over column
+  tiles of the positions; the input gradient's product too. Values and gradients against numpy in float64."""
+  from tinyjax.codegen.opt import applied_opts, choose_opts
+  from tinyjax.lower.schedule import kernels_of
+  rng = np.random.default_rng(21)
+  x = rng.standard_normal((3, 64, 56, 56)).astype(np.float32)  # (rows of 3136 floats spread over L1's sets)
+  w = (rng.standard_normal((48, 64, 1, 1)) / 8).astype(np.float32)
+  ct = rng.standard_normal((3, 48, 56, 56)).astype(np.float32)
+
+  def conv(a, b): return lax.conv_general_dilated(a, b, (1, 1), "VALID")
+  f = tj.jit(conv)
+  (product,) = kernels_of(f.lower(x, w)._compiled.schedule.schedule.kernels)
+  assert product.outer_size == 3 and choose_opts(product.ast).packed == ()
+  assert not any(opt[0] == "pack" for opt in applied_opts(product.ast))
+  want = numpy_conv(x, w, (1, 1), ((0, 0), (0, 0)))
+  np.testing.assert_allclose(np.asarray(f(x, w), np.float64), want, rtol=1e-5, atol=1e-5)
+  grad = tj.jit(tj.grad(lambda a, b: (conv(a, b) * ct).sum(), argnums=(0, 1)))
+  (dx_product,) = [k for k in kernels_of(grad.lower(x, w)._compiled.schedule.schedule.kernels)
+                   if k.name.startswith("r_3_64_56_56")]
+  assert dx_product.outer_size == 3 and choose_opts(dx_product.ast).packed == ()
+  gx, gw = grad(x, w)
+  np.testing.assert_allclose(np.asarray(gx, np.float64), np.einsum("nohw,oc->nchw", ct.astype(np.float64),
+                                                                   w[:, :, 0, 0].astype(np.float64)),
+                             rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(np.asarray(gw, np.float64)[:, :, 0, 0],
+                             np.einsum("nohw,nchw->oc", ct.astype(np.float64), x.astype(np.float64)),
+                             rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("channels", [128, 256])
 def test_weight_gradient_is_launched_over_its_column_tiles(channels, on_cpu):
   """A 3x3 weight gradient (kh, kw, C, O) as one flat GEMM over the grid was launched over kh alone: 3 units, one of

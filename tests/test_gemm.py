@@ -276,6 +276,48 @@ def test_batched_matmul():
   assert (out.reshape(batch, m, n)[0] == 0).all()
 
 
+def _images_kernel(batch: int, rows: int, steps: int, columns: int) -> UOp:
+  """out[n, o, p] = sum_c w[o, c] * x[n, c, p]: an NCHW 1x1 convolution's product, image by image."""
+  n, o, p, c = global_range(0, batch), global_range(1, rows), global_range(2, columns), reduce_range(3, steps)
+  w = load(buffer(1, F32), add(mul(o, const(steps)), c))
+  x = load(buffer(2, F32), add(add(mul(n, const(steps * columns)), mul(c, const(columns))), p))
+  out_index = add(add(mul(n, const(rows * columns)), mul(o, const(columns))), p)
+  return kernel(store(buffer(0, F32), out_index, reduce(Ops.ADD, mul(w, x), c)))
+
+
+def test_images_read_in_place_and_stored_non_temporally(monkeypatch):
+  """A batch of products whose column operand is each image's own (an NCHW 1x1 convolution) reads it in place, no
+  pack per column tile (codegen/opt.py IN_PLACE_BYTES), and a big enough output is stored with non-temporal stores
+  (NONTEMPORAL_BYTES, lowered here): one per 64-byte line where its address is a line's, a plain store elsewhere,
+  fenced at the end. Values against float64 numpy for an output in aligned memory and one 16 bytes off it."""
+  from tinyjax.codegen import opt
+  batch, rows, steps, columns = 3, 20, 32, 192
+  ast = _images_kernel(batch, rows, steps, columns)
+  plan = choose_opts(ast)
+  assert plan.row is not None and plan.packed == () and not plan.nontemporal
+  # the same operand read across its rows at a stride that crowds L1 sets (2 KB: two sets' worth) is packed
+  crowded = _images_kernel(batch, rows, steps, 512)
+  assert choose_opts(crowded).packed != ()
+  monkeypatch.setattr(opt, "NONTEMPORAL_BYTES", 1 << 10)
+  assert ("nontemporal",) in applied_opts(ast) and choose_opts(ast).nontemporal
+  ir = render_llvm("kernel", ast)
+  assert "!nontemporal" in ir and "fence seq_cst" in ir
+  rng = np.random.default_rng(3)
+  w = rng.standard_normal((rows, steps)).astype(F32)
+  x = rng.standard_normal((batch, steps, columns)).astype(F32)
+  want = np.einsum("oc,ncp->nop", w.astype(F64), x.astype(F64))
+  memory = np.zeros(batch * rows * columns + 32, F32)
+  first = (-memory.ctypes.data % 64) // 4
+  for offset in (first, first + 4):  # (a line's address, and 16 bytes past one)
+    out = memory[offset:offset + batch * rows * columns]
+    out[:] = np.nan
+    run_kernel(ast, [out, w, x], True)
+    np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
+  # an fp16 output (half a line per vector) keeps plain stores
+  half = kernel(store(buffer(0, F16), ast.src[0].src[1], cast(ast.src[0].src[2], F16)))
+  assert ("nontemporal",) not in applied_opts(half)
+
+
 def test_launch_grain_keeps_tiles_whole():
   """A launch is cut into chunks of whole tiles when the tiled row or column is the outermost loop."""
   assert launch_grain(matmul_kernel(8, 64, 64, F32)) == TILE_ROWS  # rows of the register tile

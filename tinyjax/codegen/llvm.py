@@ -35,8 +35,8 @@ import numpy as np
 from tinyjax.codegen import transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
-from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, SHORT_REDUCE, TRANSPOSE_LANES,
-                                 VECTOR_BYTES, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts,
+from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, LINE_BYTES, SHORT_REDUCE,
+                                 TRANSPOSE_LANES, VECTOR_BYTES, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts,
                                  block_stride, choose_opts, global_ranges_of, linear_strides, transpose_block)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.lower import symbolic
@@ -353,6 +353,7 @@ class _Renderer(Linearizer):
     self.vector_body = vector_body_ok(plan, self.deps)  # a register tile's body emitted on vectors (tile_body)
     self.vector_epilogue = vector_epilogue_ok(plan, self.deps, ast)  # and its epilogue (vector_store)
     self.looped_epilogue = looped_epilogue(plan, ast)  # a long epilogue, run in loops over the tile (looped_store)
+    self.nontemporal = ""  # the !nontemporal metadata node, once a STORE is non-temporal (`vector_store`)
 
   # ---- low level: names, instructions, blocks
 
@@ -446,6 +447,8 @@ class _Renderer(Linearizer):
       self.label("done")
     else:
       self.open_global_loops(global_ranges, 0)
+    # (non-temporal stores are weakly ordered: visible to the thread that runs the next kernel once fenced)
+    if self.nontemporal: self.line("fence seq_cst")
     self.line("ret void")
     self.check_stores()
 
@@ -1541,8 +1544,24 @@ class _Renderer(Linearizer):
     buffer, index, value = store.src
     stored = self.to_memory(self.vector_value(value, lanes, {}, {plan.reduce: result}), buffer.dtype, lanes)
     self.emit_ready(index)
-    self.line(f"store <{lanes} x {memory_type(buffer.dtype)}> {stored}, ptr {self.address(buffer, index)}, "
-              f"align {buffer.dtype.itemsize}")
+    address, vector = self.address(buffer, index), f"<{lanes} x {memory_type(buffer.dtype)}>"
+    if plan.nontemporal and lanes * buffer.dtype.itemsize == LINE_BYTES:
+      # (a whole line, streamed to memory: opt.NONTEMPORAL_BYTES; the instruction needs the line's address, which
+      # a buffer of the pool has, and a host array given to a donated argument may not: checked per store)
+      if not self.nontemporal:
+        self.metadata.append(f"!{len(self.metadata)} = !{{i32 1}}")
+        self.nontemporal = f"!{len(self.metadata) - 1}"
+      offset = self.emit(f"and i64 {self.emit(f'ptrtoint ptr {address} to i64')}, {LINE_BYTES - 1}")
+      streamed, plain, done = self.fresh("streamed")[1:], self.fresh("plain")[1:], self.fresh("stored")[1:]
+      self.line(f"br i1 {self.emit(f'icmp eq i64 {offset}, 0')}, label %{streamed}, label %{plain}")
+      self.label(streamed)
+      self.line(f"store {vector} {stored}, ptr {address}, align {LINE_BYTES}, !nontemporal {self.nontemporal}")
+      self.line(f"br label %{done}")
+      self.label(plain)
+      self.line(f"store {vector} {stored}, ptr {address}, align {buffer.dtype.itemsize}")
+      self.line(f"br label %{done}")
+      self.label(done)
+    else: self.line(f"store {vector} {stored}, ptr {address}, align {buffer.dtype.itemsize}")
     self.stores_emitted.add(store)
 
   def vector_cast(self, value: str, src: np.dtype, dst: np.dtype, lanes: int) -> str:
@@ -2067,7 +2086,8 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   transpose = 0 if plan is not None else transpose_block(ast, enabled)
   renderer = _Renderer(ast, plan, decompose=enabled, transpose=transpose)
   renderer.render_kernel()
-  opts = list(applied_opts(ast, enabled)) + ([("registers", renderer.transpose_lanes)] if renderer.across else []) + \
+  opts = [opt for opt in applied_opts(ast, enabled) if opt != ("nontemporal",) or renderer.nontemporal] + \
+      ([("registers", renderer.transpose_lanes)] if renderer.across else []) + \
       ([("gate_split", *renderer.gate_parts)] if renderer.gate_parts else [])
   if DEBUG >= 3: print(f"*** opts of {name}: {opts}")
   # kernels that compute more than they move ask for VECTOR_BYTES vectors, which LLVM would otherwise not use on CPUs

@@ -126,6 +126,17 @@ SPAN_SUMS_BYTES = 1 << 19
 # 270), and 1 MB left ResNet's 3x3x512 im2col GEMM (K=4608) unpacked (13.1 -> 6.8 ms).
 PACK_BYTES = 1280 * 1024
 PACK_MIN_ROWS = 16
+# A pack serves the row tiles of one column tile. Where the operand differs for each value of a range outside the row
+# (an NCHW 1x1 convolution's image: out[n, o, p] = sum_c w[o, c] x[n, c, p]), it serves those of that one value only,
+# and the tiles read it in place instead when a tile's reduce steps of it (their lines) take at most IN_PLACE_BYTES
+# and no L1 set more than IN_PLACE_WAYS of their lines (`_in_place`; a model of a 64-set L1): the kernel is launched
+# over that range, each image's input and output then stream through once, where a pack per column tile inside a
+# launch over the tiles read a few lines of each of 64 channels' rows per image, far apart. 32x64x56x56 -> 64 (1x1,
+# with NONTEMPORAL stores): 2.3-2.5 -> 1.8-2.0 ms (66 -> 78-86% of the FMA peak); packed per tile, launched over the
+# images: 1.96-2.15 ms.
+IN_PLACE_BYTES = 32 << 10
+IN_PLACE_WAYS = 6
+L1_SETS, LINE_BYTES = 64, 64
 # Beyond PACK_BYTES (K over 5120 float32 steps), the K-blocked row groups pack panels of PANEL_BYTES of the reduce
 # steps, each row group every panel in turn (`TilePlan.panel`), BLIS's kc x nc panels: the groups grow to
 # PANEL_GROUP_ROWS rows, so that a pack serves that many rows. Unpacked, such GEMMs ran at about half the speed (a
@@ -171,6 +182,13 @@ DOT_PACKED_ROWS, DOT_PACKED_COLUMNS = 64, 256
 # (`transpose_block`): 32 x 32 float32 reads 32 lines of 128 bytes and writes 32 such rows per block. A 4096x4096
 # float32 transpose: 69 -> 15.8 ms (16: 24.5, 64: 14.5; 512x512: 115 -> 58 us, 64: 75), 2 cores.
 TRANSPOSE_BLOCK = 32
+
+# A register tile whose float output takes at least NONTEMPORAL_BYTES stores it with non-temporal (streaming) stores,
+# each a whole 64-byte line (llvm.py `vector_store`): the line goes to memory without being read first (a store that
+# misses reads its line, a third of such a kernel's traffic) and without evicting what the kernel reads. An output
+# this big is not in the caches for the next kernel anyway. NCHW 1x1 convolution of 32x64x56x56 into 64 channels
+# (25.7 MB out): 2.02-2.12 -> 1.82-2.02 ms read in place; NHWC and the GEMMs within noise.
+NONTEMPORAL_BYTES = 16 << 20
 
 # A register tile may store a STORE that is not contiguous along its column (element by element) when its sum has at
 # least this many steps (`permuted_store_pays`, lower/schedule.py `_contraction_order`).
@@ -219,6 +237,7 @@ class TilePlan:
   sum_block: int = TILE_SUM_BLOCK  # float32 steps per flush into float64 (CONTRACTION_SUM_BLOCK for a contraction)
   amx: tuple[UOp, ...] = ()  # a bfloat16 contraction on AMX tiles: its (row operand, column operand) loads
   chunk: int = 0           # a windowed sum's row groups: its outer reduce range's values per block (`_window_chunk`)
+  nontemporal: bool = False  # the STORE's vectors are whole lines, stored non-temporally (NONTEMPORAL_BYTES)
 
 
 def accumulator_dtype(node: UOp) -> np.dtype:
@@ -386,6 +405,8 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   if spans: opts.append(("span", *(rng.arg[0] for rng in spans)))
   if packed: opts.append(("pack", column.arg[0], len(packed)))
   if panel: opts.append(("panel", innermost.arg[0], panel))
+  nontemporal = _nontemporal(store, reduce, global_ranges, columns, lanes, stream or permuted)
+  if nontemporal: opts.append(("nontemporal",))
   outermost = global_ranges[0]
   # a launch chunk of a grouped GEMM is whole groups: each chunk streams all of the reused operand through the cache
   # once per group, so chunks of a single tile's rows would stream it once per tile; a packed one packs per chunk
@@ -393,7 +414,17 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   grain = columns if outermost is column else \
       max(group or rows, -(-PACK_MIN_ROWS // rows) * rows if packed else 1) if outermost is row else 1
   return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain, group, packed,
-                  spans=spans, panel=panel, sum_block=sum_block, chunk=chunk)
+                  spans=spans, panel=panel, sum_block=sum_block, chunk=chunk, nontemporal=nontemporal)
+
+
+def _nontemporal(store: UOp, reduce: UOp, global_ranges: list[UOp], columns: int, lanes: int, skip: bool) -> bool:
+  """Whether a register tile stores its output non-temporally (NONTEMPORAL_BYTES): a float output of that size, in
+  the accumulators' own width (a vector of `lanes` values is one 64-byte line), stored along the column in whole
+  vectors (`skip`: a stream tile's or a permuted STORE's are not)."""
+  dtype = store.src[0].dtype
+  if skip or dtype.kind != "f" or dtype.itemsize * lanes != LINE_BYTES or columns % lanes: return False
+  if accumulator_dtype(reduce) != dtype: return False
+  return math.prod(rng.src[0].arg for rng in global_ranges) * dtype.itemsize >= NONTEMPORAL_BYTES
 
 
 def _window_chunk(reduce: UOp, reduce_ranges: list[UOp], columns: int) -> int:
@@ -511,10 +542,32 @@ def _packed_loads(loads: list[UOp], row: UOp | None, column: UOp, reduce_ranges:
   if row is None or row is not global_ranges[-2] or row.src[0].arg < PACK_MIN_ROWS: return (), 0
   packed = tuple(load for load in loads if row not in load.src[1].toposort and column in load.src[1].toposort and
                  any(rng in load.src[1].toposort for rng in reduce_ranges))
+  if packed and _in_place(packed, global_ranges[:-2], reduce_ranges, columns): return (), 0
   step_bytes = columns * sum(max(4, load.dtype.itemsize) for load in packed)
   if not packed or math.prod(rng.src[0].arg for rng in reduce_ranges) * step_bytes <= PACK_BYTES: return packed, 0
   if not blocked: return (), 0
   return packed, max(sum_block, PANEL_BYTES // step_bytes // sum_block * sum_block)
+
+
+def _in_place(packed: tuple[UOp, ...], outer: list[UOp], reduce_ranges: list[UOp], columns: int) -> bool:
+  """Whether a column tile's reduce steps of the would-be packed operand are read in place (see IN_PLACE_BYTES):
+  it depends on a global range outside the row (`outer`), its index is linear in one reduce range, and that range's
+  steps of `columns` values fit IN_PLACE_BYTES and spread over the L1 sets."""
+  if len(reduce_ranges) != 1: return False
+  (steps_range,) = reduce_ranges
+  steps = steps_range.src[0].arg
+  for load in packed:
+    strides, other = linear_strides(load.src[1])
+    if other or not any(rng in strides for rng in outer): return False
+    width, stride = columns * load.dtype.itemsize, strides.get(steps_range, 0) * load.dtype.itemsize
+    if steps * width > IN_PLACE_BYTES or stride % LINE_BYTES or width % LINE_BYTES: return False
+    lines: dict[int, int] = {}
+    for step in range(steps):
+      for line in range(width // LINE_BYTES):
+        where = (step * stride // LINE_BYTES + line) % L1_SETS
+        lines[where] = lines.get(where, 0) + 1
+    if max(lines.values()) > IN_PLACE_WAYS: return False
+  return True
 
 
 def _dot_plan(reduce: UOp, column: UOp, global_ranges: list[UOp], loads: list[UOp],
