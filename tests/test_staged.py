@@ -294,6 +294,29 @@ def test_python_scalars_are_operands_so_a_loop_over_values_runs_one_program():
   assert jnp.clip(x, -1, 1).weak_type is False and jnp.where(x > 0, 1.0, 0.0).weak_type is True
 
 
+def test_a_staged_call_is_expanded_with_its_operands_weak_types():
+  """A Python scalar operand of a staged call is weakly typed where the call is made and where it is lowered: under
+  x64, the 0 of `where(c, 0, x)` for int32 x takes x's dtype in both (read as a strong int64 where the call was
+  expanded, the lowered where computed int64 under a node that said int32, and jnp.unwrap of int32 data failed to
+  compile). Also in a loop body's staged call (`fori_loop`), and values against numpy."""
+  from tinyjax.lower.schedule import expand_primitives
+  from tinyjax.uop import UOp
+  with tj.config.override("jax_enable_x64", True):
+    x = jnp.asarray(np.array([3, -2, 5, -7], np.int32))
+    result = jnp.where(x > 0, 0, x)
+    node = result.uop
+    assert node.op is Ops.PRIMITIVE and node.arg.in_weak == (False, True, False) and result.dtype == np.int32
+    (expanded,) = expand_primitives(UOp(Ops.SINK, node.dtype, (node,))).src
+    assert expanded.dtype == np.int32
+    assert all(src.dtype == n.dtype for n in expanded.toposort if n.op in (Ops.ADD, Ops.MUL) for src in n.src)
+    np.testing.assert_array_equal(np.asarray(result), np.array([0, -2, 0, -7], np.int32))
+    looped = tj.jit(lambda v: tj.lax.fori_loop(0, 2, lambda i, c: jnp.where(c > 0, 0, c) + 1, v))(x)
+    assert looped.dtype == np.int32
+    np.testing.assert_array_equal(np.asarray(looped), np.array([1, 0, 1, -5], np.int32))
+    np.testing.assert_array_equal(np.asarray(jnp.unwrap(np.array([0, 5, 9, 2, 7], np.int32), period=10)),
+                                  np.array([0, 5, 9, 12, 17], np.int32))
+
+
 def test_what_does_not_stage_runs_the_function():
   x = jnp.asarray(X64.astype(np.float32))
   # numpy data and lists: the function, as before

@@ -198,7 +198,9 @@ class LinearTrace(StagingTrace):
     if not any(self.is_mine(x) for x in operands): return self.parent.process_primitive(prim, operands, params)
     if prim not in transpose_rules: return prim.impl(*operands, **params)
     shape, dtype, weak_type = abstract_eval_rules[prim](*operands, **params)
-    call = PrimitiveCall(prim, tuple(sorted(params.items())), ((shape, dtype, weak_type),))
+    call = PrimitiveCall(prim, tuple(sorted(params.items())), ((shape, dtype, weak_type),),
+                         in_weak=tuple(x.weak_type if isinstance(x, Array) else type(x) in (bool, int, float, complex)
+                                       for x in operands))
     uops = tuple(x.uop if self.is_mine(x) else self.const_param(x) for x in operands)
     return StagingTracer(UOp(Ops.PRIMITIVE, dtype, uops, call), weak_type, self)
 

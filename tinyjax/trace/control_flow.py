@@ -75,7 +75,7 @@ class BodyTrace(StagingTrace):
     if not prim.fixed:  # what the impl computes, for the persistent caches' keys
       from tinyjax.lower.schedule import structure_key
       fingerprint = structure_key(UOp(Ops.SINK, BOOL, tuple(o.uop for o in outs)))[:16]
-    call = PrimitiveCall(prim, items, out_avals, fingerprint)
+    call = PrimitiveCall(prim, items, out_avals, fingerprint, in_weak=tuple(bool(a.weak_type) for a in arrays))
     uops = tuple(a.uop if self.is_mine(a) else self.const_param(a) for a in arrays)
     if not prim.multiple_results:
       shape, dtype, weak = out_avals[0]

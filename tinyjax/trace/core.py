@@ -214,7 +214,8 @@ class EvalTrace(Trace):
       return None
     if call is False:
       out_avals = _abstract_eval(self, prim, operands, params)
-      call = None if out_avals is None else PrimitiveCall(prim, tuple(sorted(params.items())), out_avals, x64=x64)
+      call = None if out_avals is None else PrimitiveCall(prim, tuple(sorted(params.items())), out_avals, x64=x64,
+                                                          in_weak=tuple(weak for _, _, weak in avals))
       if len(_EAGER_CALLS) >= _EAGER_CALLS_MAX: _EAGER_CALLS.clear()
       _EAGER_CALLS[key] = call
     if call is None: return None
@@ -406,18 +407,24 @@ def _float_key(value: Any) -> Any: return arg_key(value) if type(value) in _FLOA
 
 
 class PrimitiveCall:
-  """The arg of a PRIMITIVE node: the primitive, its params (a sorted tuple of items, hashable) and its outputs'
-  avals ((shape, dtype, weak_type) each). `expand` turns the call into Ops for lowering, by running the primitive's
-  impl on a staging trace over the operands' nodes."""
-  __slots__ = ("prim", "params", "out_avals", "fingerprint", "x64", "_hash")
+  """The arg of a PRIMITIVE node: the primitive, its params (a sorted tuple of items, hashable), its outputs'
+  avals ((shape, dtype, weak_type) each) and which operands are weakly typed (`in_weak`). `expand` turns the call into
+  Ops for lowering, by running the primitive's impl on a staging trace over the operands' nodes."""
+  __slots__ = ("prim", "params", "out_avals", "fingerprint", "x64", "in_weak", "_hash")
 
-  def __init__(self, prim: Primitive, params: tuple, out_avals: tuple, fingerprint: str = "", x64: bool | None = None):
+  def __init__(self, prim: Primitive, params: tuple, out_avals: tuple, fingerprint: str = "", x64: bool | None = None,
+               in_weak: tuple[bool, ...] = ()):
     self.prim, self.params, self.out_avals, self.fingerprint = prim, params, out_avals, fingerprint
     self.x64 = x64  # (an eager call's jax_enable_x64 when it was made: its impl is expanded under the same setting)
+    # (the impl sees its operands as they were: a Python scalar of an eager `where(c, 0, x)` is a weakly typed operand,
+    # which takes x's dtype; read as a strong one where the call was expanded, the int32 where of an x64 program
+    # computed int64 under a node that said int32)
+    self.in_weak = in_weak
     self._hash = None
 
   def _key(self) -> tuple:
-    return (self.prim.name, id(self.prim), params_key(self.params), self.out_avals, self.fingerprint, self.x64)
+    return (self.prim.name, id(self.prim), params_key(self.params), self.out_avals, self.fingerprint, self.x64,
+            self.in_weak)
 
   def __hash__(self) -> int:
     if self._hash is None: self._hash = hash(self._key())
@@ -426,7 +433,8 @@ class PrimitiveCall:
   def __eq__(self, other: Any) -> bool:
     return self is other or (isinstance(other, PrimitiveCall) and hash(self) == hash(other) and
                              self._key() == other._key())
-  def __reduce__(self): return (PrimitiveCall, (self.prim, self.params, self.out_avals, self.fingerprint, self.x64))
+  def __reduce__(self):
+    return (PrimitiveCall, (self.prim, self.params, self.out_avals, self.fingerprint, self.x64, self.in_weak))
 
   def __repr__(self) -> str:
     shown = [f"{name}={value!r}" for name, value in self.params if name != "out_avals"]
@@ -438,7 +446,8 @@ class PrimitiveCall:
     trace = StagingTrace(current_trace.get(), [], f"lowering of {self.prim.name}")
     same_x64 = self.x64 is None or self.x64 == config.jax_enable_x64
     with new_trace(trace), (contextlib.nullcontext() if same_x64 else config.override("jax_enable_x64", self.x64)):
-      args = [StagingTracer(uop, False, trace) for uop in operands]
+      weak = self.in_weak or (False,) * len(operands)
+      args = [StagingTracer(uop, is_weak, trace) for uop, is_weak in zip(operands, weak)]
       out = self.prim.impl(*args, **dict(self.params))
     outs = out if self.prim.multiple_results else [out]
     return [o.uop for o in outs]
