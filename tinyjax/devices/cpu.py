@@ -389,6 +389,7 @@ class HostProgram:
     self._specs = [(math.prod(shape) * np.dtype(dtype).itemsize, np.dtype(dtype), tuple(shape))
                    for shape, dtype in avals]
     self.error: BaseException | None = None
+    self._addresses = ctypes.c_void_p * len(self._specs)  # (the launch's args, as made from their address)
     self._fn = _HOST_FN(self._call)  # (kept: the runtime holds only its address)
     self.fn_addr = ctypes.cast(self._fn, ctypes.c_void_p).value
     # (slot, address) -> the numpy view of that slot's memory there: a program's buffers come from the pool, so the
@@ -399,7 +400,7 @@ class HostProgram:
   def _call(self, args: int, start: int, end: int) -> None:
     import numpy as np
     try:
-      addresses = (ctypes.c_void_p * len(self._specs)).from_address(args)
+      addresses = self._addresses.from_address(args)
       views, arrays = self._views, []
       for slot, address in enumerate(addresses):
         if (view := views.get((slot, address))) is None:

@@ -87,6 +87,7 @@ def lapack() -> Lapack:
 # the character arguments (read, never written: made once) and string lengths gfortran's ABI passes after the others
 _CHARS = {c: ctypes.byref(ctypes.c_char(c.encode())) for c in "NTCLURAVEIOS"}
 _LENGTHS = (ctypes.c_size_t(1),) * 4
+_INTS: dict[int, Any] = {}  # integer arguments by value (`_Call.int`), of the one LAPACK's integer type
 
 
 @functools.lru_cache(maxsize=64)
@@ -97,29 +98,50 @@ def _lower_mask(n: int) -> np.ndarray:
 
 
 class _Call:
-  """Arguments by reference, as Fortran takes them: ints and chars made once, arrays by their data pointers."""
+  """Arguments by reference, as Fortran takes them: ints and chars made once, arrays by their data pointers. One per
+  dtype (`_call`); each call has an info of its own (ctypes lets go of the GIL during the call)."""
 
   def __init__(self, dtype: np.dtype):
     self.lib, self.dtype, self.prefix = lapack(), np.dtype(dtype), _PREFIX[np.dtype(dtype)]
-    self.info = self.lib.int_type(0)
+    self.int_dtype = np.dtype(self.lib.int_type)  # (numpy's dtype of a ctypes type: 1.4 us to find each time)
 
-  def int(self, value: int) -> Any: return ctypes.byref(self.lib.int_type(value))
+  def int(self, value: int) -> Any:
+    # (LAPACK reads its integer arguments, never writes them: one per value, made once)
+    if (made := _INTS.get(value)) is None: made = _INTS[value] = ctypes.byref(self.lib.int_type(value))
+    return made
+
   @staticmethod
   def char(value: str) -> Any: return _CHARS[value]
+
   @staticmethod
-  def ptr(array: np.ndarray) -> Any: return ctypes.c_void_p(array.ctypes.data)
+  def ptr(array: np.ndarray) -> Any:
+    """A pointer to `array`'s data: seen through the buffer protocol where it is writable and C-contiguous (0.26 us;
+    numpy's `.ctypes.data` takes 0.8, a 64x64 solve's host steps make 8 of them), else from `.ctypes`."""
+    try: return ctypes.byref(ctypes.c_char.from_buffer(array))
+    except (TypeError, ValueError, BufferError): return ctypes.c_void_p(array.ctypes.data)
 
   def __call__(self, name: str, *args: Any, chars: int = 0) -> int:
     """Call `prefix + name` with `args` and the info pointer last (then the hidden lengths of `chars` string
     arguments, gfortran's ABI); returns info."""
-    self.lib.fn(self.prefix + name)(*args, ctypes.byref(self.info), *_LENGTHS[:chars])
-    return self.info.value
+    info = self.lib.int_type(0)
+    self.lib.fn(self.prefix + name)(*args, ctypes.byref(info), *_LENGTHS[:chars])
+    return info.value
 
   def workspace(self, name: str, *args: Any, chars: int = 0) -> int:
     """The optimal workspace size of a routine called with lwork = -1 (`args` ends with the work pointer's place)."""
     query = np.zeros(1, self.dtype)
     self(name, *args, self.ptr(query), self.int(-1), chars=chars)
     return max(1, int(query[0].real))
+
+
+@functools.cache
+def _one(dtype: np.dtype) -> np.ndarray:
+  """A 1 of `dtype` for trsm's alpha (read, never written)."""
+  return np.ones(1, dtype)
+
+
+@functools.cache
+def _call(dtype: np.dtype) -> _Call: return _Call(dtype)
 
 
 def _stacked(x: np.ndarray) -> np.ndarray:
@@ -136,7 +158,7 @@ def _potrf_each(a: np.ndarray) -> np.ndarray:
   """Lower Cholesky factors of the lower triangles of symmetric (Hermitian) matrices (..., n, n); NaN where not
   positive-definite. Row-major a is LAPACK's a^T (= conj(a) when Hermitian), whose upper triangle is a's lower:
   potrf('U') there gives U with a^T = U^H U, and U column-major read row-major is U^T = L, a = L L^H."""
-  call, stack = _Call(a.dtype), _matrices(a)
+  call, stack = _call(a.dtype), _matrices(a)
   n = a.shape[-1]
   for matrix in stack:
     if call("potrf", call.char("U"), call.int(n), call.ptr(matrix), call.int(max(1, n)), chars=1) != 0:
@@ -147,52 +169,57 @@ def _potrf_each(a: np.ndarray) -> np.ndarray:
 def _getrf_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """LU with partial pivoting of (..., m, n): the packed factors (unit-lower L below the diagonal, U on and above) and
   the 0-based row pivots (..., min(m, n)) int32. A singular matrix factors with a zero pivot (no error), as JAX."""
-  call = _Call(a.dtype)
+  call = _call(a.dtype)
   m, n = a.shape[-2:]
   k = min(m, n)
   stack = _stacked(a)
-  factors = np.empty_like(stack)
-  pivots = np.zeros((stack.shape[0], k), call.lib.int_type)
+  single = stack.shape[0] == 1  # (one matrix: its factors as LAPACK leaves them, not copied)
+  factors = None if single else np.empty_like(stack)
+  pivots = np.zeros((stack.shape[0], k), call.int_dtype)
   for index in range(stack.shape[0]):
-    column_major = np.array(stack[index], order="F")
+    column_major = np.ascontiguousarray(stack[index].T)  # (a's transpose, row-major: a column-major)
     call("getrf", call.int(m), call.int(n), call.ptr(column_major), call.int(max(1, m)), call.ptr(pivots[index]))
-    factors[index] = column_major
-  return factors.reshape(a.shape), (pivots - 1).astype(np.int32).reshape((*a.shape[:-2], k))
+    if single: factors = column_major.T
+    else: factors[index] = column_major.T
+  return factors.reshape(a.shape), np.subtract(pivots, 1, dtype=np.int32, casting="unsafe").reshape((*a.shape[:-2], k))
 
 
 def _trsm_each(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, transpose_a: bool,
                unit_diagonal: bool, conjugate_a: bool = False) -> np.ndarray:
   """x with op(a) x = b (left_side) or x op(a) = b, a triangular (..., k, k), b (..., m, n), batch dims equal.
   On the column-major transposes that is x^T op(a)^T = b^T: the other side and the other triangle, same op."""
-  call = _Call(a.dtype)
+  call = _call(a.dtype)
   m, n = b.shape[-2:]
-  out = _matrices(b)
-  triangles = np.ascontiguousarray(_stacked(a))
+  k = a.shape[-1]
+  out = np.array(b, order="C")  # (a copy: the routine overwrites it)
+  triangles = np.ascontiguousarray(a)
   side, uplo = ("R" if left_side else "L"), ("U" if lower else "L")
   trans, diag = ("C" if conjugate_a else "T") if transpose_a else "N", ("U" if unit_diagonal else "N")
   if conjugate_a and not transpose_a: triangles = np.conj(triangles)  # (BLAS has no "conjugate, not transposed")
-  one = np.ones(1, a.dtype)
-  k = a.shape[-1]
-  for index in range(out.shape[0]):
-    call.lib.fn(call.prefix + "trsm")(call.char(side), call.char(uplo), call.char(trans), call.char(diag),
-                                      call.int(n), call.int(m), call.ptr(one), call.ptr(triangles[index]),
-                                      call.int(max(1, k)), call.ptr(out[index]), call.int(max(1, n)),
-                                      *_LENGTHS)
-  return out.reshape(b.shape)
+  routine = call.lib.fn(call.prefix + "trsm")
+  before = (call.char(side), call.char(uplo), call.char(trans), call.char(diag), call.int(n), call.int(m),
+            call.ptr(_one(a.dtype)))
+  # (one matrix: its arrays as they are, no views per matrix: a 64x64 solve's triangular steps took 7 us for 1 of
+  # BLAS)
+  batch = math.prod(b.shape[:-2])
+  pairs = [(triangles, out)] if b.ndim == 2 else zip(triangles.reshape(batch, k, k), out.reshape(batch, m, n))
+  for triangle, matrix in pairs:
+    routine(*before, call.ptr(triangle), call.int(max(1, k)), call.ptr(matrix), call.int(max(1, n)), *_LENGTHS)
+  return out
 
 
 def _syevd_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Eigenvalues (ascending, real) and eigenvectors (columns) of symmetric / Hermitian (..., n, n), from their lower
   triangles. Row-major a is LAPACK's a^T = conj(a), whose upper triangle is a's lower: its eigenvectors are conj(V),
   column-major, so read row-major they are conj(V)^T (V^T for real a). Complex a is heevd, with rwork."""
-  call, stack = _Call(a.dtype), _matrices(a)
+  call, stack = _call(a.dtype), _matrices(a)
   n = a.shape[-1]
   is_complex = a.dtype.kind == "c"
   real_dtype = dtypes.real_dtype(a.dtype)
   values = np.zeros((stack.shape[0], n), real_dtype)
   if n == 0 or stack.shape[0] == 0: return values.reshape(a.shape[:-1]), stack.reshape(a.shape)
   name = "heevd" if is_complex else "syevd"
-  query, rquery, iquery = np.zeros(1, a.dtype), np.zeros(1, real_dtype), np.zeros(1, call.lib.int_type)
+  query, rquery, iquery = np.zeros(1, a.dtype), np.zeros(1, real_dtype), np.zeros(1, call.int_dtype)
 
   def run(index: int, work, lwork, rwork, lrwork, iwork, liwork) -> int:
     real_work = [call.ptr(rwork), call.int(lrwork)] if is_complex else []
@@ -202,7 +229,7 @@ def _syevd_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   run(0, query, -1, rquery, -1, iquery, -1)
   work = np.zeros(max(1, int(query[0].real)), a.dtype)
   rwork = np.zeros(max(1, int(rquery[0])), real_dtype)
-  iwork = np.zeros(max(1, int(iquery[0])), call.lib.int_type)
+  iwork = np.zeros(max(1, int(iquery[0])), call.int_dtype)
   for index in range(stack.shape[0]):
     if run(index, work, work.size, rwork, rwork.size, iwork, iwork.size) != 0:
       values[index], stack[index] = np.nan, np.nan
@@ -214,7 +241,7 @@ def _gesdd_each(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tupl
   """Singular values (descending, real) of (..., m, n), and with `compute_uv` U (..., m, m|k) and V^H (..., n|k, n).
   LAPACK sees a^T (n x m) = U' S V'^H, so a = conj(V') S U'^T: its V'^H read row-major is conj(V') = our U, its U'
   read row-major U'^T = our V^H (for real a, the same without the conjugations). Complex a also takes rwork."""
-  call, stack = _Call(a.dtype), _matrices(a)
+  call, stack = _call(a.dtype), _matrices(a)
   m, n = a.shape[-2:]
   k, batch = min(m, n), stack.shape[0]
   jobz = ("A" if full_matrices else "S") if compute_uv else "N"
@@ -227,7 +254,7 @@ def _gesdd_each(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tupl
   u = np.zeros((batch, m, rows_u), a.dtype) if compute_uv else np.zeros((batch, 1), a.dtype)
   vt = np.zeros((batch, cols_vt, n), a.dtype) if compute_uv else np.zeros((batch, 1), a.dtype)
   if k > 0 and batch > 0:
-    iwork = np.zeros(8 * k, call.lib.int_type)
+    iwork = np.zeros(8 * k, call.int_dtype)
     # LAPACK's U' is n x ucol (ld n), its V'^T is vrow x m (ld vrow): our vt[i] and u[i] in row-major
     ld_u, ld_vt = (max(1, n), max(1, rows_u)) if compute_uv else (1, 1)
 
@@ -247,7 +274,7 @@ def _gesdd_each(a: np.ndarray, *, full_matrices: bool, compute_uv: bool) -> tupl
 
 def _geqrf_orgqr_each(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndarray, np.ndarray]:
   """QR of (..., m, n) by Householder reflections: Q (..., m, m|k) with orthonormal columns, R (..., m|k, n) upper."""
-  call = _Call(a.dtype)
+  call = _call(a.dtype)
   m, n = a.shape[-2:]
   k = min(m, n)
   columns = m if full_matrices else k
@@ -294,7 +321,7 @@ def geev(a: np.ndarray, *, left: bool, right: bool) -> list[np.ndarray]:
   """Eigenvalues of real square matrices (..., n, n), complex, in LAPACK's order, and the left / right eigenvectors
   (unit columns, as complex arrays) when asked for: [w, vl?, vr?]. A matrix whose QR iteration fails gets NaN."""
   if a.dtype.kind == "c": return _geev_complex(a, left=left, right=right)
-  call = _Call(a.dtype)
+  call = _call(a.dtype)
   n = a.shape[-1]
   complex_dtype = dtypes.complex_dtype(a.dtype)
   stack = _stacked(a)
@@ -323,7 +350,7 @@ def geev(a: np.ndarray, *, left: bool, right: bool) -> list[np.ndarray]:
 
 def _geev_complex(a: np.ndarray, *, left: bool, right: bool) -> list[np.ndarray]:
   """geev of complex matrices (c/z geev: eigenvalues and eigenvectors come complex, with a real workspace)."""
-  call = _Call(a.dtype)
+  call = _call(a.dtype)
   n = a.shape[-1]
   real_dtype = dtypes.real_dtype(a.dtype)
   stack = _stacked(a)
