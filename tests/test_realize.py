@@ -443,3 +443,24 @@ def test_eager_primitive_calls_expand_under_the_x64_setting_they_were_made_in(re
   with tj.config.override("jax_enable_x64", True):
     result = np.asarray(narrow)
   assert result.dtype == np.int32 and result.tolist() == [3, 6]
+
+
+def test_big_blocks_are_line_aligned_and_their_views_keep_them(on_cpu):
+  """A block larger than SMALL_BLOCK_BYTES starts at a 64-byte line (devices/buffer.py BLOCK_ALIGNMENT): a computed
+  array's memory too. A numpy view handed out keeps its block out of the pool: the next arrays of that size get
+  other memory, and the view still reads its values (a block taken from an aligned slice of a bigger allocation went
+  back to the pool while its view was alive)."""
+  import tinyjax.numpy as tnp
+  from tinyjax.devices.buffer import BLOCK_ALIGNMENT, SMALL_BLOCK_BYTES, take_block
+  for nbytes in (SMALL_BLOCK_BYTES + 1, 1 << 20, (3 << 20) + 4):
+    raw, address = take_block(nbytes)
+    assert raw.nbytes == nbytes and address % BLOCK_ALIGNMENT == 0 and raw.ctypes.data == address
+  x = tnp.arange(1 << 16, dtype=tnp.float32)
+  first = x * 2.0
+  first.block_until_ready()
+  assert first.uop.arg.address % BLOCK_ALIGNMENT == 0
+  view = np.asarray(first)
+  del first
+  for scale in (3.0, 4.0, 5.0):  # (same size: from the pool, were the block given back)
+    np.testing.assert_array_equal(np.asarray(x * scale), np.arange(1 << 16, dtype=np.float32) * scale)
+  np.testing.assert_array_equal(view, np.arange(1 << 16, dtype=np.float32) * 2.0)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import mmap
 import os
 import sys
 
@@ -45,17 +44,21 @@ def take_block(nbytes: int) -> tuple[np.ndarray, int]:
   if 0 < nbytes <= SMALL_BLOCK_BYTES:  # (its address without numpy's `.ctypes`: 1.1 -> 0.45 us; zeroing it is free)
     memory = ctypes.create_string_buffer(nbytes)
     return np.frombuffer(memory, np.uint8), ctypes.addressof(memory)
-  # (a mapping of its own: page-aligned, see above, and untouched: its pages are faulted in where a kernel first
-  # writes them)
-  raw = np.frombuffer(mmap.mmap(-1, nbytes), np.uint8) if nbytes else np.empty(0, np.uint8)
+  # (untouched: its pages are faulted in where a kernel first writes them; BLOCK_ALIGNMENT-aligned, seen through a
+  # memoryview so that the block, not the allocation under it, is the base of its numpy views)
+  memory = np.empty(nbytes + BLOCK_ALIGNMENT - 1, np.uint8)
+  start = -memory.ctypes.data % BLOCK_ALIGNMENT
+  raw = np.frombuffer(memoryview(memory)[start:start + nbytes], np.uint8)
   return raw, raw.ctypes.data
 
 
-# A block larger than SMALL_BLOCK_BYTES is memory mapped for it, so it starts at a page: a kernel's rows of whole cache
-# lines are then whole lines in memory (a 64-float row of numpy's 16-byte aligned blocks spans 5 lines), and its
-# non-temporal stores (codegen/opt.py NONTEMPORAL_BYTES) find the alignment they need. NCHW 1x1 convolution of
-# 32x64x56x56 into 64 channels, read in place: 2.26-2.36 -> 2.04-2.21 ms. (A numpy view of such a block has the block
-# as its base, as of a small one: `Buffer.__del__` counts references to it.)
+# A block larger than SMALL_BLOCK_BYTES starts at a multiple of BLOCK_ALIGNMENT bytes, a cache line: a kernel's rows of
+# whole lines are then whole lines in memory (a 64-float row of numpy's 16-byte aligned blocks spans 5 lines), and its
+# non-temporal stores (codegen/opt.py NONTEMPORAL_BYTES) find the alignment they need (NCHW 1x1 convolution of
+# 32x64x56x56 into 64 channels, read in place: 2.26-2.36 -> 2.04-2.21 ms). Every numpy view of a block has the block
+# itself as its base (`Buffer.__del__` counts references to it): a slice of the aligned allocation would have had the
+# allocation as its base, and a block gone back to the pool while a view still read it.
+BLOCK_ALIGNMENT = 64
 # A new block up to this size is a ctypes buffer seen by numpy (an eager read handed out as a numpy view takes one
 # each time: the view keeps its block out of the pool).
 SMALL_BLOCK_BYTES = 1 << 16
