@@ -317,6 +317,25 @@ def test_a_staged_call_is_expanded_with_its_operands_weak_types():
                                   np.array([0, 5, 9, 12, 17], np.int32))
 
 
+def test_python_scalar_operands_are_made_once_per_value():
+  """A staged call's Python scalar operand is one weakly typed 0-d node per (type, value, x64), kept across calls
+  (lax/_base.py `_scalar_operand`): -0.0 is not 0.0, x64 gives 64-bit operands, and an int out of range runs the
+  function itself (its OverflowError)."""
+  x = jnp.asarray(X64.astype(np.float32))
+  first, second = jnp.clip(x, 1, 5), jnp.clip(x, 1, 5)
+  assert first.uop.src[1] is second.uop.src[1] and first.uop.src[2] is second.uop.src[2]
+  assert jnp.clip(x, 1.0, 5).uop.src[1] is not first.uop.src[1]  # (a float 1.0 is not the int 1)
+  zero, negative_zero = jnp.where(x > 0, x, 0.0), jnp.where(x > 0, x, -0.0)
+  assert zero.uop.src[2] is not negative_zero.uop.src[2]
+  assert np.signbit(np.asarray(negative_zero)[X64 <= 0]).all() and not np.signbit(np.asarray(zero)).any()
+  with tj.config.override("jax_enable_x64", True):
+    assert jnp.clip(x, 1, 5).uop.src[1].dtype == np.int64
+  assert first.uop.src[1].dtype == np.int32
+  np.testing.assert_array_equal(np.asarray(first), np.clip(X64.astype(np.float32), 1, 5))
+  with pytest.raises(OverflowError):
+    jnp.clip(x, 2 ** 40, 2 ** 41)
+
+
 def test_what_does_not_stage_runs_the_function():
   x = jnp.asarray(X64.astype(np.float32))
   # numpy data and lists: the function, as before
