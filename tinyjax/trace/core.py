@@ -201,11 +201,12 @@ class EvalTrace(Trace):
     primitive (custom_jvp's), operands that are not arrays, params that cannot key a node, control flow and host calls
     (they run or check now), or an impl that needs concrete values (its abstract evaluation failed)."""
     if not prim.fixed or prim.name in _RUN_AT_ONCE or _sharding_enabled[0]: return None  # (shardings: op by op)
-    avals = []
+    avals, uops = [], []
     for x in operands:
       if type(x) is not Array: return None
       node = x.uop
       avals.append((node.shape, node.dtype, x.weak_type))
+      uops.append(node)
     try:  # (keyed by the params in the caller's order: a call site passes them in one order)
       x64 = bool(config.jax_enable_x64)
       key = (prim, params_key(tuple(params.items())), tuple(avals), x64)
@@ -219,8 +220,7 @@ class EvalTrace(Trace):
       if len(_EAGER_CALLS) >= _EAGER_CALLS_MAX: _EAGER_CALLS.clear()
       _EAGER_CALLS[key] = call
     if call is None: return None
-    out_avals = call.out_avals
-    uops = tuple(x.uop for x in operands)
+    out_avals, uops = call.out_avals, tuple(uops)
     if not prim.multiple_results:
       shape, dtype, weak = out_avals[0]
       node = UOp.unshared(Ops.PRIMITIVE, dtype, uops, call)
