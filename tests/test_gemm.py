@@ -1031,6 +1031,27 @@ def test_register_transposes(rows, columns, bounds, dtype, lanes):
   assert (got[:start] == 0).all() and (got[end:] == 0).all()
 
 
+def test_big_register_transposes_store_non_temporally(monkeypatch):
+  """A register transpose writing at least NONTEMPORAL_BYTES (lowered here) stores its whole-line rows non-temporally
+  (`opt.big_output`), checked per store: values equal numpy's into line-aligned memory and 16 bytes off a line, and
+  DEBUG's opts name it. A float16 transpose (half a line per vector) and a small one store plainly."""
+  from tinyjax.codegen import opt
+  rows, columns = 96, 128
+  ast = transpose_kernel(rows, columns, F32)
+  assert "nontemporal" not in _opts_line(ast)
+  monkeypatch.setattr(opt, "NONTEMPORAL_BYTES", 1 << 12)
+  assert "('nontemporal',)" in _opts_line(ast) and "!nontemporal" in render_llvm("k", ast)
+  assert "nontemporal" not in render_llvm("k", transpose_kernel(rows, columns, F16))
+  values = sample(F32, n=rows * columns, seed=17)
+  memory = np.zeros(rows * columns + 32, F32)
+  first = (-memory.ctypes.data % 64) // 4
+  for offset in (first, first + 4):
+    out = memory[offset:offset + rows * columns]
+    out[:] = np.nan
+    run_kernel(ast, [out, values], True)
+    np.testing.assert_array_equal(out.reshape(rows, columns), values.reshape(columns, rows).T * 2)
+
+
 def test_register_transposes_need_rows_consecutive_in_each_block():
   """A load read across the columns is transposed in registers only where each aligned block of rows is consecutive in
   memory (`block_stride`): flat rows (n, o) of a (2, 64, 100) output read from (2, 100, 64) are, rows wrapping every

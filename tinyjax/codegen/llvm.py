@@ -37,7 +37,8 @@ from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
 from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, LINE_BYTES, SHORT_REDUCE,
                                  TRANSPOSE_LANES, VECTOR_BYTES, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts,
-                                 block_stride, choose_opts, global_ranges_of, linear_strides, transpose_block)
+                                 big_output, block_stride, choose_opts, global_ranges_of, linear_strides,
+                                 transpose_block)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.lower import symbolic
 from tinyjax.uop import BOOL, Ops, UOp
@@ -698,8 +699,8 @@ class _Renderer(Linearizer):
         packed = {load: self.from_memory(vectors[i], load.src[0].dtype, lanes) for load, vectors in rows_of.items()}
         stored = self.to_memory(self.vector_value(value, lanes, packed, {}, column), buffer.dtype, lanes)
         self.emit_needed(index)
-        self.line(f"store <{lanes} x {memory_type(buffer.dtype)}> {stored}, ptr {self.address(buffer, index)}, "
-                  f"align {buffer.dtype.itemsize}")
+        self.store_vector(stored, lanes, buffer.dtype, self.address(buffer, index),
+                          big_output(store, global_ranges_of(self.ast)))
     self.stores_emitted.add(store)
 
   def transposed_vectors(self, vectors: list[str], element: str) -> list[str]:
@@ -1544,25 +1545,30 @@ class _Renderer(Linearizer):
     buffer, index, value = store.src
     stored = self.to_memory(self.vector_value(value, lanes, {}, {plan.reduce: result}), buffer.dtype, lanes)
     self.emit_ready(index)
-    address, vector = self.address(buffer, index), f"<{lanes} x {memory_type(buffer.dtype)}>"
-    if plan.nontemporal and lanes * buffer.dtype.itemsize == LINE_BYTES:
-      # (a whole line, streamed to memory: opt.NONTEMPORAL_BYTES; the instruction needs the line's address, which
-      # a buffer of the pool has, and a host array given to a donated argument may not: checked per store)
-      if not self.nontemporal:
-        self.metadata.append(f"!{len(self.metadata)} = !{{i32 1}}")
-        self.nontemporal = f"!{len(self.metadata) - 1}"
-      offset = self.emit(f"and i64 {self.emit(f'ptrtoint ptr {address} to i64')}, {LINE_BYTES - 1}")
-      streamed, plain, done = self.fresh("streamed")[1:], self.fresh("plain")[1:], self.fresh("stored")[1:]
-      self.line(f"br i1 {self.emit(f'icmp eq i64 {offset}, 0')}, label %{streamed}, label %{plain}")
-      self.label(streamed)
-      self.line(f"store {vector} {stored}, ptr {address}, align {LINE_BYTES}, !nontemporal {self.nontemporal}")
-      self.line(f"br label %{done}")
-      self.label(plain)
-      self.line(f"store {vector} {stored}, ptr {address}, align {buffer.dtype.itemsize}")
-      self.line(f"br label %{done}")
-      self.label(done)
-    else: self.line(f"store {vector} {stored}, ptr {address}, align {buffer.dtype.itemsize}")
+    self.store_vector(stored, lanes, buffer.dtype, self.address(buffer, index), plan.nontemporal)
     self.stores_emitted.add(store)
+
+  def store_vector(self, value: str, lanes: int, dtype: np.dtype, address: str, nontemporal: bool) -> None:
+    """Store vector `value` of `lanes` values of `dtype` at `address`; with `nontemporal`, where the vector is a
+    whole 64-byte line, streamed to memory (opt.NONTEMPORAL_BYTES). The instruction needs the line's address, which
+    a block of the pool has, and a host array given to a donated argument may not: checked per store."""
+    vector = f"<{lanes} x {memory_type(dtype)}>"
+    if not nontemporal or lanes * dtype.itemsize != LINE_BYTES:
+      self.line(f"store {vector} {value}, ptr {address}, align {dtype.itemsize}")
+      return
+    if not self.nontemporal:
+      self.metadata.append(f"!{len(self.metadata)} = !{{i32 1}}")
+      self.nontemporal = f"!{len(self.metadata) - 1}"
+    offset = self.emit(f"and i64 {self.emit(f'ptrtoint ptr {address} to i64')}, {LINE_BYTES - 1}")
+    streamed, plain, done = self.fresh("streamed")[1:], self.fresh("plain")[1:], self.fresh("stored")[1:]
+    self.line(f"br i1 {self.emit(f'icmp eq i64 {offset}, 0')}, label %{streamed}, label %{plain}")
+    self.label(streamed)
+    self.line(f"store {vector} {value}, ptr {address}, align {LINE_BYTES}, !nontemporal {self.nontemporal}")
+    self.line(f"br label %{done}")
+    self.label(plain)
+    self.line(f"store {vector} {value}, ptr {address}, align {dtype.itemsize}")
+    self.line(f"br label %{done}")
+    self.label(done)
 
   def vector_cast(self, value: str, src: np.dtype, dst: np.dtype, lanes: int) -> str:
     """`cast` for vectors of `lanes` values: the conversions that round nothing or once in one instruction
@@ -2086,9 +2092,10 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   transpose = 0 if plan is not None else transpose_block(ast, enabled)
   renderer = _Renderer(ast, plan, decompose=enabled, transpose=transpose)
   renderer.render_kernel()
-  opts = [opt for opt in applied_opts(ast, enabled) if opt != ("nontemporal",) or renderer.nontemporal] + \
+  opts = [opt for opt in applied_opts(ast, enabled) if opt != ("nontemporal",)] + \
       ([("registers", renderer.transpose_lanes)] if renderer.across else []) + \
-      ([("gate_split", *renderer.gate_parts)] if renderer.gate_parts else [])
+      ([("gate_split", *renderer.gate_parts)] if renderer.gate_parts else []) + \
+      ([("nontemporal",)] if renderer.nontemporal else [])  # (as emitted: a tile's or a register transpose's)
   if DEBUG >= 3: print(f"*** opts of {name}: {opts}")
   # kernels that compute more than they move ask for VECTOR_BYTES vectors, which LLVM would otherwise not use on CPUs
   # where it prefers 256-bit vectors (Intel's AVX-512 parts): a tile sized for them became 32 half-width accumulators,
