@@ -1052,6 +1052,36 @@ def test_big_register_transposes_store_non_temporally(monkeypatch):
     np.testing.assert_array_equal(out.reshape(rows, columns), values.reshape(columns, rows).T * 2)
 
 
+@pytest.mark.parametrize("bounds", [(0, 1000), (3, 997), (17, 40), (5, 9)], ids=str)
+def test_big_elementwise_outputs_are_streamed(monkeypatch, bounds):
+  """An elementwise kernel writing at least NONTEMPORAL_BYTES (lowered here) runs its innermost loop a line of values
+  at a time, each vector stored non-temporally (llvm.py `streamed_lanes`, `render_streamed`), one value at a time up
+  to the first line and after the last whole one: any launch chunk, an output 16 bytes off a line, float64 and int32
+  give numpy's values. A value without a vector form (a float32 remainder) and a gated load keep the plain loop."""
+  from tinyjax.codegen import opt
+  monkeypatch.setattr(opt, "NONTEMPORAL_BYTES", 1 << 10)
+  n = 1000
+  i = global_range(0, n)
+  for dtype in (F32, F64, I32):
+    value = add(mul(load(buffer(1, dtype), i), const(3, dtype)), load(buffer(2, dtype), i))
+    ast = kernel(store(buffer(0, dtype), i, value))
+    assert "('nontemporal',)" in _opts_line(ast) and "!nontemporal" in render_llvm("k", ast)
+    first, second = sample(dtype, n=n, seed=21), sample(dtype, n=n, seed=22)
+    memory = np.zeros(n + 32, dtype)
+    aligned = (-memory.ctypes.data % 64) // dtype.itemsize
+    for offset in (aligned, aligned + 16 // dtype.itemsize):
+      out = memory[offset:offset + n]
+      out[:] = 0
+      run_kernel(ast, [out, first, second], True, *bounds)
+      start, end = bounds
+      np.testing.assert_array_equal(out[start:end], (first * dtype.type(3) + second)[start:end])
+      assert (out[:start] == 0).all() and (out[end:] == 0).all()
+  remainder = kernel(store(buffer(0, F32), i, alu(Ops.MOD, load(buffer(1, F32), i), const(3.0, F32))))
+  assert "nontemporal" not in _opts_line(remainder)
+  gated = kernel(store(buffer(0, F32), i, load(buffer(1, F32), i, alu(Ops.CMPLT, i, const(500)))))
+  assert "nontemporal" not in _opts_line(gated)
+
+
 def test_register_transposes_need_rows_consecutive_in_each_block():
   """A load read across the columns is transposed in registers only where each aligned block of rows is consecutive in
   memory (`block_stride`): flat rows (n, o) of a (2, 64, 100) output read from (2, 100, 64) are, rows wrapping every

@@ -237,6 +237,25 @@ def vector_epilogue_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]], a
   return _vector_nodes_ok(store.src[2], plan.column, deps, leaf=node)
 
 
+def streamed_lanes(ast: UOp, deps: dict[UOp, frozenset[UOp]]) -> int:
+  """For an elementwise kernel (no REDUCE) writing at least opt.NONTEMPORAL_BYTES through one STORE contiguous along
+  its innermost global range, whose value computes on vectors (`_vector_nodes_ok`: contiguous, ungated loads and
+  one-instruction operations): the values of 4 or 8 bytes per 64-byte line, a vector of which its innermost loop
+  computes and stores non-temporally at a time (`_Renderer.render_streamed`); else 0."""
+  nodes = ast.toposort
+  stores = [node for node in nodes if node.op is Ops.STORE]
+  if len(stores) != 1 or any(node.op is Ops.REDUCE for node in nodes): return 0
+  (store,) = stores
+  global_ranges = global_ranges_of(ast)
+  if not global_ranges or any(rng.src[0].op is not Ops.CONST for rng in global_ranges): return 0
+  column, itemsize = global_ranges[-1], store.src[0].dtype.itemsize
+  lanes = LINE_BYTES // itemsize
+  if itemsize not in (4, 8) or column.src[0].arg < 4 * lanes or not big_output(store, global_ranges): return 0
+  strides, nonlinear = linear_strides(store.src[1])
+  if column in nonlinear or strides.get(column) != 1: return 0
+  return lanes if _vector_nodes_ok(store.src[2], column, deps) else 0
+
+
 # A register tile's epilogue of more than this many operations (a random normal's threefry rounds and erf_inv added
 # to a sum: DP-SGD's noised gradient) runs in loops over the tile's rows and columns (or vectors of columns) from the
 # tile's sums in an array (a row group's: over its columns), not unrolled per element (8 x 32 scalar copies of ~200
@@ -333,9 +352,11 @@ class _Renderer(Linearizer):
   """Emits the body function of one kernel: a list of IR lines, plus allocas for the entry block and declarations."""
 
   def __init__(self, ast: UOp, plan: TilePlan | None = None, decompose: bool = True, gpu: bool = False,
-               ordered: int = 0, launch: GpuLaunch | None = None, transpose: int = 0):
+               ordered: int = 0, launch: GpuLaunch | None = None, transpose: int = 0, stream: bool = False):
     super().__init__(ast)
     self.plan, self.gpu, self.ordered = plan, gpu, ordered
+    # (`stream`: an elementwise kernel's innermost loop may run on vectors stored non-temporally, `streamed_lanes`)
+    self.streamed = streamed_lanes(ast, self.deps) if stream and plan is None and not transpose and not gpu else 0
     self.transpose = transpose  # the block of an elementwise kernel's (rows, columns) loops (opt.transpose_block)
     self.transpose_lanes, self.across = register_transposes(ast, self.deps, transpose)
     self.gate_parts: tuple[int, int] | None = None  # (range id, parts) of a loop split at its gates (`gate_split`)
@@ -487,6 +508,9 @@ class _Renderer(Linearizer):
       self.open_global_loops(global_ranges, depth + 1)
       return
     start, end = ("%start", "%end") if depth == 0 else ("0", self.value(rng.src[0]))
+    if self.streamed and depth == len(global_ranges) - 1:
+      self.render_streamed(global_ranges, depth, start, end)
+      return
     if self.plan is None and depth == len(global_ranges) - 1 and depth and (parts := gate_split(self.ast, rng)):
       # the innermost loop of a copy through a padding, in parts between its gates' bounds, each bound a constant in
       # each part (a load inside the padding's window, unconditional, vectorises without masks)
@@ -498,6 +522,30 @@ class _Renderer(Linearizer):
       return
     with self.loop(start, end, binds=rng):
       self.open_global_loops(global_ranges, depth + 1)
+
+  def render_streamed(self, global_ranges: list[UOp], depth: int, start: str, end: str) -> None:
+    """The innermost loop [start, end) of an elementwise kernel that writes a big output (`streamed_lanes`): one
+    value at a time up to the first element whose address is a 64-byte line's, then a vector of a line's values at a
+    time (`vector_value`), each stored non-temporally (`store_vector`: the line goes to memory unread), then one at a
+    time again for what is left."""
+    rng, lanes = global_ranges[depth], self.streamed
+    (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
+    buffer, index, value = store.src
+    itemsize = buffer.dtype.itemsize
+    with self.bound(rng, start):
+      self.emit_ready(index)
+      first = self.emit(f"ptrtoint ptr {self.address(buffer, index)} to i64")
+    to_line = self.emit(f"and i64 {self.emit(f'sub i64 0, {first}')}, {LINE_BYTES - 1}")  # (bytes to the next line)
+    values = self.emit(f"lshr i64 {to_line}, {itemsize.bit_length() - 1}")  # (values before it)
+    aligned = self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {start}, {values}")), ("i64", end)])
+    with self.loop(start, aligned, binds=rng): self.open_global_loops(global_ranges, depth + 1)
+    with self.loop(aligned, end, None, step=lanes, vectorize=False) as position:
+      with self.bound(rng, position):
+        stored = self.to_memory(self.vector_value(value, lanes, {}, {}, rng), buffer.dtype, lanes)
+        self.emit_ready(index)
+        self.store_vector(stored, lanes, buffer.dtype, self.address(buffer, index), True)
+    with self.loop(position, end, binds=rng): self.open_global_loops(global_ranges, depth + 1)
+    self.stores_emitted.add(store)
 
   def render_amx(self, *ranges: UOp) -> None:
     """A bfloat16 matrix product on AMX tiles (opt.py `_amx_plan`): over rows [start, end) of the launch, or for a
@@ -2090,7 +2138,7 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   enabled = not NOOPT if optimize is None else optimize
   plan = choose_opts(ast, enabled=enabled)
   transpose = 0 if plan is not None else transpose_block(ast, enabled)
-  renderer = _Renderer(ast, plan, decompose=enabled, transpose=transpose)
+  renderer = _Renderer(ast, plan, decompose=enabled, transpose=transpose, stream=enabled)
   renderer.render_kernel()
   opts = [opt for opt in applied_opts(ast, enabled) if opt != ("nontemporal",)] + \
       ([("registers", renderer.transpose_lanes)] if renderer.across else []) + \
