@@ -321,8 +321,13 @@ def test_python_scalar_operands_are_made_once_per_value():
   """A staged call's Python scalar operand is one weakly typed 0-d node per (type, value, x64), kept across calls
   (lax/_base.py `_scalar_operand`): -0.0 is not 0.0, x64 gives 64-bit operands, and an int out of range runs the
   function itself (its OverflowError)."""
+  from tinyjax.lax import _base
   x = jnp.asarray(X64.astype(np.float32))
-  first, second = jnp.clip(x, 1, 5), jnp.clip(x, 1, 5)
+  first = jnp.clip(x, 1, 5)
+  kept = dict(_base._SCALAR_OPERANDS)
+  second = jnp.clip(x, 1, 5)
+  assert (int, 1, False) in kept and _base._SCALAR_OPERANDS.keys() == kept.keys()  # (the second call made none)
+  assert all(_base._SCALAR_OPERANDS[key] is operand for key, operand in kept.items())
   assert first.uop.src[1] is second.uop.src[1] and first.uop.src[2] is second.uop.src[2]
   assert jnp.clip(x, 1.0, 5).uop.src[1] is not first.uop.src[1]  # (a float 1.0 is not the int 1)
   zero, negative_zero = jnp.where(x > 0, x, 0.0), jnp.where(x > 0, x, -0.0)

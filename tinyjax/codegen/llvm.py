@@ -359,6 +359,9 @@ class _Renderer(Linearizer):
     self.streamed = streamed_lanes(ast, self.deps) if stream and plan is None and not transpose and not gpu else 0
     self.transpose = transpose  # the block of an elementwise kernel's (rows, columns) loops (opt.transpose_block)
     self.transpose_lanes, self.across = register_transposes(ast, self.deps, transpose)
+    # (a register transpose of a big output stores its rows non-temporally: opt.big_output)
+    self.transposes_streamed = bool(self.across) and big_output(
+        next(node for node in ast.src if node.op is Ops.STORE), global_ranges_of(ast))
     self.gate_parts: tuple[int, int] | None = None  # (range id, parts) of a loop split at its gates (`gate_split`)
     self.launch = launch or GpuLaunch(1)
     self.shared = set(top_reduces(ast)) if self.launch.group_reduction else set()  # REDUCEs done as group reductions
@@ -747,8 +750,7 @@ class _Renderer(Linearizer):
         packed = {load: self.from_memory(vectors[i], load.src[0].dtype, lanes) for load, vectors in rows_of.items()}
         stored = self.to_memory(self.vector_value(value, lanes, packed, {}, column), buffer.dtype, lanes)
         self.emit_needed(index)
-        self.store_vector(stored, lanes, buffer.dtype, self.address(buffer, index),
-                          big_output(store, global_ranges_of(self.ast)))
+        self.store_vector(stored, lanes, buffer.dtype, self.address(buffer, index), self.transposes_streamed)
     self.stores_emitted.add(store)
 
   def transposed_vectors(self, vectors: list[str], element: str) -> list[str]:

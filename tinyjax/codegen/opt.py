@@ -183,11 +183,13 @@ DOT_PACKED_ROWS, DOT_PACKED_COLUMNS = 64, 256
 # float32 transpose: 69 -> 15.8 ms (16: 24.5, 64: 14.5; 512x512: 115 -> 58 us, 64: 75), 2 cores.
 TRANSPOSE_BLOCK = 32
 
-# A register tile whose float output takes at least NONTEMPORAL_BYTES stores it with non-temporal (streaming) stores,
-# each a whole 64-byte line (llvm.py `vector_store`): the line goes to memory without being read first (a store that
-# misses reads its line, a third of such a kernel's traffic) and without evicting what the kernel reads. An output
-# this big is not in the caches for the next kernel anyway. NCHW 1x1 convolution of 32x64x56x56 into 64 channels
-# (25.7 MB out): 2.02-2.12 -> 1.82-2.02 ms read in place; NHWC and the GEMMs within noise.
+# A kernel whose output takes at least NONTEMPORAL_BYTES (`big_output`) stores it with non-temporal (streaming) stores,
+# each vector a whole 64-byte line (llvm.py `store_vector`): a register tile's float output, a register transpose's,
+# an elementwise kernel's whose value has vector forms (llvm.py `streamed_lanes`). The line goes to memory without
+# being read first (a store that misses reads its line, a third of such a kernel's traffic) and without evicting what
+# the kernel reads; an output this big is not in the caches for the next kernel anyway. NCHW 1x1 convolution of
+# 32x64x56x56 into 64 channels (25.7 MB out): 2.02-2.12 -> 1.82-2.02 ms read in place; NHWC and the GEMMs within
+# noise.
 NONTEMPORAL_BYTES = 16 << 20
 
 # A register tile may store a STORE that is not contiguous along its column (element by element) when its sum has at
@@ -429,7 +431,8 @@ def _nontemporal(store: UOp, reduce: UOp, global_ranges: list[UOp], columns: int
 def big_output(store: UOp, global_ranges: list[UOp]) -> bool:
   """Whether the kernel writes at least NONTEMPORAL_BYTES through `store` (one element per global iteration): its
   whole-line vector stores go to memory non-temporally (a register tile's, `_nontemporal`; a register transpose's,
-  llvm.py `render_register_transpose`: NCHW -> NHWC of 32x64x56x56 1.05 -> 0.72-0.78 ms)."""
+  llvm.py `render_register_transpose`: NCHW -> NHWC of 32x64x56x56 1.05 -> 0.72-0.78 ms; a streamed elementwise
+  kernel's, llvm.py `streamed_lanes`)."""
   return math.prod(rng.src[0].arg for rng in global_ranges) * store.src[0].dtype.itemsize >= NONTEMPORAL_BYTES
 
 
