@@ -1298,20 +1298,40 @@ def test_packs_in_panels_past_pack_bytes_match_numpy(form, on_cpu):
                              atol=1e-5 * np.abs(want).max())
 
 
-def test_panelled_gemm_prefetches_the_next_panel_of_its_row_operand():
-  """A GEMM packed panel by panel prefetches, at each step of each tile, its row operand's line of the same step of
-  the next panel (llvm.py `prefetch_ahead`: the address a panel's steps of the operand's stride further); a GEMM
-  whose pack holds every step has no panels and no prefetches."""
+def _prefetched_buffers(ir: str) -> list[str]:
+  """The kernel parameters (%bufN) whose elements an LLVM IR's prefetches address, one entry per prefetch."""
+  addresses = dict(re.findall(r"(%\w+) = getelementptr \w+, ptr (%buf\d+),", ir))
+  return [addresses[address] for address in re.findall(r"call void @llvm\.prefetch\.p0\(ptr (%\w+),", ir)]
+
+
+def _reduce_kernel_ir(fun, *args) -> str:
+  compiled = tj.jit(fun).lower(*args)._compiled
+  kernels = [kernel for kernel in kernels_of(compiled.schedule.schedule.kernels) if kernel.name.startswith("r_")]
+  kernel = max(kernels, key=lambda kernel: len(kernel.ast.toposort))
+  return render_llvm(kernel.name, kernel.ast)
+
+
+def test_panelled_gemm_prefetches_the_next_panel():
+  """A GEMM packed panel by panel prefetches, one line per tile step, what the next panel reads of its row operand
+  (llvm.py `panel_prefetch`); of its packed operand too where that is packed across (a 1x1 NCHW convolution's weight
+  gradient, both operands read along their rows), not where its pack is a sequential copy (`x.T @ y`'s y). A GEMM
+  whose pack holds every step has no panels and no prefetches. The prefetches change no value (against numpy)."""
   long_k, short_k = PACK_BYTES // (4 * 64) + 165, 512
-  irs = {}
-  for k in (long_k, short_k):
-    a, b = tj.numpy.zeros((k, 300)), tj.numpy.zeros((k, 128))
-    compiled = tj.jit(lambda x, y: x.T @ y).lower(a, b)._compiled
-    (kernel,) = [kernel for kernel in kernels_of(compiled.schedule.schedule.kernels) if kernel.name.startswith("r_")]
-    irs[k] = render_llvm(kernel.name, kernel.ast)
-  panel = PANEL_BYTES // (4 * 64) // CONTRACTION_SUM_BLOCK * CONTRACTION_SUM_BLOCK
-  assert "call void @llvm.prefetch.p0(" in irs[long_k] and f", i64 {panel * 300 * 4}\n" in irs[long_k]
+  irs = {k: _reduce_kernel_ir(lambda x, y: x.T @ y, tnp.zeros((k, 300)), tnp.zeros((k, 128)))
+         for k in (long_k, short_k)}
+  assert set(_prefetched_buffers(irs[long_k])) == {"%buf1"}  # (x: the row operand; y packed along its rows)
   assert "llvm.prefetch" not in irs[short_k]
+
+  rng = np.random.default_rng(3)
+  x, g = (rng.standard_normal((16, 64, 56, 56)).astype(F32) for _ in range(2))
+  w = (rng.standard_normal((64, 64, 1, 1)) / 8).astype(F32)
+
+  def weight_gradient(x, w, g):
+    conv = lambda w: tj.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return tj.grad(lambda w: (conv(w) * g).sum())(w)
+  assert len(set(_prefetched_buffers(_reduce_kernel_ir(weight_gradient, x, w, g)))) == 2
+  want = np.einsum("ncp,nop->oc", x.reshape(16, 64, -1).astype(F64), g.reshape(16, 64, -1).astype(F64))
+  np.testing.assert_allclose(np.asarray(tj.jit(weight_gradient)(x, w, g))[:, :, 0, 0], want, rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("epilogue", ["add", "mul", "where"])

@@ -116,6 +116,18 @@ class Linearizer:
     self.open_ranges.difference_update(ranges)
     self.scopes.pop()
 
+  @contextlib.contextmanager
+  def rebound(self, root: UOp, values: dict[UOp, str]) -> Iterator[None]:
+    """A scope in which RANGEs `values` have other values than in the loops open around it, and every node under
+    `root` that depends on them is emitted again with those (a value emitted before, for the ranges' current values,
+    would otherwise be found): `root`'s value there is that of the other point."""
+    with self.bindings(values):
+      for node in root.toposort:
+        if node in values: continue
+        if self.deps[node] & values.keys() or (self.lookup(node) is None and self.deps[node] <= self.open_ranges):
+          self.scopes[-1][node] = self.render_node(node)
+      yield
+
   def gemm_block(self, global_ranges: list[UOp]) -> tuple[str, str]:
     """A tiled matrix product's work-group (codegen/gpu.py `GemmTile`): bind the global ranges other than the row
     and the column to the digits of its index (other ranges..., row block, column block: the column block fastest);

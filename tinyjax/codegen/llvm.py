@@ -25,6 +25,7 @@ libcalls, which MCJIT can't resolve); float16 <-> float32 is `fptrunc`/`fpext`, 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import re
 import struct
@@ -348,6 +349,30 @@ def _symbol(name: str) -> str:
   return f"@{name}" if re.fullmatch(r"[A-Za-z_.$][\w.$]*", name) else f'@"{name}"'
 
 
+@dataclasses.dataclass(frozen=True)
+class PrefetchStream:
+  """The lines one operand's load reads over a panel (`_Renderer.prefetch_stream`): `slow_count` runs of
+  `fast_lines` lines, along `member` (a row or column range, from value `first`) first if `fast_member`, else along
+  the reduce range, `per_line` values of that range per line."""
+  load: UOp
+  member: UOp
+  first: str
+  fast_member: bool
+  per_line: int
+  fast_lines: int
+  slow_count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PanelPrefetch:
+  """A panel's prefetches (`_Renderer.panel_prefetch`): the lines of `streams` for reduce steps from `panel_end` on,
+  taken in turn, one per tile step, counted in the i64 at `cursor`."""
+  rng: UOp
+  panel_end: str
+  cursor: str
+  streams: list[PrefetchStream]
+
+
 class _Renderer(Linearizer):
   """Emits the body function of one kernel: a list of IR lines, plus allocas for the entry block and declarations."""
 
@@ -375,6 +400,7 @@ class _Renderer(Linearizer):
     self.row_tile: tuple[str, int, str | None] | None = None
     self.packs: dict[UOp, str] = {}  # the plan's packed loads -> their arrays, while a packed column tile is open
     self.pack_origin = "0"  # the reduce step at the packed arrays' start (a panel's first, `pack`)
+    self.transposed = False  # the packed loads are packed across (`transposed_packs`), while a pack is open
     self.vector_body = vector_body_ok(plan, self.deps)  # a register tile's body emitted on vectors (tile_body)
     self.vector_epilogue = vector_epilogue_ok(plan, self.deps, ast)  # and its epilogue (vector_store)
     self.looped_epilogue = looped_epilogue(plan, ast)  # a long epilogue, run in loops over the tile (looped_store)
@@ -1369,7 +1395,7 @@ class _Renderer(Linearizer):
              for load in plan.packed}
     self.pack_origin = panel[0] if panel else "0"
 
-    transposed = self.transposed_packs(packs, steps)
+    self.transposed = transposed = self.transposed_packs(packs, steps)
 
     def nest(depth: int) -> None:
       if depth < len(ranges):
@@ -1738,8 +1764,9 @@ class _Renderer(Linearizer):
           last_block = self.emit(f"sdiv i64 {self.emit(f'add nsw i64 {panel_end}, {block - 1}')}, {block}")
         else:
           first_block, last_block = "0", str(-(-size // block))
+        prefetches = self.panel_prefetch(group, column_start, panel_end, panel) if panel < size else None
         self.render_group_blocks(first_block, last_block, group, group_end, column_start, columns, heights, sums,
-                                 total_dtype, row_slots, panel if panel < size else 0)
+                                 total_dtype, row_slots, prefetches)
       with self.span_loops() as span, self.loop(group, group_end, None) as row_index:
         with self.bound(plan.row, row_index):
           self.store_sums_row(sums, total_dtype, row_slots(span, row_index), column_start, columns)
@@ -1769,10 +1796,10 @@ class _Renderer(Linearizer):
 
   def render_group_blocks(self, first_block: str, last_block: str, group: str, group_end: str, column_start: str,
                           columns: int, heights: list[int], sums: str, total_dtype: np.dtype,
-                          row_slots: Callable[[str, str], str], ahead: int = 0) -> None:
+                          row_slots: Callable[[str, str], str], prefetches: PanelPrefetch | None = None) -> None:
     """Blocks [first_block, last_block) of a row group (`render_row_groups`): every tile of the group runs each block,
-    its float32 sums added into the group's sums (`total_dtype`). With `ahead` (a panel's steps), each step of a tile
-    also prefetches what the same step of the next panel reads (`prefetch_ahead`)."""
+    its float32 sums added into the group's sums (`total_dtype`). With `prefetches`, each step of a tile also
+    prefetches one line of what the next panel reads (`prefetch_step`)."""
     plan = self.plan
     assert plan is not None
     node = plan.reduce
@@ -1787,8 +1814,8 @@ class _Renderer(Linearizer):
         row_values, column_values = self.tile_rows(row_index, height, clamp), self.offsets(column_start, columns)
         body, lanes = self.tile_body(row_values, column_values)
 
-        def step(_, body=body, lanes=lanes, first_row=row_values[0], column_values=column_values):
-          if ahead: self.prefetch_ahead(outer, ahead, first_row, column_values)
+        def step(_, body=body, lanes=lanes):
+          if prefetches: self.prefetch_step(prefetches)
           return [self.cast(part, dtype, F32, lanes) for part, dtype in body()], F32
         parts = self.accumulate(node, F32, height * columns // lanes, [(block_start, block_end, outer, True), *taps],
                                 step, tiled=True, contract=plan.contract, lanes=lanes)
@@ -1800,38 +1827,69 @@ class _Renderer(Linearizer):
                                lanes=lanes)
           self.line(f"store {vector_type(total_dtype, lanes)} {total}, ptr {address}, align {total_dtype.itemsize}")
 
-  def prefetch_ahead(self, rng: UOp, ahead: int, first_row: str, column_values: list[str]) -> None:
-    """Prefetch what the row operand's loads (those under the plan's REDUCE that depend on the row) read at reduce
-    step `rng` + `ahead`, the next panel's (after the last one, past the operand), for the tile's first row (one
-    prefetch per 64 bytes of the tile's columns where they depend on the column). A panelled GEMM reads its row
-    operand in place, each step's values for a tile's rows from a line of their own when the operand is read across
-    (a weight gradient's x.T): the first tile to reach a line waited on memory for it, with no stream the hardware
-    prefetchers follow. Prefetched a panel ahead, spread over all the tiles' steps, the lines are in the caches when
-    the next panel starts: a 1x1 convolution's weight gradient (x.T @ g, 64 x 100352 x 64) 255 -> 380 GFLOP/s on 2
-    cores, the other panelled GEMMs within noise. The packed operand needs none: its pack is a sequential copy, which
-    the prefetchers stream; prefetching it too made the other GEMMs slower (one more memory operation per 24 FMAs
-    in every tile, most of them for lines already there)."""
+  def panel_prefetch(self, group: str, column_start: str, panel_end: str, steps: int) -> PanelPrefetch | None:
+    """What the tiles of a row group prefetch while they run a panel: the lines the next panel (`steps` reduce steps
+    from `panel_end`) will read of the row operand (the group's rows) and, when it is packed across
+    (`transposed_packs`), of the packed operand (the column tile's columns), one line per tile step in all
+    (`prefetch_step`), so that they are in the caches when that panel starts. A weight gradient reads both operands
+    across, each row a short run of lines far from the next row's: a 1x1 convolution's (64 x 100352 x 64, NCHW) read
+    128 runs of 2 KB per panel, which the hardware prefetchers don't follow, and its tiles waited on memory (2.45-2.55
+    ms; the row operand prefetched, each tile step its first row's line of the same step of the next panel: no gain
+    there, since its rows are 12.5 KB apart). Prefetching the packed operand of a GEMM that reads it along the rows
+    (`a @ b`'s b) only slowed it: its pack is a sequential copy, which the prefetchers stream."""
     plan = self.plan
-    assert plan is not None
-    with self.bound(plan.row, first_row):
-      for load in plan.reduce.src[0].toposort:
-        if load.op is not Ops.LOAD or rng not in self.deps[load] or plan.row not in self.deps[load]: continue
-        line = max(1, 64 // load.src[0].dtype.itemsize)  # (values per 64-byte line)
-        for column in column_values[::line] if plan.column in self.deps[load] else [None]:
-          with self.bound(None if column is None else plan.column, column):
-            self.prefetch(load, ahead, rng)
+    assert plan is not None and plan.row is not None
+    rng = plan.reduce.src[1]
+    operands = [(load, plan.row, group, plan.group) for load in plan.reduce.src[0].toposort
+                if load.op is Ops.LOAD and load not in plan.packed and rng in self.deps[load]
+                and plan.row in self.deps[load] and plan.column not in self.deps[load]]
+    if plan.packed and self.transposed:
+      operands += [(load, plan.column, column_start, plan.columns) for load in plan.packed]
+    streams = [stream for operand in operands if (stream := self.prefetch_stream(*operand, rng, steps)) is not None]
+    if not streams: return None
+    cursor = self.alloca("i64")
+    self.line(f"store i64 0, ptr {cursor}")
+    return PanelPrefetch(rng, panel_end, cursor, streams)
 
-  def prefetch(self, load: UOp, steps: int, rng: UOp) -> None:
-    """Prefetch what `load` reads `steps` values of `rng` further on (its index linear in `rng`; nothing otherwise),
-    to all cache levels. The address is the load's current one moved by that many strides, a plain (not inbounds)
-    GEP: it may point past the buffer, which a prefetch may (it never faults)."""
+  def prefetch_stream(self, load: UOp, member: UOp, first: str, members: int, rng: UOp,
+                      steps: int) -> PrefetchStream | None:
+    """The lines of `load` over `members` values of range `member` from `first` and `steps` values of reduce range
+    `rng` (strides linear, or `rng`'s within blocks of TRANSPOSE_LANES steps), walked along the dimension of the
+    shorter stride first, a line's values at a time; None where a stride is unknown."""
     strides, nonlinear = linear_strides(load.src[1])
-    if rng in nonlinear or not strides.get(rng): return
-    self.emit_ready(load.src[1])
-    offset = strides[rng] * steps * load.src[0].dtype.itemsize
-    address = self.emit(f"getelementptr i8, ptr {self.address(load.src[0], load.src[1])}, i64 {offset}")
-    self.declarations.add("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
-    self.line(f"call void @llvm.prefetch.p0(ptr {address}, i32 0, i32 3, i32 1)")
+    if member in nonlinear: return None
+    step_stride = block_stride(load.src[1], rng, TRANSPOSE_LANES) if rng in nonlinear else strides.get(rng)
+    if not step_stride or not strides.get(member): return None
+    itemsize = load.src[0].dtype.itemsize
+    dims = sorted([(abs(step_stride) * itemsize, steps, False), (abs(strides[member]) * itemsize, members, True)])
+    (fast_bytes, fast_count, fast_member), (_, slow_count, _) = dims
+    per_line = max(1, LINE_BYTES // fast_bytes)
+    return PrefetchStream(load, member, first, fast_member, per_line, -(-fast_count // per_line), slow_count)
+
+  def prefetch_step(self, prefetch: PanelPrefetch) -> None:
+    """One tile step's prefetch (`panel_prefetch`): the cursor's next line, the streams' lines taken in turn."""
+    count = self.emit(f"load i64, ptr {prefetch.cursor}")
+    self.line(f"store i64 {self.emit(f'add nuw nsw i64 {count}, 1')}, ptr {prefetch.cursor}")
+    streams = prefetch.streams
+    which = self.emit(f"urem i64 {count}, {len(streams)}") if len(streams) > 1 else "0"
+    position = self.emit(f"udiv i64 {count}, {len(streams)}") if len(streams) > 1 else count
+    for i, stream in enumerate(streams):
+      due = self.emit(f"icmp ult i64 {position}, {stream.fast_lines * stream.slow_count}")
+      if len(streams) > 1: due = self.both(due, self.emit(f"icmp eq i64 {which}, {i}"))
+      with self.when(due):
+        fast = self.emit(f"mul nuw nsw i64 {self.emit(f'urem i64 {position}, {stream.fast_lines}')}, "
+                         f"{stream.per_line}")
+        slow = self.emit(f"udiv i64 {position}, {stream.fast_lines}")
+        along_member, along_steps = (fast, slow) if stream.fast_member else (slow, fast)
+        values = {stream.member: self.emit(f"add nsw i64 {stream.first}, {along_member}"),
+                  prefetch.rng: self.emit(f"add nsw i64 {prefetch.panel_end}, {along_steps}")}
+        load = stream.load
+        with self.rebound(load.src[1], values):
+          # (a plain GEP: past the last panel the address may leave the buffer, which a prefetch may: it never faults)
+          address = self.emit(f"getelementptr {memory_type(load.src[0].dtype)}, ptr {self.value(load.src[0])}, "
+                              f"i64 {self.value(load.src[1])}")
+        self.declarations.add("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
+        self.line(f"call void @llvm.prefetch.p0(ptr {address}, i32 0, i32 3, i32 1)")
 
   @contextlib.contextmanager
   def span_loops(self) -> Iterator[str]:

@@ -144,7 +144,7 @@ L1_SETS, LINE_BYTES = 64, 64
 # rows beats one as big as the stack allows (256 KB against 1.25 MB: 256x8192x256 207 -> 250 GFLOP/s, 64x24200x256
 # 203 -> 240, 512x6272x128 255 -> 280); groups of 512 rows ran the larger GEMMs faster but cut launches of 512 rows
 # into one chunk, on one thread. Panels where one pack fits: slower (1568x4608x512 277 -> 207: a pack per group).
-# With the row operand prefetched a panel ahead (llvm.py `prefetch_ahead`), the current and the next panel's
+# With the next panel's lines prefetched while a panel runs (llvm.py `panel_prefetch`), the current and the next panel's
 # lines share L2: 128 KB panels measured as 256 KB ones on those GEMMs (noise 10%), and the 1x1 weight gradient
 # (64x100352x64) 360 -> 380 GFLOP/s.
 PANEL_GROUP_ROWS = 128
