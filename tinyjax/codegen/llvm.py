@@ -280,7 +280,10 @@ def register_transposes(ast: UOp, deps: dict[UOp, frozenset[UOp]], block: int) -
   lanes rows of a LOAD read across the columns as one vector (consecutive in memory within aligned row blocks:
   `block_stride`), transposes these vectors in registers (`_Renderer.transposed_vectors`) and computes and stores
   each row as one vector along the columns (`vector_value`), instead of an element per load and store. Needs one
-  STORE, those LOADs without a gate, and the rest of the value on vectors as `_vector_nodes_ok` admits."""
+  STORE, those LOADs without a gate, and the rest of the value on vectors as `_vector_nodes_ok` admits. A LOAD whose
+  rows are consecutive in memory only between boundaries that aligned row blocks may straddle (a transpose of
+  (N, C, 58 * 58) into (N, 58 * 58, C): rows (r // 3364) * C * 3364 + r % 3364) is read so where a block's rows
+  are consecutive, checked per block (`_Renderer.render_transpose_blocks`); its column stride must be fixed."""
   stores = [node for node in ast.src if node.op is Ops.STORE]
   if not block or len(stores) != 1: return 0, ()
   row, column = global_ranges_of(ast)
@@ -292,8 +295,8 @@ def register_transposes(ast: UOp, deps: dict[UOp, frozenset[UOp]], block: int) -
     strides, other = linear_strides(load.src[1])
     if column in other or strides.get(column) != 1: across.append(load)
   lanes = min(block, VECTOR_BYTES // max(node.src[0].dtype.itemsize for node in (store, *loads)))
-  if not across or block % lanes or any(len(load.src) > 2 or block_stride(load.src[1], row, lanes) != 1
-                                        for load in across):
+  if not across or block % lanes or any(len(load.src) > 2 or (block_stride(load.src[1], row, lanes) != 1 and (
+      column in linear_strides(load.src[1])[1])) for load in across):
     return 0, ()
   if not _vector_nodes_ok(value, column, deps, packed=tuple(across)): return 0, ()
   return lanes, tuple(across)
@@ -744,6 +747,15 @@ class _Renderer(Linearizer):
         if self.transpose_lanes:
           whole = self.both(self.emit(f"icmp eq i64 {row_end}, {self.emit(f'add nsw i64 {row_block}, {block}')}"),
                             self.emit(f"icmp eq i64 {column_end}, {self.emit(f'add nsw i64 {column_block}, {block}')}"))
+          for load in self.across:
+            if block_stride(load.src[1], row, self.transpose_lanes) == 1: continue
+            # (rows consecutive only between boundaries: the block's rows are, if its last is block - 1 after its first)
+            with self.bound(column, column_block):
+              ends = []
+              for value in (row_block, self.emit(f"add nsw i64 {row_block}, {block - 1}")):
+                with self.rebound(load.src[1], {row: value}): ends.append(self.value(load.src[1]))
+            span = self.emit(f"sub i64 {ends[1]}, {ends[0]}")
+            whole = self.both(whole, self.emit(f"icmp eq i64 {span}, {block - 1}"))
           with self.when(whole):
             lanes = self.transpose_lanes
             for first_row in self.offsets(row_block, block // lanes, lanes):

@@ -164,11 +164,14 @@ MAX_FUSED_DEPTH = 200
 SHIFTING = {Ops.PAD, Ops.SHRINK, Ops.FLIP}
 
 
-def _read_shifted_and_in_place(sink: UOp) -> set[UOp]:
+def _read_shifted(sink: UOp, realize: set[UOp]) -> set[UOp]:
   """The reductions some of whose users read them shifted (through a pad, a slice, a reversal, under reshapes) and
   others not, or shifted differently: fused into one kernel, each place would compute the whole reduction again (a
   cumsum's first step `x + shifted(x)` of a matmul x: the matmul twice per element, in a plain loop nest, 658 ms
-  against 8 for JAX's whole step)."""
+  against 8 for JAX's whole step). And the contractions read shifted at all, also through elementwise operations
+  and permutes (the output gradient of a convolution after a ReLU, masked by its output, then padded): fused into
+  the shifted reader's kernel, a gated loop nest over the padded shape, they get no register tile (a small NCHW CNN's
+  step 3 -> 60 ms)."""
   users: dict[UOp, list[UOp]] = {}
   for node in sink.toposort:
     for src in node.src: users.setdefault(src, []).append(node)
@@ -181,6 +184,17 @@ def _read_shifted_and_in_place(sink: UOp) -> set[UOp]:
         if user.op is Ops.RESHAPE: stack.append(user)
         else: readers.add(user)
     if len(readers) > 1 and any(reader.op in SHIFTING for reader in readers): found.add(node)
+    elif _is_contraction(node, realize) and _tiles_rows(node):
+      top = node  # (its layout as read: the permutes and reshapes it is read through alone, `_contraction_order`)
+      while len(above := users.get(top, ())) == 1 and above[0].op in (Ops.RESHAPE, Ops.PERMUTE): top = above[0]
+      stack, seen = [node], set()
+      while stack and top not in found:
+        for user in users.get(stack.pop(), ()):
+          if user.op in SHIFTING: found.add(top)
+          elif user not in seen and user not in realize and (user.op in ELEMENTWISE or
+                                                             user.op in (Ops.RESHAPE, Ops.PERMUTE)):
+            seen.add(user)
+            stack.append(user)
   return found
 
 
@@ -279,7 +293,7 @@ def find_buffers(sink: UOp, gpu: bool = False) -> list[UOp]:
   they are used, as bfloat16 ones everywhere (`_widened_load`)."""
   realize = {out for out in sink.src if out.op is not Ops.PARAM}
   realize |= {node for node in sink.toposort if node.op in (Ops.CONTIGUOUS, Ops.SCATTER, Ops.PROJECT)}
-  realize |= _read_shifted_and_in_place(sink)
+  realize |= _read_shifted(sink, realize)
   # a loop reads its operands from buffers
   realize |= {src for node in sink.toposort if node.op in LOOPS for src in node.src if src.op is not Ops.PARAM}
   # kernels are explored in the program's order, never a set's: what is fused where must not depend on where the
