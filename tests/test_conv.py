@@ -2,6 +2,7 @@
 VALID / explicit and negative padding, lhs and rhs dilation, feature and batch groups, 1-D, conv_transpose, pooling and
 gradients; tests/data/conv_reference.npz), a numpy float64 im2col reference, finite differences, vmap and errors."""
 import os
+import re
 
 import numpy as np
 import pytest
@@ -508,6 +509,29 @@ def test_channels_first_gradients_run_in_the_products_order(on_cpu):
       numpy_conv(numpy_conv(x, du, (1, 1), pads) * (first > 0), w2, (1, 1), pads) * ct * mask), rtol=1e-3)
   gv = (w2.astype(np.float64) - np.asarray(updated, np.float64)) / 0.1
   np.testing.assert_allclose(np.sum(gv * dv), np.sum(numpy_conv(hidden, dv, (1, 1), pads) * ct * mask), rtol=1e-3)
+
+
+def test_nchw_product_stores_through_register_transposes(on_cpu):
+  """An NCHW 3x3 convolution's product (positions the row, channels the column) stores its row groups' results
+  through register transposes, each channel's positions as a vector (llvm.py `store_sums_transposed`), its epilogue
+  (a bias per channel, a ReLU) on those vectors; 40 positions a row: two squares of 16 and 8 rows one by one. Values
+  against numpy in float64."""
+  from tinyjax.codegen.llvm import render_llvm
+  from tinyjax.lower.schedule import kernels_of
+  rng = np.random.default_rng(22)
+  x = rng.standard_normal((2, 64, 40, 40)).astype(np.float32)
+  w = (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32)
+  b = rng.standard_normal(64).astype(np.float32)
+
+  def f(x, w, b): return tj.nn.relu(lax.conv_general_dilated(x, w, (1, 1), "SAME") + b[:, None, None])
+  kernels = kernels_of(tj.jit(f).lower(x, w, b)._compiled.schedule.schedule.kernels)
+  (product,) = [k for k in kernels if k.name.startswith("r_2_64_40_40_")]
+  ir = render_llvm(product.name, product.ast)
+  outputs = set(re.findall(r"(%\w+) = getelementptr inbounds float, ptr %buf0,", ir))
+  assert any(address in outputs for address in re.findall(r"store <16 x float> %\w+, ptr (%\w+)", ir))
+  want = np.maximum(numpy_conv(x.astype(np.float64), w.astype(np.float64), (1, 1), ((1, 1), (1, 1))) +
+                    b[:, None, None], 0)
+  np.testing.assert_allclose(np.asarray(tj.jit(f)(x, w, b)), want, rtol=1e-4, atol=1e-4)
 
 
 def test_contraction_read_through_a_padding_keeps_its_tile(on_cpu):

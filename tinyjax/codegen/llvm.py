@@ -238,6 +238,22 @@ def vector_epilogue_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]], a
   return _vector_nodes_ok(store.src[2], plan.column, deps, leaf=node)
 
 
+def transposed_epilogue_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]], ast: UOp) -> bool:
+  """Whether a row group's float32 results are stored through register transposes (`_Renderer.store_sums_transposed`):
+  a contraction stored permuted, contiguous along the row where it is strided along the column (an NCHW
+  convolution's product: its positions the row, its channels the column), with an epilogue that computes on vectors
+  along the row (`_vector_nodes_ok`). Row by row it was one scalar store per element, each channel's to a line of
+  its own."""
+  if plan is None or plan.row is None or not plan.group or plan.stream or plan.lanes != TRANSPOSE_LANES: return False
+  node = plan.reduce
+  if node.dtype != F32 or not vector_cast_ok(F64, F32): return False
+  (store,) = [n for n in ast.src if n.op is Ops.STORE]
+  strides, other = linear_strides(store.src[1])
+  if plan.row in other or strides.get(plan.row) != 1 or (plan.column not in other and strides.get(plan.column) == 1):
+    return False
+  return _vector_nodes_ok(store.src[2], plan.row, deps, leaf=node)
+
+
 def streamed_lanes(ast: UOp, deps: dict[UOp, frozenset[UOp]]) -> int:
   """For an elementwise kernel (no REDUCE) writing at least opt.NONTEMPORAL_BYTES through one STORE contiguous along
   its innermost global range, whose value computes on vectors (`_vector_nodes_ok`: contiguous, ungated loads and
@@ -407,6 +423,7 @@ class _Renderer(Linearizer):
     self.vector_body = vector_body_ok(plan, self.deps)  # a register tile's body emitted on vectors (tile_body)
     self.vector_epilogue = vector_epilogue_ok(plan, self.deps, ast)  # and its epilogue (vector_store)
     self.looped_epilogue = looped_epilogue(plan, ast)  # a long epilogue, run in loops over the tile (looped_store)
+    self.transposed_epilogue = transposed_epilogue_ok(plan, self.deps, ast)  # (store_sums_transposed)
     self.nontemporal = ""  # the !nontemporal metadata node, once a STORE is non-temporal (`vector_store`)
 
   # ---- low level: names, instructions, blocks
@@ -1779,8 +1796,14 @@ class _Renderer(Linearizer):
         prefetches = self.panel_prefetch(group, column_start, panel_end, panel) if panel < size else None
         self.render_group_blocks(first_block, last_block, group, group_end, column_start, columns, heights, sums,
                                  total_dtype, row_slots, prefetches)
-      with self.span_loops() as span, self.loop(group, group_end, None) as row_index:
-        with self.bound(plan.row, row_index):
+      with self.span_loops() as span:
+        rest = group
+        if self.transposed_epilogue and columns % TRANSPOSE_LANES == 0:
+          with self.loop(group, group_end, None, step=TRANSPOSE_LANES, vectorize=False) as rest:
+            self.store_sums_transposed(sums, total_dtype, [row_slots(span, row) for row in
+                                                           self.offsets(rest, TRANSPOSE_LANES)], rest, column_start,
+                                       columns)
+        with self.loop(rest, group_end, None) as row_index, self.bound(plan.row, row_index):
           self.store_sums_row(sums, total_dtype, row_slots(span, row_index), column_start, columns)
 
   def store_sums_row(self, sums: str, dtype: np.dtype, first: str, column_start: str, columns: int) -> None:
@@ -1805,6 +1828,32 @@ class _Renderer(Linearizer):
       return
     for j, column_value in enumerate(self.offsets(column_start, columns // lanes, lanes)):
       store(column_value, str(j * lanes))
+
+  def store_sums_transposed(self, sums: str, dtype: np.dtype, firsts: list[str], first_row: str, column_start: str,
+                            columns: int) -> None:
+    """The epilogue and STORE of TRANSPOSE_LANES rows from `first_row` of a row group's sums (of `dtype`, row i's
+    from slot `firsts[i]` on), in squares of TRANSPOSE_LANES columns: the rows' vectors converted to float32 and
+    transposed in registers (`transposed_vectors`), then each column's epilogue on a vector along the rows
+    (`vector_value`) and one vector store (`transposed_epilogue_ok`)."""
+    plan = self.plan
+    assert plan is not None
+    lanes = TRANSPOSE_LANES
+    (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
+    buffer, index, value = store.src
+    for j in range(0, columns, lanes):
+      rows = []
+      for first in firsts:
+        address = self.slot(sums, dtype, self.emit(f"add nsw i64 {first}, {j}"))
+        total = self.emit(f"load {vector_type(dtype, lanes)}, ptr {address}, align {dtype.itemsize}")
+        rows.append(self.cast(total, dtype, F32, lanes))
+      for k, column_sums in enumerate(self.transposed_vectors(rows, "float")):
+        with self.bound(plan.column, self.emit(f"add nsw i64 {column_start}, {j + k}", "idx")), \
+            self.bound(plan.row, first_row):
+          stored = self.vector_value(value, lanes, {}, {plan.reduce: column_sums}, plan.row)
+          self.emit_ready(index)
+          self.store_vector(self.to_memory(stored, buffer.dtype, lanes), lanes, buffer.dtype,
+                            self.address(buffer, index), False)
+    self.stores_emitted.add(store)
 
   def render_group_blocks(self, first_block: str, last_block: str, group: str, group_end: str, column_start: str,
                           columns: int, heights: list[int], sums: str, total_dtype: np.dtype,
