@@ -514,8 +514,9 @@ def test_channels_first_gradients_run_in_the_products_order(on_cpu):
 def test_nchw_product_stores_through_register_transposes(on_cpu):
   """An NCHW 3x3 convolution's product (positions the row, channels the column) stores its row groups' results
   through register transposes, each channel's positions as a vector (llvm.py `store_sums_transposed`), its epilogue
-  (a bias per channel, a ReLU) on those vectors; 40 positions a row: two squares of 16 and 8 rows one by one. Values
-  against numpy in float64."""
+  (a bias per channel, a ReLU) on those vectors; 40 positions a row: two squares of 16 and 8 rows one by one. An
+  output of 16 MB or more is stored non-temporally from a row whose element starts a line. Values against numpy in
+  float64."""
   from tinyjax.codegen.llvm import render_llvm
   from tinyjax.lower.schedule import kernels_of
   rng = np.random.default_rng(22)
@@ -529,6 +530,11 @@ def test_nchw_product_stores_through_register_transposes(on_cpu):
   ir = render_llvm(product.name, product.ast)
   outputs = set(re.findall(r"(%\w+) = getelementptr inbounds float, ptr %buf0,", ir))
   assert any(address in outputs for address in re.findall(r"store <16 x float> %\w+, ptr (%\w+)", ir))
+  assert "!nontemporal" not in ir  # (800 KB: stored through the caches)
+  big = np.zeros((32, 64, 56, 56), np.float32)  # (25.7 MB: each line-aligned vector stored non-temporally)
+  (product,) = [k for k in kernels_of(tj.jit(f).lower(big, w, b)._compiled.schedule.schedule.kernels)
+                if k.name.startswith("r_32_64_56_56_")]
+  assert "store <16 x float> %" in (ir := render_llvm(product.name, product.ast)) and "!nontemporal" in ir
   want = np.maximum(numpy_conv(x.astype(np.float64), w.astype(np.float64), (1, 1), ((1, 1), (1, 1))) +
                     b[:, None, None], 0)
   np.testing.assert_allclose(np.asarray(tj.jit(f)(x, w, b)), want, rtol=1e-4, atol=1e-4)

@@ -424,6 +424,9 @@ class _Renderer(Linearizer):
     self.vector_epilogue = vector_epilogue_ok(plan, self.deps, ast)  # and its epilogue (vector_store)
     self.looped_epilogue = looped_epilogue(plan, ast)  # a long epilogue, run in loops over the tile (looped_store)
     self.transposed_epilogue = transposed_epilogue_ok(plan, self.deps, ast)  # (store_sums_transposed)
+    self.stored_transposed = False  # a row group's results went out through register transposes (as emitted)
+    self.transposed_streamed = self.transposed_epilogue and big_output(
+        next(node for node in ast.src if node.op is Ops.STORE), global_ranges_of(ast))
     self.nontemporal = ""  # the !nontemporal metadata node, once a STORE is non-temporal (`vector_store`)
 
   # ---- low level: names, instructions, blocks
@@ -1799,7 +1802,12 @@ class _Renderer(Linearizer):
       with self.span_loops() as span:
         rest = group
         if self.transposed_epilogue and columns % TRANSPOSE_LANES == 0:
-          with self.loop(group, group_end, None, step=TRANSPOSE_LANES, vectorize=False) as rest:
+          if self.transposed_streamed:  # (rows one by one up to the first whose element is a line's first)
+            aligned = self.emit(f"add nsw i64 {group}, {self.to_line(plan.row, group, column_start)}")
+            rest = self.call("llvm.smin.i64", "i64", [("i64", aligned), ("i64", group_end)])
+            with self.loop(group, rest, None) as row_index, self.bound(plan.row, row_index):
+              self.store_sums_row(sums, total_dtype, row_slots(span, row_index), column_start, columns)
+          with self.loop(rest, group_end, None, step=TRANSPOSE_LANES, vectorize=False) as rest:
             self.store_sums_transposed(sums, total_dtype, [row_slots(span, row) for row in
                                                            self.offsets(rest, TRANSPOSE_LANES)], rest, column_start,
                                        columns)
@@ -1840,6 +1848,7 @@ class _Renderer(Linearizer):
     lanes = TRANSPOSE_LANES
     (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
     buffer, index, value = store.src
+    self.stored_transposed = True
     for j in range(0, columns, lanes):
       rows = []
       for first in firsts:
@@ -1852,8 +1861,18 @@ class _Renderer(Linearizer):
           stored = self.vector_value(value, lanes, {}, {plan.reduce: column_sums}, plan.row)
           self.emit_ready(index)
           self.store_vector(self.to_memory(stored, buffer.dtype, lanes), lanes, buffer.dtype,
-                            self.address(buffer, index), False)
+                            self.address(buffer, index), self.transposed_streamed)
     self.stores_emitted.add(store)
+
+  def to_line(self, rng: UOp, value: str, column: str) -> str:
+    """The values of `rng` from `value` on (the plan's column at `column`) before the STORE's element is the first of
+    a 64-byte line, `rng` being its contiguous range: 0 to a line's values less one."""
+    (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
+    buffer, index, _ = store.src
+    with self.rebound(index, {rng: value, self.plan.column: column}):
+      first = self.emit(f"ptrtoint ptr {self.address(buffer, index)} to i64")
+    to_line = self.emit(f"and i64 {self.emit(f'sub i64 0, {first}')}, {LINE_BYTES - 1}")  # (bytes to the next line)
+    return self.emit(f"lshr i64 {to_line}, {buffer.dtype.itemsize.bit_length() - 1}")
 
   def render_group_blocks(self, first_block: str, last_block: str, group: str, group_end: str, column_start: str,
                           columns: int, heights: list[int], sums: str, total_dtype: np.dtype,
@@ -2264,6 +2283,7 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   opts = [opt for opt in applied_opts(ast, enabled) if opt != ("nontemporal",)] + \
       ([("registers", renderer.transpose_lanes)] if renderer.across else []) + \
       ([("gate_split", *renderer.gate_parts)] if renderer.gate_parts else []) + \
+      ([("store_transposed", TRANSPOSE_LANES)] if renderer.stored_transposed else []) + \
       ([("nontemporal",)] if renderer.nontemporal else [])  # (as emitted: a tile's or a register transpose's)
   if DEBUG >= 3: print(f"*** opts of {name}: {opts}")
   # kernels that compute more than they move ask for VECTOR_BYTES vectors, which LLVM would otherwise not use on CPUs
