@@ -1340,6 +1340,24 @@ def test_panelled_gemm_prefetches_the_next_panel():
   np.testing.assert_allclose(np.asarray(tj.jit(weight_gradient)(x, w, g))[:, :, 0, 0], want, rtol=1e-4, atol=1e-3)
 
 
+def test_in_place_column_operand_prefetches_the_next_column_tile():
+  """A register tile reading its column operand in place across rows (an NCHW 1x1 convolution's input: each channel
+  a row of its own, launched over the images) prefetches, one line per tile step, what the next column tile reads of
+  it (llvm.py `column_prefetch`); an operand without a range outside the tile (a plain `a @ b`) gets none. The
+  prefetches change no value (against numpy)."""
+  rng = np.random.default_rng(4)
+  x = rng.standard_normal((3, 64, 24, 24)).astype(F32)
+  w = (rng.standard_normal((64, 64, 1, 1)) / 8).astype(F32)
+
+  def conv(x, w): return tj.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+  ir = _reduce_kernel_ir(conv, x, w)
+  assert "; opts: [('reduce_outside'" in ir and "'pack'" not in ir  # (read in place: opt.py `_in_place`)
+  assert set(_prefetched_buffers(ir)) == {"%buf2"}  # (the input; buf1 is the kernel's taps)
+  assert "llvm.prefetch" not in _reduce_kernel_ir(lambda a, b: a @ b, tnp.zeros((96, 64)), tnp.zeros((64, 128)))
+  want = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(F64), x.astype(F64))
+  np.testing.assert_allclose(np.asarray(tj.jit(conv)(x, w)), want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("epilogue", ["add", "mul", "where"])
 def test_register_tile_epilogue_reading_an_array_transposed(epilogue):
   """A contraction's epilogue that reads another array across the column (`a @ b + c.T`) is computed per element:
