@@ -1319,13 +1319,14 @@ def _reduce_kernel_ir(fun, *args) -> str:
 
 def test_panelled_gemm_prefetches_the_next_panel():
   """A GEMM packed panel by panel prefetches, one line per tile step, what the next panel reads of its row operand
-  (llvm.py `panel_prefetch`); of its packed operand too where that is packed across (a 1x1 NCHW convolution's weight
-  gradient, both operands read along their rows), not where its pack is a sequential copy (`x.T @ y`'s y). A GEMM
-  whose pack holds every step has no panels and no prefetches. The prefetches change no value (against numpy)."""
+  and of its packed operand (llvm.py `panel_prefetch`): `x.T @ y`'s x and y, a 1x1 NCHW convolution's weight
+  gradient's two operands (both read along their rows, the flat (n, h*w) reduce range non-linear in their indices).
+  A GEMM whose pack holds every step has no panels and no prefetches. The prefetches change no value (against
+  numpy)."""
   long_k, short_k = PACK_BYTES // (4 * 64) + 165, 512
   irs = {k: _reduce_kernel_ir(lambda x, y: x.T @ y, tnp.zeros((k, 300)), tnp.zeros((k, 128)))
          for k in (long_k, short_k)}
-  assert set(_prefetched_buffers(irs[long_k])) == {"%buf1"}  # (x: the row operand; y packed along its rows)
+  assert set(_prefetched_buffers(irs[long_k])) == {"%buf1", "%buf2"}  # (x: the row operand; y packed)
   assert "llvm.prefetch" not in irs[short_k]
 
   rng = np.random.default_rng(3)

@@ -418,7 +418,6 @@ class _Renderer(Linearizer):
     self.row_tile: tuple[str, int, str | None] | None = None
     self.packs: dict[UOp, str] = {}  # the plan's packed loads -> their arrays, while a packed column tile is open
     self.pack_origin = "0"  # the reduce step at the packed arrays' start (a panel's first, `pack`)
-    self.transposed = False  # the packed loads are packed across (`transposed_packs`), while a pack is open
     self.vector_body = vector_body_ok(plan, self.deps)  # a register tile's body emitted on vectors (tile_body)
     self.vector_epilogue = vector_epilogue_ok(plan, self.deps, ast)  # and its epilogue (vector_store)
     self.looped_epilogue = looped_epilogue(plan, ast)  # a long epilogue, run in loops over the tile (looped_store)
@@ -1427,7 +1426,7 @@ class _Renderer(Linearizer):
              for load in plan.packed}
     self.pack_origin = panel[0] if panel else "0"
 
-    self.transposed = transposed = self.transposed_packs(packs, steps)
+    transposed = self.transposed_packs(packs, steps)
 
     def nest(depth: int) -> None:
       if depth < len(ranges):
@@ -1916,22 +1915,22 @@ class _Renderer(Linearizer):
 
   def panel_prefetch(self, group: str, column_start: str, panel_end: str, steps: int) -> Prefetches | None:
     """What the tiles of a row group prefetch while they run a panel: the lines the next panel (`steps` reduce steps
-    from `panel_end`) will read of the row operand (the group's rows) and, when it is packed across
-    (`transposed_packs`), of the packed operand (the column tile's columns), one line per tile step in all
-    (`prefetch_step`), so that they are in the caches when that panel starts. A weight gradient reads both operands
-    across, each row a short run of lines far from the next row's: a 1x1 convolution's (64 x 100352 x 64, NCHW) read
-    128 runs of 2 KB per panel, which the hardware prefetchers don't follow, and its tiles waited on memory: 2.5 ms
-    unprefetched, 2.05 now (a C model of its loops: 2.3 ms with the row operand's lines only). The lines' addresses
-    are the loads' indices evaluated there (`rebound`), so a flat (n, h*w) reduce range is prefetched too. Prefetching
-    the packed operand of a GEMM that reads it along the rows (`a @ b`'s b) only slowed it: its pack is a sequential
-    copy, which the prefetchers stream."""
+    from `panel_end`) will read of the row operand (the group's rows) and of the packed operand (the column tile's
+    columns), one line per tile step in all (`prefetch_step`), so that they are in the caches when that panel starts
+    and its pack. A weight gradient reads both operands across, each row a short run of lines far from the next
+    row's: a 1x1 convolution's (64 x 100352 x 64, NCHW) read 128 runs of 2 KB per panel, which the hardware
+    prefetchers don't follow, and its tiles waited on memory: 2.5 ms unprefetched, 2.05 now (a C model of its loops:
+    2.3 ms with the row operand's lines only). The lines' addresses are the loads' indices evaluated there
+    (`rebound`), so a flat (n, h*w) reduce range is prefetched too. A pack along rows is a sequential copy, which the
+    prefetchers stream, but it still waited at each panel's start where both operands stream from memory: x.T @ g
+    (64 x 100352 x 64, NHWC) 394-399 -> 417-429 GFLOP/s; 64x24200x256 and 256x8192x256 within noise."""
     plan = self.plan
     assert plan is not None and plan.row is not None
     rng = plan.reduce.src[1]
     operands = [(load, plan.row, group, plan.group) for load in plan.reduce.src[0].toposort
                 if load.op is Ops.LOAD and load not in plan.packed and rng in self.deps[load]
                 and plan.row in self.deps[load] and plan.column not in self.deps[load]]
-    if plan.packed and self.transposed:
+    if plan.packed:
       operands += [(load, plan.column, column_start, plan.columns) for load in plan.packed]
     return self.prefetches([self.prefetch_stream(load, member, first, members, rng, panel_end, steps)
                             for load, member, first, members in operands])
