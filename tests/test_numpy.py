@@ -763,6 +763,31 @@ def test_tree_namespace():
   assert tj.tree.all({"a": True, "b": [1]}) and not tj.tree.all([True, 0])
 
 
+def test_roll_by_a_traced_shift():
+  """`roll` by an array shift, traced under jit (JAX's dynamic roll: the array joined to itself, then a dynamic
+  slice): against numpy for scalar and per-axis shifts, negative and larger than the axis, flattened; compiled once
+  for every shift; batched per row under vmap, and its gradient the roll back. Bad shifts raise as JAX's do."""
+  host = np.arange(12, dtype=np.float32).reshape(3, 4)
+  x = tnp.asarray(host)
+  rolled = tj.jit(lambda v, s: tnp.roll(v, s))
+  by_axes = tj.jit(lambda v, s: tnp.roll(v, s, axis=(0, 1)))
+  for shift in (0, 1, -5, 13, 24):
+    np.testing.assert_array_equal(rolled(x, shift), np.roll(host, shift))
+    np.testing.assert_array_equal(tnp.roll(x, tnp.asarray(shift), axis=1), np.roll(host, shift, axis=1))
+  for shifts in ((1, -1), (-4, 7), (3, 4)):
+    np.testing.assert_array_equal(by_axes(x, tnp.asarray(shifts)), np.roll(host, shifts, axis=(0, 1)))
+  assert rolled._cache_size() == 1
+  rows = tj.vmap(lambda row, s: tnp.roll(row, s))(x, tnp.asarray([0, 1, -2]))
+  np.testing.assert_array_equal(rows, np.stack([np.roll(host[i], s) for i, s in enumerate((0, 1, -2))]))
+  weights = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+  grad = tj.jit(tj.grad(lambda v, s: (tnp.roll(v, s, axis=1) * weights).sum()))(x, 3)
+  np.testing.assert_array_equal(grad, np.roll(weights, -3, axis=1))
+  with pytest.raises(TypeError):
+    tnp.roll(x, tnp.asarray(1.5))
+  with pytest.raises(ValueError):
+    tnp.roll(x, tnp.asarray([1, 2, 3]), axis=(0, 1))
+
+
 def test_tile_repeat_roll_diff_triangles_against_numpy():
   host = np.arange(12, dtype=np.float32).reshape(3, 4)
   x = tnp.asarray(host)

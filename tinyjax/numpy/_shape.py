@@ -315,12 +315,16 @@ def repeat(a: Any, repeats: Any, axis: int | None = None, *, total_repeat_length
 
 
 @staged(static_argnames=("shift", "axis"))
-def roll(a: Any, shift: int | Sequence[int], axis: int | Sequence[int] | None = None) -> Array:
-  """Elements shifted by `shift` along `axis` (None: of the flattened array, reshaped back), wrapping around."""
+def roll(a: Any, shift: Any, axis: int | Sequence[int] | None = None) -> Array:
+  """Elements shifted by `shift` along `axis` (None: of the flattened array, reshaped back), wrapping around. An
+  array `shift` (a traced one under jit included) shifts by a value known when the program runs: the array joined
+  to itself along the axis, then a dynamic slice of it, as JAX does."""
   x = _as_array(a)
   if axis is None: return reshape(roll(ravel(x), shift, 0), x.shape)
-  shifts = (shift,) if not isinstance(shift, (tuple, list)) else tuple(shift)
   axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
+  if isinstance(shift, Array) or isinstance(shift, (tuple, list)) and any(isinstance(s, Array) for s in shift):
+    return _roll_dynamic(x, shift, axes)
+  shifts = (shift,) if not isinstance(shift, (tuple, list)) else tuple(shift)
   if len(shifts) == 1: shifts = shifts * len(axes)
   if len(axes) == 1: axes = axes * len(shifts)
   if len(shifts) != len(axes): raise ValueError(f"roll: shift {shift} and axis {axis} have different lengths")
@@ -333,6 +337,28 @@ def roll(a: Any, shift: int | Sequence[int], axis: int | Sequence[int] | None = 
     head = lax_shape.slice_in_dim(x, cut, size, axis=ax)
     tail = lax_shape.slice_in_dim(x, 0, cut, axis=ax)
     x = lax_shape.concatenate([head, tail], ax)
+  return x
+
+
+def _roll_dynamic(x: Array, shift: Any, axes: tuple[int, ...]) -> Array:
+  """`roll` by shifts only known when the program runs (see `roll`)."""
+  from tinyjax.lax._slicing import dynamic_slice_in_dim  # noqa: PLC0415
+  from tinyjax.numpy._elementwise import remainder, subtract  # noqa: PLC0415
+  shifts = asarray(shift)
+  if not dtypes.issubdtype(shifts.dtype, np.integer):
+    raise TypeError(f"roll: shift must be an integer or an array of integers, got {shifts.dtype.name}")
+  if shifts.ndim > 1: raise ValueError(f"roll: shift must be a scalar or 1-D, got shape {shifts.shape}")
+  count = max(len(axes), shifts.size if shifts.ndim else 1)
+  if len(axes) not in (1, count) or shifts.ndim and shifts.size not in (1, count):
+    raise ValueError(f"roll: shift of shape {shifts.shape} and axis {axes} have different lengths")
+  axes = axes * count if len(axes) == 1 else axes
+  for i, ax in enumerate(axes):
+    ax = canonicalize_axis(ax, x.ndim)
+    size = x.shape[ax]
+    if size == 0: continue
+    step = shifts if not shifts.ndim else shifts[i if shifts.size > 1 else 0]
+    start = subtract(size, remainder(step, size))  # (in [1, size]: the doubled array from there is the rolled one)
+    x = dynamic_slice_in_dim(lax_shape.concatenate([x, x], ax), start, size, axis=ax)
   return x
 
 
