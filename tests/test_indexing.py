@@ -307,3 +307,28 @@ def test_indexing_errors():
     lax.dynamic_slice(tnp.ones((2, 3)), (tnp.asarray(0.5), 0), (1, 1))
   with pytest.raises(TypeError, match="dtype"):
     lax.dynamic_update_slice(tnp.ones((2, 3)), tnp.ones((1, 1), np.int32), (0, 0))
+
+
+@pytest.mark.parametrize("method", ["add", "mul", "min", "max", "set"])
+@pytest.mark.parametrize("size", [1, 2])
+def test_scatter_into_few_elements_applies_every_update(method, size):
+  """An indexed update of a 1- or 2-element array by many indices, repeated and out of bounds (dropped): each update
+  sees the ones before it (codegen/linearize.py `free_ranges`: the scatter's read of its output was hoisted out of its
+  loop when its place was a constant, so `zeros(1).at[[0, 0]].add(1)` gave 1). Against a numpy loop, eager and
+  jitted, in float32 and int32."""
+  rng = np.random.default_rng(size)
+  index = np.array([0, 0, 1, size - 1, 5, 0, -1], np.int32)
+  for dtype in (np.float32, np.int32):
+    base = (rng.integers(1, 4, size) if dtype == np.int32 else rng.standard_normal(size)).astype(dtype)
+    updates = (rng.integers(1, 4, len(index)) if dtype == np.int32 else rng.standard_normal(len(index))).astype(dtype)
+    want = base.astype(np.float64)
+    for i, u in zip(index, updates.astype(np.float64)):
+      if not -size <= i < size: continue
+      combined = {"add": want[i] + u, "mul": want[i] * u, "min": min(want[i], u), "max": max(want[i], u), "set": u}
+      want[i] = combined[method]
+    update = lambda b, i, u: getattr(tnp.asarray(b).at[i], method)(u)
+    for got in (update(base, index, updates), tj.jit(update)(base, index, updates)):
+      if method == "set":  # (which of several updates of one place lands is unspecified, as in JAX: one of them)
+        assert all(np.asarray(got)[k] in set(updates[(index % size == k) & (index < size)]) | {base[k]}
+                   for k in range(size))
+      else: np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5)

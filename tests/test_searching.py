@@ -127,3 +127,36 @@ def test_traced_nonzero_unique_and_repeat_with_static_sizes():
   np.testing.assert_array_equal(np.asarray(got), [[0, 1], [2, 3], [2, 3], [4, 5], [4, 5]])  # the last one repeats
   with pytest.raises(tj.ConcretizationTypeError, match="total_repeat_length"):
     tj.jit(lambda r: tnp.repeat(tnp.arange(3), r))(np.array([1, 2, 1]))
+
+
+@pytest.mark.parametrize("values", [np.array([3, 1, 3, 2, 1, 3, 7], np.int32),
+                                    np.array([[2.0, np.nan, 0.5], [np.nan, 2.0, -1.0]], np.float32),
+                                    np.array([5], np.int32)])
+@pytest.mark.parametrize("size", [1, 3, 8])
+def test_traced_unique_returns_index_inverse_and_counts(values, size):
+  """`unique(..., size=)` of a traced array with return_index, return_inverse and return_counts (JAX's rules):
+  against numpy's for the groups that fit, the rest padded (values with the smallest one, or `fill_value`; indices
+  with the smallest one's first position; counts with 0), the inverse in the input's shape; one compilation for
+  every input of a shape, and per row under vmap as a loop over the rows."""
+  want = np.unique(values, return_index=True, return_inverse=True, return_counts=True, equal_nan=True)
+  fun = tj.jit(lambda v: tnp.unique(v, return_index=True, return_inverse=True, return_counts=True, size=size))
+  got = [np.asarray(r) for r in fun(values)]
+  kept, pad = min(size, len(want[0])), max(size - len(want[0]), 0)
+  np.testing.assert_array_equal(got[0], np.concatenate([want[0][:kept], [want[0][0]] * pad]))
+  np.testing.assert_array_equal(got[1], np.concatenate([want[1][:kept], [want[1][0]] * pad]))
+  np.testing.assert_array_equal(got[2], want[2].reshape(values.shape))
+  np.testing.assert_array_equal(got[3], np.concatenate([want[3][:kept], [0] * pad]))
+  assert got[1].dtype == got[2].dtype == got[3].dtype == np.int32 and got[0].dtype == values.dtype
+  filled, counts = tj.jit(lambda v: tnp.unique(v, return_counts=True, size=size, fill_value=9))(values)
+  np.testing.assert_array_equal(np.asarray(filled)[kept:], [9] * pad)
+  np.testing.assert_array_equal(np.asarray(counts), got[3])
+  fun(values + 1)
+  assert fun._cache_size() == 1
+  rows = values.reshape(1, -1).repeat(2, axis=0)
+  rows[1] = rows[1][::-1]
+  batched = tj.vmap(lambda v: tnp.unique(v, return_counts=True, return_inverse=True, size=size))(rows)
+  for i, row in enumerate(rows):
+    single = tj.jit(lambda v: tnp.unique(v, return_counts=True, return_inverse=True, size=size))(row)
+    for b, s in zip(batched, single): np.testing.assert_array_equal(np.asarray(b)[i], np.asarray(s))
+  with pytest.raises(NotImplementedError, match="axis"):
+    tj.jit(lambda v: tnp.unique(v, size=2, axis=0))(values)

@@ -39,15 +39,27 @@ IDENTITY: dict[Ops, Callable[[np.dtype], object]] = {Ops.ADD: lambda dtype: 0, O
 
 
 def free_ranges(ast: UOp) -> dict[UOp, frozenset[UOp]]:
-  """For each node, the RANGEs whose loops it must be inside: its own and its sources', less those a REDUCE closes."""
-  deps: dict[UOp, frozenset[UOp]] = {}
+  """For each node, the RANGEs whose loops it must be inside: its own and its sources', less those a REDUCE closes.
+  A LOAD of a buffer the kernel also stores into (a scatter's read-modify-write of its output) is inside the loops of
+  those STOREs too: it reads what earlier iterations wrote. (A scatter into one element loaded it once, before its
+  loop over the updates, so each update started from the old value: `zeros(1).at[[0, 0]].add(1)` gave 1.)"""
+  def walk(extra: dict[UOp, frozenset[UOp]]) -> dict[UOp, frozenset[UOp]]:
+    deps: dict[UOp, frozenset[UOp]] = {}
+    for node in ast.toposort:
+      if node.op is Ops.RANGE: deps[node] = frozenset({node})
+      elif node.op is Ops.REDUCE:
+        value, *ranges = node.src
+        deps[node] = deps[value].difference(ranges).union(*(deps[r.src[0]] for r in ranges))
+      else: deps[node] = frozenset().union(*(deps[s] for s in node.src))
+      if node.op is Ops.LOAD and (written := extra.get(node.src[0])): deps[node] |= written
+    return deps
+  deps = walk({})
+  written: dict[UOp, frozenset[UOp]] = {}
   for node in ast.toposort:
-    if node.op is Ops.RANGE: deps[node] = frozenset({node})
-    elif node.op is Ops.REDUCE:
-      value, *ranges = node.src
-      deps[node] = deps[value].difference(ranges).union(*(deps[r.src[0]] for r in ranges))
-    else: deps[node] = frozenset().union(*(deps[s] for s in node.src))
-  return deps
+    if node.op is Ops.STORE: written[node.src[0]] = written.get(node.src[0], frozenset()) | deps[node]
+  if not any(node.op is Ops.LOAD and not written.get(node.src[0], frozenset()) <= deps[node] for node in ast.toposort):
+    return deps
+  return walk(written)
 
 
 class Linearizer:

@@ -110,24 +110,8 @@ def unique(ar: Any, return_index: bool = False, return_inverse: bool = False, re
   """The sorted unique values of a concrete array (as numpy; NaNs compared equal), with the optional indices, inverse
   and counts; `size=` pads with `fill_value` (default: the smallest unique value) or truncates."""
   if isinstance(ar, Tracer) and size is not None:
-    if return_index or return_inverse or return_counts or axis is not None:
-      raise NotImplementedError("unique of a traced array with size= supports neither return_index, return_inverse, "
-                                "return_counts nor axis yet")
-    from tinyjax.numpy._sorting import sort
-    ordered = sort(reshape_raw(ar, (ar.size,)))
-    if ordered.size == 0: return full((int(size),), 0 if fill_value is None else fill_value, ordered.dtype)
-    previous = pad_raw(shrink_raw(ordered, [(0, ordered.size - 1)]), [(1, 0)])
-    same = _eq(ordered, previous)
-    if equal_nan and dtypes.is_floating(ordered.dtype): same = _or(same, _and(_isnan(ordered), _isnan(previous)))
-    first = _or(_not(same), _lt(iota(np.int32, ordered.size), full((ordered.size,), 1, np.int32)))
-    (positions,) = _traced_nonzero(first, int(size), -1)
-    found = _not(_eq(positions, full(positions.shape, -1, np.int32)))
-    values = gather_raw(ordered, reshape_raw(_where(found, positions, full(positions.shape, 0, np.int32)),
-                                             (int(size), 1)), (1,))
-    values = reshape_raw(values, (int(size),))
-    fill = expand_raw(reshape_raw(shrink_raw(ordered, [(0, 1)]), ()), (int(size),)) if fill_value is None else \
-      full((int(size),), fill_value, ordered.dtype)
-    return _where(found, values, fill)
+    if axis is not None: raise NotImplementedError("unique of a traced array with size= supports no axis= yet")
+    return _traced_unique(ar, return_index, return_inverse, return_counts, equal_nan, int(size), fill_value)
   host = _concrete("unique", ar)
   results = np.unique(host, return_index=return_index, return_inverse=return_inverse, return_counts=return_counts,
                       axis=axis, equal_nan=equal_nan)
@@ -149,6 +133,47 @@ def unique(ar: Any, return_index: bool = False, return_inverse: bool = False, re
     position = 1 + int(return_index)
     out[position] = reshape_raw(out[position], host.shape if axis is None else out[position].shape)
   return out[0] if len(out) == 1 else tuple(out)
+
+
+def _traced_unique(ar: Array, return_index: bool, return_inverse: bool, return_counts: bool, equal_nan: bool,
+                   size: int, fill_value: Any) -> Any:
+  """`unique` of a traced array with `size=` (as JAX): its flattened values sorted stably (`argsort`), a group
+  starting where a value differs from the one before; the first `size` groups' values (the rest `fill_value`,
+  default the smallest), their first positions in `ar` (the rest that of the smallest), each element's group
+  (the inverse, in `ar`'s shape) and the groups' sizes (the rest 0)."""
+  from tinyjax.numpy._sorting import argsort, cumsum
+  n = ar.size
+  flat = reshape_raw(ar, (n,))
+  index_dtype = dtypes.default_int_dtype()
+  if n == 0:
+    fill = full((size,), 0 if fill_value is None else fill_value, ar.dtype)
+    extras = [full((size,), 0, index_dtype)] * return_index + [reshape_raw(full((0,), 0, index_dtype), ar.shape)] * \
+        return_inverse + [full((size,), 0, index_dtype)] * return_counts
+    return (fill, *extras) if extras else fill
+  order = cast(argsort(flat), np.int32, False)
+  ordered = reshape_raw(gather_raw(flat, reshape_raw(order, (n, 1)), (1,)), (n,))
+  previous = pad_raw(shrink_raw(ordered, [(0, n - 1)]), [(1, 0)])
+  same = _eq(ordered, previous)
+  if equal_nan and dtypes.is_floating(ordered.dtype): same = _or(same, _and(_isnan(ordered), _isnan(previous)))
+  first = _or(_not(same), _lt(iota(np.int32, n), full((n,), 1, np.int32)))
+  (positions,) = _traced_nonzero(first, size, -1)
+  found = _not(_eq(positions, full(positions.shape, -1, np.int32)))
+  starts = _where(found, positions, full(positions.shape, 0, np.int32))  # (the rest: the smallest value's group)
+  values = reshape_raw(gather_raw(ordered, reshape_raw(starts, (size, 1)), (1,)), (size,))
+  fill = expand_raw(reshape_raw(shrink_raw(ordered, [(0, 1)]), ()), (size,)) if fill_value is None else \
+      full((size,), fill_value, ordered.dtype)
+  results = [_where(found, values, fill)]
+  if return_index:
+    results.append(cast(reshape_raw(gather_raw(order, reshape_raw(starts, (size, 1)), (1,)), (size,)), index_dtype,
+                        False))
+  groups = _sub(cumsum(cast(first, np.int32, False)), full((n,), 1, np.int32))  # (each sorted element's group)
+  if return_inverse:
+    inverse = scatter_update(full((n,), 0, np.int32), order, groups, "set", unique_indices=True)
+    results.append(cast(reshape_raw(inverse, ar.shape), index_dtype, False))
+  if return_counts:  # (groups past `size` are dropped, as out-of-bounds updates are)
+    counts = scatter_update(full((size,), 0, np.int32), groups, full((n,), 1, np.int32), "add")
+    results.append(cast(counts, index_dtype, False))
+  return results[0] if len(results) == 1 else tuple(results)
 
 
 @staged(static_argnames=("side", "method"))
