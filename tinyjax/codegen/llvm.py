@@ -423,6 +423,7 @@ class _Renderer(Linearizer):
     self.looped_epilogue = looped_epilogue(plan, ast)  # a long epilogue, run in loops over the tile (looped_store)
     self.transposed_epilogue = transposed_epilogue_ok(plan, self.deps, ast)  # (store_sums_transposed)
     self.stored_transposed = False  # a row group's results went out through register transposes (as emitted)
+    self.prefetched: set[int] = set()  # the buffers whose lines the tile steps prefetch (`Prefetches`, as emitted)
     self.transposed_streamed = self.transposed_epilogue and big_output(
         next(node for node in ast.src if node.op is Ops.STORE), global_ranges_of(ast))
     self.nontemporal = ""  # the !nontemporal metadata node, once a STORE is non-temporal (`vector_store`)
@@ -1960,6 +1961,7 @@ class _Renderer(Linearizer):
   def prefetches(self, streams: list[PrefetchStream | None]) -> Prefetches | None:
     """The prefetches of `streams` (those not None), their cursor at 0; None without any."""
     if not (streams := [stream for stream in streams if stream is not None]): return None
+    self.prefetched.update(stream.load.src[0].arg for stream in streams)
     cursor = self.alloca("i64")
     self.line(f"store i64 0, ptr {cursor}")
     return Prefetches(cursor, streams)
@@ -2317,6 +2319,7 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
       ([("registers", renderer.transpose_lanes)] if renderer.across else []) + \
       ([("gate_split", *renderer.gate_parts)] if renderer.gate_parts else []) + \
       ([("store_transposed", TRANSPOSE_LANES)] if renderer.stored_transposed else []) + \
+      ([("prefetch", *sorted(renderer.prefetched))] if renderer.prefetched else []) + \
       ([("nontemporal",)] if renderer.nontemporal else [])  # (as emitted: a tile's or a register transpose's)
   if DEBUG >= 3: print(f"*** opts of {name}: {opts}")
   # kernels that compute more than they move ask for VECTOR_BYTES vectors, which LLVM would otherwise not use on CPUs
