@@ -540,35 +540,6 @@ def test_nchw_product_stores_through_register_transposes(on_cpu):
   np.testing.assert_allclose(np.asarray(tj.jit(f)(x, w, b)), want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-def test_gradients_share_the_output_gradients_padding(on_cpu, layout):
-  """Both gradients of a SAME 3x3 convolution pad the output gradient the same way, centred, so one padded copy
-  serves the input gradient's convolution and the weight gradient's taps (lax/_conv.py `_conv_impl`): in NHWC the
-  taps are a view of it, in NCHW one copy channels last. Values against numpy's directional derivatives in
-  float64."""
-  from tinyjax.lower.schedule import kernels_of
-  rng = np.random.default_rng(23)
-  x = rng.standard_normal((3, 4, 10, 9)).astype(np.float32)
-  w = rng.standard_normal((5, 4, 3, 3)).astype(np.float32)
-  g = rng.standard_normal((3, 5, 10, 9)).astype(np.float32)
-  numbers = ("NHWC", "HWIO", "NHWC") if layout == "NHWC" else ("NCHW", "OIHW", "NCHW")
-  xs, ws, gs = (x.transpose(0, 2, 3, 1), w.transpose(2, 3, 1, 0), g.transpose(0, 2, 3, 1)) if layout == "NHWC" else \
-      (x, w, g)
-
-  def loss(a, b, c): return (lax.conv_general_dilated(a, b, (1, 1), "SAME", dimension_numbers=numbers) * c).sum()
-  step = tj.jit(tj.grad(loss, argnums=(0, 1)))
-  names = [k.name for k in kernels_of(step.lower(xs, ws, gs)._compiled.schedule.schedule.kernels)]
-  padded = "e_3_12_11_5_" if layout == "NHWC" else "e_3_5_12_11_"
-  assert sum(name.startswith(padded) for name in names) == 1, names
-  assert not any(name.startswith("e_396_5_") for name in names), names  # (no taps padded on their own: 3*12*11 rows)
-  dx, dw = (np.asarray(d, np.float64) for d in step(xs, ws, gs))
-  if layout == "NHWC": dx, dw = dx.transpose(0, 3, 1, 2), dw.transpose(3, 2, 0, 1)
-  u, v = rng.standard_normal(x.shape), rng.standard_normal(w.shape)
-  pads = ((1, 1), (1, 1))
-  np.testing.assert_allclose(np.sum(dx * u), np.sum(numpy_conv(u, w.astype(np.float64), (1, 1), pads) * g), rtol=1e-4)
-  np.testing.assert_allclose(np.sum(dw * v), np.sum(numpy_conv(x.astype(np.float64), v, (1, 1), pads) * g), rtol=1e-4)
-
-
 def test_contraction_read_through_a_padding_keeps_its_tile(on_cpu):
   """A contraction read only through a padding, after elementwise operations and a permute (a convolution's output
   masked by a ReLU, then padded for the next layer's gradient), is a kernel of its own with a register tile

@@ -265,16 +265,15 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
   if _flat(lhs, rhs, strides, rhs_dilation, numbers, groups, batch_groups):
     order, grid = _rows_order(numbers.rhs_spec), x.shape[2:]
     lows = [(p - k) // 2 for p, k in zip(grid, kernel)]
-    if any(lows):
-      # the kernel (a weight gradient's output gradient) zero-padded onto the grid in its own layout, centred: the
-      # padding the input gradient's convolution makes of the same output gradient (SAME, stride 1), so one padded
-      # copy serves both; in NHWC the taps are then a view of it, in NCHW copied in the rows' order by register
-      # transposes (32x64x56x56 3x3, a transposed copy and its padding 1.0 + 0.9 ms -> a transpose 1.0 ms; NHWC: a
-      # padding copy of 1.2 ms less)
+    if order != sorted(order) and any(lows):
+      # taps transposing the kernel as it lies (an NCHW output gradient, in a weight gradient): zero-padded onto the
+      # grid in that layout, centred, then copied in the rows' order (register transposes). Centred, the padding is
+      # the one the input gradient's convolution makes of the same output gradient (SAME, stride 1), so one padded
+      # copy serves both: 32x64x56x56 3x3, a transposed copy and its padding 1.0 + 0.9 ms -> a transpose 1.0 ms
       config = [(0, 0, 0)] * rhs.ndim
       for axis, low, p, k in zip(numbers.rhs_spec[2:], lows, grid, kernel): config[axis] = (low, p - k - low, 0)
       result = _flat_conv(x, permute_raw(_materialize(pad(rhs, 0, config)), numbers.rhs_spec), out_dtype,
-                          kernel=kernel, lows=lows, copy_taps=order != sorted(order))
+                          kernel=kernel, lows=lows)
     else: result = _flat_conv(x, w, out_dtype)
     return permute_raw(result, list(np.argsort(numbers.out_spec)))
   patches, out_sizes = _windows(x, range(2, 2 + n_spatial), kernel, strides, rhs_dilation)
@@ -397,7 +396,7 @@ FLAT_STEPS = 64  # a flat convolution's reduction ends at a multiple of this whe
 
 
 def _flat_conv(x: Array, w: Array, out_dtype: np.dtype, kernel: Sequence[int] | None = None,
-               lows: Sequence[int] | None = None, copy_taps: bool = False) -> Array:
+               lows: Sequence[int] | None = None) -> Array:
   """A stride-1, undilated convolution of a padded input x (B, F, P...) with a kernel w (O, F, K...) as one GEMM with
   a long reduction: the input becomes rows (F * prod(P), B), one per grid point, and the kernel is zero-padded onto
   the same grid, (F * prod(P), O); an output position y reads the rows shifted by y's flat offset (a windowed view
@@ -410,8 +409,7 @@ def _flat_conv(x: Array, w: Array, out_dtype: np.dtype, kernel: Sequence[int] | 
   its last `tail` (the padding after's) are zeros, so the reduction runs over the points from `shift` on, each
   against the rows `shift` before, out[b, o, y] = sum_q rows[q + offset(y), b] * kernel[q + shift, o], and may stop
   up to `tail` points early: at a multiple of FLAT_STEPS, which the split of its sum divides (107589 steps were
-  split in 6 and a remainder: their sum 0.56 ms, at 107584 0.15). `copy_taps`: w's layout is not the taps' order,
-  which a copy makes first."""
+  split in 6 and a remainder: their sum 0.56 ms, at 107584 0.15)."""
   n_spatial = x.ndim - 2
   grid, kernel = x.shape[2:], tuple(kernel or w.shape[2:])
   out_sizes = [p - k + 1 for p, k in zip(grid, kernel)]
@@ -430,9 +428,9 @@ def _flat_conv(x: Array, w: Array, out_dtype: np.dtype, kernel: Sequence[int] | 
   if steps + reach < points: rows = shrink_raw(rows, [(0, steps + reach), (0, x.shape[0])])
   elif steps + reach > points: rows = _materialize(pad_raw(rows, [(0, steps + reach - points), (0, 0)]))
   taps = permute_raw(w, (1, *spatial, 0))  # (F, K..., O)
-  if lows is not None:  # (on the grid already; copied in the rows' order, by register transposes, where it is not)
-    taps = shrink_raw(reshape_raw(_materialize(taps) if copy_taps else taps, (points, w.shape[0])),
-                      [(shift, shift + steps), (0, w.shape[0])])
+  if lows is not None:  # (on the grid already: copied in the rows' order by register transposes)
+    taps = shrink_raw(reshape_raw(_materialize(taps), (points, w.shape[0])), [(shift, shift + steps),
+                                                                               (0, w.shape[0])])
   else:
     if grid != kernel: taps = pad_raw(taps, [(0, 0)] + [(0, p - k) for p, k in zip(grid, kernel)] + [(0, 0)])
     taps = reshape_raw(taps, (points, w.shape[0]))
