@@ -118,9 +118,11 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   # row groups than threads it splits by that measure (a 1x1 weight gradient over 8x56x56 positions, 64 x 25088 x 64,
   # counted by one output's 25088 steps, stayed one kernel on one thread: 0.84 -> 0.59 ms; 128x8192x256 2.0 -> 1.4)
   chunk_work = outputs * per_output if streamed or panelled and units < threads and not gpu else per_output
-  # (chunks of at least 2 elements: a partial result per element is the input copied)
-  partials = min(threads * SPLIT_PARTIALS_PER_THREAD, chunk_work // min_chunk_work, length // 2) // threads * \
-      threads
+  # (chunks of at least 2 elements: a partial result per element is the input copied; chunks of min_chunk_work
+  # rounded, not floored: a flat convolution's weight gradient over 32736 steps, 0.1% short of 2 chunks, stayed one
+  # kernel launched over its 3 rows of taps on 2 threads, 5.6 ms, where 32768 steps split in 2 took 4.3)
+  partials = min(threads * SPLIT_PARTIALS_PER_THREAD, (2 * chunk_work + min_chunk_work) // (2 * min_chunk_work),
+                 length // 2) // threads * threads
   # a count that divides the first reduced axis splits that axis alone (`split_reduction`): prefer one if there is
   leading = source.shape[min(axes)]
   return next((p for p in range(partials, 0, -threads) if leading % p == 0), partials)
