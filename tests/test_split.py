@@ -96,6 +96,9 @@ def test_partials_per_output():
   assert partials((1 << 17,), (0,)) == 0  # below SPLIT_MIN_WORK
   assert partials((2, 1024), (1,)) == 0
   assert partials((LONG,), (0,), threads=1) == 0
+  # (chunks of SPLIT_MIN_CHUNK_WORK rounded: just under 16 of them still makes 16 partials, 15 makes 12)
+  chunk = split.SPLIT_MIN_CHUNK_WORK
+  assert partials((2, 16 * chunk - 32), (1,)) == 16 and partials((2, 15 * chunk), (1,)) == 12
   nested = reduce_axis(reduce_axis(param((2048, 512)), Ops.ADD, (1,)), Ops.ADD, (0,))  # 1M iterations over 2048
   assert split.split_partials(nested, SPLIT_THREADS, set()) == SPLIT_THREADS * split.SPLIT_PARTIALS_PER_THREAD
 

@@ -263,18 +263,8 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
   groups, batch_groups = feature_group_count, batch_group_count
   kernel = w.shape[2:]
   if _flat(lhs, rhs, strides, rhs_dilation, numbers, groups, batch_groups):
-    order, grid = _rows_order(numbers.rhs_spec), x.shape[2:]
-    lows = [(p - k) // 2 for p, k in zip(grid, kernel)]
-    if order != sorted(order) and any(lows):
-      # taps transposing the kernel as it lies (an NCHW output gradient, in a weight gradient): zero-padded onto the
-      # grid in that layout, centred, then copied in the rows' order (register transposes). Centred, the padding is
-      # the one the input gradient's convolution makes of the same output gradient (SAME, stride 1), so one padded
-      # copy serves both: 32x64x56x56 3x3, a transposed copy and its padding 1.0 + 0.9 ms -> a transpose 1.0 ms
-      config = [(0, 0, 0)] * rhs.ndim
-      for axis, low, p, k in zip(numbers.rhs_spec[2:], lows, grid, kernel): config[axis] = (low, p - k - low, 0)
-      result = _flat_conv(x, permute_raw(_materialize(pad(rhs, 0, config)), numbers.rhs_spec), out_dtype,
-                          kernel=kernel, lows=lows)
-    else: result = _flat_conv(x, w, out_dtype)
+    order = _rows_order(numbers.rhs_spec)
+    result = _flat_conv(x, w, out_dtype, transposed_taps=order != sorted(order))
     return permute_raw(result, list(np.argsort(numbers.out_spec)))
   patches, out_sizes = _windows(x, range(2, 2 + n_spatial), kernel, strides, rhs_dilation)
   # patches: (N, C, o1, k1, o2, k2, ...); kernel w: (O, I, k1, k2, ...)
@@ -392,12 +382,7 @@ FLAT_WASTE = 1.5
 IM2COL_TAPS_BYTES = 1 << 20
 
 
-# A flat convolution's reduction ends at the multiple of the largest of these that its zero taps allow (`_flat_conv`)
-FLAT_STEPS = (64, 32, 16, 8, 4, 2)
-
-
-def _flat_conv(x: Array, w: Array, out_dtype: np.dtype, kernel: Sequence[int] | None = None,
-               lows: Sequence[int] | None = None) -> Array:
+def _flat_conv(x: Array, w: Array, out_dtype: np.dtype, transposed_taps: bool = False) -> Array:
   """A stride-1, undilated convolution of a padded input x (B, F, P...) with a kernel w (O, F, K...) as one GEMM with
   a long reduction: the input becomes rows (F * prod(P), B), one per grid point, and the kernel is zero-padded onto
   the same grid, (F * prod(P), O); an output position y reads the rows shifted by y's flat offset (a windowed view
@@ -405,15 +390,9 @@ def _flat_conv(x: Array, w: Array, out_dtype: np.dtype, kernel: Sequence[int] | 
   so the padded kernel's zeros cost prod(P) / prod(K) times the useful products (FLAT_WASTE). A shifted read past
   the end of a grid row meets a zero tap, so nothing wraps into the result; zero rows after the last grid point
   keep the shifted reads in bounds. The GEMM (rows B, columns O) gets the register tile and K-blocked row groups of
-  a weight-gradient matmul. With `kernel` and `lows`, w is already on the grid, a kernel of shape `kernel` padded
-  `lows` before it on each axis (at least as much after): its first `shift` flat points (`lows`' flat offset) and
-  its last `tail` (the padding after's) are zeros, so the reduction runs over the points from `shift` on, each
-  against the rows `shift` before, out[b, o, y] = sum_q rows[q + offset(y), b] * kernel[q + shift, o], and may stop
-  up to `tail` points early: at a multiple of the largest of FLAT_STEPS it can, which the split of its sum divides
-  (107589 steps were split in 6 and a remainder: their sum 0.56 ms, at 107584 0.15; 32751 steps, a 128x32x14x14
-  weight gradient's, were not split at all: 5.6 ms, at 32736 4.3)."""
+  a weight-gradient matmul."""
   n_spatial = x.ndim - 2
-  grid, kernel = x.shape[2:], tuple(kernel or w.shape[2:])
+  grid, kernel = x.shape[2:], w.shape[2:]
   out_sizes = [p - k + 1 for p, k in zip(grid, kernel)]
   flat_strides = [math.prod(grid[i + 1:]) for i in range(n_spatial)]
   spatial = tuple(range(2, 2 + n_spatial))
@@ -421,22 +400,15 @@ def _flat_conv(x: Array, w: Array, out_dtype: np.dtype, kernel: Sequence[int] | 
   rows = reshape_raw(permute_raw(x, (1, *spatial, 0)), (points, x.shape[0]))
   # (with nothing to pad -- a window as big as the grid: a 1x1 convolution's weight gradient -- the views are read in
   # place: copied, they were two passes over its 32x56x56x64 input and output gradient, 2.3 ms of 6.6)
-  steps, reach = points, sum((o - 1) * s for o, s in zip(out_sizes, flat_strides))  # (reach: the last offset(y))
-  if lows is not None:
-    shift = sum(low * s for low, s in zip(lows, flat_strides))
-    tail = sum((p - k - low) * s for p, k, low, s in zip(grid, kernel, lows, flat_strides))
-    steps = next((aligned for step in FLAT_STEPS if (aligned := (points - shift) // step * step) >=
-                  points - shift - tail), points - shift)
-  if steps + reach < points: rows = shrink_raw(rows, [(0, steps + reach), (0, x.shape[0])])
-  elif steps + reach > points: rows = _materialize(pad_raw(rows, [(0, steps + reach - points), (0, 0)]))
+  if (extra := sum((o - 1) * s for o, s in zip(out_sizes, flat_strides))):
+    rows = _materialize(pad_raw(rows, [(0, extra), (0, 0)]))
   taps = permute_raw(w, (1, *spatial, 0))  # (F, K..., O)
-  if lows is not None:  # (on the grid already: copied in the rows' order by register transposes)
-    taps = shrink_raw(reshape_raw(_materialize(taps), (points, w.shape[0])), [(shift, shift + steps),
-                                                                               (0, w.shape[0])])
-  else:
-    if grid != kernel: taps = pad_raw(taps, [(0, 0)] + [(0, p - k) for p, k in zip(grid, kernel)] + [(0, 0)])
-    taps = reshape_raw(taps, (points, w.shape[0]))
-    if grid != kernel: taps = _materialize(taps)
+  # (taps transposing the kernel as it lies, an NCHW output gradient: copied in that order first, register
+  # transposes, and then padded in order: 1.06 + 0.67 ms against 2.6 for 32x64x56x56 padded across)
+  if grid != kernel and transposed_taps: taps = _materialize(taps)
+  if grid != kernel: taps = pad_raw(taps, [(0, 0)] + [(0, p - k) for p, k in zip(grid, kernel)] + [(0, 0)])
+  taps = reshape_raw(taps, (points, w.shape[0]))
+  if grid != kernel: taps = _materialize(taps)
   windows = rows
   for size, stride in zip(reversed(out_sizes), reversed(flat_strides)):  # (q, y1, ..., yn, B)
     windows, _ = _windows(windows, [0], [size], [1], [stride])
