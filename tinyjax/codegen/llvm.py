@@ -582,13 +582,7 @@ class _Renderer(Linearizer):
     rng, lanes = global_ranges[depth], self.streamed
     (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
     buffer, index, value = store.src
-    itemsize = buffer.dtype.itemsize
-    with self.bound(rng, start):
-      self.emit_ready(index)
-      first = self.emit(f"ptrtoint ptr {self.address(buffer, index)} to i64")
-    to_line = self.emit(f"and i64 {self.emit(f'sub i64 0, {first}')}, {LINE_BYTES - 1}")  # (bytes to the next line)
-    values = self.emit(f"lshr i64 {to_line}, {itemsize.bit_length() - 1}")  # (values before it)
-    aligned = self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {start}, {values}")), ("i64", end)])
+    aligned = self.first_line(rng, start, end)
     with self.loop(start, aligned, binds=rng): self.open_global_loops(global_ranges, depth + 1)
     with self.loop(aligned, end, None, step=lanes, vectorize=False) as position:
       with self.bound(rng, position):
@@ -597,6 +591,17 @@ class _Renderer(Linearizer):
         self.store_vector(stored, lanes, buffer.dtype, self.address(buffer, index), True)
     with self.loop(position, end, binds=rng): self.open_global_loops(global_ranges, depth + 1)
     self.stores_emitted.add(store)
+
+  def first_line(self, rng: UOp, start: str, end: str, others: dict[UOp, str] | None = None) -> str:
+    """The first value of `rng` in [start, end] (`end` if none) where the STORE's element, `rng` its contiguous range
+    and the ranges of `others` at those values, is the first of a 64-byte line."""
+    (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
+    buffer, index, _ = store.src
+    with self.rebound(index, {rng: start, **(others or {})}):
+      first = self.emit(f"ptrtoint ptr {self.address(buffer, index)} to i64")
+    to_line = self.emit(f"and i64 {self.emit(f'sub i64 0, {first}')}, {LINE_BYTES - 1}")  # (bytes to the next line)
+    values = self.emit(f"lshr i64 {to_line}, {buffer.dtype.itemsize.bit_length() - 1}")  # (values before it)
+    return self.call("llvm.smin.i64", "i64", [("i64", self.emit(f"add nsw i64 {start}, {values}")), ("i64", end)])
 
   def render_amx(self, *ranges: UOp) -> None:
     """A bfloat16 matrix product on AMX tiles (opt.py `_amx_plan`): over rows [start, end) of the launch, or for a
@@ -1810,8 +1815,7 @@ class _Renderer(Linearizer):
         rest = group
         if self.transposed_epilogue and columns % TRANSPOSE_LANES == 0:
           if self.transposed_streamed:  # (rows one by one up to the first whose element is a line's first)
-            aligned = self.emit(f"add nsw i64 {group}, {self.to_line(plan.row, group, column_start)}")
-            rest = self.call("llvm.smin.i64", "i64", [("i64", aligned), ("i64", group_end)])
+            rest = self.first_line(plan.row, group, group_end, {plan.column: column_start})
             with self.loop(group, rest, None) as row_index, self.bound(plan.row, row_index):
               self.store_sums_row(sums, total_dtype, row_slots(span, row_index), column_start, columns)
           with self.loop(rest, group_end, None, step=TRANSPOSE_LANES, vectorize=False) as rest:
@@ -1870,16 +1874,6 @@ class _Renderer(Linearizer):
           self.store_vector(self.to_memory(stored, buffer.dtype, lanes), lanes, buffer.dtype,
                             self.address(buffer, index), self.transposed_streamed)
     self.stores_emitted.add(store)
-
-  def to_line(self, rng: UOp, value: str, column: str) -> str:
-    """The values of `rng` from `value` on (the plan's column at `column`) before the STORE's element is the first of
-    a 64-byte line, `rng` being its contiguous range: 0 to a line's values less one."""
-    (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
-    buffer, index, _ = store.src
-    with self.rebound(index, {rng: value, self.plan.column: column}):
-      first = self.emit(f"ptrtoint ptr {self.address(buffer, index)} to i64")
-    to_line = self.emit(f"and i64 {self.emit(f'sub i64 0, {first}')}, {LINE_BYTES - 1}")  # (bytes to the next line)
-    return self.emit(f"lshr i64 {to_line}, {buffer.dtype.itemsize.bit_length() - 1}")
 
   def render_group_blocks(self, first_block: str, last_block: str, group: str, group_end: str, column_start: str,
                           columns: int, heights: list[int], sums: str, total_dtype: np.dtype,

@@ -150,8 +150,10 @@ def _traced_unique(ar: Array, return_index: bool, return_inverse: bool, return_c
     extras = [full((size,), 0, index_dtype)] * return_index + [reshape_raw(full((0,), 0, index_dtype), ar.shape)] * \
         return_inverse + [full((size,), 0, index_dtype)] * return_counts
     return (fill, *extras) if extras else fill
+  def pick(values: Array, at: Array) -> Array:  # (values[at], of 1-D values by 1-D int32 positions)
+    return reshape_raw(gather_raw(values, reshape_raw(at, (*at.shape, 1)), (1,)), at.shape)
   order = cast(argsort(flat), np.int32, False)
-  ordered = reshape_raw(gather_raw(flat, reshape_raw(order, (n, 1)), (1,)), (n,))
+  ordered = pick(flat, order)
   previous = pad_raw(shrink_raw(ordered, [(0, n - 1)]), [(1, 0)])
   same = _eq(ordered, previous)
   if equal_nan and dtypes.is_floating(ordered.dtype): same = _or(same, _and(_isnan(ordered), _isnan(previous)))
@@ -159,13 +161,11 @@ def _traced_unique(ar: Array, return_index: bool, return_inverse: bool, return_c
   (positions,) = _traced_nonzero(first, size, -1)
   found = _not(_eq(positions, full(positions.shape, -1, np.int32)))
   starts = _where(found, positions, full(positions.shape, 0, np.int32))  # (the rest: the smallest value's group)
-  values = reshape_raw(gather_raw(ordered, reshape_raw(starts, (size, 1)), (1,)), (size,))
+  values = pick(ordered, starts)
   fill = expand_raw(reshape_raw(shrink_raw(ordered, [(0, 1)]), ()), (size,)) if fill_value is None else \
       full((size,), fill_value, ordered.dtype)
   results = [_where(found, values, fill)]
-  if return_index:
-    results.append(cast(reshape_raw(gather_raw(order, reshape_raw(starts, (size, 1)), (1,)), (size,)), index_dtype,
-                        False))
+  if return_index: results.append(cast(pick(order, starts), index_dtype, False))
   groups = _sub(cumsum(cast(first, np.int32, False)), full((n,), 1, np.int32))  # (each sorted element's group)
   if return_inverse:
     inverse = scatter_update(full((n,), 0, np.int32), order, groups, "set", unique_indices=True)
