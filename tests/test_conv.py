@@ -436,6 +436,7 @@ def test_im2col_and_direct_products_agree_with_numpy(monkeypatch, im2col):
                                (numpy_conv(x, dw, stride, padding, dilation) * ct).sum(), rtol=1e-4)
 
 
+@pytest.mark.usefixtures("avx512_tiles")  # (plans sized for AVX-512 registers)
 def test_channels_first_convolution_stores_channels_first_from_its_product(on_cpu):
   """A 3x3 NCHW convolution big enough (codegen/opt.py `permuted_store_pays`) is one product in channels-last loop
   order (its register tile's column the output channels) that stores NCHW element by element: no transposing copy
@@ -469,6 +470,7 @@ def test_channels_first_convolution_stores_channels_first_from_its_product(on_cp
   np.testing.assert_allclose(np.asarray(per_example), np.stack(looped), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.usefixtures("avx512_tiles")  # (plans sized for AVX-512 registers)
 def test_channels_first_gradients_run_in_the_products_order(on_cpu):
   """An NCHW training step's gradients on a small grid (two 3x3 convolutions with ReLUs, 32x32x14x14 -> 32 -> 64):
   the gradient into the first layer's output (the second's input gradient times the first ReLU's mask), and the
@@ -509,6 +511,7 @@ def test_channels_first_gradients_run_in_the_products_order(on_cpu):
   np.testing.assert_allclose(np.sum(gv * dv), np.sum(numpy_conv(hidden, dv, (1, 1), pads) * ct * mask), rtol=1e-3)
 
 
+@pytest.mark.usefixtures("avx512_tiles")  # (plans sized for AVX-512 registers)
 def test_nchw_product_stores_through_register_transposes(on_cpu):
   """An NCHW 3x3 convolution's product (positions the row, channels the column) stores its row groups' results
   through register transposes, each channel's positions as a vector (llvm.py `store_sums_transposed`), its epilogue
@@ -555,6 +558,7 @@ def test_contraction_read_through_a_padding_keeps_its_tile(on_cpu):
   np.testing.assert_allclose(np.asarray(tj.jit(f)(a, b, c)), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.usefixtures("avx512_tiles")  # (plans sized for AVX-512 registers)
 def test_permuted_store_only_where_it_pays(on_cpu):
   """A contraction stored permuted runs in its own loop order only with a long sum, whole vectors along its own last
   axis, no whole column tiles along the output's and a big output; a 512x512 weight gradient (whole tiles both ways)
@@ -682,6 +686,7 @@ def test_pointwise_channels_first_product_runs_image_by_image(on_cpu):
                              rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.usefixtures("avx512_tiles")  # (plans sized for AVX-512 registers)
 @pytest.mark.parametrize("channels", [128, 256])
 def test_weight_gradient_is_launched_over_its_column_tiles(channels, on_cpu):
   """A 3x3 weight gradient (kh, kw, C, O) as one flat GEMM over the grid was launched over kh alone: 3 units, one of
@@ -791,6 +796,7 @@ def test_channels_last_convolution_writes_its_output_in_place(features, on_cpu, 
   np.testing.assert_allclose(lhs, rhs, rtol=1e-4)
 
 
+@pytest.mark.usefixtures("avx512_tiles")  # (plans sized for AVX-512 registers)
 @pytest.mark.parametrize("channels,width", [(32, 20), (35, 13), (128, 10)])
 def test_window_taps_beyond_l1_run_in_channel_blocks(channels, width, on_cpu):
   """A direct 3x3 convolution whose taps for a column tile exceed WINDOW_BLOCK_BYTES runs its tiles in row groups,
@@ -833,6 +839,7 @@ def test_window_taps_beyond_l1_run_in_channel_blocks(channels, width, on_cpu):
   assert not any(opt[0] == "chunk" for opt in applied_opts(plain.ast))
 
 
+@pytest.mark.usefixtures("avx512_tiles")  # (plans sized for AVX-512 registers)
 @pytest.mark.parametrize("size,channels", [(5, 12), (7, 8)])
 def test_wider_windows_in_channel_blocks_match_numpy(size, channels, on_cpu):
   """5x5 and 7x7 windows whose taps exceed WINDOW_BLOCK_BYTES also run in channel blocks (their taps unrolled as

@@ -19,14 +19,20 @@ from tinyjax.array import Array
 from tinyjax.codegen import llvm
 from tinyjax.codegen.llvm import FLOAT32_BLOCKS, SUM_BLOCK, render_llvm
 from tinyjax.codegen.opt import (CONTRACTION_SUM_BLOCK, DOT_MIN_REDUCE, GROUP_MIN_BLOCKS, GROUP_ROWS, PACK_BYTES,
-                                 PACK_MIN_ROWS, PANEL_BYTES, PANEL_GROUP_ROWS, STREAM_TILE, TILE_ROWS, TILE_SUM_BLOCK,
-                                 TRANSPOSE_BLOCK, VECTOR_BYTES, WINDOW_TILE_ROWS, applied_opts, choose_opts,
-                                 global_ranges_of, launch_grain)
+                                 PACK_MIN_ROWS, PANEL_BYTES, PANEL_GROUP_ROWS, STREAM_TILE, TILE_SUM_BLOCK,
+                                 TRANSPOSE_BLOCK, applied_opts, choose_opts, geometry_for, global_ranges_of,
+                                 launch_grain)
+from tinyjax.devices.cpu import VECTOR_REGISTERS
 from tinyjax.lower.schedule import kernels_of
 from tinyjax.trace.core import bind
 from tinyjax.uop import Ops, UOp
 
 I32 = np.dtype(np.int32)
+# The plans below are stated for AVX-512's register tiles (codegen/opt.py `geometry_for`), whatever the host has
+# (`avx512_tiles`; tests/test_tile_geometry.py runs kernels of each geometry)
+pytestmark = pytest.mark.usefixtures("avx512_tiles")
+GEOMETRY = geometry_for(*VECTOR_REGISTERS["avx512"])
+TILE_ROWS, WINDOW_TILE_ROWS, VECTOR_BYTES = GEOMETRY.tile_rows, GEOMETRY.window_tile_rows, GEOMETRY.vector_bytes
 
 
 def run_kernel(ast: UOp, buffers: list[np.ndarray], optimize: bool, start: int = 0, end: int | None = None) -> None:

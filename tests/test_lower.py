@@ -270,6 +270,7 @@ def test_adjacent_reduced_axes_are_one_reduce_range(pad, axes, ranges):
   np.testing.assert_allclose(out, (padded.astype(np.float64) ** 2).sum(axes, keepdims=True), rtol=1e-5)
 
 
+@pytest.mark.usefixtures("avx512_tiles")  # (plans sized for AVX-512 registers)
 def test_reduced_axes_after_one_read_alone_are_one_range_and_get_register_tiles():
   """A sum over (N, H, W) of an NHWC product with an operand read per (N, C) (a global average pool's gradient):
   H and W merge into one range, N keeps its own, and the nest gets register tiles over C (the stream tile takes one

@@ -249,6 +249,7 @@ def test_contraction_packed_in_panels_splits_by_its_row_groups(threads):
   np.testing.assert_allclose(np.asarray(tj.jit(lambda a, b: a.T @ b)(x, g)), want, rtol=1e-6, atol=1e-3)
 
 
+@pytest.mark.usefixtures("avx512_tiles")  # (plans sized for AVX-512 registers)
 def test_split_contraction_keeps_the_full_register_tile():
   """The first stage of a split float32 contraction sums into float64 partials, accumulated in float32 vectors: its
   register tile is 64 float32 columns wide (4 x 16 lanes), as the unsplit contraction's, not 32 (8 doubles)."""

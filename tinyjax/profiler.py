@@ -53,11 +53,8 @@ class MachineLimits:
 
 
 def _vector_lanes() -> int:
-  from tinyjax.devices.cpu import cpu_features
-  features = cpu_features().split(",")
-  if "+avx512f" in features: return 16
-  if "+avx" in features: return 8
-  return 4
+  from tinyjax.devices.cpu import vector_registers
+  return vector_registers()[0] // 4
 
 
 def _fma_probe_ir(lanes: int) -> str:
@@ -179,7 +176,8 @@ def measure_machine_limits() -> MachineLimits:
 
 def _limits_key() -> str:
   from tinyjax.devices.cpu import TINYJAX_VERSION, cpu_features, cpu_name, cpu_threads
-  return f"limits|{_PROBES_VERSION}|{TINYJAX_VERSION}|{cpu_name()}|{cpu_features()}|threads={cpu_threads()}"
+  return f"limits|{_PROBES_VERSION}|{TINYJAX_VERSION}|{cpu_name()}|{cpu_features()}|threads={cpu_threads()}|" \
+      f"lanes={_vector_lanes()}"
 
 
 @functools.cache

@@ -37,9 +37,8 @@ from tinyjax.codegen import transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
 from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, LINE_BYTES, SHORT_REDUCE,
-                                 TRANSPOSE_LANES, VECTOR_BYTES, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts,
-                                 big_output, block_stride, choose_opts, global_ranges_of, linear_strides,
-                                 transpose_block)
+                                 VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts, big_output, block_stride,
+                                 choose_opts, global_ranges_of, linear_strides, tile_geometry, transpose_block)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.lower import symbolic
 from tinyjax.uop import BOOL, Ops, UOp
@@ -244,7 +243,8 @@ def transposed_epilogue_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]
   convolution's product: its positions the row, its channels the column), with an epilogue that computes on vectors
   along the row (`_vector_nodes_ok`). Row by row it was one scalar store per element, each channel's to a line of
   its own."""
-  if plan is None or plan.row is None or not plan.group or plan.stream or plan.lanes != TRANSPOSE_LANES: return False
+  if plan is None or plan.row is None or not plan.group or plan.stream or plan.lanes != tile_geometry().transpose_lanes:
+    return False
   node = plan.reduce
   if node.dtype != F32 or not vector_cast_ok(F64, F32): return False
   (store,) = [n for n in ast.src if n.op is Ops.STORE]
@@ -310,7 +310,7 @@ def register_transposes(ast: UOp, deps: dict[UOp, frozenset[UOp]], block: int) -
   for load in loads:
     strides, other = linear_strides(load.src[1])
     if column in other or strides.get(column) != 1: across.append(load)
-  lanes = min(block, VECTOR_BYTES // max(node.src[0].dtype.itemsize for node in (store, *loads)))
+  lanes = min(block, tile_geometry().vector_bytes // max(node.src[0].dtype.itemsize for node in (store, *loads)))
   if not across or block % lanes or any(len(load.src) > 2 or (block_stride(load.src[1], row, lanes) != 1 and (
       column in linear_strides(load.src[1])[1])) for load in across):
     return 0, ()
@@ -422,6 +422,7 @@ class _Renderer(Linearizer):
     self.vector_epilogue = vector_epilogue_ok(plan, self.deps, ast)  # and its epilogue (vector_store)
     self.looped_epilogue = looped_epilogue(plan, ast)  # a long epilogue, run in loops over the tile (looped_store)
     self.transposed_epilogue = transposed_epilogue_ok(plan, self.deps, ast)  # (store_sums_transposed)
+    self.transpose_square = tile_geometry().transpose_lanes  # the side of a pack's or an epilogue's register transposes
     self.stored_transposed = False  # a row group's results went out through register transposes (as emitted)
     self.prefetched: set[int] = set()  # the buffers whose lines the tile steps prefetch (`Prefetches`, as emitted)
     self.transposed_streamed = self.transposed_epilogue and big_output(
@@ -632,12 +633,12 @@ class _Renderer(Linearizer):
     lda = linear_strides(a.src[1])[0].get(row, 0)
     b_strides = linear_strides(b.src[1])[0]
     ldb, column_stride = b_strides[k], b_strides[column]
-    packed = self.alloca(f"[{padded * block} x i16]", align=VECTOR_BYTES)
-    tail = self.alloca(f"[{block * steps} x i16]", align=VECTOR_BYTES)
-    last_columns = self.alloca(f"[{block * AMX_K} x i16]", align=VECTOR_BYTES)
-    tiles = self.alloca(f"[{block * block} x float]", align=VECTOR_BYTES)
-    rest_tiles = self.alloca(f"[{block * block} x float]", align=VECTOR_BYTES)
-    sums = self.alloca(f"[{block * block} x double]", align=VECTOR_BYTES)
+    packed = self.alloca(f"[{padded * block} x i16]", align=LINE_BYTES)
+    tail = self.alloca(f"[{block * steps} x i16]", align=LINE_BYTES)
+    last_columns = self.alloca(f"[{block * AMX_K} x i16]", align=LINE_BYTES)
+    tiles = self.alloca(f"[{block * block} x float]", align=LINE_BYTES)
+    rest_tiles = self.alloca(f"[{block * block} x float]", align=LINE_BYTES)
+    sums = self.alloca(f"[{block * block} x double]", align=LINE_BYTES)
     self.declarations.add("declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)")
     self.declarations.add("declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)")
 
@@ -1428,7 +1429,7 @@ class _Renderer(Linearizer):
     assert plan is not None
     ranges = plan.reduce.src[1:]
     steps = plan.panel if panel else math.prod(rng.src[0].arg for rng in ranges)
-    packs = {load: self.alloca(f"[{steps * plan.columns} x {compute_type(load.dtype)}]", align=VECTOR_BYTES)
+    packs = {load: self.alloca(f"[{steps * plan.columns} x {compute_type(load.dtype)}]", align=LINE_BYTES)
              for load in plan.packed}
     self.pack_origin = panel[0] if panel else "0"
 
@@ -1438,7 +1439,7 @@ class _Renderer(Linearizer):
       if depth < len(ranges):
         start, end = panel if panel else ("0", str(ranges[depth].src[0].arg))
         if transposed and depth == len(ranges) - 1:
-          with self.loop(start, end, None, step=TRANSPOSE_LANES, vectorize=False) as step:
+          with self.loop(start, end, None, step=self.transpose_square, vectorize=False) as step:
             self.pack_transposed(packs, ranges[depth], step, column_start)
           return
         with self.loop(start, end, ranges[depth]): nest(depth + 1)
@@ -1455,29 +1456,29 @@ class _Renderer(Linearizer):
 
   def transposed_packs(self, packs: dict[UOp, str], steps: int) -> bool:
     """Whether the packed loads are read across (strided along the column, contiguous along the innermost reduce
-    range in its aligned blocks of TRANSPOSE_LANES steps: `g @ w.T`'s w, or an NCHW 1x1 convolution's weight
+    range in its aligned blocks of `transpose_square` steps: `g @ w.T`'s w, or an NCHW 1x1 convolution's weight
     gradient's input, whose flat (n, h*w) reduce range reads (r // 3136) * 200704 + r % 3136) by float32 loads whose
-    pack can be made in TRANSPOSE_LANES x TRANSPOSE_LANES blocks (`pack_transposed`)."""
+    pack can be made in squares of `transpose_square` (`pack_transposed`)."""
     plan = self.plan
     assert plan is not None
-    innermost = plan.reduce.src[-1]
-    if plan.columns % TRANSPOSE_LANES or steps % TRANSPOSE_LANES or innermost.src[0].arg % TRANSPOSE_LANES: return False
+    innermost, lanes = plan.reduce.src[-1], self.transpose_square
+    if plan.columns % lanes or steps % lanes or innermost.src[0].arg % lanes: return False
     for load in packs:
       strides, nonlinear = linear_strides(load.src[1])
       if len(load.src) != 2 or load.dtype != F32 or plan.column in nonlinear or \
-          strides.get(plan.column, 0) in (0, 1) or block_stride(load.src[1], innermost, TRANSPOSE_LANES) != 1:
+          strides.get(plan.column, 0) in (0, 1) or block_stride(load.src[1], innermost, lanes) != 1:
         return False
     return True
 
   def pack_transposed(self, packs: dict[UOp, str], innermost: UOp, step: str, column_start: str) -> None:
-    """Pack TRANSPOSE_LANES steps of the innermost reduce range from `step` on, for loads read across
+    """Pack `transpose_square` steps of the innermost reduce range from `step` on, for loads read across
     (`transposed_packs`): per block of as many columns, one vector load along the steps from each column's row, a
     transpose in registers (log2(lanes) rounds of shuffles, pairs of rows interleaved in halves, quarters, ...), one
     vector store per step into its pack row. A 512x512 `g @ w.T` packed w.T one element at a time, a load from a
     different row each: its GEMM ran at 75% of the peak, the others at 86-88%."""
     plan = self.plan
     assert plan is not None
-    lanes = TRANSPOSE_LANES
+    lanes = self.transpose_square
     vector = f"<{lanes} x float>"
     with self.loop("0", str(plan.columns), None, step=lanes, vectorize=False) as column_block:
       for load, array in packs.items():
@@ -1749,7 +1750,7 @@ class _Renderer(Linearizer):
     dtype = plan.reduce.dtype
     element, vector = compute_type(dtype), vector_type(dtype, lanes)
     align = f", align {dtype.itemsize}" if lanes > 1 else ""
-    sums = self.alloca(f"[{rows * columns} x {element}]", align=VECTOR_BYTES)
+    sums = self.alloca(f"[{rows * columns} x {element}]", align=LINE_BYTES)
     for k, value in enumerate(results):
       self.line(f"store {vector} {value}, ptr {self.slot(sums, dtype, str(k * lanes))}{align}")
     count = str(rows)
@@ -1785,7 +1786,7 @@ class _Renderer(Linearizer):
     size, block = outer.src[0].arg, plan.chunk or plan.sum_block
     total_dtype = F32 if plan.chunk and -(-size // block) <= FLOAT32_BLOCKS else F64
     span_count = math.prod(span.src[0].arg for span in plan.spans)
-    sums = self.alloca(f"[{span_count * plan.group * columns} x {compute_type(total_dtype)}]", align=VECTOR_BYTES)
+    sums = self.alloca(f"[{span_count * plan.group * columns} x {compute_type(total_dtype)}]", align=LINE_BYTES)
     with self.loop(row_start, row_end, None, step=plan.group, whole=False) as group:
       group_end = self.capped(group, plan.group, row_end)
       with self.loop("0", str(span_count * plan.group * columns), None) as slot:
@@ -1813,15 +1814,15 @@ class _Renderer(Linearizer):
                                  total_dtype, row_slots, prefetches)
       with self.span_loops() as span:
         rest = group
-        if self.transposed_epilogue and columns % TRANSPOSE_LANES == 0:
+        lanes = self.transpose_square
+        if self.transposed_epilogue and columns % lanes == 0:
           if self.transposed_streamed:  # (rows one by one up to the first whose element is a line's first)
             rest = self.first_line(plan.row, group, group_end, {plan.column: column_start})
             with self.loop(group, rest, None) as row_index, self.bound(plan.row, row_index):
               self.store_sums_row(sums, total_dtype, row_slots(span, row_index), column_start, columns)
-          with self.loop(rest, group_end, None, step=TRANSPOSE_LANES, vectorize=False) as rest:
-            self.store_sums_transposed(sums, total_dtype, [row_slots(span, row) for row in
-                                                           self.offsets(rest, TRANSPOSE_LANES)], rest, column_start,
-                                       columns)
+          with self.loop(rest, group_end, None, step=lanes, vectorize=False) as rest:
+            self.store_sums_transposed(sums, total_dtype, [row_slots(span, row) for row in self.offsets(rest, lanes)],
+                                       rest, column_start, columns)
         with self.loop(rest, group_end, None) as row_index, self.bound(plan.row, row_index):
           self.store_sums_row(sums, total_dtype, row_slots(span, row_index), column_start, columns)
 
@@ -1850,13 +1851,13 @@ class _Renderer(Linearizer):
 
   def store_sums_transposed(self, sums: str, dtype: np.dtype, firsts: list[str], first_row: str, column_start: str,
                             columns: int) -> None:
-    """The epilogue and STORE of TRANSPOSE_LANES rows from `first_row` of a row group's sums (of `dtype`, row i's
-    from slot `firsts[i]` on), in squares of TRANSPOSE_LANES columns: the rows' vectors converted to float32 and
+    """The epilogue and STORE of `transpose_square` rows from `first_row` of a row group's sums (of `dtype`, row i's
+    from slot `firsts[i]` on), in squares of as many columns: the rows' vectors converted to float32 and
     transposed in registers (`transposed_vectors`), then each column's epilogue on a vector along the rows
     (`vector_value`) and one vector store (`transposed_epilogue_ok`)."""
     plan = self.plan
     assert plan is not None
-    lanes = TRANSPOSE_LANES
+    lanes = self.transpose_square
     (store,) = [node for node in self.ast.src if node.op is Ops.STORE]
     buffer, index, value = store.src
     self.stored_transposed = True
@@ -1963,11 +1964,11 @@ class _Renderer(Linearizer):
   def prefetch_stream(self, load: UOp, member: UOp, first: str, members: int, rng: UOp, rng_first: str,
                       steps: int) -> PrefetchStream | None:
     """The lines of `load` over `members` values of range `member` from `first` and `steps` values of reduce range
-    `rng` from `rng_first` (strides linear, or `rng`'s within blocks of TRANSPOSE_LANES steps), walked along the
+    `rng` from `rng_first` (strides linear, or `rng`'s within blocks of `transpose_square` steps), walked along the
     range of the shorter stride first, a line's values at a time; None where a stride is unknown."""
     strides, nonlinear = linear_strides(load.src[1])
     if member in nonlinear: return None
-    step_stride = block_stride(load.src[1], rng, TRANSPOSE_LANES) if rng in nonlinear else strides.get(rng)
+    step_stride = block_stride(load.src[1], rng, self.transpose_square) if rng in nonlinear else strides.get(rng)
     if not step_stride or not strides.get(member): return None
     itemsize = load.src[0].dtype.itemsize
     dims = [(abs(step_stride) * itemsize, steps, rng, rng_first), (abs(strides[member]) * itemsize, members, member,
@@ -2032,7 +2033,7 @@ class _Renderer(Linearizer):
           body(slot)
 
     def accumulators(dtype: np.dtype) -> str:
-      array = self.alloca(f"[{plan.columns} x {compute_type(dtype)}]", align=VECTOR_BYTES)
+      array = self.alloca(f"[{plan.columns} x {compute_type(dtype)}]", align=LINE_BYTES)
       identity = literal(IDENTITY[node.arg](dtype), dtype)
       columns(lambda slot: self.line(f"store {compute_type(dtype)} {identity}, ptr {self.slot(array, dtype, slot)}"))
       return array
@@ -2312,19 +2313,19 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   opts = [opt for opt in applied_opts(ast, enabled) if opt != ("nontemporal",)] + \
       ([("registers", renderer.transpose_lanes)] if renderer.across else []) + \
       ([("gate_split", *renderer.gate_parts)] if renderer.gate_parts else []) + \
-      ([("store_transposed", TRANSPOSE_LANES)] if renderer.stored_transposed else []) + \
+      ([("store_transposed", renderer.transpose_square)] if renderer.stored_transposed else []) + \
       ([("prefetch", *sorted(renderer.prefetched))] if renderer.prefetched else []) + \
       ([("nontemporal",)] if renderer.nontemporal else [])  # (as emitted: a tile's or a register transpose's)
   if DEBUG >= 3: print(f"*** opts of {name}: {opts}")
-  # kernels that compute more than they move ask for VECTOR_BYTES vectors, which LLVM would otherwise not use on CPUs
-  # where it prefers 256-bit vectors (Intel's AVX-512 parts): a tile sized for them became 32 half-width accumulators,
-  # a third of them spilled to the stack, and transcendental and reducing kernels ran at half width (4M exp 1.92 ->
-  # 1.46 ms, log 0.98 -> 0.71, softmax over 8192x1024 8.6 -> 6.5). A stream of a few operations per element stays at
-  # LLVM's choice: 512-bit, the 16M-element ((x*2+1)*x-3)*0.5 ran at 4.2 ms instead of 3.35, and Adam's update
-  # (seven streams, a square root and a division) of 784x512 at 0.35 ms instead of 0.25.
+  # kernels that compute more than they move ask for the tiles' vectors (opt.py `tile_geometry`), which LLVM would
+  # otherwise not use on CPUs where it prefers 256-bit vectors (Intel's AVX-512 parts): a tile sized for them became
+  # 32 half-width accumulators, a third of them spilled to the stack, and transcendental and reducing kernels ran at
+  # half width (4M exp 1.92 -> 1.46 ms, log 0.98 -> 0.71, softmax over 8192x1024 8.6 -> 6.5). A stream of a few
+  # operations per element stays at LLVM's choice: 512-bit, the 16M-element ((x*2+1)*x-3)*0.5 ran at 4.2 ms instead
+  # of 3.35, and Adam's update (seven streams, a square root and a division) of 784x512 at 0.35 ms instead of 0.25.
   wide = plan is not None or any(node.op in _COMPUTE_HEAVY and any(n.op is Ops.RANGE for n in node.toposort)
                                  for node in ast.toposort)  # (a scalar computed once, before the loops, doesn't count)
-  attributes = f' "prefer-vector-width"="{VECTOR_BYTES * 8}"' if wide else ""
+  attributes = f' "prefer-vector-width"="{tile_geometry().vector_bytes * 8}"' if wide else ""
   if plan is None and not transpose and _loop_steps(ast) <= SMALL_KERNEL_STEPS and not _costly_scalar_loop(ast):
     attributes += " noimplicitfloat"
 

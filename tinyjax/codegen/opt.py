@@ -35,6 +35,7 @@ of whole grains only.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -48,26 +49,50 @@ from tinyjax.uop import INDEX_DTYPE, UNARY, Ops, UOp
 F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 
-# The register budget of the tile, for x86-64 with AVX-512 (32 vector registers of 64 bytes). A tile of
-# TILE_ROWS x TILE_VECTORS accumulators (6 x 4 = 24 registers) leaves room for the TILE_VECTORS loaded vectors of the
-# reused operand and a broadcast value: no spills, and 24 independent FMA chains per reduce step hide FMA latency.
-# The FMA loop alone, operands in L1 (one thread, AVX-512): 4 x 4 182 GFLOP/s, 5 x 4 195, 6 x 4 205-225, 8 x 3 211,
-# 14 x 2 223 of a 244 peak; 4 x 4 does 16 FMAs per 8 loads, 6 x 4 24 per 10. In the GEMM kernels 6 x 4 paid once its
-# blocks' float64 flush was halved (CONTRACTION_SUM_BLOCK): 512^3 285-308 -> 318-350 GFLOP/s on 2 cores.
+# The register budget of a tile is the host's vector registers (devices/cpu.py `vector_registers`); `tile_geometry`
+# sizes the tiles from them. With 32 registers (AVX-512: 64 bytes each) a tile of tile_rows x tile_vectors
+# accumulators (6 x 4 = 24 registers) leaves room for the tile_vectors loaded vectors of the reused operand and a
+# broadcast value: no spills, and 24 independent FMA chains per reduce step hide FMA latency. The FMA loop alone,
+# operands in L1 (one thread, AVX-512): 4 x 4 182 GFLOP/s, 5 x 4 195, 6 x 4 205-225, 8 x 3 211, 14 x 2 223 of a 244
+# peak; 4 x 4 does 16 FMAs per 8 loads, 6 x 4 24 per 10. In the GEMM kernels 6 x 4 paid once its blocks' float64 flush
+# was halved (CONTRACTION_SUM_BLOCK): 512^3 285-308 -> 318-350 GFLOP/s on 2 cores. With 16 registers (AVX2: 32 bytes
+# each) the tile is 6 x 2 (12 accumulators, 2 loaded vectors, a broadcast: 15 registers): the 6 x 4 tile of 64-byte
+# vectors there is 48 ymm accumulators, mostly spilled (AMD Zen 3, 2 cores, 191 GFLOP/s peak: 512^3 / 1024^3 / 2048^3
+# at 55 / 55 / 58 GFLOP/s, 6 x 2 of 32 bytes 175 / 162 / 152).
 # A launch chunk's rows past its last whole tile (512 rows: 2) go in one tile whose rows past the end repeat the last
 # row (llvm.py `row_tiles`). A tile whose row slides along a window (a convolution's 3 x 3 taps, unrolled whole) has
-# WINDOW_TILE_ROWS rows: LLVM keeps the broadcast values that neighbouring taps share live across the unrolled copies
+# window_tile_rows rows: LLVM keeps the broadcast values that neighbouring taps share live across the unrolled copies
 # (6 rows + 2 taps: 8), and 6 x 4 then spilled 7 accumulators (the CNN's 3x3 convolution 3.4 -> 3.8 ms).
-# Kernels with a tile ask LLVM for vectors of VECTOR_BYTES (llvm.py): where it prefers 256-bit vectors (Intel AVX-512
+# Kernels with a tile ask LLVM for vectors of vector_bytes (llvm.py): where it prefers 256-bit vectors (Intel AVX-512
 # parts) the tile became 32 ymm accumulators, 11 of them spilled: 128x512x512 matmul 139 -> 231 GFLOP/s with zmm.
 # Launching a small-batch GEMM along its columns (each thread reads half the weights) measured slower than along its
-# rows.
-VECTOR_BYTES = 64
-TILE_ROWS = 6
-WINDOW_TILE_ROWS = 4
-TILE_VECTORS = 4
-# A column narrower than TILE_VECTORS vectors gets taller tiles instead, at most MAX_TILE_ROWS (`_tile_rows`).
-MAX_TILE_ROWS = 8
+# rows. A column narrower than tile_vectors vectors gets taller tiles instead, at most max_tile_rows (`_tile_rows`).
+
+
+@dataclass(frozen=True)
+class TileGeometry:
+  """The register tiles' shapes for the host's vector registers."""
+  vector_bytes: int      # one vector register
+  tile_rows: int         # a register tile's rows
+  tile_vectors: int      # its columns, in vectors
+  window_tile_rows: int  # the rows of a tile sliding along a window
+  max_tile_rows: int     # the rows of a tile whose column is narrower than tile_vectors vectors, at most
+  dot_rows: int          # a dot tile's rows and columns (`_dot_plan`)
+  dot_columns: int
+  transpose_lanes: int   # float32 lanes of a vector: the side of the register transposes' squares (llvm.py)
+
+
+@functools.cache
+def tile_geometry() -> TileGeometry:
+  """The tile shapes for the host's vector registers (devices/cpu.py `vector_registers`)."""
+  from tinyjax.devices.cpu import vector_registers
+  return geometry_for(*vector_registers())
+
+
+def geometry_for(width: int, registers: int) -> TileGeometry:
+  """The tile shapes for `registers` vector registers of `width` bytes."""
+  if registers >= 32: return TileGeometry(width, 6, 4, 4, 8, 4, 4, width // 4)
+  return TileGeometry(width, 6, 2, 4, 8, 3, 3, width // 4)
 # Without a row to tile, the accumulator array spans STREAM_TILE elements of the column: each reduce step reads that
 # many contiguous elements, so a 4096-wide row is read start to end, one sequential stream (1024 measured 1.8x slower
 # on sum(axis=0) of 4096x4096 float32). The float32 block sums (16 KB) stay in L1; the float64 array beside them is
@@ -154,20 +179,19 @@ PANEL_BYTES = 1 << 17
 # product (32 bfloat16 = a 64-byte tile row); the tiles' float32 sums are added into float64 every AMX_SUM_BLOCK steps
 # (a tile product adds 32 products at once, so a block is 32 float32 additions per element).
 AMX_K, AMX_BLOCK, AMX_SUM_BLOCK = 32, 32, 1024
-# A contraction reading both operands along its reduction (`g @ w.T`) gets a tile of DOT_ROWS x DOT_COLUMNS output
-# elements, each a vector of partial sums over the reduce loop: per vector step DOT_ROWS + DOT_COLUMNS loads feed
-# DOT_ROWS * DOT_COLUMNS FMAs, and no transposed copy of w is made (`_dot_plan`). 128x512x512: 341 us, against 526 us
-# for the copy plus the register tile. The vector partial sums of each element are added up after the loop, which
-# costs too much next to reductions shorter than DOT_MIN_REDUCE (512x64x512: 279 us, against 165 us).
-DOT_ROWS, DOT_COLUMNS = 4, 4
+# A contraction reading both operands along its reduction (`g @ w.T`) gets a tile of dot_rows x dot_columns output
+# elements (`tile_geometry`: 4 x 4 with 32 vector registers), each a vector of partial sums over the reduce loop: per
+# vector step dot_rows + dot_columns loads feed dot_rows * dot_columns FMAs, and no transposed copy of w is made
+# (`_dot_plan`). 128x512x512: 341 us, against 526 us for the copy plus the register tile. The vector partial sums of
+# each element are added up after the loop, which costs too much next to reductions shorter than DOT_MIN_REDUCE
+# (512x64x512: 279 us, against 165 us).
 DOT_MIN_REDUCE = 256
 # With DOT_MAX_ROWS rows or more (and whole column tiles) the transposed copy of w is small next to the contraction and
 # the register tile after it beats the dot tile's horizontal sums: a @ b.T at 512x512x512 ran at 289-296 GFLOP/s
 # against 212-215, 256x1024x256 at 274 against 251, 128x512x512 at 200-205 against 216-238 (2 cores).
 DOT_MAX_ROWS = 256
-# A packed operand read across (`g @ w.T`'s w) is packed in blocks of TRANSPOSE_LANES x TRANSPOSE_LANES float32 values
-# transposed in registers (llvm.py `pack_transposed`): one AVX-512 vector per row.
-TRANSPOSE_LANES = 16
+# A packed operand read across (`g @ w.T`'s w) is packed in squares of transpose_lanes x transpose_lanes float32
+# values (`tile_geometry`: one vector per row, 16 with AVX-512) transposed in registers (llvm.py `pack_transposed`).
 # Since w packs in transposed 16x16 blocks (llvm.py `pack_transposed`), the register tile also wins from
 # DOT_PACKED_ROWS rows where every launch chunk keeps its pack for all of them: launched over column tiles (at least
 # DOT_PACKED_COLUMNS columns: 4 tiles, lower/schedule.py `_split_columns`) or over ranges outside the row (a batch, a
@@ -211,9 +235,11 @@ def permuted_store_pays(last: int, column: int, steps: int, size: int) -> bool:
   channels-first convolution's output (N, O, H, W) from its (N, H, W, O) product: 56 wide rows, 64 channels. Not a
   weight gradient computed as (out, in) and stored (in, out) with whole tiles both ways: the MLP step's 512x512 ones
   stored element by element took its step from 280 to 170 per second."""
-  lanes = VECTOR_BYTES // 4
+  geometry = tile_geometry()
+  lanes = geometry.vector_bytes // 4
   big = size >= PERMUTED_STORE_MIN_SIZE or size * steps >= PERMUTED_STORE_MIN_WORK
-  return steps >= PERMUTED_STORE_MIN_REDUCE and big and column % lanes == 0 and last % (lanes * TILE_VECTORS) != 0
+  return steps >= PERMUTED_STORE_MIN_REDUCE and big and column % lanes == 0 and \
+      last % (lanes * geometry.tile_vectors) != 0
 
 Opt = tuple  # ("reduce_outside", range id) | ("upcast", range id, amount)
 
@@ -310,7 +336,7 @@ def _contracts(reduce: UOp) -> bool:
 def _accumulator_bytes(reduce: UOp) -> int:
   """Bytes of one accumulator in registers, at least 4: float16 / bfloat16 accumulate in float32, as do the float64
   partial sums of a split float32 reduction (lower/split.py: their tile is as wide as the unsplit one's), and narrower
-  integers and bool are counted as 4 so that a tile is never wider than 16 lanes x TILE_VECTORS (code size)."""
+  integers and bool are counted as 4 so that a tile is never wider than a float32 tile (code size)."""
   return max(4, accumulator_dtype(reduce).itemsize)
 
 
@@ -349,7 +375,8 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   if all(_stride(load.src[1], innermost) in (0, 1) for load in loads) and not short and not permuted:
     plan = _dot_plan(reduce, column, global_ranges, loads, reduce_ranges)
     if plan is not None or not across: return plan
-  lanes = max(1, VECTOR_BYTES // _accumulator_bytes(reduce))
+  geometry = tile_geometry()
+  lanes = max(1, geometry.vector_bytes // _accumulator_bytes(reduce))
   # the row: a global range some load under the REDUCE does not depend on (that load is reused across the rows), the
   # innermost one long enough for a whole tile (a weight gradient's (C, kh, kw, O) tiles C, not the 3-long kw)
   # (a load of the operand, read along the reduction: not a bias read once per column, as a split sum's partials
@@ -362,23 +389,23 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   # load of dq per FMA, at 24 GFLOP/s, where the rows d share them)
   along = [load for load in operand if column in load.src[1].toposort]
   reused = [rng for rng in reused if any(rng not in load.src[1].toposort for load in along)] or reused
-  row = next((rng for rng in reused if rng.src[0].arg >= WINDOW_TILE_ROWS), reused[0] if reused else None)
-  height = TILE_ROWS if row is not None and row.src[0].arg >= TILE_ROWS and not _slides(loads, row, reduce_ranges) \
-      else WINDOW_TILE_ROWS
+  row = next((rng for rng in reused if rng.src[0].arg >= geometry.window_tile_rows), reused[0] if reused else None)
+  height = geometry.tile_rows if row is not None and row.src[0].arg >= geometry.tile_rows and \
+      not _slides(loads, row, reduce_ranges) else geometry.window_tile_rows
   # without a row, a column of at most one register tile's width (a vector-matrix product, an RNN step's h @ w) keeps
   # its sums in registers: in the stream tile's memory array each step's adds wait on the last step's stores (64x64:
   # 180 -> 90 ns). Not when the epilogue has an operation without a vector form (tanh's exp2): the register tile
   # would run it per element, where the stream tile's loop over its columns is vectorised.
   resident = reduce_steps * column.src[0].arg * _accumulator_bytes(reduce) <= RESIDENT_BYTES
-  stream = row is None and (column.src[0].arg > lanes * TILE_VECTORS and not resident or
+  stream = row is None and (column.src[0].arg > lanes * geometry.tile_vectors and not resident or
                             not _vector_epilogue(store, reduce))
   # the stream tile handles one reduce range (and its blocking); over several (a batch-norm sum over N and H x W, N
   # read alone by a broadcast operand) the columns go in register tiles, each walking the nest over its columns
   if stream and len(reduce_ranges) != 1: stream = False
   width = column.src[0].arg  # a column of fewer whole vectors than a tile's is one tile of its width
   rows = 1 if stream else _tile_rows(row, width, lanes, height)
-  columns = STREAM_TILE if stream else width if width < lanes * TILE_VECTORS and width % lanes == 0 else \
-      lanes * TILE_VECTORS
+  tile_width = lanes * geometry.tile_vectors
+  columns = STREAM_TILE if stream else width if width < tile_width and width % lanes == 0 else tile_width
   contract = _contracts(reduce)
   sum_block = CONTRACTION_SUM_BLOCK if contract and not stream else TILE_SUM_BLOCK
   opts: list[Opt] = [("reduce_outside", innermost.arg[0]), ("tile" if stream else "upcast", column.arg[0], columns)]
@@ -511,14 +538,14 @@ def _slides(loads: list[UOp], row: UOp, reduce_ranges: list[UOp]) -> bool:
 
 
 def _tile_rows(row: UOp | None, width: int, lanes: int, height: int) -> int:
-  """The register tile's height: `height` (TILE_ROWS, or WINDOW_TILE_ROWS over a window), or for a column of fewer
-  than TILE_VECTORS whole vectors (a 32-channel convolution: 2) up to MAX_TILE_ROWS rows, so that the tile keeps at
-  most height x TILE_VECTORS accumulators (a 6 x 16-column tile has 6 FMAs per 7 loads; 8 x 32 columns, 16 per 10;
-  12 x 32 measured no better than 8 x 32 on the CNN step). The tallest height from `height` up that divides the row's
-  length is taken (14 rows: 7), else the tallest."""
-  vectors = width // lanes
-  if row is None or width % lanes or vectors >= TILE_VECTORS: return height
-  tallest = min(MAX_TILE_ROWS, height * TILE_VECTORS // vectors, row.src[0].arg)
+  """The register tile's height: `height` (tile_rows, or window_tile_rows over a window), or for a column of fewer
+  than tile_vectors whole vectors (a 32-channel convolution with AVX-512: 2) up to max_tile_rows rows, so that the
+  tile keeps at most height x tile_vectors accumulators (a 6 x 16-column tile has 6 FMAs per 7 loads; 8 x 32
+  columns, 16 per 10; 12 x 32 measured no better than 8 x 32 on the CNN step). The tallest height from `height` up
+  that divides the row's length is taken (14 rows: 7), else the tallest."""
+  vectors, geometry = width // lanes, tile_geometry()
+  if row is None or width % lanes or vectors >= geometry.tile_vectors: return height
+  tallest = min(geometry.max_tile_rows, height * geometry.tile_vectors // vectors, row.src[0].arg)
   if tallest <= height: return height
   return next((rows for rows in range(tallest, height, -1) if row.src[0].arg % rows == 0), tallest)
 
@@ -582,25 +609,28 @@ def _in_place(packed: tuple[UOp, ...], outer: list[UOp], reduce_ranges: list[UOp
 def _dot_plan(reduce: UOp, column: UOp, global_ranges: list[UOp], loads: list[UOp],
               reduce_ranges: list[UOp]) -> TilePlan | None:
   """A contraction whose loads are all contiguous along its one reduce range (`g @ w.T`: both operands read along
-  the reduction): a DOT_ROWS x DOT_COLUMNS tile of output elements whose reduce loop is the vectorised loop of the
+  the reduction): a dot_rows x dot_columns tile of output elements whose reduce loop is the vectorised loop of the
   plain nest, with a vector of partial sums per element; each loaded vector is used by a whole row or column of the
   tile. None when no load is shared along both a row and the column."""
   if len(reduce_ranges) != 1 or reduce.arg is not Ops.ADD or reduce_ranges[0].src[0].arg < DOT_MIN_REDUCE: return None
   if reduce.dtype.kind not in "fiu" and reduce.dtype != BF16: return None
   uses_column = [column in load.src[1].toposort for load in loads]  # some loads are shared along the column
   if all(uses_column) or not any(uses_column): return None
-  rows = [rng for rng in reversed(global_ranges[:-1]) if rng.src[0].arg >= DOT_ROWS and
+  geometry = tile_geometry()
+  tall, wide = geometry.dot_rows, geometry.dot_columns
+  rows = [rng for rng in reversed(global_ranges[:-1]) if rng.src[0].arg >= tall and
           any(rng not in load.src[1].toposort for load in loads)]
-  if not rows or rows[0] is not global_ranges[-2] or column.src[0].arg < DOT_COLUMNS: return None
+  if not rows or rows[0] is not global_ranges[-2] or column.src[0].arg < wide: return None
   row = rows[0]
-  whole_tiles = column.src[0].arg % (VECTOR_BYTES // _accumulator_bytes(reduce) * TILE_VECTORS) == 0
-  packed_whole = reduce_ranges[0].src[0].arg % TRANSPOSE_LANES == 0 and all(load.dtype == F32 for load in loads) and \
+  whole_tiles = column.src[0].arg % (geometry.vector_bytes // _accumulator_bytes(reduce) * geometry.tile_vectors) == 0
+  packed_whole = reduce_ranges[0].src[0].arg % geometry.transpose_lanes == 0 and \
+      all(load.dtype == F32 for load in loads) and \
       (column.src[0].arg >= DOT_PACKED_COLUMNS or row is not global_ranges[0])
   if whole_tiles and (row.src[0].arg >= DOT_MAX_ROWS or row.src[0].arg >= DOT_PACKED_ROWS and packed_whole):
     return None  # the register tile instead, w packed (or copied by lower/ where it can't be)
-  opts = (("dot", column.arg[0], DOT_COLUMNS), ("upcast", row.arg[0], DOT_ROWS))
-  grain = DOT_ROWS if row is global_ranges[0] else 1
-  return TilePlan(reduce, column, row, DOT_COLUMNS, False, DOT_ROWS, 1, _contracts(reduce), opts, grain, dot=True)
+  opts = (("dot", column.arg[0], wide), ("upcast", row.arg[0], tall))
+  grain = tall if row is global_ranges[0] else 1
+  return TilePlan(reduce, column, row, wide, False, tall, 1, _contracts(reduce), opts, grain, dot=True)
 
 
 def transpose_block(ast: UOp, enabled: bool = not NOOPT) -> int:

@@ -131,6 +131,27 @@ def cpu_features() -> str:
   return llvm.get_host_cpu_features().flatten()
 
 
+# The host's vector registers (`vector_registers`), by instruction set: (bytes per register, how many).
+VECTOR_REGISTERS = {"avx512": (64, 32), "avx2": (32, 16), "neon": (16, 32), "sse": (16, 16)}
+
+
+@functools.cache
+def vector_registers() -> tuple[int, int]:
+  """The host's SIMD registers as (bytes per register, count), which size the kernels' register tiles
+  (codegen/opt.py `tile_geometry`): AVX-512 32 x 64 bytes, AVX / AVX2 16 x 32, AArch64 NEON 32 x 16, else 16 x 16.
+  TINYJAX_VECTOR_BYTES=64|32|16 picks the instruction set of that width instead (to test one host's tiles on
+  another: LLVM splits vectors wider than the host's)."""
+  if (wanted := getenv("TINYJAX_VECTOR_BYTES", 0)):
+    isa = {64: "avx512", 32: "avx2", 16: "sse"}.get(wanted)
+    if isa is None: raise ValueError(f"TINYJAX_VECTOR_BYTES={wanted}: use 64, 32 or 16")
+    return VECTOR_REGISTERS[isa]
+  features = cpu_features().split(",")
+  if "+avx512f" in features: return VECTOR_REGISTERS["avx512"]
+  if "+avx" in features: return VECTOR_REGISTERS["avx2"]
+  if "+neon" in features or cpu_target_triple().startswith(("aarch64", "arm64")): return VECTOR_REGISTERS["neon"]
+  return VECTOR_REGISTERS["sse"]
+
+
 @functools.cache
 def amx_bf16() -> bool:
   """Whether kernels may use Intel AMX tiles for bfloat16 contractions (codegen/opt.py `amx_plan`): the host has

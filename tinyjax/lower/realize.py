@@ -28,7 +28,7 @@ import numpy as np
 from tinyjax import __version__
 from tinyjax.codegen.gpu import gpu_launch
 from tinyjax.codegen.llvm import render_llvm
-from tinyjax.codegen.opt import amx_bf16
+from tinyjax.codegen.opt import amx_bf16, tile_geometry
 from tinyjax.devices import CompileStream, LaunchList, compile_cpu_many, compile_worker, cpu_threads
 from tinyjax.devices.cpu import HostProgram
 from tinyjax.devices.device import placement_of, CPU, compute_device, default_device, host_buffer, place, runnable
@@ -184,12 +184,13 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   device = compute_device(device)
   if (compiled := _memory_cache.get((sink, device))) is not None: return compiled
   gpu = device is not CPU
-  # the schedule depends on the thread count (split reductions) and the kernels on AMX (codegen/opt.py `_amx_plan`),
-  # so the disk cache key does too; asking for AMX also gets this process the OS's permission to run its kernels,
-  # before any cached one is loaded
+  # the schedule depends on the thread count (split reductions), the register tiles' shapes (codegen/opt.py
+  # `tile_geometry`) and the kernels on AMX (`_amx_plan`), so the disk cache key does too; asking for AMX also gets
+  # this process the OS's permission to run its kernels, before any cached one is loaded
   threads = GPU_SPLIT_THREADS if gpu else cpu_threads()
   target = f"gpu={device.arch},groups={device.groups},mma={device.mma}" if gpu else \
       f"threads={threads},amx={int(amx_bf16())}"
+  target += f",tiles={tile_geometry()}"
   key = f"{_CODE_FINGERPRINT}|{target}|{structure_key(sink)}"
   lowered = None
   if (payload := _disk_cache.get(key)) is not None:

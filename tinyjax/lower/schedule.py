@@ -26,8 +26,8 @@ from typing import Any, Callable
 import numpy as np
 
 from tinyjax.codegen.gpu import gemm_tile
-from tinyjax.codegen.opt import (BF16, F16, TRANSPOSE_LANES, VECTOR_UNARY, choose_opts, global_ranges_of, launch_grain,
-                                 linear_strides, permuted_store_pays)
+from tinyjax.codegen.opt import (BF16, F16, VECTOR_UNARY, choose_opts, global_ranges_of, launch_grain,
+                                 linear_strides, permuted_store_pays, tile_geometry)
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import SPLIT_MIN_CHUNK_WORK, split_reductions
@@ -593,8 +593,9 @@ class _Rangeify:
   """Builds the scalar AST of one kernel by pushing loop indices from its output down to its loads."""
 
   # reduced axes that are adjacent but not contiguous in memory (a sum over (N, H*W) of (N, C, H*W) data) may still be
-  # one reduce range, read through divisions, when its innermost axis is whole blocks of TRANSPOSE_LANES: the register
-  # tile packs such an operand in transposed blocks (codegen/llvm.py `transposed_packs`, opt.py `block_stride`).
+  # one reduce range, read through divisions, when its innermost axis is whole squares of register transposes (opt.py
+  # `tile_geometry`): the register tile packs such an operand in transposed blocks (codegen/llvm.py
+  # `transposed_packs`, opt.py `block_stride`).
   # Asked for by `_Scheduler.block_linear_alternative` only.
   block_linear_reduce = False
 
@@ -805,7 +806,7 @@ class _Rangeify:
         state = self.range_count, self.work
         value, ranges = self._reduce_value(src, idx, valid, axes, merged)
         if not any(_divides(value, rng) for rng in ranges) or self.block_linear_reduce and \
-            all(src.shape[run[-1]] % TRANSPOSE_LANES == 0 for run in merged if len(run) > 1):
+            all(src.shape[run[-1]] % tile_geometry().transpose_lanes == 0 for run in merged if len(run) > 1):
           return UOp(Ops.REDUCE, node.dtype, (value, *ranges), reduce_op)
         self.range_count, self.work = state
       value, ranges = self._reduce_value(src, idx, valid, axes, [[axis] for axis in long_axes])

@@ -26,7 +26,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from tinyjax.codegen.opt import PACK_BYTES, PANEL_GROUP_ROWS, STREAM_TILE, TILE_VECTORS, VECTOR_BYTES
+from tinyjax.codegen.opt import PACK_BYTES, PANEL_GROUP_ROWS, STREAM_TILE, tile_geometry
 from tinyjax.uop import BOOL, Ops, UOp
 
 # Split only when the reduction has fewer outputs than threads x SPLIT_OUTPUTS_PER_THREAD: with at least that many,
@@ -101,15 +101,17 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   # when that is the only one and the source's last axis (a contraction's column, register-tiled), over its tiles (a
   # bias gradient's 32 columns: 1 unit; a row sum's rows stay units of their own)
   column = kept == [len(source.shape) - 1]
+  geometry = tile_geometry()
+  tile_width = geometry.vector_bytes // 4 * geometry.tile_vectors  # a float32 register tile's columns
   units = -(-outputs // STREAM_TILE) if streamed else \
-      -(-outputs // (VECTOR_BYTES // 4 * TILE_VECTORS)) if column else source.shape[kept[0]] if kept else 1
+      -(-outputs // tile_width) if column else source.shape[kept[0]] if kept else 1
   length = math.prod(source.shape[axis] for axis in axes)
   # a contraction whose reused operand (the reduction's length x a column tile) packs in panels (codegen/opt.py
   # `_packed_loads`: more than PACK_BYTES, float32 counted) runs its rows in
   # groups of PANEL_GROUP_ROWS, a launch unit each: a 1x1 convolution's weight gradient (64 x 64 outputs summed over
   # 32x56x56) was one group, on one thread (6.2 ms; split into 4 partial GEMMs over both threads: 3.1 ms)
   panelled = not streamed and not column and kept and len(kept) == 2 and \
-      length * min(source.shape[-1], VECTOR_BYTES // 4 * TILE_VECTORS) * 4 > PACK_BYTES
+      length * min(source.shape[-1], tile_width) * 4 > PACK_BYTES
   if panelled: units = -(-units // PANEL_GROUP_ROWS)
   if units >= threads * SPLIT_OUTPUTS_PER_THREAD: return 0
   per_output = length * _element_cost(source, realized, {} if memo is None else memo)

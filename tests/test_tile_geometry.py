@@ -1,0 +1,137 @@
+"""Register tiles sized for the host's vector registers (codegen/opt.py `tile_geometry`, devices/cpu.py
+`vector_registers`): the shapes each instruction set gets, and kernels of every geometry against numpy in float64
+(TINYJAX_VECTOR_BYTES picks one on any host; LLVM splits vectors wider than the host's). tests/test_gemm.py states
+its plans for AVX-512's tiles."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import pinned_vectors
+from test_conv import numpy_conv
+from test_gemm import matmul_kernel
+
+import tinyjax as tj
+from tinyjax import lax
+from tinyjax.codegen.llvm import render_llvm
+from tinyjax.codegen.opt import applied_opts, geometry_for, global_ranges_of, tile_geometry
+from tinyjax.devices.cpu import VECTOR_REGISTERS, vector_registers
+from tinyjax.lower.schedule import kernels_of
+
+F32 = np.dtype(np.float32)
+
+
+@pytest.fixture(params=[64, 32, 16], ids=["avx512", "avx2", "sse"])
+def width(request, monkeypatch):
+  """The tests run with the register tiles of each vector width (conftest.py `pinned_vectors`)."""
+  with pinned_vectors(monkeypatch, request.param): yield request.param
+
+
+@pytest.mark.parametrize("isa,lanes,tile,dot", [("avx512", 16, (6, 4), (4, 4)), ("avx2", 8, (6, 2), (3, 3)),
+                                                ("neon", 4, (6, 4), (4, 4)), ("sse", 4, (6, 2), (3, 3))])
+def test_geometry_fits_the_registers(isa, lanes, tile, dot):
+  """A tile's accumulators, the vectors loaded per step and a broadcast value fit the registers (6 x 4 + 4 + 1 = 29 of
+  AVX-512's 32, 6 x 2 + 2 + 1 = 15 of AVX2's 16), as do a dot tile's sums and its row and column loads; register
+  transposes are squares of one vector's float32 lanes."""
+  width, registers = VECTOR_REGISTERS[isa]
+  geometry = geometry_for(width, registers)
+  assert (geometry.vector_bytes, geometry.transpose_lanes) == (width, lanes)
+  assert (geometry.tile_rows, geometry.tile_vectors) == tile and (geometry.dot_rows, geometry.dot_columns) == dot
+  assert geometry.tile_rows * geometry.tile_vectors + geometry.tile_vectors + 1 <= registers
+  assert geometry.max_tile_rows + 2 <= registers and geometry.window_tile_rows <= geometry.tile_rows
+  assert geometry.dot_rows * geometry.dot_columns + geometry.dot_rows + geometry.dot_columns <= registers
+
+
+def test_vector_bytes_picks_the_instruction_set(width):
+  assert vector_registers() == (width, {64: 32, 32: 16, 16: 16}[width]) and tile_geometry().vector_bytes == width
+  tile_columns = tile_geometry().vector_bytes // 4 * tile_geometry().tile_vectors
+  opts = applied_opts(matmul_kernel(64, 64, 64, F32))
+  assert ("upcast", 1, tile_columns) in opts and ("upcast", 0, tile_geometry().tile_rows) in opts
+  assert f'"prefer-vector-width"="{tile_geometry().vector_bytes * 8}"' in \
+      render_llvm("kernel", matmul_kernel(64, 64, 64, F32))
+
+
+def test_unknown_vector_bytes_is_a_clear_error(monkeypatch):
+  with pinned_vectors(monkeypatch, 48), pytest.raises(ValueError, match="TINYJAX_VECTOR_BYTES=48: use 64, 32 or 16"):
+    vector_registers()
+  assert vector_registers() in VECTOR_REGISTERS.values()
+
+
+def _check(got, want, tolerance=2e-5):
+  np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("m,k,n", [(67, 45, 83), (130, 600, 96), (5, 3000, 40)])
+def test_matmuls_with_epilogues(width, m, k, n):
+  """Odd shapes (tails of rows, columns and blocks), a bias and relu epilogue, its gradients, and an int32 product."""
+  rng = np.random.default_rng(m)
+  a, b, bias = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (k, n), (n,)))
+  f = tj.jit(lambda a, b, bias: tj.nn.relu(a @ b + bias))
+  product = a.astype(np.float64) @ b + bias
+  _check(f(a, b, bias), np.maximum(product, 0), 1e-4)
+  ga, gb = tj.jit(tj.grad(lambda a, b: (tj.nn.relu(a @ b + bias) ** 2).sum(), argnums=(0, 1)))(a, b)
+  g = 2 * np.maximum(product, 0)
+  _check(ga, g @ b.T.astype(np.float64), 1e-3)
+  _check(gb, a.T.astype(np.float64) @ g, 1e-3)
+  ints = [rng.integers(-20, 20, shape).astype(np.int32) for shape in ((m, k), (k, n))]
+  np.testing.assert_array_equal(np.asarray(tj.jit(lambda x, y: x @ y)(*ints)), ints[0] @ ints[1])
+
+
+@pytest.mark.parametrize("m,k,n", [(16, 700, 13), (300, 512, 256), (64, 2048, 64)])
+def test_products_reading_both_operands_along_the_sum(width, m, k, n):
+  """`a @ b.T`: a dot tile (few rows), or b packed in register-transposed squares (many rows, whole squares)."""
+  rng = np.random.default_rng(k)
+  a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+  _check(tj.jit(lambda a, b: a @ b.T)(a, b), a.astype(np.float64) @ b.T.astype(np.float64), 1e-4)
+  _check(tj.jit(lambda a, b: a.T @ b)(a.T.copy(), b.T), a.astype(np.float64) @ b.T.astype(np.float64), 1e-4)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("window", [1, 3])
+def test_convolutions_and_their_gradients(width, layout, window, on_cpu):
+  """Convolutions, their gradients (exact directional derivatives: conv is bilinear) and the tile of the NCHW
+  product (its column the output channels)."""
+  rng = np.random.default_rng(window)
+  x = rng.standard_normal((2, 32, 20, 20)).astype(np.float32)
+  w = (rng.standard_normal((64, 32, window, window)) / 10).astype(np.float32)
+  pads = ((window // 2, window // 2),) * 2
+  numbers = ("NCHW", "OIHW", "NCHW") if layout == "NCHW" else ("NHWC", "OIHW", "NHWC")
+  to = (lambda t: t) if layout == "NCHW" else (lambda t: np.moveaxis(t, 1, -1))
+  back = (lambda t: t) if layout == "NCHW" else (lambda t: np.moveaxis(np.asarray(t), -1, 1))
+
+  def conv(a, b): return lax.conv_general_dilated(a, b, (1, 1), pads, dimension_numbers=numbers)
+  f = tj.jit(conv)
+  want = numpy_conv(x, w, (1, 1), pads)
+  _check(back(f(to(x), w)), want)
+  if layout == "NCHW" and window == 3:
+    (product,) = [kernel for kernel in kernels_of(f.lower(x, w)._compiled.schedule.schedule.kernels)
+                  if kernel.name.startswith("r_")]
+    column = global_ranges_of(product.ast)[-1]
+    tile_columns = tile_geometry().vector_bytes // 4 * tile_geometry().tile_vectors
+    assert ("upcast", column.arg[0], tile_columns) in applied_opts(product.ast)
+  ct = rng.standard_normal(want.shape).astype(np.float32)
+  gx, gw = tj.jit(tj.grad(lambda a, b: (conv(a, b) * to(ct)).sum(), argnums=(0, 1)))(to(x), w)
+  dx, dw = rng.standard_normal(x.shape), rng.standard_normal(w.shape)
+  np.testing.assert_allclose(np.sum(np.asarray(back(gx), np.float64) * dx),
+                             np.sum(numpy_conv(dx, w, (1, 1), pads) * ct), rtol=1e-4)
+  np.testing.assert_allclose(np.sum(np.asarray(gw, np.float64) * dw), np.sum(numpy_conv(x, dw, (1, 1), pads) * ct),
+                             rtol=1e-4)
+
+
+def test_sums_and_transposes(width):
+  """Column sums (a stream tile, a register-resident one), a row-less vector-matrix product, register transposes."""
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((300, 1000)).astype(np.float32)
+  _check(tj.jit(lambda x: x.sum(0))(x), x.astype(np.float64).sum(0), 1e-4)
+  _check(tj.jit(lambda x: x[:, :64].sum(0))(x), x[:, :64].astype(np.float64).sum(0), 1e-4)
+  v = rng.standard_normal(300).astype(np.float32)
+  _check(tj.jit(lambda v, x: v @ x)(v, x), v.astype(np.float64) @ x, 1e-4)
+  y = rng.standard_normal((97, 130)).astype(np.float32)
+  np.testing.assert_array_equal(np.asarray(tj.jit(lambda y: y.T * 2)(y)), y.T * 2)
+  h = (rng.standard_normal((64, 64)) / 16).astype(np.float32)  # contracting: float32 rounding does not grow
+  xs = rng.standard_normal((50, 64)).astype(np.float32)
+  _, hs = tj.lax.scan(lambda c, x: (tj.numpy.tanh(c @ h + x),) * 2, np.zeros(64, np.float32), xs)
+  c, want = np.zeros(64), []
+  for step in xs:
+    c = np.tanh(c @ h + step)
+    want.append(c)
+  _check(hs, np.stack(want), 1e-4)
