@@ -26,16 +26,19 @@ def width(request, monkeypatch):
   with pinned_vectors(monkeypatch, request.param): yield request.param
 
 
-@pytest.mark.parametrize("isa,lanes,tile,dot", [("avx512", 16, (6, 4), (4, 4)), ("avx2", 8, (6, 2), (3, 3)),
-                                                ("neon", 4, (6, 4), (4, 4)), ("sse", 4, (6, 2), (3, 3))])
-def test_geometry_fits_the_registers(isa, lanes, tile, dot):
+@pytest.mark.parametrize("isa,lanes,tile,rowless,dot", [
+    ("avx512", 16, (6, 4), 4, (4, 4)), ("avx2", 8, (6, 2), 8, (3, 3)), ("neon", 4, (6, 4), 16, (4, 4)),
+    ("sse", 4, (6, 2), 8, (3, 3))])
+def test_geometry_fits_the_registers(isa, lanes, tile, rowless, dot):
   """A tile's accumulators, the vectors loaded per step and a broadcast value fit the registers (6 x 4 + 4 + 1 = 29 of
-  AVX-512's 32, 6 x 2 + 2 + 1 = 15 of AVX2's 16), as do a dot tile's sums and its row and column loads; register
-  transposes are squares of one vector's float32 lanes."""
+  AVX-512's 32, 6 x 2 + 2 + 1 = 15 of AVX2's 16), as do a row-less tile's (64 float32 columns where they fit in half
+  the registers) and a dot tile's sums and its row and column loads; register transposes are squares of one vector's
+  float32 lanes."""
   width, registers = VECTOR_REGISTERS[isa]
   geometry = geometry_for(width, registers)
   assert (geometry.vector_bytes, geometry.transpose_lanes) == (width, lanes)
   assert (geometry.tile_rows, geometry.tile_vectors) == tile and (geometry.dot_rows, geometry.dot_columns) == dot
+  assert geometry.rowless_vectors == rowless and 2 * rowless <= registers
   assert geometry.tile_rows * geometry.tile_vectors + geometry.tile_vectors + 1 <= registers
   assert geometry.max_tile_rows + 2 <= registers and geometry.window_tile_rows <= geometry.tile_rows
   assert geometry.dot_rows * geometry.dot_columns + geometry.dot_rows + geometry.dot_columns <= registers

@@ -104,7 +104,8 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   geometry = tile_geometry()
   tile_width = geometry.vector_bytes // 4 * geometry.tile_vectors  # a float32 register tile's columns
   units = -(-outputs // STREAM_TILE) if streamed else \
-      -(-outputs // tile_width) if column else source.shape[kept[0]] if kept else 1
+      -(-outputs // (geometry.vector_bytes // 4 * geometry.rowless_vectors)) if column else \
+      source.shape[kept[0]] if kept else 1
   length = math.prod(source.shape[axis] for axis in axes)
   # a contraction whose reused operand (the reduction's length x a column tile) packs in panels (codegen/opt.py
   # `_packed_loads`: more than PACK_BYTES, float32 counted) runs its rows in
