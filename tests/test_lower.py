@@ -520,6 +520,30 @@ def test_packed_tile_cut_by_rows_runs_one_chunk_per_thread():
     assert plan.packed and kernel.outer_size == 96 and kernel.grain == grain and grain * threads >= 96
 
 
+@pytest.mark.parametrize("rows,steps", [(512, 512), (784, 512), (96, 64), (96, 1024)])
+def test_row_operand_read_across_its_rows_is_copied_when_past_l2(rows, steps):
+  """x.T @ g (a weight gradient) whose x (steps, rows) takes RELAYOUT_ACROSS_BYTES or more: x.T is copied first, by a
+  register transpose, and the product reads its rows contiguous along the sum (as a @ b's), cut into column tiles;
+  a smaller x is read in place. Values against numpy in float64, also under jit(grad)."""
+  import tinyjax as tj
+  from tinyjax.codegen.opt import applied_opts, choose_opts
+  from tinyjax.lower.schedule import RELAYOUT_ACROSS_BYTES
+  x, g = param(0, (steps, rows)), param(1, (steps, 64))
+  kernels = schedule(node(Ops.SINK, _matmul(node(Ops.PERMUTE, x, arg=(1, 0)), g)), 2).kernels
+  copied = rows * steps * 4 >= RELAYOUT_ACROSS_BYTES
+  assert len(kernels) == (2 if copied else 1)
+  if copied:
+    assert kernels[0].name.startswith(f"e_{rows}_{steps}_") and ("transpose", 32) in applied_opts(kernels[0].ast)
+    assert kernels[0].slots[0] in kernels[1].slots and choose_opts(kernels[1].ast).row is not None
+  rng = np.random.default_rng(rows)
+  xs, gs = rng.standard_normal((steps, rows)).astype(np.float32), rng.standard_normal((steps, 64)).astype(np.float32)
+  np.testing.assert_allclose(np.asarray(tj.jit(lambda a, b: a.T @ b)(xs, gs)), xs.T.astype(np.float64) @ gs,
+                             rtol=1e-4, atol=1e-4)
+  w = rng.standard_normal((rows, 64)).astype(np.float32)
+  dw = tj.jit(tj.grad(lambda w: ((xs @ w) * gs).sum()))(w)  # (the gradient is x.T @ g)
+  np.testing.assert_allclose(np.asarray(dw), xs.T.astype(np.float64) @ gs, rtol=1e-4, atol=1e-4)
+
+
 def test_reduction_read_by_two_kernels_is_computed_once():
   """A gradient feeding both of Adam's moments: the reduction gets its own buffer, stored in the layout its readers
   read it (through the same permute), instead of being recomputed inside each reader's kernel."""
