@@ -58,7 +58,9 @@ F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 # was halved (CONTRACTION_SUM_BLOCK): 512^3 285-308 -> 318-350 GFLOP/s on 2 cores. With 16 registers (AVX2: 32 bytes
 # each) the tile is 6 x 2 (12 accumulators, 2 loaded vectors, a broadcast: 15 registers): the 6 x 4 tile of 64-byte
 # vectors there is 48 ymm accumulators, mostly spilled (AMD Zen 3, 2 cores, 191 GFLOP/s peak: 512^3 / 1024^3 / 2048^3
-# at 55 / 55 / 58 GFLOP/s, 6 x 2 of 32 bytes 175 / 162 / 152).
+# at 55 / 55 / 58 GFLOP/s, 6 x 2 of 32 bytes 125-175 / 120-160 / 115-150 over runs on a noisy machine; one thread
+# 83 GFLOP/s at best, 87% of a core's peak). A dot tile's sums and its row and column loads fit the registers too: 4 x 4
+# (+ 4 + 4) with 32, 3 x 3 (+ 3 + 3) with 16 (sized so, not measured against other shapes).
 # A launch chunk's rows past its last whole tile (512 rows: 2) go in one tile whose rows past the end repeat the last
 # row (llvm.py `row_tiles`). A tile whose row slides along a window (a convolution's 3 x 3 taps, unrolled whole) has
 # window_tile_rows rows: LLVM keeps the broadcast values that neighbouring taps share live across the unrolled copies
@@ -97,6 +99,8 @@ def geometry_for(width: int, registers: int) -> TileGeometry:
   tile_vectors, dot = (4, 4) if registers >= 32 else (2, 3)
   rowless = max(tile_vectors, min(registers // 2, 256 // width))
   return TileGeometry(width, 6, tile_vectors, rowless, 4, 8, dot, dot, width // 4)
+
+
 # Without a row to tile, the accumulator array spans STREAM_TILE elements of the column: each reduce step reads that
 # many contiguous elements, so a 4096-wide row is read start to end, one sequential stream (1024 measured 1.8x slower
 # on sum(axis=0) of 4096x4096 float32). The float32 block sums (16 KB) stay in L1; the float64 array beside them is
