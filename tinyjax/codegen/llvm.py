@@ -1723,6 +1723,7 @@ class _Renderer(Linearizer):
         self.prefetch_step(prefetches)
         return tile_body()
     vectors = lanes > 1 and self.vector_epilogue
+    self.prefetch_epilogue(row_values, column_start, columns)
     results = iter(self.reduce_loops(plan.reduce, rows * columns // lanes, body, tiled=not plan.dot,
                                      contract=plan.contract, lanes=lanes, vectors=vectors))
     if self.looped_epilogue:
@@ -1742,6 +1743,31 @@ class _Renderer(Linearizer):
             with self.bound(plan.column, column_value):
               self.scopes[-1][plan.reduce] = next(results)
               self.emit_ready(self.ast)
+
+  def prefetch_epilogue(self, row_values: list[str | None], column_start: str, columns: int) -> None:
+    """Before a register tile's sums: a prefetch of every line its epilogue will load, each row's lines along the
+    column (the weights of an SGD update fused after a weight gradient, `w - lr * (h.T @ g)`). A column tile walked
+    down its rows reads each row's line a page from the last (1024 float32 columns: 4 KB apart), where the hardware
+    prefetchers don't follow, and the epilogue waited on memory: 128x1024x1024 with the update at 51-81 GFLOP/s, 138
+    without it (AMD Zen 3, 2 cores). Only the epilogue's ungated loads contiguous along the column."""
+    plan = self.plan
+    assert plan is not None
+    under = set(plan.reduce.toposort)
+    loads = [node for node in self.ast.toposort if node.op is Ops.LOAD and node not in under and len(node.src) == 2
+             and linear_strides(node.src[1])[0].get(plan.column) == 1
+             and plan.column not in linear_strides(node.src[1])[1]]
+    for load in loads:
+      per_line = max(1, LINE_BYTES // load.src[0].dtype.itemsize)
+      for row_value in row_values if plan.row in self.deps[load] else [None]:  # (a bias: one row's lines)
+        for offset in range(0, columns, per_line):
+          values = {plan.column: self.emit(f"add nsw i64 {column_start}, {offset}")}
+          if row_value is not None: values[plan.row] = row_value
+          with self.rebound(load.src[1], values):
+            address = self.emit(f"getelementptr {memory_type(load.src[0].dtype)}, ptr {self.value(load.src[0])}, "
+                                f"i64 {self.value(load.src[1])}")
+          self.declarations.add("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
+          self.line(f"call void @llvm.prefetch.p0(ptr {address}, i32 0, i32 3, i32 1)")
+      self.prefetched.add(load.src[0].arg)
 
   def looped_store(self, results: Iterator[str], row_start: str | None, rows: int, column_start: str, columns: int,
                    clamp: str | None, lanes: int = 1) -> None:
