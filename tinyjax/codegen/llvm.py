@@ -273,6 +273,23 @@ def streamed_lanes(ast: UOp, deps: dict[UOp, frozenset[UOp]]) -> int:
   return lanes if _vector_nodes_ok(store.src[2], column, deps) else 0
 
 
+def epilogue_prefetch_loads(plan: TilePlan | None, ast: UOp) -> list[UOp]:
+  """The loads a register tile's epilogue makes that it prefetches before its sums (`_Renderer.prefetch_epilogue`):
+  the ungated ones outside the REDUCE contiguous along the column, as the weights of an SGD update fused after a
+  weight gradient, `w - lr * (h.T @ g)`. A column tile walked down its rows reads each row's line a page from the
+  last (1024 float32 columns: 4 KB apart), where the hardware prefetchers don't follow, and the epilogue waited on
+  memory: 128x1024x1024 with the update ran at 51-84 GFLOP/s, 83-102 with the prefetches, 138 without the update
+  (AMD Zen 3, 2 cores)."""
+  if plan is None: return []
+  under = set(plan.reduce.toposort)
+  loads = []
+  for node in ast.toposort:
+    if node.op is not Ops.LOAD or node in under or len(node.src) != 2: continue
+    strides, nonlinear = linear_strides(node.src[1])
+    if strides.get(plan.column) == 1 and plan.column not in nonlinear: loads.append(node)
+  return loads
+
+
 # A register tile's epilogue of more than this many operations (a random normal's threefry rounds and erf_inv added
 # to a sum: DP-SGD's noised gradient) runs in loops over the tile's rows and columns (or vectors of columns) from the
 # tile's sums in an array (a row group's: over its columns), not unrolled per element (8 x 32 scalar copies of ~200
@@ -423,6 +440,7 @@ class _Renderer(Linearizer):
     self.looped_epilogue = looped_epilogue(plan, ast)  # a long epilogue, run in loops over the tile (looped_store)
     self.transposed_epilogue = transposed_epilogue_ok(plan, self.deps, ast)  # (store_sums_transposed)
     self.transpose_square = tile_geometry().transpose_lanes  # the side of a pack's or an epilogue's register transposes
+    self.epilogue_loads = epilogue_prefetch_loads(plan, ast)  # prefetched before a tile's sums (prefetch_epilogue)
     self.stored_transposed = False  # a row group's results went out through register transposes (as emitted)
     self.prefetched: set[int] = set()  # the buffers whose lines the tile steps prefetch (`Prefetches`, as emitted)
     self.transposed_streamed = self.transposed_epilogue and big_output(
@@ -1745,29 +1763,27 @@ class _Renderer(Linearizer):
               self.emit_ready(self.ast)
 
   def prefetch_epilogue(self, row_values: list[str | None], column_start: str, columns: int) -> None:
-    """Before a register tile's sums: a prefetch of every line its epilogue will load, each row's lines along the
-    column (the weights of an SGD update fused after a weight gradient, `w - lr * (h.T @ g)`). A column tile walked
-    down its rows reads each row's line a page from the last (1024 float32 columns: 4 KB apart), where the hardware
-    prefetchers don't follow, and the epilogue waited on memory: 128x1024x1024 with the update at 51-81 GFLOP/s, 138
-    without it (AMD Zen 3, 2 cores). Only the epilogue's ungated loads contiguous along the column."""
+    """Before a register tile's sums: a prefetch of every line its epilogue will load (`epilogue_prefetch_loads`),
+    each row's lines along the tile's columns."""
     plan = self.plan
     assert plan is not None
-    under = set(plan.reduce.toposort)
-    loads = [node for node in self.ast.toposort if node.op is Ops.LOAD and node not in under and len(node.src) == 2
-             and linear_strides(node.src[1])[0].get(plan.column) == 1
-             and plan.column not in linear_strides(node.src[1])[1]]
-    for load in loads:
+    for load in self.epilogue_loads:
       per_line = max(1, LINE_BYTES // load.src[0].dtype.itemsize)
       for row_value in row_values if plan.row in self.deps[load] else [None]:  # (a bias: one row's lines)
         for offset in range(0, columns, per_line):
           values = {plan.column: self.emit(f"add nsw i64 {column_start}, {offset}")}
           if row_value is not None: values[plan.row] = row_value
-          with self.rebound(load.src[1], values):
-            address = self.emit(f"getelementptr {memory_type(load.src[0].dtype)}, ptr {self.value(load.src[0])}, "
-                                f"i64 {self.value(load.src[1])}")
-          self.declarations.add("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
-          self.line(f"call void @llvm.prefetch.p0(ptr {address}, i32 0, i32 3, i32 1)")
+          self.prefetch_line(load, values)
       self.prefetched.add(load.src[0].arg)
+
+  def prefetch_line(self, load: UOp, values: dict[UOp, str]) -> None:
+    """Prefetch the line `load` reads where the RANGEs `values` have those values (`rebound`). (A plain GEP: the
+    address may leave the buffer, which a prefetch may: it never faults.)"""
+    with self.rebound(load.src[1], values):
+      address = self.emit(f"getelementptr {memory_type(load.src[0].dtype)}, ptr {self.value(load.src[0])}, "
+                          f"i64 {self.value(load.src[1])}")
+    self.declarations.add("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
+    self.line(f"call void @llvm.prefetch.p0(ptr {address}, i32 0, i32 3, i32 1)")
 
   def looped_store(self, results: Iterator[str], row_start: str | None, rows: int, column_start: str, columns: int,
                    clamp: str | None, lanes: int = 1) -> None:
@@ -2020,15 +2036,8 @@ class _Renderer(Linearizer):
         fast = self.emit(f"mul nuw nsw i64 {self.emit(f'urem i64 {position}, {stream.fast_lines}')}, "
                          f"{stream.per_line}")
         slow = self.emit(f"udiv i64 {position}, {stream.fast_lines}")
-        values = {stream.fast: self.emit(f"add nsw i64 {stream.fast_first}, {fast}"),
-                  stream.slow: self.emit(f"add nsw i64 {stream.slow_first}, {slow}")}
-        load = stream.load
-        with self.rebound(load.src[1], values):
-          # (a plain GEP: past the last panel the address may leave the buffer, which a prefetch may: it never faults)
-          address = self.emit(f"getelementptr {memory_type(load.src[0].dtype)}, ptr {self.value(load.src[0])}, "
-                              f"i64 {self.value(load.src[1])}")
-        self.declarations.add("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
-        self.line(f"call void @llvm.prefetch.p0(ptr {address}, i32 0, i32 3, i32 1)")
+        self.prefetch_line(stream.load, {stream.fast: self.emit(f"add nsw i64 {stream.fast_first}, {fast}"),
+                                         stream.slow: self.emit(f"add nsw i64 {stream.slow_first}, {slow}")})
 
   @contextlib.contextmanager
   def span_loops(self) -> Iterator[str]:
