@@ -1376,6 +1376,10 @@ class _Renderer(Linearizer):
       return
     outermost = global_ranges[0]
     row_heights = None if plan.row is None else self.row_heights(outermost)
+    if plan.tiles > 1:  # (a panel packs every column tile: `render_row_groups` runs them all)
+      self.render_row_groups(*bounds(plan.row), column_start, plan.columns, row_heights)
+      self.packs = {}
+      return
     for width in self.tile_sizes(plan.column, plan.columns, outermost, plan.lanes):
       with self.loop(column_start, column_end, None, step=width) as column_index:
         if width == plan.columns and plan.packed and not plan.panel: self.pack(column_index)
@@ -1441,17 +1445,18 @@ class _Renderer(Linearizer):
     if clamp is None: return rows
     return rows[:1] + [self.call("llvm.smin.i64", "i64", [("i64", row), ("i64", clamp)]) for row in rows[1:]]
 
-  def pack(self, column_start: str, panel: tuple[str, str] | None = None) -> None:
+  def pack(self, column_start: str, panel: tuple[str, str] | None = None, packs: dict[UOp, str] | None = None) -> None:
     """Copy the plan's packed loads (the reused operand) for the column tile at `column_start` into arrays, one
     contiguous row of `plan.columns` values per reduce step in loop-nest order (values in their compute type), which
     the tile bodies then read (`tile_body`) instead of the operand itself (see opt.PACK_BYTES). With `panel`, only
-    the reduce steps [start, end) of its one reduce range (`plan.panel` at most), from the array's start."""
+    the reduce steps [start, end) of its one reduce range (`plan.panel` at most), from the array's start; with
+    `packs`, into those arrays (a panel's column tile's, `render_row_groups`)."""
     plan = self.plan
     assert plan is not None
     ranges = plan.reduce.src[1:]
     steps = plan.panel if panel else math.prod(rng.src[0].arg for rng in ranges)
-    packs = {load: self.alloca(f"[{steps * plan.columns} x {compute_type(load.dtype)}]", align=LINE_BYTES)
-             for load in plan.packed}
+    packs = packs or {load: self.alloca(f"[{steps * plan.columns} x {compute_type(load.dtype)}]", align=LINE_BYTES)
+                      for load in plan.packed}
     self.pack_origin = panel[0] if panel else "0"
 
     transposed = self.transposed_packs(packs, steps)
@@ -1831,10 +1836,30 @@ class _Renderer(Linearizer):
     size, block = outer.src[0].arg, plan.chunk or plan.sum_block
     total_dtype = F32 if plan.chunk and -(-size // block) <= FLOAT32_BLOCKS else F64
     span_count = math.prod(span.src[0].arg for span in plan.spans)
-    sums = self.alloca(f"[{span_count * plan.group * columns} x {compute_type(total_dtype)}]", align=LINE_BYTES)
+    panel = plan.panel if plan.panel and columns == plan.columns else size
+    # (a panel of every column tile, `opt.TilePlan.tiles`: the tiles' packs and sums side by side, the tiles run one
+    # after the other from `column_start`)
+    tiles = plan.tiles if panel < size else 1
+    tile_sums = span_count * plan.group * columns
+    sums = self.alloca(f"[{tiles * tile_sums} x {compute_type(total_dtype)}]", align=LINE_BYTES)
+    packs = {load: self.alloca(f"[{tiles * panel * columns} x {compute_type(load.dtype)}]", align=LINE_BYTES)
+             for load in plan.packed} if tiles > 1 else None
+
+    @contextlib.contextmanager
+    def column_tiles() -> Iterator[tuple[str, str, dict[UOp, str] | None]]:
+      """A loop over the column tiles (none for one): each one's first column, sums and packs."""
+      if tiles == 1:
+        yield column_start, sums, None
+        return
+      with self.loop("0", str(tiles), None, vectorize=False) as tile:
+        yield self.emit(f"add nsw i64 {column_start}, {self.emit(f'mul nsw i64 {tile}, {columns}')}"), \
+            self.slot(sums, total_dtype, self.emit(f"mul nsw i64 {tile}, {tile_sums}")), \
+            {load: self.slot(array, load.dtype, self.emit(f"mul nsw i64 {tile}, {panel * columns}"))
+             for load, array in (packs or {}).items()}
+
     with self.loop(row_start, row_end, None, step=plan.group, whole=False) as group:
       group_end = self.capped(group, plan.group, row_end)
-      with self.loop("0", str(span_count * plan.group * columns), None) as slot:
+      with self.loop("0", str(tiles * tile_sums), None) as slot:
         self.line(f"store {compute_type(total_dtype)} {literal(0, total_dtype)}, "
                   f"ptr {self.slot(sums, total_dtype, slot)}")
 
@@ -1844,32 +1869,34 @@ class _Renderer(Linearizer):
           row_in_group = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {span}, {plan.group}')}, {row_in_group}")
         return self.emit(f"mul nsw i64 {row_in_group}, {columns}")
 
-      panel = plan.panel if plan.panel and columns == plan.columns else size
       with contextlib.ExitStack() as panels:
         if panel < size:
           index = panels.enter_context(self.loop("0", str(-(-size // panel)), None, vectorize=False))
           panel_start, panel_end = self.block_bounds(index, panel, str(size))
-          self.pack(column_start, (panel_start, panel_end))
+          with column_tiles() as (first, _, tile_packs):
+            self.pack(first, (panel_start, panel_end), tile_packs)
           first_block = self.emit(f"sdiv i64 {panel_start}, {block}")
           last_block = self.emit(f"sdiv i64 {self.emit(f'add nsw i64 {panel_end}, {block - 1}')}, {block}")
         else:
           first_block, last_block = "0", str(-(-size // block))
-        prefetches = self.panel_prefetch(group, column_start, panel_end, panel) if panel < size else None
-        self.render_group_blocks(first_block, last_block, group, group_end, column_start, columns, heights, sums,
-                                 total_dtype, row_slots, prefetches)
-      with self.span_loops() as span:
+        with column_tiles() as (first, tile_sums_at, tile_packs):
+          if tile_packs: self.packs = tile_packs
+          prefetches = self.panel_prefetch(group, first, panel_end, panel) if panel < size else None
+          self.render_group_blocks(first_block, last_block, group, group_end, first, columns, heights, tile_sums_at,
+                                   total_dtype, row_slots, prefetches)
+      with column_tiles() as (first, tile_sums_at, _), self.span_loops() as span:
         rest = group
         lanes = self.transpose_square
         if self.transposed_epilogue and columns % lanes == 0:
           if self.transposed_streamed:  # (rows one by one up to the first whose element is a line's first)
-            rest = self.first_line(plan.row, group, group_end, {plan.column: column_start})
+            rest = self.first_line(plan.row, group, group_end, {plan.column: first})
             with self.loop(group, rest, None) as row_index, self.bound(plan.row, row_index):
-              self.store_sums_row(sums, total_dtype, row_slots(span, row_index), column_start, columns)
+              self.store_sums_row(tile_sums_at, total_dtype, row_slots(span, row_index), first, columns)
           with self.loop(rest, group_end, None, step=lanes, vectorize=False) as rest:
-            self.store_sums_transposed(sums, total_dtype, [row_slots(span, row) for row in self.offsets(rest, lanes)],
-                                       rest, column_start, columns)
+            self.store_sums_transposed(tile_sums_at, total_dtype,
+                                       [row_slots(span, row) for row in self.offsets(rest, lanes)], rest, first, columns)
         with self.loop(rest, group_end, None) as row_index, self.bound(plan.row, row_index):
-          self.store_sums_row(sums, total_dtype, row_slots(span, row_index), column_start, columns)
+          self.store_sums_row(tile_sums_at, total_dtype, row_slots(span, row_index), first, columns)
 
   def store_sums_row(self, sums: str, dtype: np.dtype, first: str, column_start: str, columns: int) -> None:
     """The epilogue and STORE of one row (the row bound) of a row group's or a looped tile's sums in an array (of

@@ -270,6 +270,7 @@ class TilePlan:
   dot: bool = False        # the reduce loop is the vectorised loop, `columns` scalar columns (`_dot_plan`)
   spans: tuple[UOp, ...] = ()  # global ranges a row group runs inside each reduce block (`_spans`)
   panel: int = 0           # reduce steps per pack when all of them would not fit in PACK_BYTES (0: one pack)
+  tiles: int = 1           # column tiles a panel packs at once, and runs one after the other (PANEL_TILES)
   sum_block: int = TILE_SUM_BLOCK  # float32 steps per flush into float64 (CONTRACTION_SUM_BLOCK for a contraction)
   amx: tuple[UOp, ...] = ()  # a bfloat16 contraction on AMX tiles: its (row operand, column operand) loads
   chunk: int = 0           # a windowed sum's row groups: its outer reduce range's values per block (`_window_chunk`)
@@ -429,8 +430,10 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
     values = math.prod(rng.src[0].arg for rng in spans)
     whole = -(-row.src[0].arg // rows) * rows
     group = max(group, min(whole, SPAN_SUMS_BYTES // (values * columns * 8) // rows * rows))
-  packed, panel = _packed_loads(loads, row, column, reduce_ranges, columns, global_ranges, group > 0, sum_block)
+  packed, panel, tiles = _packed_loads(loads, row, column, reduce_ranges, columns, global_ranges, group > 0, sum_block)
   if panel and not spans: group = max(group, min(-(-row.src[0].arg // rows) * rows, PANEL_GROUP_ROWS // rows * rows))
+  if spans and tiles > 1:  # (every column tile's sums for the spans, in SPAN_SUMS_BYTES)
+    group = max(rows, min(group, SPAN_SUMS_BYTES // (values * columns * tiles * 8) // rows * rows))
   # every tile must then be packed: whole column tiles, and a row tile that runs inside the column tile's pack
   if across and (stream or column.src[0].arg % columns or not set(across) <= set(packed)): return None
   windowed = not group and not stream and row is not None and row is global_ranges[-2]
@@ -441,7 +444,7 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   if group: opts.append(("group", row.arg[0], group))
   if spans: opts.append(("span", *(rng.arg[0] for rng in spans)))
   if packed: opts.append(("pack", column.arg[0], len(packed)))
-  if panel: opts.append(("panel", innermost.arg[0], panel))
+  if panel: opts.append(("panel", innermost.arg[0], panel) + ((tiles,) if tiles > 1 else ()))
   nontemporal = _nontemporal(store, reduce, global_ranges, columns, lanes, stream or permuted)
   if nontemporal: opts.append(("nontemporal",))
   outermost = global_ranges[0]
@@ -451,7 +454,7 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   grain = columns if outermost is column else \
       max(group or rows, -(-PACK_MIN_ROWS // rows) * rows if packed else 1) if outermost is row else 1
   return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain, group, packed,
-                  spans=spans, panel=panel, sum_block=sum_block, chunk=chunk, nontemporal=nontemporal)
+                  spans=spans, panel=panel, tiles=tiles, sum_block=sum_block, chunk=chunk, nontemporal=nontemporal)
 
 
 def _nontemporal(store: UOp, reduce: UOp, global_ranges: list[UOp], columns: int, lanes: int, skip: bool) -> bool:
@@ -577,20 +580,25 @@ def _vector_epilogue(store: UOp, reduce: UOp) -> bool:
 
 
 def _packed_loads(loads: list[UOp], row: UOp | None, column: UOp, reduce_ranges: list[UOp], columns: int,
-                  global_ranges: list[UOp], blocked: bool, sum_block: int) -> tuple[tuple[UOp, ...], int]:
+                  global_ranges: list[UOp], blocked: bool, sum_block: int) -> tuple[tuple[UOp, ...], int, int]:
   """The loads a register tile packs per column tile (see PACK_BYTES): those of the reused operand (they depend on
   the column and the reduce, not the row), when the row loop runs inside the column tile (the row is the range just
   outside the column) and at least PACK_MIN_ROWS rows share the pack; and the panel: 0 when the copies of all the
   reduce steps fit in PACK_BYTES, else, for K-blocked row groups (`blocked`), how many steps one pack holds (whole
-  blocks of `sum_block`; each row group packs each panel in turn). ((), 0) when nothing is packed."""
-  if row is None or row is not global_ranges[-2] or row.src[0].arg < PACK_MIN_ROWS: return (), 0
+  blocks of `sum_block`; each row group packs each panel in turn), and the column tiles a panel packs at once
+  (PANEL_TILES). ((), 0, 1) when nothing is packed."""
+  if row is None or row is not global_ranges[-2] or row.src[0].arg < PACK_MIN_ROWS: return (), 0, 1
   packed = tuple(load for load in loads if row not in load.src[1].toposort and column in load.src[1].toposort and
                  any(rng in load.src[1].toposort for rng in reduce_ranges))
-  if packed and _in_place(packed, global_ranges[:-2], reduce_ranges, columns): return (), 0
+  if packed and _in_place(packed, global_ranges[:-2], reduce_ranges, columns): return (), 0, 1
   step_bytes = columns * sum(max(4, load.dtype.itemsize) for load in packed)
-  if not packed or math.prod(rng.src[0].arg for rng in reduce_ranges) * step_bytes <= PACK_BYTES: return packed, 0
-  if not blocked: return (), 0
-  return packed, max(sum_block, PANEL_BYTES // step_bytes // sum_block * sum_block)
+  # (the whole column's pack for a block within PANEL_BYTES: a panel packs every column tile, `TilePlan.tiles`)
+  tiles = column.src[0].arg // columns if column.src[0].arg % columns == 0 else 1
+  if tiles * step_bytes * sum_block > PANEL_BYTES: tiles = 1
+  steps = math.prod(rng.src[0].arg for rng in reduce_ranges)
+  if not packed or steps * step_bytes * tiles <= PACK_BYTES: return packed, 0, 1
+  if not blocked: return (), 0, 1
+  return packed, max(sum_block, PANEL_BYTES // (step_bytes * tiles) // sum_block * sum_block), tiles
 
 
 def _in_place(packed: tuple[UOp, ...], outer: list[UOp], reduce_ranges: list[UOp], columns: int) -> bool:

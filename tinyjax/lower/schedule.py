@@ -871,7 +871,8 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
   tiles as threads, and a column count that is a multiple of the tile. Returns the new AST and its outer size, or
   None."""
   plan = choose_opts(ast)
-  if plan is None or plan.stream or plan.dot or plan.row is None: return None
+  # (a panel that packs every column tile runs them one after the other inside each launch chunk: opt.PANEL_BYTES)
+  if plan is None or plan.stream or plan.dot or plan.row is None or plan.tiles > 1: return None
   # (unpacked, only when the rows are one launch chunk: a classifier's transposed weight gradient, 10 rows)
   if not plan.packed and plan.row.src[0].arg > plan.grain: return None
   global_ranges = global_ranges_of(ast)
