@@ -1332,7 +1332,7 @@ def test_panelled_gemm_prefetches_the_next_panel():
   A GEMM whose pack holds every step has no panels and no prefetches. The prefetches change no value (against
   numpy)."""
   long_k, short_k = PACK_BYTES // (4 * 64) + 165, 512
-  irs = {k: _reduce_kernel_ir(lambda x, y: x.T @ y, tnp.zeros((k, 300)), tnp.zeros((k, 128)))
+  irs = {k: _reduce_kernel_ir(lambda x, y: x.T @ y, tnp.zeros((k, 300)), tnp.zeros((k, 64)))
          for k in (long_k, short_k)}
   assert set(_prefetched_buffers(irs[long_k])) == {"%buf1", "%buf2"}  # (x: the row operand; y packed)
   assert "llvm.prefetch" not in irs[short_k]

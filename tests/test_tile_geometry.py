@@ -159,3 +159,62 @@ def test_epilogue_loads_are_prefetched_before_the_sums(width):
   assert f"('prefetch', {w_buffer})" in line
   assert "prefetch" not in opts_of(tj.jit(lambda h, g: h.T @ g), h, g)[0]
   _check(update(w, h, g), w - 0.001 * (h.T.astype(np.float64) @ g), 1e-4)
+
+
+def _product_opts(f, *args) -> tuple:
+  """The optimisations of the one contraction kernel of jitted `f` (its first stage, where the sum is split)."""
+  products = [k for k in kernels_of(f.lower(*args)._compiled.schedule.schedule.kernels) if k.name.startswith("r_")]
+  return applied_opts(max(products, key=lambda k: len(applied_opts(k.ast))).ast)
+
+
+def test_narrow_outputs_pack_every_column_tile(width):
+  """A long sum into a narrow output (a weight gradient's 64 columns: 4 AVX2 tiles, one AVX-512 tile) packs every
+  column tile of a panel at once and runs them one after the other (`TilePlan.tiles`, the 'panel' opt's 4th value);
+  a short one into a tall output packs them all first and runs each row tile over them ('tiles'). Rows that are no
+  whole tiles, a bias + relu epilogue and the gradients, against numpy in float64."""
+  rng = np.random.default_rng(6)
+  tiles = 64 // (tile_geometry().vector_bytes // 4 * tile_geometry().tile_vectors)
+  x, g = rng.standard_normal((49600, 70)).astype(np.float32), rng.standard_normal((49600, 64)).astype(np.float32)
+  weight_gradient = tj.jit(lambda x, g: x.T @ g)
+  panel = next(opt for opt in _product_opts(weight_gradient, x, g) if opt[0] == "panel")
+  assert panel[3:] == ((tiles,) if tiles > 1 else ())
+  _check(weight_gradient(x, g), x.T.astype(np.float64) @ g, 1e-4)
+
+  a, w, bias = rng.standard_normal((1500, 64)), rng.standard_normal((64, 64)) / 8, rng.standard_normal(64)
+  a, w, bias = (t.astype(np.float32) for t in (a, w, bias))
+  layer = tj.jit(lambda a, w, bias: tj.nn.relu(a @ w + bias))
+  assert (("tiles", 1, tiles) in _product_opts(layer, a, w, bias)) == (tiles > 1)
+  product = a.astype(np.float64) @ w + bias
+  _check(layer(a, w, bias), np.maximum(product, 0), 1e-4)
+  ga, gw = tj.jit(tj.grad(lambda a, w: (tj.nn.relu(a @ w + bias) ** 2).sum(), argnums=(0, 1)))(a, w)
+  ct = 2 * np.maximum(product, 0)
+  _check(ga, ct @ w.T.astype(np.float64), 1e-3)
+  _check(gw, a.T.astype(np.float64) @ ct, 1e-3)
+  # per-example gradients (vmap of grad) and a jitted vmap: the same kernels batched
+  per_example = tj.jit(tj.vmap(tj.grad(lambda w, a: (tj.nn.relu(a @ w + bias) ** 2).sum()), in_axes=(None, 0)))
+  rows = a[:12].reshape(3, 4, 64)
+  want = [a_i.T.astype(np.float64) @ (2 * np.maximum(a_i @ w.astype(np.float64) + bias, 0)) for a_i in rows]
+  _check(per_example(w, rows), np.stack(want), 1e-3)
+
+
+def test_three_by_three_weight_gradient_over_a_long_sum(width, on_cpu):
+  """A 3x3 NHWC weight gradient over 8x72x72 positions: a flat GEMM whose panels pack every column tile, its kernel
+  taps summed apart (spans); exact directional derivative against numpy (conv is bilinear)."""
+  rng = np.random.default_rng(7)
+  x = rng.standard_normal((8, 72, 72, 16)).astype(np.float32)
+  w = (rng.standard_normal((3, 3, 16, 64)) / 10).astype(np.float32)
+  numbers = ("NHWC", "HWIO", "NHWC")
+
+  def conv(a, b): return lax.conv_general_dilated(a, b, (1, 1), "SAME", dimension_numbers=numbers)
+  ct = rng.standard_normal((8, 72, 72, 64)).astype(np.float32)
+  weight_gradient = tj.jit(tj.grad(lambda b: (conv(x, b) * ct).sum()))
+  tiles = 64 // (tile_geometry().vector_bytes // 4 * tile_geometry().tile_vectors)
+  opts = _product_opts(weight_gradient, w)
+  assert next(opt for opt in opts if opt[0] == "panel")[3:] == ((tiles,) if tiles > 1 else ())
+  assert any(opt[0] == "span" for opt in opts)
+  gw = weight_gradient(w)
+  dw = rng.standard_normal(w.shape)
+  to_nchw = lambda t: np.moveaxis(t, -1, 1)
+  directional = np.sum(numpy_conv(to_nchw(x), np.transpose(dw, (3, 2, 0, 1)), (1, 1), ((1, 1), (1, 1))) *
+                       to_nchw(ct))
+  np.testing.assert_allclose(np.sum(np.asarray(gw, np.float64) * dw), directional, rtol=1e-4)

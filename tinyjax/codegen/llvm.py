@@ -1376,9 +1376,12 @@ class _Renderer(Linearizer):
       return
     outermost = global_ranges[0]
     row_heights = None if plan.row is None else self.row_heights(outermost)
-    if plan.tiles > 1:  # (a panel packs every column tile: `render_row_groups` runs them all)
+    if plan.tiles > 1 and plan.panel:  # (a panel packs every column tile: `render_row_groups` runs them all)
       self.render_row_groups(*bounds(plan.row), column_start, plan.columns, row_heights)
       self.packs = {}
+      return
+    if plan.tiles > 1:  # (every column tile packed first, then each row tile runs them all)
+      self.render_packed_row_tiles(*bounds(plan.row), column_start, row_heights)
       return
     for width in self.tile_sizes(plan.column, plan.columns, outermost, plan.lanes):
       with self.loop(column_start, column_end, None, step=width) as column_index:
@@ -1397,6 +1400,30 @@ class _Renderer(Linearizer):
             self.render_block(row_index, height, column_index, width, clamp, prefetches)
         self.packs = {}
       column_start = column_index
+
+  def render_packed_row_tiles(self, row_start: str, row_end: str, column_start: str, heights: list[int]) -> None:
+    """The plan's `tiles` column tiles packed side by side first (`opt.TilePlan.tiles`: all of them in L1), then
+    each row tile runs every column tile: the row operand is read once, where a loop over the column tiles outside
+    the rows read it once per column tile."""
+    plan = self.plan
+    assert plan is not None
+    steps, columns = math.prod(rng.src[0].arg for rng in plan.reduce.src[1:]), plan.columns
+    arrays = {load: self.alloca(f"[{plan.tiles * steps * columns} x {compute_type(load.dtype)}]", align=LINE_BYTES)
+              for load in plan.packed}
+
+    @contextlib.contextmanager
+    def column_tiles() -> Iterator[str]:
+      with self.loop("0", str(plan.tiles), None, vectorize=False) as tile:
+        self.packs = {load: self.slot(array, load.dtype, self.emit(f"mul nsw i64 {tile}, {steps * columns}"))
+                      for load, array in arrays.items()}
+        yield self.emit(f"add nsw i64 {column_start}, {self.emit(f'mul nsw i64 {tile}, {columns}')}")
+      self.packs = {}
+
+    with column_tiles() as first:
+      self.pack(first, packs=self.packs)
+    for row_index, height, clamp in self.row_tiles(row_start, row_end, heights):
+      with column_tiles() as first:
+        self.render_block(row_index, height, first, columns, clamp)
 
   def tile_sizes(self, rng: UOp, tile: int, outermost: UOp, narrower: int = 1) -> list[int]:
     """The tile sizes, widest first, that a loop over the plan's column runs in: `tile`, then `narrower` and 1 for
@@ -1895,8 +1922,8 @@ class _Renderer(Linearizer):
             with self.loop(group, rest, None) as row_index, self.bound(plan.row, row_index):
               self.store_sums_row(tile_sums_at, total_dtype, row_slots(span, row_index), first, columns)
           with self.loop(rest, group_end, None, step=lanes, vectorize=False) as rest:
-            self.store_sums_transposed(tile_sums_at, total_dtype,
-                                       [row_slots(span, row) for row in self.offsets(rest, lanes)], rest, first, columns)
+            slots = [row_slots(span, row) for row in self.offsets(rest, lanes)]
+            self.store_sums_transposed(tile_sums_at, total_dtype, slots, rest, first, columns)
         with self.loop(rest, group_end, None) as row_index, self.bound(plan.row, row_index):
           self.store_sums_row(tile_sums_at, total_dtype, row_slots(span, row_index), first, columns)
 

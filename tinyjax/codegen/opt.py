@@ -182,6 +182,17 @@ L1_SETS, LINE_BYTES = 64, 64
 # (64x100352x64) 360 -> 380 GFLOP/s.
 PANEL_GROUP_ROWS = 128
 PANEL_BYTES = 1 << 17
+# Where the whole output is a few column tiles (AVX2's 16-column tiles of a 64-channel weight gradient), one loop over
+# the column tiles outside everything read the row operand once per column tile, from memory: a panel of every column
+# tile's sum_block steps that fits PANEL_BYTES packs them all (`TilePlan.tiles`), and its row groups run the tiles one
+# after the other (llvm.py `render_row_groups`), the row operand's panel read from memory once and from L2 by the
+# other tiles. Such kernels are launched over their ranges outside the row, not cut by column tiles
+# (lower/schedule.py `_split_columns`). AVX2 (Zen 3, 2 cores): x.T @ g at 64x107648x64 26.8 -> 10.9 ms, the 1x1 NHWC
+# weight gradient of 32x56x56x64 -> 64 18-25 -> 10-12 ms, its 3x3 one 110 -> 54-62 ms. A sum short enough for one
+# pack whose every column tile's pack fits TILES_PACK_BYTES, beside a row operand bigger than RESIDENT_BYTES, packs all
+# the tiles first and runs each row tile over all of them (llvm.py `render_packed_row_tiles`): the 1x1 convolution's
+# (100352 x 64) @ (64 x 64) 7.4-12.3 -> 6.4-6.8 ms.
+TILES_PACK_BYTES = 64 << 10
 # A bfloat16 contraction with float32 sums runs on AMX tiles where the host has them (`_amx_plan`, llvm.py
 # `render_amx`): blocks of AMX_BLOCK x AMX_BLOCK outputs (2 x 2 tiles of 16 x 16 float32), AMX_K reduce steps per tile
 # product (32 bfloat16 = a 64-byte tile row); the tiles' float32 sums are added into float64 every AMX_SUM_BLOCK steps
@@ -270,7 +281,7 @@ class TilePlan:
   dot: bool = False        # the reduce loop is the vectorised loop, `columns` scalar columns (`_dot_plan`)
   spans: tuple[UOp, ...] = ()  # global ranges a row group runs inside each reduce block (`_spans`)
   panel: int = 0           # reduce steps per pack when all of them would not fit in PACK_BYTES (0: one pack)
-  tiles: int = 1           # column tiles a panel packs at once, and runs one after the other (PANEL_TILES)
+  tiles: int = 1           # column tiles packed at once and run one after the other (PANEL_BYTES)
   sum_block: int = TILE_SUM_BLOCK  # float32 steps per flush into float64 (CONTRACTION_SUM_BLOCK for a contraction)
   amx: tuple[UOp, ...] = ()  # a bfloat16 contraction on AMX tiles: its (row operand, column operand) loads
   chunk: int = 0           # a windowed sum's row groups: its outer reduce range's values per block (`_window_chunk`)
@@ -445,6 +456,7 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   if spans: opts.append(("span", *(rng.arg[0] for rng in spans)))
   if packed: opts.append(("pack", column.arg[0], len(packed)))
   if panel: opts.append(("panel", innermost.arg[0], panel) + ((tiles,) if tiles > 1 else ()))
+  elif tiles > 1: opts.append(("tiles", column.arg[0], tiles))
   nontemporal = _nontemporal(store, reduce, global_ranges, columns, lanes, stream or permuted)
   if nontemporal: opts.append(("nontemporal",))
   outermost = global_ranges[0]
@@ -585,8 +597,8 @@ def _packed_loads(loads: list[UOp], row: UOp | None, column: UOp, reduce_ranges:
   the column and the reduce, not the row), when the row loop runs inside the column tile (the row is the range just
   outside the column) and at least PACK_MIN_ROWS rows share the pack; and the panel: 0 when the copies of all the
   reduce steps fit in PACK_BYTES, else, for K-blocked row groups (`blocked`), how many steps one pack holds (whole
-  blocks of `sum_block`; each row group packs each panel in turn), and the column tiles a panel packs at once
-  (PANEL_TILES). ((), 0, 1) when nothing is packed."""
+  blocks of `sum_block`; each row group packs each panel in turn), and the column tiles packed at once (see
+  PANEL_BYTES). ((), 0, 1) when nothing is packed."""
   if row is None or row is not global_ranges[-2] or row.src[0].arg < PACK_MIN_ROWS: return (), 0, 1
   packed = tuple(load for load in loads if row not in load.src[1].toposort and column in load.src[1].toposort and
                  any(rng in load.src[1].toposort for rng in reduce_ranges))
@@ -596,7 +608,13 @@ def _packed_loads(loads: list[UOp], row: UOp | None, column: UOp, reduce_ranges:
   tiles = column.src[0].arg // columns if column.src[0].arg % columns == 0 else 1
   if tiles * step_bytes * sum_block > PANEL_BYTES: tiles = 1
   steps = math.prod(rng.src[0].arg for rng in reduce_ranges)
-  if not packed or steps * step_bytes * tiles <= PACK_BYTES: return packed, 0, 1
+  if not packed: return (), 0, 1
+  if steps * step_bytes * tiles <= PACK_BYTES:
+    # (every column tile's pack in TILES_PACK_BYTES beside a row operand that does not stay in L2: each row tile
+    # runs all the column tiles)
+    small = not blocked and steps * step_bytes * tiles <= TILES_PACK_BYTES and row.src[0].arg * steps * 4 > \
+        RESIDENT_BYTES
+    return packed, 0, tiles if small else 1
   if not blocked: return (), 0, 1
   return packed, max(sum_block, PANEL_BYTES // (step_bytes * tiles) // sum_block * sum_block), tiles
 
