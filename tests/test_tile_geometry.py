@@ -218,3 +218,21 @@ def test_three_by_three_weight_gradient_over_a_long_sum(width, on_cpu):
   directional = np.sum(numpy_conv(to_nchw(x), np.transpose(dw, (3, 2, 0, 1)), (1, 1), ((1, 1), (1, 1))) *
                        to_nchw(ct))
   np.testing.assert_allclose(np.sum(np.asarray(gw, np.float64) * dw), directional, rtol=1e-4)
+
+
+def test_big_outputs_are_streamed_a_line_at_a_time(width, monkeypatch):
+  """A register tile's big float32 output (opt.NONTEMPORAL_BYTES, lowered here) is stored non-temporally a whole
+  64-byte line per store: AVX-512's vectors are lines, AVX2's are joined two at a time (`render_block`); SSE's tiles
+  (8 columns) are half a line and keep plain stores, as do a tile's narrower remainder columns. Values against numpy
+  in float64."""
+  from tinyjax.codegen import opt
+  monkeypatch.setattr(opt, "NONTEMPORAL_BYTES", 1 << 10)
+  rng = np.random.default_rng(8)
+  a, b = rng.standard_normal((300, 64)).astype(np.float32), rng.standard_normal((64, 72)).astype(np.float32)
+  f = tj.jit(lambda a, b: tj.nn.relu(a @ b))
+  (product,) = [k for k in kernels_of(f.lower(a, b)._compiled.schedule.schedule.kernels) if k.name.startswith("r_")]
+  lines = tile_geometry().vector_bytes * tile_geometry().tile_vectors % 64 == 0
+  assert (("nontemporal",) in applied_opts(product.ast)) == lines
+  ir = render_llvm(product.name, product.ast)
+  assert ("store <16 x float> %" in ir and ", align 64, !nontemporal" in ir) == lines
+  _check(f(a, b), np.maximum(a.astype(np.float64) @ b, 0), 1e-4)

@@ -1715,6 +1715,15 @@ class _Renderer(Linearizer):
     self.store_vector(stored, lanes, buffer.dtype, self.address(buffer, index), plan.nontemporal)
     self.stores_emitted.add(store)
 
+  def concatenated(self, vectors: list[str], lanes: int, dtype: np.dtype) -> str:
+    """One vector of `vectors` (each `lanes` values of `dtype`) end to end."""
+    while len(vectors) > 1:
+      vector, order = vector_type(dtype, lanes), ", ".join(f"i32 {i}" for i in range(2 * lanes))
+      vectors = [self.emit(f"shufflevector {vector} {a}, {vector} {b}, <{2 * lanes} x i32> <{order}>")
+                 for a, b in zip(vectors[::2], vectors[1::2])]
+      lanes *= 2
+    return vectors[0]
+
   def store_vector(self, value: str, lanes: int, dtype: np.dtype, address: str, nontemporal: bool) -> None:
     """Store vector `value` of `lanes` values of `dtype` at `address`; with `nontemporal`, where the vector is a
     whole 64-byte line, streamed to memory (opt.NONTEMPORAL_BYTES). The instruction needs the line's address, which
@@ -1786,8 +1795,14 @@ class _Renderer(Linearizer):
                                                   f"{clamp}")))
         with self.bound(plan.row, row_value):
           if vectors:
-            for column_value in column_values[::lanes]:
-              with self.bound(plan.column, column_value): self.vector_store(next(results), lanes)
+            # (a non-temporal store is a whole line: vectors narrower than one stored a line at a time, AVX2's
+            # two ymm halves, which the write-combining buffers send to memory as one line)
+            per = LINE_BYTES // (lanes * plan.reduce.dtype.itemsize) if plan.nontemporal else 1
+            per = per if len(column_values) % (lanes * per) == 0 else 1
+            for column_value in column_values[::lanes * per]:
+              with self.bound(plan.column, column_value):
+                self.vector_store(self.concatenated([next(results) for _ in range(per)], lanes,
+                                                    plan.reduce.dtype), lanes * per)
             continue
           for column_value in column_values:
             with self.bound(plan.column, column_value):
