@@ -169,15 +169,18 @@ def _product_opts(f, *args) -> tuple:
 
 def test_narrow_outputs_pack_every_column_tile(width):
   """A long sum into a narrow output (a weight gradient's 64 columns: 4 AVX2 tiles, one AVX-512 tile) packs every
-  column tile of a panel at once and runs them one after the other (`TilePlan.tiles`, the 'panel' opt's 4th value);
+  column tile of a panel at once and runs them one after the other (`TilePlan.tiles`, the 'panel' opt's 4th value),
+  its row operand read across its rows copied per panel too ('pack_rows');
   a short one into a tall output packs them all first and runs each row tile over them ('tiles'). Rows that are no
   whole tiles, a bias + relu epilogue and the gradients, against numpy in float64."""
   rng = np.random.default_rng(6)
   tiles = 64 // (tile_geometry().vector_bytes // 4 * tile_geometry().tile_vectors)
   x, g = rng.standard_normal((49600, 70)).astype(np.float32), rng.standard_normal((49600, 64)).astype(np.float32)
   weight_gradient = tj.jit(lambda x, g: x.T @ g)
-  panel = next(opt for opt in _product_opts(weight_gradient, x, g) if opt[0] == "panel")
+  opts = _product_opts(weight_gradient, x, g)
+  panel = next(opt for opt in opts if opt[0] == "panel")
   assert panel[3:] == ((tiles,) if tiles > 1 else ())
+  assert any(opt[0] == "pack_rows" for opt in opts) == (tiles > 1)  # (x read across its rows: copied per panel)
   _check(weight_gradient(x, g), x.T.astype(np.float64) @ g, 1e-4)
 
   a, w, bias = rng.standard_normal((1500, 64)), rng.standard_normal((64, 64)) / 8, rng.standard_normal(64)

@@ -36,7 +36,8 @@ import numpy as np
 from tinyjax.codegen import transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
-from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, LINE_BYTES, SHORT_REDUCE,
+from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, LINE_BYTES, ROW_PACK_PAD,
+                                 SHORT_REDUCE,
                                  VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts, big_output, block_stride,
                                  choose_opts, global_ranges_of, linear_strides, tile_geometry, transpose_block)
 from tinyjax.helpers import DEBUG, NOOPT
@@ -434,6 +435,8 @@ class _Renderer(Linearizer):
     # (first row, height, clamp) of the row tile open around the column loops (`row_tiles`)
     self.row_tile: tuple[str, int, str | None] | None = None
     self.packs: dict[UOp, str] = {}  # the plan's packed loads -> their arrays, while a packed column tile is open
+    # the row-packed loads -> (array, stride, first row), while a panel's copy is open (`copy_rows`)
+    self.row_packs: dict[UOp, tuple[str, int, str]] = {}
     self.pack_origin = "0"  # the reduce step at the packed arrays' start (a panel's first, `pack`)
     self.vector_body = vector_body_ok(plan, self.deps)  # a register tile's body emitted on vectors (tile_body)
     self.vector_epilogue = vector_epilogue_ok(plan, self.deps, ast)  # and its epilogue (vector_store)
@@ -1419,8 +1422,7 @@ class _Renderer(Linearizer):
         yield self.emit(f"add nsw i64 {column_start}, {self.emit(f'mul nsw i64 {tile}, {columns}')}")
       self.packs = {}
 
-    with column_tiles() as first:
-      self.pack(first, packs=self.packs)
+    self.pack(column_start, packs=arrays, tiles=plan.tiles)
     for row_index, height, clamp in self.row_tiles(row_start, row_end, heights):
       with column_tiles() as first:
         self.render_block(row_index, height, first, columns, clamp)
@@ -1472,12 +1474,14 @@ class _Renderer(Linearizer):
     if clamp is None: return rows
     return rows[:1] + [self.call("llvm.smin.i64", "i64", [("i64", row), ("i64", clamp)]) for row in rows[1:]]
 
-  def pack(self, column_start: str, panel: tuple[str, str] | None = None, packs: dict[UOp, str] | None = None) -> None:
+  def pack(self, column_start: str, panel: tuple[str, str] | None = None, packs: dict[UOp, str] | None = None,
+           tiles: int = 1) -> None:
     """Copy the plan's packed loads (the reused operand) for the column tile at `column_start` into arrays, one
     contiguous row of `plan.columns` values per reduce step in loop-nest order (values in their compute type), which
     the tile bodies then read (`tile_body`) instead of the operand itself (see opt.PACK_BYTES). With `panel`, only
     the reduce steps [start, end) of its one reduce range (`plan.panel` at most), from the array's start; with
-    `packs`, into those arrays (a panel's column tile's, `render_row_groups`)."""
+    `packs` and `tiles`, into those arrays, that many column tiles from `column_start` one after the other (each
+    step's tiles copied together: the operand's rows read along, `opt.TilePlan.tiles`)."""
     plan = self.plan
     assert plan is not None
     ranges = plan.reduce.src[1:]
@@ -1488,24 +1492,52 @@ class _Renderer(Linearizer):
 
     transposed = self.transposed_packs(packs, steps)
 
+    @contextlib.contextmanager
+    def column_tiles() -> Iterator[tuple[str, dict[UOp, str]]]:
+      """Each tile's first column and arrays: a loop over them (none for one tile)."""
+      if tiles == 1:
+        yield column_start, packs
+        return
+      with self.loop("0", str(tiles), None, vectorize=False) as tile:
+        yield self.emit(f"add nsw i64 {column_start}, {self.emit(f'mul nsw i64 {tile}, {plan.columns}')}"), \
+            {load: self.slot(array, load.dtype, self.emit(f"mul nsw i64 {tile}, {steps * plan.columns}"))
+             for load, array in packs.items()}
+
     def nest(depth: int) -> None:
       if depth < len(ranges):
         start, end = panel if panel else ("0", str(ranges[depth].src[0].arg))
         if transposed and depth == len(ranges) - 1:
           with self.loop(start, end, None, step=self.transpose_square, vectorize=False) as step:
-            self.pack_transposed(packs, ranges[depth], step, column_start)
+            with column_tiles() as (first_column, arrays):
+              self.pack_transposed(arrays, ranges[depth], step, first_column)
           return
         with self.loop(start, end, ranges[depth]): nest(depth + 1)
         return
       first = self.emit(f"mul nsw i64 {self.pack_row()}, {plan.columns}")
-      with self.loop("0", str(plan.columns), None) as j:
-        with self.bound(plan.column, self.emit(f"add nsw i64 {column_start}, {j}", "idx")):
-          for load, array in packs.items():
+      with column_tiles() as (first_column, arrays), self.loop("0", str(plan.columns), None) as j:
+        with self.bound(plan.column, self.emit(f"add nsw i64 {first_column}, {j}", "idx")):
+          for load, array in arrays.items():
             self.emit_ready(load)
             address = self.slot(array, load.dtype, self.emit(f"add nsw i64 {first}, {j}"))
             self.line(f"store {compute_type(load.dtype)} {self.value(load)}, ptr {address}")
     nest(0)
     self.packs = packs
+
+  def copy_rows(self, arrays: dict[UOp, str], stride: int, group: str, group_end: str, first: str, last: str) -> None:
+    """Copy the plan's row-packed loads (opt.ROW_PACK_PAD) for the rows [group, group_end) and the reduce steps
+    [first, last) of its one reduce range into `arrays`, step after step `stride` values apart, which the tile bodies
+    then read (`tile_body`) instead of the operand: a contiguous copy of each step's rows."""
+    plan = self.plan
+    assert plan is not None and plan.row is not None
+    rng = plan.reduce.src[1]
+    with self.loop(first, last, rng) as step, self.loop(group, group_end, plan.row) as row:
+      offset = self.emit(f"sub nsw i64 {step}, {first}")
+      at = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {offset}, {stride}')}, "
+                     f"{self.emit(f'sub nsw i64 {row}, {group}')}")
+      for load, array in arrays.items():
+        self.emit_ready(load)
+        self.line(f"store {compute_type(load.dtype)} {self.value(load)}, ptr {self.slot(array, load.dtype, at)}")
+    self.row_packs = {load: (array, stride, group) for load, array in arrays.items()}
 
   def transposed_packs(self, packs: dict[UOp, str], steps: int) -> bool:
     """Whether the packed loads are read across (strided along the column, contiguous along the innermost reduce
@@ -1616,6 +1648,11 @@ class _Renderer(Linearizer):
       parts = []
       for row_value in row_values:
         with self.bound(plan.row, row_value):
+          for load, (array, stride, group) in self.row_packs.items():  # (`copy_rows`)
+            at = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {self.pack_row()}, {stride}')}, "
+                           f"{self.emit(f'sub nsw i64 {row_value}, {group}')}")
+            address = self.slot(array, load.dtype, at)
+            self.scopes[-1][load] = self.emit(f"load {compute_type(load.dtype)}, ptr {address}")
           self.emit_ready(value)
           for j, column_value in enumerate(column_values):
             with self.bound(plan.column, column_value):
@@ -1886,6 +1923,10 @@ class _Renderer(Linearizer):
     sums = self.alloca(f"[{tiles * tile_sums} x {compute_type(total_dtype)}]", align=LINE_BYTES)
     packs = {load: self.alloca(f"[{tiles * panel * columns} x {compute_type(load.dtype)}]", align=LINE_BYTES)
              for load in plan.packed} if tiles > 1 else None
+    # (the row operand's panel, each step's group of rows ROW_PACK_PAD values apart: `copy_rows`)
+    row_stride = plan.group + ROW_PACK_PAD
+    row_packs = {load: self.alloca(f"[{panel * row_stride} x {compute_type(load.dtype)}]", align=LINE_BYTES)
+                 for load in plan.row_packed} if panel < size else {}
 
     @contextlib.contextmanager
     def column_tiles() -> Iterator[tuple[str, str, dict[UOp, str] | None]]:
@@ -1915,8 +1956,8 @@ class _Renderer(Linearizer):
         if panel < size:
           index = panels.enter_context(self.loop("0", str(-(-size // panel)), None, vectorize=False))
           panel_start, panel_end = self.block_bounds(index, panel, str(size))
-          with column_tiles() as (first, _, tile_packs):
-            self.pack(first, (panel_start, panel_end), tile_packs)
+          self.pack(column_start, (panel_start, panel_end), packs, tiles)
+          if row_packs: self.copy_rows(row_packs, row_stride, group, group_end, panel_start, panel_end)
           first_block = self.emit(f"sdiv i64 {panel_start}, {block}")
           last_block = self.emit(f"sdiv i64 {self.emit(f'add nsw i64 {panel_end}, {block - 1}')}, {block}")
         else:
@@ -1928,6 +1969,7 @@ class _Renderer(Linearizer):
           prefetches = self.panel_prefetch(group, first, panel_end, panel) if panel < size and tiles == 1 else None
           self.render_group_blocks(first_block, last_block, group, group_end, first, columns, heights, tile_sums_at,
                                    total_dtype, row_slots, prefetches)
+      self.row_packs = {}
       with column_tiles() as (first, tile_sums_at, _), self.span_loops() as span:
         rest = group
         lanes = self.transpose_square

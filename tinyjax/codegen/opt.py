@@ -193,6 +193,11 @@ PANEL_BYTES = 1 << 17
 # the tiles first and runs each row tile over all of them (llvm.py `render_packed_row_tiles`): the 1x1 convolution's
 # (100352 x 64) @ (64 x 64) 7.4-12.3 -> 6.4-6.8 ms.
 TILES_PACK_BYTES = 64 << 10
+# Such a panel also copies its row operand where that is read across its rows (`x.T @ g`'s x: each step a tile's rows
+# in one line, the next step's a row further), its steps one after the other with ROW_PACK_PAD values of padding
+# between (a row of 64 float32 is 256 bytes, whose multiples crowded the tiles' lines into a quarter of L1's sets,
+# and their rereads by each row tile and column tile missed L1).
+ROW_PACK_PAD = 16
 # A bfloat16 contraction with float32 sums runs on AMX tiles where the host has them (`_amx_plan`, llvm.py
 # `render_amx`): blocks of AMX_BLOCK x AMX_BLOCK outputs (2 x 2 tiles of 16 x 16 float32), AMX_K reduce steps per tile
 # product (32 bfloat16 = a 64-byte tile row); the tiles' float32 sums are added into float64 every AMX_SUM_BLOCK steps
@@ -283,6 +288,7 @@ class TilePlan:
   spans: tuple[UOp, ...] = ()  # global ranges a row group runs inside each reduce block (`_spans`)
   panel: int = 0           # reduce steps per pack when all of them would not fit in PACK_BYTES (0: one pack)
   tiles: int = 1           # column tiles packed at once and run one after the other (PANEL_BYTES)
+  row_packed: tuple[UOp, ...] = ()  # loads of the row operand a panel copies, read across its rows (ROW_PACK_PAD)
   sum_block: int = TILE_SUM_BLOCK  # float32 steps per flush into float64 (CONTRACTION_SUM_BLOCK for a contraction)
   amx: tuple[UOp, ...] = ()  # a bfloat16 contraction on AMX tiles: its (row operand, column operand) loads
   chunk: int = 0           # a windowed sum's row groups: its outer reduce range's values per block (`_window_chunk`)
@@ -446,6 +452,7 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   if panel and not spans: group = max(group, min(-(-row.src[0].arg // rows) * rows, PANEL_GROUP_ROWS // rows * rows))
   if spans and tiles > 1:  # (every column tile's sums for the spans, in SPAN_SUMS_BYTES)
     group = max(rows, min(group, SPAN_SUMS_BYTES // (values * columns * tiles * 8) // rows * rows))
+  row_packed = _row_packed(loads, row, column, innermost) if panel and tiles > 1 and not spans else ()
   # every tile must then be packed: whole column tiles, and a row tile that runs inside the column tile's pack
   if across and (stream or column.src[0].arg % columns or not set(across) <= set(packed)): return None
   windowed = not group and not stream and row is not None and row is global_ranges[-2]
@@ -457,6 +464,7 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   if spans: opts.append(("span", *(rng.arg[0] for rng in spans)))
   if packed: opts.append(("pack", column.arg[0], len(packed)))
   if panel: opts.append(("panel", innermost.arg[0], panel) + ((tiles,) if tiles > 1 else ()))
+  if row_packed: opts.append(("pack_rows", row.arg[0], len(row_packed)))
   elif tiles > 1: opts.append(("tiles", column.arg[0], tiles))
   nontemporal = _nontemporal(store, reduce, global_ranges, columns, lanes, stream or permuted)
   if nontemporal: opts.append(("nontemporal",))
@@ -467,7 +475,8 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   grain = columns if outermost is column else \
       max(group or rows, -(-PACK_MIN_ROWS // rows) * rows if packed else 1) if outermost is row else 1
   return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain, group, packed,
-                  spans=spans, panel=panel, tiles=tiles, sum_block=sum_block, chunk=chunk, nontemporal=nontemporal)
+                  spans=spans, panel=panel, tiles=tiles, row_packed=row_packed, sum_block=sum_block, chunk=chunk,
+                  nontemporal=nontemporal)
 
 
 def _nontemporal(store: UOp, reduce: UOp, global_ranges: list[UOp], columns: int, lanes: int, skip: bool) -> bool:
@@ -620,6 +629,17 @@ def _packed_loads(loads: list[UOp], row: UOp | None, column: UOp, reduce_ranges:
     return packed, 0, tiles if small else 1
   if not blocked: return (), 0, 1
   return packed, max(sum_block, PANEL_BYTES // (step_bytes * tiles) // sum_block * sum_block), tiles
+
+
+def _row_packed(loads: list[UOp], row: UOp, column: UOp, steps: UOp) -> tuple[UOp, ...]:
+  """The row operand's loads that a panel of every column tile copies (ROW_PACK_PAD): read along the row (stride 1)
+  and across it along the reduction (a line or more per step: `x.T @ g`'s x), not along the column."""
+  chosen = []
+  for load in loads:
+    strides, other = linear_strides(load.src[1])
+    if other or column in strides or strides.get(row) != 1: continue
+    if abs(strides.get(steps, 0)) * load.dtype.itemsize >= LINE_BYTES: chosen.append(load)
+  return tuple(chosen)
 
 
 def _in_place(packed: tuple[UOp, ...], outer: list[UOp], reduce_ranges: list[UOp], columns: int) -> bool:
