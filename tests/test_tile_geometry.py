@@ -239,3 +239,23 @@ def test_big_outputs_are_streamed_a_line_at_a_time(width, monkeypatch):
   ir = render_llvm(product.name, product.ast)
   assert ("store <16 x float> %" in ir and ", align 64, !nontemporal" in ir) == lines
   _check(f(a, b), np.maximum(a.astype(np.float64) @ b, 0), 1e-4)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_channels_first_taps_in_blocks_that_fit_l1(width, layout, on_cpu):
+  """A direct 3x3 convolution's taps for a column tile beyond what the host's L1 holds (less opt.WINDOW_L1_SPARE; at
+  most WINDOW_BLOCK_BYTES) run in channel blocks for channels-first data; channels-last data blocks only past
+  WINDOW_BLOCK_BYTES (opt.py `_window_chunk`). Values against numpy in float64."""
+  from tinyjax.codegen.opt import WINDOW_BLOCK_BYTES, WINDOW_L1_SPARE
+  rng = np.random.default_rng(9)
+  x = rng.standard_normal((1, 64, 12, 12)).astype(np.float32)
+  w = (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32)
+  numbers = ("NCHW", "OIHW", "NCHW") if layout == "NCHW" else ("NHWC", "OIHW", "NHWC")
+  to = (lambda t: t) if layout == "NCHW" else (lambda t: np.moveaxis(t, 1, -1))
+  f = tj.jit(lambda a, b: lax.conv_general_dilated(a, b, (1, 1), "SAME", dimension_numbers=numbers))
+  columns = tile_geometry().vector_bytes // 4 * tile_geometry().tile_vectors
+  taps = 64 * 9 * columns * 4
+  limit = min(WINDOW_BLOCK_BYTES, tile_geometry().l1_bytes - WINDOW_L1_SPARE) if layout == "NCHW" else \
+      WINDOW_BLOCK_BYTES
+  assert any(opt[0] == "chunk" for opt in _product_opts(f, to(x), w)) == (taps > limit)
+  _check(f(to(x), w), to(numpy_conv(x, w, (1, 1), ((1, 1), (1, 1)))), 1e-4)

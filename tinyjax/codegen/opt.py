@@ -83,22 +83,23 @@ class TileGeometry:
   dot_rows: int          # a dot tile's rows and columns (`_dot_plan`)
   dot_columns: int
   transpose_lanes: int   # float32 lanes of a vector: the side of the register transposes' squares (llvm.py)
+  l1_bytes: int = 32 << 10  # a core's L1 data cache (devices/cpu.py `l1_data_bytes`: `_window_chunk`)
 
 
 @functools.cache
 def tile_geometry() -> TileGeometry:
   """The tile shapes for the host's vector registers (devices/cpu.py `vector_registers`)."""
-  from tinyjax.devices.cpu import vector_registers
-  return geometry_for(*vector_registers())
+  from tinyjax.devices.cpu import l1_data_bytes, vector_registers
+  return geometry_for(*vector_registers(), l1_data_bytes())
 
 
-def geometry_for(width: int, registers: int) -> TileGeometry:
+def geometry_for(width: int, registers: int, l1_bytes: int = 32 << 10) -> TileGeometry:
   """The tile shapes for `registers` vector registers of `width` bytes. A tile without a row keeps one accumulator
   per vector of columns: 64 float32 columns (256 bytes) where half the registers hold them (4 with AVX-512, 8 with
   AVX2: a 64-wide RNN step's h @ w as 4 tiles of 16 columns took a 1000-step scan from 0.33 to 0.58 ms on Zen 3)."""
   tile_vectors, dot = (4, 4) if registers >= 32 else (2, 3)
   rowless = max(tile_vectors, min(registers // 2, 256 // width))
-  return TileGeometry(width, 6, tile_vectors, rowless, 4, 8, dot, dot, width // 4)
+  return TileGeometry(width, 6, tile_vectors, rowless, 4, 8, dot, dot, width // 4, l1_bytes)
 
 
 # Without a row to tile, the accumulator array spans STREAM_TILE elements of the column: each reduce step reads that
@@ -142,10 +143,15 @@ GROUP_ROWS = 32
 GROUP_MIN_BLOCKS = 8
 # A direct convolution's tiles run in row groups of WINDOW_GROUP_ROWS, its channels in blocks (WINDOW_BLOCKS, or more
 # where those are too big) whose taps (channels x window x the tile's columns, at most WINDOW_BLOCK_BYTES) stay in L1
-# for the group (`_window_chunk`).
+# for the group (`_window_chunk`). Channels-first data (its channels a plane apart) takes blocks that leave
+# WINDOW_L1_SPARE of the host's L1 free instead where that is less: on Zen 3 (32 KB L1, AVX2's 16-column tiles: 36 KB
+# of taps, which 40 KB let through unblocked) the NCHW 3x3 convolution of 32x64x56x56 into 64 ran 74-86 -> 58-64 ms
+# forward, 144-165 -> 132-140 backward. Channels-last data keeps WINDOW_BLOCK_BYTES there: its blocks cut each
+# position's contiguous channels, and the NHWC one ran 52-55 -> 69-79 ms in blocks of 24 KB.
 WINDOW_GROUP_ROWS = 64
 WINDOW_BLOCKS = 4
 WINDOW_BLOCK_BYTES = 40 << 10
+WINDOW_L1_SPARE = 8 << 10
 # A row group's float64 sums for the values of the ranges it spans (`_spans`) stay in L2: at most SPAN_SUMS_BYTES.
 SPAN_SUMS_BYTES = 1 << 19
 # The reused operand of a register-tiled contraction (b in a @ b) is packed per column tile: its values for every
@@ -456,7 +462,7 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   # every tile must then be packed: whole column tiles, and a row tile that runs inside the column tile's pack
   if across and (stream or column.src[0].arg % columns or not set(across) <= set(packed)): return None
   windowed = not group and not stream and row is not None and row is global_ranges[-2]
-  chunk = _window_chunk(reduce, reduce_ranges, columns) if windowed else 0
+  chunk = _window_chunk(reduce, reduce_ranges, columns, loads) if windowed else 0
   if chunk:
     group = min(-(-row.src[0].arg // rows) * rows, WINDOW_GROUP_ROWS // rows * rows)
     opts.append(("chunk", reduce_ranges[0].arg[0], chunk))
@@ -498,9 +504,10 @@ def big_output(store: UOp, global_ranges: list[UOp]) -> bool:
   return math.prod(rng.src[0].arg for rng in global_ranges) * store.src[0].dtype.itemsize >= NONTEMPORAL_BYTES
 
 
-def _window_chunk(reduce: UOp, reduce_ranges: list[UOp], columns: int) -> int:
+def _window_chunk(reduce: UOp, reduce_ranges: list[UOp], columns: int, loads: list[UOp]) -> int:
   """A float32 sum over a window (a direct convolution's channels, then its short taps) whose taps for the tile's
-  columns do not fit WINDOW_BLOCK_BYTES: the channels per block of its row groups (`llvm.py render_row_groups`),
+  columns do not fit WINDOW_BLOCK_BYTES (or the host's L1 less WINDOW_L1_SPARE for channels-first data): the
+  channels per block of its row groups (`llvm.py render_row_groups`),
   so that a block's taps stay in L1 for all the group's tiles: WINDOW_BLOCKS blocks where those fit (their sums then
   float32), else as many channels as fit (float64 sums); 0 where that does not apply. 32x56x56x64 3x3 into 64 (147 KB
   of taps), NHWC: 18.2-18.7 -> 16.9-17.1 ms forward; 8x28x28x128 into 128 (295 KB, 8 blocks of 17): 5.84-5.90 ->
@@ -508,9 +515,13 @@ def _window_chunk(reduce: UOp, reduce_ranges: list[UOp], columns: int) -> int:
   row of the window."""
   if reduce.arg is not Ops.ADD or accumulator_dtype(reduce) != F32 or len(reduce_ranges) < 2: return 0
   outer, window = reduce_ranges[0].src[0].arg, math.prod(rng.src[0].arg for rng in reduce_ranges[1:])
-  if window > SHORT_REDUCE * SHORT_REDUCE or outer * window * columns * 4 <= WINDOW_BLOCK_BYTES: return 0  # (in L1)
+  # (channels-first: no load reads along the channels, WINDOW_L1_SPARE)
+  limit = WINDOW_BLOCK_BYTES
+  if all(_stride(load.src[1], reduce_ranges[0]) != 1 for load in loads):
+    limit = min(limit, tile_geometry().l1_bytes - WINDOW_L1_SPARE)
+  if window > SHORT_REDUCE * SHORT_REDUCE or outer * window * columns * 4 <= limit: return 0  # (in L1)
   chunk = -(-outer // WINDOW_BLOCKS)
-  if chunk * window * columns * 4 > WINDOW_BLOCK_BYTES: chunk = WINDOW_BLOCK_BYTES // (window * columns * 4)
+  if chunk * window * columns * 4 > limit: chunk = limit // (window * columns * 4)
   return chunk if chunk >= 1 and outer >= 2 * chunk else 0
 
 

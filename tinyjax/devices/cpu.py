@@ -153,6 +153,22 @@ def vector_registers() -> tuple[int, int]:
 
 
 @functools.cache
+def l1_data_bytes() -> int:
+  """The host's level-1 data cache of a core in bytes, from Linux's sysfs (32 KB where it can't be read), which sizes
+  a direct convolution's channel blocks (codegen/opt.py `_window_chunk`)."""
+  base = "/sys/devices/system/cpu/cpu0/cache"
+  try:
+    for index in sorted(name for name in os.listdir(base) if name.startswith("index")):
+      def read(field: str, index: str = index) -> str:
+        with open(f"{base}/{index}/{field}") as file: return file.read().strip()
+      if read("level") == "1" and read("type") in ("Data", "Unified"):
+        size = read("size")
+        return int(size[:-1]) << {"K": 10, "M": 20}[size[-1]] if size[-1] in "KM" else int(size)
+  except (OSError, ValueError, KeyError): pass
+  return 32 << 10
+
+
+@functools.cache
 def amx_bf16() -> bool:
   """Whether kernels may use Intel AMX tiles for bfloat16 contractions (codegen/opt.py `amx_plan`): the host has
   AMX-TILE and AMX-BF16 and Linux grants this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, once, for all
