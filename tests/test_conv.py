@@ -655,6 +655,7 @@ def test_pointwise_convolution_of_channels_first_data_writes_channels_first(stri
                              np.einsum("ncw,oc->now", signal.astype(np.float64), taps[:, :, 0]), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.usefixtures("avx512_tiles")  # (AVX-512's 64-column tiles; AVX2's pack: test_tile_geometry.py)
 def test_pointwise_channels_first_product_runs_image_by_image(on_cpu):
   """An NCHW 1x1 convolution's product reads each image's channels in place, unpacked (codegen/opt.py
   IN_PLACE_BYTES), launched over the images (each image's input and output streamed through once), not over column

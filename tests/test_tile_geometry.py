@@ -259,3 +259,26 @@ def test_channels_first_taps_in_blocks_that_fit_l1(width, layout, on_cpu):
       WINDOW_BLOCK_BYTES
   assert any(opt[0] == "chunk" for opt in _product_opts(f, to(x), w)) == (taps > limit)
   _check(f(to(x), w), to(numpy_conv(x, w, (1, 1), ((1, 1), (1, 1)))), 1e-4)
+
+
+def test_channels_first_pointwise_product_launched_over_images(width, on_cpu):
+  """An NCHW 1x1 convolution's product is launched over the images whatever the tiles (each image's input and output
+  streamed through once); its input is read in place where a tile's columns are whole runs of
+  opt.IN_PLACE_MIN_BYTES (AVX-512's 64), else packed per column tile (AVX2's 16, SSE's 8). Values and gradients
+  against numpy in float64."""
+  from tinyjax.codegen.opt import IN_PLACE_MIN_BYTES
+  rng = np.random.default_rng(10)
+  x = rng.standard_normal((3, 64, 56, 56)).astype(np.float32)
+  w = (rng.standard_normal((48, 64, 1, 1)) / 8).astype(np.float32)
+  ct = rng.standard_normal((3, 48, 56, 56)).astype(np.float32)
+
+  def conv(a, b): return lax.conv_general_dilated(a, b, (1, 1), "VALID")
+  f = tj.jit(conv)
+  (product,) = kernels_of(f.lower(x, w)._compiled.schedule.schedule.kernels)
+  columns = tile_geometry().vector_bytes // 4 * tile_geometry().tile_vectors
+  assert product.outer_size == 3
+  assert any(opt[0] == "pack" for opt in applied_opts(product.ast)) == (columns * 4 % IN_PLACE_MIN_BYTES != 0)
+  _check(f(x, w), numpy_conv(x, w, (1, 1), ((0, 0), (0, 0))), 1e-4)
+  gx, gw = tj.jit(tj.grad(lambda a, b: (conv(a, b) * ct).sum(), argnums=(0, 1)))(x, w)
+  _check(gx, np.einsum("nohw,oc->nchw", ct.astype(np.float64), w[:, :, 0, 0].astype(np.float64)), 1e-4)
+  _check(np.asarray(gw)[:, :, 0, 0], np.einsum("nohw,nchw->oc", ct.astype(np.float64), x.astype(np.float64)), 1e-3)

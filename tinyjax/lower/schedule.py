@@ -883,6 +883,9 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
   # (with ranges before the row, as few tiles as threads do: each thread one tile, the same work)
   if columns % plan.columns or tiles < 2 * threads and not (leading and tiles % threads == 0): return None
   reduce_ranges = list(plan.reduce.src[1:])
+  # (a pack that is each leading value's own, an NCHW convolution's image, is packed as often either way: cut by
+  # column tiles, the leading range would only move inside them, each tile reading every image)
+  if any(rng in load.src[1].toposort for load in plan.packed for rng in leading): return None
   row_loads = [n for n in plan.reduce.src[0].toposort if n.op is Ops.LOAD and plan.row in n.src[1].toposort]
   if not leading and rows >= columns and \
       any(linear_strides(load.src[1])[0].get(reduce_ranges[-1]) != 1 for load in row_loads):
