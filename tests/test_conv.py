@@ -294,11 +294,11 @@ def test_weight_gradient_as_flat_gemm_matches_numpy(monkeypatch, padding, dilati
   got = np.asarray(tj.jit(tj.grad(loss))(ws))
   assert bool(calls) == flat
   xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), *pads))
-  if flat:  # NCHW: the flat GEMM's rows (a transposing copy) read the input through its padding, not a padded copy
+  if flat:  # the flat GEMM's rows (NCHW: after a transposing copy) read the input through its padding, in one pass
     from tinyjax.lower.schedule import kernels_of
     padded = "e_" + "_".join(map(str, to_layout(xp, "NHWC").shape)) + "_"
     kernels = kernels_of(tj.jit(tj.grad(loss)).lower(ws)._compiled.schedule.schedule.kernels)
-    assert len(kernels) > 1 and any(kernel.name.startswith(padded) for kernel in kernels) == (numbers is not None)
+    assert len(kernels) > 1 and not any(kernel.name.startswith(padded) for kernel in kernels)
     if numbers is None:  # the input and the output gradient copied channels last first (register transposes)
       names = [kernel.name for kernel in kernels]
       assert any(name.startswith("e_3_10_9_4_") for name in names), names

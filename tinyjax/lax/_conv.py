@@ -242,13 +242,15 @@ def _conv_impl(lhs: Array, rhs: Array, *, window_strides: tuple[int, ...], paddi
     config = [(0, 0, 0)] * lhs.ndim
     for axis, d, (lo, hi) in zip(numbers.lhs_spec[2:], lhs_dilation, padding): config[axis] = (lo, hi, d - 1)
     padded = pad(lhs, 0, config)
-    if _flat(padded, rhs, window_strides, rhs_dilation, numbers, feature_group_count, batch_group_count) and \
-        (order := _rows_order(numbers.lhs_spec)) != sorted(order):
+    flat = _flat(padded, rhs, window_strides, rhs_dilation, numbers, feature_group_count, batch_group_count)
+    if flat and (order := _rows_order(numbers.lhs_spec)) != sorted(order):
       # the flat GEMM's rows transpose the input (an NCHW input's weight gradient): a copy of the input in their
       # order first (register transposes, codegen/llvm.py), then the rows copy reads it through the padding in order
       # (32x64x56x56: 1.06 + 0.67 ms; read through the padding across: 2.7-3.3 ms; padded, then read: 1.75 + 3.3)
       padded = pad(permute_raw(_materialize(permute_raw(lhs, order)), list(np.argsort(order))), 0, config)
-    elif any(p != (0, 0) for p in padding): padded = _materialize(padded)
+    # (a flat GEMM copies its rows, with zero rows after them, in one pass through the padding: `_flat_conv`; the
+    # padded input materialized first was a second pass, 3x3 NHWC weight gradient 112 -> 107 ms at 32x56x56x64)
+    elif any(p != (0, 0) for p in padding) and not flat: padded = _materialize(padded)
     lhs = padded
   channels_last = (0, n_spatial + 1, *range(1, n_spatial + 1))
   if feature_group_count == 1 and batch_group_count == 1 and \
