@@ -227,7 +227,7 @@ def test_big_outputs_are_streamed_a_line_at_a_time(width, monkeypatch):
   """A register tile's big float32 output (opt.NONTEMPORAL_BYTES, lowered here) is stored non-temporally a whole
   64-byte line per store: AVX-512's vectors are lines, AVX2's are joined two at a time (`render_block`); SSE's tiles
   (8 columns) are half a line and keep plain stores, as do a tile's narrower remainder columns. Values against numpy
-  in float64."""
+  in float64; a long sum's output stores through the caches."""
   from tinyjax.codegen import opt
   monkeypatch.setattr(opt, "NONTEMPORAL_BYTES", 1 << 10)
   rng = np.random.default_rng(8)
@@ -239,6 +239,11 @@ def test_big_outputs_are_streamed_a_line_at_a_time(width, monkeypatch):
   ir = render_llvm(product.name, product.ast)
   assert ("store <16 x float> %" in ir and ", align 64, !nontemporal" in ir) == lines
   _check(f(a, b), np.maximum(a.astype(np.float64) @ b, 0), 1e-4)
+  # a long sum (past opt.NONTEMPORAL_MAX_STEPS) stores through the caches: its output is little of its traffic
+  long_a, long_b = (rng.standard_normal(shape).astype(np.float32) for shape in ((300, 1100), (1100, 64)))
+  (product,) = [k for k in kernels_of(f.lower(long_a, long_b)._compiled.schedule.schedule.kernels)
+                if k.name.startswith("r_")]
+  assert ("nontemporal",) not in applied_opts(product.ast)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

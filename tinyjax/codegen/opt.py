@@ -252,6 +252,10 @@ TRANSPOSE_BLOCK = 32
 # noise. With AVX2 a line is two vectors, stored as one (the write-combining buffers send the two halves as one
 # line): the same convolution 12.0-12.8 -> 9.8-11.7 ms on Zen 3.
 NONTEMPORAL_BYTES = 16 << 20
+# ... for a register tile, where its sum has at most NONTEMPORAL_MAX_STEPS steps (its output a real share of its
+# traffic): the 2048^3 matmul, whose output is 16 MB, ran slower streamed on Zen 3 (in-process A/B, best / median of
+# 14: 123 / 102 GFLOP/s against 134 / 121); AVX-512's measured within noise.
+NONTEMPORAL_MAX_STEPS = 1024
 
 # A register tile may store a STORE that is not contiguous along its column (element by element) when its sum has at
 # least this many steps (`permuted_store_pays`, lower/schedule.py `_contraction_order`).
@@ -499,6 +503,7 @@ def _nontemporal(store: UOp, reduce: UOp, global_ranges: list[UOp], columns: int
   dtype = store.src[0].dtype
   if skip or dtype.kind != "f" or LINE_BYTES % (dtype.itemsize * lanes) or columns * dtype.itemsize % LINE_BYTES:
     return False
+  if math.prod(rng.src[0].arg for rng in reduce.src[1:]) > NONTEMPORAL_MAX_STEPS: return False
   return accumulator_dtype(reduce) == dtype and big_output(store, global_ranges)
 
 
