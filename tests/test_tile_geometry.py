@@ -63,18 +63,22 @@ def _check(got, want, tolerance=2e-5):
   np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tolerance, atol=tolerance)
 
 
+def _check_dense_layer(a, w, bias):
+  """relu(a @ w + bias) and the gradients of the sum of its squares against numpy in float64."""
+  product = a.astype(np.float64) @ w + bias
+  _check(tj.jit(lambda a, w, bias: tj.nn.relu(a @ w + bias))(a, w, bias), np.maximum(product, 0), 1e-4)
+  ga, gw = tj.jit(tj.grad(lambda a, w: (tj.nn.relu(a @ w + bias) ** 2).sum(), argnums=(0, 1)))(a, w)
+  ct = 2 * np.maximum(product, 0)
+  _check(ga, ct @ w.T.astype(np.float64), 1e-3)
+  _check(gw, a.T.astype(np.float64) @ ct, 1e-3)
+
+
 @pytest.mark.parametrize("m,k,n", [(67, 45, 83), (130, 600, 96), (5, 3000, 40)])
 def test_matmuls_with_epilogues(width, m, k, n):
   """Odd shapes (tails of rows, columns and blocks), a bias and relu epilogue, its gradients, and an int32 product."""
   rng = np.random.default_rng(m)
   a, b, bias = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (k, n), (n,)))
-  f = tj.jit(lambda a, b, bias: tj.nn.relu(a @ b + bias))
-  product = a.astype(np.float64) @ b + bias
-  _check(f(a, b, bias), np.maximum(product, 0), 1e-4)
-  ga, gb = tj.jit(tj.grad(lambda a, b: (tj.nn.relu(a @ b + bias) ** 2).sum(), argnums=(0, 1)))(a, b)
-  g = 2 * np.maximum(product, 0)
-  _check(ga, g @ b.T.astype(np.float64), 1e-3)
-  _check(gb, a.T.astype(np.float64) @ g, 1e-3)
+  _check_dense_layer(a, b, bias)
   ints = [rng.integers(-20, 20, shape).astype(np.int32) for shape in ((m, k), (k, n))]
   np.testing.assert_array_equal(np.asarray(tj.jit(lambda x, y: x @ y)(*ints)), ints[0] @ ints[1])
 
@@ -187,12 +191,7 @@ def test_narrow_outputs_pack_every_column_tile(width):
   a, w, bias = (t.astype(np.float32) for t in (a, w, bias))
   layer = tj.jit(lambda a, w, bias: tj.nn.relu(a @ w + bias))
   assert (("tiles", 1, tiles) in _product_opts(layer, a, w, bias)) == (tiles > 1)
-  product = a.astype(np.float64) @ w + bias
-  _check(layer(a, w, bias), np.maximum(product, 0), 1e-4)
-  ga, gw = tj.jit(tj.grad(lambda a, w: (tj.nn.relu(a @ w + bias) ** 2).sum(), argnums=(0, 1)))(a, w)
-  ct = 2 * np.maximum(product, 0)
-  _check(ga, ct @ w.T.astype(np.float64), 1e-3)
-  _check(gw, a.T.astype(np.float64) @ ct, 1e-3)
+  _check_dense_layer(a, w, bias)
   # per-example gradients (vmap of grad) and a jitted vmap: the same kernels batched
   per_example = tj.jit(tj.vmap(tj.grad(lambda w, a: (tj.nn.relu(a @ w + bias) ** 2).sum()), in_axes=(None, 0)))
   rows = a[:12].reshape(3, 4, 64)
