@@ -29,7 +29,7 @@ import dataclasses
 import math
 import re
 import struct
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -37,9 +37,9 @@ from tinyjax.codegen import transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
 from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, LINE_BYTES, ROW_PACK_PAD,
-                                 SHORT_REDUCE,
-                                 VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts, big_output, block_stride,
-                                 choose_opts, global_ranges_of, linear_strides, tile_geometry, transpose_block)
+                                 SHORT_REDUCE, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts, big_output,
+                                 block_stride, choose_opts, global_ranges_of, linear_strides, tile_geometry,
+                                 transpose_block)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.lower import symbolic
 from tinyjax.uop import BOOL, Ops, UOp
@@ -1404,6 +1404,22 @@ class _Renderer(Linearizer):
         self.packs = {}
       column_start = column_index
 
+  @contextlib.contextmanager
+  def column_tiles(self, column_start: str, tiles: int, arrays: dict[Any, tuple[str, np.dtype, int]]) \
+      -> Iterator[tuple[str, dict[Any, str]]]:
+    """A loop over `tiles` column tiles of the plan's from `column_start` (none for one tile): each one's first column
+    and its part of each of `arrays` (key -> (array, dtype, values per tile): the tiles' packs or sums side by side,
+    `opt.TilePlan.tiles`)."""
+    plan = self.plan
+    assert plan is not None
+    if tiles == 1:
+      yield column_start, {key: array for key, (array, _, _) in arrays.items()}
+      return
+    with self.loop("0", str(tiles), None, vectorize=False) as tile:
+      yield self.emit(f"add nsw i64 {column_start}, {self.emit(f'mul nsw i64 {tile}, {plan.columns}')}"), \
+          {key: self.slot(array, dtype, self.emit(f"mul nsw i64 {tile}, {size}"))
+           for key, (array, dtype, size) in arrays.items()}
+
   def render_packed_row_tiles(self, row_start: str, row_end: str, column_start: str, heights: list[int]) -> None:
     """The plan's `tiles` column tiles packed side by side first (`opt.TilePlan.tiles`: all of them in L1), then
     each row tile runs every column tile: the row operand is read once, where a loop over the column tiles outside
@@ -1413,19 +1429,12 @@ class _Renderer(Linearizer):
     steps, columns = math.prod(rng.src[0].arg for rng in plan.reduce.src[1:]), plan.columns
     arrays = {load: self.alloca(f"[{plan.tiles * steps * columns} x {compute_type(load.dtype)}]", align=LINE_BYTES)
               for load in plan.packed}
-
-    @contextlib.contextmanager
-    def column_tiles() -> Iterator[str]:
-      with self.loop("0", str(plan.tiles), None, vectorize=False) as tile:
-        self.packs = {load: self.slot(array, load.dtype, self.emit(f"mul nsw i64 {tile}, {steps * columns}"))
-                      for load, array in arrays.items()}
-        yield self.emit(f"add nsw i64 {column_start}, {self.emit(f'mul nsw i64 {tile}, {columns}')}")
-      self.packs = {}
-
     self.pack(column_start, packs=arrays, tiles=plan.tiles)
     for row_index, height, clamp in self.row_tiles(row_start, row_end, heights):
-      with column_tiles() as first:
+      with self.column_tiles(column_start, plan.tiles, {load: (array, load.dtype, steps * columns)
+                                                        for load, array in arrays.items()}) as (first, self.packs):
         self.render_block(row_index, height, first, columns, clamp)
+    self.packs = {}
 
   def tile_sizes(self, rng: UOp, tile: int, outermost: UOp, narrower: int = 1) -> list[int]:
     """The tile sizes, widest first, that a loop over the plan's column runs in: `tile`, then `narrower` and 1 for
@@ -1491,17 +1500,10 @@ class _Renderer(Linearizer):
     self.pack_origin = panel[0] if panel else "0"
 
     transposed = self.transposed_packs(packs, steps)
+    per_tile = {load: (array, load.dtype, steps * plan.columns) for load, array in packs.items()}
 
-    @contextlib.contextmanager
-    def column_tiles() -> Iterator[tuple[str, dict[UOp, str]]]:
-      """Each tile's first column and arrays: a loop over them (none for one tile)."""
-      if tiles == 1:
-        yield column_start, packs
-        return
-      with self.loop("0", str(tiles), None, vectorize=False) as tile:
-        yield self.emit(f"add nsw i64 {column_start}, {self.emit(f'mul nsw i64 {tile}, {plan.columns}')}"), \
-            {load: self.slot(array, load.dtype, self.emit(f"mul nsw i64 {tile}, {steps * plan.columns}"))
-             for load, array in packs.items()}
+    def column_tiles() -> contextlib.AbstractContextManager[tuple[str, dict[UOp, str]]]:
+      return self.column_tiles(column_start, tiles, per_tile)
 
     def nest(depth: int) -> None:
       if depth < len(ranges):
@@ -1928,17 +1930,9 @@ class _Renderer(Linearizer):
     row_packs = {load: self.alloca(f"[{panel * row_stride} x {compute_type(load.dtype)}]", align=LINE_BYTES)
                  for load in plan.row_packed} if panel < size else {}
 
-    @contextlib.contextmanager
-    def column_tiles() -> Iterator[tuple[str, str, dict[UOp, str] | None]]:
-      """A loop over the column tiles (none for one): each one's first column, sums and packs."""
-      if tiles == 1:
-        yield column_start, sums, None
-        return
-      with self.loop("0", str(tiles), None, vectorize=False) as tile:
-        yield self.emit(f"add nsw i64 {column_start}, {self.emit(f'mul nsw i64 {tile}, {columns}')}"), \
-            self.slot(sums, total_dtype, self.emit(f"mul nsw i64 {tile}, {tile_sums}")), \
-            {load: self.slot(array, load.dtype, self.emit(f"mul nsw i64 {tile}, {panel * columns}"))
-             for load, array in (packs or {}).items()}
+    # (each column tile's sums, under None, and packs)
+    per_tile = {None: (sums, total_dtype, tile_sums),
+                **{load: (array, load.dtype, panel * columns) for load, array in (packs or {}).items()}}
 
     with self.loop(row_start, row_end, None, step=plan.group, whole=False) as group:
       group_end = self.capped(group, plan.group, row_end)
@@ -1962,15 +1956,18 @@ class _Renderer(Linearizer):
           last_block = self.emit(f"sdiv i64 {self.emit(f'add nsw i64 {panel_end}, {block - 1}')}, {block}")
         else:
           first_block, last_block = "0", str(-(-size // block))
-        with column_tiles() as (first, tile_sums_at, tile_packs):
-          if tile_packs: self.packs = tile_packs
+        with self.column_tiles(column_start, tiles, per_tile) as (first, parts):
+          tile_sums_at = parts.pop(None)
+          if parts: self.packs = parts
           # (a panel of every column tile is read from L2 by all but the first: the per-step prefetches cost more than
           # they save there, 3x3 weight gradient 85-99 -> 54-62 ms on AVX2)
           prefetches = self.panel_prefetch(group, first, panel_end, panel) if panel < size and tiles == 1 else None
           self.render_group_blocks(first_block, last_block, group, group_end, first, columns, heights, tile_sums_at,
                                    total_dtype, row_slots, prefetches)
       self.row_packs = {}
-      with column_tiles() as (first, tile_sums_at, _), self.span_loops() as span:
+      with self.column_tiles(column_start, tiles, {None: per_tile[None]}) as (first, parts), \
+          self.span_loops() as span:
+        tile_sums_at = parts[None]
         rest = group
         lanes = self.transpose_square
         if self.transposed_epilogue and columns % lanes == 0:
