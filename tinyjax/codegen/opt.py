@@ -636,13 +636,12 @@ def _packed_loads(loads: list[UOp], row: UOp | None, column: UOp, reduce_ranges:
   if row is None or row is not global_ranges[-2] or row.src[0].arg < PACK_MIN_ROWS: return (), 0, 1
   packed = tuple(load for load in loads if row not in load.src[1].toposort and column in load.src[1].toposort and
                  any(rng in load.src[1].toposort for rng in reduce_ranges))
-  if packed and _in_place(packed, global_ranges[:-2], reduce_ranges, columns): return (), 0, 1
+  if not packed or _in_place(packed, global_ranges[:-2], reduce_ranges, columns): return (), 0, 1
   step_bytes = columns * sum(max(4, load.dtype.itemsize) for load in packed)
   # (the whole column's pack for a block within PANEL_BYTES: a panel packs every column tile, `TilePlan.tiles`)
   tiles = column.src[0].arg // columns if column.src[0].arg % columns == 0 else 1
   if tiles * step_bytes * sum_block > PANEL_BYTES: tiles = 1
   steps = math.prod(rng.src[0].arg for rng in reduce_ranges)
-  if not packed: return (), 0, 1
   if steps * step_bytes * tiles <= PACK_BYTES:
     # (every column tile's pack in TILES_PACK_BYTES beside a row operand that does not stay in L2: each row tile
     # runs all the column tiles)
@@ -653,15 +652,18 @@ def _packed_loads(loads: list[UOp], row: UOp | None, column: UOp, reduce_ranges:
   return packed, max(sum_block, PANEL_BYTES // (step_bytes * tiles) // sum_block * sum_block), tiles
 
 
+def reads_across_rows(load: UOp, row: UOp, column: UOp, steps: UOp) -> bool:
+  """Whether `load` is a register tile's row operand read across its rows: linear, along the row (stride 1), not
+  along the column, and a line or more apart from one reduce step to the next (`x.T @ g`'s x). Such an operand is
+  copied per panel (ROW_PACK_PAD) or whole first (lower/schedule.py `relayout`)."""
+  strides, other = linear_strides(load.src[1])
+  return not other and column not in strides and strides.get(row) == 1 and \
+      abs(strides.get(steps, 0)) * load.dtype.itemsize >= LINE_BYTES
+
+
 def _row_packed(loads: list[UOp], row: UOp, column: UOp, steps: UOp) -> tuple[UOp, ...]:
-  """The row operand's loads that a panel of every column tile copies (ROW_PACK_PAD): read along the row (stride 1)
-  and across it along the reduction (a line or more per step: `x.T @ g`'s x), not along the column."""
-  chosen = []
-  for load in loads:
-    strides, other = linear_strides(load.src[1])
-    if other or column in strides or strides.get(row) != 1: continue
-    if abs(strides.get(steps, 0)) * load.dtype.itemsize >= LINE_BYTES: chosen.append(load)
-  return tuple(chosen)
+  """The row operand's loads that a panel of every column tile copies (ROW_PACK_PAD, `reads_across_rows`)."""
+  return tuple(load for load in loads if reads_across_rows(load, row, column, steps))
 
 
 def _in_place(packed: tuple[UOp, ...], outer: list[UOp], reduce_ranges: list[UOp], columns: int) -> bool:

@@ -26,8 +26,8 @@ from typing import Any, Callable
 import numpy as np
 
 from tinyjax.codegen.gpu import gemm_tile
-from tinyjax.codegen.opt import (BF16, F16, LINE_BYTES, VECTOR_UNARY, choose_opts, global_ranges_of, launch_grain,
-                                 linear_strides, permuted_store_pays, tile_geometry)
+from tinyjax.codegen.opt import (BF16, F16, VECTOR_UNARY, choose_opts, global_ranges_of, launch_grain, linear_strides,
+                                 permuted_store_pays, reads_across_rows, tile_geometry)
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import SPLIT_MIN_CHUNK_WORK, split_reductions
@@ -1282,8 +1282,7 @@ class _Scheduler:
     strided = []
     for load in (n for n in reduces[0].src[0].toposort if n.op is Ops.LOAD):
       strides, nonlinear = linear_strides(load.src[1])
-      if across and (column in strides or strides.get(plan.row) != 1 or
-                     abs(strides.get(inner, 0)) * load.dtype.itemsize < LINE_BYTES or
+      if across and (not reads_across_rows(load, plan.row, column, inner) or
                      plan.row.src[0].arg * inner.src[0].arg * load.dtype.itemsize < RELAYOUT_ACROSS_BYTES):
         continue  # (only the row operand, read across its rows)
       if len(load.src) == 2 and not nonlinear and strides.get(axis, 0) not in (0, 1): strided.append((load, strides))
