@@ -199,6 +199,55 @@ def test_narrow_outputs_pack_every_column_tile(width):
   _check(per_example(w, rows), np.stack(want), 1e-3)
 
 
+def test_longer_sums_into_narrow_outputs_pack_every_column_tile(width):
+  """A sum of 512 steps into 64 columns beside a tall row operand: every column tile's pack (128 KB on AVX2) within
+  opt.TILES_PACK_BYTES, so all of them are packed first and each row tile runs over them ('tiles'), the row operand
+  read once. Against numpy in float64."""
+  from tinyjax.codegen.opt import TILES_PACK_BYTES
+  rng = np.random.default_rng(8)
+  tiles = 64 // (tile_geometry().vector_bytes // 4 * tile_geometry().tile_vectors)
+  a, w = rng.standard_normal((3001, 512)).astype(np.float32), (rng.standard_normal((512, 64)) / 20).astype(np.float32)
+  assert 512 * 64 * 4 <= TILES_PACK_BYTES
+  product = tj.jit(lambda a, w: a @ w)
+  assert (("tiles", 1, tiles) in _product_opts(product, a, w)) == (tiles > 1)
+  _check(product(a, w), a.astype(np.float64) @ w, 1e-4)
+
+
+@pytest.mark.parametrize("llc", [1 << 20, 32 << 20])
+def test_wide_gemms_overflowing_the_last_level_cache_launch_blocks_of_column_tiles(width, llc, monkeypatch):
+  """A GEMM whose operands and output (1.7 MB) overflow the last-level cache (pinned to 1 MB) is launched over
+  blocks of column tiles, each packing its tiles together (up to opt.TILES_PACK_BYTES, two launches per thread left)
+  and running every row tile over them (schedule.py `_column_block_tiles`); with a 32 MB cache, over single tiles.
+  A bias epilogue, rows that are no whole tiles, against numpy in float64."""
+  from tinyjax.codegen import opt
+  from tinyjax.devices import cpu
+  from tinyjax.lower import realize
+  from tinyjax.lower.schedule import schedule
+  monkeypatch.setattr(cpu, "data_cache_bytes", lambda level: llc if level == 3 else 32 << 10)
+  opt.tile_geometry.cache_clear()
+  realize._memory_cache.clear()
+  try:
+    assert tile_geometry().llc_bytes == llc
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((383, 256)).astype(np.float32), rng.standard_normal((256, 512)).astype(np.float32)
+    bias = rng.standard_normal(512).astype(np.float32)
+    f = tj.jit(lambda a, b, bias: a @ b + bias)
+    columns = tile_geometry().vector_bytes // 4 * tile_geometry().tile_vectors
+    tiles, pack = 512 // columns, 256 * columns * 4
+    block = max(n for n in (1, 2, 4, 8, 16) if n == 1 or tiles // n >= 4 and n * pack <= opt.TILES_PACK_BYTES) \
+        if llc < 32 << 20 else 1
+    (product,) = [k for k in schedule(f.lower(a, b, bias)._compiled.jaxpr.sink, threads=2).kernels
+                  if k.name.startswith("r_")]
+    assert block > 1 or llc == 32 << 20
+    assert product.outer_size == tiles // block
+    assert (("tiles", 2, block) in applied_opts(product.ast)) == (block > 1)
+    _check(f(a, b, bias), a.astype(np.float64) @ b + bias, 1e-4)
+  finally:
+    monkeypatch.undo()
+    opt.tile_geometry.cache_clear()
+    realize._memory_cache.clear()
+
+
 def test_three_by_three_weight_gradient_over_a_long_sum(width, on_cpu):
   """A 3x3 NHWC weight gradient over 8x72x72 positions: a flat GEMM whose panels pack every column tile, its kernel
   taps summed apart (spans); exact directional derivative against numpy (conv is bilinear)."""

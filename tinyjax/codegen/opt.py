@@ -83,23 +83,24 @@ class TileGeometry:
   dot_rows: int          # a dot tile's rows and columns (`_dot_plan`)
   dot_columns: int
   transpose_lanes: int   # float32 lanes of a vector: the side of the register transposes' squares (llvm.py)
-  l1_bytes: int = 32 << 10  # a core's L1 data cache (devices/cpu.py `l1_data_bytes`: `_window_chunk`)
+  l1_bytes: int = 32 << 10  # a core's L1 data cache (devices/cpu.py `data_cache_bytes`: `_window_chunk`)
+  llc_bytes: int = 32 << 20  # the last-level cache (lower/schedule.py `_split_columns`' column blocks)
 
 
 @functools.cache
 def tile_geometry() -> TileGeometry:
   """The tile shapes for the host's vector registers (devices/cpu.py `vector_registers`)."""
-  from tinyjax.devices.cpu import l1_data_bytes, vector_registers
-  return geometry_for(*vector_registers(), l1_data_bytes())
+  from tinyjax.devices.cpu import data_cache_bytes, vector_registers
+  return geometry_for(*vector_registers(), data_cache_bytes(1), data_cache_bytes(3))
 
 
-def geometry_for(width: int, registers: int, l1_bytes: int = 32 << 10) -> TileGeometry:
+def geometry_for(width: int, registers: int, l1_bytes: int = 32 << 10, llc_bytes: int = 32 << 20) -> TileGeometry:
   """The tile shapes for `registers` vector registers of `width` bytes. A tile without a row keeps one accumulator
   per vector of columns: 64 float32 columns (256 bytes) where half the registers hold them (4 with AVX-512, 8 with
   AVX2: a 64-wide RNN step's h @ w as 4 tiles of 16 columns took a 1000-step scan from 0.33 to 0.58 ms on Zen 3)."""
   tile_vectors, dot = (4, 4) if registers >= 32 else (2, 3)
   rowless = max(tile_vectors, min(registers // 2, 256 // width))
-  return TileGeometry(width, 6, tile_vectors, rowless, 4, 8, dot, dot, width // 4, l1_bytes)
+  return TileGeometry(width, 6, tile_vectors, rowless, 4, 8, dot, dot, width // 4, l1_bytes, llc_bytes)
 
 
 # Without a row to tile, the accumulator array spans STREAM_TILE elements of the column: each reduce step reads that
@@ -203,8 +204,13 @@ PANEL_BYTES = 1 << 17
 # weight gradient of 32x56x56x64 -> 64 18-25 -> 10-12 ms, its 3x3 one 110 -> 54-62 ms. A sum short enough for one
 # pack whose every column tile's pack fits TILES_PACK_BYTES, beside a row operand bigger than RESIDENT_BYTES, packs all
 # the tiles first and runs each row tile over all of them (llvm.py `render_packed_row_tiles`): the 1x1 convolution's
-# (100352 x 64) @ (64 x 64) 7.4-12.3 -> 6.4-6.8 ms.
-TILES_PACK_BYTES = 64 << 10
+# (100352 x 64) @ (64 x 64) 7.4-12.3 -> 6.4-6.8 ms. TILES_PACK_BYTES is L2-sized: at 64 KB, longer sums (K = 512 into
+# 64 columns) went back to the loop over tiles; at 512 KB (in-process A/B, best / median GFLOP/s on Zen 3, 2 cores)
+# 100352x512x64 71 / 59 -> 118 / 107, 32768x1024x128 99 / 85 -> 141 / 127, 8192x256x128 78 / 57 -> 135 / 102 (256 KB and
+# 1 MB measured between), and the convolutions of `benchmarks/run.py conv_layouts` level or up to 10% faster.
+# `_split_columns` (lower/schedule.py) cuts a wide GEMM whose operands overflow the last-level cache into blocks of
+# column tiles that take such packs.
+TILES_PACK_BYTES = 512 << 10
 # Such a panel also copies its row operand where that is read across its rows (`x.T @ g`'s x: each step a tile's rows
 # in one line, the next step's a row further), its steps one after the other with ROW_PACK_PAD values of padding
 # between (a row of 64 float32 is 256 bytes, whose multiples crowded the tiles' lines into a quarter of L1's sets,

@@ -153,19 +153,24 @@ def vector_registers() -> tuple[int, int]:
 
 
 @functools.cache
-def l1_data_bytes() -> int:
-  """The host's level-1 data cache of a core in bytes, from Linux's sysfs (32 KB where it can't be read), which sizes
-  a direct convolution's channel blocks (codegen/opt.py `_window_chunk`)."""
+def data_cache_bytes(level: int) -> int:
+  """The host's data (or unified) cache of `level` in bytes, from Linux's sysfs: level 1 a core's, which sizes a direct
+  convolution's channel blocks (codegen/opt.py `_window_chunk`), the last level the one whose overflow decides a
+  GEMM's column blocks (lower/schedule.py `_split_columns`). 32 KB for level 1 and 32 MB otherwise where it can't be
+  read (the largest level there is where `level` is above it)."""
   base = "/sys/devices/system/cpu/cpu0/cache"
+  found = {}
   try:
     for index in sorted(name for name in os.listdir(base) if name.startswith("index")):
       def read(field: str, index: str = index) -> str:
         with open(f"{base}/{index}/{field}") as file: return file.read().strip()
-      if read("level") == "1" and read("type") in ("Data", "Unified"):
+      if read("type") in ("Data", "Unified"):
         size = read("size")
-        return int(size[:-1]) << {"K": 10, "M": 20}[size[-1]] if size[-1] in "KM" else int(size)
+        found[int(read("level"))] = int(size[:-1]) << {"K": 10, "M": 20}[size[-1]] if size[-1] in "KM" else int(size)
   except (OSError, ValueError, KeyError): pass
-  return 32 << 10
+  if level in found: return found[level]
+  if found and level > max(found): return found[max(found)]
+  return 32 << 10 if level == 1 else 32 << 20
 
 
 @functools.cache

@@ -26,8 +26,8 @@ from typing import Any, Callable
 import numpy as np
 
 from tinyjax.codegen.gpu import gemm_tile
-from tinyjax.codegen.opt import (BF16, F16, VECTOR_UNARY, choose_opts, global_ranges_of, launch_grain, linear_strides,
-                                 permuted_store_pays, reads_across_rows, tile_geometry)
+from tinyjax.codegen.opt import (BF16, F16, TILES_PACK_BYTES, VECTOR_UNARY, TilePlan, choose_opts, global_ranges_of,
+                                 launch_grain, linear_strides, permuted_store_pays, reads_across_rows, tile_geometry)
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import SPLIT_MIN_CHUNK_WORK, split_reductions
@@ -868,16 +868,21 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
   (a 3x3 weight gradient's (kh, kw, C, O)) stay between the tiles and the row; such a kernel, launched over kh alone,
   kept one of two threads idle a third of the time (14x14x256: 11.0 -> 8.0 ms, 28x28x128: 9.9 -> 7.5), and is cut
   whatever its row operand's strides, into as few as one tile per thread. Otherwise it needs twice as many column
-  tiles as threads, and a column count that is a multiple of the tile. Returns the new AST and its outer size, or
-  None."""
+  tiles as threads, and a column count that is a multiple of the tile. Where the operands overflow the last-level
+  cache, a launch takes a block of column tiles instead (`_column_block_tiles`). Returns the new AST and its outer
+  size, or None."""
   plan = choose_opts(ast)
-  # (a panel that packs every column tile runs them one after the other inside each launch chunk: opt.PANEL_BYTES)
-  if plan is None or plan.stream or plan.dot or plan.row is None or plan.tiles > 1: return None
+  if plan is None or plan.stream or plan.dot or plan.row is None: return None
   # (unpacked, only when the rows are one launch chunk: a classifier's transposed weight gradient, 10 rows)
   if not plan.packed and plan.row.src[0].arg > plan.grain: return None
   global_ranges = global_ranges_of(ast)
   if global_ranges[-2:] != [plan.row, plan.column]: return None
   leading = global_ranges[:-2]
+  # (a plan packing several column tiles runs them one after the other inside each launch chunk, opt.PANEL_BYTES and
+  # opt.TILES_PACK_BYTES, unless that launch would be a few values of ranges outside the row: a 3x3 weight gradient's
+  # 3 of kh for 2 threads)
+  if plan.tiles > 1 and (plan.panel or not leading or math.prod(rng.src[0].arg for rng in leading) >= 2 * threads):
+    return None
   rows, columns = plan.row.src[0].arg, plan.column.src[0].arg
   tiles = columns // plan.columns
   # (with ranges before the row, as few tiles as threads do: each thread one tile, the same work)
@@ -893,12 +898,36 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
 
   def new_range(size: int, index: int) -> UOp:
     return UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(size),), (index, "global"))
-  tile = new_range(columns // plan.columns, 0)
-  mapping = {rng: new_range(rng.src[0].arg, 1 + i) for i, rng in enumerate(leading)}
-  mapping[plan.row] = new_range(rows, 1 + len(leading))
-  mapping[plan.column] = symbolic.add(symbolic.mul(tile, plan.columns), new_range(plan.columns, 2 + len(leading)))
-  for i, rng in enumerate(reduce_ranges): mapping[rng] = rng.replace(arg=(3 + len(leading) + i, rng.arg[1]))
-  return symbolic.simplify(_substitute(ast, mapping)), columns // plan.columns
+
+  def cut(width: int) -> UOp:
+    tile = new_range(columns // width, 0)
+    mapping = {rng: new_range(rng.src[0].arg, 1 + i) for i, rng in enumerate(leading)}
+    mapping[plan.row] = new_range(rows, 1 + len(leading))
+    mapping[plan.column] = symbolic.add(symbolic.mul(tile, width), new_range(width, 2 + len(leading)))
+    for i, rng in enumerate(reduce_ranges): mapping[rng] = rng.replace(arg=(3 + len(leading) + i, rng.arg[1]))
+    return symbolic.simplify(_substitute(ast, mapping))
+  # (a block of column tiles where its plan packs them together, else one tile)
+  width = plan.columns * _column_block_tiles(plan, tiles, threads) if not leading else plan.columns
+  split = cut(width)
+  if width > plan.columns and ((block := choose_opts(split)) is None or block.tiles * plan.columns != width):
+    width, split = plan.columns, cut(plan.columns)
+  return split, columns // width
+
+
+def _column_block_tiles(plan: TilePlan, tiles: int, threads: int) -> int:
+  """How many column tiles a launch of a wide GEMM takes (`_split_columns`): 1, or where the operands and the output
+  overflow the last-level cache, the most tiles whose packs fit opt.TILES_PACK_BYTES that leave two launches per
+  thread. One tile a launch streams the row operand through the caches once per tile: from memory where it doesn't
+  stay in the last level, at 2 x 16 float32 columns (AVX2) per 6-row tile about the machine's bandwidth. A block packs
+  its tiles together and runs each row tile over all of them (opt.py `TILES_PACK_BYTES`): 2048^3 float32 on Zen 3 (2
+  cores, 32 MB L3, in-process A/B, best / median of 16) 126 / 113 -> 141 / 124 GFLOP/s in blocks of 4 tiles (512 KB),
+  129 / 117 in blocks of 2; where everything fits (1024^3, the MLP step's GEMMs) blocks measured level or slower."""
+  steps = math.prod(rng.src[0].arg for rng in plan.reduce.src[1:])
+  rows, columns = plan.row.src[0].arg, plan.column.src[0].arg
+  if (rows * steps + steps * columns + rows * columns) * 4 <= tile_geometry().llc_bytes: return 1
+  pack = steps * plan.columns * sum(max(4, load.dtype.itemsize) for load in plan.packed)
+  return max(n for n in range(1, tiles + 1) if tiles % n == 0 and (n == 1 or tiles // n >= 2 * threads and
+                                                                    n * pack <= TILES_PACK_BYTES))
 
 
 def _row_split_grain(ast: UOp, threads: int) -> int | None:
