@@ -317,9 +317,9 @@ def test_channels_first_taps_in_blocks_that_fit_l1(width, layout, on_cpu):
 def test_channels_first_pointwise_product_launched_over_images(width, on_cpu):
   """An NCHW 1x1 convolution's product is launched over the images whatever the tiles (each image's input and output
   streamed through once); its input is read in place where a tile's columns are whole runs of
-  opt.IN_PLACE_MIN_BYTES (AVX-512's 64), else packed per column tile (AVX2's 16, SSE's 8). Values and gradients
-  against numpy in float64."""
-  from tinyjax.codegen.opt import IN_PLACE_MIN_BYTES
+  opt.STEP_RUN_BYTES (AVX-512's 64), else packed in blocks of column tiles that make such runs ('tiles': 4 of AVX2's
+  16 columns, 8 of SSE's 8), each row tile run over the block. Values and gradients against numpy in float64."""
+  from tinyjax.codegen.opt import STEP_RUN_BYTES
   rng = np.random.default_rng(10)
   x = rng.standard_normal((3, 64, 56, 56)).astype(np.float32)
   w = (rng.standard_normal((48, 64, 1, 1)) / 8).astype(np.float32)
@@ -330,7 +330,10 @@ def test_channels_first_pointwise_product_launched_over_images(width, on_cpu):
   (product,) = kernels_of(f.lower(x, w)._compiled.schedule.schedule.kernels)
   columns = tile_geometry().vector_bytes // 4 * tile_geometry().tile_vectors
   assert product.outer_size == 3
-  assert any(opt[0] == "pack" for opt in applied_opts(product.ast)) == (columns * 4 % IN_PLACE_MIN_BYTES != 0)
+  packed = columns * 4 % STEP_RUN_BYTES != 0
+  assert any(opt[0] == "pack" for opt in applied_opts(product.ast)) == packed
+  assert [opt[2] for opt in applied_opts(product.ast) if opt[0] == "tiles"] == \
+      ([STEP_RUN_BYTES // (columns * 4)] if packed else [])
   _check(f(x, w), numpy_conv(x, w, (1, 1), ((0, 0), (0, 0))), 1e-4)
   gx, gw = tj.jit(tj.grad(lambda a, b: (conv(a, b) * ct).sum(), argnums=(0, 1)))(x, w)
   _check(gx, np.einsum("nohw,oc->nchw", ct.astype(np.float64), w[:, :, 0, 0].astype(np.float64)), 1e-4)

@@ -1387,7 +1387,8 @@ class _Renderer(Linearizer):
       self.packs = {}
       return
     if plan.tiles > 1:  # (every column tile packed first, then each row tile runs them all)
-      self.render_packed_row_tiles(*bounds(plan.row), column_start, row_heights)
+      with self.loop(column_start, column_end, None, step=plan.tiles * plan.columns) as block_start:
+        self.render_packed_row_tiles(*bounds(plan.row), block_start, row_heights)
       return
     for width in self.tile_sizes(plan.column, plan.columns, outermost, plan.lanes):
       with self.loop(column_start, column_end, None, step=width) as column_index:

@@ -176,12 +176,16 @@ PACK_MIN_ROWS = 16
 # images: 1.96-2.15 ms.
 IN_PLACE_BYTES = 32 << 10
 IN_PLACE_WAYS = 6
-# ... and each step's columns are whole runs of IN_PLACE_MIN_BYTES: an AVX2 tile's 16 columns are one line a step, all
+# ... and each step's columns are whole runs of STEP_RUN_BYTES: an AVX2 tile's 16 columns are one line a step, all
 # 64 steps' lines in a quarter of L1's sets (the rows 12.5 KB apart), beside the row operand's and the output's lines.
-# Packed per column tile instead (each image's own pack, the kernel still launched over the images), the NCHW 1x1
-# convolution of 32x64x56x56 into 64 on Zen 3, in-process A/B (min / median of 10): backward 21.8 / 22.9 -> 19.0 /
-# 20.0 ms, forward level (7.7 / 8.1 against 8.0 / 8.8).
-IN_PLACE_MIN_BYTES = 256
+# Packed instead (each image's own pack, the kernel still launched over the images), the NCHW 1x1 convolution of
+# 32x64x56x56 into 64 on Zen 3, in-process A/B (min / median of 10): backward 21.8 / 22.9 -> 19.0 / 20.0 ms, forward
+# level (7.7 / 8.1 against 8.0 / 8.8). Such a pack takes blocks of as many column tiles as make a step's columns a run
+# of STEP_RUN_BYTES (`_run_tiles`: 4 of AVX2's), packed together first and each row tile run over them (llvm.py
+# `render_packed_row_tiles`), so that each step's row streams from memory a few lines at a time, not one line per
+# tile from each of 64 rows: the same convolution (min / median of 12) forward 9.00 / 9.62 -> 7.70 / 8.57 ms,
+# backward 19.7 / 20.5 -> 18.8 / 20.0 (blocks of 512 and 1024 bytes: slower); batched matmuls within noise.
+STEP_RUN_BYTES = 256
 L1_SETS, LINE_BYTES = 64, 64
 # Beyond PACK_BYTES (K over 5120 float32 steps), the K-blocked row groups pack panels of PANEL_BYTES of the reduce
 # steps, each row group every panel in turn (`TilePlan.panel`), BLIS's kc x nc panels: the groups grow to
@@ -653,9 +657,21 @@ def _packed_loads(loads: list[UOp], row: UOp | None, column: UOp, reduce_ranges:
     # runs all the column tiles)
     small = not blocked and steps * step_bytes * tiles <= TILES_PACK_BYTES and row.src[0].arg * steps * 4 > \
         RESIDENT_BYTES
-    return packed, 0, tiles if small else 1
+    return packed, 0, tiles if small else 1 if blocked else _run_tiles(packed, column, columns, steps, global_ranges)
   if not blocked: return (), 0, 1
   return packed, max(sum_block, PANEL_BYTES // (step_bytes * tiles) // sum_block * sum_block), tiles
+
+
+def _run_tiles(packed: tuple[UOp, ...], column: UOp, columns: int, steps: int, global_ranges: list[UOp]) -> int:
+  """The column tiles packed together where the pack is each value's of a range outside the row (an NCHW image's)
+  and a tile's step is narrower than STEP_RUN_BYTES: as many as make a step's columns that long, where the column is
+  whole blocks of them and their packs fit TILES_PACK_BYTES; else 1."""
+  block = STEP_RUN_BYTES // (columns * max(max(4, load.dtype.itemsize) for load in packed))
+  count = column.src[0].arg // columns if column.src[0].arg % columns == 0 else 0
+  step_bytes = columns * sum(max(4, load.dtype.itemsize) for load in packed)
+  if block < 2 or not count or count % block or steps * step_bytes * block > TILES_PACK_BYTES: return 1
+  outer = global_ranges[:-2]
+  return block if any(rng in load.src[1].toposort for load in packed for rng in outer) else 1
 
 
 def reads_across_rows(load: UOp, row: UOp, column: UOp, steps: UOp) -> bool:
@@ -683,7 +699,7 @@ def _in_place(packed: tuple[UOp, ...], outer: list[UOp], reduce_ranges: list[UOp
     strides, other = linear_strides(load.src[1])
     if other or not any(rng in strides for rng in outer): return False
     width, stride = columns * load.dtype.itemsize, strides.get(steps_range, 0) * load.dtype.itemsize
-    if steps * width > IN_PLACE_BYTES or stride % LINE_BYTES or width % IN_PLACE_MIN_BYTES: return False
+    if steps * width > IN_PLACE_BYTES or stride % LINE_BYTES or width % STEP_RUN_BYTES: return False
     lines: dict[int, int] = {}
     for step in range(steps):
       for line in range(width // LINE_BYTES):
