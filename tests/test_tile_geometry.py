@@ -167,8 +167,18 @@ def test_epilogue_loads_are_prefetched_before_the_sums(width):
 
 def _product_opts(f, *args) -> tuple:
   """The optimisations of the one contraction kernel of jitted `f` (its first stage, where the sum is split)."""
+  return applied_opts(_product(f, *args).ast)
+
+
+def _product(f, *args):
   products = [k for k in kernels_of(f.lower(*args)._compiled.schedule.schedule.kernels) if k.name.startswith("r_")]
-  return applied_opts(max(products, key=lambda k: len(applied_opts(k.ast))).ast)
+  return max(products, key=lambda k: len(applied_opts(k.ast)))
+
+
+def _prefetches(kernel) -> bool:
+  """Whether the rendered kernel prefetches (its '; opts' line names the buffers)."""
+  source = render_llvm(kernel.name, kernel.ast)
+  return "prefetch" in next(line for line in source.splitlines() if line.startswith("; opts"))
 
 
 def test_narrow_outputs_pack_every_column_tile(width):
@@ -185,6 +195,7 @@ def test_narrow_outputs_pack_every_column_tile(width):
   panel = next(opt for opt in opts if opt[0] == "panel")
   assert panel[3:] == ((tiles,) if tiles > 1 else ())
   assert any(opt[0] == "pack_rows" for opt in opts) == (tiles > 1)  # (x read across its rows: copied per panel)
+  assert _prefetches(_product(weight_gradient, x, g))  # (the next panel: per step, or in batches per tile)
   _check(weight_gradient(x, g), x.T.astype(np.float64) @ g, 1e-4)
 
   a, w, bias = rng.standard_normal((1500, 64)), rng.standard_normal((64, 64)) / 8, rng.standard_normal(64)
@@ -263,6 +274,7 @@ def test_three_by_three_weight_gradient_over_a_long_sum(width, on_cpu):
   opts = _product_opts(weight_gradient, w)
   assert next(opt for opt in opts if opt[0] == "panel")[3:] == ((tiles,) if tiles > 1 else ())
   assert any(opt[0] == "span" for opt in opts)
+  assert _prefetches(_product(weight_gradient, w)) == (tiles == 1)  # (no batches with spans)
   gw = weight_gradient(w)
   dw = rng.standard_normal(w.shape)
   to_nchw = lambda t: np.moveaxis(t, -1, 1)

@@ -1960,14 +1960,22 @@ class _Renderer(Linearizer):
           last_block = self.emit(f"sdiv i64 {self.emit(f'add nsw i64 {panel_end}, {block - 1}')}, {block}")
         else:
           first_block, last_block = "0", str(-(-size // block))
+        # (a panel of every column tile is read from L2 by all but the first: a prefetch per tile step cost more than
+        # it saved there, 3x3 weight gradient 85-99 -> 54-62 ms on AVX2; the next panel's lines are prefetched in
+        # batches instead, `batch` after each tile's block, all of them over the panel's tiles: NCHW 1x1 weight
+        # gradient (64 x 100352 x 64) in-process A/B, min / median of 16, 19.1 / 21.0 -> 17.3 / 19.3 ms and 21.3 /
+        # 22.5 -> 19.7 / 20.9; NHWC's level; a 3x3 one's (spans) 6% slower, so not with spans)
+        prefetches, batch = None, 0
+        if panel < size and tiles > 1 and not plan.spans and \
+            (prefetches := self.panel_prefetch(group, column_start, panel_end, panel, tiles)) is not None:
+          lines = sum(stream.fast_lines * stream.slow_count for stream in prefetches.streams)
+          batch = -(-lines // (-(-panel // block) * -(-plan.group // plan.rows) * tiles))
         with self.column_tiles(column_start, tiles, per_tile) as (first, parts):
           tile_sums_at = parts.pop(None)
           if parts: self.packs = parts
-          # (a panel of every column tile is read from L2 by all but the first: the per-step prefetches cost more than
-          # they save there, 3x3 weight gradient 85-99 -> 54-62 ms on AVX2)
-          prefetches = self.panel_prefetch(group, first, panel_end, panel) if panel < size and tiles == 1 else None
+          if panel < size and tiles == 1: prefetches = self.panel_prefetch(group, first, panel_end, panel)
           self.render_group_blocks(first_block, last_block, group, group_end, first, columns, heights, tile_sums_at,
-                                   total_dtype, row_slots, prefetches)
+                                   total_dtype, row_slots, prefetches, batch)
       self.row_packs = {}
       with self.column_tiles(column_start, tiles, {None: per_tile[None]}) as (first, parts), \
           self.span_loops() as span:
@@ -2037,10 +2045,12 @@ class _Renderer(Linearizer):
 
   def render_group_blocks(self, first_block: str, last_block: str, group: str, group_end: str, column_start: str,
                           columns: int, heights: list[int], sums: str, total_dtype: np.dtype,
-                          row_slots: Callable[[str, str], str], prefetches: Prefetches | None = None) -> None:
+                          row_slots: Callable[[str, str], str], prefetches: Prefetches | None = None,
+                          batch: int = 0) -> None:
     """Blocks [first_block, last_block) of a row group (`render_row_groups`): every tile of the group runs each block,
     its float32 sums added into the group's sums (`total_dtype`). With `prefetches`, each step of a tile also
-    prefetches one line of what the next panel reads (`prefetch_step`)."""
+    prefetches one line of what the next panel reads (`prefetch_step`), or with `batch` each tile that many lines
+    after its block."""
     plan = self.plan
     assert plan is not None
     node = plan.reduce
@@ -2056,7 +2066,7 @@ class _Renderer(Linearizer):
         body, lanes = self.tile_body(row_values, column_values)
 
         def step(_, body=body, lanes=lanes):
-          if prefetches: self.prefetch_step(prefetches)
+          if prefetches and not batch: self.prefetch_step(prefetches)
           return [self.cast(part, dtype, F32, lanes) for part, dtype in body()], F32
         parts = self.accumulate(node, F32, height * columns // lanes, [(block_start, block_end, outer, True), *taps],
                                 step, tiled=True, contract=plan.contract, lanes=lanes)
@@ -2067,18 +2077,21 @@ class _Renderer(Linearizer):
           total = self.combine(Ops.ADD, total_dtype, kept, self.cast(part, F32, total_dtype, lanes), ordered=True,
                                lanes=lanes)
           self.line(f"store {vector_type(total_dtype, lanes)} {total}, ptr {address}, align {total_dtype.itemsize}")
+        if prefetches and batch:
+          with self.loop("0", str(batch), None, vectorize=False, unroll=False): self.prefetch_step(prefetches)
 
-  def panel_prefetch(self, group: str, column_start: str, panel_end: str, steps: int) -> Prefetches | None:
+  def panel_prefetch(self, group: str, column_start: str, panel_end: str, steps: int,
+                     tiles: int = 1) -> Prefetches | None:
     """What the tiles of a row group prefetch while they run a panel: the lines the next panel (`steps` reduce steps
-    from `panel_end`) will read of the row operand (the group's rows) and of the packed operand (the column tile's
-    columns), one line per tile step in all (`prefetch_step`), so that they are in the caches when that panel starts
-    and its pack. A weight gradient reads both operands across, each row a short run of lines far from the next
-    row's: a 1x1 convolution's (64 x 100352 x 64, NCHW) read 128 runs of 2 KB per panel, which the hardware
-    prefetchers don't follow, and its tiles waited on memory: 2.5 ms unprefetched, 2.05 now (a C model of its loops:
-    2.3 ms with the row operand's lines only). The lines' addresses are the loads' indices evaluated there
+    from `panel_end`) will read of the row operand (the group's rows) and of the packed operand (the columns of `tiles`
+    column tiles from `column_start`), one line per tile step in all (`prefetch_step`), so that they are in the caches
+    when that panel starts and its pack. A weight gradient reads both operands across, each row a short run of lines far
+    from the next row's: a 1x1 convolution's (64 x 100352 x 64, NCHW) read 128 runs of 2 KB per panel, which the
+    hardware prefetchers don't follow, and its tiles waited on memory: 2.5 ms unprefetched, 2.05 now (a C model of its
+    loops: 2.3 ms with the row operand's lines only). The lines' addresses are the loads' indices evaluated there
     (`rebound`), so a flat (n, h*w) reduce range is prefetched too. A pack along rows is a sequential copy, which the
-    prefetchers stream, but it still waited at each panel's start where both operands stream from memory: x.T @ g
-    (64 x 100352 x 64, NHWC) 394-399 -> 417-429 GFLOP/s; 64x24200x256 and 256x8192x256 within noise."""
+    prefetchers stream, but it still waited at each panel's start where both operands stream from memory: x.T @ g (64 x
+    100352 x 64, NHWC) 394-399 -> 417-429 GFLOP/s; 64x24200x256 and 256x8192x256 within noise."""
     plan = self.plan
     assert plan is not None and plan.row is not None
     rng = plan.reduce.src[1]
@@ -2086,7 +2099,7 @@ class _Renderer(Linearizer):
                 if load.op is Ops.LOAD and load not in plan.packed and rng in self.deps[load]
                 and plan.row in self.deps[load] and plan.column not in self.deps[load]]
     if plan.packed:
-      operands += [(load, plan.column, column_start, plan.columns) for load in plan.packed]
+      operands += [(load, plan.column, column_start, tiles * plan.columns) for load in plan.packed]
     return self.prefetches([self.prefetch_stream(load, member, first, members, rng, panel_end, steps)
                             for load, member, first, members in operands])
 
