@@ -313,7 +313,7 @@ class TilePlan:
   dot: bool = False        # the reduce loop is the vectorised loop, `columns` scalar columns (`_dot_plan`)
   spans: tuple[UOp, ...] = ()  # global ranges a row group runs inside each reduce block (`_spans`)
   panel: int = 0           # reduce steps per pack when all of them would not fit in PACK_BYTES (0: one pack)
-  tiles: int = 1           # column tiles packed at once and run one after the other (PANEL_BYTES)
+  tiles: int = 1           # column tiles packed at once: the column's or a block's (PANEL_BYTES, TILES_PACK_BYTES)
   row_packed: tuple[UOp, ...] = ()  # loads of the row operand a panel copies, read across its rows (ROW_PACK_PAD)
   sum_block: int = TILE_SUM_BLOCK  # float32 steps per flush into float64 (CONTRACTION_SUM_BLOCK for a contraction)
   amx: tuple[UOp, ...] = ()  # a bfloat16 contraction on AMX tiles: its (row operand, column operand) loads
