@@ -26,8 +26,8 @@ from typing import Any, Callable
 import numpy as np
 
 from tinyjax.codegen.gpu import gemm_tile
-from tinyjax.codegen.opt import (BF16, F16, TILES_PACK_BYTES, VECTOR_UNARY, TilePlan, choose_opts, global_ranges_of,
-                                 launch_grain, linear_strides, permuted_store_pays, reads_across_rows, tile_geometry)
+from tinyjax.codegen.opt import (BF16, F16, VECTOR_UNARY, TilePlan, choose_opts, global_ranges_of, launch_grain,
+                                 linear_strides, permuted_store_pays, reads_across_rows, tile_geometry)
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import SPLIT_MIN_CHUNK_WORK, split_reductions
@@ -906,28 +906,27 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
     mapping[plan.column] = symbolic.add(symbolic.mul(tile, width), new_range(width, 2 + len(leading)))
     for i, rng in enumerate(reduce_ranges): mapping[rng] = rng.replace(arg=(3 + len(leading) + i, rng.arg[1]))
     return symbolic.simplify(_substitute(ast, mapping))
-  # (a block of column tiles where its plan packs them together, else one tile)
-  width = plan.columns * _column_block_tiles(plan, tiles, threads) if not leading else plan.columns
-  split = cut(width)
-  if width > plan.columns and ((block := choose_opts(split)) is None or block.tiles * plan.columns != width):
-    width, split = plan.columns, cut(plan.columns)
-  return split, columns // width
+  # (a block of column tiles, the most whose plan packs them all first, else one tile)
+  for n in _column_blocks(plan, tiles, threads) if not leading else ():
+    if (block := choose_opts(split := cut(n * plan.columns))) is not None and block.tiles == n and not block.panel:
+      return split, tiles // n
+  return cut(plan.columns), tiles
 
 
-def _column_block_tiles(plan: TilePlan, tiles: int, threads: int) -> int:
-  """How many column tiles a launch of a wide GEMM takes (`_split_columns`): 1, or where the operands and the output
-  overflow the last-level cache, the most tiles whose packs fit opt.TILES_PACK_BYTES that leave two launches per
-  thread. One tile a launch streams the row operand through the caches once per tile: from memory where it doesn't
-  stay in the last level, at 2 x 16 float32 columns (AVX2) per 6-row tile about the machine's bandwidth. A block packs
-  its tiles together and runs each row tile over all of them (opt.py `TILES_PACK_BYTES`): 2048^3 float32 on Zen 3 (2
-  cores, 32 MB L3, in-process A/B, best / median of 16) 126 / 113 -> 141 / 124 GFLOP/s in blocks of 4 tiles (512 KB),
-  129 / 117 in blocks of 2; where everything fits (1024^3, the MLP step's GEMMs) blocks measured level or slower."""
+def _column_blocks(plan: TilePlan, tiles: int, threads: int) -> list[int]:
+  """The column tiles a launch of a wide GEMM may take (`_split_columns`), most first: none where the operands and
+  the output fit the last-level cache, else the block sizes that leave two launches per thread. One tile a launch
+  streams the row operand through the caches once per tile: from memory where it doesn't stay in the last level, at
+  2 x 16 float32 columns (AVX2) per 6-row tile about the machine's bandwidth. A block packs its tiles together and runs
+  each row tile over all of them (opt.py `TILES_PACK_BYTES`). Zen 3 (2 cores, 32 MB L3, in-process A/B, best /
+  median GFLOP/s): 2048^3 (of 16) 126 / 113 -> 141 / 124 in blocks of 4 tiles (512 KB), 129 / 117 in blocks of 2;
+  where everything fits (1024^3, the MLP step's GEMMs) blocks measured level or slower; and a long sum's K-blocked row
+  groups over panels of a block's tiles (opt.py `PANEL_BYTES`) slower too (of 8: 512x8192x512 109 / 92 -> 97 / 81,
+  1024x6144x1024 102 / 95 -> 101 / 75), so those keep one tile a launch."""
   steps = math.prod(rng.src[0].arg for rng in plan.reduce.src[1:])
   rows, columns = plan.row.src[0].arg, plan.column.src[0].arg
-  if (rows * steps + steps * columns + rows * columns) * 4 <= tile_geometry().llc_bytes: return 1
-  pack = steps * plan.columns * sum(max(4, load.dtype.itemsize) for load in plan.packed)
-  return max(n for n in range(1, tiles + 1) if tiles % n == 0 and (n == 1 or tiles // n >= 2 * threads and
-                                                                    n * pack <= TILES_PACK_BYTES))
+  if (rows * steps + steps * columns + rows * columns) * 4 <= tile_geometry().llc_bytes: return []
+  return [n for n in range(tiles // (2 * threads), 1, -1) if tiles % n == 0]
 
 
 def _row_split_grain(ast: UOp, threads: int) -> int | None:
