@@ -228,7 +228,7 @@ def test_longer_sums_into_narrow_outputs_pack_every_column_tile(width):
 def test_wide_gemms_overflowing_the_last_level_cache_launch_blocks_of_column_tiles(width, llc, monkeypatch):
   """A GEMM whose operands and output (1.7 MB) overflow the last-level cache (pinned to 1 MB) is launched over
   blocks of column tiles, each packing its tiles together (up to opt.TILES_PACK_BYTES, two launches per thread left)
-  and running every row tile over them (schedule.py `_column_block_tiles`); with a 32 MB cache, over single tiles.
+  and running every row tile over them (schedule.py `_column_blocks`); with a 32 MB cache, over single tiles.
   A bias epilogue, rows that are no whole tiles, against numpy in float64."""
   from tinyjax.codegen import opt
   from tinyjax.devices import cpu

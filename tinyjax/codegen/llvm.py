@@ -1651,12 +1651,14 @@ class _Renderer(Linearizer):
     def body() -> list[tuple[str, np.dtype]]:
       self.emit_ready(value)
       packed = self.packed_loads(len(column_values), lanes)
+      # (the row-packed loads' step, `copy_rows`: each row's value its row in the group from there)
+      step_starts = {load: self.emit(f"mul nsw i64 {self.pack_row()}, {stride}")
+                     for load, (_, stride, _) in self.row_packs.items()}
       parts = []
       for row_value in row_values:
         with self.bound(plan.row, row_value):
-          for load, (array, stride, group) in self.row_packs.items():  # (`copy_rows`)
-            at = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {self.pack_row()}, {stride}')}, "
-                           f"{self.emit(f'sub nsw i64 {row_value}, {group}')}")
+          for load, (array, _, group) in self.row_packs.items():
+            at = self.emit(f"add nsw i64 {step_starts[load]}, {self.emit(f'sub nsw i64 {row_value}, {group}')}")
             address = self.slot(array, load.dtype, at)
             self.scopes[-1][load] = self.emit(f"load {compute_type(load.dtype)}, ptr {address}")
           self.emit_ready(value)

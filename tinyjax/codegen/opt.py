@@ -657,21 +657,27 @@ def _packed_loads(loads: list[UOp], row: UOp | None, column: UOp, reduce_ranges:
     # runs all the column tiles)
     small = not blocked and steps * step_bytes * tiles <= TILES_PACK_BYTES and row.src[0].arg * steps * 4 > \
         RESIDENT_BYTES
-    return packed, 0, tiles if small else 1 if blocked else _run_tiles(packed, column, columns, steps, global_ranges)
+    if small or blocked: return packed, 0, tiles if small else 1
+    return packed, 0, _run_tiles(packed, column.src[0].arg // columns if column.src[0].arg % columns == 0 else 0,
+                                 columns, step_bytes, steps, global_ranges[:-2])
   if not blocked: return (), 0, 1
   return packed, max(sum_block, PANEL_BYTES // (step_bytes * tiles) // sum_block * sum_block), tiles
 
 
-def _run_tiles(packed: tuple[UOp, ...], column: UOp, columns: int, steps: int, global_ranges: list[UOp]) -> int:
-  """The column tiles packed together where the pack is each value's of a range outside the row (an NCHW image's)
-  and a tile's step is narrower than STEP_RUN_BYTES: as many as make a step's columns that long, where the column is
-  whole blocks of them and their packs fit TILES_PACK_BYTES; else 1."""
+def _run_tiles(packed: tuple[UOp, ...], count: int, columns: int, step_bytes: int, steps: int, outer: list[UOp]) -> int:
+  """The column tiles (of `count`, 0 where the column is no whole tiles) packed together where the pack is each
+  value's own of the ranges `outer` (outside the row, `per_outer_value`: an NCHW image) and a tile's step is
+  narrower than STEP_RUN_BYTES: as many as make a step's columns that long, where the column is whole blocks of them
+  and their packs (`step_bytes` a step for one tile) fit TILES_PACK_BYTES; else 1."""
   block = STEP_RUN_BYTES // (columns * max(max(4, load.dtype.itemsize) for load in packed))
-  count = column.src[0].arg // columns if column.src[0].arg % columns == 0 else 0
-  step_bytes = columns * sum(max(4, load.dtype.itemsize) for load in packed)
   if block < 2 or not count or count % block or steps * step_bytes * block > TILES_PACK_BYTES: return 1
-  outer = global_ranges[:-2]
-  return block if any(rng in load.src[1].toposort for load in packed for rng in outer) else 1
+  return block if per_outer_value(packed, outer) else 1
+
+
+def per_outer_value(packed: tuple[UOp, ...], outer: list[UOp]) -> bool:
+  """Whether a register tile's pack is each value's own of the ranges `outer` (outside its row: an NCHW
+  convolution's image), so that every such value packs it again."""
+  return any(rng in load.src[1].toposort for load in packed for rng in outer)
 
 
 def reads_across_rows(load: UOp, row: UOp, column: UOp, steps: UOp) -> bool:

@@ -27,7 +27,8 @@ import numpy as np
 
 from tinyjax.codegen.gpu import gemm_tile
 from tinyjax.codegen.opt import (BF16, F16, VECTOR_UNARY, TilePlan, choose_opts, global_ranges_of, launch_grain,
-                                 linear_strides, permuted_store_pays, reads_across_rows, tile_geometry)
+                                 linear_strides, per_outer_value, permuted_store_pays, reads_across_rows,
+                                 tile_geometry)
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import SPLIT_MIN_CHUNK_WORK, split_reductions
@@ -869,7 +870,7 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
   kept one of two threads idle a third of the time (14x14x256: 11.0 -> 8.0 ms, 28x28x128: 9.9 -> 7.5), and is cut
   whatever its row operand's strides, into as few as one tile per thread. Otherwise it needs twice as many column
   tiles as threads, and a column count that is a multiple of the tile. Where the operands overflow the last-level
-  cache, a launch takes a block of column tiles instead (`_column_block_tiles`). Returns the new AST and its outer
+  cache, a launch takes a block of column tiles instead (`_column_blocks`). Returns the new AST and its outer
   size, or None."""
   plan = choose_opts(ast)
   if plan is None or plan.stream or plan.dot or plan.row is None: return None
@@ -890,7 +891,7 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
   reduce_ranges = list(plan.reduce.src[1:])
   # (a pack that is each leading value's own, an NCHW convolution's image, is packed as often either way: cut by
   # column tiles, the leading range would only move inside them, each tile reading every image)
-  if any(rng in load.src[1].toposort for load in plan.packed for rng in leading): return None
+  if per_outer_value(plan.packed, leading): return None
   row_loads = [n for n in plan.reduce.src[0].toposort if n.op is Ops.LOAD and plan.row in n.src[1].toposort]
   if not leading and rows >= columns and \
       any(linear_strides(load.src[1])[0].get(reduce_ranges[-1]) != 1 for load in row_loads):
