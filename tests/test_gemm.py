@@ -791,6 +791,29 @@ def test_square_contractions_are_launched_over_column_tiles_unless_a_is_read_acr
   assert ("pack", 1, 1) in applied_opts(ast) and _split_columns(ast, threads=2) is None
 
 
+def test_classifier_weight_gradient_is_launched_over_column_tiles():
+  """A classifier's weight gradient computed transposed (out_t[c, m] = sum_k g[k, c] h[k, m], 10 rows c: too few
+  launch chunks for the threads) is cut by column tiles, so that each thread reads its own part of h once; every
+  chunk of tiles gives numpy's values. A tall one (512 rows) keeps its rows outermost."""
+  from tinyjax.lower.schedule import _split_columns
+  classes, m, k = 10, 512, 256
+
+  def transposed_gradient(rows: int) -> UOp:
+    c, column, red = global_range(0, rows), global_range(1, m), reduce_range(2, k)
+    g = load(buffer(1, F32), add(mul(red, const(rows)), c))
+    h = load(buffer(2, F32), add(mul(red, const(m)), column))
+    return kernel(store(buffer(0, F32), add(mul(c, const(m)), column), reduce(Ops.ADD, mul(g, h), red)))
+
+  split, tiles = _split_columns(transposed_gradient(classes), threads=2)
+  assert outer_bound(split) == tiles and tiles > 1
+  rng = np.random.default_rng(5)
+  g, h = rng.standard_normal((k, classes)).astype(F32), rng.standard_normal((k, m)).astype(F32)
+  out = np.zeros(classes * m, F32)
+  for start in range(0, tiles, 3): run_kernel(split, [out, g, h], True, start, min(start + 3, tiles))
+  np.testing.assert_allclose(out.reshape(classes, m), g.T.astype(F64) @ h, rtol=1e-4, atol=1e-4)
+  assert _split_columns(transposed_gradient(512), threads=2) is None
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # the register tile's body and epilogue as vector IR
 
