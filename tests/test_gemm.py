@@ -1627,3 +1627,35 @@ def test_batch_summed_product_reads_its_operand_through_divisions(on_cpu):
       product = next(k for k in kernels if sum(n.op is Ops.REDUCE for n in k.ast.toposort))
       (reduce,) = [n for n in product.ast.toposort if n.op is Ops.REDUCE]
       assert len(reduce.src) == 2 and any(n.op is Ops.IDIV for n in product.ast.toposort)
+
+
+@pytest.mark.parametrize("heads,head_size", [(4, 32), (2, 48)])
+def test_contraction_read_through_a_head_split_gets_a_register_tile(heads, head_size):
+  """Attention's value gradient P^T @ dO with dO split into heads from (B, T, H * Dh) and the result merged back: the
+  output axis read as d // Dh and d % Dh gets a range per factor (`schedule._divided_axes`), so the contraction is a
+  register tile (it ran as a plain loop nest); values against numpy, the jaxpr's gradient against finite differences
+  of the same function."""
+  batch, steps = 2, 64
+  width = heads * head_size
+  rng = np.random.default_rng(heads)
+  p = rng.random((batch, heads, steps, steps)).astype(F32)
+  g = rng.standard_normal((batch, steps, width)).astype(F32)
+
+  def value_gradient(p, g):
+    per_head = g.reshape(batch, steps, heads, head_size).transpose(0, 2, 1, 3)
+    return (p.transpose(0, 1, 3, 2) @ per_head).transpose(0, 2, 1, 3).reshape(batch, steps, width)
+
+  f = tj.jit(value_gradient)
+  text = f.lower(p, g).as_text()
+  assert "('upcast'," in text and " udiv " not in text and " urem " not in text
+  expected = np.einsum("bhst,bshd->bthd", p.astype(F64), g.astype(F64).reshape(batch, steps, heads, head_size))
+  np.testing.assert_allclose(np.asarray(f(p, g)), expected.reshape(batch, steps, width), rtol=1e-5, atol=1e-5)
+  # its gradient with respect to g (the same contraction with p transposed back) against a central difference
+  weights = rng.standard_normal((batch, steps, width)).astype(F32)
+  grad = np.asarray(tj.jit(tj.grad(lambda g: (value_gradient(p, g) * weights).sum()))(g))
+  direction = rng.standard_normal(g.shape)
+  eps = 1e-3
+  loss = lambda g: float((np.einsum("bhst,bshd->bthd", p.astype(F64), g.reshape(batch, steps, heads, head_size))
+                          .reshape(batch, steps, width) * weights).sum())
+  numeric = (loss(g.astype(F64) + eps * direction) - loss(g.astype(F64) - eps * direction)) / (2 * eps)
+  np.testing.assert_allclose((grad.astype(F64) * direction).sum(), numeric, rtol=1e-4)

@@ -520,6 +520,32 @@ def _divides(value: UOp, flat: UOp) -> bool:
              not any(n.op is Ops.LOAD for n in node.toposort) for node in value.toposort)
 
 
+def _range_divisors(value: UOp) -> dict[UOp, set[int]]:
+  """The global ranges `value` divides by constants (`r // c`, `r % c`), with their divisors."""
+  divisors: dict[UOp, set[int]] = {}
+  for node in value.toposort:
+    if node.op in (Ops.IDIV, Ops.MOD) and node.src[0].op is Ops.RANGE and node.src[0].arg[1] == "global" and \
+        node.src[1].op is Ops.CONST:
+      divisors.setdefault(node.src[0], set()).add(node.src[1].arg)
+  return divisors
+
+
+def _divided_axes(value: UOp, idx: tuple[UOp, ...]) -> dict[int, list[int]]:
+  """The axes whose global range (`idx`, one per axis) `value` reads through divisions by constants that cut it into
+  factors (`r // 64`, `r % 64` of a range of 256: 4 x 64), as `_Rangeify.loop_nest`'s splits: axis -> its factors,
+  outermost first. Not an axis whose divisors don't nest (`r // 6` and `r // 4`)."""
+  divisors = _range_divisors(value)
+  splits = {}
+  for axis, rng in enumerate(idx):
+    if rng not in divisors: continue
+    size = rng.src[0].arg
+    cuts = sorted(c for c in divisors[rng] if 1 < c < size and size % c == 0)
+    if not cuts or any(outer % inner for inner, outer in zip(cuts, cuts[1:])): continue
+    bounds = [1, *cuts, size]
+    splits[axis] = [bounds[i + 1] // bounds[i] for i in reversed(range(len(bounds) - 1))]
+  return splits
+
+
 # A contraction over reduce ranges read through divisions (`_Scheduler.block_linear_alternative`) rather than a copy of
 # its column operand, only where that operand's elements (columns x reduce steps) take at least this many bytes: on 2
 # cores, einsum('nop,nip->oi') of (32, 64, 3136) 4.6 -> 2.6 ms, but (64, 128, 64) (2 MB) 0.34 -> 0.64 ms and
@@ -620,10 +646,18 @@ class _Rangeify:
     if slot not in self.params: self.params.append(slot)
     return UOp(Ops.DEFINE_GLOBAL, dtype, (), self.params.index(slot))
 
-  def loop_nest(self, shape: tuple[int, ...]) -> tuple[tuple[UOp, ...], UOp, int]:
-    """One global range per axis of `shape` longer than 1: the index per axis, the flat index and the outer size."""
-    idx = tuple(self.new_range(dim, "global") if dim > 1 else symbolic.const(0) for dim in shape)
-    return idx, _flat_index(idx, shape), next((dim for dim in shape if dim > 1), 1)
+  def loop_nest(self, shape: tuple[int, ...], splits: dict[int, list[int]] | None = None
+                ) -> tuple[tuple[UOp, ...], UOp, int]:
+    """One global range per axis of `shape` longer than 1, or per factor of an axis that `splits` cuts (axis -> its
+    factors, outermost first: the axis's index is their flat index): the index per axis, the flat index and the outer
+    size."""
+    idx, sizes = [], []
+    for axis, dim in enumerate(shape):
+      factors = splits.get(axis, [dim]) if splits else [dim]
+      parts = [self.new_range(factor, "global") for factor in factors if factor > 1]
+      sizes += [factor for factor in factors if factor > 1]
+      idx.append(_flat_index(tuple(parts), tuple(f for f in factors if f > 1)) if parts else symbolic.const(0))
+    return tuple(idx), _flat_index(tuple(idx), shape), sizes[0] if sizes else 1
 
   def build(self) -> tuple[UOp, int]:
     """The kernel that computes the root's value (for a CONTIGUOUS or a SCATTER: its operand's) into its buffer."""
@@ -661,6 +695,16 @@ class _Rangeify:
     else:
       idx, out_index, outer = self.loop_nest(shape)
       value = self.emit(value_node, idx, None, top=value_node is root)
+      if (splits := _divided_axes(value, idx)):
+        # an output axis read through divisions (a reshape of heads: attention's (B, T, H * Dh) gradient of a
+        # (B, H, T, Dh) product, read at d // Dh and d % Dh) gets a range per factor, so that the contraction's
+        # indices are linear and its register tile takes it (a plain loop nest ran it at 1-2 GFLOP/s)
+        trial = _Rangeify(root, self.slot_of)
+        trial_idx, trial_index, trial_outer = trial.loop_nest(shape, splits)
+        trial_value = trial.emit(value_node, trial_idx, None, top=value_node is root)
+        if not _range_divisors(trial_value):
+          self.__dict__.update(trial.__dict__)
+          idx, out_index, outer, value = trial_idx, trial_index, trial_outer, trial_value
     store = UOp(Ops.STORE, root.dtype, (self.define_global(self.slot_of[root], root.dtype), out_index, value))
     return UOp(Ops.SINK, root.dtype, (store,)), outer
 
