@@ -48,6 +48,8 @@ ELEMENTWISE_SIZE = 16 * 1024 * 1024
 ROWS, COLUMNS = 8192, 1024  # sums, softmax, layernorm
 MLP_SIZES, MLP_BATCH = (784, 512, 512, 10), 512
 CNN_BATCH = 128
+# transformer_step: batch, sequence, width, heads, layers (a pre-norm causal decoder, 10 classes per position)
+TRANSFORMER = {"batch": 8, "steps": 128, "width": 256, "heads": 4, "layers": 2}
 VMAP_SIZES, VMAP_BATCH = (784, 256, 10), 128
 SCAN_STEPS, SCAN_WIDTH = 1000, 64
 ADAM = {"b1": 0.9, "b2": 0.999, "eps": 1e-8, "learning_rate": 1e-3}
@@ -183,6 +185,44 @@ def _cnn_apply(jax, params, x):
   return x @ params[3]["w"] + params[3]["b"]
 
 
+def _layer_norm(jax, x, gain, bias):
+  mean = x.mean(axis=-1, keepdims=True)
+  variance = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+  return (x - mean) * jax.lax.rsqrt(variance + 1e-5) * gain + bias
+
+
+def _transformer_apply(jax, params, x):
+  """Pre-norm decoder blocks: causal multi-head attention with the heads split from and merged back into the
+  width, then a GELU MLP; a linear head."""
+  import numpy as np
+  jnp = jax.numpy
+  batch, steps, width = x.shape
+  heads = TRANSFORMER["heads"]
+  size = width // heads
+  causal = np.tril(np.ones((steps, steps), bool))
+  for layer in params[:-1]:
+    h = _layer_norm(jax, x, layer["ln1"], layer["ln1_b"])
+    q, k, v = (part.reshape(batch, steps, heads, size).transpose(0, 2, 1, 3)
+               for part in jnp.split(h @ layer["qkv"]["w"] + layer["qkv"]["b"], 3, axis=-1))
+    scores = jnp.where(causal, q @ k.transpose(0, 1, 3, 2) / math.sqrt(size), -1e9)
+    attended = (jax.nn.softmax(scores, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(batch, steps, width)
+    x = x + attended @ layer["out"]["w"] + layer["out"]["b"]
+    h = _layer_norm(jax, x, layer["ln2"], layer["ln2_b"])
+    x = x + jax.nn.gelu(h @ layer["up"]["w"] + layer["up"]["b"]) @ layer["down"]["w"] + layer["down"]["b"]
+  return x @ params[-1]["w"] + params[-1]["b"]
+
+
+def transformer_problem():
+  import numpy as np
+  width, shape = TRANSFORMER["width"], (TRANSFORMER["batch"], TRANSFORMER["steps"])
+  ones, zeros = np.ones(width, np.float32), np.zeros(width, np.float32)
+  layers = [{"ln1": ones, "ln1_b": zeros, "ln2": ones, "ln2_b": zeros, "qkv": _dense(width, 3 * width, 4 * i),
+             "out": _dense(width, width, 4 * i + 1), "up": _dense(width, 4 * width, 4 * i + 2),
+             "down": _dense(4 * width, width, 4 * i + 3)} for i in range(TRANSFORMER["layers"])]
+  params = layers + [_dense(width, 10, 99)]
+  return _transformer_apply, params, _normal((*shape, width), seed=10), _rng(11).integers(0, 10, shape)
+
+
 def mlp_problem():
   """Parameters, a batch of inputs and labels for MLP_SIZES, as numpy arrays."""
   params = [_dense(m, n, seed) for seed, (m, n) in enumerate(zip(MLP_SIZES[:-1], MLP_SIZES[1:]))]
@@ -310,6 +350,12 @@ def _training_flops(layers: list[int]) -> float:
 MLP_FLOPS = _training_flops([MLP_BATCH * m * n for m, n in zip(MLP_SIZES[:-1], MLP_SIZES[1:])])
 CNN_FLOPS = _training_flops([CNN_BATCH * 28 * 28 * 9 * 1 * 32, CNN_BATCH * 14 * 14 * 9 * 32 * 64,
                              CNN_BATCH * 3136 * 128, CNN_BATCH * 128 * 10])
+_TOKENS, _WIDTH = TRANSFORMER["batch"] * TRANSFORMER["steps"], TRANSFORMER["width"]
+# multiply-adds per layer: the qkv (3 w^2 per token), output (w^2) and MLP (8 w^2) products and attention's two
+# (scores and weighted values, every position against every other, the masked ones too); then the head. Two flops
+# each, three times over: the forward, the weight gradients and the input gradients.
+TRANSFORMER_FLOPS = 6 * (TRANSFORMER["layers"] * (_TOKENS * _WIDTH * _WIDTH * (3 + 1 + 8) +
+                                                  2 * _TOKENS * TRANSFORMER["steps"] * _WIDTH) + _TOKENS * _WIDTH * 10)
 WORKLOADS = {w.name: w for w in [
   Workload("dispatch", bench_dispatch, "us", note="jit(x + 1), float32[8], cache hit"),
   Workload("eager_chain", bench_eager_chain, "us", note=f"eager: {2 * EAGER_CHAIN} ops x * 1.0001 + 0.5, float32[8]"),
@@ -330,6 +376,8 @@ WORKLOADS = {w.name: w for w in [
   *[Workload(f"psum_{n}dev", bench_psum(n), "ms", bytes=(n + 1) * PSUM_BYTES, devices=n,
              note=f"psum of 64 MB per device over {n} CPU devices") for n in (4, 8)],
   Workload("cnn_step", _training(cnn_problem), "steps/s", flops=CNN_FLOPS, note="examples/cnn.py model, batch 128"),
+  Workload("transformer_step", _training(transformer_problem), "steps/s", flops=TRANSFORMER_FLOPS,
+           note="2 causal attention + GELU MLP blocks, 8x128 tokens, width 256, 4 heads"),
   Workload("vmap_grad", bench_vmap_grad, "ms", note="784-256-10, 128 examples"),
   Workload("scan", bench_scan, "ms", note="1000 steps tanh(h@W+x), 64 wide"),
   Workload("cold_first_call", None, "s", note="mlp_adam's step, empty cache"),
