@@ -53,6 +53,12 @@ def _scan_program(x):
   return lax.scan(body, x[0], x)
 
 
+def _carry_in_place_program(x):
+  """A scan whose one kernel updates its carry where it lies: the slot the carry was first given is used by no
+  step, and gets no memory."""
+  return lax.scan(lambda carry, _: (carry * 1.0001 + 0.5, None), x[0], None, length=40)[0]
+
+
 def _counted_loop_program(x):
   """A fori_loop reading the pass number the runtime writes into its counter slot (and one that never reads it),
   between intermediates that the arena could place over that slot."""
@@ -80,6 +86,7 @@ PROGRAMS = {
   "adam_step": (_adam_step, lambda: (_mlp_params(), _optimizer.init(_mlp_params()), _normal(16, 8), _normal(16, 4))),
   "softmax_chain": (_softmax_chain, lambda: (_normal(16, 16),)),
   "scan": (_scan_program, lambda: (_normal(8, 8) * 0.5,)),
+  "carry_in_place": (_carry_in_place_program, lambda: (_normal(8, 25),)),
   "cond": (_cond_program, lambda: (_normal(8, 8),)),
   "counted_loop": (_counted_loop_program, lambda: (_normal(8, 8) * 0.5,)),
   "while_loop": (_while_program, lambda: (_normal(8, 8) * 0.5,)),
@@ -96,6 +103,7 @@ def _check_plan(compiled) -> None:
   placed = []
   for k, (offset, (_, _, nbytes)) in enumerate(zip(plan.offsets, compiled.slot_specs)):
     slot = sched.n_inputs + k
+    if slot not in intervals: assert offset == -1  # (no step uses it: no memory, nothing to view when profiled)
     if offset < 0 or slot not in intervals or nbytes == 0: continue
     assert offset % ALIGNMENT == 0 and offset + nbytes <= plan.arena_bytes
     placed.append((intervals[slot], offset, offset + nbytes))
@@ -159,6 +167,11 @@ def test_plan_when_kernels_run_one_by_one(poisoned_arena):
     np.testing.assert_array_equal(np.asarray(tj.jit(_softmax_chain)(x)), expected)
   np.testing.assert_array_equal(np.asarray(tj.jit(_scan_program)(x)[0]),
                                 np.asarray(_run_scan_profiled(x)[0]))
+  rows = _normal(8, 25)
+  expected = rows[0].astype(np.float64)
+  for _ in range(40): expected = expected * 1.0001 + 0.5
+  with tj.profile():  # (a slot no step uses had a view made into an arena too small for it: ValueError)
+    np.testing.assert_allclose(np.asarray(tj.jit(_carry_in_place_program)(rows)), expected, rtol=1e-6)
 
 
 def _run_scan_profiled(x):

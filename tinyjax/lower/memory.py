@@ -56,7 +56,8 @@ def liveness(schedule: Schedule) -> dict[int, tuple[int, int]]:
 @dataclass(frozen=True)
 class MemoryPlan:
   """Where a run's non-input slots live. `offsets[k]` is slot n_inputs + k's byte offset in the arena (-1 for an output,
-  which gets its own buffer); `output_slots` are the distinct non-input output slots, allocated with `output_specs`
+  which gets its own buffer, and for a slot no step reads or writes: a scan's carry that its loop updates in another
+  slot); `output_slots` are the distinct non-input output slots, allocated with `output_specs`
   (shape, dtype, nbytes), and output k of the program is entry `output_index[k]` of inputs[:n_inputs] + those buffers.
   `intermediate_bytes` is what allocating each intermediate on its own would take."""
   arena_bytes: int
@@ -80,7 +81,7 @@ def plan_memory(schedule: Schedule, share: bool = True) -> MemoryPlan:
   intermediates = [slot for slot in range(n_inputs, n_inputs + len(specs))
                    if slot not in output_slots and slot in intervals and specs[slot - n_inputs][2] > 0]
   intermediates.sort(key=lambda slot: (-specs[slot - n_inputs][2], intervals[slot][0]))
-  offsets = [0] * len(specs)
+  offsets = [0 if slot in intervals else -1 for slot in range(n_inputs, n_inputs + len(specs))]
   placed: list[tuple[int, int, int, int]] = []  # (first step, last step, offset, end)
   for slot in intermediates:
     first, last = intervals[slot]
