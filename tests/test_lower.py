@@ -828,3 +828,60 @@ def test_reduction_read_shifted_and_in_place_is_computed_once(reader, on_cpu):
   else: dx = np.pad(-2 * want, ((0, 0), (0, 1))) + np.pad(2 * want, ((0, 0), (1, 0)))
   expected = dx @ b.T.astype(np.float64)
   assert np.abs(np.asarray(tj.jit(tj.grad(loss))(a, b)) - expected).max() <= 1e-5 * np.abs(expected).max()
+
+
+def _reduce_work(jitted, *args) -> int:
+  """The loop iterations of a program's kernels that reduce (the sums it does)."""
+  kernels = schedule_module.kernels_of(jitted.lower(*args)._compiled.schedule.schedule.kernels)
+  return sum(k.work for k in kernels if any(n.op is Ops.REDUCE for n in k.ast.toposort))
+
+
+def test_reduction_of_an_operand_constant_along_a_kept_axis_is_done_once_and_broadcast():
+  """`grad` of `f(x).sum()` sends back ones: `ones @ w2.T` is one row repeated, and `gelu(h).T @ ones` one column;
+  each is reduced once along the axis its operand is constant on (`schedule.reduce_invariant_axes`), not as a
+  contraction. Gradients against float64 numpy and a central difference; composed with vmap and jit."""
+  rng = np.random.default_rng(3)
+  batch, width, hidden, out = 96, 32, 64, 48
+  x = rng.standard_normal((batch, width)).astype(np.float32)
+  w1 = (rng.standard_normal((width, hidden)) / 6).astype(np.float32)
+  w2 = (rng.standard_normal((hidden, out)) / 8).astype(np.float32)
+
+  def loss(w1, w2, x): return (tnp.tanh(x @ w1) @ w2).sum()
+  grads = tj.jit(tj.grad(loss, argnums=(0, 1)))
+  g1, g2 = (np.asarray(g, np.float64) for g in grads(w1, w2, x))
+  x64, w164, w264 = (a.astype(np.float64) for a in (x, w1, w2))
+  h = np.tanh(x64 @ w164)
+  dh = np.ones((batch, out)) @ w264.T
+  np.testing.assert_allclose(g2, h.T @ np.ones((batch, out)), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(g1, x64.T @ (dh * (1 - h * h)), rtol=1e-4, atol=1e-4)
+  # the products that remain: x @ w1, tanh(h) @ w2 (the loss) and the weight gradient of w1; not ones @ w2.T nor
+  # tanh(h).T @ ones, whose work would be batch * hidden * out each
+  assert _reduce_work(grads, w1, w2, x) < 3 * batch * width * hidden + batch * hidden * out
+  direction = rng.standard_normal(w2.shape)
+  eps = 1e-4
+  numeric = ((h @ (w264 + eps * direction)).sum() - (h @ (w264 - eps * direction)).sum()) / (2 * eps)
+  np.testing.assert_allclose((g2 * direction).sum(), numeric, rtol=1e-4)
+  per_example = tj.jit(tj.vmap(tj.grad(lambda w2, row: (tnp.tanh(row @ w1) @ w2).sum()), in_axes=(None, 0)))(w2, x)
+  np.testing.assert_allclose(np.asarray(per_example, np.float64).sum(0), g2, rtol=1e-4, atol=1e-4)
+
+
+def test_reductions_along_broadcast_axes_through_moves_match_numpy():
+  """Max and sum reductions of operands broadcast along kept axes, through permutes and reshapes of length-1 axes,
+  and a pad (along which an operand is not constant), against numpy."""
+  rng = np.random.default_rng(4)
+  a = rng.standard_normal((5, 7)).astype(np.float32)
+  b = rng.standard_normal((6,)).astype(np.float32)
+
+  def f(a, b):
+    wide = tnp.broadcast_to(a[:, None, :], (5, 6, 7)) * 2.0  # constant along axis 1
+    tall = tnp.broadcast_to(b[None, :, None], (5, 6, 7))  # constant along axes 0 and 2
+    return (wide.max(axis=2), (wide + 1.0).transpose(1, 0, 2).sum(axis=2), tall.sum(axis=(0, 2)),
+            tnp.pad(wide, ((0, 0), (1, 1), (0, 0))).sum(axis=2), (wide * tall).reshape(5, 6, 1, 7).sum(axis=3))
+  wide64 = np.broadcast_to(a[:, None, :].astype(np.float64), (5, 6, 7)) * 2.0
+  tall64 = np.broadcast_to(b[None, :, None].astype(np.float64), (5, 6, 7))
+  expected = (wide64.max(axis=2), (wide64 + 1.0).transpose(1, 0, 2).sum(axis=2), tall64.sum(axis=(0, 2)),
+              np.pad(wide64, ((0, 0), (1, 1), (0, 0))).sum(axis=2), (wide64 * tall64).reshape(5, 6, 1, 7).sum(axis=3))
+  for got, want in zip(tj.jit(f)(a, b), expected):
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5)
+  for got, want in zip(f(a, b), expected):
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5)
