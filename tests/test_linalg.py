@@ -472,6 +472,14 @@ def test_batched_small_matrices_agree_with_lapack_per_matrix():
     single_factors, single_pivots = _lapack.getrf(a[index])
     np.testing.assert_allclose(factors[index], single_factors, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(pivots[index], single_pivots)
+  for shape in ((5, 3, 6), (2, 3, 6, 4)):  # wide and tall, two batch axes
+    wide = _random(*shape)
+    factors, pivots = _lapack.getrf(wide)
+    assert factors.shape == shape and pivots.shape == (*shape[:-2], min(shape[-2:]))
+    for index in np.ndindex(shape[:-2]):
+      single_factors, single_pivots = _lapack.getrf(wide[index])
+      np.testing.assert_allclose(factors[index], single_factors, rtol=1e-5, atol=1e-6)
+      np.testing.assert_array_equal(pivots[index], single_pivots)
   chol = _lapack.potrf(spd)
   for index in range(6):
     np.testing.assert_allclose(chol[index], _lapack.potrf(spd[index]), rtol=1e-5, atol=1e-6)
