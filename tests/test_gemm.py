@@ -794,15 +794,23 @@ def test_square_contractions_are_launched_over_column_tiles_unless_a_is_read_acr
 def test_classifier_weight_gradient_is_launched_over_column_tiles():
   """A classifier's weight gradient computed transposed (out_t[c, m] = sum_k g[k, c] h[k, m], 10 rows c: too few
   launch chunks for the threads) is cut by column tiles, so that each thread reads its own part of h once; every
-  chunk of tiles gives numpy's values. A tall one (512 rows) keeps its rows outermost."""
+  chunk of tiles gives numpy's values. A tall one (512 rows) keeps its rows outermost, and one with a range before
+  its rows is launched over that range."""
   from tinyjax.lower.schedule import _split_columns
   classes, m, k = 10, 512, 256
 
-  def transposed_gradient(rows: int) -> UOp:
-    c, column, red = global_range(0, rows), global_range(1, m), reduce_range(2, k)
-    g = load(buffer(1, F32), add(mul(red, const(rows)), c))
-    h = load(buffer(2, F32), add(mul(red, const(m)), column))
-    return kernel(store(buffer(0, F32), add(mul(c, const(m)), column), reduce(Ops.ADD, mul(g, h), red)))
+  def transposed_gradient(rows: int, leading: int = 1) -> UOp:
+    """out_t[l, c, m] = sum_k g[l, k, c] h[l, k, m], with a range l before the rows where `leading` > 1."""
+    first = 1 if leading > 1 else 0
+    c, column, red = global_range(first, rows), global_range(first + 1, m), reduce_range(first + 2, k)
+    g_index, h_index = add(mul(red, const(rows)), c), add(mul(red, const(m)), column)
+    out_index = add(mul(c, const(m)), column)
+    if leading > 1:
+      outer = global_range(0, leading)
+      g_index, h_index = add(mul(outer, const(k * rows)), g_index), add(mul(outer, const(k * m)), h_index)
+      out_index = add(mul(outer, const(rows * m)), out_index)
+    g, h = load(buffer(1, F32), g_index), load(buffer(2, F32), h_index)
+    return kernel(store(buffer(0, F32), out_index, reduce(Ops.ADD, mul(g, h), red)))
 
   split, tiles = _split_columns(transposed_gradient(classes), threads=2)
   assert outer_bound(split) == tiles and tiles > 1
@@ -812,6 +820,7 @@ def test_classifier_weight_gradient_is_launched_over_column_tiles():
   for start in range(0, tiles, 3): run_kernel(split, [out, g, h], True, start, min(start + 3, tiles))
   np.testing.assert_allclose(out.reshape(classes, m), g.T.astype(F64) @ h, rtol=1e-4, atol=1e-4)
   assert _split_columns(transposed_gradient(512), threads=2) is None
+  assert _split_columns(transposed_gradient(3, leading=3), threads=2) is None  # (launched over the 3 first)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -918,15 +918,19 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
   size, or None."""
   plan = choose_opts(ast)
   if plan is None or plan.stream or plan.dot or plan.row is None: return None
-  # (unpacked, only when the rows are too few launch chunks for the threads: a classifier's transposed weight
-  # gradient, 10 rows, two 6-row tiles on AVX2. Launched over those rows, each thread streamed all of the operand read
-  # in place, a line a reduce step, and the second one's tile was 6 rows clamped over 4; cut by column tiles, each
-  # reads its part once, and from L1 for its second row tile. MLP step's 512x512x10 on Zen 3, in-process A/B, best /
-  # median us: operand in L2 171 / 487 -> 135 / 267, operand from memory 810 / 1029 -> 468 / 583)
-  if not plan.packed and -(-plan.row.src[0].arg // plan.grain) >= 2 * threads: return None
   global_ranges = global_ranges_of(ast)
   if global_ranges[-2:] != [plan.row, plan.column]: return None
   leading = global_ranges[:-2]
+  # (unpacked, only when the rows are one launch chunk, or with no ranges before them too few chunks for the threads:
+  # a classifier's transposed weight gradient, 10 rows, two 6-row tiles on AVX2. Launched over those rows, each thread
+  # streamed all of the operand read in place, a line a reduce step, and the second one's tile was 6 rows clamped
+  # over 4; cut by column tiles, each reads its part once, and from L1 for its second row tile. MLP step's 512x512x10
+  # on Zen 3, in-process A/B, best / median us: operand in L2 171 / 487 -> 135 / 267, from memory 810 / 1029 -> 468 /
+  # 583. A kernel launched over ranges before its rows keeps them: the CNN step's first 3x3 weight gradient, split
+  # sums over (kh, kw), ran 2.1-2.4 -> 2.8-4.1 ms cut by columns)
+  if not plan.packed and plan.row.src[0].arg > plan.grain and \
+      (leading or -(-plan.row.src[0].arg // plan.grain) >= 2 * threads):
+    return None
   # (a plan packing several column tiles runs them one after the other inside each launch chunk, opt.PANEL_BYTES and
   # opt.TILES_PACK_BYTES, unless that launch would be a few values of ranges outside the row: a 3x3 weight gradient's
   # 3 of kh for 2 threads)
