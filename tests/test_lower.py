@@ -885,3 +885,17 @@ def test_reductions_along_broadcast_axes_through_moves_match_numpy():
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5)
   for got, want in zip(f(a, b), expected):
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5)
+
+
+def test_reduction_over_a_long_elementwise_chain_lowers():
+  """A sum over 3000 chained elementwise operations: the invariance walk above the sum (`_invariant_axes`) goes by a
+  stack, not Python recursion."""
+  x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)
+
+  def f(x):
+    for _ in range(3000): x = x * 1.0001 + 0.0001
+    return x.sum(axis=1)
+  expected = x.astype(np.float64)
+  for _ in range(3000): expected = expected * 1.0001 + 0.0001
+  # (3000 float32 roundings of each element: ~2e-4 relative apart from float64)
+  np.testing.assert_allclose(np.asarray(tj.jit(f)(x), np.float64), expected.sum(axis=1), rtol=1e-3, atol=2e-3)

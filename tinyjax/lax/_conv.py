@@ -337,7 +337,7 @@ def _phase_conv(lhs: Array, rhs: Array, *, padding: tuple[tuple[int, int], ...],
   def phase(phases: tuple[int, ...]) -> Array:
     """The outputs s * q + r of the phases `phases` (one per spatial axis), `counts` of them on each axis."""
     taps = [(0, size, 1) for size in rhs.shape]
-    pads, dilations = [], []
+    pads = []
     for i, (r, d, (lo, _), k, n) in enumerate(zip(phases, lhs_dilation, padding, kernel, sizes)):
       first = (lo - r) % d if d > 1 else 0
       count = len(range(first, k, d))
@@ -349,7 +349,6 @@ def _phase_conv(lhs: Array, rhs: Array, *, padding: tuple[tuple[int, int], ...],
       taps[numbers.rhs_spec[2 + i]] = (first, k, d)
       start = (r + first - lo) // d if d > 1 else -lo  # the input element its first tap meets at q = 0
       pads.append((-start, counts[i] + count * rhs_dilation[i] - rhs_dilation[i] - n + start))
-      dilations.append(d)
     sub = strided_slice_raw(rhs, [t[0] for t in taps], [t[1] for t in taps], [t[2] for t in taps])
     return _conv_impl(lhs, sub, padding=tuple(pads), lhs_dilation=(1,) * n_spatial, **params)
 

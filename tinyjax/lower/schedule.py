@@ -1197,29 +1197,40 @@ def _merged_sum(outer: UOp, users: dict[UOp, int], done: dict[UOp, UOp]) -> UOp 
   return value if value.shape == outer.shape else None
 
 
-def _invariant_axes(node: UOp, memo: dict[UOp, frozenset[int]]) -> frozenset[int]:
-  """The axes of `node` (longer than 1) along which its value does not change: those its broadcasts made, kept
-  through elementwise operations, permutes, reshapes of length-1 axes, slices and reductions."""
-  if (known := memo.get(node)) is not None: return known
-  op, shape = node.op, node.shape
-  if op is Ops.CONST: found = frozenset(range(len(shape)))
-  elif op in ELEMENTWISE:
-    found = frozenset.intersection(*(_invariant_axes(src, memo) for src in node.src))
-  elif op is Ops.EXPAND:
-    src = node.src[0]
-    found = _invariant_axes(src, memo) | {i for i, (d, s) in enumerate(zip(shape, src.shape)) if s == 1 and d > 1}
-  elif op is Ops.PERMUTE:
-    below = _invariant_axes(node.src[0], memo)
-    found = frozenset(i for i, axis in enumerate(node.arg) if axis in below)
-  elif op is Ops.RESHAPE and (mapping := _size_one_axes_only(tuple(node.src[0].shape), tuple(shape))) is not None:
-    below = _invariant_axes(node.src[0], memo)
-    found = frozenset(i for i, axis in mapping.items() if axis in below)
-  elif op in (Ops.SHRINK, Ops.FLIP): found = _invariant_axes(node.src[0], memo)
-  elif op is Ops.REDUCE_AXIS: found = _invariant_axes(node.src[0], memo) | set(node.arg[1])
-  else: found = frozenset()
-  found = frozenset(i for i in found if shape[i] > 1)
-  memo[node] = found
-  return found
+_INVARIANCE_KEEPING = {Ops.EXPAND, Ops.PERMUTE, Ops.RESHAPE, Ops.SHRINK, Ops.FLIP, Ops.REDUCE_AXIS}
+
+
+def _invariant_axes(root: UOp, memo: dict[UOp, frozenset[int]]) -> frozenset[int]:
+  """The axes of `root` (longer than 1) along which its value does not change: those its broadcasts made, kept
+  through elementwise operations, permutes, reshapes of length-1 axes, slices and reductions. (Sources first, by a
+  stack: a long elementwise chain would overflow Python's recursion.)"""
+  stack = [root]
+  while stack:
+    node = stack[-1]
+    if node in memo:
+      stack.pop()
+      continue
+    op, shape = node.op, node.shape
+    sources = node.src if op in ELEMENTWISE else node.src[:1] if op in _INVARIANCE_KEEPING else ()
+    if (waiting := [src for src in sources if src not in memo]):
+      stack.extend(waiting)
+      continue
+    stack.pop()
+    if op is Ops.CONST: found = frozenset(range(len(shape)))
+    elif op in ELEMENTWISE: found = frozenset.intersection(*(memo[src] for src in sources))
+    elif op is Ops.EXPAND:
+      below = node.src[0].shape
+      found = memo[node.src[0]] | {i for i, (d, s) in enumerate(zip(shape, below)) if s == 1 and d > 1}
+    elif op is Ops.PERMUTE: found = frozenset(i for i, axis in enumerate(node.arg) if axis in memo[node.src[0]])
+    elif op is Ops.RESHAPE:
+      mapping = _size_one_axes_only(tuple(node.src[0].shape), tuple(shape))
+      found = frozenset() if mapping is None else \
+          frozenset(i for i, axis in mapping.items() if axis in memo[node.src[0]])
+    elif op in (Ops.SHRINK, Ops.FLIP): found = memo[node.src[0]]
+    elif op is Ops.REDUCE_AXIS: found = memo[node.src[0]] | set(node.arg[1])
+    else: found = frozenset()
+    memo[node] = frozenset(i for i in found if shape[i] > 1)
+  return memo[root]
 
 
 def reduce_invariant_axes(sink: UOp) -> UOp:
