@@ -110,7 +110,9 @@ def associative_scan(fn: Callable, elems: Any, reverse: bool = False, axis: int 
     else:
       even = combine(odd, [cut(x, 2, None, 2) for x in xs])
     even = [lax.concatenate([cut(x, 0, 1), e], axis) for x, e in zip(xs, even)]
-    return [_interleave(e, o, axis, length) for e, o in zip(even, odd)]
+    # (materialised too: fused, every level's interleave became one kernel choosing among all the levels' buffers
+    # per element, each read for every element: a sum over 4096x256, 5.3 -> 1.2 ms, JAX 0.10.2 1.2)
+    return [_materialize(_interleave(e, o, axis, length)) for e, o in zip(even, odd)]
 
   if reverse: leaves = [lax.rev(x, (axis,)) for x in leaves]
   out = scan(leaves)
