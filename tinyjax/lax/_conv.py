@@ -21,7 +21,8 @@ from tinyjax.codegen.opt import permuted_store_pays
 from tinyjax.lax._base import cast, expand_raw, full, like, reshape_raw, to_array
 from tinyjax.lax._reductions import dot_general_raw, reduce_raw, sum_raw
 from tinyjax.lax._elementwise import _neg, add, max as lax_max, min as lax_min, mul
-from tinyjax.lax._shape import concatenate, flip_raw, pad, pad_raw, permute_raw, shrink_raw, strided_slice_raw
+from tinyjax.lax._shape import (concatenate, flip_raw, interleave_raw, pad, pad_raw, permute_raw, shrink_raw,
+                               strided_slice_raw)
 from tinyjax.trace import ad
 from tinyjax.trace.control_flow import BodyTrace
 from tinyjax.trace.core import Primitive, StagingTracer, bind, current_trace
@@ -333,6 +334,8 @@ def _phase_conv(lhs: Array, rhs: Array, *, padding: tuple[tuple[int, int], ...],
   params = dict(window_strides=(1,) * n_spatial, rhs_dilation=rhs_dilation, dimension_numbers=numbers,
                 feature_group_count=feature_group_count, batch_group_count=batch_group_count,
                 preferred_element_type=preferred_element_type)
+  phase_shape = list(_conv_out_shape(lhs.shape, rhs.shape, dict(params, padding=padding, lhs_dilation=lhs_dilation)))
+  for axis, count in zip(numbers.out_spec[2:], counts): phase_shape[axis] = count
 
   def phase(phases: tuple[int, ...]) -> Array:
     """The outputs s * q + r of the phases `phases` (one per spatial axis), `counts` of them on each axis."""
@@ -343,9 +346,7 @@ def _phase_conv(lhs: Array, rhs: Array, *, padding: tuple[tuple[int, int], ...],
       count = len(range(first, k, d))
       wanted = -(-(outs[i] - r) // d) if d > 1 else outs[i]
       if count == 0 or wanted <= 0:  # (no tap meets this phase's outputs: zeros)
-        shape = list(_conv_out_shape(lhs.shape, rhs.shape, dict(params, padding=padding, lhs_dilation=lhs_dilation)))
-        for j, axis in enumerate(numbers.out_spec[2:]): shape[axis] = counts[j]
-        return full(tuple(shape), 0, preferred_element_type)
+        return full(tuple(phase_shape), 0, preferred_element_type)
       taps[numbers.rhs_spec[2 + i]] = (first, k, d)
       start = (r + first - lo) // d if d > 1 else -lo  # the input element its first tap meets at q = 0
       pads.append((-start, counts[i] + count * rhs_dilation[i] - rhs_dilation[i] - n + start))
@@ -356,14 +357,7 @@ def _phase_conv(lhs: Array, rhs: Array, *, padding: tuple[tuple[int, int], ...],
     if axis_index == n_spatial: return phase(prefix)
     d = lhs_dilation[axis_index]
     pieces = [interleave(axis_index + 1, (*prefix, r)) for r in range(d)]
-    if d == 1: return pieces[0]
-    axis = numbers.out_spec[2 + axis_index]
-    shape = pieces[0].shape
-    stacked = concatenate([reshape_raw(p, (*shape[:axis + 1], 1, *shape[axis + 1:])) for p in pieces], axis + 1)
-    merged = reshape_raw(stacked, (*shape[:axis], shape[axis] * d, *shape[axis + 1:]))
-    bounds = [(0, size) for size in merged.shape]
-    bounds[axis] = (0, outs[axis_index])
-    return shrink_raw(merged, bounds)
+    return pieces[0] if d == 1 else interleave_raw(pieces, numbers.out_spec[2 + axis_index], outs[axis_index])
   return interleave(0, ())
 
 

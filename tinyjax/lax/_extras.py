@@ -11,7 +11,7 @@ import numpy as np
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
 from tinyjax.lax._base import canonicalize_axis, full, to_array
-from tinyjax.lax._shape import iota_along
+from tinyjax.lax._shape import interleave_raw, iota_along, pad_raw
 from tinyjax.trace import ad
 from tinyjax.trace.core import Primitive, bind
 from tinyjax.uop import Ops
@@ -122,15 +122,11 @@ def associative_scan(fn: Callable, elems: Any, reverse: bool = False, axis: int 
 
 def _interleave(even: Array, odd: Array, axis: int, length: int) -> Array:
   """even[0], odd[0], even[1], odd[1], ... along axis, `length` elements in all (even has the extra one)."""
-  from tinyjax import lax
   if even.shape[axis] > odd.shape[axis]:
-    padding = [(0, 0, 0)] * odd.ndim
-    padding[axis] = (0, 1, 0)
-    odd = lax.pad(odd, np.array(0, odd.dtype), padding)
-  stacked = lax.concatenate([lax.expand_dims(even, (axis + 1,)), lax.expand_dims(odd, (axis + 1,))], axis + 1)
-  shape = list(even.shape)
-  shape[axis] = 2 * even.shape[axis]
-  return lax.slice_in_dim(lax.reshape(stacked, tuple(shape)), 0, length, 1, axis)
+    padding = [(0, 0)] * odd.ndim
+    padding[axis] = (0, 1)
+    odd = pad_raw(odd, padding)
+  return interleave_raw([even, odd], axis, length)
 
 
 def cumlogsumexp(operand: Any, axis: int = 0, reverse: bool = False) -> Array:

@@ -56,6 +56,18 @@ def strided_slice_raw(x: Array, starts: Sequence[int], limits: Sequence[int], st
   return reshape_raw(x, out_sizes)
 
 
+def interleave_raw(pieces: Sequence[Array], axis: int, length: int) -> Array:
+  """pieces[0][0], pieces[1][0], ..., pieces[0][1], pieces[1][1], ... along `axis` (pieces of one shape), the first
+  `length` of them."""
+  shape = pieces[0].shape
+  stacked = concatenate([reshape_raw(p, (*shape[:axis + 1], 1, *shape[axis + 1:])) for p in pieces], axis + 1)
+  merged = reshape_raw(stacked, (*shape[:axis], shape[axis] * len(pieces), *shape[axis + 1:]))
+  if merged.shape[axis] == length: return merged
+  bounds = [(0, size) for size in merged.shape]
+  bounds[axis] = (0, length)
+  return shrink_raw(merged, bounds)
+
+
 def _interior_pad_raw(x: Array, interior: Sequence[int]) -> Array:
   """Insert `interior[i]` zeros between neighbouring elements along each axis i."""
   if all(i == 0 for i in interior): return x

@@ -55,18 +55,22 @@ def _erf_inv(x: Array) -> Array:
   return _where(_eq(_abs_float(x), _c(x, 1.0)), _mul(x, _c(x, math.inf)), result)  # erf_inv(+-1) = +-inf
 
 
+def _near(z: Array) -> Array:
+  """erfc(z) exp(z^2) for 1 <= z < 8: Cephes' P(z) / Q(z)."""
+  return _fdiv(_polynomial(z, _ERFC_P), _polynomial(z, _ERFC_Q, leading_one=True))
+
+
 def _erfc_positive(z: Array) -> Array:
   """erfc(z) for z >= 1 (float64)."""
-  near = _fdiv(_polynomial(z, _ERFC_P), _polynomial(z, _ERFC_Q, leading_one=True))
   far = _fdiv(_polynomial(z, _ERFC_R), _polynomial(z, _ERFC_S, leading_one=True))
-  return _mul(_exp(_neg(_mul(z, z))), _where(_lt(z, _c(z, 8.0)), near, far))
+  return _mul(_exp(_neg(_mul(z, z))), _where(_lt(z, _c(z, 8.0)), _near(z), far))
 
 
 def _erfc_near(z: Array) -> Array:
   """erfc(z) for 1 <= z <= 4 (as float32 erf needs it: erfc(4) = 1.5e-8 is under half an ulp of 1, so beyond 4 erf
   rounds to 1 and z is taken as 4)."""
   z = _where(_lt(_c(z, 4.0), z), _c(z, 4.0), z)  # (NaN stays NaN)
-  return _mul(_exp(_neg(_mul(z, z))), _fdiv(_polynomial(z, _ERFC_P), _polynomial(z, _ERFC_Q, leading_one=True)))
+  return _mul(_exp(_neg(_mul(z, z))), _near(z))
 
 
 def _in_float64(fn):
