@@ -467,19 +467,22 @@ def test_batched_small_matrices_agree_with_lapack_per_matrix():
   spd = _spd(6, n=4)
   spd[2] = [[1, 2, 0, 0], [2, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]  # not positive-definite
   assert _lapack._batched(a) and not _lapack._batched(a[0])
-  factors, pivots = _lapack.getrf(a)
+  factors, pivots, permutation = _lapack.getrf(a)
   for index in range(6):
-    single_factors, single_pivots = _lapack.getrf(a[index])
+    single_factors, single_pivots, single_permutation = _lapack.getrf(a[index])
     np.testing.assert_allclose(factors[index], single_factors, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(pivots[index], single_pivots)
+    np.testing.assert_array_equal(permutation[index], single_permutation)
   for shape in ((5, 3, 6), (2, 3, 6, 4)):  # wide and tall, two batch axes
     wide = _random(*shape)
-    factors, pivots = _lapack.getrf(wide)
+    factors, pivots, permutation = _lapack.getrf(wide)
     assert factors.shape == shape and pivots.shape == (*shape[:-2], min(shape[-2:]))
+    assert permutation.shape == shape[:-1]
     for index in np.ndindex(shape[:-2]):
-      single_factors, single_pivots = _lapack.getrf(wide[index])
+      single_factors, single_pivots, single_permutation = _lapack.getrf(wide[index])
       np.testing.assert_allclose(factors[index], single_factors, rtol=1e-5, atol=1e-6)
       np.testing.assert_array_equal(pivots[index], single_pivots)
+      np.testing.assert_array_equal(permutation[index], single_permutation)
   chol = _lapack.potrf(spd)
   for index in range(6):
     np.testing.assert_allclose(chol[index], _lapack.potrf(spd[index]), rtol=1e-5, atol=1e-6)
@@ -695,15 +698,16 @@ def test_lu_permutation_for_few_and_many_matrices():
   """The permutation of LAPACK's row swaps is built in Python lists for a few matrices and as numpy steps over all of
   them for many (linalg.FEW_PERMUTATIONS): the same permutations either way, each a permutation with P a = L U, and
   `lu_pivots_to_permutation` of random swaps against swaps applied one by one."""
+  from tinyjax.lax import _lapack
   rng = np.random.default_rng(3)
-  for batch in (1, 3, lax_linalg.FEW_PERMUTATIONS + 5):
+  for batch in (1, 3, _lapack.FEW_PERMUTATIONS + 5):
     a = rng.standard_normal((batch, 6, 6)).astype(np.float32)
     factors, pivots, permutation = (np.asarray(v) for v in lax_linalg.lu(jnp.asarray(a)))
     for m in range(batch):
       assert sorted(permutation[m]) == list(range(6))
       lower, upper = np.tril(factors[m], -1) + np.eye(6), np.triu(factors[m])
       np.testing.assert_allclose(a[m][permutation[m]], lower @ upper, atol=1e-5)
-  for batch in (2, lax_linalg.FEW_PERMUTATIONS + 1):
+  for batch in (2, _lapack.FEW_PERMUTATIONS + 1):
     swaps = np.stack([rng.integers(i, 7, batch) for i in range(5)], axis=-1).astype(np.int32)  # (batch, 5) into 7
     got = np.asarray(lax_linalg.lu_pivots_to_permutation(jnp.asarray(swaps), 7))
     for m in range(batch):
@@ -739,3 +743,117 @@ def test_svd_based_functions_run_eagerly_as_jitted_programs():
   assert counters.schedules_lowered == lowered
   with pytest.raises(TypeError):
     jnp.linalg.pinv(jnp.asarray(host), bogus=1)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the compiled kernels for batches of small matrices (lax/_small_linalg.py)
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(7, 1, 1), (5, 3, 3), (9, 16, 16), (6, 32, 32), (5, 7, 4), (6, 3, 9)])
+def test_small_lu_kernel_factors_against_float64(dtype, shape):
+  """P a = L U to the precision's rounding, the pivots LAPACK's (per matrix), a batch not a whole number of the
+  kernel's lanes, tall and wide matrices."""
+  from tinyjax.lax import _lapack, _small_linalg
+  a = _random(*shape, dtype=dtype)
+  factors, pivots, permutation = _small_linalg.getrf(a)
+  m, n = shape[-2:]
+  k = min(m, n)
+  tolerance = 2e-5 if dtype == np.float32 else 1e-13
+  for index in range(shape[0]):
+    lower = np.tril(factors[index], -1)[:, :k].astype(np.float64) + np.eye(m, k)
+    upper = np.triu(factors[index])[:k, :].astype(np.float64)
+    np.testing.assert_allclose(lower @ upper, a[index][permutation[index]].astype(np.float64), atol=tolerance * n)
+    assert np.abs(lower).max() <= 1  # partial pivoting: every multiplier at most 1
+    lapack_factors, lapack_pivots = _lapack._getrf_each(a[index:index + 1])
+    np.testing.assert_array_equal(pivots[index], lapack_pivots[0])
+    np.testing.assert_allclose(factors[index], lapack_factors[0], rtol=tolerance * 10, atol=tolerance * n)
+
+
+def test_small_lu_kernel_singular_ties_subnormal_and_nan():
+  """Zero columns keep their zero pivot (no swap, no division), ties pick the first row, subnormal values read as
+  zero (kernels run with subnormals flushed, as JAX's CPU programs: its LU of this matrix is the same), and a NaN
+  stays in its own matrix."""
+  from tinyjax.lax import _lapack, _small_linalg
+  a = np.zeros((6, 4, 4), np.float32)
+  a[0] = [[0, 1, 2, 3], [0, 4, 5, 6], [0, 7, 8, 10], [0, 1, 1, 1]]  # first column zero
+  a[1] = [[1, 2, 0, 0], [-1, 0, 3, 0], [1, 0, 0, 4], [-1, 5, 0, 0]]  # |1| four times: row 0 stays
+  a[2] = np.eye(4) * 1e-39  # subnormal pivots
+  a[2, 1, 0] = 3e-39
+  a[3] = _random(4, 4)
+  a[3, 2, 1] = np.nan
+  a[4] = _random(4, 4)
+  a[5] = np.ones((4, 4))  # rank one
+  factors, pivots, _ = _small_linalg.getrf(a)
+  for index in (0, 1, 4, 5):
+    lapack_factors, lapack_pivots = _lapack._getrf_each(a[index:index + 1])
+    np.testing.assert_array_equal(pivots[index], lapack_pivots[0])
+    np.testing.assert_allclose(factors[index], lapack_factors[0], rtol=1e-6, atol=1e-6)
+  assert pivots[0, 0] == 0 and np.all(factors[0, :, 0] == 0)
+  assert pivots[1, 0] == 0
+  np.testing.assert_array_equal(pivots[2], [0, 1, 2, 3])  # (JAX 0.10.2: the same pivots and factors)
+  np.testing.assert_array_equal(factors[2, :, 0], a[2, :, 0])  # (unscaled: the pivot read as zero)
+  assert np.isnan(factors[3]).any() and np.isfinite(factors[4]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("left_side", [True, False])
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("transpose_a", [True, False])
+@pytest.mark.parametrize("unit_diagonal", [True, False])
+def test_small_triangular_solve_kernel_against_float64(dtype, left_side, lower, transpose_a, unit_diagonal):
+  from tinyjax.lax import _lapack
+  k = 11
+  a = _random(9, k, k, dtype=dtype) + 3 * np.eye(k, dtype=dtype)
+  b = _random(9, k, 5, dtype=dtype) if left_side else _random(9, 5, k, dtype=dtype)
+  assert _lapack._batched(a, _lapack.COMPILED_MATRIX)
+  x = _lapack.trsm(a, b, left_side=left_side, lower=lower, transpose_a=transpose_a, unit_diagonal=unit_diagonal)
+  triangle = np.tril(a) if lower else np.triu(a)
+  if unit_diagonal: triangle[:, np.arange(k), np.arange(k)] = 1
+  op = np.swapaxes(triangle, -1, -2) if transpose_a else triangle
+  op64, b64 = op.astype(np.float64), b.astype(np.float64)
+  want = np.linalg.solve(op64, b64) if left_side else np.swapaxes(
+      np.linalg.solve(np.swapaxes(op64, -1, -2), np.swapaxes(b64, -1, -2)), -1, -2)
+  np.testing.assert_allclose(x, want, rtol=2e-4 if dtype == np.float32 else 1e-11,
+                             atol=2e-5 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_cholesky_kernel_against_float64_and_failures_stay_in_their_matrix(dtype):
+  """Matrices that are not positive-definite (an indefinite one, a NaN) give NaN on and below the diagonal and zeros
+  above, as JAX; their neighbours in the kernel's lanes are untouched."""
+  for n in (1, 5, 20, 32):
+    spd = _spd(10, n=n, dtype=dtype)
+    spd[3] = -spd[3]
+    spd[6, n - 1, n - 1] = np.nan
+    with tj.config.override("jax_enable_x64", dtype == np.float64):
+      got = np.asarray(jnp.linalg.cholesky(jnp.asarray(spd)))
+    assert got.dtype == dtype
+    for index in range(10):
+      if index in (3, 6):
+        assert np.isnan(got[index][np.tril_indices(n)]).all() and (np.triu(got[index], 1) == 0).all()
+        continue
+      want = np.linalg.cholesky(spd[index].astype(np.float64))
+      np.testing.assert_allclose(got[index], want, rtol=1e-5 if dtype == np.float32 else 1e-12,
+                                 atol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_small_kernels_compile_once_for_every_size():
+  """The kernels take their sizes as arguments: one compiled program per routine and dtype serves all of them."""
+  from tinyjax.devices import cpu
+  for n in (2, 5, 13, 24):
+    np.asarray(tj.vmap(jnp.linalg.solve)(jnp.asarray(_spd(6, n=n)), jnp.asarray(_random(6, n))))
+  names = [program.name for program in cpu._programs.values() if program.name.startswith("tj_")]
+  assert names.count("tj_getrf_f32") == 1 and names.count("tj_trsm_f32") == 1
+
+
+def test_vmapped_solve_and_cholesky_gradients_compose_with_jit():
+  """jit(vmap(grad)) and vmap(jit(grad)) of solve and Cholesky over a batch of 20x20 systems (compiled kernels on the
+  forward and the transposed solves) against central differences in float64."""
+  a, b = _spd(5, n=20, dtype=np.float64), _random(5, 20, dtype=np.float64)
+  with tj.config.override("jax_enable_x64", True):
+    def loss(a, b): return jnp.sum(jnp.linalg.solve(a, b) ** 2) + jnp.sum(jnp.sin(jnp.linalg.cholesky(a)))
+    for transformed in (tj.jit(tj.vmap(tj.grad(loss))), tj.vmap(tj.jit(tj.grad(loss)))):
+      got = np.asarray(transformed(jnp.asarray(a), jnp.asarray(b)))
+      for index in (0, 4):
+        want = numeric_grad(lambda m: float(loss(jnp.asarray(m), jnp.asarray(b[index]))), a[index].copy(), 1e-6)
+        np.testing.assert_allclose(got[index], want, rtol=1e-6, atol=1e-7)

@@ -8,11 +8,12 @@ distribution's build), the system's `liblapack` / `libopenblas` or Accelerate is
 `TINYJAX_LAPACK=/path/to/liblapack.so` names one explicitly.
 
 Each routine here takes C-ordered numpy arrays with any leading batch dimensions and loops over the matrices in
-Python (one ctypes call each, a few microseconds; the O(n^3) work is LAPACK's). For batches of small matrices
-(n <= SMALL_MATRIX), where those microseconds would dominate, the same algorithms run vectorised over the batch in
-numpy instead (see the section below). Row-major matrices are the
-column-major transposes LAPACK sees: where a routine's meaning allows, the call is rephrased on the transpose instead
-of copying (a triangular solve flips side and triangle, an SVD swaps U and V^T); getrf and geqrf copy to column-major.
+Python (one ctypes call each, a few microseconds; the O(n^3) work is LAPACK's). For batches of small matrices, where
+those microseconds would dominate, LU, triangular solves and Cholesky run in compiled kernels that loop over the batch
+(lax/_small_linalg.py), and eigh, svd and qr in numpy.linalg's gufuncs (see the section below). Row-major matrices
+are the column-major transposes LAPACK sees: where a routine's meaning allows, the call is rephrased on the transpose
+instead of copying (a triangular solve flips side and triangle, an SVD swaps U and V^T); getrf and geqrf copy to
+column-major.
 Failures are values, as in JAX: a matrix that is not positive-definite gives a NaN factor, a singular one an LU with a
 zero pivot.
 """
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from tinyjax import dtypes
+from tinyjax.lax import _small_linalg
 
 _PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d", np.dtype(np.complex64): "c",
            np.dtype(np.complex128): "z"}
@@ -182,6 +184,31 @@ def _getrf_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if single: factors = column_major.T
     else: factors[index] = column_major.T
   return factors.reshape(a.shape), np.subtract(pivots, 1, dtype=np.int32, casting="unsafe").reshape((*a.shape[:-2], k))
+
+
+def permutation_of(pivots: np.ndarray, size: int) -> np.ndarray:
+  """The row permutation that LAPACK's sequence of swaps (row i with row pivots[i]) applies: swapped in Python lists
+  for a few matrices (a 64x64 LU's 64 swaps: 6 us, against 165 as numpy steps over every matrix at once, which is
+  the way for many)."""
+  flat_pivots = pivots.reshape(math.prod(pivots.shape[:-1]), pivots.shape[-1])
+  if flat_pivots.shape[0] <= FEW_PERMUTATIONS:
+    permutations = []
+    for row in flat_pivots.tolist():
+      permutation = list(range(size))
+      for i, target in enumerate(row): permutation[i], permutation[target] = permutation[target], permutation[i]
+      permutations.append(permutation)
+    return np.array(permutations, np.int32).reshape((*pivots.shape[:-1], size))
+  permutation = np.tile(np.arange(size, dtype=np.int32), (flat_pivots.shape[0], 1))
+  matrices = np.arange(flat_pivots.shape[0])
+  for i in range(flat_pivots.shape[1]):  # swap i with pivots[i], in every matrix at once
+    targets = flat_pivots[:, i]
+    swapped = permutation[matrices, targets]
+    permutation[matrices, targets] = permutation[:, i]
+    permutation[:, i] = swapped
+  return permutation.reshape((*pivots.shape[:-1], size))
+
+
+FEW_PERMUTATIONS = 32  # (a swap in a list: ~0.08 us per matrix; a numpy step: ~2.5 us for all of them)
 
 
 def _trsm_each(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, transpose_a: bool,
@@ -375,69 +402,36 @@ def _geev_complex(a: np.ndarray, *, left: bool, right: bool) -> list[np.ndarray]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# batches of small matrices: one LAPACK call per matrix costs more in Python than its O(n^3) work, so these run the
-# same algorithms (partial pivoting as getf2, substitution, Cholesky-Banachiewicz) as n numpy steps over the whole
-# batch; eigh, svd and qr go to numpy.linalg's gufuncs, which loop over the batch in C (in float64: numpy's rule)
+# batches of small matrices: one LAPACK call per matrix costs more in Python than its O(n^3) work, so LU, triangular
+# solves and Cholesky run LAPACK's unblocked algorithms in compiled kernels over the whole batch (lax/_small_linalg.py),
+# and eigh, svd and qr go to numpy.linalg's gufuncs, which loop over the batch in C (in float64: numpy's rule)
 
 SMALL_MATRIX = 16  # n at most this, and more than one matrix: the batched path (measured: benchmarks/run.py linalg)
+# ... at most this for the compiled kernels, whose unblocked loops still beat a Python loop of LAPACK calls there
+# (2 cores, float32: 256 LUs of 32 x 32 1.4 ms against 6.8; 16 of 64 x 64 0.77 against 0.61, 8 of 128 x 128 8.9 against
+# 1.4; 256 16 x 16 LUs: numpy steps over the batch 2.2 ms, the kernel 0.31-0.38)
+COMPILED_MATRIX = 32
 
 
 
-def _getrf_batched(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  # the batch is the innermost axis, (m, n, batch): each step's arithmetic runs over contiguous rows of the batch, not
-  # over rows of a dozen values per matrix (256 16x16 matrices: 3.4 -> 2.2 ms, median of an in-process A/B)
-  m, n = a.shape[-2:]
-  k = min(m, n)
-  stack = _stacked(a)
-  lanes = np.arange(stack.shape[0])
-  factors = np.ascontiguousarray(np.moveaxis(stack, 0, -1))
-  pivots = np.empty((k, stack.shape[0]), np.int32)
-  for j in range(k):
-    pivot_rows = j + np.argmax(np.abs(factors[j:, j]), axis=0)
-    pivots[j] = pivot_rows
-    row, chosen = factors[j].copy(), factors[pivot_rows, :, lanes]  # (chosen: (batch, n), a copy)
-    factors[pivot_rows, :, lanes] = row.T
-    factors[j] = chosen.T
-    pivot = factors[j, j]
-    factors[j + 1:, j] /= np.where(pivot != 0, pivot, 1)
-    factors[j + 1:, j + 1:] -= factors[j + 1:, j, None] * factors[j, None, j + 1:]
-  return np.moveaxis(factors, -1, 0).reshape(a.shape), np.ascontiguousarray(pivots.T).reshape((*a.shape[:-2], k))
+def _getrf_batched(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  factors, pivots, permutation = _small_linalg.getrf(_stacked(a))
+  return factors.reshape(a.shape), pivots.reshape((*a.shape[:-2], pivots.shape[-1])), \
+      permutation.reshape(a.shape[:-1])
 
 
 def _trsm_batched(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, transpose_a: bool,
-                 unit_diagonal: bool) -> np.ndarray:
-  k = a.shape[-1]
-  triangles = _stacked(a)
-  rhs = _stacked(b)
+                  unit_diagonal: bool) -> np.ndarray:
   # as a left-side solve M x = c: M = op(a), or op(a)^T with x, c transposed for the right side
-  matrix = np.swapaxes(triangles, -1, -2) if transpose_a != (not left_side) else triangles
-  is_lower = lower != (transpose_a != (not left_side))
-  if not left_side: rhs = np.swapaxes(rhs, -1, -2)
-  x = np.array(rhs, copy=True)
-  order = range(k) if is_lower else range(k - 1, -1, -1)
-  for i in order:
-    known = slice(0, i) if is_lower else slice(i + 1, k)
-    x[:, i, :] -= np.einsum("bj,bjc->bc", matrix[:, i, known], x[:, known, :])
-    if not unit_diagonal: x[:, i, :] /= matrix[:, i, i, None]
-  if not left_side: x = np.swapaxes(x, -1, -2)
-  return np.ascontiguousarray(x).reshape(b.shape)
+  transpose = transpose_a != (not left_side)
+  rhs = _stacked(b) if left_side else np.swapaxes(_stacked(b), -1, -2)
+  x = _small_linalg.trsm(_stacked(a), rhs, lower=lower != transpose, transpose=transpose,
+                         unit_diagonal=unit_diagonal)
+  return (x if left_side else np.swapaxes(x, -1, -2)).reshape(b.shape)
 
 
 def _potrf_batched(a: np.ndarray) -> np.ndarray:
-  stack = _stacked(a)
-  n = a.shape[-1]
-  factor = np.zeros_like(stack)
-  failed = np.zeros(stack.shape[0], bool)
-  with np.errstate(invalid="ignore", divide="ignore"):
-    for j in range(n):
-      pivot = stack[:, j, j] - np.einsum("bk,bk->b", factor[:, j, :j], factor[:, j, :j])
-      failed |= ~(pivot > 0)
-      root = np.sqrt(np.where(pivot > 0, pivot, 1))
-      factor[:, j, j] = root
-      factor[:, j + 1:, j] = (stack[:, j + 1:, j] - np.einsum("bik,bk->bi", factor[:, j + 1:, :j],
-                                                                factor[:, j, :j])) / root[:, None]
-  factor[failed] = np.nan
-  return np.tril(factor).reshape(a.shape)
+  return _small_linalg.potrf(_stacked(a)).reshape(a.shape)
 
 
 def _per_matrix_on_failure(gufunc: Any, fallback: Any, a: np.ndarray) -> Any:
@@ -467,24 +461,27 @@ def _geqrf_orgqr_batched(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndar
 # ---------------------------------------------------------------------------------------------------------------------
 # the routines lax/linalg.py calls: batches of small matrices vectorised, the rest one LAPACK call per matrix
 
-def _batched(a: np.ndarray) -> bool:
-  return a.size > 0 and a.dtype.kind == "f" and math.prod(a.shape[:-2]) > 1 and max(a.shape[-2:]) <= SMALL_MATRIX
+def _batched(a: np.ndarray, largest: int = SMALL_MATRIX) -> bool:
+  return a.size > 0 and a.dtype.kind == "f" and math.prod(a.shape[:-2]) > 1 and max(a.shape[-2:]) <= largest
 
 
 def potrf(a: np.ndarray) -> np.ndarray:
   """Lower Cholesky factors of the lower triangles of (..., n, n); NaN where not positive-definite."""
-  return _potrf_batched(a) if _batched(a) else _potrf_each(a)
+  return _potrf_batched(a) if _batched(a, COMPILED_MATRIX) else _potrf_each(a)
 
 
-def getrf(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """Packed LU factors of (..., m, n) and the 0-based row pivots (..., min(m, n)) int32."""
-  return _getrf_batched(a) if _batched(a) else _getrf_each(a)
+def getrf(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Packed LU factors of (..., m, n), the 0-based row pivots (..., min(m, n)) int32 and the row permutation
+  (..., m) int32 that their swaps make."""
+  if _batched(a, COMPILED_MATRIX): return _getrf_batched(a)
+  factors, pivots = _getrf_each(a)
+  return factors, pivots, permutation_of(pivots, a.shape[-2])
 
 
 def trsm(a: np.ndarray, b: np.ndarray, **params: bool) -> np.ndarray:
   """x with op(a) x = b (left_side) or x op(a) = b; params left_side, lower, transpose_a, unit_diagonal (and
   conjugate_a, for complex a)."""
-  if _batched(a):  # (real: conjugate_a means nothing)
+  if _batched(a, COMPILED_MATRIX):  # (real: conjugate_a means nothing)
     return _trsm_batched(a, b, **{name: value for name, value in params.items() if name != "conjugate_a"})
   return _trsm_each(a, b, **params)
 

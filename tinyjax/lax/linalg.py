@@ -13,7 +13,6 @@ matrices; float16 / bfloat16 raise NotImplementedError as JAX's CPU backend does
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -187,37 +186,11 @@ def cholesky(x: Any, *, symmetrize_input: bool = True) -> Array:
 # ---------------------------------------------------------------------------------------------------------------------
 # lu
 
-def _permutation_of(pivots: np.ndarray, size: int) -> np.ndarray:
-  """The row permutation that LAPACK's sequence of swaps (row i with row pivots[i]) applies: swapped in Python lists
-  for a few matrices (a 64x64 LU's 64 swaps: 6 us, against 165 as numpy steps over every matrix at once, which is
-  the way for many)."""
-  flat_pivots = pivots.reshape(math.prod(pivots.shape[:-1]), pivots.shape[-1])
-  if flat_pivots.shape[0] <= FEW_PERMUTATIONS:
-    permutations = []
-    for row in flat_pivots.tolist():
-      permutation = list(range(size))
-      for i, target in enumerate(row): permutation[i], permutation[target] = permutation[target], permutation[i]
-      permutations.append(permutation)
-    return np.array(permutations, np.int32).reshape((*pivots.shape[:-1], size))
-  permutation = np.tile(np.arange(size, dtype=np.int32), (flat_pivots.shape[0], 1))
-  matrices = np.arange(flat_pivots.shape[0])
-  for i in range(flat_pivots.shape[1]):  # swap i with pivots[i], in every matrix at once
-    targets = flat_pivots[:, i]
-    swapped = permutation[matrices, targets]
-    permutation[matrices, targets] = permutation[:, i]
-    permutation[:, i] = swapped
-  return permutation.reshape((*pivots.shape[:-1], size))
-
-
-FEW_PERMUTATIONS = 32  # (a swap in a list: ~0.08 us per matrix; a numpy step: ~2.5 us for all of them)
-
-
 def _lu_impl(x):
   m, n = x.shape[-2:]
 
   def run(a):
-    factors, pivots = _lapack.getrf(a)
-    return [factors, pivots, _permutation_of(pivots, m)]
+    return list(_lapack.getrf(a))
   return _host("lu", run, [x], [(x.shape, x.dtype), ((*x.shape[:-2], min(m, n)), INT32), ((*x.shape[:-2], m), INT32)])
 
 
@@ -262,7 +235,7 @@ def lu(x: Any) -> tuple[Array, Array, Array]:
 
 def _pivots_to_permutation_impl(pivots, *, permutation_size):
   return _host("lu_pivots_to_permutation",
-               lambda swaps: [_permutation_of(swaps.astype(np.int64), permutation_size)], [pivots],
+               lambda swaps: [_lapack.permutation_of(swaps.astype(np.int64), permutation_size)], [pivots],
                [((*pivots.shape[:-1], permutation_size), INT32)])[0]
 
 
