@@ -8,12 +8,12 @@ and dtype for every matrix size (the sizes are arguments, so a new size costs no
 device and kept in its disk cache like any kernel. `DEBUG=4` prints their IR when they are compiled.
 
 The algorithms are LAPACK's unblocked ones, row-major:
-- getrf (sgetf2 / dgetf2, in Crout's order, which does the same operations in the same order): pivot j is the first row at or below j with the largest |a[i, j]| (a NaN is never
-  chosen over an earlier value, as LAPACK's isamax); rows j and the pivot are swapped whole; a nonzero pivot scales
-  the column below it by its reciprocal; the trailing block takes the rank-1 update. A zero pivot is kept (a singular
-  matrix factors without error, as JAX). Kernels run with subnormals flushed to zero (devices/runtime.py), as JAX's
-  CPU programs do, so a subnormal pivot is a zero one here as there (and LAPACK's division by a pivot whose
-  reciprocal would overflow is not needed).
+- getrf (sgetf2 / dgetf2, in Crout's order, which does the same operations in the same order): pivot j is the first
+  row at or below j with the largest |a[i, j]| (a NaN is never chosen over an earlier value, as LAPACK's isamax);
+  rows j and the pivot are swapped whole; a nonzero pivot scales the column below it by its reciprocal; the trailing
+  block takes the rank-1 update. A zero pivot is kept (a singular matrix factors without error, as JAX). Kernels run
+  with subnormals flushed to zero (devices/runtime.py), as JAX's CPU programs do, so a subnormal pivot is a zero one
+  here as there (and LAPACK's division by a pivot whose reciprocal would overflow is not needed).
 - trsm: op(a) x = b for a triangular op(a) (a or its transpose, read through strides), the rows of x solved in
   order (forward for lower, backward for upper), each by the rows already known and then its diagonal (unless unit).
 - potrf: the lower Cholesky factor, column by column; a matrix that is not positive-definite (a pivot not > 0, NaN
@@ -33,6 +33,12 @@ import numpy as np
 
 LANES = 4  # matrices factored at once, in lockstep: their sums are independent chains that overlap
 _TYPES = {np.dtype(np.float32): ("float", "f32"), np.dtype(np.float64): ("double", "f64")}
+
+
+# every loop as written: LLVM's vectoriser and unroller find nothing to gain in these short scalar loops (the sums
+# are ordered chains), and trying took most of their compile time
+_LOOP_METADATA = ['!0 = distinct !{!0, !1, !2}', '!1 = !{!"llvm.loop.vectorize.enable", i1 false}',
+                  '!2 = !{!"llvm.loop.unroll.disable"}']
 
 
 def _float(value: float) -> str:
@@ -95,7 +101,7 @@ class _Builder:
     self.block(inside)
     body(i)
     self.store("i64", self.op("add", i, "1"), counter)
-    self.emit(f"br label %{head}")
+    self.emit(f"br label %{head}, !llvm.loop !0")
     self.block(done)
 
   def when(self, condition: str, then, otherwise=None) -> None:
@@ -111,7 +117,8 @@ class _Builder:
 
   def text(self, declarations: list[str]) -> str:
     self.emit("ret void")
-    return "\n".join([*declarations, self.header, self.lines[0], *self.allocas, *self.lines[1:], "}", ""])
+    return "\n".join([*declarations, self.header, self.lines[0], *self.allocas, *self.lines[1:], "}", *_LOOP_METADATA,
+                      ""])
 
 
 def _dots(ir: _Builder, starts: list[str], count: str, left, right) -> list[str]:
@@ -149,32 +156,33 @@ def _getrf_ir(name: str, dtype: np.dtype) -> str:
   k = ir.value(f"call i64 @llvm.smin.i64(i64 {m}, i64 {n})")
 
   def group(g: str) -> None:
-    matrices = _lanes(ir, g, a0, ctype, ir.op("mul", m, n))
-    pivot_rows, permutations = _lanes(ir, g, pivots0, "i32", k), _lanes(ir, g, permutation0, "i32", m)
-    for permutation in permutations:
-      ir.loop("0", m, lambda i: ir.store("i32", ir.value(f"trunc i64 {i} to i32"), ir.gep("i32", permutation, i)))
+    size = ir.op("mul", m, n)
+    matrices = _lanes(ir, g, a0, ctype, size)
+    first = ir.op("mul", g, str(LANES))
 
-    def at(lane: int, row: str, column: str) -> str:
-      return ir.element(matrices[lane], ir.op("add", ir.op("mul", row, n), column))
+    def at(matrix: str, row: str, column: str) -> str:
+      return ir.element(matrix, ir.op("add", ir.op("mul", row, n), column))
 
     def column(j: str) -> None:
       def update(i: str) -> None:
         count = ir.value(f"call i64 @llvm.smin.i64(i64 {i}, i64 {j})")
-        starts = [ir.load(ctype, at(lane, i, j)) for lane in range(LANES)]
-        totals = _dots(ir, starts, count, lambda lane, p: ir.load(ctype, at(lane, i, p)),
-                       lambda lane, p: ir.load(ctype, at(lane, p, j)))
-        for lane, total in enumerate(totals): ir.store(ctype, total, at(lane, i, j))
+        starts = [ir.load(ctype, at(matrix, i, j)) for matrix in matrices]
+        totals = _dots(ir, starts, count, lambda lane, p: ir.load(ctype, at(matrices[lane], i, p)),
+                       lambda lane, p: ir.load(ctype, at(matrices[lane], p, j)))
+        for matrix, total in zip(matrices, totals): ir.store(ctype, total, at(matrix, i, j))
       ir.loop("0", m, update)
-      ir.when(ir.op("icmp slt", j, k), lambda: [pivot(lane, j) for lane in range(LANES)])
+      ir.when(ir.op("icmp slt", j, k), lambda: ir.loop("0", str(LANES), lambda lane: pivot(lane, j)))
 
-    def pivot(lane: int, j: str) -> None:
+    def pivot(lane: str, j: str) -> None:  # (a loop over the lanes: this part is O(n^2))
+      b = ir.op("add", first, lane)
+      matrix, permutation = ir.element(a0, ir.op("mul", b, size)), ir.gep("i32", permutation0, ir.op("mul", b, m))
       best, largest = ir.var(), ir.var(ctype)
       ir.store("i64", j, best)
-      ir.store(ctype, ir.value(f"call {ctype} @llvm.fabs.{suffix}({ctype} {ir.load(ctype, at(lane, j, j))})"),
+      ir.store(ctype, ir.value(f"call {ctype} @llvm.fabs.{suffix}({ctype} {ir.load(ctype, at(matrix, j, j))})"),
                largest)
 
       def search(i: str) -> None:
-        magnitude = ir.value(f"call {ctype} @llvm.fabs.{suffix}({ctype} {ir.load(ctype, at(lane, i, j))})")
+        magnitude = ir.value(f"call {ctype} @llvm.fabs.{suffix}({ctype} {ir.load(ctype, at(matrix, i, j))})")
         larger = ir.value(f"fcmp ogt {ctype} {magnitude}, {ir.load(ctype, largest)}")
         ir.store("i64", ir.value(f"select i1 {larger}, i64 {i}, i64 {ir.load('i64', best)}"), best)
         ir.store(ctype, ir.value(f"select i1 {larger}, {ctype} {magnitude}, {ctype} {ir.load(ctype, largest)}"),
@@ -182,7 +190,7 @@ def _getrf_ir(name: str, dtype: np.dtype) -> str:
       below = ir.op("add", j, "1")
       ir.loop(below, m, search)
       p = ir.load("i64", best)
-      ir.store("i32", ir.value(f"trunc i64 {p} to i32"), ir.gep("i32", pivot_rows[lane], j))
+      ir.store("i32", ir.value(f"trunc i64 {p} to i32"), ir.gep("i32", pivots0, ir.op("add", ir.op("mul", b, k), j)))
 
       def swap(kind: str, here: str, there: str) -> None:
         x, y = ir.load(kind, here), ir.load(kind, there)
@@ -191,16 +199,21 @@ def _getrf_ir(name: str, dtype: np.dtype) -> str:
 
       def scale() -> None:
         def rows() -> None:
-          ir.loop("0", n, lambda c: swap(ctype, at(lane, j, c), at(lane, p, c)))
-          swap("i32", ir.gep("i32", permutations[lane], j), ir.gep("i32", permutations[lane], p))
+          ir.loop("0", n, lambda c: swap(ctype, at(matrix, j, c), at(matrix, p, c)))
+          swap("i32", ir.gep("i32", permutation, j), ir.gep("i32", permutation, p))
         ir.when(ir.op("icmp ne", p, j), rows)
-        reciprocal = ir.value(f"fdiv {ctype} 1.0, {ir.load(ctype, at(lane, j, j))}")
+        reciprocal = ir.value(f"fdiv {ctype} 1.0, {ir.load(ctype, at(matrix, j, j))}")
 
         def multiply(i: str) -> None:
-          address = at(lane, i, j)
+          address = at(matrix, i, j)
           ir.store(ctype, ir.value(f"fmul {ctype} {ir.load(ctype, address)}, {reciprocal}"), address)
         ir.loop(below, m, multiply)
-      ir.when(ir.value(f"fcmp une {ctype} {ir.load(ctype, at(lane, p, j))}, 0.0"), scale)
+      ir.when(ir.value(f"fcmp une {ctype} {ir.load(ctype, at(matrix, p, j))}, 0.0"), scale)
+
+    def identity(lane: str) -> None:
+      permutation = ir.gep("i32", permutation0, ir.op("mul", ir.op("add", first, lane), m))
+      ir.loop("0", m, lambda i: ir.store("i32", ir.value(f"trunc i64 {i} to i32"), ir.gep("i32", permutation, i)))
+    ir.loop("0", str(LANES), identity)
     ir.loop("0", n, column)
   ir.loop("%start", "%end", group)
   return ir.text(["declare i64 @llvm.smin.i64(i64, i64)", f"declare {ctype} @llvm.fabs.{suffix}({ctype})",
