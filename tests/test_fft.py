@@ -176,3 +176,16 @@ def test_eager_transforms_run_as_jitted_programs():
   assert counters.schedules_lowered - lowered <= 1
   with pytest.raises(ValueError, match="norm"):
     jnp.fft.fft(array, norm="bogus")
+
+
+def test_stage_contractions_get_register_tiles():
+  """Every stage of rfft, fft and irfft of 64x1024 is a contraction the register tile takes (no gated loads from
+  stacked parts, no store fused with a transpose): each kernel with a sum lists its tile's opts."""
+  import re
+  x = jnp.asarray(np.random.default_rng(0).standard_normal((64, 1024)).astype(np.float32))
+  for transform in (jnp.fft.rfft, jnp.fft.fft, lambda v: jnp.fft.irfft(jnp.fft.rfft(v))):
+    text = tj.jit(transform).lower(x).as_text()
+    kernels = [(block.split()[0], re.search(r"; opts: (.*)", block).group(1)) for block in text.split("# kernel ")[1:]]
+    contractions = [(name, opts) for name, opts in kernels if name.startswith("r_")]
+    assert len(contractions) >= 3
+    assert all("upcast" in opts for _, opts in contractions), contractions
