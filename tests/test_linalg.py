@@ -800,11 +800,14 @@ def test_small_lu_kernel_singular_ties_subnormal_and_nan():
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("transpose_a", [True, False])
 @pytest.mark.parametrize("unit_diagonal", [True, False])
-def test_small_triangular_solve_kernel_against_float64(dtype, left_side, lower, transpose_a, unit_diagonal):
+@pytest.mark.parametrize("nrhs", [5, 13])
+def test_small_triangular_solve_kernel_against_float64(dtype, left_side, lower, transpose_a, unit_diagonal, nrhs):
+  """Both ways of the kernel: a few right-hand sides column by column, many (lax/_small_linalg.py WIDE_RHS) along
+  the rows of x, whole vectors and then the rest."""
   from tinyjax.lax import _lapack
   k = 11
   a = _random(9, k, k, dtype=dtype) + 3 * np.eye(k, dtype=dtype)
-  b = _random(9, k, 5, dtype=dtype) if left_side else _random(9, 5, k, dtype=dtype)
+  b = _random(9, k, nrhs, dtype=dtype) if left_side else _random(9, nrhs, k, dtype=dtype)
   assert _lapack._batched(a, _lapack.COMPILED_MATRIX)
   x = _lapack.trsm(a, b, left_side=left_side, lower=lower, transpose_a=transpose_a, unit_diagonal=unit_diagonal)
   triangle = np.tril(a) if lower else np.triu(a)
@@ -815,6 +818,20 @@ def test_small_triangular_solve_kernel_against_float64(dtype, left_side, lower, 
       np.linalg.solve(np.swapaxes(op64, -1, -2), np.swapaxes(b64, -1, -2)), -1, -2)
   np.testing.assert_allclose(x, want, rtol=2e-4 if dtype == np.float32 else 1e-11,
                              atol=2e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_small_triangular_solve_kernel_rows_and_columns_agree_bit_for_bit():
+  """Solved along the rows of x (many right-hand sides) or column by column (one at a time), each element takes the
+  same operations in the same order: the same bits."""
+  from tinyjax.lax import _small_linalg
+  a = _random(6, 20, 20) + 4 * np.eye(20, dtype=np.float32)
+  b = _random(6, 20, 21)
+  for lower in (True, False):
+    for transpose in (True, False):
+      together = _small_linalg.trsm(a, b, lower=lower, transpose=transpose, unit_diagonal=False)
+      apart = np.concatenate([_small_linalg.trsm(a, b[..., c:c + 1], lower=lower, transpose=transpose,
+                                                 unit_diagonal=False) for c in range(21)], axis=-1)
+      np.testing.assert_array_equal(together, apart)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -16,8 +16,9 @@ The algorithms are LAPACK's unblocked ones, row-major:
   here as there (and LAPACK's division by a pivot whose reciprocal would overflow is not needed).
 - trsm: op(a) x = b for a triangular op(a) (a or its transpose, read through strides), the rows of x solved in
   order (forward for lower, backward for upper), each by the rows already known and then its diagonal (unless unit).
-- potrf: the lower Cholesky factor, column by column; a matrix that is not positive-definite (a pivot not > 0, NaN
-  included) gives a factor of NaN (zeros above the diagonal), as JAX.
+- potrf (potf2): the lower Cholesky factor, column by column, the column below a pivot times its reciprocal; a
+  matrix that is not positive-definite (a pivot not > 0, NaN included) gives a factor of NaN (zeros above the
+  diagonal), as JAX.
 
 Each kernel has the CPU kernel ABI `void fn(ptr args, i64 start, i64 end)` over groups [start, end) of LANES matrices
 (the batch padded to whole groups), launched across the CPU runtime's threads; args holds the arrays' addresses and a
@@ -32,13 +33,22 @@ import struct
 import numpy as np
 
 LANES = 4  # matrices factored at once, in lockstep: their sums are independent chains that overlap
+WIDE_RHS = 8  # right-hand sides from which a triangular solve runs along the rows of x (vectors), not by columns
 _TYPES = {np.dtype(np.float32): ("float", "f32"), np.dtype(np.float64): ("double", "f64")}
 
 
 # every loop as written: LLVM's vectoriser and unroller find nothing to gain in these short scalar loops (the sums
 # are ordered chains), and trying took most of their compile time
+# (a loop along a row's contiguous values is written with vectors, `_Builder.row_loop`: left to LLVM, a row of 24
+# values fell short of its interleaved vector loop's first step, and an upper triangle's solve ran 3.5x slower)
 _LOOP_METADATA = ['!0 = distinct !{!0, !1, !2}', '!1 = !{!"llvm.loop.vectorize.enable", i1 false}',
                   '!2 = !{!"llvm.loop.unroll.disable"}']
+VECTOR_BYTES = 32  # the vectors of `_Builder.row_loop` (LLVM splits them where the target's are narrower)
+
+
+def _align(kind: str) -> str:
+  """A vector's loads and stores are aligned as its elements (a row of x starts anywhere)."""
+  return f", align {4 if 'float' in kind else 8}" if kind.startswith("<") else ""
 
 
 def _float(value: float) -> str:
@@ -76,9 +86,10 @@ class _Builder:
     self.allocas.append(f"  {name} = alloca {kind}")
     return name
 
-  def load(self, kind: str, pointer: str) -> str: return self.value(f"load {kind}, ptr {pointer}")
+  def load(self, kind: str, pointer: str) -> str: return self.value(f"load {kind}, ptr {pointer}{_align(kind)}")
 
-  def store(self, kind: str, value: str, pointer: str) -> None: self.emit(f"store {kind} {value}, ptr {pointer}")
+  def store(self, kind: str, value: str, pointer: str) -> None:
+    self.emit(f"store {kind} {value}, ptr {pointer}{_align(kind)}")
 
   def gep(self, kind: str, pointer: str, index: str) -> str:
     return self.value(f"getelementptr inbounds {kind}, ptr {pointer}, i64 {index}")
@@ -89,8 +100,8 @@ class _Builder:
     """The address of element `index` of a float array."""
     return self.gep(self.ctype, base, index)
 
-  def loop(self, low: str, high: str, body) -> None:
-    """for i in [low, high): body(i)."""
+  def loop(self, low: str, high: str, body, step: int = 1) -> None:
+    """for i in [low, high) by `step`: body(i)."""
     counter = self.var()
     head, inside, done = self.label(), self.label(), self.label()
     self.store("i64", low, counter)
@@ -100,9 +111,17 @@ class _Builder:
     self.emit(f"br i1 {self.op('icmp slt', i, high)}, label %{inside}, label %{done}")
     self.block(inside)
     body(i)
-    self.store("i64", self.op("add", i, "1"), counter)
+    self.store("i64", self.op("add", i, str(step)), counter)
     self.emit(f"br label %{head}, !llvm.loop !0")
     self.block(done)
+
+  def row_loop(self, count: str, body) -> None:
+    """for c in [0, count): body(c, kind) over a row, whole vectors first (kind: the vector type, c its first
+    element), then one element at a time (kind: the scalar type)."""
+    lanes = VECTOR_BYTES // (4 if self.ctype == "float" else 8)
+    whole = self.op("and", count, str(-lanes))
+    self.loop("0", whole, lambda c: body(c, f"<{lanes} x {self.ctype}>"), step=lanes)
+    self.loop(whole, count, lambda c: body(c, self.ctype))
 
   def when(self, condition: str, then, otherwise=None) -> None:
     yes, no, done = self.label(), self.label(), self.label()
@@ -250,9 +269,62 @@ def _trsm_ir(name: str, dtype: np.dtype) -> str:
       for lane, total in enumerate(totals):
         quotient = ir.value(f"fdiv {ctype} {total}, {entry(lane, i, i)}")
         ir.store(ctype, ir.value(f"select i1 {is_unit}, {ctype} {total}, {ctype} {quotient}"), x_at(lane, i, c))
-    ir.loop("0", nrhs, lambda c: ir.loop("0", k, lambda s: solve(c, s)))
+
+    def rows(lane: str) -> None:
+      """A lane's rows a vector at a time: x[i] -= a[i, j] x[j] for each row j known, then x[i] /= a[i, i] (the
+      same operations on each element, in the same order, as a column's substitution)."""
+      b = ir.op("add", ir.op("mul", g, str(LANES)), lane)
+      triangle = ir.element(t0, ir.op("mul", b, ir.op("mul", k, k)))
+      x = ir.element(x0, ir.op("mul", b, ir.op("mul", k, nrhs)))
+
+      def at(i: str, j: str) -> str:
+        index = ir.op("add", ir.op("mul", i, row_stride), ir.op("mul", j, column_stride))
+        return ir.load(ctype, ir.element(triangle, index))
+
+      def row(s: str) -> None:
+        i = ordered(s)
+        target = ir.element(x, ir.op("mul", i, nrhs))
+
+        def known(u: str) -> None:
+          j = ordered(u)
+          factor, source = ir.value(f"fneg {ctype} {at(i, j)}"), ir.element(x, ir.op("mul", j, nrhs))
+
+          def axpy(c: str, kind: str) -> None:
+            address = ir.element(target, c)
+            vector = kind != ctype
+            scale = ir.value(f"insertelement {kind} poison, {ctype} {factor}, i64 0") if vector else factor
+            if vector: scale = ir.value(f"shufflevector {kind} {scale}, {kind} poison, <{kind[1:].split()[0]} x i32> "
+                                        "zeroinitializer")
+            name = f"v{kind[1:].split()[0]}{suffix}" if vector else suffix
+            ir.store(kind, ir.value(f"call {kind} @llvm.fmuladd.{name}({kind} {scale}, {kind} "
+                                    f"{ir.load(kind, ir.element(source, c))}, {kind} {ir.load(kind, address)})"),
+                     address)
+          ir.row_loop(nrhs, axpy)
+        ir.loop("0", s, known)
+
+        def divide() -> None:
+          diagonal = at(i, i)
+
+          def each(c: str, kind: str) -> None:
+            address = ir.element(target, c)
+            vector = kind != ctype
+            divisor = ir.value(f"insertelement {kind} poison, {ctype} {diagonal}, i64 0") if vector else diagonal
+            if vector: divisor = ir.value(f"shufflevector {kind} {divisor}, {kind} poison, <{kind[1:].split()[0]} "
+                                          "x i32> zeroinitializer")
+            ir.store(kind, ir.value(f"fdiv {kind} {ir.load(kind, address)}, {divisor}"), address)
+          ir.row_loop(nrhs, each)
+        ir.when(is_unit, lambda: None, divide)
+      ir.loop("0", k, row)
+
+    # columns one by one, the lanes in lockstep, where they are few; rows of whole vectors where they are many
+    ir.when(ir.op("icmp slt", nrhs, str(WIDE_RHS)),
+            lambda: ir.loop("0", nrhs, lambda c: ir.loop("0", k, lambda s: solve(c, s))),
+            lambda: ir.loop("0", str(LANES), rows))
   ir.loop("%start", "%end", group)
-  return ir.text([f"declare {ctype} @llvm.fmuladd.{suffix}({ctype}, {ctype}, {ctype})"])
+  lanes = VECTOR_BYTES // (4 if ctype == "float" else 8)
+  vector = f"<{lanes} x {ctype}>"
+  return ir.text([f"declare {ctype} @llvm.fmuladd.{suffix}({ctype}, {ctype}, {ctype})",
+                  f"declare {vector} @llvm.fmuladd.v{lanes}{suffix}({vector}, {vector}, {vector})"])
 
 
 def _potrf_ir(name: str, dtype: np.dtype) -> str:
@@ -284,12 +356,13 @@ def _potrf_ir(name: str, dtype: np.dtype) -> str:
         positive = ir.value(f"fcmp ogt {ctype} {pivot}, 0.0")
         ir.store("i1", ir.op("or", ir.load("i1", failed[lane]), ir.value(f"xor i1 {positive}, true"), "i1"),
                  failed[lane])
-        roots.append(ir.value(f"call {ctype} @llvm.sqrt.{suffix}({ctype} {pivot})"))
-        ir.store(ctype, roots[-1], at(lane, j, j))
+        root = ir.value(f"call {ctype} @llvm.sqrt.{suffix}({ctype} {pivot})")
+        ir.store(ctype, root, at(lane, j, j))
+        roots.append(ir.value(f"fdiv {ctype} 1.0, {root}"))  # (the column below times its reciprocal, as potf2)
 
       def below(i: str) -> None:
         for lane, total in enumerate(dots(i, j)):
-          ir.store(ctype, ir.value(f"fdiv {ctype} {total}, {roots[lane]}"), at(lane, i, j))
+          ir.store(ctype, ir.value(f"fmul {ctype} {total}, {roots[lane]}"), at(lane, i, j))
       ir.loop(ir.op("add", j, "1"), n, below)
 
       def above(c: str) -> None:
@@ -321,9 +394,11 @@ def _run(routine: str, batch: int, *arrays: np.ndarray) -> None:
   _kernel(routine, arrays[0].dtype)([array.ctypes.data for array in arrays], -(-batch // LANES))
 
 
-def _padded(stack: np.ndarray, fill: np.ndarray | None = None) -> np.ndarray:
-  """A C-contiguous copy of a (batch, ...) stack with whole groups of LANES (the padding `fill`, else zeros)."""
+def _padded(stack: np.ndarray, fill: np.ndarray | None = None, copy: bool = True) -> np.ndarray:
+  """A C-contiguous copy of a (batch, ...) stack with whole groups of LANES (the padding `fill`, else zeros); not
+  copied unless `copy` where it is that already (an operand the kernel only reads)."""
   batch = stack.shape[0]
+  if not copy and batch % LANES == 0 and stack.flags.c_contiguous: return stack
   out = np.empty((-(-batch // LANES) * LANES, *stack.shape[1:]), stack.dtype)
   out[:batch] = stack
   out[batch:] = 0 if fill is None else fill
@@ -346,7 +421,7 @@ def trsm(triangles: np.ndarray, rhs: np.ndarray, *, lower: bool, transpose: bool
   batch, k, nrhs = rhs.shape
   x = _padded(rhs)
   strides = (1, k) if transpose else (k, 1)
-  _run("trsm", batch, _padded(triangles, np.eye(k, dtype=triangles.dtype)), x,
+  _run("trsm", batch, _padded(triangles, np.eye(k, dtype=triangles.dtype), copy=False), x,
        np.array([k, nrhs, *strides, lower, unit_diagonal], np.int64))
   return x[:batch]
 

@@ -334,6 +334,10 @@ def find_buffers(sink: UOp, gpu: bool = False) -> list[UOp]:
         realize.add(node)
         pending.append(node)
         continue
+      if node.op is Ops.PAD:
+        padded = _padded_reductions(node, realize)
+        realize.update(padded)
+        pending.extend(padded)
       if _is_expanding(node):
         if not gpu and not expanded and (row := _row_reduction(node, space, kernel_root)) is not None:
           stack.extend((src, expanded, costly_above, reduced, reread, row) for src in node.src)
@@ -357,6 +361,29 @@ def find_buffers(sink: UOp, gpu: bool = False) -> list[UOp]:
       realize.update(pending)
   _bound_depth(sink, realize)
   return [node for node in _outputs_first(sink) if node in realize]
+
+
+# A reduction read through a PAD (a slice's or an index's transpose: the gradient of `params[i]`, or `jnp.pad` of a
+# sum) is computed by a kernel of its own when it sums at least PADDED_REDUCE_MIN values per output: fused, its loops
+# sat behind the pad's gate in the reader's loop nest, scalar and on one thread (the gradient of three scalars read
+# from a parameter vector, each a sum over 128 x 24 x 24 values: one kernel of three gated sums, 3.6 ms).
+PADDED_REDUCE_MIN = 256
+
+
+def _padded_reductions(pad: UOp, realize: set[UOp]) -> list[UOp]:
+  """The reductions a PAD reads through values no bigger than its operand (reshapes, a scalar's products) that are
+  long enough to compute on their own (PADDED_REDUCE_MIN) and not yet buffers."""
+  small = max(1, math.prod(pad.src[0].shape))
+  found, stack, seen = [], [pad.src[0]], set()
+  while stack:
+    node = stack.pop()
+    if node in seen or node in realize: continue
+    seen.add(node)
+    if node.op is Ops.REDUCE_AXIS:
+      if math.prod(node.src[0].shape) >= PADDED_REDUCE_MIN * max(1, math.prod(node.shape)): found.append(node)
+    elif node.op in ELEMENTWISE or node.op is Ops.RESHAPE:
+      stack.extend(src for src in node.src if src.shape is not None and math.prod(src.shape) <= small)
+  return found
 
 
 def _bound_depth(sink: UOp, realize: set[UOp]) -> None:
