@@ -282,15 +282,38 @@ def test_vmap_jit_compositions():
 
 def test_jit_runs_lapack_as_a_host_step(capsys, monkeypatch):
   from tinyjax.trace import callback
-  a = _random(3, 3)
+  a = _random(40, 40) + 10 * np.eye(40, dtype=np.float32)  # (beyond the compiled kernels' sizes: LAPACK)
   f = tj.jit(lambda x: jnp.linalg.inv(x) * 2 + 1)
-  np.testing.assert_allclose(np.asarray(f(a)), np.linalg.inv(a.astype(np.float64)) * 2 + 1, rtol=1e-4)
+  np.testing.assert_allclose(np.asarray(f(a)), np.linalg.inv(a.astype(np.float64)) * 2 + 1, rtol=1e-4, atol=1e-6)
   monkeypatch.setattr(callback, "DEBUG", 1)  # DEBUG=1 names each LAPACK call with its time
-  np.testing.assert_allclose(np.asarray(f(a + 1)), np.linalg.inv(a.astype(np.float64) + 1) * 2 + 1, rtol=1e-4)
+  np.testing.assert_allclose(np.asarray(f(a + 1)), np.linalg.inv(a.astype(np.float64) + 1) * 2 + 1, rtol=1e-4,
+                             atol=1e-6)
   printed = capsys.readouterr().out
   assert "host call lu" in printed and printed.count("host call triangular_solve") == 2
   jaxpr = str(tj.make_jaxpr(jnp.linalg.inv)(a))
   assert " = lu a" in jaxpr and "= triangular_solve[left_side=True lower=True" in jaxpr
+
+
+def test_jit_runs_small_matrices_in_compiled_kernels(monkeypatch):
+  """A jitted program launches the small-matrix kernels (lax/_small_linalg.py) among its own, without calling into
+  Python: LU, triangular solves and Cholesky inside a scan, their results as eagerly (where Python runs them)."""
+  from tinyjax.lax import _lapack
+  a = _spd(n=3)
+  b = _random(8, 3)
+
+  def step(x, y):
+    chol = jnp.linalg.cholesky(a + jnp.outer(x, x))
+    return jnp.linalg.solve(chol @ chol.T + jnp.eye(3), y + x) * 0.5, jnp.linalg.slogdet(chol)[1]
+  eager = [np.asarray(v) for v in tj.lax.scan(step, jnp.zeros(3), b)]
+  program = tj.jit(lambda b: tj.lax.scan(step, jnp.zeros(3), b))
+  for name in ("getrf", "trsm", "potrf"):  # (the Python routines are not called by the program)
+    monkeypatch.setattr(_lapack, name, lambda *args, name=name, **kwargs: pytest.fail(f"{name} called in Python"))
+  for got, want in zip(program(b), eager): np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+  x, y = np.zeros(3), b.astype(np.float64)
+  for t in range(8):  # (against float64 numpy too)
+    chol = np.linalg.cholesky(a.astype(np.float64) + np.outer(x, x))
+    x = np.linalg.solve(chol @ chol.T + np.eye(3), y[t] + x) * 0.5
+  np.testing.assert_allclose(np.asarray(program(b)[0]), x, rtol=1e-5, atol=1e-6)
 
 
 def test_scan_over_solves():
@@ -828,9 +851,9 @@ def test_small_triangular_solve_kernel_rows_and_columns_agree_bit_for_bit():
   b = _random(6, 20, 21)
   for lower in (True, False):
     for transpose in (True, False):
-      together = _small_linalg.trsm(a, b, lower=lower, transpose=transpose, unit_diagonal=False)
-      apart = np.concatenate([_small_linalg.trsm(a, b[..., c:c + 1], lower=lower, transpose=transpose,
-                                                 unit_diagonal=False) for c in range(21)], axis=-1)
+      params = dict(left_side=True, lower=lower, transpose_a=transpose, unit_diagonal=False)
+      together = _small_linalg.trsm(a, b, **params)
+      apart = np.concatenate([_small_linalg.trsm(a, b[..., c:c + 1], **params) for c in range(21)], axis=-1)
       np.testing.assert_array_equal(together, apart)
 
 
@@ -854,13 +877,15 @@ def test_small_cholesky_kernel_against_float64_and_failures_stay_in_their_matrix
                                  atol=1e-5 if dtype == np.float32 else 1e-12)
 
 
-def test_small_kernels_compile_once_for_every_size():
-  """The kernels take their sizes as arguments: one compiled program per routine and dtype serves all of them."""
+def test_small_kernels_compile_once_for_every_batch():
+  """The kernels are compiled for a matrix size and launched over any number of matrices: one program per routine,
+  dtype and size, whatever the batch (eager calls and programs share it)."""
   from tinyjax.devices import cpu
-  for n in (2, 5, 13, 24):
-    np.asarray(tj.vmap(jnp.linalg.solve)(jnp.asarray(_spd(6, n=n)), jnp.asarray(_random(6, n))))
+  for batch in (2, 5, 13, 24):
+    np.asarray(tj.vmap(jnp.linalg.solve)(jnp.asarray(_spd(batch, n=7)), jnp.asarray(_random(batch, 7))))
+    np.asarray(tj.jit(jnp.linalg.cholesky)(jnp.asarray(_spd(batch, n=7))))
   names = [program.name for program in cpu._programs.values() if program.name.startswith("tj_")]
-  assert names.count("tj_getrf_f32") == 1 and names.count("tj_trsm_f32") == 1
+  assert names.count("tj_getrf_f32_7_7") == 1 and names.count("tj_potrf_f32_7") == 1
 
 
 def test_vmapped_solve_and_cholesky_gradients_compose_with_jit():

@@ -410,7 +410,7 @@ SMALL_MATRIX = 16  # n at most this, and more than one matrix: the batched path 
 # ... at most this for the compiled kernels, whose unblocked loops still beat a Python loop of LAPACK calls there
 # (2 cores, float32: 256 LUs of 32 x 32 1.4 ms against 6.8; 16 of 64 x 64 0.77 against 0.61, 8 of 128 x 128 8.9 against
 # 1.4; 256 16 x 16 LUs: numpy steps over the batch 2.2 ms, the kernel 0.31-0.38)
-COMPILED_MATRIX = 32
+COMPILED_MATRIX = _small_linalg.LARGEST
 
 
 
@@ -420,14 +420,8 @@ def _getrf_batched(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
       permutation.reshape(a.shape[:-1])
 
 
-def _trsm_batched(a: np.ndarray, b: np.ndarray, *, left_side: bool, lower: bool, transpose_a: bool,
-                  unit_diagonal: bool) -> np.ndarray:
-  # as a left-side solve M x = c: M = op(a), or op(a)^T with x, c transposed for the right side
-  transpose = transpose_a != (not left_side)
-  rhs = _stacked(b) if left_side else np.swapaxes(_stacked(b), -1, -2)
-  x = _small_linalg.trsm(_stacked(a), rhs, lower=lower != transpose, transpose=transpose,
-                         unit_diagonal=unit_diagonal)
-  return (x if left_side else np.swapaxes(x, -1, -2)).reshape(b.shape)
+def _trsm_batched(a: np.ndarray, b: np.ndarray, **params: bool) -> np.ndarray:
+  return _small_linalg.trsm(_stacked(a), _stacked(b), **params).reshape(b.shape)
 
 
 def _potrf_batched(a: np.ndarray) -> np.ndarray:

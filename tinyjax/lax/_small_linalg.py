@@ -1,11 +1,14 @@
-"""Compiled kernels for batches of small real matrices: LU with partial pivoting, triangular solves and Cholesky,
-called by the host steps of lax/linalg.py (through lax/_lapack.py) on the whole batch at once.
+"""Compiled kernels for small real matrices: LU with partial pivoting, triangular solves and Cholesky, for the linear
+algebra primitives of lax/linalg.py over matrices of at most LARGEST rows and columns, any batch.
 
 A batch of small matrices (a `vmap` of `solve`: 256 systems of 16 x 16) is too many LAPACK calls for a Python loop
 (a few microseconds each) and too little work per matrix for numpy steps over the batch (a dozen numpy calls per
-column). These kernels loop over the batch in compiled code instead: LLVM IR written here, one kernel per routine
-and dtype for every matrix size (the sizes are arguments, so a new size costs no compile), compiled by the CPU
-device and kept in its disk cache like any kernel. `DEBUG=4` prints their IR when they are compiled.
+column); and a small solve in a loop body (a Kalman filter's `scan`) paid a call into Python per iteration. These
+kernels loop over the matrices in compiled code instead: LLVM IR written here, one kernel per routine, dtype and
+matrix size (the batch is the launch's length), compiled by the CPU device and kept in its disk cache like any kernel
+(`DEBUG=4` prints their IR when they are compiled). A jitted program launches them among its own kernels, over the
+slots of its linear algebra steps (HostCallback's `native`, lower/realize.py); eager calls, DEBUG and profiled runs go
+through lax/_lapack.py, which calls the same kernels on numpy arrays.
 
 The algorithms are LAPACK's unblocked ones, row-major:
 - getrf (sgetf2 / dgetf2, in Crout's order, which does the same operations in the same order): pivot j is the first
@@ -20,14 +23,16 @@ The algorithms are LAPACK's unblocked ones, row-major:
   matrix that is not positive-definite (a pivot not > 0, NaN included) gives a factor of NaN (zeros above the
   diagonal), as JAX.
 
-Each kernel has the CPU kernel ABI `void fn(ptr args, i64 start, i64 end)` over groups [start, end) of LANES matrices
-(the batch padded to whole groups), launched across the CPU runtime's threads; args holds the arrays' addresses and a
-small int64 array of sizes and flags. 256 systems of 16 x 16 (`vmap(jnp.linalg.solve)`, 2 cores): 2.2-3.0 ms with
-the numpy steps these replace, 0.4-0.8 ms now (JAX 0.10.2: 0.9).
+Each kernel has the CPU kernel ABI `void fn(ptr args, i64 start, i64 end)` over the matrices [start, end), LANES at
+a time in lockstep (launched with that grain across the runtime's threads); args holds its operands' addresses, then
+its results'. 2 cores, against JAX 0.10.2: `vmap(jnp.linalg.solve)` of 256 16 x 16 systems 0.53 ms (JAX 0.85-1.2;
+numpy steps over the batch took 2.2-3.0), a Kalman filter's log-likelihood over 1000 steps 0.92 ms (JAX 13.5; a call
+into Python per solve took 220).
 """
 from __future__ import annotations
 
 import functools
+import math
 import struct
 
 import numpy as np
@@ -59,12 +64,12 @@ def _float(value: float) -> str:
 class _Builder:
   """LLVM IR text of one function, its loop counters in allocas (LLVM's SROA turns them into registers)."""
 
-  def __init__(self, name: str, ctype: str, params: list[str]):
+  def __init__(self, name: str, ctype: str, params: int):
     self.ctype, self.count = ctype, 0
     self.allocas: list[str] = []
     self.lines = ["entry:"]
     self.header = f"define void @{name}(ptr noalias %args, i64 %start, i64 %end) nounwind {{"
-    self.params = [self.load("ptr", self.gep("ptr", "%args", str(i))) for i in range(len(params))]
+    self.params = [self.load("ptr", self.gep("ptr", "%args", str(i))) for i in range(params)]
 
   def value(self, text: str) -> str:
     self.count += 1
@@ -118,7 +123,7 @@ class _Builder:
   def row_loop(self, count: str, body) -> None:
     """for c in [0, count): body(c, kind) over a row, whole vectors first (kind: the vector type, c its first
     element), then one element at a time (kind: the scalar type)."""
-    lanes = VECTOR_BYTES // (4 if self.ctype == "float" else 8)
+    lanes = _vector_lanes(self.ctype)
     whole = self.op("and", count, str(-lanes))
     self.loop("0", whole, lambda c: body(c, f"<{lanes} x {self.ctype}>"), step=lanes)
     self.loop(whole, count, lambda c: body(c, self.ctype))
@@ -157,30 +162,38 @@ def _dots(ir: _Builder, starts: list[str], count: str, left, right) -> list[str]
   return [ir.load(ctype, total) for total in totals]
 
 
-def _lanes(ir: _Builder, group: str, base: str, kind: str, size: str) -> list[str]:
-  """The addresses of the LANES arrays of `size` elements that matrix group `group` takes from `base`."""
-  first = ir.op("mul", group, str(LANES))
-  return [ir.gep(kind, base, ir.op("mul", ir.op("add", first, str(lane)), size)) for lane in range(LANES)]
+def _matrices(ir: _Builder, body) -> None:
+  """body(matrices) for the matrices [start, end): groups of LANES (their indices), then the rest one at a time (a
+  launch chunk starts at a multiple of LANES, its launch grain; only the last may end between)."""
+  group = ir.var()
+  ir.store("i64", "%start", group)
+  last_group = ir.op("sub", "%end", str(LANES - 1))
+  ir.loop("%start", last_group, lambda b: [body([ir.op("add", b, str(lane)) for lane in range(LANES)]),
+                                            ir.store("i64", ir.op("add", b, str(LANES)), group)], step=LANES)
+  ir.loop(ir.load("i64", group), "%end", lambda b: body([b]))
 
 
-def _getrf_ir(name: str, dtype: np.dtype) -> str:
-  """args: factors (batch, m, n) in place, pivots (batch, min(m, n)) int32 out, permutation (batch, m) int32 out,
-  sizes [m, n]. Crout's order (column j of L and U from dot products over the finished columns, then its pivot):
-  each element takes the same operations, in the same order, as in the right-looking getf2, without its trailing
-  updates' stores and reloads."""
+def _copy(ir: _Builder, source: str, target: str, count: int) -> None:
+  """count elements from source to target (a matrix the kernel then works on in place)."""
+  ir.row_loop(str(count), lambda c, kind: ir.store(kind, ir.load(kind, ir.element(source, c)), ir.element(target, c)))
+
+
+def _getrf_ir(name: str, dtype: np.dtype, m: int, n: int) -> str:
+  """args: a (batch, m, n) in, its packed factors out, pivots (batch, min(m, n)) int32 out, the row permutation
+  (batch, m) int32 out. Crout's order (column j of L and U from dot products over the finished columns, then its
+  pivot): each element takes the same operations, in the same order, as in the right-looking getf2, without its
+  trailing updates' stores and reloads."""
   ctype, suffix = _TYPES[dtype]
-  ir = _Builder(name, ctype, ["a", "pivots", "permutation", "sizes"])
-  a0, pivots0, permutation0, sizes = ir.params
-  m, n = ir.load("i64", sizes), ir.load("i64", ir.gep("i64", sizes, "1"))
-  k = ir.value(f"call i64 @llvm.smin.i64(i64 {m}, i64 {n})")
+  ir = _Builder(name, ctype, 4)
+  a0, factors0, pivots0, permutation0 = ir.params
+  k, size = min(m, n), m * n
 
-  def group(g: str) -> None:
-    size = ir.op("mul", m, n)
-    matrices = _lanes(ir, g, a0, ctype, size)
-    first = ir.op("mul", g, str(LANES))
+  def group(bs: list[str]) -> None:
+    matrices = [ir.element(factors0, ir.op("mul", b, str(size))) for b in bs]
+    for b, matrix in zip(bs, matrices): _copy(ir, ir.element(a0, ir.op("mul", b, str(size))), matrix, size)
 
     def at(matrix: str, row: str, column: str) -> str:
-      return ir.element(matrix, ir.op("add", ir.op("mul", row, n), column))
+      return ir.element(matrix, ir.op("add", ir.op("mul", row, str(n)), column))
 
     def column(j: str) -> None:
       def update(i: str) -> None:
@@ -189,12 +202,14 @@ def _getrf_ir(name: str, dtype: np.dtype) -> str:
         totals = _dots(ir, starts, count, lambda lane, p: ir.load(ctype, at(matrices[lane], i, p)),
                        lambda lane, p: ir.load(ctype, at(matrices[lane], p, j)))
         for matrix, total in zip(matrices, totals): ir.store(ctype, total, at(matrix, i, j))
-      ir.loop("0", m, update)
-      ir.when(ir.op("icmp slt", j, k), lambda: ir.loop("0", str(LANES), lambda lane: pivot(lane, j)))
+      ir.loop("0", str(m), update)
+      if len(bs) == 1: ir.when(ir.op("icmp slt", j, str(k)), lambda: pivot(bs[0], j))
+      else: ir.when(ir.op("icmp slt", j, str(k)), lambda: ir.loop("0", str(len(bs)), lambda lane: pivot(
+          ir.op("add", bs[0], lane), j)))
 
-    def pivot(lane: str, j: str) -> None:  # (a loop over the lanes: this part is O(n^2))
-      b = ir.op("add", first, lane)
-      matrix, permutation = ir.element(a0, ir.op("mul", b, size)), ir.gep("i32", permutation0, ir.op("mul", b, m))
+    def pivot(b: str, j: str) -> None:  # (a loop over the lanes: this part is O(n^2))
+      matrix, permutation = ir.element(factors0, ir.op("mul", b, str(size))), ir.gep("i32", permutation0,
+                                                                                      ir.op("mul", b, str(m)))
       best, largest = ir.var(), ir.var(ctype)
       ir.store("i64", j, best)
       ir.store(ctype, ir.value(f"call {ctype} @llvm.fabs.{suffix}({ctype} {ir.load(ctype, at(matrix, j, j))})"),
@@ -207,9 +222,10 @@ def _getrf_ir(name: str, dtype: np.dtype) -> str:
         ir.store(ctype, ir.value(f"select i1 {larger}, {ctype} {magnitude}, {ctype} {ir.load(ctype, largest)}"),
                  largest)
       below = ir.op("add", j, "1")
-      ir.loop(below, m, search)
+      ir.loop(below, str(m), search)
       p = ir.load("i64", best)
-      ir.store("i32", ir.value(f"trunc i64 {p} to i32"), ir.gep("i32", pivots0, ir.op("add", ir.op("mul", b, k), j)))
+      ir.store("i32", ir.value(f"trunc i64 {p} to i32"),
+               ir.gep("i32", pivots0, ir.op("add", ir.op("mul", b, str(k)), j)))
 
       def swap(kind: str, here: str, there: str) -> None:
         x, y = ir.load(kind, here), ir.load(kind, there)
@@ -218,7 +234,7 @@ def _getrf_ir(name: str, dtype: np.dtype) -> str:
 
       def scale() -> None:
         def rows() -> None:
-          ir.loop("0", n, lambda c: swap(ctype, at(matrix, j, c), at(matrix, p, c)))
+          ir.loop("0", str(n), lambda c: swap(ctype, at(matrix, j, c), at(matrix, p, c)))
           swap("i32", ir.gep("i32", permutation, j), ir.gep("i32", permutation, p))
         ir.when(ir.op("icmp ne", p, j), rows)
         reciprocal = ir.value(f"fdiv {ctype} 1.0, {ir.load(ctype, at(matrix, j, j))}")
@@ -226,208 +242,223 @@ def _getrf_ir(name: str, dtype: np.dtype) -> str:
         def multiply(i: str) -> None:
           address = at(matrix, i, j)
           ir.store(ctype, ir.value(f"fmul {ctype} {ir.load(ctype, address)}, {reciprocal}"), address)
-        ir.loop(below, m, multiply)
+        ir.loop(below, str(m), multiply)
       ir.when(ir.value(f"fcmp une {ctype} {ir.load(ctype, at(matrix, p, j))}, 0.0"), scale)
 
-    def identity(lane: str) -> None:
-      permutation = ir.gep("i32", permutation0, ir.op("mul", ir.op("add", first, lane), m))
-      ir.loop("0", m, lambda i: ir.store("i32", ir.value(f"trunc i64 {i} to i32"), ir.gep("i32", permutation, i)))
-    ir.loop("0", str(LANES), identity)
-    ir.loop("0", n, column)
-  ir.loop("%start", "%end", group)
+    for b in bs:
+      permutation = ir.gep("i32", permutation0, ir.op("mul", b, str(m)))
+      ir.loop("0", str(m), lambda i: ir.store("i32", ir.value(f"trunc i64 {i} to i32"),
+                                               ir.gep("i32", permutation, i)))
+    ir.loop("0", str(n), column)
+  _matrices(ir, group)
   return ir.text(["declare i64 @llvm.smin.i64(i64, i64)", f"declare {ctype} @llvm.fabs.{suffix}({ctype})",
-                  f"declare {ctype} @llvm.fmuladd.{suffix}({ctype}, {ctype}, {ctype})"])
+                  *_fmuladd(ctype, suffix)])
 
 
-def _trsm_ir(name: str, dtype: np.dtype) -> str:
-  """args: triangles (batch, k, k), x (batch, k, nrhs) in place (b in, x out), sizes [k, nrhs, row stride, column
-  stride (of op(a): a's own or swapped for its transpose), lower, unit diagonal]. Each column of x by substitution,
-  a row at a time from the rows already known (forward for lower, backward for upper), then its diagonal."""
+def _trsm_ir(name: str, dtype: np.dtype, k: int, nrhs: int, strides: tuple[int, int], x_strides: tuple[int, int],
+             lower: bool, unit: bool) -> str:
+  """args: triangles (batch, k, k), b in, x out (batch, k * nrhs each): op(t) x = b, op(t) lower or not, where
+  op(t)[i, j] is at i * strides[0] + j * strides[1] and x[i, c] at i * x_strides[0] + c * x_strides[1] (the
+  transposes of a right-side solve read through strides). A few columns of x, or columns that are not contiguous,
+  by substitution a column at a time, the lanes in lockstep (the rows already known, forward for lower, backward
+  for upper, then the diagonal unless unit); many contiguous columns along the rows of x, whole vectors at a time
+  (the same operations on each element, in the same order)."""
   ctype, suffix = _TYPES[dtype]
-  ir = _Builder(name, ctype, ["triangles", "x", "sizes"])
-  t0, x0, sizes = ir.params
-  k, nrhs, row_stride, column_stride, lower, unit = (ir.load("i64", ir.gep("i64", sizes, str(i))) for i in range(6))
-  is_lower, is_unit = ir.op("icmp ne", lower, "0"), ir.op("icmp ne", unit, "0")
-  last = ir.op("sub", k, "1")
+  ir = _Builder(name, ctype, 3)
+  t0, b0, x0 = ir.params
 
-  def group(g: str) -> None:
-    triangles, xs = _lanes(ir, g, t0, ctype, ir.op("mul", k, k)), _lanes(ir, g, x0, ctype, ir.op("mul", k, nrhs))
+  def ordered(s: str) -> str: return s if lower else ir.op("sub", str(k - 1), s)
 
-    def ordered(s: str) -> str: return ir.value(f"select i1 {is_lower}, i64 {s}, i64 {ir.op('sub', last, s)}")
+  def group(bs: list[str]) -> None:
+    triangles = [ir.element(t0, ir.op("mul", b, str(k * k))) for b in bs]
+    xs = [ir.element(x0, ir.op("mul", b, str(k * nrhs))) for b in bs]
+    for b, x in zip(bs, xs): _copy(ir, ir.element(b0, ir.op("mul", b, str(k * nrhs))), x, k * nrhs)
 
     def entry(lane: int, i: str, j: str) -> str:
-      index = ir.op("add", ir.op("mul", i, row_stride), ir.op("mul", j, column_stride))
+      index = ir.op("add", ir.op("mul", i, str(strides[0])), ir.op("mul", j, str(strides[1])))
       return ir.load(ctype, ir.element(triangles[lane], index))
 
-    def x_at(lane: int, i: str, c: str) -> str: return ir.element(xs[lane], ir.op("add", ir.op("mul", i, nrhs), c))
+    def x_at(lane: int, i: str, c: str) -> str:
+      return ir.element(xs[lane], ir.op("add", ir.op("mul", i, str(x_strides[0])), ir.op("mul", c, str(x_strides[1]))))
 
     def solve(c: str, s: str) -> None:
       i = ordered(s)
-      starts = [ir.load(ctype, x_at(lane, i, c)) for lane in range(LANES)]
+      starts = [ir.load(ctype, x_at(lane, i, c)) for lane in range(len(bs))]
       totals = _dots(ir, starts, s, lambda lane, u: entry(lane, i, ordered(u)),
                      lambda lane, u: ir.load(ctype, x_at(lane, ordered(u), c)))
       for lane, total in enumerate(totals):
-        quotient = ir.value(f"fdiv {ctype} {total}, {entry(lane, i, i)}")
-        ir.store(ctype, ir.value(f"select i1 {is_unit}, {ctype} {total}, {ctype} {quotient}"), x_at(lane, i, c))
+        ir.store(ctype, total if unit else ir.value(f"fdiv {ctype} {total}, {entry(lane, i, i)}"), x_at(lane, i, c))
 
-    def rows(lane: str) -> None:
-      """A lane's rows a vector at a time: x[i] -= a[i, j] x[j] for each row j known, then x[i] /= a[i, i] (the
-      same operations on each element, in the same order, as a column's substitution)."""
-      b = ir.op("add", ir.op("mul", g, str(LANES)), lane)
-      triangle = ir.element(t0, ir.op("mul", b, ir.op("mul", k, k)))
-      x = ir.element(x0, ir.op("mul", b, ir.op("mul", k, nrhs)))
-
-      def at(i: str, j: str) -> str:
-        index = ir.op("add", ir.op("mul", i, row_stride), ir.op("mul", j, column_stride))
-        return ir.load(ctype, ir.element(triangle, index))
-
+    def rows(lane: int) -> None:
       def row(s: str) -> None:
         i = ordered(s)
-        target = ir.element(x, ir.op("mul", i, nrhs))
+        target = x_at(lane, i, "0")
 
         def known(u: str) -> None:
           j = ordered(u)
-          factor, source = ir.value(f"fneg {ctype} {at(i, j)}"), ir.element(x, ir.op("mul", j, nrhs))
+          factor, source = ir.value(f"fneg {ctype} {entry(lane, i, j)}"), x_at(lane, j, "0")
 
           def axpy(c: str, kind: str) -> None:
             address = ir.element(target, c)
-            vector = kind != ctype
-            scale = ir.value(f"insertelement {kind} poison, {ctype} {factor}, i64 0") if vector else factor
-            if vector: scale = ir.value(f"shufflevector {kind} {scale}, {kind} poison, <{kind[1:].split()[0]} x i32> "
-                                        "zeroinitializer")
-            name = f"v{kind[1:].split()[0]}{suffix}" if vector else suffix
-            ir.store(kind, ir.value(f"call {kind} @llvm.fmuladd.{name}({kind} {scale}, {kind} "
+            scale = _splat(ir, kind, factor)
+            ir.store(kind, ir.value(f"call {kind} @llvm.fmuladd.{_name(kind, suffix)}({kind} {scale}, {kind} "
                                     f"{ir.load(kind, ir.element(source, c))}, {kind} {ir.load(kind, address)})"),
                      address)
-          ir.row_loop(nrhs, axpy)
+          ir.row_loop(str(nrhs), axpy)
         ir.loop("0", s, known)
-
-        def divide() -> None:
-          diagonal = at(i, i)
-
-          def each(c: str, kind: str) -> None:
-            address = ir.element(target, c)
-            vector = kind != ctype
-            divisor = ir.value(f"insertelement {kind} poison, {ctype} {diagonal}, i64 0") if vector else diagonal
-            if vector: divisor = ir.value(f"shufflevector {kind} {divisor}, {kind} poison, <{kind[1:].split()[0]} "
-                                          "x i32> zeroinitializer")
-            ir.store(kind, ir.value(f"fdiv {kind} {ir.load(kind, address)}, {divisor}"), address)
-          ir.row_loop(nrhs, each)
-        ir.when(is_unit, lambda: None, divide)
-      ir.loop("0", k, row)
-
-    # columns one by one, the lanes in lockstep, where they are few; rows of whole vectors where they are many
-    ir.when(ir.op("icmp slt", nrhs, str(WIDE_RHS)),
-            lambda: ir.loop("0", nrhs, lambda c: ir.loop("0", k, lambda s: solve(c, s))),
-            lambda: ir.loop("0", str(LANES), rows))
-  ir.loop("%start", "%end", group)
-  lanes = VECTOR_BYTES // (4 if ctype == "float" else 8)
-  vector = f"<{lanes} x {ctype}>"
-  return ir.text([f"declare {ctype} @llvm.fmuladd.{suffix}({ctype}, {ctype}, {ctype})",
-                  f"declare {vector} @llvm.fmuladd.v{lanes}{suffix}({vector}, {vector}, {vector})"])
+        if not unit:
+          diagonal = entry(lane, i, i)
+          ir.row_loop(str(nrhs), lambda c, kind: ir.store(kind, ir.value(
+              f"fdiv {kind} {ir.load(kind, ir.element(target, c))}, {_splat(ir, kind, diagonal)}"),
+              ir.element(target, c)))
+      ir.loop("0", str(k), row)
+    if nrhs >= WIDE_RHS and x_strides[1] == 1:
+      for lane in range(len(bs)): rows(lane)
+    else: ir.loop("0", str(nrhs), lambda c: ir.loop("0", str(k), lambda s: solve(c, s)))
+  _matrices(ir, group)
+  return ir.text(_fmuladd(ctype, suffix))
 
 
-def _potrf_ir(name: str, dtype: np.dtype) -> str:
-  """args: a (batch, n, n) in place (its lower triangle in, the lower factor out, zeros above; NaN on and below the
-  diagonal where not positive-definite), sizes [n]."""
+def _potrf_ir(name: str, dtype: np.dtype, n: int) -> str:
+  """args: a (batch, n, n) in (its lower triangle read), the lower factor out (zeros above; NaN on and below the
+  diagonal where not positive-definite)."""
   ctype, suffix = _TYPES[dtype]
-  ir = _Builder(name, ctype, ["a", "sizes"])
-  a0, sizes = ir.params
-  n = ir.load("i64", sizes)
-  size = ir.op("mul", n, n)
+  ir = _Builder(name, ctype, 2)
+  a0, factors0 = ir.params
+  size = n * n
   nan = _float(float("nan"))
 
-  def group(g: str) -> None:
-    matrices = _lanes(ir, g, a0, ctype, size)
-    failed = [ir.var("i1") for _ in range(LANES)]
+  def group(bs: list[str]) -> None:
+    matrices = [ir.element(factors0, ir.op("mul", b, str(size))) for b in bs]
+    for b, matrix in zip(bs, matrices): _copy(ir, ir.element(a0, ir.op("mul", b, str(size))), matrix, size)
+    failed = [ir.var("i1") for _ in bs]
     for flag in failed: ir.store("i1", "false", flag)
 
     def at(lane: int, row: str, column: str) -> str:
-      return ir.element(matrices[lane], ir.op("add", ir.op("mul", row, n), column))
+      return ir.element(matrices[lane], ir.op("add", ir.op("mul", row, str(n)), column))
 
     def dots(i: str, j: str) -> list[str]:
       """a[i, j] - sum_(c < j) a[i, c] a[j, c], each lane's"""
-      return _dots(ir, [ir.load(ctype, at(lane, i, j)) for lane in range(LANES)], j,
+      return _dots(ir, [ir.load(ctype, at(lane, i, j)) for lane in range(len(bs))], j,
                    lambda lane, c: ir.load(ctype, at(lane, i, c)), lambda lane, c: ir.load(ctype, at(lane, j, c)))
 
     def column(j: str) -> None:
-      roots = []
+      reciprocals = []
       for lane, pivot in enumerate(dots(j, j)):
         positive = ir.value(f"fcmp ogt {ctype} {pivot}, 0.0")
         ir.store("i1", ir.op("or", ir.load("i1", failed[lane]), ir.value(f"xor i1 {positive}, true"), "i1"),
                  failed[lane])
         root = ir.value(f"call {ctype} @llvm.sqrt.{suffix}({ctype} {pivot})")
         ir.store(ctype, root, at(lane, j, j))
-        roots.append(ir.value(f"fdiv {ctype} 1.0, {root}"))  # (the column below times its reciprocal, as potf2)
+        reciprocals.append(ir.value(f"fdiv {ctype} 1.0, {root}"))  # (the column below times it, as potf2)
 
       def below(i: str) -> None:
         for lane, total in enumerate(dots(i, j)):
-          ir.store(ctype, ir.value(f"fmul {ctype} {total}, {roots[lane]}"), at(lane, i, j))
-      ir.loop(ir.op("add", j, "1"), n, below)
+          ir.store(ctype, ir.value(f"fmul {ctype} {total}, {reciprocals[lane]}"), at(lane, i, j))
+      ir.loop(ir.op("add", j, "1"), str(n), below)
 
       def above(c: str) -> None:
-        for lane in range(LANES): ir.store(ctype, "0.0", at(lane, j, c))
-      ir.loop(ir.op("add", j, "1"), n, above)
-    ir.loop("0", n, column)
-    for lane in range(LANES):  # (not positive-definite: NaN on and below the diagonal, as JAX)
-      ir.when(ir.load("i1", failed[lane]), lambda: ir.loop("0", n, lambda i: ir.loop(
+        for lane in range(len(bs)): ir.store(ctype, "0.0", at(lane, j, c))
+      ir.loop(ir.op("add", j, "1"), str(n), above)
+    ir.loop("0", str(n), column)
+    for lane in range(len(bs)):  # (not positive-definite: NaN on and below the diagonal, as JAX)
+      ir.when(ir.load("i1", failed[lane]), lambda: ir.loop("0", str(n), lambda i: ir.loop(
           "0", ir.op("add", i, "1"), lambda c: ir.store(ctype, nan, at(lane, i, c)))))
-  ir.loop("%start", "%end", group)
-  return ir.text([f"declare {ctype} @llvm.fmuladd.{suffix}({ctype}, {ctype}, {ctype})",
-                  f"declare {ctype} @llvm.sqrt.{suffix}({ctype})"])
+  _matrices(ir, group)
+  return ir.text([*_fmuladd(ctype, suffix), f"declare {ctype} @llvm.sqrt.{suffix}({ctype})"])
+
+
+def _name(kind: str, suffix: str) -> str:
+  """An intrinsic's type suffix: f32, or v8f32 for a vector."""
+  return f"v{kind[1:].split()[0]}{suffix}" if kind.startswith("<") else suffix
+
+
+def _splat(ir: _Builder, kind: str, value: str) -> str:
+  """`value` in every lane of a vector type (itself for a scalar type)."""
+  if not kind.startswith("<"): return value
+  lanes = kind[1:].split()[0]
+  one = ir.value(f"insertelement {kind} poison, {ir.ctype} {value}, i64 0")
+  return ir.value(f"shufflevector {kind} {one}, {kind} poison, <{lanes} x i32> zeroinitializer")
+
+
+def _fmuladd(ctype: str, suffix: str) -> list[str]:
+  vector = f"<{_vector_lanes(ctype)} x {ctype}>"
+  return [f"declare {ctype} @llvm.fmuladd.{suffix}({ctype}, {ctype}, {ctype})",
+          f"declare {vector} @llvm.fmuladd.{_name(vector, suffix)}({vector}, {vector}, {vector})"]
+
+
+def _vector_lanes(ctype: str) -> int: return VECTOR_BYTES // (4 if ctype == "float" else 8)
 
 
 _BUILDERS = {"getrf": _getrf_ir, "trsm": _trsm_ir, "potrf": _potrf_ir}
 
 
 @functools.cache
-def _kernel(routine: str, dtype: np.dtype):
-  """The CPU program of `routine` for `dtype` (compiled, or loaded from the disk cache, on first use)."""
+def program(routine: str, dtype: np.dtype, *sizes):
+  """The CPU program of `routine` for `dtype` and its sizes (compiled, or loaded from the disk cache, on first use):
+  a kernel launched over the matrices with grain LANES."""
   from tinyjax.devices import cpu
-  name = f"tj_{routine}_{_TYPES[dtype][1]}"
-  return cpu.compile_cpu(name, _BUILDERS[routine](name, dtype))
+  name = f"tj_{routine}_{_TYPES[dtype][1]}_{'_'.join(str(int(size)) for size in _flat(sizes))}"
+  return cpu.compile_cpu(name, _BUILDERS[routine](name, dtype, *sizes))
 
 
-def _run(routine: str, batch: int, *arrays: np.ndarray) -> None:
-  """Run `routine` over the groups of LANES matrices of `arrays` (C-contiguous, padded to whole groups; the last one
-  its int64 sizes), the groups split across the CPU runtime's threads (a host step runs while they are idle)."""
-  _kernel(routine, arrays[0].dtype)([array.ctypes.data for array in arrays], -(-batch // LANES))
+LARGEST = 32  # n at most this (lax/_lapack.py COMPILED_MATRIX): in programs too, the compiled kernels
 
 
-def _padded(stack: np.ndarray, fill: np.ndarray | None = None, copy: bool = True) -> np.ndarray:
-  """A C-contiguous copy of a (batch, ...) stack with whole groups of LANES (the padding `fill`, else zeros); not
-  copied unless `copy` where it is that already (an operand the kernel only reads)."""
-  batch = stack.shape[0]
-  if not copy and batch % LANES == 0 and stack.flags.c_contiguous: return stack
-  out = np.empty((-(-batch // LANES) * LANES, *stack.shape[1:]), stack.dtype)
-  out[:batch] = stack
-  out[batch:] = 0 if fill is None else fill
-  return out
+def compiled(*operands) -> bool:
+  """Whether a program's linear algebra step over these operands launches the compiled kernel (float32 / float64
+  matrices of at most LARGEST rows and columns, any batch, not empty), not a call into Python."""
+  return all(np.dtype(x.dtype) in _TYPES and x.ndim >= 2 and 0 < max(x.shape[-2:]) <= LARGEST and
+             math.prod(x.shape) > 0 for x in operands) and len({np.dtype(x.dtype) for x in operands}) == 1
+
+
+def native(routine: str, dtype: np.dtype, batch: int, *sizes):
+  """A HostCallback's `native`: (the kernel of `routine`, launched over `batch` matrices, grain LANES), compiled when
+  the program's launches are built."""
+  return lambda: (program(routine, np.dtype(dtype), *sizes), batch, LANES)
+
+
+def _flat(sizes: tuple) -> list:
+  return [value for size in sizes for value in (size if isinstance(size, tuple) else (size,))]
+
+
+def _run(routine: str, batch: int, sizes: tuple, *arrays: np.ndarray) -> None:
+  """Run `routine` over the `batch` matrices of `arrays` (C-contiguous), across the CPU runtime's threads (a host
+  step runs while they are idle)."""
+  program(routine, arrays[0].dtype, *sizes)([array.ctypes.data for array in arrays], batch, grain=LANES)
 
 
 def getrf(stack: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """LU of a (batch, m, n) stack: packed factors, 0-based int32 pivots (batch, min(m, n)) and the int32 row
   permutation (batch, m) their swaps make."""
   batch, m, n = stack.shape
-  factors = _padded(stack)
-  pivots, permutation = np.empty((len(factors), min(m, n)), np.int32), np.empty((len(factors), m), np.int32)
-  _run("getrf", batch, factors, pivots, permutation, np.array([m, n], np.int64))
-  return factors[:batch], pivots[:batch], permutation[:batch]
+  factors = np.empty_like(stack)
+  pivots, permutation = np.empty((batch, min(m, n)), np.int32), np.empty((batch, m), np.int32)
+  _run("getrf", batch, (m, n), np.ascontiguousarray(stack), factors, pivots, permutation)
+  return factors, pivots, permutation
 
 
-def trsm(triangles: np.ndarray, rhs: np.ndarray, *, lower: bool, transpose: bool, unit_diagonal: bool) -> np.ndarray:
-  """x with op(t) x = rhs for stacks (batch, k, k) and (batch, k, nrhs); op(t) = t.T if `transpose`, else t; `lower`:
-  op(t) is lower-triangular."""
-  batch, k, nrhs = rhs.shape
-  x = _padded(rhs)
+def trsm_sizes(k: int, m: int, n: int, *, left_side: bool, lower: bool, transpose_a: bool,
+               unit_diagonal: bool) -> tuple:
+  """The kernel's sizes for op(a) x = b (left_side, b (m, n), m = k) or x op(a) = b (b (m, n), n = k), as the
+  left-side solve op(a)' x' = b' it is on the transposes (x' = x^T, op(a)' = op(a)^T: the other triangle)."""
+  transpose = transpose_a != (not left_side)
   strides = (1, k) if transpose else (k, 1)
-  _run("trsm", batch, _padded(triangles, np.eye(k, dtype=triangles.dtype), copy=False), x,
-       np.array([k, nrhs, *strides, lower, unit_diagonal], np.int64))
-  return x[:batch]
+  x_strides, nrhs = ((n, 1), n) if left_side else ((1, n), m)
+  return k, nrhs, strides, x_strides, lower != transpose, unit_diagonal
+
+
+def trsm(triangles: np.ndarray, rhs: np.ndarray, **params: bool) -> np.ndarray:
+  """x with op(t) x = rhs (left_side) or x op(t) = rhs for stacks (batch, k, k) and (batch, m, n)."""
+  batch, m, n = rhs.shape
+  x = np.empty_like(rhs)
+  _run("trsm", batch, trsm_sizes(triangles.shape[-1], m, n, **params), np.ascontiguousarray(triangles),
+       np.ascontiguousarray(rhs), x)
+  return x
 
 
 def potrf(stack: np.ndarray) -> np.ndarray:
   """Lower Cholesky factors of the lower triangles of a (batch, n, n) stack; NaN where not positive-definite."""
-  factors = _padded(stack, np.eye(stack.shape[-1], dtype=stack.dtype))
-  _run("potrf", stack.shape[0], factors, np.array([stack.shape[-1]], np.int64))
-  return factors[:stack.shape[0]]
+  factors = np.empty_like(stack)
+  _run("potrf", stack.shape[0], (stack.shape[-1],), np.ascontiguousarray(stack), factors)
+  return factors

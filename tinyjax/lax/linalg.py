@@ -13,13 +13,14 @@ matrices; float16 / bfloat16 raise NotImplementedError as JAX's CPU backend does
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.lax import _lapack
+from tinyjax.lax import _lapack, _small_linalg
 from tinyjax.lax._base import to_array
 from tinyjax.trace import ad, batching
 from tinyjax.trace.callback import HostCallback, host_call
@@ -47,10 +48,11 @@ def _operand(name: str, x: Any, *, square: bool = False) -> Array:
   return x
 
 
-def _host(name: str, fn: Any, operands: list[Any], out_avals: list[tuple]) -> list[Array]:
-  """Run `fn` (numpy arrays in, a list of numpy arrays out) on the operands' values, as a host step."""
+def _host(name: str, fn: Any, operands: list[Any], out_avals: list[tuple], native: Any = None) -> list[Array]:
+  """Run `fn` (numpy arrays in, a list of numpy arrays out) on the operands' values, as a host step (`native`: its
+  compiled kernel, see HostCallback)."""
   return host_call(HostCallback(fn, tuple((tuple(shape), np.dtype(dtype)) for shape, dtype in out_avals), name,
-                                checked=False), *operands)
+                                checked=False, native=native), *operands)
 
 
 def _batch_on_leading_axis(prim: Primitive) -> None:
@@ -95,7 +97,12 @@ def _triangular_solve_impl(a, b, *, left_side, lower, transpose_a, conjugate_a, 
   def run(a_value, b_value):
     return [_lapack.trsm(a_value, b_value, left_side=left_side, lower=lower, transpose_a=transpose_a,
                          unit_diagonal=unit_diagonal, conjugate_a=conjugate_a and a_value.dtype.kind == "c")]
-  return _host("triangular_solve", run, [a, b], [(b.shape, b.dtype)])[0]
+  native = None
+  if _small_linalg.compiled(a, b) and a.shape[:-2] == b.shape[:-2]:
+    sizes = _small_linalg.trsm_sizes(a.shape[-1], *b.shape[-2:], left_side=left_side, lower=lower,
+                                     transpose_a=transpose_a, unit_diagonal=unit_diagonal)
+    native = _small_linalg.native("trsm", a.dtype, math.prod(b.shape[:-2]), *sizes)
+  return _host("triangular_solve", run, [a, b], [(b.shape, b.dtype)], native)[0]
 
 
 triangular_solve_p = Primitive("triangular_solve", _triangular_solve_impl)
@@ -155,8 +162,13 @@ def triangular_solve(a: Any, b: Any, *, left_side: bool = False, lower: bool = F
 # ---------------------------------------------------------------------------------------------------------------------
 # cholesky
 
-cholesky_p = Primitive("cholesky", lambda x: _host("cholesky", lambda a: [_lapack.potrf(a)], [x],
-                                                   [(x.shape, x.dtype)])[0])
+def _cholesky_impl(x):
+  native = _small_linalg.native("potrf", x.dtype, math.prod(x.shape[:-2]), x.shape[-1]) \
+      if _small_linalg.compiled(x) else None
+  return _host("cholesky", lambda a: [_lapack.potrf(a)], [x], [(x.shape, x.dtype)], native)[0]
+
+
+cholesky_p = Primitive("cholesky", _cholesky_impl)
 
 
 def _cholesky_jvp(x_dot, factor, x):
@@ -191,7 +203,9 @@ def _lu_impl(x):
 
   def run(a):
     return list(_lapack.getrf(a))
-  return _host("lu", run, [x], [(x.shape, x.dtype), ((*x.shape[:-2], min(m, n)), INT32), ((*x.shape[:-2], m), INT32)])
+  native = _small_linalg.native("getrf", x.dtype, math.prod(x.shape[:-2]), m, n) if _small_linalg.compiled(x) else None
+  return _host("lu", run, [x], [(x.shape, x.dtype), ((*x.shape[:-2], min(m, n)), INT32), ((*x.shape[:-2], m), INT32)],
+               native)
 
 
 lu_p = Primitive("lu", _lu_impl, multiple_results=True)

@@ -103,6 +103,9 @@ def _launch_items(steps: tuple, programs, host_programs: list) -> list:
       cond = _launch_items(step.cond, programs, host_programs)
       items.append(("loop", step.trip, step.flag_slot if step.trip is None else step.counter_slot, cond,
                     _launch_items(step.body, programs, host_programs)))
+    elif isinstance(step, HostCall) and step.callback.native is not None:  # (compiled: launched as a kernel)
+      program, count, grain = step.callback.native()
+      items.append((program, step.slots, count, grain, MODE_PARALLEL if count > grain else MODE_WHOLE))
     elif isinstance(step, HostCall):
       host_programs.append(HostProgram(step.name, step.callback.run, step.n_in, step.avals))
       items.append((host_programs[-1], step.slots, 1, 1, MODE_WHOLE))
@@ -281,7 +284,8 @@ def _print_schedule(sched: Schedule, sources: list[str], origin: str, device) ->
         show(step.body, indent + "    ")
         continue
       if isinstance(step, HostCall):
-        print(f"{indent}  {step.name:40s} slots={list(step.slots)} (host: reads {step.n_in}, writes the rest)")
+        native = " compiled" if step.callback.native is not None else ""
+        print(f"{indent}  {step.name:40s} slots={list(step.slots)} (host{native}: reads {step.n_in}, writes the rest)")
         continue
       # (the CPU's launch: chunks of the outer range over its threads; a GPU's: work-items and work-groups)
       launch = f"outer={step.outer_size} work={step.work}{f' grain={step.grain}' if step.grain > 1 else ''}" \

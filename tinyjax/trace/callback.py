@@ -31,10 +31,14 @@ class HostCallback:
   """The arg of a CALLBACK node: a function of numpy arrays returning a list of them, and the results' avals
   ((shape, dtype) each). Compared by identity: a program is never shared between two callbacks."""
 
-  def __init__(self, fn: Callable[..., list], out_avals: tuple, name: str, checked: bool = True):
+  def __init__(self, fn: Callable[..., list], out_avals: tuple, name: str, checked: bool = True,
+               native: Callable[[], tuple] | None = None):
     # (`checked`: the results are checked against the declared avals; the library's own host steps, lax.linalg's
     # LAPACK calls, make them as declared: unchecked, 1-2 us less per step of a small solve)
-    self.fn, self.out_avals, self.name, self.checked = fn, out_avals, name, checked
+    # (`native`: where the same function exists as a compiled CPU kernel over the step's slots (inputs, then outputs),
+    # a function giving (program, launch count, grain): a CPU program launches it among its kernels, no call into
+    # Python (lax.linalg's small matrices, lax/_small_linalg.py); `fn` still runs eagerly, under DEBUG and profiles)
+    self.fn, self.out_avals, self.name, self.checked, self.native = fn, out_avals, name, checked, native
 
   def __repr__(self) -> str: return f"pure_callback[{self.name}@{id(self):x}]"
 
