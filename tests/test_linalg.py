@@ -483,32 +483,30 @@ def test_lapack_library_is_named():
 
 
 def test_batched_small_matrices_agree_with_lapack_per_matrix():
-  """Batches of small matrices take the vectorised path (lax/_lapack.py); each single matrix takes LAPACK's."""
+  """Small matrices take the compiled kernels (lax/_small_linalg.py), a batch at once, and agree with LAPACK's calls
+  per matrix (lax/_lapack.py `_getrf_each`, `_potrf_each`, `_trsm_each`); eigh goes to numpy's batched routine."""
   from tinyjax.lax import _lapack
+
+  def each(routine, *arrays, **params):  # LAPACK, one matrix at a time
+    return getattr(_lapack, f"_{routine}_each")(*(x[None] for x in arrays), **params)
   a = _random(6, 4, 4)
   a[1] = [[1, 2, 3, 4], [2, 4, 6, 8], [0, 1, 0, 1], [1, 0, 0, 0]]  # singular: a zero pivot on the way
   spd = _spd(6, n=4)
   spd[2] = [[1, 2, 0, 0], [2, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]  # not positive-definite
   assert _lapack._batched(a) and not _lapack._batched(a[0])
-  factors, pivots, permutation = _lapack.getrf(a)
-  for index in range(6):
-    single_factors, single_pivots, single_permutation = _lapack.getrf(a[index])
-    np.testing.assert_allclose(factors[index], single_factors, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(pivots[index], single_pivots)
-    np.testing.assert_array_equal(permutation[index], single_permutation)
-  for shape in ((5, 3, 6), (2, 3, 6, 4)):  # wide and tall, two batch axes
-    wide = _random(*shape)
-    factors, pivots, permutation = _lapack.getrf(wide)
+  for shape in ((6, 4, 4), (5, 3, 6), (2, 3, 6, 4), (4, 4)):  # square, wide and tall, two batch axes, one matrix
+    matrices = a if shape == (6, 4, 4) else _random(*shape)
+    factors, pivots, permutation = _lapack.getrf(matrices)
     assert factors.shape == shape and pivots.shape == (*shape[:-2], min(shape[-2:]))
     assert permutation.shape == shape[:-1]
     for index in np.ndindex(shape[:-2]):
-      single_factors, single_pivots, single_permutation = _lapack.getrf(wide[index])
-      np.testing.assert_allclose(factors[index], single_factors, rtol=1e-5, atol=1e-6)
-      np.testing.assert_array_equal(pivots[index], single_pivots)
-      np.testing.assert_array_equal(permutation[index], single_permutation)
+      single_factors, single_pivots = each("getrf", matrices[index])
+      np.testing.assert_allclose(factors[index], single_factors[0], rtol=1e-5, atol=1e-6)
+      np.testing.assert_array_equal(pivots[index], single_pivots[0])
+      np.testing.assert_array_equal(permutation[index], _lapack.permutation_of(single_pivots, shape[-2])[0])
   chol = _lapack.potrf(spd)
   for index in range(6):
-    np.testing.assert_allclose(chol[index], _lapack.potrf(spd[index]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(chol[index], each("potrf", spd[index])[0], rtol=1e-5, atol=1e-6)
   triangle, rhs = np.tril(a) + 4 * np.eye(4, dtype=np.float32), _random(6, 4, 3)
   for left_side in (True, False):
     for transpose_a in (True, False):
@@ -516,7 +514,7 @@ def test_batched_small_matrices_agree_with_lapack_per_matrix():
       params = dict(left_side=left_side, lower=True, transpose_a=transpose_a, unit_diagonal=False)
       batch = _lapack.trsm(triangle, b, **params)
       for index in range(6):
-        np.testing.assert_allclose(batch[index], _lapack.trsm(triangle[index], b[index], **params), rtol=1e-5)
+        np.testing.assert_allclose(batch[index], each("trsm", triangle[index], b[index], **params)[0], rtol=1e-5)
   values, _ = _lapack.syevd(spd)
   np.testing.assert_allclose(values[0], _lapack.syevd(spd[0])[0], rtol=1e-5)
   with_nan = a.copy()
@@ -831,7 +829,6 @@ def test_small_triangular_solve_kernel_against_float64(dtype, left_side, lower, 
   k = 11
   a = _random(9, k, k, dtype=dtype) + 3 * np.eye(k, dtype=dtype)
   b = _random(9, k, nrhs, dtype=dtype) if left_side else _random(9, nrhs, k, dtype=dtype)
-  assert _lapack._batched(a, _lapack.COMPILED_MATRIX)
   x = _lapack.trsm(a, b, left_side=left_side, lower=lower, transpose_a=transpose_a, unit_diagonal=unit_diagonal)
   triangle = np.tril(a) if lower else np.triu(a)
   if unit_diagonal: triangle[:, np.arange(k), np.arange(k)] = 1

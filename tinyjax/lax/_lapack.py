@@ -402,16 +402,13 @@ def _geev_complex(a: np.ndarray, *, left: bool, right: bool) -> list[np.ndarray]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# batches of small matrices: one LAPACK call per matrix costs more in Python than its O(n^3) work, so LU, triangular
-# solves and Cholesky run LAPACK's unblocked algorithms in compiled kernels over the whole batch (lax/_small_linalg.py),
-# and eigh, svd and qr go to numpy.linalg's gufuncs, which loop over the batch in C (in float64: numpy's rule)
+# small matrices: LU, triangular solves and Cholesky of real matrices up to _small_linalg.LARGEST run LAPACK's
+# unblocked algorithms in compiled kernels over the whole batch (lax/_small_linalg.py; the same kernels a jitted
+# program launches itself, so eager and jitted results are the same bits), one LAPACK call per matrix costing more in
+# Python than its O(n^3) work; eigh, svd and qr of batches go to numpy.linalg's gufuncs, which loop over the batch in
+# C (in float64: numpy's rule)
 
 SMALL_MATRIX = 16  # n at most this, and more than one matrix: the batched path (measured: benchmarks/run.py linalg)
-# ... at most this for the compiled kernels, whose unblocked loops still beat a Python loop of LAPACK calls there
-# (2 cores, float32: 256 LUs of 32 x 32 1.4 ms against 6.8; 16 of 64 x 64 0.77 against 0.61, 8 of 128 x 128 8.9 against
-# 1.4; 256 16 x 16 LUs: numpy steps over the batch 2.2 ms, the kernel 0.31-0.38)
-COMPILED_MATRIX = _small_linalg.LARGEST
-
 
 
 def _getrf_batched(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -455,19 +452,19 @@ def _geqrf_orgqr_batched(a: np.ndarray, *, full_matrices: bool) -> tuple[np.ndar
 # ---------------------------------------------------------------------------------------------------------------------
 # the routines lax/linalg.py calls: batches of small matrices vectorised, the rest one LAPACK call per matrix
 
-def _batched(a: np.ndarray, largest: int = SMALL_MATRIX) -> bool:
-  return a.size > 0 and a.dtype.kind == "f" and math.prod(a.shape[:-2]) > 1 and max(a.shape[-2:]) <= largest
+def _batched(a: np.ndarray) -> bool:
+  return a.size > 0 and a.dtype.kind == "f" and math.prod(a.shape[:-2]) > 1 and max(a.shape[-2:]) <= SMALL_MATRIX
 
 
 def potrf(a: np.ndarray) -> np.ndarray:
   """Lower Cholesky factors of the lower triangles of (..., n, n); NaN where not positive-definite."""
-  return _potrf_batched(a) if _batched(a, COMPILED_MATRIX) else _potrf_each(a)
+  return _potrf_batched(a) if _small_linalg.compiled(a) else _potrf_each(a)
 
 
 def getrf(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Packed LU factors of (..., m, n), the 0-based row pivots (..., min(m, n)) int32 and the row permutation
   (..., m) int32 that their swaps make."""
-  if _batched(a, COMPILED_MATRIX): return _getrf_batched(a)
+  if _small_linalg.compiled(a): return _getrf_batched(a)
   factors, pivots = _getrf_each(a)
   return factors, pivots, permutation_of(pivots, a.shape[-2])
 
@@ -475,7 +472,7 @@ def getrf(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def trsm(a: np.ndarray, b: np.ndarray, **params: bool) -> np.ndarray:
   """x with op(a) x = b (left_side) or x op(a) = b; params left_side, lower, transpose_a, unit_diagonal (and
   conjugate_a, for complex a)."""
-  if _batched(a, COMPILED_MATRIX):  # (real: conjugate_a means nothing)
+  if _small_linalg.compiled(a, b) and a.shape[:-2] == b.shape[:-2]:  # (real: conjugate_a means nothing)
     return _trsm_batched(a, b, **{name: value for name, value in params.items() if name != "conjugate_a"})
   return _trsm_each(a, b, **params)
 

@@ -402,7 +402,10 @@ def program(routine: str, dtype: np.dtype, *sizes):
   return cpu.compile_cpu(name, _BUILDERS[routine](name, dtype, *sizes))
 
 
-LARGEST = 32  # n at most this (lax/_lapack.py COMPILED_MATRIX): in programs too, the compiled kernels
+# Matrices of at most LARGEST rows and columns take these kernels, in programs and eagerly: their unblocked loops
+# still beat a Python loop of LAPACK calls there (2 cores, float32: 256 LUs of 32 x 32 1.4 ms against 6.8; 16 of
+# 64 x 64 0.77 against 0.61, 8 of 128 x 128 8.9 against 1.4)
+LARGEST = 32
 
 
 def compiled(*operands) -> bool:
