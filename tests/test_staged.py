@@ -457,12 +457,13 @@ def test_a_staged_call_of_several_results_rebuilds_the_functions_sequence(case):
 
 def test_a_staged_call_runs_its_host_steps_once(monkeypatch):
   """A multiple-result staged call finds its container by tracing, not by running the function: slogdet's LU runs
-  once, where the node is computed (and not at all until then)."""
+  once, where the node is computed (and not at all until then). (A matrix bigger than lax/_small_linalg.py's, whose
+  LU is a call into Python.)"""
   from tinyjax.lax import _lapack
   calls = []
   original = _lapack.getrf
   monkeypatch.setattr(_lapack, "getrf", lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
-  square = M64[:, :4] + 4 * np.eye(4)
+  square = np.random.default_rng(5).uniform(-1, 1, (40, 40)) + 4 * np.eye(40)
   for k in range(2):
     sign, logdet = jnp.linalg.slogdet(jnp.asarray(square.astype(np.float32) * (k + 1)))
     assert len(calls) == k
