@@ -25,9 +25,9 @@ The algorithms are LAPACK's unblocked ones, row-major:
 
 Each kernel has the CPU kernel ABI `void fn(ptr args, i64 start, i64 end)` over the matrices [start, end), LANES at
 a time in lockstep (launched with that grain across the runtime's threads); args holds its operands' addresses, then
-its results'. 2 cores, against JAX 0.10.2: `vmap(jnp.linalg.solve)` of 256 16 x 16 systems 0.53 ms (JAX 0.85-1.2;
-numpy steps over the batch took 2.2-3.0), a Kalman filter's log-likelihood over 1000 steps 0.92 ms (JAX 13.5; a call
-into Python per solve took 220).
+its results'. 2 cores, against JAX 0.10.2: `vmap(jnp.linalg.solve)` of 256 16 x 16 systems 0.18-0.21 ms (JAX 1.0;
+numpy steps over the batch in host calls took 2.2-3.0), a Kalman filter's log-likelihood over 1000 steps 0.92 ms (JAX
+13.5; a call into Python per solve took 220).
 """
 from __future__ import annotations
 
