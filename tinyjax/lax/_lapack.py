@@ -8,12 +8,12 @@ distribution's build), the system's `liblapack` / `libopenblas` or Accelerate is
 `TINYJAX_LAPACK=/path/to/liblapack.so` names one explicitly.
 
 Each routine here takes C-ordered numpy arrays with any leading batch dimensions and loops over the matrices in
-Python (one ctypes call each, a few microseconds; the O(n^3) work is LAPACK's). For batches of small matrices, where
-those microseconds would dominate, LU, triangular solves and Cholesky run in compiled kernels that loop over the batch
-(lax/_small_linalg.py), and eigh, svd and qr in numpy.linalg's gufuncs (see the section below). Row-major matrices
-are the column-major transposes LAPACK sees: where a routine's meaning allows, the call is rephrased on the transpose
-instead of copying (a triangular solve flips side and triangle, an SVD swaps U and V^T); getrf and geqrf copy to
-column-major.
+Python (one ctypes call each, a few microseconds; the O(n^3) work is LAPACK's). For small matrices, where those
+microseconds would dominate, LU, triangular solves and Cholesky run in compiled kernels that loop over the batch
+(lax/_small_linalg.py), and eigh, svd and qr of batches in numpy.linalg's gufuncs (see the section below).
+Row-major matrices are the column-major transposes LAPACK sees: where a routine's meaning allows, the call is
+rephrased on the transpose instead of copying (a triangular solve flips side and triangle, an SVD swaps U and V^T);
+getrf and geqrf copy to column-major.
 Failures are values, as in JAX: a matrix that is not positive-definite gives a NaN factor, a singular one an LU with a
 zero pivot.
 """
@@ -472,7 +472,7 @@ def getrf(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def trsm(a: np.ndarray, b: np.ndarray, **params: bool) -> np.ndarray:
   """x with op(a) x = b (left_side) or x op(a) = b; params left_side, lower, transpose_a, unit_diagonal (and
   conjugate_a, for complex a)."""
-  if _small_linalg.compiled(a, b) and a.shape[:-2] == b.shape[:-2]:  # (real: conjugate_a means nothing)
+  if _small_linalg.compiled(a, b):  # (real: conjugate_a means nothing)
     return _trsm_batched(a, b, **{name: value for name, value in params.items() if name != "conjugate_a"})
   return _trsm_each(a, b, **params)
 

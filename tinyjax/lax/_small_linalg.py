@@ -409,10 +409,11 @@ LARGEST = 32
 
 
 def compiled(*operands) -> bool:
-  """Whether a program's linear algebra step over these operands launches the compiled kernel (float32 / float64
-  matrices of at most LARGEST rows and columns, any batch, not empty), not a call into Python."""
+  """Whether linear algebra over these operands runs the compiled kernels (float32 / float64 matrices of at most
+  LARGEST rows and columns, not empty, one dtype, the same batch), not LAPACK through Python."""
   return all(np.dtype(x.dtype) in _TYPES and x.ndim >= 2 and 0 < max(x.shape[-2:]) <= LARGEST and
-             math.prod(x.shape) > 0 for x in operands) and len({np.dtype(x.dtype) for x in operands}) == 1
+             math.prod(x.shape) > 0 for x in operands) and len({np.dtype(x.dtype) for x in operands}) == 1 and \
+      len({tuple(x.shape[:-2]) for x in operands}) == 1
 
 
 def native(routine: str, dtype: np.dtype, batch: int, *sizes):

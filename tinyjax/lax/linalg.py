@@ -98,7 +98,7 @@ def _triangular_solve_impl(a, b, *, left_side, lower, transpose_a, conjugate_a, 
     return [_lapack.trsm(a_value, b_value, left_side=left_side, lower=lower, transpose_a=transpose_a,
                          unit_diagonal=unit_diagonal, conjugate_a=conjugate_a and a_value.dtype.kind == "c")]
   native = None
-  if _small_linalg.compiled(a, b) and a.shape[:-2] == b.shape[:-2]:
+  if _small_linalg.compiled(a, b):
     sizes = _small_linalg.trsm_sizes(a.shape[-1], *b.shape[-2:], left_side=left_side, lower=lower,
                                      transpose_a=transpose_a, unit_diagonal=unit_diagonal)
     native = _small_linalg.native("trsm", a.dtype, math.prod(b.shape[:-2]), *sizes)
