@@ -132,6 +132,20 @@ def test_profile_counts_calls_sorts_by_time_and_prints_a_table(on_cpu):  # (the 
   assert top.name in text and "GFLOP/s" in text and "%" in text
 
 
+def test_profiles_list_host_steps():
+  """A program's host steps are rows of a profile too ("host <name>": their time and the bytes they move), compiled
+  ones included: a small LU and its two triangular solves, a pure_callback of np.sin."""
+  a = jnp.asarray(RNG.standard_normal((16, 6, 6), np.float32) + 3 * np.eye(6, dtype=np.float32))
+  f = tj.jit(lambda a: tj.pure_callback(np.sin, tj.ShapeDtypeStruct(a.shape, a.dtype), jnp.linalg.inv(a)).sum())
+  expected = float(f(a))
+  prof, result = _profiled(f, a)
+  assert float(result) == expected
+  rows = {k.name: k for k in prof.kernels}
+  assert rows["host lu"].calls == 1 and rows["host triangular_solve"].calls == 2 and rows["host sin"].calls == 1
+  assert all(rows[name].seconds > 0 and rows[name].gbytes_per_second > 0
+             for name in ("host lu", "host triangular_solve", "host sin"))
+
+
 def test_profiled_runs_give_the_fast_path_numbers_through_loops_and_transformations():
   w = jnp.asarray(RNG.standard_normal((8, 8), np.float32) * 0.3)
   xs = jnp.asarray(RNG.standard_normal((6, 5, 8), np.float32))

@@ -414,7 +414,11 @@ def _run_steps(steps: tuple, programs, buffers: list[Buffer], device, timed: boo
         passes += 1
       continue
     if isinstance(step, HostCall):
+      start = time.perf_counter()
       _run_host_call(step, buffers)
+      if timed:  # (a profile's row: its time and the bytes it reads and writes; DEBUG=1 printed it as the call ran)
+        record_launch(f"host {step.callback.name}", time.perf_counter() - start, 0,
+                      sum(buffers[slot].nbytes for slot in step.slots), device.platform)
       continue
     program = next(programs)
     addresses = [buffers[slot].address for slot in step.slots]
