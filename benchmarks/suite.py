@@ -317,6 +317,37 @@ def bench_scan(jax, jnp):
                  _normal((SCAN_STEPS, SCAN_WIDTH), seed=2))
 
 
+SOLVE_BATCH, SOLVE_SIZE = 256, 16
+
+
+def bench_vmap_solve(jax, jnp):
+  """Batched small linear systems: `vmap(jnp.linalg.solve)` of 256 16x16 systems (diagonally dominant)."""
+  import numpy as np
+  a = _normal((SOLVE_BATCH, SOLVE_SIZE, SOLVE_SIZE)) + 4 * np.eye(SOLVE_SIZE, dtype=np.float32)
+  return _jitted(jax, jnp, jax.vmap(jnp.linalg.solve), a, _normal((SOLVE_BATCH, SOLVE_SIZE), seed=1))
+
+
+def bench_kalman(jax, jnp):
+  """Small linear algebra in a loop body: a Kalman filter's log-likelihood over SCAN_STEPS steps of `scan` (state 4,
+  observation 2: a 2x2 solve and log-determinant per step)."""
+  import numpy as np
+  dt = 0.1
+  f = np.array([[1, 0, dt, 0], [0, 1, 0, dt], [0, 0, 1, 0], [0, 0, 0, 1]], np.float32)
+  h = np.array([[1, 0, 0, 0], [0, 1, 0, 0]], np.float32)
+
+  def loglik(fm, hm, ys):
+    def step(carry, y):
+      m, p = carry
+      m, p = fm @ m, fm @ p @ fm.T + 0.01 * jnp.eye(4)
+      s = hm @ p @ hm.T + 0.1 * jnp.eye(2)
+      gain = jnp.linalg.solve(s, hm @ p).T
+      v = y - hm @ m
+      ll = -0.5 * (v @ jnp.linalg.solve(s, v) + jnp.linalg.slogdet(s)[1])
+      return (m + gain @ v, p - gain @ s @ gain.T), ll
+    return jax.lax.scan(step, (jnp.zeros(4), jnp.eye(4)), ys)[1].sum()
+  return _jitted(jax, jnp, loglik, f, h, _normal((SCAN_STEPS, 2)))
+
+
 def numpy_as_jax():
   """numpy behind the little of JAX's API the numpy-capable workloads use: `jit` is the identity, `nn.softmax` the
   stable formula."""
@@ -380,6 +411,8 @@ WORKLOADS = {w.name: w for w in [
            note="2 causal attention + GELU MLP blocks, 8x128 tokens, width 256, 4 heads"),
   Workload("vmap_grad", bench_vmap_grad, "ms", note="784-256-10, 128 examples"),
   Workload("scan", bench_scan, "ms", note="1000 steps tanh(h@W+x), 64 wide"),
+  Workload("vmap_solve", bench_vmap_solve, "ms", note="vmap(jnp.linalg.solve), 256 16x16 systems"),
+  Workload("kalman_scan", bench_kalman, "ms", note="1000 scan steps of a Kalman filter: 2x2 solves, slogdet"),
   Workload("cold_first_call", None, "s", note="mlp_adam's step, empty cache"),
   Workload("warm_first_call", None, "s", note="mlp_adam's step, cache filled"),
   Workload("import", None, "s", note="import in a fresh process"),
