@@ -178,7 +178,7 @@ def test_eager_transforms_run_as_jitted_programs():
     jnp.fft.fft(array, norm="bogus")
 
 
-def test_stage_contractions_get_register_tiles():
+def test_stage_contractions_get_register_tiles(on_cpu):  # (the CPU's register tiles)
   """Every stage of rfft, fft and irfft of 64x1024 is a contraction the register tile takes (no gated loads from
   stacked parts, no store fused with a transpose): each kernel with a sum lists its tile's opts."""
   import re

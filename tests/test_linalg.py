@@ -294,7 +294,7 @@ def test_jit_runs_lapack_as_a_host_step(capsys, monkeypatch):
   assert " = lu a" in jaxpr and "= triangular_solve[left_side=True lower=True" in jaxpr
 
 
-def test_jit_runs_small_matrices_in_compiled_kernels(monkeypatch):
+def test_jit_runs_small_matrices_in_compiled_kernels(monkeypatch, on_cpu):  # (the CPU runtime's launches)
   """A jitted program launches the small-matrix kernels (lax/_small_linalg.py) among its own, without calling into
   Python: LU, triangular solves and Cholesky inside a scan, their results as eagerly (where Python runs them)."""
   from tinyjax.lax import _lapack
