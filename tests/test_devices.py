@@ -204,8 +204,24 @@ def test_compile_worker_compiles_the_same_object_code(cache_dir):
   _check_adds(programs, kernels)
   for name, ir in kernels:
     key = cpu.object_code_key(name, ir, cpu.default_opt_level())
-    assert cpu._kernel_cache.get(key) == cpu.compile_object(name, ir, f"{name}__{key[:16]}", cpu.default_opt_level())
+    assert cpu._kernel_cache.get(key) == cpu.compile_object(name, ir, cpu.kernel_symbol(key), cpu.default_opt_level())
   assert compile_cpu_many(kernels) == programs and cache_stats()["memory_hits"] == 8
+
+
+def test_kernels_differing_only_in_their_names_share_one_object(cache_dir):
+  """Two kernels whose IR is the same but for their names (the same loop over arrays of two sizes) are compiled once
+  and run the same code; a kernel that differs in anything else is compiled on its own."""
+  base = time.time_ns() % 100_000
+  kernels = [(f"e_{size}_{base}", unary_kernel(f"e_{size}_{base}", f"%z = fadd float %x, {base}.0")) for size in (3, 5)]
+  kernels.append((f"e_7_{base}", unary_kernel(f"e_7_{base}", f"%z = fadd float %x, {base + 1}.0")))
+  get_runtime()
+  reset_cache_stats()
+  programs = compile_cpu_many(kernels)
+  assert cache_stats()["misses"] == 2
+  assert programs[0].fn_addr == programs[1].fn_addr != programs[2].fn_addr
+  assert [program.name for program in programs] == [name for name, _ in kernels]
+  _check_adds(programs, kernels)
+  assert compile_cpu(*kernels[1]) is programs[1] and cache_stats()["misses"] == 2
 
 
 def test_prepared_kernels_compile_early_and_load_in_submit_order(cache_dir):

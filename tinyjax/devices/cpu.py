@@ -268,11 +268,19 @@ def compile_object(name: str, llvm_ir: str, symbol: str | None, opt_level: int) 
     return object_code
 
 
-def object_code_key(name: str, llvm_ir: str, opt_level: int) -> str:
-  """The disk-cache key of a kernel's object code: sha256 over everything that determines the machine code."""
-  parts = [name, llvm_ir, cpu_target_triple(), cpu_name(), cpu_features(), ".".join(map(str, llvm.llvm_version_info)),
+def object_code_key(name: str, llvm_ir: str, opt_level: int, rename: bool = True) -> str:
+  """The disk-cache key of a kernel's object code: sha256 over everything that determines the machine code. With
+  `rename` (the kernel is exported as `kernel_symbol(key)`), not over its name: kernels whose IR differs only in their
+  names (the same elementwise loop over arrays of two sizes, as the loop's bounds are arguments) share one object."""
+  parts = [llvm_ir.replace(name, "\x00") if rename else name + "\x00" + llvm_ir, cpu_target_triple(), cpu_name(), cpu_features(), ".".join(map(str, llvm.llvm_version_info)),
            llvmlite.__version__, TINYJAX_VERSION, f"O{opt_level}", llvm_compile.PIPELINE]
   return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
+
+def kernel_symbol(key: str) -> str:
+  """The name a kernel whose object code has disk-cache key `key` is exported as (the same for every kernel sharing
+  that object)."""
+  return f"tj_kernel_{key[:24]}"
 
 
 def load_or_compile(name: str, llvm_ir: str, opt_level: int, rename: bool = True,
@@ -280,10 +288,10 @@ def load_or_compile(name: str, llvm_ir: str, opt_level: int, rename: bool = True
   """Return the address of kernel `name`, loading its object code from the disk cache or compiling and storing it
   (`compiled`: its object code, just compiled by `compile_cpu_many`, to store).
 
-  With `rename` the kernel is exported as `<name>__<key prefix>`; without, the module keeps its symbols as written.
+  With `rename` the kernel is exported as `kernel_symbol(key)`; without, the module keeps its symbols as written.
   """
-  key = object_code_key(name, llvm_ir, opt_level)
-  symbol = f"{name}__{key[:16]}" if rename else name
+  key = object_code_key(name, llvm_ir, opt_level, rename)
+  symbol = kernel_symbol(key) if rename else name
   with _lock:
     if symbol in _loaded_symbols: return _loaded_symbols[symbol]
     object_code = compiled
@@ -606,7 +614,7 @@ class CompileStream:
     works out the rest (`get_schedule`)."""
     if (name, llvm_ir, self.opt_level) in _programs: return
     key = object_code_key(name, llvm_ir, self.opt_level)
-    symbol = f"{name}__{key[:16]}"
+    symbol = kernel_symbol(key)
     if key in self.keys or symbol in _loaded_symbols or os.path.exists(_kernel_cache.path(key)): return
     self.keys.add(key)
     if self.thread is None:
@@ -651,10 +659,11 @@ class CompileStream:
       while (i := self._take(wait=False)) is not None: self.results[i] = _timed_compile(*self.jobs[i], self.opt_level)
     finally:
       self.close()
-    compiled = {(name, llvm_ir): self.results[i] if i in self.results else _timed_compile(name, llvm_ir, symbol,
-                                                                                             self.opt_level)
+    compiled = {symbol: self.results[i] if i in self.results else _timed_compile(name, llvm_ir, symbol, self.opt_level)
                 for i, (name, llvm_ir, symbol) in enumerate(self.jobs)}
-    return [compile_cpu(name, llvm_ir, self.opt_level, compiled.get((name, llvm_ir))) for name, llvm_ir in self.kernels]
+    return [compile_cpu(name, llvm_ir, self.opt_level,
+                        compiled.get(kernel_symbol(object_code_key(name, llvm_ir, self.opt_level))))
+            for name, llvm_ir in self.kernels]
 
 
 def _timed_compile(name: str, llvm_ir: str, symbol: str, opt_level: int) -> bytes:
