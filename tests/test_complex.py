@@ -482,6 +482,37 @@ def test_loops_and_branches_carry_complex_values():
   _close(gradient, product, rtol=1e-6)
 
 
+def test_loop_bodies_compute_with_complex_values_their_program_has_none_of():
+  """A jitted loop whose carries, xs and ys are real but whose body computes with complex values (a spectral step:
+  rfft, a product, irfft), and a body calling a named primitive on complex operands (a concatenation): the bodies
+  are lowered as pairs of floats although the program around them has no complex value (they raised
+  NotImplementedError before)."""
+  rows = RNG.standard_normal((5, 16)).astype(np.float32)
+  kernel = np.fft.rfft(RNG.standard_normal(16))
+
+  def smooth(carry, row):
+    out = jnp.fft.irfft(jnp.fft.rfft(row + carry) * jnp.asarray(kernel.astype(np.complex64)), n=16)
+    return out, jnp.abs(jnp.fft.fft(row)).sum()
+
+  def concatenated(carry, row):
+    z = tj.lax.complex(row, 2 * row)
+    z = jnp.concatenate([z, z[:1]])
+    return carry + jnp.real(z * z)[:16], jnp.imag(z).sum()
+
+  carry, sums = tj.jit(lambda xs: tj.lax.scan(smooth, jnp.zeros(16), xs))(rows)
+  want = np.zeros(16)
+  for row in rows: want = np.fft.irfft(np.fft.rfft(row + want) * kernel, n=16)
+  np.testing.assert_allclose(np.asarray(carry), want, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(sums), np.abs(np.fft.fft(rows.astype(np.float64))).sum(-1), rtol=1e-5)
+  carry, sums = tj.jit(lambda xs: tj.lax.scan(concatenated, jnp.zeros(16), xs))(rows)
+  np.testing.assert_allclose(np.asarray(carry), (-3 * rows.astype(np.float64) ** 2).sum(0), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(sums), 2 * (rows.sum(-1) + rows[:, 0]), rtol=1e-5)
+  counted = tj.jit(lambda x: tj.lax.fori_loop(0, 3, lambda i, v: jnp.real(jnp.exp(1j * v)) + v, x))(rows[0])
+  want = rows[0].astype(np.float64)
+  for _ in range(3): want = np.cos(want) + want
+  np.testing.assert_allclose(np.asarray(counted), want, rtol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["exp", "expm1", "sin", "cos", "tan", "sinh", "cosh", "tanh"])
 def test_complex_functions_at_large_parts_against_numpy(name):
   """A large imaginary part keeps its angle (it is not scaled by log2 e and back), and the parts are computed where

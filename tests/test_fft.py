@@ -179,13 +179,115 @@ def test_eager_transforms_run_as_jitted_programs():
 
 
 def test_stage_contractions_get_register_tiles(on_cpu):  # (the CPU's register tiles)
-  """Every stage of rfft, fft and irfft of 64x1024 is a contraction the register tile takes (no gated loads from
-  stacked parts, no store fused with a transpose): each kernel with a sum lists its tile's opts."""
+  """Every stage of rfft, fft and irfft of 64x1000 (a length the compiled power-of-two kernel doesn't take) is a
+  contraction the register tile takes (no gated loads from stacked parts, no store fused with a transpose): each
+  kernel with a sum lists its tile's opts."""
   import re
-  x = jnp.asarray(np.random.default_rng(0).standard_normal((64, 1024)).astype(np.float32))
+  x = jnp.asarray(np.random.default_rng(0).standard_normal((64, 1000)).astype(np.float32))
   for transform in (jnp.fft.rfft, jnp.fft.fft, lambda v: jnp.fft.irfft(jnp.fft.rfft(v))):
     text = tj.jit(transform).lower(x).as_text()
     kernels = [(block.split()[0], re.search(r"; opts: (.*)", block).group(1)) for block in text.split("# kernel ")[1:]]
     contractions = [(name, opts) for name, opts in kernels if name.startswith("r_")]
     assert len(contractions) >= 3
     assert all("upcast" in opts for _, opts in contractions), contractions
+
+
+# ---- power-of-two lengths: the compiled kernel (lax/_fft.py)
+
+@pytest.mark.parametrize("n", [16, 32, 64, 128, 512, 2048, 1 << 16])
+def test_power_of_two_lengths_take_the_compiled_kernel(n):
+  """fft, ifft, rfft and irfft of power-of-two lengths (the compiled radix-2 kernel; rfft / irfft by a complex
+  transform of half the length) against numpy in float64, within float32's rounding over log2(n) stages."""
+  rows = max(1, 4096 // n)
+  x = _signal(rows, n)
+  wide = x.astype(np.complex128)
+  tolerance = 4e-7 * np.log2(n)
+  assert _relative_error(jnp.fft.fft(x), np.fft.fft(wide)) < tolerance
+  assert _relative_error(jnp.fft.ifft(x), np.fft.ifft(wide)) < tolerance
+  real = x.real.copy()
+  assert _relative_error(jnp.fft.fft(real), np.fft.fft(real.astype(np.float64))) < tolerance
+  assert _relative_error(jnp.fft.rfft(real), np.fft.rfft(real.astype(np.float64))) < tolerance
+  spectrum = x[:, :n // 2 + 1]  # (not Hermitian: the imaginary parts of its first and last values are ignored)
+  got = jnp.fft.irfft(spectrum)
+  assert got.dtype == np.float32 and got.shape == (rows, n)
+  assert _relative_error(got, np.fft.irfft(spectrum.astype(np.complex128))) < tolerance
+  assert _relative_error(jnp.fft.irfft(jnp.fft.rfft(real)), real) < tolerance  # (the identity)
+
+
+def test_power_of_two_float64_and_the_other_arguments():
+  with tj.config.override("jax_enable_x64", True):
+    x = _signal(3, 4096, dtype=np.complex128)
+    assert _relative_error(jnp.fft.fft(x), np.fft.fft(x)) < 1e-14
+    assert _relative_error(jnp.fft.ifft(x, norm="ortho"), np.fft.ifft(x, norm="ortho")) < 1e-14
+    real = x.real.copy()
+    assert _relative_error(jnp.fft.rfft(real, norm="forward"), np.fft.rfft(real, norm="forward")) < 1e-14
+    assert _relative_error(jnp.fft.irfft(x[:, :1025], n=2048), np.fft.irfft(x[:, :1025], n=2048)) < 1e-14
+  real = _signal(5, 100, dtype=np.float32)  # cut and padded to a power of two, along another axis
+  for n, axis, norm in ((64, -1, None), (128, -1, "ortho"), (8, 0, None), (32, 0, "forward")):
+    want = np.fft.rfft(real.astype(np.float64), n=n, axis=axis, norm=norm)
+    np.testing.assert_allclose(np.asarray(jnp.fft.rfft(real, n=n, axis=axis, norm=norm)), want, rtol=1e-5, atol=1e-5)
+    spectrum = want.astype(np.complex64)
+    np.testing.assert_allclose(np.asarray(jnp.fft.irfft(spectrum, n=2 * n, axis=axis, norm=norm)),
+                               np.fft.irfft(want, n=2 * n, axis=axis, norm=norm), rtol=1e-5, atol=1e-5)
+  image = _signal(2, 32, 64)
+  assert _relative_error(jnp.fft.fft2(image), np.fft.fft2(image.astype(np.complex128))) < 3e-6
+  assert _relative_error(jnp.fft.irfft2(jnp.fft.rfft2(image.real.copy())), image.real) < 3e-6
+
+
+def test_power_of_two_transformations_and_gradients():
+  """jit, vmap (the batch along any axis, the transform's included) and grad through the compiled kernel: against
+  numpy, finite differences, and the identities grad sum |fft z|^2 = 2 n conj(z) (Parseval) and linearity."""
+  x = _signal(4, 64)
+  wide = x.astype(np.complex128)
+  for transform in (jnp.fft.fft, tj.jit(jnp.fft.fft)):
+    np.testing.assert_allclose(np.asarray(tj.vmap(transform, in_axes=1, out_axes=1)(x.T.copy())),
+                               np.fft.fft(wide).T, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(tj.vmap(jnp.fft.rfft)(x.real.copy())), np.fft.rfft(wide.real), rtol=1e-5,
+                             atol=1e-5)
+  z = x[0]
+  parseval = tj.grad(lambda u: jnp.sum(jnp.abs(jnp.fft.fft(u)) ** 2))
+  np.testing.assert_allclose(np.asarray(parseval(z)), 2 * 64 * np.conj(z), rtol=1e-5, atol=1e-4)
+  np.testing.assert_allclose(np.asarray(tj.jit(tj.vmap(parseval))(x)), 2 * 64 * np.conj(x), rtol=1e-5, atol=1e-4)
+  with tj.config.override("jax_enable_x64", True):
+    real = _signal(32, dtype=np.float64)
+    weights = _signal(17, dtype=np.float64)
+
+    def power(v):
+      return jnp.sum(weights * jnp.abs(jnp.fft.rfft(v)) ** 2)
+
+    def weighted_inverse(v):
+      return jnp.sum(jnp.sin(jnp.fft.irfft(v * (1 + 0.5j), n=32)) * jnp.arange(32.0))
+
+    numeric = numeric_grad(lambda v: power(jnp.asarray(v)), real, 1e-6)
+    np.testing.assert_allclose(np.asarray(tj.grad(power)(real)), numeric, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(tj.jit(tj.grad(power))(real)), numeric, rtol=1e-6, atol=1e-8)
+    spectrum = np.fft.rfft(real)
+    # (a complex argument: JAX's gradient is the conjugate of df/dx + i df/dy, its parts by finite differences)
+    along_real = numeric_grad(lambda v: weighted_inverse(jnp.asarray(v + 0j * spectrum.imag) + 1j * spectrum.imag),
+                              spectrum.real, 1e-6)
+    along_imag = numeric_grad(lambda v: weighted_inverse(spectrum.real + 1j * jnp.asarray(v)), spectrum.imag, 1e-6)
+    np.testing.assert_allclose(np.asarray(tj.grad(weighted_inverse)(spectrum)), along_real - 1j * along_imag,
+                               rtol=1e-6, atol=1e-8)
+    stacked = jnp.stack([jnp.asarray(real), 2 * jnp.asarray(real)])
+    np.testing.assert_allclose(np.asarray(tj.vmap(tj.grad(power))(stacked)[0]), numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_power_of_two_kernel_runs_in_the_program_and_eagerly_alike(monkeypatch, on_cpu):  # (the CPU's launches)
+  """A jitted transform launches the compiled kernel among its own, without calling into Python, inside a scan too;
+  an eager call runs the same kernel on numpy arrays: the same bits."""
+  from tinyjax.lax import _fft
+  x = _signal(8, 256)
+  eager = np.asarray(jnp.fft.fft(x))
+  twiddles, plan = _fft.tables(256, -1, np.dtype(np.float32))
+  direct = _fft._run(np.stack([x.real, x.imag], -1), twiddles, plan)[0]
+  np.testing.assert_array_equal(direct[..., 0] + 1j * direct[..., 1], eager)
+
+  def step(carry, row):
+    return carry + jnp.fft.irfft(jnp.fft.rfft(row)), jnp.abs(jnp.fft.fft(row)).sum()
+  scanned = tj.jit(lambda rows: tj.lax.scan(step, jnp.zeros(256), rows))
+  program = tj.jit(jnp.fft.fft)
+  monkeypatch.setattr(_fft, "_run", lambda *args: pytest.fail("the transform was run through Python"))
+  np.testing.assert_array_equal(np.asarray(program(x)), eager)
+  total, sums = scanned(x.real.copy())
+  np.testing.assert_allclose(np.asarray(total), x.real.sum(0), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(sums), np.abs(np.fft.fft(x.real.astype(np.float64))).sum(-1), rtol=1e-5)

@@ -272,8 +272,9 @@ def object_code_key(name: str, llvm_ir: str, opt_level: int, rename: bool = True
   """The disk-cache key of a kernel's object code: sha256 over everything that determines the machine code. With
   `rename` (the kernel is exported as `kernel_symbol(key)`), not over its name: kernels whose IR differs only in their
   names (the same elementwise loop over arrays of two sizes, as the loop's bounds are arguments) share one object."""
-  parts = [llvm_ir.replace(name, "\x00") if rename else name + "\x00" + llvm_ir, cpu_target_triple(), cpu_name(), cpu_features(), ".".join(map(str, llvm.llvm_version_info)),
-           llvmlite.__version__, TINYJAX_VERSION, f"O{opt_level}", llvm_compile.PIPELINE]
+  parts = [llvm_ir.replace(name, "\x00") if rename else name + "\x00" + llvm_ir, cpu_target_triple(), cpu_name(),
+           cpu_features(), ".".join(map(str, llvm.llvm_version_info)), llvmlite.__version__, TINYJAX_VERSION,
+           f"O{opt_level}", llvm_compile.PIPELINE]
   return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
 

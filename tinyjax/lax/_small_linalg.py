@@ -105,8 +105,8 @@ class _Builder:
     """The address of element `index` of a float array."""
     return self.gep(self.ctype, base, index)
 
-  def loop(self, low: str, high: str, body, step: int = 1) -> None:
-    """for i in [low, high) by `step`: body(i)."""
+  def loop(self, low: str, high: str, body, step: int | str = 1) -> None:
+    """for i in [low, high) by `step` (a number, or a value known at run time): body(i)."""
     counter = self.var()
     head, inside, done = self.label(), self.label(), self.label()
     self.store("i64", low, counter)

@@ -39,7 +39,9 @@ def is_complex(dtype: np.dtype) -> bool:
 
 
 def has_complex(sink: UOp) -> bool:
-  return any(is_complex(node.dtype) for node in sink.toposort)
+  """Whether the program computes with complex values anywhere, its loop bodies' and branches' programs included."""
+  return any(is_complex(node.dtype) or (node.op in (Ops.SCAN, Ops.WHILE, Ops.COND) and
+                                        any(has_complex(p) for p in sub_programs(node))) for node in sink.toposort)
 
 
 def _full(dtype: np.dtype, value: float, shape: tuple[int, ...]) -> UOp:
@@ -251,8 +253,11 @@ def split_complex(sink: UOp) -> UOp:
 
 def _split_programs(node: UOp):
   """The node's arg with its sub-programs rewritten as the program is: their complex parameters and results (the loop's
-  carries, xs and ys, a branch's operands and results) become interleaved float pairs, as the node's operands do."""
-  return rewrite_sub_programs(node, lambda p: split_complex(p) if has_complex(p) else p)
+  carries, xs and ys, a branch's operands and results) become interleaved float pairs, as the node's operands do. (A
+  body's named primitives, kept whole for its derivative and batching, are expanded into their Ops first, as the
+  program's own were.)"""
+  from tinyjax.lower.schedule import expand_primitives
+  return rewrite_sub_programs(node, lambda p: split_complex(expand_primitives(p)) if has_complex(p) else p)
 
 
 def _split_pairs(floats: UOp, shape: tuple[int, ...]) -> tuple[UOp, UOp]:
