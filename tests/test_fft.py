@@ -273,21 +273,25 @@ def test_power_of_two_transformations_and_gradients():
 
 
 def test_power_of_two_kernel_runs_in_the_program_and_eagerly_alike(monkeypatch, on_cpu):  # (the CPU's launches)
-  """A jitted transform launches the compiled kernel among its own, without calling into Python, inside a scan too;
+  """A jitted transform launches the compiled kernels among its own, without calling into Python, inside a scan too;
   an eager call runs the same kernel on numpy arrays: the same bits."""
   from tinyjax.lax import _fft
   x = _signal(8, 256)
   eager = np.asarray(jnp.fft.fft(x))
-  twiddles, plan = _fft.tables(256, -1, np.dtype(np.float32))
-  direct = _fft._run(np.stack([x.real, x.imag], -1), twiddles, plan)[0]
+  twiddles, plan = _fft.tables("fft", 256, -1, np.dtype(np.float32))
+  direct = _fft._run("fft", np.stack([x.real, x.imag], -1), twiddles, plan)[0]
   np.testing.assert_array_equal(direct[..., 0] + 1j * direct[..., 1], eager)
+  real = x.real.copy()
+  eager_real = [np.asarray(jnp.fft.rfft(real)), np.asarray(jnp.fft.irfft(x[:, :129]))]
 
   def step(carry, row):
     return carry + jnp.fft.irfft(jnp.fft.rfft(row)), jnp.abs(jnp.fft.fft(row)).sum()
   scanned = tj.jit(lambda rows: tj.lax.scan(step, jnp.zeros(256), rows))
-  program = tj.jit(jnp.fft.fft)
+  programs = [tj.jit(jnp.fft.fft), tj.jit(jnp.fft.rfft), tj.jit(jnp.fft.irfft)]
   monkeypatch.setattr(_fft, "_run", lambda *args: pytest.fail("the transform was run through Python"))
-  np.testing.assert_array_equal(np.asarray(program(x)), eager)
-  total, sums = scanned(x.real.copy())
-  np.testing.assert_allclose(np.asarray(total), x.real.sum(0), rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(np.asarray(sums), np.abs(np.fft.fft(x.real.astype(np.float64))).sum(-1), rtol=1e-5)
+  np.testing.assert_array_equal(np.asarray(programs[0](x)), eager)
+  np.testing.assert_array_equal(np.asarray(programs[1](real)), eager_real[0])
+  np.testing.assert_array_equal(np.asarray(programs[2](x[:, :129])), eager_real[1])
+  total, sums = scanned(real)
+  np.testing.assert_allclose(np.asarray(total), real.sum(0), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(sums), np.abs(np.fft.fft(real.astype(np.float64))).sum(-1), rtol=1e-5)

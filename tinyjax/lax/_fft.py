@@ -49,12 +49,18 @@ def _lanes(dtype: np.dtype) -> int:
   return VECTOR_BYTES // (2 * dtype.itemsize)
 
 
+KINDS = ("fft", "rfft", "irfft")
+
+
 @functools.lru_cache(maxsize=64)
-def tables(n: int, sign: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-  """(twiddles, plan) of the transform of length n: the plan is int32 [n, bit reversal of 0..n-1]; the twiddles are,
-  for each stage h (1, 2, ..., n / 2), the factors w^j = exp(sign 2 pi i j / 2h) in blocks of VL as two vectors, the
-  real parts (c, c) and the imaginary ones (-d, d). A stage h < VL has one block, of each position p's factor for its
-  butterfly (w^(p mod h)), negated where p is the butterfly's second output."""
+def tables(kind: str, n: int, sign: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+  """(twiddles, plan) of a transform of `kind` whose complex transform has length n.
+
+  The plan is int32 [n, bit reversal of 0..n-1]. The twiddles are, for each stage h (1, 2, ..., n / 2), the factors
+  w^j = exp(sign 2 pi i j / 2h) in blocks of VL as two vectors, the real parts (c, c) and the imaginary ones
+  (-d, d); a stage h < VL has one block, of each position p's factor for its butterfly (w^(p mod h)), negated where p
+  is the butterfly's second output. rfft and irfft add the weights of `_half_length_factors` for k = 0..n: a's
+  (c, c) and (-d, d) and b's (c, -c) and (d, d), each over k."""
   lanes = _lanes(dtype)
   bits = n.bit_length() - 1
   index = np.arange(n)
@@ -70,57 +76,103 @@ def tables(n: int, sign: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     w = w.reshape(-1, lanes)
     blocks.append(np.stack([np.repeat(w.real, 2, axis=-1), np.stack([-w.imag, w.imag], -1).reshape(len(w), -1)],
                            axis=1).reshape(-1))
+  if kind != "fft":
+    a, b = _half_length_factors(2 * n, sign)
+    blocks += [np.repeat(a.real, 2), np.stack([-a.imag, a.imag], -1).reshape(-1),
+               np.stack([b.real, -b.real], -1).reshape(-1), np.repeat(b.imag, 2)]
   return np.concatenate(blocks).astype(dtype), plan
 
 
-def _kernel_ir(name: str, dtype: np.dtype) -> str:
-  """args: x (rows, n, 2), twiddles, plan (see `tables`), out (rows, n, 2); the rows [start, end)."""
+def _half_length_factors(n: int, sign: int) -> tuple[np.ndarray, np.ndarray]:
+  """(a, b) = (1 + i sign w^k, 1 - i sign w^k) / (2 if sign < 0 else 1) for k = 0..n/2, w = exp(sign 2 pi i / n),
+  in float64: rfft's spectrum is X_k = a_k Z_k + b_k conj(Z_(m-k)) of the transform Z of its signal's pairs (m =
+  n / 2, Z_m = Z_0: the transforms of the even and odd samples are (Z_k + conj Z_(m-k)) / 2 and (Z_k - conj
+  Z_(m-k)) / 2i, and X_k = E_k + w^k O_k); irfft transforms Z_k = a_k X_k + b_k conj(X_(m-k)) = 2 (E_k + i O_k) (with
+  X_0's and X_m's imaginary parts taken as zero), whose inverse has the even samples as its real parts and the odd
+  ones as its imaginary parts."""
+  w = np.exp(sign * 2j * np.pi * np.arange(n // 2 + 1) / n)
+  scale = 0.5 if sign < 0 else 1.0
+  return (1 + sign * 1j * w) * scale, (1 - sign * 1j * w) * scale
+
+
+def shapes(kind: str, shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+  """(the complex transform's length, the result's shape) of a transform of `kind` of an operand of `shape`: fft
+  pairs (..., n, 2) -> (..., n, 2); rfft a real signal (..., 2n) -> pairs (..., n + 1, 2); irfft pairs (..., n + 1, 2)
+  -> a real signal (..., 2n)."""
+  if kind == "fft": return shape[-2], shape
+  if kind == "rfft": return shape[-1] // 2, (*shape[:-1], shape[-1] // 2 + 1, 2)
+  return shape[-2] - 1, (*shape[:-2], 2 * (shape[-2] - 1))
+
+
+def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
+  """args: x, twiddles, plan (see `tables`), out; the rows [start, end) (see `shapes` for x's and out's rows)."""
   ctype, lanes = _TYPES[dtype], _lanes(dtype)
   suffix = "f32" if ctype == "float" else "f64"
-  vector = f"<{2 * lanes} x {ctype}>"
+  vector, pair = f"<{2 * lanes} x {ctype}>", f"<2 x {ctype}>"
   ir = _Builder(name, ctype, 4)
   x0, twiddles, plan, out0 = ir.params
   n = ir.value(f"sext i32 {ir.load('i32', plan)} to i64")
   first_stages = lanes.bit_length() - 1  # the stages done inside a vector
+  # rfft's and irfft's weights after the stages' twiddles: a's (c, c) and (-d, d), b's (c, -c) and (d, d), each over k
+  after_stages = ir.op("add", str(first_stages * 4 * lanes), ir.op("mul", ir.op("sub", n, str(lanes)), "4"))
+  weights = [ir.element(twiddles, ir.op("add", after_stages, ir.op("mul", ir.op("add", n, "1"), str(2 * w))))
+             for w in range(4)] if kind != "fft" else []
 
   def indices(positions) -> str:  # a shuffle's mask
     positions = list(positions)
     return f"<{len(positions)} x i32> <" + ", ".join(f"i32 {p}" for p in positions) + ">"
-  swap = indices(q ^ 1 for q in range(2 * lanes))
 
-  def butterfly_product(b: str, block: str) -> str:
-    """b times the twiddles of the block at T element `block`: (a, b) (c, c) + (b, a) (-d, d)."""
-    same = ir.load(vector, ir.element(twiddles, block))
-    crossed = ir.load(vector, ir.element(twiddles, ir.op("add", block, str(2 * lanes))))
-    swapped = ir.value(f"shufflevector {vector} {b}, {vector} poison, {swap}")
-    return ir.value(f"call {vector} @llvm.fmuladd.v{2 * lanes}{suffix}({vector} {swapped}, {vector} {crossed}, "
-                    f"{vector} {ir.value(f'fmul {vector} {b}, {same}')})")
+  def shuffle(value: str, kind_: str, positions) -> str:
+    return ir.value(f"shufflevector {kind_} {value}, {kind_} poison, {indices(positions)}")
 
-  def row(r: str) -> None:
-    x, out = (ir.element(base, ir.op("mul", r, ir.op("mul", n, "2"))) for base in (x0, out0))
+  def width(kind_: str) -> int: return int(kind_[1:].split()[0]) // 2  # complex values in a vector type
 
-    def gathered(block: str) -> None:  # VL values read in bit-reversed order, their first stages in the vector
+  def swapped(value: str, kind_: str) -> str: return shuffle(value, kind_, (q ^ 1 for q in range(2 * width(kind_))))
+
+  def reversed_(value: str, kind_: str) -> str:
+    return shuffle(value, kind_, (2 * (width(kind_) - 1 - q) + c for q in range(width(kind_)) for c in (0, 1)))
+
+  def product(z: str, kind_: str, same: str, crossed: str) -> str:
+    """z times the complex factors whose two forms are at `same` and `crossed`: z (c, c) + swap(z) (-d, d)."""
+    count = 2 * width(kind_)
+    return ir.value(f"call {kind_} @llvm.fmuladd.v{count}{suffix}({kind_} {swapped(z, kind_)}, {kind_} "
+                    f"{ir.load(kind_, crossed)}, {kind_} {ir.value(f'fmul {kind_} {z}, {ir.load(kind_, same)}')})")
+
+  def weighted(z: str, mirror: str, k: str, kind_: str) -> str:
+    """a_k z + b_k conj(mirror) for the values from k on (their weights' two forms each)."""
+    at = [ir.element(w, ir.op("mul", k, "2")) for w in weights]
+    return ir.value(f"fadd {kind_} {product(z, kind_, at[0], at[1])}, {product(mirror, kind_, at[2], at[3])}")
+
+  def first_pass(out: str, read) -> None:
+    """Each block of VL values (read(block): a vector of them in bit-reversed order), its first stages done inside
+    the vector, stored in order."""
+    def block(b: str) -> None:
+      v = read(b)
+      for s in range(first_stages):
+        h = 1 << s
+        low = [p if p % (2 * h) < h else p - h for p in range(lanes)]
+        a = shuffle(v, vector, (2 * p + c for p in low for c in (0, 1)))
+        b_ = shuffle(v, vector, (2 * (p + h) + c for p in low for c in (0, 1)))
+        stage = ir.element(twiddles, str(s * 4 * lanes))
+        v = ir.value(f"fadd {vector} {a}, {product(b_, vector, stage, ir.gep(vector, stage, '1'))}")
+      ir.store(vector, v, ir.element(out, ir.op("mul", b, "2")))
+    ir.loop("0", n, block, step=lanes)
+
+  def gathered(x: str):
+    def read(b: str) -> str:
       pieces, size = [], 2
       for q in range(lanes):
-        at = ir.gep("i32", plan, ir.op("add", block, str(q + 1)))
-        j = ir.value(f"sext i32 {ir.load('i32', at)} to i64")
-        pieces.append(ir.load(f"<2 x {ctype}>", ir.element(x, ir.op("mul", j, "2"))))
+        j = ir.value(f"sext i32 {ir.load('i32', ir.gep('i32', plan, ir.op('add', b, str(q + 1))))} to i64")
+        pieces.append(ir.load(pair, ir.element(x, ir.op("mul", j, "2"))))
       while len(pieces) > 1:  # (concatenated pairwise)
         pieces = [ir.value(f"shufflevector <{size} x {ctype}> {a}, <{size} x {ctype}> {b}, {indices(range(2 * size))}")
                   for a, b in zip(pieces[0::2], pieces[1::2])]
         size *= 2
-      v = pieces[0]
-      for s in range(first_stages):
-        h = 1 << s
-        low = [p if p % (2 * h) < h else p - h for p in range(lanes)]
-        a = ir.value(f"shufflevector {vector} {v}, {vector} poison, {indices(2 * p + c for p in low for c in (0, 1))}")
-        b = ir.value(f"shufflevector {vector} {v}, {vector} poison, "
-                     f"{indices(2 * (p + h) + c for p in low for c in (0, 1))}")
-        v = ir.value(f"fadd {vector} {a}, {butterfly_product(b, str(s * 4 * lanes))}")
-      ir.store(vector, v, ir.element(out, ir.op("mul", block, "2")))
-    ir.loop("0", n, gathered, step=lanes)
+      return pieces[0]
+    return read
 
-    # the stages h = VL, 2 VL, ..., n / 2, each in place
+  def stages(out: str) -> None:
+    """The stages h = VL, 2 VL, ..., n / 2, each in place."""
     h_var = ir.var()
     ir.store("i64", str(lanes), h_var)
     head, inside, done = ir.label(), ir.label(), ir.label()
@@ -137,40 +189,100 @@ def _kernel_ir(name: str, dtype: np.dtype) -> str:
         at_a = ir.element(out, ir.op("mul", ir.op("add", g, j), "2"))
         at_b = ir.element(out, ir.op("mul", ir.op("add", ir.op("add", g, j), h), "2"))
         a, b = ir.load(vector, at_a), ir.load(vector, at_b)
-        product = butterfly_product(b, ir.op("add", stage, ir.op("mul", j, "4")))
-        ir.store(vector, ir.value(f"fadd {vector} {a}, {product}"), at_a)
-        ir.store(vector, ir.value(f"fsub {vector} {a}, {product}"), at_b)
+        factors = ir.element(twiddles, ir.op("add", stage, ir.op("mul", j, "4")))
+        twiddled = product(b, vector, factors, ir.gep(vector, factors, "1"))
+        ir.store(vector, ir.value(f"fadd {vector} {a}, {twiddled}"), at_a)
+        ir.store(vector, ir.value(f"fsub {vector} {a}, {twiddled}"), at_b)
       ir.loop("0", h, butterflies, step=lanes)
     ir.loop("0", n, group, step=span)
     ir.store("i64", span, h_var)
     ir.emit(f"br label %{head}, !llvm.loop !0")
     ir.block(done)
 
-  ir.loop("%start", "%end", row)
-  return ir.text([f"declare {vector} @llvm.fmuladd.v{2 * lanes}{suffix}({vector}, {vector}, {vector})"])
+  def pairs_of(k: str, count: int, mirror_of, body) -> None:
+    """body(k, kind, mirror) for k in [k, count): vectors of VL values and then one at a time, where the values
+    mirror_of(k, kind) gives (the mirror images m - k, read as a vector ending there) stay clear of later ones."""
+    next_k = ir.var()
+    ir.store("i64", k, next_k)
 
+    def block(k: str) -> None:
+      body(k, vector)
+      ir.store("i64", ir.op("add", k, str(lanes)), next_k)
+    ir.loop(k, count, block, step=lanes)
+    ir.loop(ir.load("i64", next_k), mirror_of, lambda k: body(k, pair))
+
+  def row(r: str) -> None:
+    two_n = ir.op("mul", n, "2")
+    wide = ir.op("add", two_n, "2")  # (a row of n + 1 pairs)
+    x = ir.element(x0, ir.op("mul", r, wide if kind == "irfft" else two_n))
+    out = ir.element(out0, ir.op("mul", r, wide if kind == "rfft" else two_n))
+    if kind == "irfft":  # Z_k = a_k X_k + b_k conj(X_(n-k)) for k < n, stored in bit-reversed order
+      def real_part(at: str) -> str:
+        return ir.value(f"insertelement {pair} zeroinitializer, {ctype} {ir.load(ctype, at)}, i64 0")
+      z0 = weighted(real_part(x), real_part(ir.element(x, two_n)), "0", pair)
+      ir.store(pair, z0, out)
+
+      def spectrum(k: str, kind_: str) -> None:
+        count = width(kind_)
+        mirror = ir.op("sub", n, ir.op("add", k, str(count - 1)))
+        values = ir.load(kind_, ir.element(x, ir.op("mul", k, "2")))
+        mirrored = reversed_(ir.load(kind_, ir.element(x, ir.op("mul", mirror, "2"))), kind_)
+        z = weighted(values, mirrored, k, kind_)
+        for q in range(count):
+          j = ir.value(f"sext i32 {ir.load('i32', ir.gep('i32', plan, ir.op('add', k, str(q + 1))))} to i64")
+          ir.store(pair, z if count == 1 else shuffle(z, kind_, (2 * q, 2 * q + 1)), ir.element(out, ir.op("mul", j,
+                                                                                                          "2")))
+      pairs_of("1", ir.op("sub", n, str(lanes - 1)), n, spectrum)
+      first_pass(out, lambda b: ir.load(vector, ir.element(out, ir.op("mul", b, "2"))))
+    else: first_pass(out, gathered(x))
+    stages(out)
+    if kind == "rfft":  # X_k = a_k Z_k + b_k conj(Z_(n-k)), in place: each k with its mirror image n - k
+      z0 = ir.load(pair, out)
+      ir.store(pair, weighted(z0, z0, n, pair), ir.element(out, two_n))
+      ir.store(pair, weighted(z0, z0, "0", pair), out)
+
+      def spectrum(k: str, kind_: str) -> None:
+        count = width(kind_)
+        mirror = ir.op("sub", n, ir.op("add", k, str(count - 1)))
+        at_k, at_mirror = ir.element(out, ir.op("mul", k, "2")), ir.element(out, ir.op("mul", mirror, "2"))
+        values, mirrored = ir.load(kind_, at_k), ir.load(kind_, at_mirror)
+        x_k = weighted(values, reversed_(mirrored, kind_), k, kind_)
+        x_mirror = weighted(mirrored, reversed_(values, kind_), mirror, kind_)
+        ir.store(kind_, x_k, at_k)
+        ir.store(kind_, x_mirror, at_mirror)
+      # (vectors while k's block ends before its mirror's begins: 2 (k + VL - 1) < n; then single values to n / 2)
+      pairs_of("1", ir.op("add", ir.op("sdiv", ir.op("sub", n, str(2 * lanes - 1)), "2"), "1"),
+               ir.op("add", ir.op("sdiv", n, "2"), "1"), spectrum)
+
+  ir.loop("%start", "%end", row)
+  return ir.text([f"declare {vector} @llvm.fmuladd.v{2 * lanes}{suffix}({vector}, {vector}, {vector})",
+                  f"declare {pair} @llvm.fmuladd.v2{suffix}({pair}, {pair}, {pair})"])
 
 
 @functools.cache
-def program(dtype: np.dtype):
-  """The CPU program of the transform over pairs of `dtype` (compiled, or loaded from the disk cache, on first use)."""
+def program(kind: str, dtype: np.dtype):
+  """The CPU program of transforms of `kind` over `dtype` (compiled, or loaded from the disk cache, on first use)."""
   from tinyjax.devices import cpu
-  name = f"tj_fft_{'f32' if dtype == np.float32 else 'f64'}"
-  return cpu.compile_cpu(name, _kernel_ir(name, np.dtype(dtype)))
+  name = f"tj_{kind}_{'f32' if dtype == np.float32 else 'f64'}"
+  return cpu.compile_cpu(name, _kernel_ir(name, np.dtype(dtype), kind))
 
 
-def _run(x: np.ndarray, twiddles: np.ndarray, plan: np.ndarray) -> list[np.ndarray]:
-  """The host step's function: the kernel over the rows of pairs `x`, across the CPU runtime's threads."""
+def _rows(kind: str, shape: tuple[int, ...]) -> int: return math.prod(shape[:-1] if kind == "rfft" else shape[:-2])
+
+
+def _run(kind: str, x: np.ndarray, twiddles: np.ndarray, plan: np.ndarray) -> list[np.ndarray]:
+  """The host step's function: the kernel over the rows of x, across the CPU runtime's threads."""
   x = np.ascontiguousarray(x)
-  out = np.empty_like(x)
-  if x.size: program(x.dtype)([a.ctypes.data for a in (x, twiddles, plan, out)], math.prod(x.shape[:-2]))
+  out = np.empty(shapes(kind, x.shape)[1], x.dtype)
+  if x.size and out.size:
+    program(kind, x.dtype)([a.ctypes.data for a in (x, twiddles, plan, out)], _rows(kind, x.shape))
   return [out]
 
 
-def _fft_impl(x: Array, twiddles: Array, plan: Array, *, sign: int) -> Array:
-  dtype, rows = np.dtype(x.dtype), math.prod(x.shape[:-2])
-  callback = HostCallback(_run, ((tuple(x.shape), dtype),), "fft", checked=False,
-                          native=lambda: (program(dtype), rows, 1))
+def _fft_impl(x: Array, twiddles: Array, plan: Array, *, kind: str, sign: int) -> Array:
+  dtype, rows = np.dtype(x.dtype), _rows(kind, x.shape)
+  callback = HostCallback(lambda *arrays: _run(kind, *arrays), ((shapes(kind, x.shape)[1], dtype),), kind,
+                          checked=False, native=lambda: (program(kind, dtype), rows, 1))
   return host_call(callback, x, twiddles, plan)[0]
 
 
@@ -179,24 +291,44 @@ def _fft_impl(x: Array, twiddles: Array, plan: Array, *, sign: int) -> Array:
 fft_p = Primitive("fft", _fft_impl)
 
 
-def _batch(trace, vals, dims, *, sign):
-  """The vmapped axis becomes a leading one where it was one of the transform's (the last two)."""
+def _batch(trace, vals, dims, *, kind, sign):
+  """The vmapped axis becomes a leading one where it was one of the transform's (the last, or the last two)."""
   (x, twiddles, plan), (d, *tables_batched) = vals, dims
-  assert not any(b is not None for b in tables_batched), "an FFT's tables are constants"
-  if d is not None and d >= x.ndim - 2: x, d = batching.move_axis(x, d, 0), 0
-  return fft_p.bind(x, twiddles, plan, sign=sign), d
+  if any(b is not None for b in tables_batched): raise NotImplementedError("vmap over an FFT's tables")
+  if d is not None and d >= x.ndim - (1 if kind == "rfft" else 2): x, d = batching.move_axis(x, d, 0), 0
+  return fft_p.bind(x, twiddles, plan, kind=kind, sign=sign), d
 
 
-ad.defjvp(fft_p, lambda tangent, out, x, twiddles, plan, *, sign: fft_p.bind(tangent, twiddles, plan, sign=sign),
+def _transpose(ct, node, known):
+  """The transpose of each kind as a real map (`transform` of the same length): fft's is the transform of the other
+  sign (the DFT matrix is symmetric); rfft's is irfft of the cotangent with its values k = 1..n-1 halved, and irfft's
+  is rfft with those values doubled (irfft adds each of them and its conjugate)."""
+  from tinyjax import numpy as jnp
+  params = dict(node.arg.params)
+  kind, sign = params["kind"], params["sign"]
+  if kind == "fft": return transform(ct, "fft", -sign), None, None
+  n = node.src[0].shape[-1] // 2 if kind == "rfft" else node.src[0].shape[-2] - 1
+  inner = np.full((n + 1, 1), 0.5 if kind == "rfft" else 2.0, np.dtype(ct.dtype))
+  inner[0] = inner[n] = 1
+  if kind == "rfft": return transform(ct * jnp.asarray(inner), "irfft", 1), None, None
+  return transform(ct, "rfft", -1) * jnp.asarray(inner), None, None
+
+
+ad.defjvp(fft_p, lambda tangent, out, x, twiddles, plan, **params: fft_p.bind(tangent, twiddles, plan, **params),
           None, None)
-ad.transpose_rules[fft_p] = lambda ct, node, known: (fft(ct, -dict(node.arg.params)["sign"]), None, None)
-ad.abstract_eval_rules[fft_p] = lambda x, twiddles, plan, *, sign: (tuple(x.shape), x.dtype, x.weak_type)
+ad.transpose_rules[fft_p] = _transpose
+ad.abstract_eval_rules[fft_p] = lambda x, twiddles, plan, *, kind, sign: (shapes(kind, tuple(x.shape))[1], x.dtype,
+                                                                         x.weak_type)
 batching.batch_rules[fft_p] = _batch
 
 
-def fft(x: Array, sign: int) -> Array:
-  """The unnormalised DFT sum_j x_j exp(sign 2 pi i j k / n) of each row of (real, imaginary) pairs (..., n, 2), a
-  float array, as pairs; n a power of two (`supported`)."""
+def transform(x: Array, kind: str, sign: int) -> Array:
+  """A transform of a power-of-two length n (`supported`), unnormalised, over the last axes of `x`:
+  - "fft": each row of (real, imaginary) pairs (..., n, 2), a float array, to its DFT
+    sum_j x_j exp(sign 2 pi i j k / n), as pairs;
+  - "rfft" (sign -1): each real signal (..., 2n) to the pairs (..., n + 1, 2) of its non-negative frequencies;
+  - "irfft" (sign 1): the pairs (..., n + 1, 2) of a Hermitian spectrum's non-negative frequencies (the imaginary
+    parts of the first and last ignored) to its real signal (..., 2n), times 2n."""
   from tinyjax import numpy as jnp
-  twiddles, plan = tables(x.shape[-2], sign, np.dtype(x.dtype))
-  return fft_p.bind(x, jnp.asarray(twiddles), jnp.asarray(plan), sign=sign)
+  twiddles, plan = tables(kind, shapes(kind, tuple(x.shape))[0], sign, np.dtype(x.dtype))
+  return fft_p.bind(x, jnp.asarray(twiddles), jnp.asarray(plan), kind=kind, sign=sign)
