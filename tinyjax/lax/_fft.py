@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax._small_linalg import VECTOR_BYTES, _Builder
 from tinyjax.trace import ad, batching
@@ -53,14 +54,15 @@ KINDS = ("fft", "rfft", "irfft")
 
 
 @functools.lru_cache(maxsize=64)
-def tables(kind: str, n: int, sign: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-  """(twiddles, plan) of a transform of `kind` whose complex transform has length n.
+def tables(kind: str, n: int, sign: int, dtype: np.dtype, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+  """(twiddles, plan) of a transform of `kind` whose complex transform has length n, its result times `scale`.
 
   The plan is int32 [n, bit reversal of 0..n-1]. The twiddles are, for each stage h (1, 2, ..., n / 2), the factors
   w^j = exp(sign 2 pi i j / 2h) in blocks of VL as two vectors, the real parts (c, c) and the imaginary ones
   (-d, d); a stage h < VL has one block, of each position p's factor for its butterfly (w^(p mod h)), negated where p
-  is the butterfly's second output. rfft and irfft add the weights of `_half_length_factors` for k = 0..n: a's
-  (c, c) and (-d, d) and b's (c, -c) and (d, d), each over k."""
+  is the butterfly's second output. The transform is linear, so a norm's `scale` costs no pass of its own: fft adds a
+  vector of it, which the first pass multiplies by; rfft and irfft add the weights of `_half_length_factors` for
+  k = 0..n times it: a's (c, c) and (-d, d) and b's (c, -c) and (d, d), each over k."""
   lanes = _lanes(dtype)
   bits = n.bit_length() - 1
   index = np.arange(n)
@@ -76,8 +78,9 @@ def tables(kind: str, n: int, sign: int, dtype: np.dtype) -> tuple[np.ndarray, n
     w = w.reshape(-1, lanes)
     blocks.append(np.stack([np.repeat(w.real, 2, axis=-1), np.stack([-w.imag, w.imag], -1).reshape(len(w), -1)],
                            axis=1).reshape(-1))
-  if kind != "fft":
-    a, b = _half_length_factors(2 * n, sign)
+  if kind == "fft": blocks.append(np.full(2 * lanes, scale))  # (the first pass multiplies by it)
+  else:
+    a, b = (factor * scale for factor in _half_length_factors(2 * n, sign))
     blocks += [np.repeat(a.real, 2), np.stack([-a.imag, a.imag], -1).reshape(-1),
                np.stack([b.real, -b.real], -1).reshape(-1), np.repeat(b.imag, 2)]
   return np.concatenate(blocks).astype(dtype), plan
@@ -95,13 +98,19 @@ def _half_length_factors(n: int, sign: int) -> tuple[np.ndarray, np.ndarray]:
   return (1 + sign * 1j * w) * scale, (1 - sign * 1j * w) * scale
 
 
-def shapes(kind: str, shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
-  """(the complex transform's length, the result's shape) of a transform of `kind` of an operand of `shape`: fft
-  pairs (..., n, 2) -> (..., n, 2); rfft a real signal (..., 2n) -> pairs (..., n + 1, 2); irfft pairs (..., n + 1, 2)
-  -> a real signal (..., 2n)."""
-  if kind == "fft": return shape[-2], shape
-  if kind == "rfft": return shape[-1] // 2, (*shape[:-1], shape[-1] // 2 + 1, 2)
-  return shape[-2] - 1, (*shape[:-2], 2 * (shape[-2] - 1))
+def _part(dtype) -> np.dtype:
+  """The float dtype of `dtype`'s values: its own, or its parts' for a complex one."""
+  return np.empty(0, dtype).real.dtype
+
+
+def shapes(kind: str, x) -> tuple[int, tuple[int, ...], np.dtype]:
+  """(the complex transform's length, the result's shape and dtype) of a transform of `kind` of the array (or aval)
+  `x`: fft of complex x (..., n) -> the same, or of pairs (..., n, 2) -> pairs; rfft of a real signal (..., 2n) ->
+  complex (..., n + 1); irfft of complex (..., n + 1) -> a real signal (..., 2n)."""
+  shape, dtype = tuple(x.shape), np.dtype(x.dtype)
+  if kind == "fft": return (shape[-1] if dtype.kind == "c" else shape[-2]), shape, dtype
+  if kind == "rfft": return shape[-1] // 2, (*shape[:-1], shape[-1] // 2 + 1), np.dtype(dtypes.complex_dtype(dtype))
+  return shape[-1] - 1, (*shape[:-1], 2 * (shape[-1] - 1)), _part(dtype)
 
 
 def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
@@ -148,6 +157,7 @@ def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
     the vector, stored in order."""
     def block(b: str) -> None:
       v = read(b)
+      if kind == "fft": v = ir.value(f"fmul {vector} {v}, {ir.load(vector, ir.element(twiddles, after_stages))}")
       for s in range(first_stages):
         h = 1 << s
         low = [p if p % (2 * h) < h else p - h for p in range(lanes)]
@@ -267,22 +277,25 @@ def program(kind: str, dtype: np.dtype):
   return cpu.compile_cpu(name, _kernel_ir(name, np.dtype(dtype), kind))
 
 
-def _rows(kind: str, shape: tuple[int, ...]) -> int: return math.prod(shape[:-1] if kind == "rfft" else shape[:-2])
+def _rows(kind: str, x) -> int:
+  return math.prod(x.shape[:-2] if kind == "fft" and np.dtype(x.dtype).kind != "c" else x.shape[:-1])
 
 
 def _run(kind: str, x: np.ndarray, twiddles: np.ndarray, plan: np.ndarray) -> list[np.ndarray]:
   """The host step's function: the kernel over the rows of x, across the CPU runtime's threads."""
   x = np.ascontiguousarray(x)
-  out = np.empty(shapes(kind, x.shape)[1], x.dtype)
+  _, shape, dtype = shapes(kind, x)
+  out = np.empty(shape, dtype)
   if x.size and out.size:
-    program(kind, x.dtype)([a.ctypes.data for a in (x, twiddles, plan, out)], _rows(kind, x.shape))
+    program(kind, _part(x.dtype))([a.ctypes.data for a in (x, twiddles, plan, out)], _rows(kind, x))
   return [out]
 
 
-def _fft_impl(x: Array, twiddles: Array, plan: Array, *, kind: str, sign: int) -> Array:
-  dtype, rows = np.dtype(x.dtype), _rows(kind, x.shape)
-  callback = HostCallback(lambda *arrays: _run(kind, *arrays), ((shapes(kind, x.shape)[1], dtype),), kind,
-                          checked=False, native=lambda: (program(kind, dtype), rows, 1))
+def _fft_impl(x: Array, twiddles: Array, plan: Array, *, kind: str, sign: int, scale: float) -> Array:
+  _, shape, dtype = shapes(kind, x)
+  part, rows = _part(x.dtype), _rows(kind, x)
+  callback = HostCallback(lambda *arrays: _run(kind, *arrays), ((shape, dtype),), kind, checked=False,
+                          native=lambda: (program(kind, part), rows, 1))
   return host_call(callback, x, twiddles, plan)[0]
 
 
@@ -291,44 +304,48 @@ def _fft_impl(x: Array, twiddles: Array, plan: Array, *, kind: str, sign: int) -
 fft_p = Primitive("fft", _fft_impl)
 
 
-def _batch(trace, vals, dims, *, kind, sign):
-  """The vmapped axis becomes a leading one where it was one of the transform's (the last, or the last two)."""
+def _batch(trace, vals, dims, **params):
+  """The vmapped axis becomes a leading one where it was one of the transform's (the last, or the last two of
+  pairs)."""
   (x, twiddles, plan), (d, *tables_batched) = vals, dims
   if any(b is not None for b in tables_batched): raise NotImplementedError("vmap over an FFT's tables")
-  if d is not None and d >= x.ndim - (1 if kind == "rfft" else 2): x, d = batching.move_axis(x, d, 0), 0
-  return fft_p.bind(x, twiddles, plan, kind=kind, sign=sign), d
+  axes = 2 if params["kind"] == "fft" and np.dtype(x.dtype).kind != "c" else 1
+  if d is not None and d >= x.ndim - axes: x, d = batching.move_axis(x, d, 0), 0
+  return fft_p.bind(x, twiddles, plan, **params), d
 
 
 def _transpose(ct, node, known):
-  """The transpose of each kind as a real map (`transform` of the same length): fft's is the transform of the other
-  sign (the DFT matrix is symmetric); rfft's is irfft of the cotangent with its values k = 1..n-1 halved, and irfft's
-  is rfft with those values doubled (irfft adds each of them and its conjugate)."""
+  """The transpose of each kind, in JAX's convention for complex values (a real input's cotangent is the real part
+  of M^T ct, a complex one's of a real output is conj of the parts' gradients): fft's is the transform of the same
+  sign for complex values (the DFT matrix is symmetric) and of the other sign for pairs (the real map's transpose);
+  rfft's is irfft of conj(ct) with its values k = 1..n-1 halved, and irfft's is conj of rfft(ct) with those values
+  doubled (irfft adds each of them and its conjugate)."""
   from tinyjax import numpy as jnp
   params = dict(node.arg.params)
-  kind, sign = params["kind"], params["sign"]
-  if kind == "fft": return transform(ct, "fft", -sign), None, None
-  n = node.src[0].shape[-1] // 2 if kind == "rfft" else node.src[0].shape[-2] - 1
-  inner = np.full((n + 1, 1), 0.5 if kind == "rfft" else 2.0, np.dtype(ct.dtype))
+  kind, sign, scale = params["kind"], params["sign"], params["scale"]
+  x = node.src[0]
+  if kind == "fft": return transform(ct, "fft", sign if np.dtype(x.dtype).kind == "c" else -sign), None, None
+  n = shapes(kind, x)[0]
+  inner = np.full(n + 1, 0.5 if kind == "rfft" else 2.0, _part(x.dtype))
   inner[0] = inner[n] = 1
-  if kind == "rfft": return transform(ct * jnp.asarray(inner), "irfft", 1), None, None
-  return transform(ct, "rfft", -1) * jnp.asarray(inner), None, None
+  if kind == "rfft": return transform(jnp.conj(ct) * jnp.asarray(inner), "irfft", 1, scale), None, None
+  return jnp.conj(transform(ct, "rfft", -1, scale) * jnp.asarray(inner)), None, None
 
 
 ad.defjvp(fft_p, lambda tangent, out, x, twiddles, plan, **params: fft_p.bind(tangent, twiddles, plan, **params),
           None, None)
 ad.transpose_rules[fft_p] = _transpose
-ad.abstract_eval_rules[fft_p] = lambda x, twiddles, plan, *, kind, sign: (shapes(kind, tuple(x.shape))[1], x.dtype,
-                                                                         x.weak_type)
+ad.abstract_eval_rules[fft_p] = lambda x, twiddles, plan, *, kind, **params: (*shapes(kind, x)[1:], False)
 batching.batch_rules[fft_p] = _batch
 
 
-def transform(x: Array, kind: str, sign: int) -> Array:
-  """A transform of a power-of-two length n (`supported`), unnormalised, over the last axes of `x`:
-  - "fft": each row of (real, imaginary) pairs (..., n, 2), a float array, to its DFT
-    sum_j x_j exp(sign 2 pi i j k / n), as pairs;
-  - "rfft" (sign -1): each real signal (..., 2n) to the pairs (..., n + 1, 2) of its non-negative frequencies;
-  - "irfft" (sign 1): the pairs (..., n + 1, 2) of a Hermitian spectrum's non-negative frequencies (the imaginary
-    parts of the first and last ignored) to its real signal (..., 2n), times 2n."""
+def transform(x: Array, kind: str, sign: int, scale: float = 1.0) -> Array:
+  """A transform of a power-of-two length n (`supported`), unnormalised, times `scale`, over the last axis of `x`:
+  - "fft": each row of complex values (..., n), or of (real, imaginary) pairs (..., n, 2) in a float array, to its
+    DFT sum_j x_j exp(sign 2 pi i j k / n), of the same kind;
+  - "rfft" (sign -1): each real signal (..., 2n) to its n + 1 non-negative frequencies (complex);
+  - "irfft" (sign 1): the n + 1 non-negative frequencies of a Hermitian spectrum (the imaginary parts of the first
+    and the last ignored) to its real signal (..., 2n), times 2n."""
   from tinyjax import numpy as jnp
-  twiddles, plan = tables(kind, shapes(kind, tuple(x.shape))[0], sign, np.dtype(x.dtype))
-  return fft_p.bind(x, jnp.asarray(twiddles), jnp.asarray(plan), kind=kind, sign=sign)
+  twiddles, plan = tables(kind, shapes(kind, x)[0], sign, _part(x.dtype), float(scale))
+  return fft_p.bind(x, jnp.asarray(twiddles), jnp.asarray(plan), kind=kind, sign=sign, scale=float(scale))

@@ -269,9 +269,23 @@ def _split_pairs(floats: UOp, shape: tuple[int, ...]) -> tuple[UOp, UOp]:
   return picked[0], picked[1]
 
 
+def _pairs_of(re: UOp, im: UOp) -> UOp | None:
+  """The float pairs that `re` and `im` are the two halves of (`_split_pairs`), if they are: a complex parameter or
+  a host call's complex result, handed on unchanged."""
+  halves = []
+  for part, k in ((re, 0), (im, 1)):
+    if part.op is not Ops.RESHAPE or part.src[0].op is not Ops.SHRINK: return None
+    shrink = part.src[0]
+    if shrink.arg != tuple((0, size) for size in part.shape) + ((k, k + 1),): return None
+    halves.append(shrink.src[0])
+  return halves[0] if halves[0] is halves[1] else None
+
+
 def _interleaved(re: UOp, im: UOp) -> UOp:
   """The float array (*S, 2) of (real, imaginary) pairs: the memory of the complex array of shape S. (A select by
-  position, not a sum of zero-padded parts: -0 + 0 would lose the sign of a zero.)"""
+  position, not a sum of zero-padded parts: -0 + 0 would lose the sign of a zero.) The halves of one such array are
+  that array (no copy: a complex input handed to a host call, a host call's complex result returned)."""
+  if (pairs := _pairs_of(re, im)) is not None: return pairs
   shape = re.shape
   pairs_shape = (*shape, 2)
   spread = [UOp(Ops.EXPAND, p.dtype, (UOp(Ops.RESHAPE, p.dtype, (p,), (*shape, 1)),), pairs_shape) for p in (re, im)]
@@ -289,12 +303,15 @@ def _host_call_on_pairs(node: UOp, operands: list[UOp]) -> UOp:
   complex_out = [dtype if is_complex(dtype) else None for _, dtype in callback.out_avals]
 
   def on_pairs(*arrays):
-    values = [a if dtype is None else np.ascontiguousarray(a).view(dtype)[..., 0] for a, dtype in zip(arrays,
-                                                                                                          complex_in)]
+    # (an operand that is a complex input of the program itself, read unchanged (`_interleaved`), arrives as that)
+    values = [a if dtype is None or a.dtype == dtype else np.ascontiguousarray(a).view(dtype)[..., 0]
+              for a, dtype in zip(arrays, complex_in)]
     results = callback.fn(*values)
     return [r if dtype is None else np.ascontiguousarray(np.asarray(r, dtype))[..., None].view(real_dtype(dtype))
             for r, dtype in zip(results, complex_out)]
   out_avals = tuple((shape, dtype) if not is_complex(dtype) else ((*shape, 2), real_dtype(dtype))
                     for shape, dtype in callback.out_avals)
-  return UOp(Ops.CALLBACK, node.dtype, tuple(operands), type(callback)(on_pairs, out_avals, callback.name))
+  # (a compiled `native` kernel, lax/_fft.py's, reads and writes the slots' memory: the same as the pairs')
+  return UOp(Ops.CALLBACK, node.dtype, tuple(operands), type(callback)(on_pairs, out_avals, callback.name,
+                                                                        callback.checked, callback.native))
 

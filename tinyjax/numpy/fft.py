@@ -95,12 +95,15 @@ def _pairs(x: Array) -> Array:
   return jnp.where(jnp.arange(2) < 1, jnp.real(x)[..., None], jnp.imag(x)[..., None])
 
 
-def _transform_last(x: Array, sign: int) -> Array:
-  """The unnormalised DFT sum_j x_j exp(sign 2 pi i j k / n) along the last axis of `x`: complex, or real (a real
+def _transform_last(x: Array, sign: int, scale: float = 1.0) -> Array:
+  """The DFT sum_j x_j exp(sign 2 pi i j k / n) along the last axis of `x`, times `scale`: complex, or real (a real
   signal's first stage contracts its values alone, half the work), the result complex."""
   real = not dtypes.is_complex(x.dtype)
+  if _fft.supported(x.shape[-1], real_dtype(_complex_dtype(x))):  # (no pairs made: the kernel reads complex memory)
+    return _fft.transform(x if not real else x.astype(_complex_dtype(x)), "fft", sign, scale)
   out = _transform_pairs(x if real else _pairs(x), real, sign)
-  return lax_complex(out[..., 0], out[..., 1])
+  out = lax_complex(out[..., 0], out[..., 1])
+  return out if scale == 1.0 else out * scale
 
 
 def _transform_pairs(x: Array, real: bool, sign: int) -> Array:
@@ -163,7 +166,7 @@ def _bluestein(x: Array, sign: int) -> Array:
   chirp = jnp.asarray(chirp)
   padded = jnp.pad(x * chirp, [(0, 0)] * (x.ndim - 1) + [(0, size - n)])
   spectrum = _transform_last(padded, -1) * jnp.asarray(kernel_spectrum)
-  convolved = _transform_last(spectrum, 1)[..., :n] * (1.0 / size)
+  convolved = _transform_last(spectrum, 1, 1.0 / size)[..., :n]
   return convolved * chirp
 
 
@@ -207,10 +210,7 @@ def _complex_transform(a: Any, n: int | None, axis: int, norm: str | None, inver
   complex_dtype = _complex_dtype(x)
   x = x.astype(complex_dtype if dtypes.is_complex(x.dtype) else real_dtype(complex_dtype))  # (real: see _direct)
   moved = jnp.moveaxis(x, axis, -1)
-  out = _transform_last(moved, 1 if inverse else -1)
-  scale = _scale(length, norm, inverse)
-  if scale != 1.0: out = out * scale
-  return jnp.moveaxis(out, -1, axis)
+  return jnp.moveaxis(_transform_last(moved, 1 if inverse else -1, _scale(length, norm, inverse)), -1, axis)
 
 
 @jitted_eagerly
@@ -237,8 +237,8 @@ def rfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) 
      _fft.supported(length // 2, real_dtype(_complex_dtype(x))):
     _check_norm(norm)
     x = jnp.moveaxis(_resized(x.astype(real_dtype(_complex_dtype(x))), length, axis), axis, -1)
-    pairs = _fft.transform(x, "rfft", -1)  # (by a complex transform of half the length: see lax/_fft.py)
-    return jnp.moveaxis(lax_complex(pairs[..., 0], pairs[..., 1]) * _scale(length, norm, False), -1, axis)
+    # (by a complex transform of half the length, the norm's scale in its weights: see lax/_fft.py)
+    return jnp.moveaxis(_fft.transform(x, "rfft", -1, _scale(length, norm, False)), -1, axis)
   full = fft(x, n, axis, norm)
   return _slice(full, full.shape[axis] // 2 + 1, axis)
 
@@ -256,7 +256,7 @@ def irfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None)
   x = _resized(x.astype(_complex_dtype(x)), n // 2 + 1, axis)
   x = jnp.moveaxis(x, axis, -1)
   if n % 2 == 0 and _fft.supported(n // 2, real_dtype(x.dtype)):
-    return jnp.moveaxis(_fft.transform(_pairs(x), "irfft", 1) * _scale(n, norm, True), -1, axis)
+    return jnp.moveaxis(_fft.transform(x, "irfft", 1, _scale(n, norm, True)), -1, axis)
   # the Hermitian spectrum: X[k] = x[k] for k <= n / 2, conj(x[n - k]) above; x[0] (and x[n / 2]) taken as real
   head = x.at[..., 0].set(jnp.real(x[..., 0]).astype(x.dtype))
   if n % 2 == 0: head = head.at[..., n // 2].set(jnp.real(head[..., n // 2]).astype(x.dtype))
