@@ -295,3 +295,21 @@ def test_power_of_two_kernel_runs_in_the_program_and_eagerly_alike(monkeypatch, 
   total, sums = scanned(real)
   np.testing.assert_allclose(np.asarray(total), real.sum(0), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.asarray(sums), np.abs(np.fft.fft(real.astype(np.float64))).sum(-1), rtol=1e-5)
+
+
+def test_power_of_two_transforms_read_complex_inputs_in_place_and_profile(on_cpu):
+  """A jitted fft or irfft of a complex input reads the input's memory in place (no kernel around the host step),
+  and a profiled run, which calls the step's Python function on the slots' values (a complex input arrives as
+  itself), gives the same bits and lists the step."""
+  x = _signal(16, 512)
+  half = x[:, :257].copy()
+  for transform, operand in ((jnp.fft.fft, x), (jnp.fft.irfft, half), (jnp.fft.ifft, x)):
+    program = tj.jit(transform)
+    assert "# kernel" not in program.lower(operand).as_text()
+    plain = np.asarray(program(operand))
+    with tj.profile() as profile:
+      profiled = np.asarray(program(operand))
+    np.testing.assert_array_equal(profiled, plain)
+    assert any("fft" in row.name for row in profile.kernels)
+  np.testing.assert_allclose(np.asarray(tj.jit(jnp.fft.ifft)(x)), np.fft.ifft(x.astype(np.complex128)), rtol=1e-5,
+                             atol=1e-7)
