@@ -82,7 +82,8 @@ def _sums(tree) -> list[float]:
   def leaves(tree):
     if isinstance(tree, dict): return [leaf for key in sorted(tree) for leaf in leaves(tree[key])]
     if isinstance(tree, (list, tuple)): return [leaf for item in tree for leaf in leaves(item)]
-    return [np.asarray(tree, dtype=np.float64)]
+    array = np.asarray(tree)  # (a complex array: its parts)
+    return [array.astype(np.complex128).view(np.float64) if np.iscomplexobj(array) else array.astype(np.float64)]
   arrays = leaves(tree)
   return [float(sum(np.abs(leaf).sum() for leaf in arrays)), float(sum((leaf ** 2).sum() for leaf in arrays))]
 
@@ -327,6 +328,33 @@ def bench_vmap_solve(jax, jnp):
   return _jitted(jax, jnp, jax.vmap(jnp.linalg.solve), a, _normal((SOLVE_BATCH, SOLVE_SIZE), seed=1))
 
 
+FFT_ROWS, FFT_LENGTH = 256, 1024
+SPECTRAL_POINTS, SPECTRAL_STEPS = 256, 500
+
+
+def bench_rfft(jax, jnp):
+  """`jnp.fft.rfft` of FFT_ROWS real signals of FFT_LENGTH."""
+  return _jitted(jax, jnp, jnp.fft.rfft, _normal((FFT_ROWS, FFT_LENGTH)))
+
+
+def bench_spectral_scan(jax, jnp):
+  """FFTs in a loop body: Burgers' equation u_t = -u u_x + nu u_xx, pseudo-spectral (derivatives by rfft / irfft),
+  SPECTRAL_STEPS midpoint steps of `scan` on SPECTRAL_POINTS points."""
+  import numpy as np
+  n, dt, nu = SPECTRAL_POINTS, 2e-4, 0.05
+  k = np.fft.rfftfreq(n, d=1.0 / n).astype(np.float32)
+
+  def rhs(u):
+    spectrum = jnp.fft.rfft(u)
+    return -u * jnp.fft.irfft(1j * k * spectrum, n=n) + nu * jnp.fft.irfft(-(k ** 2) * spectrum, n=n)
+
+  def solve(u0):
+    def step(u, _):
+      return u + dt * rhs(u + 0.5 * dt * rhs(u)), None
+    return jax.lax.scan(step, u0, None, length=SPECTRAL_STEPS)[0]
+  return _jitted(jax, jnp, solve, np.sin(np.linspace(0, 2 * np.pi, n, endpoint=False)).astype(np.float32))
+
+
 def bench_kalman(jax, jnp):
   """Small linear algebra in a loop body: a Kalman filter's log-likelihood over SCAN_STEPS steps of `scan` (state 4,
   observation 2: a 2x2 solve and log-determinant per step)."""
@@ -413,6 +441,9 @@ WORKLOADS = {w.name: w for w in [
   Workload("scan", bench_scan, "ms", note="1000 steps tanh(h@W+x), 64 wide"),
   Workload("vmap_solve", bench_vmap_solve, "ms", note="vmap(jnp.linalg.solve), 256 16x16 systems"),
   Workload("kalman_scan", bench_kalman, "ms", note="1000 scan steps of a Kalman filter: 2x2 solves, slogdet"),
+  Workload("rfft", bench_rfft, "ms", numpy=True, note=f"jnp.fft.rfft, {FFT_ROWS}x{FFT_LENGTH} float32"),
+  Workload("spectral_scan", bench_spectral_scan, "ms",
+           note=f"{SPECTRAL_STEPS} scan steps of Burgers' equation by rfft/irfft, {SPECTRAL_POINTS} points"),
   Workload("cold_first_call", None, "s", note="mlp_adam's step, empty cache"),
   Workload("warm_first_call", None, "s", note="mlp_adam's step, cache filled"),
   Workload("import", None, "s", note="import in a fresh process"),

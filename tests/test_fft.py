@@ -279,7 +279,7 @@ def test_power_of_two_kernel_runs_in_the_program_and_eagerly_alike(monkeypatch, 
   x = _signal(8, 256)
   eager = np.asarray(jnp.fft.fft(x))
   twiddles, plan = _fft.tables("fft", 256, -1, np.dtype(np.float32))
-  direct = _fft._run("fft", np.stack([x.real, x.imag], -1), twiddles, plan)[0]
+  direct = _fft._run("fft", -1, np.stack([x.real, x.imag], -1), twiddles, plan)[0]
   np.testing.assert_array_equal(direct[..., 0] + 1j * direct[..., 1], eager)
   real = x.real.copy()
   eager_real = [np.asarray(jnp.fft.rfft(real)), np.asarray(jnp.fft.irfft(x[:, :129]))]

@@ -1,26 +1,33 @@
-"""The discrete Fourier transform of a power-of-two length as one compiled kernel: the primitive `fft_p` that
-numpy/fft.py's transforms use for those lengths (rfft and irfft by a complex transform of half the length).
+"""Discrete Fourier transforms of power-of-two lengths as compiled kernels: the primitive `fft_p` that
+numpy/fft.py's transforms use for those lengths (from SMALLEST on).
 
-Its operands are a float32 / float64 array (..., n, 2) of (real, imaginary) pairs, the memory of a complex array,
-and the transform's tables (`tables`: constants of the program, made where it is called); its result is the
-unnormalised transform of each row, sum_j x_j exp(sign 2 pi i j k / n), as pairs again. It is a host step of the
-program, as lax.linalg's primitives are, whose `native` kernel a CPU program launches among its own over the rows
-(HostCallback, lower/realize.py); eager calls, DEBUG and profiled runs call the same kernel on numpy arrays, so every
-path gives the same bits.
+Three kinds (`transform`): "fft" of complex rows (or of (real, imaginary) pairs in a float array (..., n, 2), the
+memory of a complex array, as the other lengths' factorisation uses), "rfft" of real signals of length 2n to their
+n + 1 non-negative frequencies, "irfft" back; unnormalised, times a `scale` (a norm) folded into the kernel. The
+transform's tables (`tables`) are operands, constants of the program made where it is called. Each is a host step of
+the program, as lax.linalg's primitives are, whose `native` kernel a CPU program launches among its own over the rows
+(HostCallback, lower/realize.py), reading a complex input and writing a complex result in place (lower/complex.py
+hands their memory on); eager calls, DEBUG and profiled runs call the same kernel on numpy arrays, so every path
+gives the same bits.
 
-The kernel is LLVM IR written here, one per dtype for every length and both directions (the length, the bit
-reversal and the twiddle factors are its operands), compiled by the CPU device and kept in its disk cache. Each row
-is a radix-2 decimation in time:
+The kernels are LLVM IR written here, one per kind and dtype for every length and both directions (the length, the
+bit reversal, the twiddle factors and the scale are operands), compiled by the CPU device and kept in its disk cache.
+Each row is a radix-2 decimation in time:
 - the row is read in bit-reversed order, VL complex values (one vector) at a time, and the stages of half-size
   h < VL are done inside that vector (two shuffles pick each butterfly's two values; the twiddle factors carry the
   sign of the butterfly's second output);
 - each later stage h = VL, 2 VL, ..., n / 2 runs its butterflies a vector of VL at a time, in place in the output.
 A complex product (a + ib)(c + id) is (a, b) (c, c) + (b, a) (-d, d): the twiddles are stored in those two forms,
-computed in float64 on the host and rounded once. 2 cores, complex64 256 x 1024: 0.32-0.35 ms for the kernel alone
-(JAX 0.10.2's whole `fft`: 0.55-1.0 ms; the contractions this replaced: 3.7-4.7 ms).
+computed in float64 on the host and rounded once. rfft reads its real signal as the n pairs (even sample, odd
+sample), transforms them and splits the result into the transforms of the even and odd samples in place, each
+frequency with its mirror image (`_half_length_factors`); irfft merges them before its transform, writing the merged
+spectrum in bit-reversed order. 2 cores against JAX 0.10.2 (its ducc FFT), medians of one run, 256 x 1024: `fft`
+0.66-0.78 ms against 0.73-1.25, `rfft` 0.33-0.37 against 0.39-0.45, `irfft` 0.30-0.32 against 0.57-0.72 (the DFT
+contractions these replaced: 3.7-4.7, 2.5-2.9, 4.3-5.0 ms).
 
-The transform is linear; as a real map of the pairs its matrix is that of the complex DFT matrix W, and since W is
-symmetric, the transpose of the real map is the map of conj(W): the transform of the other sign.
+Each kind is linear. fft's DFT matrix W is symmetric, so the transpose of a complex fft is itself; as a real map of
+pairs, its transpose is the map of conj(W), the transform of the other sign. rfft's and irfft's transposes are each
+other with the inner frequencies halved or doubled (`_transpose`).
 """
 from __future__ import annotations
 
@@ -40,17 +47,15 @@ _TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 SMALLEST = 16  # shorter power-of-two transforms stay one contraction with the DFT matrix (numpy/fft.py)
 
 
-def supported(n: int, dtype) -> bool:
-  """Whether transforms of length n of pairs of `dtype` take the compiled kernel."""
-  return np.dtype(dtype) in _TYPES and SMALLEST <= n < 2 ** 31 and n & (n - 1) == 0
+def supported(n: int, dtype, rows: bool = True) -> bool:
+  """Whether complex transforms of length n over `dtype` (the float dtype of their values) take a compiled kernel:
+  along rows, or (not `rows`) down an axis before the last (`_columns_ir`)."""
+  return np.dtype(dtype) in _TYPES and SMALLEST <= n <= (2 ** 30 if rows else LONGEST_COLUMN) and n & (n - 1) == 0
 
 
 def _lanes(dtype: np.dtype) -> int:
   """VL: the complex values in one vector."""
   return VECTOR_BYTES // (2 * dtype.itemsize)
-
-
-KINDS = ("fft", "rfft", "irfft")
 
 
 @functools.lru_cache(maxsize=64)
@@ -103,12 +108,12 @@ def _part(dtype) -> np.dtype:
   return np.empty(0, dtype).real.dtype
 
 
-def shapes(kind: str, x) -> tuple[int, tuple[int, ...], np.dtype]:
+def shapes(kind: str, x, axis: int = -1) -> tuple[int, tuple[int, ...], np.dtype]:
   """(the complex transform's length, the result's shape and dtype) of a transform of `kind` of the array (or aval)
-  `x`: fft of complex x (..., n) -> the same, or of pairs (..., n, 2) -> pairs; rfft of a real signal (..., 2n) ->
-  complex (..., n + 1); irfft of complex (..., n + 1) -> a real signal (..., 2n)."""
+  `x`: fft of complex x (..., n) (or along `axis`) -> the same, or of pairs (..., n, 2) -> pairs; rfft of a real
+  signal (..., 2n) -> complex (..., n + 1); irfft of complex (..., n + 1) -> a real signal (..., 2n)."""
   shape, dtype = tuple(x.shape), np.dtype(x.dtype)
-  if kind == "fft": return (shape[-1] if dtype.kind == "c" else shape[-2]), shape, dtype
+  if kind == "fft": return (shape[axis] if dtype.kind == "c" else shape[-2]), shape, dtype
   if kind == "rfft": return shape[-1] // 2, (*shape[:-1], shape[-1] // 2 + 1), np.dtype(dtypes.complex_dtype(dtype))
   return shape[-1] - 1, (*shape[:-1], 2 * (shape[-1] - 1)), _part(dtype)
 
@@ -269,33 +274,140 @@ def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
                   f"declare {pair} @llvm.fmuladd.v2{suffix}({pair}, {pair}, {pair})"])
 
 
+@functools.lru_cache(maxsize=64)
+def column_tables(n: int, inner: int, sign: int, dtype: np.dtype, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+  """(twiddles, plan) of the transform of length n along an axis followed by `inner` values (`_columns_ir`): the plan
+  is int32 [n, inner, bit reversal of 0..n-1]; the twiddles are, for each stage h and j < h, w^j = exp(sign 2 pi i j /
+  2h) as two vectors of VL copies, (c, c, ...) and (-d, d, ...), then a vector of `scale`."""
+  lanes = _lanes(dtype)
+  bits = n.bit_length() - 1
+  index = np.arange(n)
+  reversed_ = np.zeros(n, np.int64)
+  for bit in range(bits): reversed_ |= ((index >> bit) & 1) << (bits - 1 - bit)
+  plan = np.concatenate([[n, inner], reversed_]).astype(np.int32)
+  w = np.concatenate([np.exp(sign * 1j * np.pi * np.arange(h) / h) for h in (1 << s for s in range(bits))])
+  same = np.repeat(w.real[:, None], 2 * lanes, axis=1)
+  crossed = np.tile(np.stack([-w.imag, w.imag], -1), (1, lanes))
+  return np.concatenate([np.stack([same, crossed], 1).reshape(-1), np.full(2 * lanes, scale)]).astype(dtype), plan
+
+
+LONGEST_COLUMN = 2048  # (the kernel's scratch: 64 KB of its thread's stack)
+
+
+def _columns_ir(name: str, dtype: np.dtype) -> str:
+  """args: x (outer, n, inner) complex, twiddles, plan (`column_tables`), out; each launch index one block of VL
+  adjacent columns (then the columns left over one at a time) of one of the outer arrays: the transform of length n
+  down the columns, a vector of VL columns at a time (every butterfly of a stage takes one twiddle factor, the same
+  for the VL columns): read in bit-reversed order, then the stages h = 1, 2, ..., n / 2 in place. (An FFT along a
+  leading axis without copying the array to rows and back.)"""
+  ctype, lanes = _TYPES[dtype], _lanes(dtype)
+  suffix = "f32" if ctype == "float" else "f64"
+  vector, pair = f"<{2 * lanes} x {ctype}>", f"<2 x {ctype}>"
+  ir = _Builder(name, ctype, 4)
+  x0, twiddles, plan, out0 = ir.params
+  n = ir.value(f"sext i32 {ir.load('i32', plan)} to i64")
+  inner = ir.value(f"sext i32 {ir.load('i32', ir.gep('i32', plan, '1'))} to i64")
+  blocks = ir.op("sdiv", inner, str(lanes))
+  per_outer = ir.op("add", blocks, ir.op("srem", inner, str(lanes)))
+  scale = ir.element(twiddles, ir.op("mul", ir.op("sub", n, "1"), str(4 * lanes)))
+
+  def product(z: str, kind: str, same: str, crossed: str) -> str:
+    count = 2 if kind == pair else 2 * lanes
+    swap = "<" + ", ".join(f"i32 {q ^ 1}" for q in range(count)) + ">"
+    swapped = ir.value(f"shufflevector {kind} {z}, {kind} poison, <{count} x i32> {swap}")
+    return ir.value(f"call {kind} @llvm.fmuladd.v{count}{suffix}({kind} {swapped}, {kind} {ir.load(kind, crossed)}, "
+                    f"{kind} {ir.value(f'fmul {kind} {z}, {ir.load(kind, same)}')})")
+
+  # the columns' values while they are transformed, a row of VL values after another: their rows in the array lie a
+  # power of two apart, as far as the cache's associativity goes (4 x 256 x 256 took 3.8-5.8 ms in place, 0.3 in here)
+  scratch = ir.var(f"[{LONGEST_COLUMN} x {vector}]")
+
+  def columns(base: str, kind: str) -> None:
+    """The transform of the columns from complex element `base` on (VL of them, or one)."""
+    def at(array: str, row: str) -> str:
+      return ir.element(array, ir.op("mul", ir.op("add", base, ir.op("mul", row, inner)), "2"))
+
+    def row(j: str) -> str: return ir.gep(vector, scratch, j)
+
+    def gather(j: str) -> None:
+      r = ir.value(f"sext i32 {ir.load('i32', ir.gep('i32', plan, ir.op('add', j, '2')))} to i64")
+      ir.store(kind, ir.value(f"fmul {kind} {ir.load(kind, at(x0, r))}, {ir.load(kind, scale)}"), row(j))
+    ir.loop("0", n, gather)
+    h_var = ir.var()
+    ir.store("i64", "1", h_var)
+    head, inside, done = ir.label(), ir.label(), ir.label()
+    ir.emit(f"br label %{head}")
+    ir.block(head)
+    h = ir.load("i64", h_var)
+    ir.emit(f"br i1 {ir.op('icmp slt', h, n)}, label %{inside}, label %{done}")
+    ir.block(inside)
+
+    def twiddle(j: str) -> None:  # (each factor once, down every group of the stage)
+      same = ir.element(twiddles, ir.op("mul", ir.op("add", ir.op("sub", h, "1"), j), str(4 * lanes)))
+      crossed = ir.element(same, str(2 * lanes))
+
+      def butterfly(g: str) -> None:
+        at_a, at_b = row(ir.op("add", g, j)), row(ir.op("add", ir.op("add", g, j), h))
+        a, b = ir.load(kind, at_a), ir.load(kind, at_b)
+        twiddled = product(b, kind, same, crossed)
+        ir.store(kind, ir.value(f"fadd {kind} {a}, {twiddled}"), at_a)
+        ir.store(kind, ir.value(f"fsub {kind} {a}, {twiddled}"), at_b)
+      ir.loop("0", n, butterfly, step=ir.op("mul", h, "2"))
+    ir.loop("0", h, twiddle)
+    ir.store("i64", ir.op("mul", h, "2"), h_var)
+    ir.emit(f"br label %{head}, !llvm.loop !0")
+    ir.block(done)
+    ir.loop("0", n, lambda j: ir.store(kind, ir.load(kind, row(j)), at(out0, j)))
+
+  def item(i: str) -> None:
+    outer, c = ir.op("sdiv", i, per_outer), ir.op("srem", i, per_outer)
+    base = ir.op("mul", outer, ir.op("mul", n, inner))
+    ir.when(ir.op("icmp slt", c, blocks), lambda: columns(ir.op("add", base, ir.op("mul", c, str(lanes))), vector),
+            lambda: columns(ir.op("add", base, ir.op("add", ir.op("mul", blocks, str(lanes)), ir.op("sub", c, blocks))),
+                            pair))
+  ir.loop("%start", "%end", item)
+  return ir.text([f"declare {vector} @llvm.fmuladd.v{2 * lanes}{suffix}({vector}, {vector}, {vector})",
+                  f"declare {pair} @llvm.fmuladd.v2{suffix}({pair}, {pair}, {pair})"])
+
+
 @functools.cache
 def program(kind: str, dtype: np.dtype):
-  """The CPU program of transforms of `kind` over `dtype` (compiled, or loaded from the disk cache, on first use)."""
+  """The CPU program of transforms of `kind` (or "fft_columns", `_columns_ir`) over `dtype` (compiled, or loaded from
+  the disk cache, on first use)."""
   from tinyjax.devices import cpu
   name = f"tj_{kind}_{'f32' if dtype == np.float32 else 'f64'}"
-  return cpu.compile_cpu(name, _kernel_ir(name, np.dtype(dtype), kind))
+  ir = _columns_ir(name, np.dtype(dtype)) if kind == "fft_columns" else _kernel_ir(name, np.dtype(dtype), kind)
+  return cpu.compile_cpu(name, ir)
 
 
-def _rows(kind: str, x) -> int:
+def _variant(kind: str, axis: int) -> str: return kind if axis == -1 else "fft_columns"
+
+
+def _launches(kind: str, axis: int, x) -> int:
+  """The kernel's launch count: rows, or (down an axis) blocks of VL columns and the columns left over, per outer
+  array."""
+  if axis != -1:
+    inner, lanes = math.prod(x.shape[axis + 1:]), _lanes(_part(x.dtype))
+    return math.prod(x.shape[:axis]) * (inner // lanes + inner % lanes)
   return math.prod(x.shape[:-2] if kind == "fft" and np.dtype(x.dtype).kind != "c" else x.shape[:-1])
 
 
-def _run(kind: str, x: np.ndarray, twiddles: np.ndarray, plan: np.ndarray) -> list[np.ndarray]:
-  """The host step's function: the kernel over the rows of x, across the CPU runtime's threads."""
+def _run(kind: str, axis: int, x: np.ndarray, twiddles: np.ndarray, plan: np.ndarray) -> list[np.ndarray]:
+  """The host step's function: the kernel over the rows (or columns) of x, across the CPU runtime's threads."""
   x = np.ascontiguousarray(x)
-  _, shape, dtype = shapes(kind, x)
+  _, shape, dtype = shapes(kind, x, axis)
   out = np.empty(shape, dtype)
   if x.size and out.size:
-    program(kind, _part(x.dtype))([a.ctypes.data for a in (x, twiddles, plan, out)], _rows(kind, x))
+    program(_variant(kind, axis), _part(x.dtype))([a.ctypes.data for a in (x, twiddles, plan, out)],
+                                                  _launches(kind, axis, x))
   return [out]
 
 
-def _fft_impl(x: Array, twiddles: Array, plan: Array, *, kind: str, sign: int, scale: float) -> Array:
-  _, shape, dtype = shapes(kind, x)
-  part, rows = _part(x.dtype), _rows(kind, x)
-  callback = HostCallback(lambda *arrays: _run(kind, *arrays), ((shape, dtype),), kind, checked=False,
-                          native=lambda: (program(kind, part), rows, 1))
+def _fft_impl(x: Array, twiddles: Array, plan: Array, *, kind: str, sign: int, scale: float, axis: int) -> Array:
+  _, shape, dtype = shapes(kind, x, axis)
+  part, launches = _part(x.dtype), _launches(kind, axis, x)
+  callback = HostCallback(lambda *arrays: _run(kind, axis, *arrays), ((shape, dtype),), kind, checked=False,
+                          native=lambda: (program(_variant(kind, axis), part), launches, 1))
   return host_call(callback, x, twiddles, plan)[0]
 
 
@@ -305,11 +417,11 @@ fft_p = Primitive("fft", _fft_impl)
 
 
 def _batch(trace, vals, dims, **params):
-  """The vmapped axis becomes a leading one where it was one of the transform's (the last, or the last two of
-  pairs)."""
+  """The vmapped axis becomes a leading one where it was one of the transform's (the last, the last two of pairs, or
+  the transform's axis and those after it)."""
   (x, twiddles, plan), (d, *tables_batched) = vals, dims
   if any(b is not None for b in tables_batched): raise NotImplementedError("vmap over an FFT's tables")
-  axes = 2 if params["kind"] == "fft" and np.dtype(x.dtype).kind != "c" else 1
+  axes = 2 if params["kind"] == "fft" and np.dtype(x.dtype).kind != "c" else -params["axis"]
   if d is not None and d >= x.ndim - axes: x, d = batching.move_axis(x, d, 0), 0
   return fft_p.bind(x, twiddles, plan, **params), d
 
@@ -319,12 +431,13 @@ def _transpose(ct, node, known):
   of M^T ct, a complex one's of a real output is conj of the parts' gradients): fft's is the transform of the same
   sign for complex values (the DFT matrix is symmetric) and of the other sign for pairs (the real map's transpose);
   rfft's is irfft of conj(ct) with its values k = 1..n-1 halved, and irfft's is conj of rfft(ct) with those values
-  doubled (irfft adds each of them and its conjugate)."""
+  doubled (irfft adds each of them and its conjugate). The scale carries over."""
   from tinyjax import numpy as jnp
   params = dict(node.arg.params)
-  kind, sign, scale = params["kind"], params["sign"], params["scale"]
+  kind, sign, scale, axis = params["kind"], params["sign"], params["scale"], params["axis"]
   x = node.src[0]
-  if kind == "fft": return transform(ct, "fft", sign if np.dtype(x.dtype).kind == "c" else -sign), None, None
+  if kind == "fft":
+    return transform(ct, "fft", sign if np.dtype(x.dtype).kind == "c" else -sign, scale, axis), None, None
   n = shapes(kind, x)[0]
   inner = np.full(n + 1, 0.5 if kind == "rfft" else 2.0, _part(x.dtype))
   inner[0] = inner[n] = 1
@@ -335,17 +448,20 @@ def _transpose(ct, node, known):
 ad.defjvp(fft_p, lambda tangent, out, x, twiddles, plan, **params: fft_p.bind(tangent, twiddles, plan, **params),
           None, None)
 ad.transpose_rules[fft_p] = _transpose
-ad.abstract_eval_rules[fft_p] = lambda x, twiddles, plan, *, kind, **params: (*shapes(kind, x)[1:], False)
+ad.abstract_eval_rules[fft_p] = lambda x, twiddles, plan, *, kind, axis, **params: (*shapes(kind, x, axis)[1:], False)
 batching.batch_rules[fft_p] = _batch
 
 
-def transform(x: Array, kind: str, sign: int, scale: float = 1.0) -> Array:
+def transform(x: Array, kind: str, sign: int, scale: float = 1.0, axis: int = -1) -> Array:
   """A transform of a power-of-two length n (`supported`), unnormalised, times `scale`, over the last axis of `x`:
   - "fft": each row of complex values (..., n), or of (real, imaginary) pairs (..., n, 2) in a float array, to its
-    DFT sum_j x_j exp(sign 2 pi i j k / n), of the same kind;
+    DFT sum_j x_j exp(sign 2 pi i j k / n), of the same kind; for complex values, along any `axis` (negative; one
+    before the last: n at most LONGEST_COLUMN, `_columns_ir`);
   - "rfft" (sign -1): each real signal (..., 2n) to its n + 1 non-negative frequencies (complex);
   - "irfft" (sign 1): the n + 1 non-negative frequencies of a Hermitian spectrum (the imaginary parts of the first
     and the last ignored) to its real signal (..., 2n), times 2n."""
   from tinyjax import numpy as jnp
-  twiddles, plan = tables(kind, shapes(kind, x)[0], sign, _part(x.dtype), float(scale))
-  return fft_p.bind(x, jnp.asarray(twiddles), jnp.asarray(plan), kind=kind, sign=sign, scale=float(scale))
+  n, part = shapes(kind, x, axis)[0], _part(x.dtype)
+  if axis == -1: twiddles, plan = tables(kind, n, sign, part, float(scale))
+  else: twiddles, plan = column_tables(n, math.prod(x.shape[axis + 1:]), sign, part, float(scale))
+  return fft_p.bind(x, jnp.asarray(twiddles), jnp.asarray(plan), kind=kind, sign=sign, scale=float(scale), axis=axis)

@@ -208,9 +208,12 @@ def _complex_transform(a: Any, n: int | None, axis: int, norm: str | None, inver
   length = x.shape[axis]
   if length == 0: raise ValueError(f"Invalid number of FFT data points ({length}) specified.")
   complex_dtype = _complex_dtype(x)
+  sign, scale = 1 if inverse else -1, _scale(length, norm, inverse)
+  if axis != x.ndim - 1 and _fft.supported(length, real_dtype(complex_dtype), rows=False):  # (down the columns)
+    return _fft.transform(x.astype(complex_dtype), "fft", sign, scale, axis - x.ndim)
   x = x.astype(complex_dtype if dtypes.is_complex(x.dtype) else real_dtype(complex_dtype))  # (real: see _direct)
   moved = jnp.moveaxis(x, axis, -1)
-  return jnp.moveaxis(_transform_last(moved, 1 if inverse else -1, _scale(length, norm, inverse)), -1, axis)
+  return jnp.moveaxis(_transform_last(moved, sign, scale), -1, axis)
 
 
 @jitted_eagerly
