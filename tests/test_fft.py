@@ -313,3 +313,43 @@ def test_power_of_two_transforms_read_complex_inputs_in_place_and_profile(on_cpu
     assert any("fft" in row.name for row in profile.kernels)
   np.testing.assert_allclose(np.asarray(tj.jit(jnp.fft.ifft)(x)), np.fft.ifft(x.astype(np.complex128)), rtol=1e-5,
                              atol=1e-7)
+
+
+def test_power_of_two_transforms_down_other_axes():
+  """fft / ifft along an axis before the last (the column kernel: VL columns per vector, then the columns left over
+  one at a time) and the 2-D and n-D transforms built on it, against numpy; their gradients against the identities
+  (Parseval: grad sum |ifft(z)|^2 = 2 conj(z) / n, the norm's scale kept by the transpose) and vmap along any axis."""
+  z = _signal(3, 64, 6)  # (6 columns: one block of VL = 4 and two left over, in complex64)
+  wide = z.astype(np.complex128)
+  for axis in (0, 1, -2):
+    for norm in (None, "ortho", "forward"):
+      np.testing.assert_allclose(np.asarray(jnp.fft.fft(z, axis=axis, norm=norm)),
+                                 np.fft.fft(wide, axis=axis, norm=norm), rtol=2e-5, atol=2e-5)
+      np.testing.assert_allclose(np.asarray(jnp.fft.ifft(z, axis=axis, norm=norm)),
+                                 np.fft.ifft(wide, axis=axis, norm=norm), rtol=2e-5, atol=2e-5)
+  image = _signal(2, 32, 128)
+  assert _relative_error(tj.jit(jnp.fft.fft2)(image), np.fft.fft2(image.astype(np.complex128))) < 2e-6
+  assert _relative_error(jnp.fft.ifftn(image), np.fft.ifftn(image.astype(np.complex128))) < 2e-6
+  real = image.real.copy()  # (rfft2: the columns of 65 frequencies)
+  assert _relative_error(jnp.fft.rfft2(real), np.fft.rfft2(real.astype(np.float64))) < 2e-6
+  assert _relative_error(jnp.fft.irfft2(jnp.fft.rfft2(real)), real) < 2e-6
+  with tj.config.override("jax_enable_x64", True):
+    z64 = _signal(16, 3, dtype=np.complex128)
+    assert _relative_error(jnp.fft.fft(z64, axis=0), np.fft.fft(z64, axis=0)) < 1e-14
+  for axis in (-1, 0, 1):  # (1: the column kernel, with its scale 1/64, forward and transposed)
+    parseval = tj.grad(lambda u, axis=axis: jnp.sum(jnp.abs(jnp.fft.ifft(u, axis=axis)) ** 2))
+    n = z.shape[axis]
+    np.testing.assert_allclose(np.asarray(parseval(z)), 2 * np.conj(z) / n, rtol=1e-5, atol=1e-6)
+    per_example = z.shape[:2][axis]  # (vmapped over the last axis: the transform's axis of a (3, 64) example)
+    np.testing.assert_allclose(np.asarray(tj.jit(tj.vmap(parseval, in_axes=2, out_axes=2))(z)),
+                               2 * np.conj(z) / per_example, rtol=1e-5, atol=1e-6)
+  weights = _signal(3, 64, 6, dtype=np.float32)
+
+  def loss(u):  # a real function of a real input through a column transform: finite differences
+    return jnp.sum(weights * jnp.abs(jnp.fft.fft(u, axis=1)))
+  real = z.real.astype(np.float32)
+  np.testing.assert_allclose(np.asarray(tj.grad(loss)(real))[:, :4, :2],
+                             numeric_grad(lambda v: loss(jnp.asarray(v)), real.astype(np.float64), 1e-3)[:, :4, :2],
+                             rtol=2e-2, atol=2e-2)
+  np.testing.assert_allclose(np.asarray(tj.vmap(lambda u: jnp.fft.fft(u, axis=0), in_axes=1, out_axes=1)(z)),
+                             np.fft.fft(wide, axis=0), rtol=2e-5, atol=2e-5)
