@@ -479,6 +479,27 @@ def test_warm_process_compiles_nothing(cache_dir):
   assert warm["compile_seconds"] == 0.0
 
 
+CHILD_JIT_FIRST = CHILD_PRELUDE + """
+import tinyjax, tinyjax.numpy as jnp
+from tinyjax.devices import cpu
+x = jnp.asarray(np.arange(6.0, dtype=np.float32))
+assert cpu._runtime is None
+np.testing.assert_allclose(np.asarray(tinyjax.jit(lambda v: jnp.sin(v) * 2)(x)), np.sin(np.arange(6.0)) * 2, rtol=1e-6)
+print(json.dumps(cache_stats() | {"worker_compiled_runtime": cpu._runtime_compile is not None}))
+"""
+
+
+def test_the_compile_worker_compiles_the_runtime_while_the_first_program_is_lowered(cache_dir):
+  """A fresh process whose first work is a jitted program: the compile worker, started as the lowering begins,
+  compiles the runtime module first (no disk-cache entry yet), and the runtime loads that object (counted and cached
+  as a compile of this process's); the next process finds it."""
+  if cpu._cpu_count() < 2: pytest.skip("one usable core: no compile worker is started")
+  cold = run_child(CHILD_JIT_FIRST)
+  assert cold["worker_compiled_runtime"] and cold["hits"] == 0 and cold["misses"] >= 2
+  warm = run_child(CHILD_JIT_FIRST)
+  assert not warm["worker_compiled_runtime"] and warm["misses"] == 0 and warm["hits"] >= 2
+
+
 def _truncate(path):
   with open(path, "rb") as entry_file: entry = entry_file.read()
   with open(path, "wb") as entry_file: entry_file.write(entry[:len(entry) // 2])

@@ -329,8 +329,9 @@ class Runtime:
   """The compiled runtime module of this process: entry points for launches and the number of threads."""
 
   def __init__(self, nthreads: int):
-    ir = runtime.runtime_ir(cpu_target_triple(), cpu_data_layout())
-    load_or_compile("tj_parallel_for", ir, 3, rename=False)
+    ir = _runtime_source()
+    if _runtime_compile is not None: _runtime_compile.join()  # (the compile worker's, started with it)
+    load_or_compile("tj_parallel_for", ir, 3, rename=False, compiled=_runtime_object.pop(ir, None))
     engine = _engine().engine
     self.nthreads = nthreads
     self.parallel_for_address = engine.get_function_address("tj_parallel_for")
@@ -597,6 +598,7 @@ class CompileStream:
   def __init__(self, opt_level: int | None = None):
     self.opt_level = default_opt_level() if opt_level is None else opt_level
     self.kernels: list[tuple[str, str]] = []
+    self.extra: list[tuple[str, str]] = []  # (`include`)
     self.jobs: list[tuple[str, str, str]] = []  # (name, IR, symbol) of each kernel to compile
     self.keys: set[str] = set()
     self.results: dict[int, bytes] = {}
@@ -608,6 +610,12 @@ class CompileStream:
   def submit(self, name: str, llvm_ir: str) -> None:
     """Hand over the program's next kernel (`finish` returns their programs in this order)."""
     self.kernels.append((name, llvm_ir))
+    self.prepare(name, llvm_ir)
+
+  def include(self, name: str, llvm_ir: str) -> None:
+    """Compile a kernel the program launches by its own means (a host step's `native` kernel) along with its own:
+    `finish` loads it (later `compile_cpu` calls find it) but doesn't return it."""
+    self.extra.append((name, llvm_ir))
     self.prepare(name, llvm_ir)
 
   def prepare(self, name: str, llvm_ir: str) -> None:
@@ -662,9 +670,10 @@ class CompileStream:
       self.close()
     compiled = {symbol: self.results[i] if i in self.results else _timed_compile(name, llvm_ir, symbol, self.opt_level)
                 for i, (name, llvm_ir, symbol) in enumerate(self.jobs)}
-    return [compile_cpu(name, llvm_ir, self.opt_level,
-                        compiled.get(kernel_symbol(object_code_key(name, llvm_ir, self.opt_level))))
-            for name, llvm_ir in self.kernels]
+    programs = [compile_cpu(name, llvm_ir, self.opt_level,
+                            compiled.get(kernel_symbol(object_code_key(name, llvm_ir, self.opt_level))))
+                for name, llvm_ir in self.kernels + self.extra]
+    return programs[:len(self.kernels)]
 
 
 def _timed_compile(name: str, llvm_ir: str, symbol: str, opt_level: int) -> bytes:
@@ -726,6 +735,28 @@ _worker_starts = 0
 MAX_WORKER_STARTS = 3  # a worker that keeps dying (a kernel crashing LLVM) is not started again
 
 
+def _runtime_source() -> str: return runtime.runtime_ir(cpu_target_triple(), cpu_data_layout())
+
+
+_runtime_compile: threading.Thread | None = None  # the worker compiling the runtime module
+_runtime_object: dict[str, bytes] = {}  # its IR -> the object code it made
+
+
+def _compile_runtime_on(worker: _CompileWorker) -> None:
+  """Have a newly started compile worker compile the runtime module first, where neither this process nor the disk
+  cache has it: its ~0.2 s of LLVM then overlap the first program's lowering (Runtime takes the object code)."""
+  global _runtime_compile
+  if _runtime is not None: return
+  ir = _runtime_source()
+  if os.path.exists(_kernel_cache.path(object_code_key("tj_parallel_for", ir, 3, rename=False))): return
+
+  def run() -> None:
+    reply = worker.compile("tj_parallel_for", ir, None, 3)
+    if reply is not None and reply[0]: _runtime_object[ir] = reply[1]
+  _runtime_compile = threading.Thread(target=run, name="tinyjax-runtime-compile", daemon=True)
+  _runtime_compile.start()
+
+
 def compile_worker() -> _CompileWorker | None:
   """The compile worker, started on first use (lowering calls this early, so it starts while Python lowers) and again
   if it died; None on a single core, with TINYJAX_COMPILE_WORKER=0, with DEBUG>=5 (the optimised IR is printed
@@ -739,13 +770,14 @@ def compile_worker() -> _CompileWorker | None:
       except (OSError, ValueError):
         return None
       atexit.register(_worker.close)
+      _compile_runtime_on(_worker)
   return None if _worker is None or _worker.failed else _worker
 
 
 def _forget_worker() -> None:
   """In a forked child: the parent's worker is the parent's (it shares its pipes); the child starts its own."""
-  global _worker, _worker_starts
-  _worker, _worker_starts = None, 0
+  global _worker, _worker_starts, _runtime_compile
+  _worker, _worker_starts, _runtime_compile = None, 0, None
 
 
 os.register_at_fork(after_in_child=_forget_worker)

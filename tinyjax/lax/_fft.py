@@ -40,7 +40,7 @@ from tinyjax import dtypes
 from tinyjax.array import Array
 from tinyjax.lax._small_linalg import VECTOR_BYTES, _Builder
 from tinyjax.trace import ad, batching
-from tinyjax.trace.callback import HostCallback, host_call
+from tinyjax.trace.callback import HostCallback, NativeKernel, host_call
 from tinyjax.trace.core import Primitive
 
 _TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
@@ -371,13 +371,16 @@ def _columns_ir(name: str, dtype: np.dtype) -> str:
 
 
 @functools.cache
-def program(kind: str, dtype: np.dtype):
-  """The CPU program of transforms of `kind` (or "fft_columns", `_columns_ir`) over `dtype` (compiled, or loaded from
-  the disk cache, on first use)."""
-  from tinyjax.devices import cpu
+def source(kind: str, dtype: np.dtype) -> tuple[str, str]:
+  """(name, LLVM IR) of the kernel of transforms of `kind` (or "fft_columns", `_columns_ir`) over `dtype`."""
   name = f"tj_{kind}_{'f32' if dtype == np.float32 else 'f64'}"
-  ir = _columns_ir(name, np.dtype(dtype)) if kind == "fft_columns" else _kernel_ir(name, np.dtype(dtype), kind)
-  return cpu.compile_cpu(name, ir)
+  return name, _columns_ir(name, dtype) if kind == "fft_columns" else _kernel_ir(name, dtype, kind)
+
+
+def program(kind: str, dtype: np.dtype):
+  """The CPU program of `source(kind, dtype)` (compiled, or loaded from the disk cache, on first use)."""
+  from tinyjax.devices import cpu
+  return cpu.compile_cpu(*source(kind, np.dtype(dtype)))
 
 
 def _variant(kind: str, axis: int) -> str: return kind if axis == -1 else "fft_columns"
@@ -407,7 +410,7 @@ def _fft_impl(x: Array, twiddles: Array, plan: Array, *, kind: str, sign: int, s
   _, shape, dtype = shapes(kind, x, axis)
   part, launches = _part(x.dtype), _launches(kind, axis, x)
   callback = HostCallback(lambda *arrays: _run(kind, axis, *arrays), ((shape, dtype),), kind, checked=False,
-                          native=lambda: (program(_variant(kind, axis), part), launches, 1))
+                          native=NativeKernel(lambda: source(_variant(kind, axis), part), launches, 1))
   return host_call(callback, x, twiddles, plan)[0]
 
 

@@ -394,12 +394,17 @@ _BUILDERS = {"getrf": _getrf_ir, "trsm": _trsm_ir, "potrf": _potrf_ir}
 
 
 @functools.cache
+def source(routine: str, dtype: np.dtype, *sizes) -> tuple[str, str]:
+  """(name, LLVM IR) of the kernel of `routine` for `dtype` and its sizes."""
+  name = f"tj_{routine}_{_TYPES[dtype][1]}_{'_'.join(str(int(size)) for size in _flat(sizes))}"
+  return name, _BUILDERS[routine](name, dtype, *sizes)
+
+
 def program(routine: str, dtype: np.dtype, *sizes):
   """The CPU program of `routine` for `dtype` and its sizes (compiled, or loaded from the disk cache, on first use):
   a kernel launched over the matrices with grain LANES."""
   from tinyjax.devices import cpu
-  name = f"tj_{routine}_{_TYPES[dtype][1]}_{'_'.join(str(int(size)) for size in _flat(sizes))}"
-  return cpu.compile_cpu(name, _BUILDERS[routine](name, dtype, *sizes))
+  return cpu.compile_cpu(*source(routine, np.dtype(dtype), *sizes))
 
 
 # Matrices of at most LARGEST rows and columns take these kernels, in programs and eagerly: their unblocked loops
@@ -417,9 +422,10 @@ def compiled(*operands) -> bool:
 
 
 def native(routine: str, dtype: np.dtype, batch: int, *sizes):
-  """A HostCallback's `native`: (the kernel of `routine`, launched over `batch` matrices, grain LANES), compiled when
-  the program's launches are built."""
-  return lambda: (program(routine, np.dtype(dtype), *sizes), batch, LANES)
+  """A HostCallback's `native`: the kernel of `routine`, launched over `batch` matrices with grain LANES (compiled
+  along with the program's kernels)."""
+  from tinyjax.trace.callback import NativeKernel
+  return NativeKernel(lambda: source(routine, np.dtype(dtype), *sizes), batch, LANES)
 
 
 def _flat(sizes: tuple) -> list:

@@ -29,7 +29,7 @@ from tinyjax import __version__
 from tinyjax.codegen.gpu import gpu_launch
 from tinyjax.codegen.llvm import render_llvm
 from tinyjax.codegen.opt import amx_bf16, tile_geometry
-from tinyjax.devices import CompileStream, LaunchList, compile_cpu_many, compile_worker, cpu_threads
+from tinyjax.devices import CompileStream, LaunchList, compile_cpu, compile_cpu_many, compile_worker, cpu_threads
 from tinyjax.devices.cpu import HostProgram
 from tinyjax.devices.device import placement_of, CPU, compute_device, default_device, host_buffer, place, runnable
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
@@ -41,7 +41,7 @@ from tinyjax.lower.float8 import has_float8, is_float8, split_float8
 from tinyjax.lower.memory import MemoryPlan, plan_memory
 from tinyjax.lower.split import GPU_SPLIT_MIN_CHUNK_WORK
 from tinyjax.lower.schedule import (HostCall, Kernel, Loop, Schedule, Switch, expand_primitives, has_host_calls,
-                                    kernels_of, schedule, structure_key)
+                                    kernels_of, natives_of, schedule, structure_key)
 from tinyjax.profiler import kernel_flops, record_launch, roofline
 from tinyjax.profiler import open_profiles as _profiles  # (a list: checking it is cheaper than a call)
 from tinyjax.uop import MOVEMENT, Ops, UOp, arg_key, pretty, toposort_of
@@ -104,8 +104,9 @@ def _launch_items(steps: tuple, programs, host_programs: list) -> list:
       items.append(("loop", step.trip, step.flag_slot if step.trip is None else step.counter_slot, cond,
                     _launch_items(step.body, programs, host_programs)))
     elif isinstance(step, HostCall) and step.callback.native is not None:  # (compiled: launched as a kernel)
-      program, count, grain = step.callback.native()
-      items.append((program, step.slots, count, grain, MODE_PARALLEL if count > grain else MODE_WHOLE))
+      native = step.callback.native
+      items.append((compile_cpu(*native.source()), step.slots, native.count, native.grain,
+                    MODE_PARALLEL if native.count > native.grain else MODE_WHOLE))
     elif isinstance(step, HostCall):
       host_programs.append(HostProgram(step.name, step.callback.run, step.n_in, step.avals))
       items.append((host_programs[-1], step.slots, 1, 1, MODE_WHOLE))
@@ -228,6 +229,8 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
       for k in kernels:  # (each submitted as it is rendered: the worker compiles while the rest are)
         sources.append(render(k))
         if stream is not None: stream.submit(k.name, sources[-1])
+      for native in natives_of(sched.kernels) if stream is not None else ():  # (compiled along, loaded by the launch)
+        stream.include(*native.source())
       if stream is not None: programs = stream.finish()
     except BaseException:
       if stream is not None: stream.close()

@@ -105,6 +105,16 @@ def kernels_of(steps: tuple) -> list[Kernel]:
   return out
 
 
+def natives_of(steps: tuple) -> list:
+  """The compiled kernels (HostCallback's `native`) of a schedule's host steps, loops and branches included."""
+  out: list = []
+  for step in steps:
+    if isinstance(step, HostCall) and step.callback.native is not None: out.append(step.callback.native)
+    elif isinstance(step, Loop): out += natives_of(step.cond) + natives_of(step.body)
+    elif isinstance(step, Switch): out += [native for branch in step.branches for native in natives_of(branch)]
+  return out
+
+
 def has_host_calls(steps: tuple) -> bool:
   """Whether a schedule's steps (loops and branches included) call a host function."""
   for step in steps:

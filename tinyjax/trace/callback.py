@@ -12,7 +12,7 @@ it one.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -27,17 +27,27 @@ from tinyjax.uop import BOOL, Ops, UOp
 VMAP_METHODS = ("sequential", "expand_dims", "broadcast_all", "legacy_vectorized")
 
 
+class NativeKernel(NamedTuple):
+  """A host step's function as a compiled CPU kernel over the step's slots (inputs, then outputs): `source()` gives
+  its name and LLVM IR (made on first use), launched over [0, count) with `grain` (lax/_small_linalg.py,
+  lax/_fft.py). The lowering hands its source to the program's compile stream, so that it compiles with the program's
+  own kernels."""
+  source: Callable[[], tuple[str, str]]
+  count: int
+  grain: int
+
+
 class HostCallback:
   """The arg of a CALLBACK node: a function of numpy arrays returning a list of them, and the results' avals
   ((shape, dtype) each). Compared by identity: a program is never shared between two callbacks."""
 
   def __init__(self, fn: Callable[..., list], out_avals: tuple, name: str, checked: bool = True,
-               native: Callable[[], tuple] | None = None):
+               native: NativeKernel | None = None):
     # (`checked`: the results are checked against the declared avals; the library's own host steps, lax.linalg's
     # LAPACK calls, make them as declared: unchecked, 1-2 us less per step of a small solve)
     # (`native`: where the same function exists as a compiled CPU kernel over the step's slots (inputs, then outputs),
-    # a function giving (program, launch count, grain): a CPU program launches it among its kernels, no call into
-    # Python (lax.linalg's small matrices, lax/_small_linalg.py); `fn` still runs eagerly, under DEBUG and profiles)
+    # a NativeKernel: a CPU program launches it among its kernels, no call into Python (lax.linalg's small matrices,
+    # lax/_small_linalg.py; FFTs, lax/_fft.py); `fn` still runs eagerly, under DEBUG and profiles)
     self.fn, self.out_avals, self.name, self.checked, self.native = fn, out_avals, name, checked, native
 
   def __repr__(self) -> str: return f"pure_callback[{self.name}@{id(self):x}]"
