@@ -187,32 +187,47 @@ def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
     return read
 
   def stages(out: str) -> None:
-    """The stages h = VL, 2 VL, ..., n / 2, each in place."""
-    h_var = ir.var()
-    ir.store("i64", str(lanes), h_var)
-    head, inside, done = ir.label(), ir.label(), ir.label()
-    ir.emit(f"br label %{head}")
-    ir.block(head)
-    h = ir.load("i64", h_var)
-    ir.emit(f"br i1 {ir.op('icmp slt', h, n)}, label %{inside}, label %{done}")
-    ir.block(inside)
-    stage = ir.op("add", str(first_stages * 4 * lanes), ir.op("mul", ir.op("sub", h, str(lanes)), "4"))
-    span = ir.op("mul", h, "2")
+    """The stages h = VL, 2 VL, ..., n / 2 in place, two at a time (radix 4: each value loaded and stored once for
+    both), after a single one where their count is odd."""
+    def factors(h: str, j: str) -> str:  # (stage h's twiddles of the butterflies from j on: two vectors)
+      stage = ir.op("add", str(first_stages * 4 * lanes), ir.op("mul", ir.op("sub", h, str(lanes)), "4"))
+      return ir.element(twiddles, ir.op("add", stage, ir.op("mul", j, "4")))
 
-    def group(g: str) -> None:
-      def butterflies(j: str) -> None:
-        at_a = ir.element(out, ir.op("mul", ir.op("add", g, j), "2"))
-        at_b = ir.element(out, ir.op("mul", ir.op("add", ir.op("add", g, j), h), "2"))
-        a, b = ir.load(vector, at_a), ir.load(vector, at_b)
-        factors = ir.element(twiddles, ir.op("add", stage, ir.op("mul", j, "4")))
-        twiddled = product(b, vector, factors, ir.gep(vector, factors, "1"))
-        ir.store(vector, ir.value(f"fadd {vector} {a}, {twiddled}"), at_a)
-        ir.store(vector, ir.value(f"fsub {vector} {a}, {twiddled}"), at_b)
-      ir.loop("0", h, butterflies, step=lanes)
-    ir.loop("0", n, group, step=span)
-    ir.store("i64", span, h_var)
-    ir.emit(f"br label %{head}, !llvm.loop !0")
-    ir.block(done)
+    def twiddled(b: str, at_factors: str) -> str: return product(b, vector, at_factors, ir.gep(vector, at_factors, "1"))
+
+    def at(g: str, offset: str) -> str: return ir.element(out, ir.op("mul", ir.op("add", g, offset), "2"))
+
+    def radix2(h: str) -> None:
+      def group(g: str) -> None:
+        def butterflies(j: str) -> None:
+          at_a, at_b = at(g, j), at(g, ir.op("add", j, h))
+          a, b = ir.load(vector, at_a), ir.load(vector, at_b)
+          t = twiddled(b, factors(h, j))
+          ir.store(vector, ir.value(f"fadd {vector} {a}, {t}"), at_a)
+          ir.store(vector, ir.value(f"fsub {vector} {a}, {t}"), at_b)
+        ir.loop("0", h, butterflies, step=lanes)
+      ir.loop("0", n, group, step=ir.op("mul", h, "2"))
+
+    def radix4(h: str) -> None:
+      twice, thrice = ir.op("mul", h, "2"), ir.op("mul", h, "3")
+
+      def group(g: str) -> None:
+        def butterflies(j: str) -> None:
+          ats = [at(g, j), at(g, ir.op("add", j, h)), at(g, ir.op("add", j, twice)), at(g, ir.op("add", j, thrice))]
+          x0, x1, x2, x3 = (ir.load(vector, a) for a in ats)
+          first = factors(h, j)
+          t1, t3 = twiddled(x1, first), twiddled(x3, first)
+          y0, y1 = ir.value(f"fadd {vector} {x0}, {t1}"), ir.value(f"fsub {vector} {x0}, {t1}")
+          y2, y3 = ir.value(f"fadd {vector} {x2}, {t3}"), ir.value(f"fsub {vector} {x2}, {t3}")
+          u2, u3 = twiddled(y2, factors(twice, j)), twiddled(y3, factors(twice, ir.op("add", j, h)))
+          for a, value in ((ats[0], f"fadd {vector} {y0}, {u2}"), (ats[2], f"fsub {vector} {y0}, {u2}"),
+                           (ats[1], f"fadd {vector} {y1}, {u3}"), (ats[3], f"fsub {vector} {y1}, {u3}")):
+            ir.store(vector, ir.value(value), a)
+        ir.loop("0", h, butterflies, step=lanes)
+      ir.loop("0", n, group, step=ir.op("mul", h, "4"))
+    odd = _odd_stage_count(ir, n, first_stages)
+    ir.when(ir.op("icmp ne", odd, "0"), lambda: radix2(str(lanes)))
+    _stage_loop(ir, ir.op("shl", str(lanes), odd), n, 4, radix4)
 
   def pairs_of(k: str, count: int, mirror_of, body) -> None:
     """body(k, kind, mirror) for k in [k, count): vectors of VL values and then one at a time, where the values
@@ -271,7 +286,8 @@ def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
 
   ir.loop("%start", "%end", row)
   return ir.text([f"declare {vector} @llvm.fmuladd.v{2 * lanes}{suffix}({vector}, {vector}, {vector})",
-                  f"declare {pair} @llvm.fmuladd.v2{suffix}({pair}, {pair}, {pair})"])
+                  f"declare {pair} @llvm.fmuladd.v2{suffix}({pair}, {pair}, {pair})",
+                  "declare i64 @llvm.cttz.i64(i64, i1)"])
 
 
 @functools.lru_cache(maxsize=64)
@@ -333,30 +349,46 @@ def _columns_ir(name: str, dtype: np.dtype) -> str:
       r = ir.value(f"sext i32 {ir.load('i32', ir.gep('i32', plan, ir.op('add', j, '2')))} to i64")
       ir.store(kind, ir.value(f"fmul {kind} {ir.load(kind, at(x0, r))}, {ir.load(kind, scale)}"), row(j))
     ir.loop("0", n, gather)
-    h_var = ir.var()
-    ir.store("i64", "1", h_var)
-    head, inside, done = ir.label(), ir.label(), ir.label()
-    ir.emit(f"br label %{head}")
-    ir.block(head)
-    h = ir.load("i64", h_var)
-    ir.emit(f"br i1 {ir.op('icmp slt', h, n)}, label %{inside}, label %{done}")
-    ir.block(inside)
-
-    def twiddle(j: str) -> None:  # (each factor once, down every group of the stage)
+    def factors(h: str, j: str) -> tuple[str, str]:  # (stage h's twiddle j: its two vectors)
       same = ir.element(twiddles, ir.op("mul", ir.op("add", ir.op("sub", h, "1"), j), str(4 * lanes)))
-      crossed = ir.element(same, str(2 * lanes))
+      return same, ir.element(same, str(2 * lanes))
 
-      def butterfly(g: str) -> None:
-        at_a, at_b = row(ir.op("add", g, j)), row(ir.op("add", ir.op("add", g, j), h))
-        a, b = ir.load(kind, at_a), ir.load(kind, at_b)
-        twiddled = product(b, kind, same, crossed)
-        ir.store(kind, ir.value(f"fadd {kind} {a}, {twiddled}"), at_a)
-        ir.store(kind, ir.value(f"fsub {kind} {a}, {twiddled}"), at_b)
-      ir.loop("0", n, butterfly, step=ir.op("mul", h, "2"))
-    ir.loop("0", h, twiddle)
-    ir.store("i64", ir.op("mul", h, "2"), h_var)
-    ir.emit(f"br label %{head}, !llvm.loop !0")
-    ir.block(done)
+    def radix2(h: str) -> None:
+      def twiddle(j: str) -> None:  # (each factor once, down every group of the stage)
+        same, crossed = factors(h, j)
+
+        def butterfly(g: str) -> None:
+          at_a, at_b = row(ir.op("add", g, j)), row(ir.op("add", ir.op("add", g, j), h))
+          a, b = ir.load(kind, at_a), ir.load(kind, at_b)
+          t = product(b, kind, same, crossed)
+          ir.store(kind, ir.value(f"fadd {kind} {a}, {t}"), at_a)
+          ir.store(kind, ir.value(f"fsub {kind} {a}, {t}"), at_b)
+        ir.loop("0", n, butterfly, step=ir.op("mul", h, "2"))
+      ir.loop("0", h, twiddle)
+
+    def radix4(h: str) -> None:  # (stages h and 2h at once, as the rows' kernel does)
+      twice = ir.op("mul", h, "2")
+
+      def twiddle(j: str) -> None:
+        first, second, third = factors(h, j), factors(twice, j), factors(twice, ir.op("add", j, h))
+
+        def butterfly(g: str) -> None:
+          top = ir.op("add", g, j)
+          rows = [row(top), row(ir.op("add", top, h)), row(ir.op("add", top, twice)),
+                  row(ir.op("add", ir.op("add", top, twice), h))]
+          x0, x1, x2, x3 = (ir.load(kind, r) for r in rows)
+          t1, t3 = product(x1, kind, *first), product(x3, kind, *first)
+          y0, y1 = ir.value(f"fadd {kind} {x0}, {t1}"), ir.value(f"fsub {kind} {x0}, {t1}")
+          y2, y3 = ir.value(f"fadd {kind} {x2}, {t3}"), ir.value(f"fsub {kind} {x2}, {t3}")
+          u2, u3 = product(y2, kind, *second), product(y3, kind, *third)
+          for r, value in ((rows[0], f"fadd {kind} {y0}, {u2}"), (rows[2], f"fsub {kind} {y0}, {u2}"),
+                           (rows[1], f"fadd {kind} {y1}, {u3}"), (rows[3], f"fsub {kind} {y1}, {u3}")):
+            ir.store(kind, ir.value(value), r)
+        ir.loop("0", n, butterfly, step=ir.op("mul", h, "4"))
+      ir.loop("0", h, twiddle)
+    odd = _odd_stage_count(ir, n, 0)
+    ir.when(ir.op("icmp ne", odd, "0"), lambda: radix2("1"))
+    _stage_loop(ir, ir.op("shl", "1", odd), n, 4, radix4)
     ir.loop("0", n, lambda j: ir.store(kind, ir.load(kind, row(j)), at(out0, j)))
 
   def item(i: str) -> None:
@@ -367,7 +399,31 @@ def _columns_ir(name: str, dtype: np.dtype) -> str:
                             pair))
   ir.loop("%start", "%end", item)
   return ir.text([f"declare {vector} @llvm.fmuladd.v{2 * lanes}{suffix}({vector}, {vector}, {vector})",
-                  f"declare {pair} @llvm.fmuladd.v2{suffix}({pair}, {pair}, {pair})"])
+                  f"declare {pair} @llvm.fmuladd.v2{suffix}({pair}, {pair}, {pair})",
+                  "declare i64 @llvm.cttz.i64(i64, i1)"])
+
+
+def _stage_loop(ir: _Builder, first: str, n: str, factor: int, body) -> None:
+  """for h = first; h < n; h *= factor: body(h)."""
+  h_var = ir.var()
+  ir.store("i64", first, h_var)
+  head, inside, done = ir.label(), ir.label(), ir.label()
+  ir.emit(f"br label %{head}")
+  ir.block(head)
+  h = ir.load("i64", h_var)
+  ir.emit(f"br i1 {ir.op('icmp slt', h, n)}, label %{inside}, label %{done}")
+  ir.block(inside)
+  body(h)
+  ir.store("i64", ir.op("mul", h, str(factor)), h_var)
+  ir.emit(f"br label %{head}, !llvm.loop !0")
+  ir.block(done)
+
+
+def _odd_stage_count(ir: _Builder, n: str, done: int) -> str:
+  """1 where the stages of a transform of length n (a power of two) left after the first `done` are odd in number,
+  else 0."""
+  bits = ir.value(f"call i64 @llvm.cttz.i64(i64 {n}, i1 true)")
+  return ir.op("and", ir.op("sub", bits, str(done)), "1")
 
 
 @functools.cache
