@@ -353,3 +353,22 @@ def test_power_of_two_transforms_down_other_axes():
                              rtol=2e-2, atol=2e-2)
   np.testing.assert_allclose(np.asarray(tj.vmap(lambda u: jnp.fft.fft(u, axis=0), in_axes=1, out_axes=1)(z)),
                              np.fft.fft(wide, axis=0), rtol=2e-5, atol=2e-5)
+
+
+def test_a_long_row_is_transformed_in_four_steps():
+  """A power-of-two row of FOUR_STEP_MIN or more, fewer rows than threads: columns, twiddles, rows and a transpose
+  (each over the whole matrix), against numpy; with more rows, the rows' kernel; Parseval's gradient through both."""
+  from tinyjax.numpy import fft as fft_module
+  n = fft_module.FOUR_STEP_MIN
+  x = _signal(1, n)
+  wide = x.astype(np.complex128)
+  assert _relative_error(jnp.fft.fft(x), np.fft.fft(wide)) < 3e-6
+  assert _relative_error(tj.jit(lambda v: jnp.fft.ifft(v, norm="ortho"))(x), np.fft.ifft(wide, norm="ortho")) < 3e-6
+  assert _relative_error(jnp.fft.rfft(x.real.copy(), n=2 * n), np.fft.rfft(wide.real, n=2 * n)) < 3e-6
+  text = tj.jit(jnp.fft.fft).lower(x).as_text()
+  assert text.count(" = fft[") == 2  # (down the columns, then along the rows)
+  z = x[0, :]
+  parseval = tj.grad(lambda u: jnp.sum(jnp.abs(jnp.fft.ifft(u)) ** 2))
+  np.testing.assert_allclose(np.asarray(parseval(z)), 2 * np.conj(z) / n, rtol=1e-4, atol=1e-9)
+  two = _signal(2, n // 4)
+  assert _relative_error(jnp.fft.fft(two), np.fft.fft(two.astype(np.complex128))) < 3e-6
