@@ -58,6 +58,31 @@ def _lanes(dtype: np.dtype) -> int:
   return VECTOR_BYTES // (2 * dtype.itemsize)
 
 
+def _bit_reversal(n: int) -> np.ndarray:
+  """j with its log2(n) bits reversed, for j in 0..n-1 (n a power of two)."""
+  bits, index = n.bit_length() - 1, np.arange(n)
+  reversed_ = np.zeros(n, np.int64)
+  for bit in range(bits): reversed_ |= ((index >> bit) & 1) << (bits - 1 - bit)
+  return reversed_
+
+
+def _declarations(*kinds: str) -> list[str]:
+  """The intrinsics the kernels call: fused multiply-adds of the vector types `kinds`, and cttz."""
+  return [f"declare {kind} @llvm.fmuladd.v{int(kind[1:].split()[0])}{'f32' if 'float' in kind else 'f64'}"
+          f"({kind}, {kind}, {kind})" for kind in kinds] + ["declare i64 @llvm.cttz.i64(i64, i1)"]
+
+
+def _product(ir: _Builder, z: str, kind: str, same: str, crossed: str) -> str:
+  """z (a vector type `kind` of complex values) times the complex factors whose two forms, (c, c) and (-d, d), are
+  at `same` and `crossed`: z (c, c) + swap(z) (-d, d), a multiply and a fused multiply-add."""
+  count = int(kind[1:].split()[0])
+  suffix = "f32" if "float" in kind else "f64"
+  swap = f"<{count} x i32> <" + ", ".join(f"i32 {q ^ 1}" for q in range(count)) + ">"
+  swapped = ir.value(f"shufflevector {kind} {z}, {kind} poison, {swap}")
+  return ir.value(f"call {kind} @llvm.fmuladd.v{count}{suffix}({kind} {swapped}, {kind} {ir.load(kind, crossed)}, "
+                  f"{kind} {ir.value(f'fmul {kind} {z}, {ir.load(kind, same)}')})")
+
+
 @functools.lru_cache(maxsize=64)
 def tables(kind: str, n: int, sign: int, dtype: np.dtype, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
   """(twiddles, plan) of a transform of `kind` whose complex transform has length n, its result times `scale`.
@@ -70,10 +95,7 @@ def tables(kind: str, n: int, sign: int, dtype: np.dtype, scale: float = 1.0) ->
   k = 0..n times it: a's (c, c) and (-d, d) and b's (c, -c) and (d, d), each over k."""
   lanes = _lanes(dtype)
   bits = n.bit_length() - 1
-  index = np.arange(n)
-  reversed_ = np.zeros(n, np.int64)
-  for bit in range(bits): reversed_ |= ((index >> bit) & 1) << (bits - 1 - bit)
-  plan = np.concatenate([[n], reversed_]).astype(np.int32)
+  plan = np.concatenate([[n], _bit_reversal(n)]).astype(np.int32)
   blocks = []
   for h in (1 << s for s in range(bits)):
     if h < lanes:
@@ -121,7 +143,6 @@ def shapes(kind: str, x, axis: int = -1) -> tuple[int, tuple[int, ...], np.dtype
 def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
   """args: x, twiddles, plan (see `tables`), out; the rows [start, end) (see `shapes` for x's and out's rows)."""
   ctype, lanes = _TYPES[dtype], _lanes(dtype)
-  suffix = "f32" if ctype == "float" else "f64"
   vector, pair = f"<{2 * lanes} x {ctype}>", f"<2 x {ctype}>"
   ir = _Builder(name, ctype, 4)
   x0, twiddles, plan, out0 = ir.params
@@ -141,16 +162,10 @@ def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
 
   def width(kind_: str) -> int: return int(kind_[1:].split()[0]) // 2  # complex values in a vector type
 
-  def swapped(value: str, kind_: str) -> str: return shuffle(value, kind_, (q ^ 1 for q in range(2 * width(kind_))))
-
   def reversed_(value: str, kind_: str) -> str:
     return shuffle(value, kind_, (2 * (width(kind_) - 1 - q) + c for q in range(width(kind_)) for c in (0, 1)))
 
-  def product(z: str, kind_: str, same: str, crossed: str) -> str:
-    """z times the complex factors whose two forms are at `same` and `crossed`: z (c, c) + swap(z) (-d, d)."""
-    count = 2 * width(kind_)
-    return ir.value(f"call {kind_} @llvm.fmuladd.v{count}{suffix}({kind_} {swapped(z, kind_)}, {kind_} "
-                    f"{ir.load(kind_, crossed)}, {kind_} {ir.value(f'fmul {kind_} {z}, {ir.load(kind_, same)}')})")
+  def product(z: str, kind_: str, same: str, crossed: str) -> str: return _product(ir, z, kind_, same, crossed)
 
   def weighted(z: str, mirror: str, k: str, kind_: str) -> str:
     """a_k z + b_k conj(mirror) for the values from k on (their weights' two forms each)."""
@@ -285,9 +300,7 @@ def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
                ir.op("add", ir.op("sdiv", n, "2"), "1"), spectrum)
 
   ir.loop("%start", "%end", row)
-  return ir.text([f"declare {vector} @llvm.fmuladd.v{2 * lanes}{suffix}({vector}, {vector}, {vector})",
-                  f"declare {pair} @llvm.fmuladd.v2{suffix}({pair}, {pair}, {pair})",
-                  "declare i64 @llvm.cttz.i64(i64, i1)"])
+  return ir.text(_declarations(vector, pair))
 
 
 @functools.lru_cache(maxsize=64)
@@ -297,10 +310,7 @@ def column_tables(n: int, inner: int, sign: int, dtype: np.dtype, scale: float =
   2h) as two vectors of VL copies, (c, c, ...) and (-d, d, ...), then a vector of `scale`."""
   lanes = _lanes(dtype)
   bits = n.bit_length() - 1
-  index = np.arange(n)
-  reversed_ = np.zeros(n, np.int64)
-  for bit in range(bits): reversed_ |= ((index >> bit) & 1) << (bits - 1 - bit)
-  plan = np.concatenate([[n, inner], reversed_]).astype(np.int32)
+  plan = np.concatenate([[n, inner], _bit_reversal(n)]).astype(np.int32)
   w = np.concatenate([np.exp(sign * 1j * np.pi * np.arange(h) / h) for h in (1 << s for s in range(bits))])
   same = np.repeat(w.real[:, None], 2 * lanes, axis=1)
   crossed = np.tile(np.stack([-w.imag, w.imag], -1), (1, lanes))
@@ -317,7 +327,6 @@ def _columns_ir(name: str, dtype: np.dtype) -> str:
   for the VL columns): read in bit-reversed order, then the stages h = 1, 2, ..., n / 2 in place. (An FFT along a
   leading axis without copying the array to rows and back.)"""
   ctype, lanes = _TYPES[dtype], _lanes(dtype)
-  suffix = "f32" if ctype == "float" else "f64"
   vector, pair = f"<{2 * lanes} x {ctype}>", f"<2 x {ctype}>"
   ir = _Builder(name, ctype, 4)
   x0, twiddles, plan, out0 = ir.params
@@ -327,12 +336,7 @@ def _columns_ir(name: str, dtype: np.dtype) -> str:
   per_outer = ir.op("add", blocks, ir.op("srem", inner, str(lanes)))
   scale = ir.element(twiddles, ir.op("mul", ir.op("sub", n, "1"), str(4 * lanes)))
 
-  def product(z: str, kind: str, same: str, crossed: str) -> str:
-    count = 2 if kind == pair else 2 * lanes
-    swap = "<" + ", ".join(f"i32 {q ^ 1}" for q in range(count)) + ">"
-    swapped = ir.value(f"shufflevector {kind} {z}, {kind} poison, <{count} x i32> {swap}")
-    return ir.value(f"call {kind} @llvm.fmuladd.v{count}{suffix}({kind} {swapped}, {kind} {ir.load(kind, crossed)}, "
-                    f"{kind} {ir.value(f'fmul {kind} {z}, {ir.load(kind, same)}')})")
+  def product(z: str, kind: str, same: str, crossed: str) -> str: return _product(ir, z, kind, same, crossed)
 
   # the columns' values while they are transformed, a row of VL values after another: their rows in the array lie a
   # power of two apart, as far as the cache's associativity goes (4 x 256 x 256 took 3.8-5.8 ms in place, 0.3 in here)
@@ -398,9 +402,7 @@ def _columns_ir(name: str, dtype: np.dtype) -> str:
             lambda: columns(ir.op("add", base, ir.op("add", ir.op("mul", blocks, str(lanes)), ir.op("sub", c, blocks))),
                             pair))
   ir.loop("%start", "%end", item)
-  return ir.text([f"declare {vector} @llvm.fmuladd.v{2 * lanes}{suffix}({vector}, {vector}, {vector})",
-                  f"declare {pair} @llvm.fmuladd.v2{suffix}({pair}, {pair}, {pair})",
-                  "declare i64 @llvm.cttz.i64(i64, i1)"])
+  return ir.text(_declarations(vector, pair))
 
 
 def _stage_loop(ir: _Builder, first: str, n: str, factor: int, body) -> None:
