@@ -242,7 +242,7 @@ def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
       ir.loop("0", n, group, step=ir.op("mul", h, "4"))
     odd = _odd_stage_count(ir, n, first_stages)
     ir.when(ir.op("icmp ne", odd, "0"), lambda: radix2(str(lanes)))
-    _stage_loop(ir, ir.op("shl", str(lanes), odd), n, 4, radix4)
+    ir.loop(ir.op("shl", str(lanes), odd), n, radix4, step=4, by="mul")
 
   def pairs_of(k: str, count: int, mirror_of, body) -> None:
     """body(k, kind, mirror) for k in [k, count): vectors of VL values and then one at a time, where the values
@@ -392,7 +392,7 @@ def _columns_ir(name: str, dtype: np.dtype) -> str:
       ir.loop("0", h, twiddle)
     odd = _odd_stage_count(ir, n, 0)
     ir.when(ir.op("icmp ne", odd, "0"), lambda: radix2("1"))
-    _stage_loop(ir, ir.op("shl", "1", odd), n, 4, radix4)
+    ir.loop(ir.op("shl", "1", odd), n, radix4, step=4, by="mul")
     ir.loop("0", n, lambda j: ir.store(kind, ir.load(kind, row(j)), at(out0, j)))
 
   def item(i: str) -> None:
@@ -403,22 +403,6 @@ def _columns_ir(name: str, dtype: np.dtype) -> str:
                             pair))
   ir.loop("%start", "%end", item)
   return ir.text(_declarations(vector, pair))
-
-
-def _stage_loop(ir: _Builder, first: str, n: str, factor: int, body) -> None:
-  """for h = first; h < n; h *= factor: body(h)."""
-  h_var = ir.var()
-  ir.store("i64", first, h_var)
-  head, inside, done = ir.label(), ir.label(), ir.label()
-  ir.emit(f"br label %{head}")
-  ir.block(head)
-  h = ir.load("i64", h_var)
-  ir.emit(f"br i1 {ir.op('icmp slt', h, n)}, label %{inside}, label %{done}")
-  ir.block(inside)
-  body(h)
-  ir.store("i64", ir.op("mul", h, str(factor)), h_var)
-  ir.emit(f"br label %{head}, !llvm.loop !0")
-  ir.block(done)
 
 
 def _odd_stage_count(ir: _Builder, n: str, done: int) -> str:

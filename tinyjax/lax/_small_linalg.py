@@ -105,8 +105,8 @@ class _Builder:
     """The address of element `index` of a float array."""
     return self.gep(self.ctype, base, index)
 
-  def loop(self, low: str, high: str, body, step: int | str = 1) -> None:
-    """for i in [low, high) by `step` (a number, or a value known at run time): body(i)."""
+  def loop(self, low: str, high: str, body, step: int | str = 1, by: str = "add") -> None:
+    """for i in [low, high) by `step` (a number, or a value known at run time): body(i); `by` "mul": i *= step."""
     counter = self.var()
     head, inside, done = self.label(), self.label(), self.label()
     self.store("i64", low, counter)
@@ -116,7 +116,7 @@ class _Builder:
     self.emit(f"br i1 {self.op('icmp slt', i, high)}, label %{inside}, label %{done}")
     self.block(inside)
     body(i)
-    self.store("i64", self.op("add", i, str(step)), counter)
+    self.store("i64", self.op(by, i, str(step)), counter)
     self.emit(f"br label %{head}, !llvm.loop !0")
     self.block(done)
 
