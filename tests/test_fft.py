@@ -20,7 +20,8 @@ def _relative_error(got, want):
   return np.abs(np.asarray(got) - want).max() / max(np.abs(want).max(), 1e-30)
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 8, 16, 17, 31, 64, 100, 97, 210, 1000, 1024, 1031, 2 * 257, 4096])
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 16, 17, 31, 64, 100, 97, 210, 1000, 1024, 1031, 2 * 257, 4096,
+                               3 * 256, 5 * 128, 15 * 256])  # (an odd part, then the compiled power-of-two kernel)
 def test_fft_and_ifft_of_every_kind_of_length(n):
   x = _signal(3, n)
   wide = x.astype(np.complex128)
