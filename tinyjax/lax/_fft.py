@@ -2,28 +2,31 @@
 numpy/fft.py's transforms use for those lengths (from SMALLEST on).
 
 Three kinds (`transform`): "fft" of complex rows (or of (real, imaginary) pairs in a float array (..., n, 2), the
-memory of a complex array, as the other lengths' factorisation uses), "rfft" of real signals of length 2n to their
-n + 1 non-negative frequencies, "irfft" back; unnormalised, times a `scale` (a norm) folded into the kernel. The
-transform's tables (`tables`) are operands, constants of the program made where it is called. Each is a host step of
-the program, as lax.linalg's primitives are, whose `native` kernel a CPU program launches among its own over the rows
-(HostCallback, lower/realize.py), reading a complex input and writing a complex result in place (lower/complex.py
-hands their memory on); eager calls, DEBUG and profiled runs call the same kernel on numpy arrays, so every path
-gives the same bits.
+memory of a complex array, as the other lengths' factorisation uses), or of complex values down an axis before the
+last; "rfft" of real signals of length 2n to their n + 1 non-negative frequencies; "irfft" back. Unnormalised, times a
+`scale` (a norm) folded into the kernel. The transform's tables (`tables`, `column_tables`) are operands, constants of
+the program made where it is called. Each is a host step of the program, as lax.linalg's primitives are, whose
+`native` kernel a CPU program launches among its own (HostCallback, lower/realize.py), reading a complex input and
+writing a complex result in place (lower/complex.py hands their memory on); eager calls, DEBUG and profiled runs call
+the same kernel on numpy arrays, so every path gives the same bits.
 
 The kernels are LLVM IR written here, one per kind and dtype for every length and both directions (the length, the
 bit reversal, the twiddle factors and the scale are operands), compiled by the CPU device and kept in its disk cache.
-Each row is a radix-2 decimation in time:
+Each row is a decimation in time:
 - the row is read in bit-reversed order, VL complex values (one vector) at a time, and the stages of half-size
   h < VL are done inside that vector (two shuffles pick each butterfly's two values; the twiddle factors carry the
   sign of the butterfly's second output);
-- each later stage h = VL, 2 VL, ..., n / 2 runs its butterflies a vector of VL at a time, in place in the output.
+- the later stages h = VL, 2 VL, ..., n / 2 run in place in the output, two at a time (radix 4: each value loaded and
+  stored once for both; 1.2-1.4x over one at a time), after a single one where their count is odd, VL butterflies a
+  vector.
 A complex product (a + ib)(c + id) is (a, b) (c, c) + (b, a) (-d, d): the twiddles are stored in those two forms,
 computed in float64 on the host and rounded once. rfft reads its real signal as the n pairs (even sample, odd
 sample), transforms them and splits the result into the transforms of the even and odd samples in place, each
 frequency with its mirror image (`_half_length_factors`); irfft merges them before its transform, writing the merged
-spectrum in bit-reversed order. 2 cores against JAX 0.10.2 (its ducc FFT), medians of one run, 256 x 1024: `fft`
-0.66-0.78 ms against 0.73-1.25, `rfft` 0.33-0.37 against 0.39-0.45, `irfft` 0.30-0.32 against 0.57-0.72 (the DFT
-contractions these replaced: 3.7-4.7, 2.5-2.9, 4.3-5.0 ms).
+spectrum in bit-reversed order. Down an axis (`_columns_ir`), a vector holds VL adjacent columns, gathered into a
+scratch on the stack, and every butterfly of a stage takes one twiddle. 2 cores against JAX 0.10.2 (its ducc FFT),
+medians of two runs, 256 x 1024: `fft` 0.52-0.55 ms against 0.49-0.50, `rfft` 0.21-0.32 against 0.29-0.46, `irfft`
+0.24-0.32 against 0.52-0.63 (the DFT contractions these replaced: 3.7-4.7, 2.5-2.9, 4.3-5.0 ms).
 
 Each kind is linear. fft's DFT matrix W is symmetric, so the transpose of a complex fft is itself; as a real map of
 pairs, its transpose is the map of conj(W), the transform of the other sign. rfft's and irfft's transposes are each
@@ -37,13 +40,13 @@ import math
 import numpy as np
 
 from tinyjax import dtypes
+from tinyjax.dtypes import real_dtype
 from tinyjax.array import Array
-from tinyjax.lax._small_linalg import VECTOR_BYTES, _Builder
+from tinyjax.lax._small_linalg import _SUFFIXES, _TYPES, VECTOR_BYTES, _Builder, _name
 from tinyjax.trace import ad, batching
 from tinyjax.trace.callback import HostCallback, NativeKernel, host_call
 from tinyjax.trace.core import Primitive
 
-_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 SMALLEST = 16  # shorter power-of-two transforms stay one contraction with the DFT matrix (numpy/fft.py)
 
 
@@ -66,20 +69,29 @@ def _bit_reversal(n: int) -> np.ndarray:
   return reversed_
 
 
+def _fmuladd(kind: str) -> str:
+  """The fused multiply-add intrinsic of the vector type `kind` ("<n x float>" or "<n x double>")."""
+  return f"@llvm.fmuladd.{_name(kind, _SUFFIXES[kind.split()[-1].rstrip('>')])}"
+
+
+def _floats(kind: str) -> int:
+  """The floats in the vector type `kind` (twice the complex values)."""
+  return int(kind[1:].split()[0])
+
+
 def _declarations(*kinds: str) -> list[str]:
   """The intrinsics the kernels call: fused multiply-adds of the vector types `kinds`, and cttz."""
-  return [f"declare {kind} @llvm.fmuladd.v{int(kind[1:].split()[0])}{'f32' if 'float' in kind else 'f64'}"
-          f"({kind}, {kind}, {kind})" for kind in kinds] + ["declare i64 @llvm.cttz.i64(i64, i1)"]
+  return [f"declare {kind} {_fmuladd(kind)}({kind}, {kind}, {kind})" for kind in kinds] + \
+      ["declare i64 @llvm.cttz.i64(i64, i1)"]
 
 
 def _product(ir: _Builder, z: str, kind: str, same: str, crossed: str) -> str:
   """z (a vector type `kind` of complex values) times the complex factors whose two forms, (c, c) and (-d, d), are
   at `same` and `crossed`: z (c, c) + swap(z) (-d, d), a multiply and a fused multiply-add."""
-  count = int(kind[1:].split()[0])
-  suffix = "f32" if "float" in kind else "f64"
+  count = _floats(kind)
   swap = f"<{count} x i32> <" + ", ".join(f"i32 {q ^ 1}" for q in range(count)) + ">"
   swapped = ir.value(f"shufflevector {kind} {z}, {kind} poison, {swap}")
-  return ir.value(f"call {kind} @llvm.fmuladd.v{count}{suffix}({kind} {swapped}, {kind} {ir.load(kind, crossed)}, "
+  return ir.value(f"call {kind} {_fmuladd(kind)}({kind} {swapped}, {kind} {ir.load(kind, crossed)}, "
                   f"{kind} {ir.value(f'fmul {kind} {z}, {ir.load(kind, same)}')})")
 
 
@@ -125,11 +137,6 @@ def _half_length_factors(n: int, sign: int) -> tuple[np.ndarray, np.ndarray]:
   return (1 + sign * 1j * w) * scale, (1 - sign * 1j * w) * scale
 
 
-def _part(dtype) -> np.dtype:
-  """The float dtype of `dtype`'s values: its own, or its parts' for a complex one."""
-  return np.empty(0, dtype).real.dtype
-
-
 def shapes(kind: str, x, axis: int = -1) -> tuple[int, tuple[int, ...], np.dtype]:
   """(the complex transform's length, the result's shape and dtype) of a transform of `kind` of the array (or aval)
   `x`: fft of complex x (..., n) (or along `axis`) -> the same, or of pairs (..., n, 2) -> pairs; rfft of a real
@@ -137,12 +144,12 @@ def shapes(kind: str, x, axis: int = -1) -> tuple[int, tuple[int, ...], np.dtype
   shape, dtype = tuple(x.shape), np.dtype(x.dtype)
   if kind == "fft": return (shape[axis] if dtype.kind == "c" else shape[-2]), shape, dtype
   if kind == "rfft": return shape[-1] // 2, (*shape[:-1], shape[-1] // 2 + 1), np.dtype(dtypes.complex_dtype(dtype))
-  return shape[-1] - 1, (*shape[:-1], 2 * (shape[-1] - 1)), _part(dtype)
+  return shape[-1] - 1, (*shape[:-1], 2 * (shape[-1] - 1)), real_dtype(dtype)
 
 
 def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
   """args: x, twiddles, plan (see `tables`), out; the rows [start, end) (see `shapes` for x's and out's rows)."""
-  ctype, lanes = _TYPES[dtype], _lanes(dtype)
+  ctype, lanes = _TYPES[dtype][0], _lanes(dtype)
   vector, pair = f"<{2 * lanes} x {ctype}>", f"<2 x {ctype}>"
   ir = _Builder(name, ctype, 4)
   x0, twiddles, plan, out0 = ir.params
@@ -160,7 +167,7 @@ def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
   def shuffle(value: str, kind_: str, positions) -> str:
     return ir.value(f"shufflevector {kind_} {value}, {kind_} poison, {indices(positions)}")
 
-  def width(kind_: str) -> int: return int(kind_[1:].split()[0]) // 2  # complex values in a vector type
+  def width(kind_: str) -> int: return _floats(kind_) // 2  # complex values in a vector type
 
   def reversed_(value: str, kind_: str) -> str:
     return shuffle(value, kind_, (2 * (width(kind_) - 1 - q) + c for q in range(width(kind_)) for c in (0, 1)))
@@ -262,9 +269,9 @@ def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
     x = ir.element(x0, ir.op("mul", r, wide if kind == "irfft" else two_n))
     out = ir.element(out0, ir.op("mul", r, wide if kind == "rfft" else two_n))
     if kind == "irfft":  # Z_k = a_k X_k + b_k conj(X_(n-k)) for k < n, stored in bit-reversed order
-      def real_part(at: str) -> str:
+      def realreal_dtype(at: str) -> str:
         return ir.value(f"insertelement {pair} zeroinitializer, {ctype} {ir.load(ctype, at)}, i64 0")
-      z0 = weighted(real_part(x), real_part(ir.element(x, two_n)), "0", pair)
+      z0 = weighted(realreal_dtype(x), realreal_dtype(ir.element(x, two_n)), "0", pair)
       ir.store(pair, z0, out)
 
       def spectrum(k: str, kind_: str) -> None:
@@ -326,7 +333,7 @@ def _columns_ir(name: str, dtype: np.dtype) -> str:
   down the columns, a vector of VL columns at a time (every butterfly of a stage takes one twiddle factor, the same
   for the VL columns): read in bit-reversed order, then the stages h = 1, 2, ..., n / 2 in place. (An FFT along a
   leading axis without copying the array to rows and back.)"""
-  ctype, lanes = _TYPES[dtype], _lanes(dtype)
+  ctype, lanes = _TYPES[dtype][0], _lanes(dtype)
   vector, pair = f"<{2 * lanes} x {ctype}>", f"<2 x {ctype}>"
   ir = _Builder(name, ctype, 4)
   x0, twiddles, plan, out0 = ir.params
@@ -353,6 +360,7 @@ def _columns_ir(name: str, dtype: np.dtype) -> str:
       r = ir.value(f"sext i32 {ir.load('i32', ir.gep('i32', plan, ir.op('add', j, '2')))} to i64")
       ir.store(kind, ir.value(f"fmul {kind} {ir.load(kind, at(x0, r))}, {ir.load(kind, scale)}"), row(j))
     ir.loop("0", n, gather)
+
     def factors(h: str, j: str) -> tuple[str, str]:  # (stage h's twiddle j: its two vectors)
       same = ir.element(twiddles, ir.op("mul", ir.op("add", ir.op("sub", h, "1"), j), str(4 * lanes)))
       return same, ir.element(same, str(2 * lanes))
@@ -415,7 +423,7 @@ def _odd_stage_count(ir: _Builder, n: str, done: int) -> str:
 @functools.cache
 def source(kind: str, dtype: np.dtype) -> tuple[str, str]:
   """(name, LLVM IR) of the kernel of transforms of `kind` (or "fft_columns", `_columns_ir`) over `dtype`."""
-  name = f"tj_{kind}_{'f32' if dtype == np.float32 else 'f64'}"
+  name = f"tj_{kind}_{_TYPES[dtype][1]}"
   return name, _columns_ir(name, dtype) if kind == "fft_columns" else _kernel_ir(name, dtype, kind)
 
 
@@ -432,7 +440,7 @@ def _launches(kind: str, axis: int, x) -> int:
   """The kernel's launch count: rows, or (down an axis) blocks of VL columns and the columns left over, per outer
   array."""
   if axis != -1:
-    inner, lanes = math.prod(x.shape[axis + 1:]), _lanes(_part(x.dtype))
+    inner, lanes = math.prod(x.shape[axis + 1:]), _lanes(real_dtype(x.dtype))
     return math.prod(x.shape[:axis]) * (inner // lanes + inner % lanes)
   return math.prod(x.shape[:-2] if kind == "fft" and np.dtype(x.dtype).kind != "c" else x.shape[:-1])
 
@@ -443,14 +451,14 @@ def _run(kind: str, axis: int, x: np.ndarray, twiddles: np.ndarray, plan: np.nda
   _, shape, dtype = shapes(kind, x, axis)
   out = np.empty(shape, dtype)
   if x.size and out.size:
-    program(_variant(kind, axis), _part(x.dtype))([a.ctypes.data for a in (x, twiddles, plan, out)],
+    program(_variant(kind, axis), real_dtype(x.dtype))([a.ctypes.data for a in (x, twiddles, plan, out)],
                                                   _launches(kind, axis, x))
   return [out]
 
 
 def _fft_impl(x: Array, twiddles: Array, plan: Array, *, kind: str, sign: int, scale: float, axis: int) -> Array:
   _, shape, dtype = shapes(kind, x, axis)
-  part, launches = _part(x.dtype), _launches(kind, axis, x)
+  part, launches = real_dtype(x.dtype), _launches(kind, axis, x)
   callback = HostCallback(lambda *arrays: _run(kind, axis, *arrays), ((shape, dtype),), kind, checked=False,
                           native=NativeKernel(lambda: source(_variant(kind, axis), part), launches, 1))
   return host_call(callback, x, twiddles, plan)[0]
@@ -484,7 +492,7 @@ def _transpose(ct, node, known):
   if kind == "fft":
     return transform(ct, "fft", sign if np.dtype(x.dtype).kind == "c" else -sign, scale, axis), None, None
   n = shapes(kind, x)[0]
-  inner = np.full(n + 1, 0.5 if kind == "rfft" else 2.0, _part(x.dtype))
+  inner = np.full(n + 1, 0.5 if kind == "rfft" else 2.0, real_dtype(x.dtype))
   inner[0] = inner[n] = 1
   if kind == "rfft": return transform(jnp.conj(ct) * jnp.asarray(inner), "irfft", 1, scale), None, None
   return jnp.conj(transform(ct, "rfft", -1, scale) * jnp.asarray(inner)), None, None
@@ -506,7 +514,7 @@ def transform(x: Array, kind: str, sign: int, scale: float = 1.0, axis: int = -1
   - "irfft" (sign 1): the n + 1 non-negative frequencies of a Hermitian spectrum (the imaginary parts of the first
     and the last ignored) to its real signal (..., 2n), times 2n."""
   from tinyjax import numpy as jnp
-  n, part = shapes(kind, x, axis)[0], _part(x.dtype)
+  n, part = shapes(kind, x, axis)[0], real_dtype(x.dtype)
   if axis == -1: twiddles, plan = tables(kind, n, sign, part, float(scale))
   else: twiddles, plan = column_tables(n, math.prod(x.shape[axis + 1:]), sign, part, float(scale))
   return fft_p.bind(x, jnp.asarray(twiddles), jnp.asarray(plan), kind=kind, sign=sign, scale=float(scale), axis=axis)

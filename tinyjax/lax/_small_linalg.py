@@ -40,6 +40,7 @@ import numpy as np
 LANES = 4  # matrices factored at once, in lockstep: their sums are independent chains that overlap
 WIDE_RHS = 8  # right-hand sides from which a triangular solve runs along the rows of x (vectors), not by columns
 _TYPES = {np.dtype(np.float32): ("float", "f32"), np.dtype(np.float64): ("double", "f64")}
+_SUFFIXES = dict(_TYPES.values())  # an LLVM float type -> its intrinsics' suffix
 
 
 # every loop as written: LLVM's vectoriser and unroller find nothing to gain in these short scalar loops (the sums
@@ -148,7 +149,7 @@ class _Builder:
 def _dots(ir: _Builder, starts: list[str], count: str, left, right) -> list[str]:
   """start - sum_(p < count) left(lane, p) right(lane, p) for each lane's start, the products subtracted in order (a
   fused multiply-add each), the lanes' sums in one loop (independent chains, so their latencies overlap)."""
-  ctype, suffix = ir.ctype, "f32" if ir.ctype == "float" else "f64"
+  ctype, suffix = ir.ctype, _SUFFIXES[ir.ctype]
   totals = [ir.var(ctype) for _ in starts]
   for start, total in zip(starts, totals): ir.store(ctype, start, total)
 

@@ -82,7 +82,7 @@ def _bluestein_constants(n: int, sign: int, dtype: np.dtype) -> tuple[int, np.nd
 
 def _largest_divisor(n: int) -> int:
   """The first factor n1 of n: its odd part where that is at most DIRECT_MAX and the rest a power of two the compiled
-  kernel takes (768 = 3 x 256: one short contraction, then the kernel; rows of 768 3.2 -> 0.9 ms), else its largest
+  kernel takes (768 = 3 x 256: one short contraction, then the kernel; rows of 768 3.2 -> 1.7 ms), else its largest
   divisor up to DIRECT_MAX, or, where the rest would be one direct transform shorter than n1 (64 = 16 x 4), the
   divisor nearest sqrt(n) (8 x 8: a length-4 stage, with its 4-long products, ran at a fifth of the speed of the
   others)."""
