@@ -42,7 +42,7 @@ import numpy as np
 from tinyjax import dtypes
 from tinyjax.dtypes import real_dtype
 from tinyjax.array import Array
-from tinyjax.lax._small_linalg import _SUFFIXES, _TYPES, VECTOR_BYTES, _Builder, _name
+from tinyjax.lax._small_linalg import _SUFFIXES, _TYPES, VECTOR_BYTES, _Builder, _float, _name
 from tinyjax.trace import ad, batching
 from tinyjax.trace.callback import HostCallback, NativeKernel, host_call
 from tinyjax.trace.core import Primitive
@@ -50,10 +50,26 @@ from tinyjax.trace.core import Primitive
 SMALLEST = 16  # shorter power-of-two transforms stay one contraction with the DFT matrix (numpy/fft.py)
 
 
-def supported(n: int, dtype, rows: bool = True) -> bool:
-  """Whether complex transforms of length n over `dtype` (the float dtype of their values) take a compiled kernel:
-  along rows, or (not `rows`) down an axis before the last (`_columns_ir`)."""
-  return np.dtype(dtype) in _TYPES and SMALLEST <= n <= (2 ** 30 if rows else LONGEST_COLUMN) and n & (n - 1) == 0
+def supported(n: int, dtype, rows: bool = True, kind: str = "fft") -> bool:
+  """Whether transforms of `kind` over `dtype` (the float dtype of their values) take a compiled kernel: "fft" of
+  length n along rows, or (not `rows`) down an axis before the last; "rfft" / "irfft" of real signals of length n
+  (irfft: n even). A power of two from SMALLEST on (rfft / irfft: 2 SMALLEST; down an axis: up to LONGEST_COLUMN,
+  `_columns_ir`), or any other length from SMALLEST on whose prime factors are at most LARGEST_RADIX (`_mixed_ir`)."""
+  if np.dtype(dtype) not in _TYPES or n < SMALLEST or kind == "irfft" and n % 2: return False
+  if kind != "fft" and n % 2 == 0 and n // 2 >= SMALLEST and n // 2 & (n // 2 - 1) == 0: return True
+  if n & (n - 1) or kind != "fft": return radices(n) is not None
+  return n <= (2 ** 30 if rows else LONGEST_COLUMN)
+
+
+def _mixed_length(kind: str, x, axis: int = -1) -> int | None:
+  """The length of the transforms of `kind` of x (as `transform` takes it) that the mixed-radix kernel does, or None
+  where a power-of-two kernel does them: fft's n where it is not a power of two; rfft's and irfft's real length where
+  it is not twice one."""
+  if kind == "fft":
+    n = shapes(kind, x, axis)[0]
+    return n if n & (n - 1) else None
+  n = x.shape[-1] if kind == "rfft" else 2 * (x.shape[-1] - 1)
+  return n if n % 2 or n // 2 & (n // 2 - 1) else None
 
 
 def _lanes(dtype: np.dtype) -> int:
@@ -420,11 +436,284 @@ def _odd_stage_count(ir: _Builder, n: str, done: int) -> str:
   return ir.op("and", ir.op("sub", bits, str(done)), "1")
 
 
+# ---- any other length: mixed radix (Stockham), VL transforms at once
+
+LARGEST_RADIX = 31  # (a length with a prime factor above this one is factored or Bluestein's, numpy/fft.py)
+_SPECIAL = (4, 2, 3, 5)  # radices with butterflies written out; other (odd prime) radices take the direct sum
+
+
+def radices(n: int) -> tuple[int, ...] | None:
+  """The stages of the mixed-radix kernel for length n (4s first, then 2, 3, 5, then the other primes in order), or
+  None where n has a prime factor above LARGEST_RADIX."""
+  stages = []
+  for r in (*_SPECIAL, *range(7, LARGEST_RADIX + 1, 2)):
+    while n % r == 0:
+      stages.append(r)
+      n //= r
+  return tuple(stages) if n == 1 else None
+
+
+_HEADER = 8  # the mixed tables' constants before the stages: see `mixed_tables`
+
+
+@functools.lru_cache(maxsize=64)
+def mixed_tables(n: int, inner: int, sign: int, dtype: np.dtype, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+  """(twiddles, plan) of the mixed-radix transform of length n along an axis followed by `inner` values (1: rows).
+  The plan is int32 [n, inner, stages, their radices]. The twiddles: the constants [scale, sign, and the butterflies'
+  sign sqrt(3) / 2, cos(2 pi / 5), cos(4 pi / 5), sign sin(2 pi / 5), sign sin(4 pi / 5), 0], then for each stage
+  (radix r, of a transform of length l = r m) the r roots exp(sign 2 pi i k / r) and the m r twiddles
+  exp(sign 2 pi i p u / l) for p < m, u < r, as (real, imaginary) pairs; all computed in float64, rounded once."""
+  stages = radices(n)
+  header = [scale, sign, sign * math.sqrt(3) / 2, math.cos(2 * math.pi / 5), math.cos(4 * math.pi / 5),
+            sign * math.sin(2 * math.pi / 5), sign * math.sin(4 * math.pi / 5), 0.0]
+  blocks, length = [np.array(header)], n
+  for r in stages:
+    m = length // r
+    roots = np.exp(sign * 2j * np.pi * np.arange(r) / r)
+    twiddles = np.exp(sign * 2j * np.pi * np.outer(np.arange(m), np.arange(r)) / length).reshape(-1)
+    blocks += [np.stack([roots.real, roots.imag], -1).reshape(-1), np.stack([twiddles.real, twiddles.imag],
+                                                                            -1).reshape(-1)]
+    length = m
+  plan = np.array([n, inner, len(stages), *stages], np.int32)
+  return np.concatenate(blocks).astype(dtype), plan
+
+
+def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
+  """args: x, twiddles, plan (`mixed_tables`), out: complex (outer, n, inner); the launch's indices are the lines
+  (transforms) in order (line l: outer l // inner, column l % inner), launched with grain VL (a vector's floats).
+  Each VL lines are gathered into a scratch as vectors of their real and their imaginary parts, one per position (the
+  lanes are the lines: every butterfly is the same for all of them, no shuffles), times the scale; then the stages
+  of the self-sorting (Stockham) factorisation ping-pong between the scratch's two halves: a stage of radix r of a
+  transform of length l = r m with s = n / l finished, for p < m and q < s, takes a_t = X[q + s (p + t m)] (t < r),
+  and writes Y[q + s (r p + u)] = w^(p u) sum_t a_t exp(sign 2 pi i t u / r) (u < r; w = exp(sign 2 pi i / l)). The
+  result is read back in order and scattered to the lines."""
+  ctype, lanes = _TYPES[dtype][0], VECTOR_BYTES // dtype.itemsize
+  vector, pair = f"<{lanes} x {ctype}>", f"<2 x {ctype}>"
+  fma = _fmuladd(vector)
+  ir = _Builder(name, ctype, 4)
+  x0, twiddles, plan, out0 = ir.params
+
+  def plan_at(index: str) -> str:
+    return ir.value(f"sext i32 {ir.load('i32', ir.gep('i32', plan, index))} to i64")
+  n, inner, count = plan_at("0"), plan_at("1"), plan_at("2")
+  half = ir.op("add", ir.op("sdiv", n, "2"), "1")  # (rfft's frequencies, irfft's input)
+
+  def splat(value: str) -> str:
+    one = ir.value(f"insertelement {vector} poison, {ctype} {value}, i64 0")
+    return ir.value(f"shufflevector {vector} {one}, {vector} poison, <{lanes} x i32> zeroinitializer")
+
+  def constant(index: int) -> str: return splat(ir.load(ctype, ir.element(twiddles, str(index))))
+  scale, sign, sqrt3, cos1, cos2, sin1, sin2 = (constant(i) for i in range(7))
+  minus_sign = ir.value(f"fneg {vector} {sign}")
+  minus_half = splat(_float(-0.5))
+
+  def add(a: str, b: str) -> str: return ir.value(f"fadd {vector} {a}, {b}")
+  def sub(a: str, b: str) -> str: return ir.value(f"fsub {vector} {a}, {b}")
+  def mul(a: str, b: str) -> str: return ir.value(f"fmul {vector} {a}, {b}")
+  def madd(a: str, b: str, c: str) -> str: return ir.value(f"call {vector} {fma}({vector} {a}, {vector} {b}, {vector} {c})")
+
+  def cadd(a, b): return add(a[0], b[0]), add(a[1], b[1])
+  def csub(a, b): return sub(a[0], b[0]), sub(a[1], b[1])
+  def plus_i(a, f): return sub(a[0], f[1]), add(a[1], f[0])  # a + i f
+  def minus_i(a, f): return add(a[0], f[1]), sub(a[1], f[0])  # a - i f
+
+  def cmul(a, w):  # a w, w = (c, d) vectors
+    return madd(a[0], w[0], ir.value(f"fneg {vector} {mul(a[1], w[1])}")), madd(a[0], w[1], mul(a[1], w[0]))
+
+  # the scratch: two buffers of n positions of VL lines' (real parts, imaginary parts), from the heap (a long
+  # transform's would not fit a thread's stack)
+  size = ir.op("mul", n, str(4 * lanes * dtype.itemsize))
+  scratch = ir.value(f"call ptr @malloc(i64 {size})")
+  second = ir.element(scratch, ir.op("mul", n, str(2 * lanes)))
+
+  def at(buffer: str, i: str) -> tuple[str, str]:  # (real, imaginary) vectors' addresses of position i
+    real = ir.element(buffer, ir.op("mul", i, str(2 * lanes)))
+    return real, ir.gep(vector, real, "1")
+
+  def load(buffer: str, i: str) -> tuple[str, str]: return tuple(ir.load(vector, a) for a in at(buffer, i))
+
+  def store(buffer: str, i: str, value) -> None:
+    for v, a in zip(value, at(buffer, i)): ir.store(vector, v, a)
+
+  bases = ir.var(f"[{lanes} x i64]")
+
+  def block(b: str) -> None:
+    valid = ir.op("sub", "%end", b)  # (lines left: the lanes from `valid` on repeat the last line and are not stored)
+    for q in range(lanes):
+      line = ir.value(f"select i1 {ir.op('icmp slt', str(q), valid)}, i64 {ir.op('add', b, str(q))}, i64 "
+                      f"{ir.op('sub', '%end', '1')}")
+      if kind == "fft":  # (its first value's place)
+        outer, column = ir.op("sdiv", line, inner), ir.op("srem", line, inner)
+        line = ir.op("add", ir.op("mul", outer, ir.op("mul", n, inner)), column)
+      ir.store("i64", line, ir.gep("i64", bases, str(q)))
+    base = [ir.load("i64", ir.gep("i64", bases, str(q))) for q in range(lanes)]
+    if kind == "fft":  # (pairs, at the same places in x and out)
+      def position(q: int, i: str) -> str: return ir.op("mul", ir.op("add", base[q], ir.op("mul", i, inner)), "2")
+      source_at = target_at = position
+    else:  # (rows: rfft's real signals of n to their `half` pairs, irfft's pairs back to the n real values)
+      def real_at(q: int, i: str) -> str: return ir.op("add", ir.op("mul", base[q], n), i)  # (base: the line)
+      def pairs_at(q: int, i: str) -> str: return ir.op("mul", ir.op("add", ir.op("mul", base[q], half), i), "2")
+      source_at, target_at = (real_at, pairs_at) if kind == "rfft" else (pairs_at, real_at)
+
+    def vector_of(values: list[str]) -> str:
+      value = "poison"
+      for q, v in enumerate(values): value = ir.value(f"insertelement {vector} {value}, {ctype} {v}, i64 {q}")
+      return value
+
+    def gather(i: str) -> None:
+      if kind == "rfft":
+        parts = [vector_of([ir.load(ctype, ir.element(x0, source_at(q, i))) for q in range(lanes)]),
+                 "zeroinitializer"]
+      else:
+        # irfft: position i > n / 2 is conj(x[n - i]); x[0]'s and x[n / 2]'s imaginary parts count as zero
+        j = i if kind == "fft" else ir.value(f"select i1 {ir.op('icmp sgt', ir.op('mul', i, '2'), n)}, i64 "
+                                             f"{ir.op('sub', n, i)}, i64 {i}")
+        pieces = [ir.load(pair, ir.element(x0, source_at(q, j))) for q in range(lanes)]
+        parts = [vector_of([ir.value(f"extractelement {pair} {v}, i64 {c}") for v in pieces]) for c in (0, 1)]
+        if kind == "irfft":
+          twice = ir.op("mul", i, "2")
+          edge = ir.op("or", ir.op("icmp eq", i, "0", "i64"), ir.op("icmp eq", twice, n), "i1")
+          sign_ = ir.value(f"select i1 {ir.op('icmp sgt', twice, n)}, {ctype} -1.0, {ctype} 1.0")
+          factor = ir.value(f"select i1 {edge}, {ctype} 0.0, {ctype} {sign_}")
+          parts[1] = mul(parts[1], splat(factor))
+      store(scratch, i, (mul(parts[0], scale), mul(parts[1], scale)))
+    ir.loop("0", n, gather)
+
+    source, target, stride, length, offset = (ir.var("ptr"), ir.var("ptr"), ir.var(), ir.var(), ir.var())
+    for var, value in ((source, scratch), (target, second)): ir.store("ptr", value, var)
+    for var, value in ((stride, "1"), (length, n), (offset, str(_HEADER))): ir.store("i64", value, var)
+
+    def stage(k: str) -> None:
+      r = plan_at(ir.op("add", k, "3"))
+      x, y, s, l = ir.load("ptr", source), ir.load("ptr", target), ir.load("i64", stride), ir.load("i64", length)
+      m = ir.op("sdiv", l, r)
+      roots = ir.element(twiddles, ir.load("i64", offset))
+      factors = ir.element(roots, ir.op("mul", r, "2"))
+
+      def butterflies(radix: int | None, butterfly) -> None:
+        """For p < m: its twiddles; for q < s: butterfly(a_t loader, store of b_u)."""
+        def twiddle(p: str) -> None:
+          def w(u: str) -> tuple[str, str]:
+            real = ir.element(factors, ir.op("mul", ir.op("add", ir.op("mul", p, r), u), "2"))
+            return splat(ir.load(ctype, real)), splat(ir.load(ctype, ir.element(real, "1")))
+          ws = [w(str(u)) for u in range(1, radix)] if radix else None
+
+          def each(q: str) -> None:
+            def a(t: str) -> tuple[str, str]: return load(x, ir.op("add", q, ir.op("mul", s, ir.op("add", p,
+                                                                                                   ir.op("mul", t, m)))))
+
+            def put(u: str, value, twiddled: bool = True) -> None:
+              if twiddled: value = cmul(value, ws[int(u) - 1] if radix else w(u))
+              store(y, ir.op("add", q, ir.op("mul", s, ir.op("add", ir.op("mul", r, p), u))), value)
+            butterfly(a, put)
+          ir.loop("0", s, each)
+        ir.loop("0", m, twiddle)
+
+      def radix2(a, put) -> None:
+        a0, a1 = a("0"), a("1")
+        put("0", cadd(a0, a1), False)
+        put("1", csub(a0, a1))
+
+      def radix4(a, put) -> None:
+        a0, a1, a2, a3 = (a(str(t)) for t in range(4))
+        t0, t1, t2, t3 = cadd(a0, a2), csub(a0, a2), cadd(a1, a3), csub(a1, a3)
+        put("0", cadd(t0, t2), False)
+        put("2", csub(t0, t2))
+        # (w4 = sign i: w4 t3 = (-sign t3.imag, sign t3.real))
+        put("1", (madd(minus_sign, t3[1], t1[0]), madd(sign, t3[0], t1[1])))
+        put("3", (madd(sign, t3[1], t1[0]), madd(minus_sign, t3[0], t1[1])))
+
+      def radix3(a, put) -> None:
+        a0, a1, a2 = a("0"), a("1"), a("2")
+        t1 = cadd(a1, a2)
+        t2 = (madd(t1[0], minus_half, a0[0]), madd(t1[1], minus_half, a0[1]))
+        d = csub(a1, a2)
+        t3 = (mul(d[0], sqrt3), mul(d[1], sqrt3))
+        put("0", cadd(a0, t1), False)
+        put("1", plus_i(t2, t3))
+        put("2", minus_i(t2, t3))
+
+      def radix5(a, put) -> None:
+        a0, a1, a2, a3, a4 = (a(str(t)) for t in range(5))
+        t1, t2, t3, t4 = cadd(a1, a4), cadd(a2, a3), csub(a1, a4), csub(a2, a3)
+        put("0", cadd(a0, cadd(t1, t2)), False)
+        e1 = tuple(madd(t1[c], cos1, madd(t2[c], cos2, a0[c])) for c in (0, 1))
+        e2 = tuple(madd(t1[c], cos2, madd(t2[c], cos1, a0[c])) for c in (0, 1))
+        f1 = tuple(madd(t3[c], sin1, mul(t4[c], sin2)) for c in (0, 1))
+        f2 = tuple(madd(t3[c], sin2, ir.value(f"fneg {vector} {mul(t4[c], sin1)}")) for c in (0, 1))
+        put("1", plus_i(e1, f1))
+        put("4", minus_i(e1, f1))
+        put("2", plus_i(e2, f2))
+        put("3", minus_i(e2, f2))
+
+      def direct(a, put) -> None:  # b_u = sum_t a_t root^(t u mod r), the sums in order
+        real, imaginary = ir.var(vector), ir.var(vector)
+
+        def output(u: str) -> None:
+          ir.store(vector, "zeroinitializer", real)
+          ir.store(vector, "zeroinitializer", imaginary)
+
+          def term(t: str) -> None:
+            root = ir.element(roots, ir.op("mul", ir.op("srem", ir.op("mul", t, u), r), "2"))
+            product = cmul(a(t), (splat(ir.load(ctype, root)), splat(ir.load(ctype, ir.element(root, "1")))))
+            ir.store(vector, add(ir.load(vector, real), product[0]), real)
+            ir.store(vector, add(ir.load(vector, imaginary), product[1]), imaginary)
+          ir.loop("0", r, term)
+          put(u, (ir.load(vector, real), ir.load(vector, imaginary)))
+        ir.loop("0", r, output)
+
+      cases = [(4, radix4), (2, radix2), (3, radix3), (5, radix5)]
+
+      def dispatch(index: int) -> None:
+        if index == len(cases): return butterflies(None, direct)
+        radix, butterfly = cases[index]
+        ir.when(ir.op("icmp eq", r, str(radix)), lambda: butterflies(radix, butterfly), lambda: dispatch(index + 1))
+      dispatch(0)
+      ir.store("ptr", y, source)
+      ir.store("ptr", x, target)
+      ir.store("i64", ir.op("mul", s, r), stride)
+      ir.store("i64", m, length)
+      ir.store("i64", ir.op("add", ir.load("i64", offset), ir.op("mul", ir.op("add", r, ir.op("mul", m, r)), "2")),
+               offset)
+    ir.loop("0", count, stage)
+    result = ir.load("ptr", source)
+
+    def scatter(i: str, lanes_stored: int | None) -> None:
+      real, imaginary = load(result, i)
+      if kind == "irfft": values = [(ctype, ir.value(f"extractelement {vector} {real}, i64 {q}")) for q in range(lanes)]
+      else:
+        both = ir.value(f"shufflevector {vector} {real}, {vector} {imaginary}, "
+                        f"{_mask(c * lanes + q for q in range(lanes) for c in (0, 1))}")
+        values = [(pair, ir.value(f"shufflevector <{2 * lanes} x {ctype}> {both}, <{2 * lanes} x {ctype}> poison, "
+                                  f"{_mask((2 * q, 2 * q + 1))}")) for q in range(lanes)]
+      for q, (type_, value) in enumerate(values):
+        def put(q: int = q, type_: str = type_, value: str = value) -> None:
+          ir.store(type_, value, ir.element(out0, target_at(q, i)))
+        if lanes_stored is None: ir.when(ir.op("icmp slt", str(q), valid), put)
+        else: put()
+    stored = half if kind == "rfft" else n
+    ir.when(ir.op("icmp sge", valid, str(lanes)), lambda: ir.loop("0", stored, lambda i: scatter(i, lanes)),
+            lambda: ir.loop("0", stored, lambda i: scatter(i, None)))
+
+  ir.loop("%start", "%end", block, step=lanes)
+  ir.emit(f"call void @free(ptr {scratch})")
+  return ir.text([f"declare {vector} {fma}({vector}, {vector}, {vector})", "declare ptr @malloc(i64)",
+                  "declare void @free(ptr)"])
+
+
+def _mask(positions) -> str:
+  """A shuffle's mask of `positions`."""
+  positions = list(positions)
+  return f"<{len(positions)} x i32> <" + ", ".join(f"i32 {p}" for p in positions) + ">"
+
+
 @functools.cache
 def source(kind: str, dtype: np.dtype) -> tuple[str, str]:
-  """(name, LLVM IR) of the kernel of transforms of `kind` (or "fft_columns", `_columns_ir`) over `dtype`."""
+  """(name, LLVM IR) of the kernel of transforms of `kind` (or "fft_columns", `_columns_ir`, or "<kind>_mixed",
+  `_mixed_ir`) over `dtype`."""
   name = f"tj_{kind}_{_TYPES[dtype][1]}"
-  return name, _columns_ir(name, dtype) if kind == "fft_columns" else _kernel_ir(name, dtype, kind)
+  if kind == "fft_columns": return name, _columns_ir(name, dtype)
+  return name, _mixed_ir(name, dtype, kind[:-6]) if kind.endswith("_mixed") else _kernel_ir(name, dtype, kind)
 
 
 def program(kind: str, dtype: np.dtype):
@@ -433,16 +722,22 @@ def program(kind: str, dtype: np.dtype):
   return cpu.compile_cpu(*source(kind, np.dtype(dtype)))
 
 
-def _variant(kind: str, axis: int) -> str: return kind if axis == -1 else "fft_columns"
+def _variant(kind: str, axis: int, x) -> str:
+  if _mixed_length(kind, x, axis) is not None: return f"{kind}_mixed"
+  return kind if axis == -1 else "fft_columns"
 
 
-def _launches(kind: str, axis: int, x) -> int:
-  """The kernel's launch count: rows, or (down an axis) blocks of VL columns and the columns left over, per outer
-  array."""
+def _launches(kind: str, axis: int, x) -> tuple[int, int]:
+  """The kernel's (launch count, grain): rows; or (down an axis) blocks of VL columns and the columns left over, per
+  outer array; or (the mixed-radix kernel) the lines (transforms), VL at a time."""
+  part = real_dtype(x.dtype)
+  pairs = kind == "fft" and np.dtype(x.dtype).kind != "c"
+  if _mixed_length(kind, x, axis) is not None:
+    return math.prod(x.shape) // x.shape[-2 if pairs else axis] // (2 if pairs else 1), VECTOR_BYTES // part.itemsize
   if axis != -1:
-    inner, lanes = math.prod(x.shape[axis + 1:]), _lanes(real_dtype(x.dtype))
-    return math.prod(x.shape[:axis]) * (inner // lanes + inner % lanes)
-  return math.prod(x.shape[:-2] if kind == "fft" and np.dtype(x.dtype).kind != "c" else x.shape[:-1])
+    inner, lanes = math.prod(x.shape[axis + 1:]), _lanes(part)
+    return math.prod(x.shape[:axis]) * (inner // lanes + inner % lanes), 1
+  return math.prod(x.shape[:-2] if pairs else x.shape[:-1]), 1
 
 
 def _run(kind: str, axis: int, x: np.ndarray, twiddles: np.ndarray, plan: np.ndarray) -> list[np.ndarray]:
@@ -451,16 +746,17 @@ def _run(kind: str, axis: int, x: np.ndarray, twiddles: np.ndarray, plan: np.nda
   _, shape, dtype = shapes(kind, x, axis)
   out = np.empty(shape, dtype)
   if x.size and out.size:
-    program(_variant(kind, axis), real_dtype(x.dtype))([a.ctypes.data for a in (x, twiddles, plan, out)],
-                                                  _launches(kind, axis, x))
+    count, grain = _launches(kind, axis, x)
+    program(_variant(kind, axis, x), real_dtype(x.dtype))([a.ctypes.data for a in (x, twiddles, plan, out)], count,
+                                                          grain=grain)
   return [out]
 
 
 def _fft_impl(x: Array, twiddles: Array, plan: Array, *, kind: str, sign: int, scale: float, axis: int) -> Array:
   _, shape, dtype = shapes(kind, x, axis)
-  part, launches = real_dtype(x.dtype), _launches(kind, axis, x)
+  part, (count, grain), variant = real_dtype(x.dtype), _launches(kind, axis, x), _variant(kind, axis, x)
   callback = HostCallback(lambda *arrays: _run(kind, axis, *arrays), ((shape, dtype),), kind, checked=False,
-                          native=NativeKernel(lambda: source(_variant(kind, axis), part), launches, 1))
+                          native=NativeKernel(lambda: source(variant, part), count, grain))
   return host_call(callback, x, twiddles, plan)[0]
 
 
@@ -491,6 +787,9 @@ def _transpose(ct, node, known):
   x = node.src[0]
   if kind == "fft":
     return transform(ct, "fft", sign if np.dtype(x.dtype).kind == "c" else -sign, scale, axis), None, None
+  if kind == "rfft" and (length := _mixed_length(kind, x)) is not None:  # (the real part of W^T ct, W symmetric)
+    padded = jnp.pad(ct, [(0, 0)] * (ct.ndim - 1) + [(0, length - ct.shape[-1])])
+    return jnp.real(transform(padded, "fft", -1, scale)), None, None
   n = shapes(kind, x)[0]
   inner = np.full(n + 1, 0.5 if kind == "rfft" else 2.0, real_dtype(x.dtype))
   inner[0] = inner[n] = 1
@@ -515,6 +814,9 @@ def transform(x: Array, kind: str, sign: int, scale: float = 1.0, axis: int = -1
     and the last ignored) to its real signal (..., 2n), times 2n."""
   from tinyjax import numpy as jnp
   n, part = shapes(kind, x, axis)[0], real_dtype(x.dtype)
-  if axis == -1: twiddles, plan = tables(kind, n, sign, part, float(scale))
+  if (length := _mixed_length(kind, x, axis)) is not None:
+    inner = math.prod(x.shape[x.ndim + axis + 1:]) if np.dtype(x.dtype).kind == "c" and kind == "fft" else 1
+    twiddles, plan = mixed_tables(length, inner, sign, part, float(scale))
+  elif axis == -1: twiddles, plan = tables(kind, n, sign, part, float(scale))
   else: twiddles, plan = column_tables(n, math.prod(x.shape[axis + 1:]), sign, part, float(scale))
   return fft_p.bind(x, jnp.asarray(twiddles), jnp.asarray(plan), kind=kind, sign=sign, scale=float(scale), axis=axis)

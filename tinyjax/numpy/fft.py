@@ -272,8 +272,8 @@ def rfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) 
   if dtypes.is_complex(x.dtype):
     raise TypeError(f"rfft requires a real-valued first argument, got {x.dtype.name}")
   axis = canonicalize_axis(axis, max(x.ndim, 1))
-  if x.ndim and (length := x.shape[axis] if n is None else operator.index(n)) % 2 == 0 and \
-     _fft.supported(length // 2, real_dtype(_complex_dtype(x))):
+  if x.ndim and _fft.supported(length := x.shape[axis] if n is None else operator.index(n),
+                               real_dtype(_complex_dtype(x)), kind="rfft"):
     _check_norm(norm)
     x = jnp.moveaxis(_resized(x.astype(real_dtype(_complex_dtype(x))), length, axis), axis, -1)
     # (by a complex transform of half the length, the norm's scale in its weights: see lax/_fft.py)
@@ -294,7 +294,7 @@ def irfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None)
   if n < 1: raise ValueError(f"Invalid number of FFT data points ({n}) specified.")
   x = _resized(x.astype(_complex_dtype(x)), n // 2 + 1, axis)
   x = jnp.moveaxis(x, axis, -1)
-  if n % 2 == 0 and _fft.supported(n // 2, real_dtype(x.dtype)):
+  if _fft.supported(n, real_dtype(x.dtype), kind="irfft"):
     return jnp.moveaxis(_fft.transform(x, "irfft", 1, _scale(n, norm, True)), -1, axis)
   # the Hermitian spectrum: X[k] = x[k] for k <= n / 2, conj(x[n - k]) above; x[0] (and x[n / 2]) taken as real
   head = x.at[..., 0].set(jnp.real(x[..., 0]).astype(x.dtype))
