@@ -180,16 +180,17 @@ def test_eager_transforms_run_as_jitted_programs():
 
 
 def test_stage_contractions_get_register_tiles(on_cpu):  # (the CPU's register tiles)
-  """Every stage of rfft, fft and irfft of 64x1000 (a length the compiled power-of-two kernel doesn't take) is a
-  contraction the register tile takes (no gated loads from stacked parts, no store fused with a transpose): each
-  kernel with a sum lists its tile's opts."""
+  """Every contraction stage of rfft, fft and irfft of 64x1184 (32 x 37: a prime factor above the mixed-radix
+  kernel's largest radix, so its length is factored into contractions, then Bluestein's) is one the register tile
+  takes (no gated loads from stacked parts, no store fused with a transpose): each kernel with a sum lists its tile's
+  opts."""
   import re
-  x = jnp.asarray(np.random.default_rng(0).standard_normal((64, 1000)).astype(np.float32))
+  x = jnp.asarray(np.random.default_rng(0).standard_normal((64, 1184)).astype(np.float32))
   for transform in (jnp.fft.rfft, jnp.fft.fft, lambda v: jnp.fft.irfft(jnp.fft.rfft(v))):
     text = tj.jit(transform).lower(x).as_text()
     kernels = [(block.split()[0], re.search(r"; opts: (.*)", block).group(1)) for block in text.split("# kernel ")[1:]]
     contractions = [(name, opts) for name, opts in kernels if name.startswith("r_")]
-    assert len(contractions) >= 3
+    assert len(contractions) >= 1
     assert all("upcast" in opts for _, opts in contractions), contractions
 
 
@@ -373,3 +374,133 @@ def test_a_long_row_is_transformed_in_four_steps():
   np.testing.assert_allclose(np.asarray(parseval(z)), 2 * np.conj(z) / n, rtol=1e-4, atol=1e-9)
   two = _signal(2, n // 4)
   assert _relative_error(jnp.fft.fft(two), np.fft.fft(two.astype(np.complex128))) < 3e-6
+
+
+# ---- other lengths: the mixed-radix kernel (lax/_fft.py `_mixed_ir`)
+
+def _kernel_steps(transform, x) -> tuple[int, int]:
+  """(the transform's host steps, its contraction kernels) in the jitted program of `transform` on x."""
+  text = tj.jit(transform).lower(x).as_text()
+  return text.count(" = fft["), sum(block.split()[0].startswith("r_") for block in text.split("# kernel ")[1:])
+
+
+@pytest.mark.parametrize("n", [18, 20, 24, 45, 49, 77, 100, 360, 961, 1000, 17, 58, 3 * 7 * 11])
+def test_mixed_radix_lengths_take_the_compiled_kernel(n):
+  """fft, ifft, rfft and irfft of lengths whose prime factors are at most LARGEST_RADIX (4, 2, 3, 5 written out,
+  7..31 by their direct sums; a prime length alone), 1 to 13 rows (whole vectors of lines and the lines left over):
+  one host step each and no contraction, against numpy in float64."""
+  from tinyjax.lax import _fft
+  assert _fft.supported(n, np.float32) and _fft.radices(n) is not None
+  for rows in (1, 5, 8, 13):
+    x = _signal(rows, n)
+    wide = x.astype(np.complex128)
+    assert _relative_error(jnp.fft.fft(x), np.fft.fft(wide)) < 3e-6
+    assert _relative_error(tj.jit(jnp.fft.ifft)(x), np.fft.ifft(wide)) < 3e-6
+    assert _relative_error(jnp.fft.rfft(x.real.copy()), np.fft.rfft(wide.real)) < 3e-6
+    spectrum = np.fft.rfft(wide.real)
+    assert _relative_error(jnp.fft.irfft(spectrum.astype(np.complex64), n), np.fft.irfft(spectrum, n)) < 3e-6
+  x = _signal(5, n)
+  assert _kernel_steps(jnp.fft.fft, x) == (1, 0)
+  assert _kernel_steps(jnp.fft.rfft, x.real.copy()) == (1, 0)
+  if n % 2 == 0: assert _kernel_steps(jnp.fft.irfft, x[:, :n // 2 + 1]) == (1, 0)
+
+
+def test_mixed_radix_float64_norms_and_axes():
+  """float64 under x64 to ~1e-14; every norm; down an axis before the last (a vector of adjacent columns, any count
+  of them) and through `fft2` / `rfftn` of such lengths."""
+  with tj.config.override("jax_enable_x64", True):
+    x = _signal(6, 360, dtype=np.complex128)
+    for norm in (None, "ortho", "forward"):
+      assert _relative_error(jnp.fft.fft(x, norm=norm), np.fft.fft(x, norm=norm)) < 1e-13
+      assert _relative_error(jnp.fft.ifft(x, norm=norm), np.fft.ifft(x, norm=norm)) < 1e-13
+      assert _relative_error(jnp.fft.rfft(x.real.copy(), norm=norm), np.fft.rfft(x.real, norm=norm)) < 1e-13
+      assert _relative_error(jnp.fft.irfft(x[:, :181], norm=norm), np.fft.irfft(x[:, :181], norm=norm)) < 1e-13
+  for shape, axis in (((60, 3), 0), ((2, 100, 11), 1), ((3, 45, 16, 2), 1), ((24, 9), -2)):
+    x = _signal(*shape)
+    assert _relative_error(jnp.fft.fft(x, axis=axis), np.fft.fft(x.astype(np.complex128), axis=axis)) < 3e-6
+    assert _relative_error(tj.jit(lambda v: jnp.fft.ifft(v, axis=axis))(x),
+                           np.fft.ifft(x.astype(np.complex128), axis=axis)) < 3e-6
+  image = _signal(2, 48, 100)
+  assert _relative_error(jnp.fft.fft2(image), np.fft.fft2(image.astype(np.complex128))) < 3e-6
+  assert _relative_error(jnp.fft.rfftn(image.real.copy()), np.fft.rfftn(image.real.astype(np.float64))) < 3e-6
+  assert _relative_error(jnp.fft.irfftn(jnp.fft.rfftn(image.real.copy())), image.real) < 3e-6
+
+
+def test_mixed_radix_long_rows_in_four_steps():
+  """A row of MIXED_FOUR_STEP_MIN or more, fewer rows than the kernel's lanes: four steps (two transforms), against
+  numpy; rows of it enough to fill the lanes stay one transform."""
+  from tinyjax.numpy import fft as fft_module
+  n = 12000  # 2^5 3 5^3
+  assert n >= fft_module.MIXED_FOUR_STEP_MIN
+  x = _signal(1, n)
+  wide = x.astype(np.complex128)
+  assert _relative_error(jnp.fft.fft(x), np.fft.fft(wide)) < 3e-6
+  assert _relative_error(tj.jit(jnp.fft.ifft)(x[0]), np.fft.ifft(wide[0])) < 3e-6
+  assert _kernel_steps(jnp.fft.fft, x)[0] == 2
+  many = _signal(8, n)
+  assert _kernel_steps(jnp.fft.fft, many)[0] == 1
+  assert _relative_error(jnp.fft.fft(many), np.fft.fft(many.astype(np.complex128))) < 3e-6
+
+
+def test_mixed_radix_transformations_and_gradients():
+  """jit, vmap (along any axis) and grad through the mixed-radix kernel, composed: against numpy, finite differences,
+  the transposes (the adjoint identity <fft x, y> = <x, W^T y> with numpy's DFT matrix) and Parseval."""
+  x = _signal(4, 60)
+  wide = x.astype(np.complex128)
+  for transform in (jnp.fft.fft, tj.jit(jnp.fft.fft)):
+    np.testing.assert_allclose(np.asarray(tj.vmap(transform, in_axes=1, out_axes=1)(x.T.copy())),
+                               np.fft.fft(wide).T, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(tj.vmap(tj.jit(jnp.fft.rfft))(x.real.copy())), np.fft.rfft(wide.real),
+                             rtol=1e-5, atol=1e-5)
+  parseval = tj.grad(lambda u: jnp.sum(jnp.abs(jnp.fft.fft(u)) ** 2))
+  np.testing.assert_allclose(np.asarray(parseval(x[0])), 2 * 60 * np.conj(x[0]), rtol=1e-5, atol=1e-4)
+  np.testing.assert_allclose(np.asarray(tj.jit(tj.vmap(parseval))(x)), 2 * 60 * np.conj(x), rtol=1e-5, atol=1e-4)
+  with tj.config.override("jax_enable_x64", True):
+    for n in (45, 60):  # (odd: rfft alone; even: irfft too)
+      k = np.arange(n)
+      dft = np.exp(-2j * np.pi * np.outer(k, k) / n)
+      real, weights = _signal(n, dtype=np.float64), _signal(n // 2 + 1, dtype=np.complex128)
+
+      def projected(v, weights=weights):
+        spectrum = jnp.fft.rfft(v)
+        return jnp.sum(jnp.real(spectrum) * weights.real + jnp.imag(spectrum) * weights.imag)
+      exact = dft[:n // 2 + 1].real.T @ weights.real + dft[:n // 2 + 1].imag.T @ weights.imag
+      np.testing.assert_allclose(np.asarray(tj.grad(projected)(real)), exact, rtol=1e-10, atol=1e-10)
+      np.testing.assert_allclose(np.asarray(tj.jit(tj.grad(projected))(real)),
+                                 numeric_grad(lambda v: projected(jnp.asarray(v)), real, 1e-6), rtol=1e-6, atol=1e-7)
+      signal = _signal(n, dtype=np.complex128)
+      _, pullback = tj.vjp(jnp.fft.fft, signal)
+      np.testing.assert_allclose(np.asarray(pullback(weights.sum() * signal)[0]), dft.T @ (weights.sum() * signal),
+                                 rtol=1e-10, atol=1e-9)
+      if n % 2: continue
+
+      def inverse(v):
+        return jnp.sum(jnp.sin(jnp.fft.irfft(v * (1 + 0.5j), n=n)) * jnp.arange(float(n)))
+      spectrum = np.fft.rfft(real)
+      along_real = numeric_grad(lambda v: inverse(jnp.asarray(v) + 1j * spectrum.imag), spectrum.real, 1e-6)
+      along_imag = numeric_grad(lambda v: inverse(spectrum.real + 1j * jnp.asarray(v)), spectrum.imag, 1e-6)
+      np.testing.assert_allclose(np.asarray(tj.grad(inverse)(spectrum)), along_real - 1j * along_imag, rtol=1e-6,
+                                 atol=1e-8)
+      stacked = jnp.stack([jnp.asarray(real), 2 * jnp.asarray(real)])
+      np.testing.assert_allclose(np.asarray(tj.jit(tj.vmap(tj.grad(projected)))(stacked))[1], exact, rtol=1e-10,
+                                 atol=1e-10)
+
+
+def test_mixed_radix_kernel_runs_in_the_program_and_eagerly_alike(monkeypatch, on_cpu):  # (the CPU's launches)
+  """A jitted transform of such a length launches the compiled kernel without calling into Python, in a scan too;
+  an eager call runs the same kernel on numpy arrays: the same bits."""
+  from tinyjax.lax import _fft
+  x = _signal(11, 300)
+  real = x.real.copy()
+  eager = [np.asarray(jnp.fft.fft(x)), np.asarray(jnp.fft.rfft(real)), np.asarray(jnp.fft.irfft(x[:, :151]))]
+
+  def step(carry, row):
+    return carry + jnp.fft.irfft(jnp.fft.rfft(row), 300), jnp.abs(jnp.fft.fft(row)).sum()
+  scanned = tj.jit(lambda rows: tj.lax.scan(step, jnp.zeros(300), rows))
+  programs = [tj.jit(jnp.fft.fft), tj.jit(jnp.fft.rfft), tj.jit(jnp.fft.irfft)]
+  monkeypatch.setattr(_fft, "_run", lambda *args: pytest.fail("the transform was run through Python"))
+  for program, value, want in zip(programs, (x, real, x[:, :151]), eager):
+    np.testing.assert_array_equal(np.asarray(program(value)), want)
+  total, sums = scanned(real)
+  np.testing.assert_allclose(np.asarray(total), real.sum(0), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(sums), np.abs(np.fft.fft(real.astype(np.float64))).sum(-1), rtol=1e-5)

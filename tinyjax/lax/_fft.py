@@ -453,6 +453,11 @@ def radices(n: int) -> tuple[int, ...] | None:
   return tuple(stages) if n == 1 else None
 
 
+def mixed_lanes(dtype) -> int:
+  """The transforms the mixed-radix kernel does at once: a vector's lanes of `dtype`."""
+  return VECTOR_BYTES // np.dtype(dtype).itemsize
+
+
 _HEADER = 8  # the mixed tables' constants before the stages: see `mixed_tables`
 
 
@@ -487,7 +492,7 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
   transform of length l = r m with s = n / l finished, for p < m and q < s, takes a_t = X[q + s (p + t m)] (t < r),
   and writes Y[q + s (r p + u)] = w^(p u) sum_t a_t exp(sign 2 pi i t u / r) (u < r; w = exp(sign 2 pi i / l)). The
   result is read back in order and scattered to the lines."""
-  ctype, lanes = _TYPES[dtype][0], VECTOR_BYTES // dtype.itemsize
+  ctype, lanes = _TYPES[dtype][0], mixed_lanes(dtype)
   vector, pair = f"<{lanes} x {ctype}>", f"<2 x {ctype}>"
   fma = _fmuladd(vector)
   ir = _Builder(name, ctype, 4)
@@ -733,7 +738,7 @@ def _launches(kind: str, axis: int, x) -> tuple[int, int]:
   part = real_dtype(x.dtype)
   pairs = kind == "fft" and np.dtype(x.dtype).kind != "c"
   if _mixed_length(kind, x, axis) is not None:
-    return math.prod(x.shape) // x.shape[-2 if pairs else axis] // (2 if pairs else 1), VECTOR_BYTES // part.itemsize
+    return math.prod(x.shape) // x.shape[-2 if pairs else axis] // (2 if pairs else 1), mixed_lanes(part)
   if axis != -1:
     inner, lanes = math.prod(x.shape[axis + 1:]), _lanes(part)
     return math.prod(x.shape[:axis]) * (inner // lanes + inner % lanes), 1

@@ -107,7 +107,10 @@ def _transform_last(x: Array, sign: int, scale: float = 1.0) -> Array:
   real = not dtypes.is_complex(x.dtype)
   if _fft.supported(x.shape[-1], real_dtype(_complex_dtype(x))):  # (no pairs made: the kernel reads complex memory)
     x = x if not real else x.astype(_complex_dtype(x))
-    if x.shape[-1] >= FOUR_STEP_MIN and math.prod(x.shape[:-1]) < cpu_threads(): return _four_step(x, sign, scale)
+    n, rows = x.shape[-1], math.prod(x.shape[:-1])
+    if n & (n - 1) == 0 and n >= FOUR_STEP_MIN and rows < cpu_threads() or \
+       n & (n - 1) and n >= MIXED_FOUR_STEP_MIN and rows < _fft.mixed_lanes(real_dtype(x.dtype)):
+      return _four_step(x, sign, scale)
     return _fft.transform(x, "fft", sign, scale)
   out = _transform_pairs(x if real else _pairs(x), real, sign)
   out = lax_complex(out[..., 0], out[..., 1])
@@ -118,6 +121,9 @@ def _transform_last(x: Array, sign: int, scale: float = 1.0) -> Array:
 # alone runs on one thread, out of cache from its middle stages on (2^20 complex64: 30-31 ms as one row, 13-14 in
 # four steps; two rows of 2^18 run faster as rows, 2.8-3.0 ms against 4.4-4.8)
 FOUR_STEP_MIN = 1 << 18
+# Any other length this long, with fewer rows than the mixed-radix kernel does at once (its vector's lanes), is four
+# steps too: its transforms then fill the lanes (a row of 10^5 complex64: 3.6-6.0 ms as a row)
+MIXED_FOUR_STEP_MIN = 4096
 
 
 @functools.lru_cache(maxsize=16)
@@ -127,14 +133,17 @@ def _four_step_twiddles(n1: int, n2: int, sign: int, dtype: np.dtype) -> np.ndar
 
 
 def _four_step(x: Array, sign: int, scale: float) -> Array:
-  """A long power-of-two transform of complex rows (..., n) as the four-step factorisation n = n1 n2: the transforms
+  """A long transform of complex rows (..., n) as the four-step factorisation n = n1 n2: the transforms
   of length n1 down the columns of x as an (n1, n2) matrix (j = j1 n2 + j2), the twiddles w^(k1 j2), the transforms
   of length n2 along its rows, and the transpose into k = k1 + n1 k2. Each step is a kernel over the whole matrix,
   split across the threads."""
   jnp = _jnp()
   n = x.shape[-1]
-  n1 = min(1 << ((n.bit_length() - 1) // 2), _fft.LONGEST_COLUMN)
+  if n & (n - 1) == 0: n1 = min(1 << ((n.bit_length() - 1) // 2), _fft.LONGEST_COLUMN)
+  else: n1 = max((d for d in range(1, math.isqrt(n) + 1) if n % d == 0 and _fft.supported(d, real_dtype(x.dtype))),
+                 default=1)
   n2 = n // n1
+  if n1 == 1: return _fft.transform(x, "fft", sign, scale)
   matrix = x.reshape(*x.shape[:-1], n1, n2)
   columns = _fft.transform(matrix, "fft", sign, scale, axis=-2)  # [k1, j2]
   twiddled = columns * jnp.asarray(_four_step_twiddles(n1, n2, sign, np.dtype(x.dtype)))
