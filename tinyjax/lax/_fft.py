@@ -515,7 +515,8 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
   def add(a: str, b: str) -> str: return ir.value(f"fadd {vector} {a}, {b}")
   def sub(a: str, b: str) -> str: return ir.value(f"fsub {vector} {a}, {b}")
   def mul(a: str, b: str) -> str: return ir.value(f"fmul {vector} {a}, {b}")
-  def madd(a: str, b: str, c: str) -> str: return ir.value(f"call {vector} {fma}({vector} {a}, {vector} {b}, {vector} {c})")
+  def madd(a: str, b: str, c: str) -> str:
+    return ir.value(f"call {vector} {fma}({vector} {a}, {vector} {b}, {vector} {c})")
 
   def cadd(a, b): return add(a[0], b[0]), add(a[1], b[1])
   def csub(a, b): return sub(a[0], b[0]), sub(a[1], b[1])
@@ -604,8 +605,8 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
           ws = [w(str(u)) for u in range(1, radix)] if radix else None
 
           def each(q: str) -> None:
-            def a(t: str) -> tuple[str, str]: return load(x, ir.op("add", q, ir.op("mul", s, ir.op("add", p,
-                                                                                                   ir.op("mul", t, m)))))
+            def a(t: str) -> tuple[str, str]:
+              return load(x, ir.op("add", q, ir.op("mul", s, ir.op("add", p, ir.op("mul", t, m)))))
 
             def put(u: str, value, twiddled: bool = True) -> None:
               if twiddled: value = cmul(value, ws[int(u) - 1] if radix else w(u))
