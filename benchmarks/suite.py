@@ -329,12 +329,18 @@ def bench_vmap_solve(jax, jnp):
 
 
 FFT_ROWS, FFT_LENGTH = 256, 1024
+FFT_MIXED_LENGTH = 1000  # (2^3 5^3: the mixed-radix kernel)
 SPECTRAL_POINTS, SPECTRAL_STEPS = 256, 500
 
 
 def bench_rfft(jax, jnp):
   """`jnp.fft.rfft` of FFT_ROWS real signals of FFT_LENGTH."""
   return _jitted(jax, jnp, jnp.fft.rfft, _normal((FFT_ROWS, FFT_LENGTH)))
+
+
+def bench_rfft_mixed(jax, jnp):
+  """`jnp.fft.rfft` of FFT_ROWS real signals of FFT_MIXED_LENGTH, a length that is not a power of two."""
+  return _jitted(jax, jnp, jnp.fft.rfft, _normal((FFT_ROWS, FFT_MIXED_LENGTH)))
 
 
 def bench_spectral_scan(jax, jnp):
@@ -442,6 +448,8 @@ WORKLOADS = {w.name: w for w in [
   Workload("vmap_solve", bench_vmap_solve, "ms", note="vmap(jnp.linalg.solve), 256 16x16 systems"),
   Workload("kalman_scan", bench_kalman, "ms", note="1000 scan steps of a Kalman filter: 2x2 solves, slogdet"),
   Workload("rfft", bench_rfft, "ms", numpy=True, note=f"jnp.fft.rfft, {FFT_ROWS}x{FFT_LENGTH} float32"),
+  Workload("rfft_mixed", bench_rfft_mixed, "ms", numpy=True,
+           note=f"jnp.fft.rfft, {FFT_ROWS}x{FFT_MIXED_LENGTH} float32 (not a power of two)"),
   Workload("spectral_scan", bench_spectral_scan, "ms",
            note=f"{SPECTRAL_STEPS} scan steps of Burgers' equation by rfft/irfft, {SPECTRAL_POINTS} points"),
   Workload("cold_first_call", None, "s", note="mlp_adam's step, empty cache"),
