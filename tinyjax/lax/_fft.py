@@ -1,5 +1,6 @@
-"""Discrete Fourier transforms of power-of-two lengths as compiled kernels: the primitive `fft_p` that
-numpy/fft.py's transforms use for those lengths (from SMALLEST on).
+"""Discrete Fourier transforms as compiled kernels: the primitive `fft_p` that numpy/fft.py's transforms use for
+power-of-two lengths and for the others whose prime factors are at most LARGEST_RADIX (from SMALLEST on). The
+power-of-two kernels are described first; the mixed-radix one (`_mixed_ir`) at the end.
 
 Three kinds (`transform`): "fft" of complex rows (or of (real, imaginary) pairs in a float array (..., n, 2), the
 memory of a complex array, as the other lengths' factorisation uses), or of complex values down an axis before the
@@ -437,6 +438,14 @@ def _odd_stage_count(ir: _Builder, n: str, done: int) -> str:
 
 
 # ---- any other length: mixed radix (Stockham), VL transforms at once
+#
+# A row of the power-of-two kernels is vectorised along itself; a mixed-radix stage's butterflies would need
+# shuffles of every radix there, so this kernel's vectors hold VL transforms (lines) instead, the same butterfly in
+# every lane. fft, ifft, rfft and irfft (real input or output read and written by its gather and scatter; the
+# complex transform of the whole length, twice the work of the power-of-two rfft's) of any such length, along rows
+# or down an axis, is this one kernel per kind and dtype. 2 cores, float32, against JAX 0.10.2 (ducc): 262 x 1000
+# fft 0.42-0.46 ms against 1.09, rfft 0.27-0.33 against 0.64; 87 x 3000 fft 0.51-0.57 against 0.55-1.02; the rows'
+# gather and scatter (VL lines' values at a time, strided) are about half of the kernel's time.
 
 LARGEST_RADIX = 31  # (a length with a prime factor above this one is factored or Bluestein's, numpy/fft.py)
 _SPECIAL = (4, 2, 3, 5)  # radices with butterflies written out; other (odd prime) radices take the direct sum
@@ -484,7 +493,8 @@ def mixed_tables(n: int, inner: int, sign: int, dtype: np.dtype, scale: float = 
 
 
 def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
-  """args: x, twiddles, plan (`mixed_tables`), out: complex (outer, n, inner); the launch's indices are the lines
+  """args: x, twiddles, plan (`mixed_tables`), out: for `kind` "fft" complex (outer, n, inner) both, "rfft" real rows
+  of n to rows of n // 2 + 1 complex values, "irfft" those back (n even); the launch's indices are the lines
   (transforms) in order (line l: outer l // inner, column l % inner), launched with grain VL (a vector's floats).
   Each VL lines are gathered into a scratch as vectors of their real and their imaginary parts, one per position (the
   lanes are the lines: every butterfly is the same for all of them, no shuffles), times the scale; then the stages

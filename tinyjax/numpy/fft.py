@@ -2,9 +2,11 @@
 (so they fuse, differentiate, batch and jit like any other).
 
 A power-of-two length from 16 on is the compiled kernel of lax/_fft.py (rfft and irfft by a complex transform of
-half the length; along an axis before the last, down the columns; a long single row in four steps). Any other
-length n along an axis is computed by the four-step Cooley-Tukey factorisation n = n1 * n2, n1 its odd part where
-the rest is a power of two the kernel takes, else the largest divisor of n up to DIRECT_MAX: a DFT of length n1
+half the length; along an axis before the last, down the columns; a long single row in four steps), and so is any
+other length from 16 on whose prime factors are at most lax/_fft.py's LARGEST_RADIX (its mixed-radix kernel, VL
+transforms at once: a long row with fewer rows than that is four steps too, MIXED_FOUR_STEP_MIN). A length with a
+larger prime factor is computed by the four-step Cooley-Tukey factorisation n = n1 * n2, n1 its odd part where
+the rest is a length the kernels take, else the largest divisor of n up to DIRECT_MAX: a DFT of length n1
 across the rows of the (n1, n2) matrix the axis is reshaped to, a multiplication by the twiddle factors w^(j2 k1),
 then DFTs of length n2 (recursively), and a transpose into the output order. Between the stages a signal is a float
 array (..., n, 2) of (real, imaginary) pairs, the memory layout of a complex array, so each stage reads its input
