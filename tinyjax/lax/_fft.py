@@ -441,11 +441,12 @@ def _odd_stage_count(ir: _Builder, n: str, done: int) -> str:
 #
 # A row of the power-of-two kernels is vectorised along itself; a mixed-radix stage's butterflies would need
 # shuffles of every radix there, so this kernel's vectors hold VL transforms (lines) instead, the same butterfly in
-# every lane. fft, ifft, rfft and irfft (real input or output read and written by its gather and scatter; the
-# complex transform of the whole length, twice the work of the power-of-two rfft's) of any such length, along rows
-# or down an axis, is this one kernel per kind and dtype. 2 cores, float32, against JAX 0.10.2 (ducc): 262 x 1000
-# fft 0.42-0.46 ms against 1.09, rfft 0.27-0.33 against 0.64; 87 x 3000 fft 0.51-0.57 against 0.55-1.02; the rows'
-# gather and scatter (VL lines' values at a time, strided) are about half of the kernel's time.
+# every lane. fft and ifft of any such length, along rows or down an axis, and rfft and irfft of even ones (a complex
+# transform of half the length, as the power-of-two kernel's, its split or merge done by the gather and scatter) or
+# rfft of odd ones (the complex transform of the real signal) are this one kernel per kind and dtype. 2 cores,
+# float32, against JAX 0.10.2 (ducc): 262 x 1000 fft 0.42-0.46 ms against 1.09, rfft 0.20-0.25 against 0.64
+# (0.48-0.53 as a complex transform of the whole length); 87 x 3000 fft 0.51-0.57 against 0.55-1.02. The rows' gather
+# and scatter (VL lines' values at a time, strided) are about half of the kernel's time.
 
 LARGEST_RADIX = 31  # (a length with a prime factor above this one is factored or Bluestein's, numpy/fft.py)
 _SPECIAL = (4, 2, 3, 5)  # radices with butterflies written out; other (odd prime) radices take the direct sum
@@ -471,16 +472,20 @@ _HEADER = 8  # the mixed tables' constants before the stages: see `mixed_tables`
 
 
 @functools.lru_cache(maxsize=64)
-def mixed_tables(n: int, inner: int, sign: int, dtype: np.dtype, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def mixed_tables(n: int, inner: int, sign: int, dtype: np.dtype, scale: float = 1.0,
+                 halves: bool = False) -> tuple[np.ndarray, np.ndarray]:
   """(twiddles, plan) of the mixed-radix transform of length n along an axis followed by `inner` values (1: rows).
   The plan is int32 [n, inner, stages, their radices]. The twiddles: the constants [scale, sign, and the butterflies'
   sign sqrt(3) / 2, cos(2 pi / 5), cos(4 pi / 5), sign sin(2 pi / 5), sign sin(4 pi / 5), 0], then for each stage
   (radix r, of a transform of length l = r m) the r roots exp(sign 2 pi i k / r) and the m r twiddles
-  exp(sign 2 pi i p u / l) for p < m, u < r, as (real, imaginary) pairs; all computed in float64, rounded once."""
+  exp(sign 2 pi i p u / l) for p < m, u < r, as (real, imaginary) pairs; all computed in float64, rounded once.
+  With `halves` (rfft and irfft of real signals of 2n by a complex transform of n), the weights a_k and b_k of
+  `_half_length_factors` for k = 0..n come after the constants (a's pairs, then b's)."""
   stages = radices(n)
   header = [scale, sign, sign * math.sqrt(3) / 2, math.cos(2 * math.pi / 5), math.cos(4 * math.pi / 5),
             sign * math.sin(2 * math.pi / 5), sign * math.sin(4 * math.pi / 5), 0.0]
   blocks, length = [np.array(header)], n
+  if halves: blocks += [np.stack([w.real, w.imag], -1).reshape(-1) for w in _half_length_factors(2 * n, sign)]
   for r in stages:
     m = length // r
     roots = np.exp(sign * 2j * np.pi * np.arange(r) / r)
@@ -493,8 +498,11 @@ def mixed_tables(n: int, inner: int, sign: int, dtype: np.dtype, scale: float = 
 
 
 def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
-  """args: x, twiddles, plan (`mixed_tables`), out: for `kind` "fft" complex (outer, n, inner) both, "rfft" real rows
-  of n to rows of n // 2 + 1 complex values, "irfft" those back (n even); the launch's indices are the lines
+  """args: x, twiddles, plan (`mixed_tables`), out: for `kind` "fft" complex (outer, n, inner) both; "rfft" real rows
+  of 2n to rows of n + 1 complex values and "irfft" those back, by a complex transform of n (the tables' `halves`:
+  the signal's (even, odd) samples are its values, split into the even and odd samples' transforms as the scatter
+  writes the spectrum, or merged as the gather reads it; see `_half_length_factors`); "rfft_odd" real rows of an odd
+  n to n // 2 + 1 complex values, by a complex transform of n; the launch's indices are the lines
   (transforms) in order (line l: outer l // inner, column l % inner), launched with grain VL (a vector's floats).
   Each VL lines are gathered into a scratch as vectors of their real and their imaginary parts, one per position (the
   lanes are the lines: every butterfly is the same for all of them, no shuffles), times the scale; then the stages
@@ -511,7 +519,8 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
   def plan_at(index: str) -> str:
     return ir.value(f"sext i32 {ir.load('i32', ir.gep('i32', plan, index))} to i64")
   n, inner, count = plan_at("0"), plan_at("1"), plan_at("2")
-  half = ir.op("add", ir.op("sdiv", n, "2"), "1")  # (rfft's frequencies, irfft's input)
+  half = ir.op("add", ir.op("sdiv", n, "2"), "1")  # (rfft_odd's frequencies)
+  halves = kind in ("rfft", "irfft")
 
   def splat(value: str) -> str:
     one = ir.value(f"insertelement {vector} poison, {ctype} {value}, i64 0")
@@ -563,41 +572,55 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
         line = ir.op("add", ir.op("mul", outer, ir.op("mul", n, inner)), column)
       ir.store("i64", line, ir.gep("i64", bases, str(q)))
     base = [ir.load("i64", ir.gep("i64", bases, str(q))) for q in range(lanes)]
+    def pairs_at(row: str, q: int, i: str) -> str:  # (pair i of a row of `row` pairs)
+      return ir.op("mul", ir.op("add", ir.op("mul", base[q], row), i), "2")
     if kind == "fft":  # (pairs, at the same places in x and out)
       def position(q: int, i: str) -> str: return ir.op("mul", ir.op("add", base[q], ir.op("mul", i, inner)), "2")
       source_at = target_at = position
-    else:  # (rows: rfft's real signals of n to their `half` pairs, irfft's pairs back to the n real values)
-      def real_at(q: int, i: str) -> str: return ir.op("add", ir.op("mul", base[q], n), i)  # (base: the line)
-      def pairs_at(q: int, i: str) -> str: return ir.op("mul", ir.op("add", ir.op("mul", base[q], half), i), "2")
-      source_at, target_at = (real_at, pairs_at) if kind == "rfft" else (pairs_at, real_at)
+    elif kind == "rfft_odd":  # (rows: real signals of n to their `half` pairs)
+      def source_at(q: int, i: str) -> str: return ir.op("add", ir.op("mul", base[q], n), i)  # (base: the line)
+      def target_at(q: int, i: str) -> str: return pairs_at(half, q, i)
+    else:  # (rows of n pairs, the signal's samples; of n + 1 pairs, the spectrum's)
+      def signal_at(q: int, i: str) -> str: return pairs_at(n, q, i)
+      def spectrum_at(q: int, i: str) -> str: return pairs_at(ir.op("add", n, "1"), q, i)
+      source_at, target_at = (signal_at, spectrum_at) if kind == "rfft" else (spectrum_at, signal_at)
+
+    def weights(k: str):  # (a_k, b_k), each (real, imaginary) vectors
+      at_a = ir.element(twiddles, ir.op("add", str(_HEADER), ir.op("mul", k, "2")))
+      at_b = ir.element(at_a, ir.op("mul", ir.op("add", n, "1"), "2"))
+      return tuple((splat(ir.load(ctype, w)), splat(ir.load(ctype, ir.element(w, "1")))) for w in (at_a, at_b))
+
+    def weighted(k: str, z, mirror):  # a_k z + b_k conj(mirror)
+      a, b_ = weights(k)
+      return cadd(cmul(z, a), cmul((mirror[0], ir.value(f"fneg {vector} {mirror[1]}")), b_))
 
     def vector_of(values: list[str]) -> str:
       value = "poison"
       for q, v in enumerate(values): value = ir.value(f"insertelement {vector} {value}, {ctype} {v}, i64 {q}")
       return value
 
+    def pairs_of(at) -> tuple[str, str]:  # (real parts, imaginary parts) of the lanes' pairs at(q)
+      pieces = [ir.load(pair, ir.element(x0, at(q))) for q in range(lanes)]
+      return tuple(vector_of([ir.value(f"extractelement {pair} {v}, i64 {c}") for v in pieces]) for c in (0, 1))
+
     def gather(i: str) -> None:
-      if kind == "rfft":
+      if kind == "rfft_odd":
         parts = [vector_of([ir.load(ctype, ir.element(x0, source_at(q, i))) for q in range(lanes)]),
                  "zeroinitializer"]
-      else:
-        # irfft: position i > n / 2 is conj(x[n - i]); x[0]'s and x[n / 2]'s imaginary parts count as zero
-        j = i if kind == "fft" else ir.value(f"select i1 {ir.op('icmp sgt', ir.op('mul', i, '2'), n)}, i64 "
-                                             f"{ir.op('sub', n, i)}, i64 {i}")
-        pieces = [ir.load(pair, ir.element(x0, source_at(q, j))) for q in range(lanes)]
-        parts = [vector_of([ir.value(f"extractelement {pair} {v}, i64 {c}") for v in pieces]) for c in (0, 1)]
-        if kind == "irfft":
-          twice = ir.op("mul", i, "2")
-          edge = ir.op("or", ir.op("icmp eq", i, "0", "i64"), ir.op("icmp eq", twice, n), "i1")
-          sign_ = ir.value(f"select i1 {ir.op('icmp sgt', twice, n)}, {ctype} -1.0, {ctype} 1.0")
-          factor = ir.value(f"select i1 {edge}, {ctype} 0.0, {ctype} {sign_}")
-          parts[1] = mul(parts[1], splat(factor))
+      elif kind == "irfft":  # Z_i = a_i X_i + b_i conj(X_(n-i)), X_0's and X_n's imaginary parts taken as zero
+        value, mirror = pairs_of(lambda q: source_at(q, i)), pairs_of(lambda q: source_at(q, ir.op("sub", n, i)))
+        edge = ir.op("icmp eq", i, "0")
+        value, mirror = ((v[0], ir.value(f"select i1 {edge}, {vector} zeroinitializer, {vector} {v[1]}"))
+                         for v in (value, mirror))
+        parts = weighted(i, value, mirror)
+      else: parts = pairs_of(lambda q: source_at(q, i))
       store(scratch, i, (mul(parts[0], scale), mul(parts[1], scale)))
     ir.loop("0", n, gather)
 
     source, target, stride, length, offset = (ir.var("ptr"), ir.var("ptr"), ir.var(), ir.var(), ir.var())
     for var, value in ((source, scratch), (target, second)): ir.store("ptr", value, var)
-    for var, value in ((stride, "1"), (length, n), (offset, str(_HEADER))): ir.store("i64", value, var)
+    first_stage = ir.op("add", str(_HEADER), ir.op("mul", ir.op("add", n, "1"), "4")) if halves else str(_HEADER)
+    for var, value in ((stride, "1"), (length, n), (offset, first_stage)): ir.store("i64", value, var)
 
     def stage(k: str) -> None:
       r = plan_at(ir.op("add", k, "3"))
@@ -695,19 +718,20 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
     result = ir.load("ptr", source)
 
     def scatter(i: str, lanes_stored: int | None) -> None:
-      real, imaginary = load(result, i)
-      if kind == "irfft": values = [(ctype, ir.value(f"extractelement {vector} {real}, i64 {q}")) for q in range(lanes)]
-      else:
-        both = ir.value(f"shufflevector {vector} {real}, {vector} {imaginary}, "
-                        f"{_mask(c * lanes + q for q in range(lanes) for c in (0, 1))}")
-        values = [(pair, ir.value(f"shufflevector <{2 * lanes} x {ctype}> {both}, <{2 * lanes} x {ctype}> poison, "
-                                  f"{_mask((2 * q, 2 * q + 1))}")) for q in range(lanes)]
-      for q, (type_, value) in enumerate(values):
-        def put(q: int = q, type_: str = type_, value: str = value) -> None:
-          ir.store(type_, value, ir.element(out0, target_at(q, i)))
+      if kind == "rfft":  # X_i = a_i Z_i + b_i conj(Z_(n-i)), for i = 0..n (Z_n = Z_0)
+        def wrapped(k: str) -> str: return ir.value(f"select i1 {ir.op('icmp eq', k, n)}, i64 0, i64 {k}")
+        real, imaginary = weighted(i, load(result, wrapped(i)), load(result, wrapped(ir.op("sub", n, i))))
+      else: real, imaginary = load(result, i)
+      both = ir.value(f"shufflevector {vector} {real}, {vector} {imaginary}, "
+                      f"{_mask(c * lanes + q for q in range(lanes) for c in (0, 1))}")
+      for q in range(lanes):
+        value = ir.value(f"shufflevector <{2 * lanes} x {ctype}> {both}, <{2 * lanes} x {ctype}> poison, "
+                         f"{_mask((2 * q, 2 * q + 1))}")
+
+        def put(q: int = q, value: str = value) -> None: ir.store(pair, value, ir.element(out0, target_at(q, i)))
         if lanes_stored is None: ir.when(ir.op("icmp slt", str(q), valid), put)
         else: put()
-    stored = half if kind == "rfft" else n
+    stored = {"rfft": ir.op("add", n, "1"), "rfft_odd": half}.get(kind, n)
     ir.when(ir.op("icmp sge", valid, str(lanes)), lambda: ir.loop("0", stored, lambda i: scatter(i, lanes)),
             lambda: ir.loop("0", stored, lambda i: scatter(i, None)))
 
@@ -739,7 +763,8 @@ def program(kind: str, dtype: np.dtype):
 
 
 def _variant(kind: str, axis: int, x) -> str:
-  if _mixed_length(kind, x, axis) is not None: return f"{kind}_mixed"
+  if (length := _mixed_length(kind, x, axis)) is not None:
+    return "rfft_odd_mixed" if kind == "rfft" and length % 2 else f"{kind}_mixed"
   return kind if axis == -1 else "fft_columns"
 
 
@@ -831,8 +856,11 @@ def transform(x: Array, kind: str, sign: int, scale: float = 1.0, axis: int = -1
   from tinyjax import numpy as jnp
   n, part = shapes(kind, x, axis)[0], real_dtype(x.dtype)
   if (length := _mixed_length(kind, x, axis)) is not None:
-    inner = math.prod(x.shape[x.ndim + axis + 1:]) if np.dtype(x.dtype).kind == "c" and kind == "fft" else 1
-    twiddles, plan = mixed_tables(length, inner, sign, part, float(scale))
+    if kind == "fft":
+      inner = math.prod(x.shape[x.ndim + axis + 1:]) if np.dtype(x.dtype).kind == "c" else 1
+      twiddles, plan = mixed_tables(length, inner, sign, part, float(scale))
+    elif length % 2: twiddles, plan = mixed_tables(length, 1, sign, part, float(scale))  # (rfft_odd)
+    else: twiddles, plan = mixed_tables(length // 2, 1, sign, part, float(scale), halves=True)
   elif axis == -1: twiddles, plan = tables(kind, n, sign, part, float(scale))
   else: twiddles, plan = column_tables(n, math.prod(x.shape[axis + 1:]), sign, part, float(scale))
   return fft_p.bind(x, jnp.asarray(twiddles), jnp.asarray(plan), kind=kind, sign=sign, scale=float(scale), axis=axis)
