@@ -180,12 +180,12 @@ def test_eager_transforms_run_as_jitted_programs():
 
 
 def test_stage_contractions_get_register_tiles(on_cpu):  # (the CPU's register tiles)
-  """Every contraction stage of rfft, fft and irfft of 64x1184 (32 x 37: a prime factor above the mixed-radix
+  """Every contraction stage of rfft, fft and irfft of 64x2144 (32 x 67: a prime factor above the mixed-radix
   kernel's largest radix, so its length is factored into contractions, then Bluestein's) is one the register tile
   takes (no gated loads from stacked parts, no store fused with a transpose): each kernel with a sum lists its tile's
   opts."""
   import re
-  x = jnp.asarray(np.random.default_rng(0).standard_normal((64, 1184)).astype(np.float32))
+  x = jnp.asarray(np.random.default_rng(0).standard_normal((64, 2144)).astype(np.float32))
   for transform in (jnp.fft.rfft, jnp.fft.fft, lambda v: jnp.fft.irfft(jnp.fft.rfft(v))):
     text = tj.jit(transform).lower(x).as_text()
     kernels = [(block.split()[0], re.search(r"; opts: (.*)", block).group(1)) for block in text.split("# kernel ")[1:]]
@@ -384,10 +384,10 @@ def _kernel_steps(transform, x) -> tuple[int, int]:
   return text.count(" = fft["), sum(block.split()[0].startswith("r_") for block in text.split("# kernel ")[1:])
 
 
-@pytest.mark.parametrize("n", [18, 20, 24, 45, 49, 77, 100, 360, 961, 1000, 17, 58, 3 * 7 * 11])
+@pytest.mark.parametrize("n", [18, 20, 24, 45, 49, 77, 100, 360, 961, 1000, 17, 58, 3 * 7 * 11, 59, 4 * 53, 32 * 37])
 def test_mixed_radix_lengths_take_the_compiled_kernel(n):
   """fft, ifft, rfft and irfft of lengths whose prime factors are at most LARGEST_RADIX (4, 2, 3, 5 written out,
-  7..31 by their direct sums; a prime length alone), 1 to 13 rows (whole vectors of lines and the lines left over):
+  7..61 by their direct sums; a prime length alone), 1 to 13 rows (whole vectors of lines and the lines left over):
   one host step each and no contraction, against numpy in float64."""
   from tinyjax.lax import _fft
   assert _fft.supported(n, np.float32) and _fft.radices(n) is not None
@@ -504,3 +504,22 @@ def test_mixed_radix_kernel_runs_in_the_program_and_eagerly_alike(monkeypatch, o
   total, sums = scanned(real)
   np.testing.assert_allclose(np.asarray(total), real.sum(0), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.asarray(sums), np.abs(np.fft.fft(real.astype(np.float64))).sum(-1), rtol=1e-5)
+
+
+def test_bluestein_takes_a_smooth_length():
+  """A prime length above LARGEST_RADIX is Bluestein's convolution by transforms of the smallest length >= 2n - 1
+  whose factors are 2, 3 and 5 (the mixed-radix kernel's), against numpy; the lengths themselves."""
+  from tinyjax.numpy import fft as fft_module
+  assert fft_module._smooth_length(2 * 1031 - 1) == 2160
+  for n in range(1, 400):
+    m = fft_module._smooth_length(n)
+    rest = m
+    for p in (2, 3, 5):
+      while rest % p == 0: rest //= p
+    assert m >= n and rest == 1
+    assert all(fft_module._smooth_length(k) == m for k in range(n, m + 1))
+  for n in (67, 1031):
+    x = _signal(3, n)
+    assert _relative_error(jnp.fft.fft(x), np.fft.fft(x.astype(np.complex128))) < 5e-6
+    inverse = tj.jit(lambda v, n=n: jnp.fft.irfft(v, n))
+    assert _relative_error(inverse(x), np.fft.irfft(x.astype(np.complex128), n)) < 5e-6

@@ -16,8 +16,8 @@ us, against 4 kernels, 132 us), the twiddles multiply the pairs and their swappe
 contraction is stored as computed, its transposes left to the one copy at the end. (Pairs stacked from the two parts,
 as an earlier version did, read through a concatenation's gated loads, which kept the stages off the register tile.)
 A prime length above DIRECT_MAX uses Bluestein's algorithm: the transform as a convolution with the chirp
-w^(m^2 / 2), computed by transforms of the next power of two >= 2n - 1. The DFT matrices, twiddles and chirps are
-computed in float64 on the host and rounded once to the array's precision.
+w^(m^2 / 2), computed by transforms of the smallest length >= 2n - 1 whose factors are 2, 3 and 5. The DFT
+matrices, twiddles and chirps are computed in float64 on the host and rounded once to the array's precision.
 
 Real inputs become complex64 (complex128 with x64); `rfft` returns the n // 2 + 1 non-negative frequencies, `irfft`
 rebuilds the Hermitian spectrum and returns the real part. `norm` is "backward" (the default: 1/n on the inverse),
@@ -69,11 +69,23 @@ def _twiddles(n1: int, n2: int, sign: int, dtype: np.dtype) -> np.ndarray:
   return np.exp(sign * 2j * np.pi * np.outer(np.arange(n2), np.arange(n1)) / (n1 * n2)).astype(dtype)
 
 
+def _smooth_length(n: int) -> int:
+  """The smallest length >= n whose prime factors are 2, 3 and 5 (the compiled kernels' fastest radices): a
+  convolution's transforms need not be a power of two long (2 x 1031 - 1 -> 2160, not 4096)."""
+  m = n
+  while True:
+    rest = m
+    for p in (2, 3, 5):
+      while rest % p == 0: rest //= p
+    if rest == 1: return m
+    m += 1
+
+
 @functools.lru_cache(maxsize=64)
 def _bluestein_constants(n: int, sign: int, dtype: np.dtype) -> tuple[int, np.ndarray, np.ndarray]:
   """(M, chirp c_m = exp(sign pi i m^2 / n) for m < n, the forward DFT of length M of conj(c) wrapped around):
-  float64 on the host (numpy's FFT of a constant), rounded once."""
-  size = 1 << (2 * n - 2).bit_length()
+  float64 on the host (numpy's FFT of a constant), rounded once. M >= 2n - 1 is `_smooth_length`'s."""
+  size = _smooth_length(2 * n - 1)
   m = np.arange(n)
   chirp = np.exp(sign * 1j * np.pi * (m * m % (2 * n)) / n)
   kernel = np.zeros(size, np.complex128)
