@@ -180,12 +180,12 @@ def test_eager_transforms_run_as_jitted_programs():
 
 
 def test_stage_contractions_get_register_tiles(on_cpu):  # (the CPU's register tiles)
-  """Every contraction stage of rfft, fft and irfft of 64x2144 (32 x 67: a prime factor above the mixed-radix
-  kernel's largest radix, so its length is factored into contractions, then Bluestein's) is one the register tile
-  takes (no gated loads from stacked parts, no store fused with a transpose): each kernel with a sum lists its tile's
-  opts."""
+  """Every contraction stage of rfft, fft and irfft of 4x24036 (12 x 2003: longer than LONGEST_BLUESTEIN with a prime
+  factor above LARGEST_RADIX, so it is factored: a DFT-matrix contraction of 12, then Bluestein's kernel for 2003)
+  is one the register tile takes (no gated loads from stacked parts, no store fused with a transpose): each kernel
+  with a sum lists its tile's opts."""
   import re
-  x = jnp.asarray(np.random.default_rng(0).standard_normal((64, 2144)).astype(np.float32))
+  x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 12 * 2003)).astype(np.float32))
   for transform in (jnp.fft.rfft, jnp.fft.fft, lambda v: jnp.fft.irfft(jnp.fft.rfft(v))):
     text = tj.jit(transform).lower(x).as_text()
     kernels = [(block.split()[0], re.search(r"; opts: (.*)", block).group(1)) for block in text.split("# kernel ")[1:]]
@@ -507,19 +507,35 @@ def test_mixed_radix_kernel_runs_in_the_program_and_eagerly_alike(monkeypatch, o
 
 
 def test_bluestein_takes_a_smooth_length():
-  """A prime length above LARGEST_RADIX is Bluestein's convolution by transforms of the smallest length >= 2n - 1
-  whose factors are 2, 3 and 5 (the mixed-radix kernel's), against numpy; the lengths themselves."""
-  from tinyjax.numpy import fft as fft_module
-  assert fft_module._smooth_length(2 * 1031 - 1) == 2160
+  """A length with a prime factor above LARGEST_RADIX is Bluestein's convolution by transforms of the smallest length
+  >= 2n - 1 whose factors are 2, 3 and 5, all in the mixed-radix kernel (one host step) along rows or down an axis,
+  against numpy; gradients through it; the lengths themselves."""
+  from tinyjax.lax import _fft
+  assert _fft.smooth_length(2 * 1031 - 1) == 2160
   for n in range(1, 400):
-    m = fft_module._smooth_length(n)
+    m = _fft.smooth_length(n)
     rest = m
     for p in (2, 3, 5):
       while rest % p == 0: rest //= p
     assert m >= n and rest == 1
-    assert all(fft_module._smooth_length(k) == m for k in range(n, m + 1))
-  for n in (67, 1031):
+    assert all(_fft.smooth_length(k) == m for k in range(n, m + 1))
+  for n in (67, 1031, 2144, 127 * 3):
+    assert _fft.radices(n) is None and _fft.supported(n, np.float32)
     x = _signal(3, n)
+    assert _kernel_steps(jnp.fft.fft, x) == (1, 0)  # (the chirps, the convolution and both transforms in one kernel)
     assert _relative_error(jnp.fft.fft(x), np.fft.fft(x.astype(np.complex128))) < 5e-6
+    assert _relative_error(jnp.fft.fft(x.T, axis=0), np.fft.fft(x.T.astype(np.complex128), axis=0)) < 5e-6
+    for rows in (1, 9):
+      wide = _signal(rows, n).astype(np.complex128)
+      assert _relative_error(tj.jit(jnp.fft.ifft)(wide.astype(np.complex64)), np.fft.ifft(wide)) < 5e-6
     inverse = tj.jit(lambda v, n=n: jnp.fft.irfft(v, n))
     assert _relative_error(inverse(x), np.fft.irfft(x.astype(np.complex128), n)) < 5e-6
+  with tj.config.override("jax_enable_x64", True):
+    signal = _signal(67, dtype=np.complex128)
+    assert _relative_error(jnp.fft.fft(signal), np.fft.fft(signal)) < 1e-12
+    parseval = tj.jit(tj.grad(lambda u: jnp.sum(jnp.abs(jnp.fft.fft(u)) ** 2)))
+    np.testing.assert_allclose(np.asarray(parseval(signal)), 2 * 67 * np.conj(signal), rtol=1e-10)
+    real = _signal(67, dtype=np.float64)
+    loss = lambda v: jnp.sum(jnp.sin(jnp.abs(jnp.fft.rfft(v))))  # noqa: E731
+    np.testing.assert_allclose(np.asarray(tj.grad(loss)(real)), numeric_grad(lambda v: loss(jnp.asarray(v)), real,
+                                                                             1e-6), rtol=1e-6, atol=1e-8)

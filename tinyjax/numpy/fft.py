@@ -4,8 +4,9 @@
 A power-of-two length from 16 on is the compiled kernel of lax/_fft.py (rfft and irfft by a complex transform of
 half the length; along an axis before the last, down the columns; a long single row in four steps), and so is any
 other length from 16 on whose prime factors are at most lax/_fft.py's LARGEST_RADIX (its mixed-radix kernel, VL
-transforms at once: a long row with fewer rows than that is four steps too, MIXED_FOUR_STEP_MIN). A length with a
-larger prime factor is computed by the four-step Cooley-Tukey factorisation n = n1 * n2, n1 its odd part where
+transforms at once: a long row with fewer rows than that is four steps too, MIXED_FOUR_STEP_MIN), and any other up to
+its LONGEST_BLUESTEIN (Bluestein's algorithm in that kernel). A longer length with a larger prime factor is
+computed by the four-step Cooley-Tukey factorisation n = n1 * n2, n1 its odd part where
 the rest is a length the kernels take, else the largest divisor of n up to DIRECT_MAX: a DFT of length n1
 across the rows of the (n1, n2) matrix the axis is reshaped to, a multiplication by the twiddle factors w^(j2 k1),
 then DFTs of length n2 (recursively), and a transpose into the output order. Between the stages a signal is a float
@@ -67,31 +68,6 @@ def _dft_matrix(n: int, sign: int, dtype: np.dtype) -> np.ndarray:
 def _twiddles(n1: int, n2: int, sign: int, dtype: np.dtype) -> np.ndarray:
   """w^(j2 k1), w = exp(sign 2 pi i / n), as an (n2, n1) array: [j2, k1]."""
   return np.exp(sign * 2j * np.pi * np.outer(np.arange(n2), np.arange(n1)) / (n1 * n2)).astype(dtype)
-
-
-def _smooth_length(n: int) -> int:
-  """The smallest length >= n whose prime factors are 2, 3 and 5 (the compiled kernels' fastest radices): a
-  convolution's transforms need not be a power of two long (2 x 1031 - 1 -> 2160, not 4096)."""
-  m = n
-  while True:
-    rest = m
-    for p in (2, 3, 5):
-      while rest % p == 0: rest //= p
-    if rest == 1: return m
-    m += 1
-
-
-@functools.lru_cache(maxsize=64)
-def _bluestein_constants(n: int, sign: int, dtype: np.dtype) -> tuple[int, np.ndarray, np.ndarray]:
-  """(M, chirp c_m = exp(sign pi i m^2 / n) for m < n, the forward DFT of length M of conj(c) wrapped around):
-  float64 on the host (numpy's FFT of a constant), rounded once. M >= 2n - 1 is `_smooth_length`'s."""
-  size = _smooth_length(2 * n - 1)
-  m = np.arange(n)
-  chirp = np.exp(sign * 1j * np.pi * (m * m % (2 * n)) / n)
-  kernel = np.zeros(size, np.complex128)
-  kernel[:n] = np.conj(chirp)
-  kernel[size - n + 1:] = np.conj(chirp[1:])[::-1]
-  return size, chirp.astype(dtype), np.fft.fft(kernel).astype(dtype)
 
 
 def _largest_divisor(n: int) -> int:
@@ -221,7 +197,7 @@ def _bluestein(x: Array, sign: int) -> Array:
   """X_k = c_k sum_j (x_j c_j) conj(c_(k-j)): a convolution, by transforms of a power-of-two length."""
   jnp = _jnp()
   n = x.shape[-1]
-  size, chirp, kernel_spectrum = _bluestein_constants(n, sign, _complex_dtype(x))
+  size, chirp, kernel_spectrum = _fft.bluestein_constants(n, sign, _complex_dtype(x))
   chirp = jnp.asarray(chirp)
   padded = jnp.pad(x * chirp, [(0, 0)] * (x.ndim - 1) + [(0, size - n)])
   spectrum = _transform_last(padded, -1) * jnp.asarray(kernel_spectrum)
