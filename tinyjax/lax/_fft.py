@@ -1,6 +1,7 @@
 """Discrete Fourier transforms as compiled kernels: the primitive `fft_p` that numpy/fft.py's transforms use for
-power-of-two lengths and for the others whose prime factors are at most LARGEST_RADIX (from SMALLEST on). The
-power-of-two kernels are described first; the mixed-radix one (`_mixed_ir`) at the end.
+power-of-two lengths, for the others whose prime factors are at most LARGEST_RADIX, and (fft) for any other up to
+LONGEST_BLUESTEIN, from SMALLEST on. The power-of-two kernels are described first; the mixed-radix one
+(`_mixed_ir`, Bluestein's algorithm included) at the end.
 
 Three kinds (`transform`): "fft" of complex rows (or of (real, imaginary) pairs in a float array (..., n, 2), the
 memory of a complex array, as the other lengths' factorisation uses), or of complex values down an axis before the
