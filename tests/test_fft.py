@@ -180,12 +180,12 @@ def test_eager_transforms_run_as_jitted_programs():
 
 
 def test_stage_contractions_get_register_tiles(on_cpu):  # (the CPU's register tiles)
-  """Every contraction stage of rfft, fft and irfft of 4x24036 (12 x 2003: longer than LONGEST_BLUESTEIN with a prime
-  factor above LARGEST_RADIX, so it is factored: a DFT-matrix contraction of 12, then Bluestein's kernel for 2003)
+  """Every contraction stage of rfft, fft and irfft of 4x33324 (12 x 2777: longer than twice LONGEST_BLUESTEIN with a
+  prime factor above LARGEST_RADIX, so it is factored: a DFT-matrix contraction of 12, then Bluestein's kernel)
   is one the register tile takes (no gated loads from stacked parts, no store fused with a transpose): each kernel
   with a sum lists its tile's opts."""
   import re
-  x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 12 * 2003)).astype(np.float32))
+  x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 12 * 2777)).astype(np.float32))
   for transform in (jnp.fft.rfft, jnp.fft.fft, lambda v: jnp.fft.irfft(jnp.fft.rfft(v))):
     text = tj.jit(transform).lower(x).as_text()
     kernels = [(block.split()[0], re.search(r"; opts: (.*)", block).group(1)) for block in text.split("# kernel ")[1:]]
@@ -528,6 +528,13 @@ def test_bluestein_takes_a_smooth_length():
     for rows in (1, 9):
       wide = _signal(rows, n).astype(np.complex128)
       assert _relative_error(tj.jit(jnp.fft.ifft)(wide.astype(np.complex64)), np.fft.ifft(wide)) < 5e-6
+  for n in (67, 134, 1031, 2018, 2144):  # (rfft and irfft: the complex transform of half of an even length)
+    real = _signal(5, n, dtype=np.float32)
+    assert _kernel_steps(jnp.fft.rfft, real) == (1, 0)
+    assert _relative_error(tj.jit(jnp.fft.rfft)(real), np.fft.rfft(real.astype(np.float64))) < 5e-6
+    spectrum = np.fft.rfft(real.astype(np.float64))
+    if n % 2 == 0: assert _kernel_steps(jnp.fft.irfft, spectrum.astype(np.complex64)) == (1, 0)
+    assert _relative_error(jnp.fft.irfft(spectrum.astype(np.complex64), n), np.fft.irfft(spectrum, n)) < 5e-6
     inverse = tj.jit(lambda v, n=n: jnp.fft.irfft(v, n))
     assert _relative_error(inverse(x), np.fft.irfft(x.astype(np.complex128), n)) < 5e-6
   with tj.config.override("jax_enable_x64", True):
@@ -535,7 +542,16 @@ def test_bluestein_takes_a_smooth_length():
     assert _relative_error(jnp.fft.fft(signal), np.fft.fft(signal)) < 1e-12
     parseval = tj.jit(tj.grad(lambda u: jnp.sum(jnp.abs(jnp.fft.fft(u)) ** 2)))
     np.testing.assert_allclose(np.asarray(parseval(signal)), 2 * 67 * np.conj(signal), rtol=1e-10)
-    real = _signal(67, dtype=np.float64)
-    loss = lambda v: jnp.sum(jnp.sin(jnp.abs(jnp.fft.rfft(v))))  # noqa: E731
-    np.testing.assert_allclose(np.asarray(tj.grad(loss)(real)), numeric_grad(lambda v: loss(jnp.asarray(v)), real,
-                                                                             1e-6), rtol=1e-6, atol=1e-8)
+    for n in (67, 134):
+      real = _signal(n, dtype=np.float64)
+      loss = lambda v: jnp.sum(jnp.sin(jnp.abs(jnp.fft.rfft(v))))  # noqa: E731
+      np.testing.assert_allclose(np.asarray(tj.grad(loss)(real)), numeric_grad(lambda v: loss(jnp.asarray(v)), real,
+                                                                               1e-6), rtol=1e-6, atol=1e-8)
+    spectrum = np.fft.rfft(_signal(134, dtype=np.float64))
+
+    def inverse(v):
+      return jnp.sum(jnp.sin(jnp.fft.irfft(v * (1 + 0.5j), n=134)) * jnp.arange(134.0))
+    along_real = numeric_grad(lambda v: inverse(jnp.asarray(v) + 1j * spectrum.imag), spectrum.real, 1e-6)
+    along_imag = numeric_grad(lambda v: inverse(spectrum.real + 1j * jnp.asarray(v)), spectrum.imag, 1e-6)
+    np.testing.assert_allclose(np.asarray(tj.jit(tj.grad(inverse))(spectrum)), along_real - 1j * along_imag,
+                               rtol=1e-6, atol=1e-8)

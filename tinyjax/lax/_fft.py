@@ -56,11 +56,15 @@ def supported(n: int, dtype, rows: bool = True, kind: str = "fft") -> bool:
   """Whether transforms of `kind` over `dtype` (the float dtype of their values) take a compiled kernel: "fft" of
   length n along rows, or (not `rows`) down an axis before the last; "rfft" / "irfft" of real signals of length n
   (irfft: n even). A power of two from SMALLEST on (rfft / irfft: 2 SMALLEST; down an axis: up to LONGEST_COLUMN,
-  `_columns_ir`), or any other length from SMALLEST on whose prime factors are at most LARGEST_RADIX (`_mixed_ir`),
-  or for fft any other up to LONGEST_BLUESTEIN (`_mixed_ir`'s Bluestein)."""
+  `_columns_ir`), or any other length from SMALLEST on whose prime factors are at most LARGEST_RADIX, or any other
+  (rfft / irfft: whose complex transform, of half the length where it is even) up to LONGEST_BLUESTEIN (`_mixed_ir`,
+  by Bluestein's algorithm)."""
   if np.dtype(dtype) not in _TYPES or n < SMALLEST or kind == "irfft" and n % 2: return False
-  if kind != "fft" and n % 2 == 0 and n // 2 >= SMALLEST and n // 2 & (n // 2 - 1) == 0: return True
-  if n & (n - 1) or kind != "fft": return radices(n) is not None or kind == "fft" and n <= LONGEST_BLUESTEIN
+  if kind != "fft":  # (by a complex transform of half the length, or of the length where it is odd)
+    points = n if n % 2 else n // 2
+    return points & (points - 1) == 0 and points >= SMALLEST or radices(points) is not None or \
+        points <= LONGEST_BLUESTEIN
+  if n & (n - 1): return radices(n) is not None or n <= LONGEST_BLUESTEIN
   return n <= (2 ** 30 if rows else LONGEST_COLUMN)
 
 
@@ -445,10 +449,9 @@ def _odd_stage_count(ir: _Builder, n: str, done: int) -> str:
 # shuffles of every radix there, so this kernel's vectors hold VL transforms (lines) instead, the same butterfly in
 # every lane. fft and ifft of any such length, along rows or down an axis, and rfft and irfft of even ones (a complex
 # transform of half the length, as the power-of-two kernel's, its split or merge done by the gather and scatter) or
-# rfft of odd ones (the complex transform of the real signal) are this one kernel per kind and dtype; so is the fft
-# of a length with a larger prime factor, by Bluestein's algorithm (kind "bluestein": the gather multiplies by the
-# chirp and pads, the forward transform, the product with the kernel's spectrum, the inverse as conj(forward(conj)),
-# the scatter's conj times the chirp; rows of the prime 1031 9.2 -> 2.3 ms, JAX 2.7). 2 cores,
+# rfft of odd ones (the complex transform of the real signal) are this one kernel per kind and dtype; so are those
+# whose complex transform has a larger prime factor, by Bluestein's algorithm (kinds "..._bluestein"; rows of the
+# prime 1031: fft 9.2 -> 1.6-2.7 ms, JAX 2.0-2.7; rows of 2018 = 2 x 1009: rfft 5.4 -> 0.85-1.05, JAX 0.97-1.01). 2 cores,
 # float32, against JAX 0.10.2 (ducc): 262 x 1000 fft 0.42-0.46 ms against 1.09, rfft 0.20-0.25 against 0.64
 # (0.48-0.53 as a complex transform of the whole length); 87 x 3000 fft 0.51-0.57 against 0.55-1.02. The rows' gather
 # and scatter (VL lines' values at a time, strided) are about half of the kernel's time.
@@ -484,29 +487,26 @@ _HEADER = 8  # the mixed tables' constants before the stages: see `mixed_tables`
 @functools.lru_cache(maxsize=64)
 def mixed_tables(n: int, inner: int, sign: int, dtype: np.dtype, scale: float = 1.0,
                  halves: bool = False) -> tuple[np.ndarray, np.ndarray]:
-  """(twiddles, plan) of the mixed-radix transform of length n along an axis followed by `inner` values (1: rows).
-  The plan is int32 [n, inner, stages, their radices]. The twiddles: the constants [scale, sign, and the butterflies'
-  sign sqrt(3) / 2, cos(2 pi / 5), cos(4 pi / 5), sign sin(2 pi / 5), sign sin(4 pi / 5), 0], then for each stage
-  (radix r, of a transform of length l = r m) the r roots exp(sign 2 pi i k / r) and the m r twiddles
-  exp(sign 2 pi i p u / l) for p < m, u < r, as (real, imaginary) pairs; all computed in float64, rounded once.
-  With `halves` (rfft and irfft of real signals of 2n by a complex transform of n), the weights a_k and b_k of
-  `_half_length_factors` for k = 0..n come after the constants (a's pairs, then b's)."""
-  return _tables(n, inner, sign, dtype, scale, _half_length_factors(2 * n, sign) if halves else ())
-
-
-@functools.lru_cache(maxsize=64)
-def bluestein_tables(n: int, inner: int, sign: int, dtype: np.dtype, scale: float = 1.0
-                     ) -> tuple[np.ndarray, np.ndarray]:
-  """(twiddles, plan) of the transform of length n by Bluestein's algorithm in the mixed-radix kernel: the tables of
-  the forward transform of M = `smooth_length(2n - 1)` (`mixed_tables`, the plan ending with n), with the chirp (n
-  values) and the kernel's spectrum divided by M (M values) after the constants (`bluestein_constants`)."""
+  """(twiddles, plan) of the mixed-radix kernel's complex transform of length n along an axis followed by `inner`
+  values (1: rows). The plan is int32 [the stages' length, inner, stages, their radices (, n)]. The twiddles: the
+  constants [scale, the stages' sign, and the butterflies' sign sqrt(3) / 2, cos(2 pi / 5), cos(4 pi / 5),
+  sign sin(2 pi / 5), sign sin(4 pi / 5), 0]; with `halves` (rfft and irfft of real signals of 2n by a complex
+  transform of n), the weights a_k and b_k of `_half_length_factors` for k = 0..n (a's pairs, then b's); where n has
+  a prime factor above LARGEST_RADIX (Bluestein's algorithm: the stages are those of the forward transform of M =
+  `smooth_length(2n - 1)`, and the plan ends with n), the chirp (n values) and the kernel's spectrum divided by M (M
+  values) of `bluestein_constants`; then for each stage (radix r, of a transform of length l = r m) the r roots
+  exp(sign 2 pi i k / r) and the m r twiddles exp(sign 2 pi i p u / l) for p < m, u < r. Complex values are
+  (real, imaginary) pairs, all computed in float64 and rounded once."""
+  extra = _half_length_factors(2 * n, sign) if halves else ()
+  if radices(n) is not None: return _tables(n, inner, sign, dtype, scale, extra)
   size, chirp, spectrum = bluestein_constants(n, sign, np.dtype(np.complex128))
-  return _tables(size, inner, -1, dtype, scale, (chirp, spectrum / size), (n,))
+  return _tables(size, inner, -1, dtype, scale, (*extra, chirp, spectrum / size), (n,))
 
 
 def _tables(n: int, inner: int, sign: int, dtype: np.dtype, scale: float, extra: tuple = (),
             tail: tuple = ()) -> tuple[np.ndarray, np.ndarray]:
-  """`mixed_tables`' tables, the complex arrays `extra` after the constants and `tail` at the plan's end."""
+  """`mixed_tables`' tables for stages of length n and `sign`: the complex arrays `extra` after the constants, and
+  `tail` at the plan's end."""
   stages = radices(n)
   header = [scale, sign, sign * math.sqrt(3) / 2, math.cos(2 * math.pi / 5), math.cos(4 * math.pi / 5),
             sign * math.sin(2 * math.pi / 5), sign * math.sin(4 * math.pi / 5), 0.0]
@@ -554,7 +554,10 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
   of 2n to rows of n + 1 complex values and "irfft" those back, by a complex transform of n (the tables' `halves`:
   the signal's (even, odd) samples are its values, split into the even and odd samples' transforms as the scatter
   writes the spectrum, or merged as the gather reads it; see `_half_length_factors`); "rfft_odd" real rows of an odd
-  n to n // 2 + 1 complex values, by a complex transform of n; the launch's indices are the lines
+  n to n // 2 + 1 complex values, by a complex transform of n. A kind ending "_bluestein" does its complex
+  transform of n by Bluestein's algorithm: the gather multiplies by the chirp and pads to M, the forward transform
+  of M, the product with the kernel's spectrum, the inverse as conj(forward(conj)), and the result's conj times the
+  chirp is what the scatter reads. The launch's indices are the lines
   (transforms) in order (line l: outer l // inner, column l % inner), launched with grain VL (a vector's floats).
   Each VL lines are gathered into a scratch as vectors of their real and their imaginary parts, one per position (the
   lanes are the lines: every butterfly is the same for all of them, no shuffles), times the scale; then the stages
@@ -570,14 +573,17 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
 
   def plan_at(index: str) -> str:
     return ir.value(f"sext i32 {ir.load('i32', ir.gep('i32', plan, index))} to i64")
-  n, inner, count = plan_at("0"), plan_at("1"), plan_at("2")
-  half = ir.op("add", ir.op("sdiv", n, "2"), "1")  # (rfft_odd's frequencies)
+  kind, bluestein = kind.removesuffix("_bluestein"), kind.endswith("_bluestein")
+  n, inner, count = plan_at("0"), plan_at("1"), plan_at("2")  # (n: the stages' length)
+  points = plan_at(ir.op("add", count, "3")) if bluestein else n  # (the complex transform's length)
+  half = ir.op("add", ir.op("sdiv", points, "2"), "1")  # (rfft_odd's frequencies)
   halves = kind in ("rfft", "irfft")
-  # bluestein: the transform's length is the signal's (after the radices), n the convolution's
-  signal = plan_at(ir.op("add", count, "3")) if kind == "bluestein" else n
+  # the tables' places: halves' weights, then Bluestein's chirp and the kernel's spectrum, then the stages
+  chirps = ir.op("add", str(_HEADER), ir.op("mul", ir.op("add", points, "1"), "4")) if halves else str(_HEADER)
+  first_stage = ir.op("add", chirps, ir.op("mul", ir.op("add", points, n), "2")) if bluestein else chirps
 
-  def chirp(i: str) -> tuple[str, str]:  # (bluestein: the chirp's value i, then the kernel's spectrum's i - signal)
-    at = ir.element(twiddles, ir.op("add", str(_HEADER), ir.op("mul", i, "2")))
+  def complex_at(table: str, i: str) -> tuple[str, str]:  # (value i of a complex table at `table`, splatted)
+    at = ir.element(twiddles, ir.op("add", table, ir.op("mul", i, "2")))
     return splat(ir.load(ctype, at)), splat(ir.load(ctype, ir.element(at, "1")))
 
   def splat(value: str) -> str:
@@ -603,6 +609,8 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
   def cmul(a, w):  # a w, w = (c, d) vectors
     return madd(a[0], w[0], ir.value(f"fneg {vector} {mul(a[1], w[1])}")), madd(a[0], w[1], mul(a[1], w[0]))
 
+  def conj(a): return a[0], ir.value(f"fneg {vector} {a[1]}")
+
   # the scratch: two buffers of n positions of VL lines' (real parts, imaginary parts), from the heap (a long
   # transform's would not fit a thread's stack)
   size = ir.op("mul", n, str(4 * lanes * dtype.itemsize))
@@ -625,32 +633,27 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
     for q in range(lanes):
       line = ir.value(f"select i1 {ir.op('icmp slt', str(q), valid)}, i64 {ir.op('add', b, str(q))}, i64 "
                       f"{ir.op('sub', '%end', '1')}")
-      if kind in ("fft", "bluestein"):  # (its first value's place)
+      if kind == "fft":  # (its first value's place)
         outer, column = ir.op("sdiv", line, inner), ir.op("srem", line, inner)
-        line = ir.op("add", ir.op("mul", outer, ir.op("mul", signal, inner)), column)
+        line = ir.op("add", ir.op("mul", outer, ir.op("mul", points, inner)), column)
       ir.store("i64", line, ir.gep("i64", bases, str(q)))
     base = [ir.load("i64", ir.gep("i64", bases, str(q))) for q in range(lanes)]
     def pairs_at(row: str, q: int, i: str) -> str:  # (pair i of a row of `row` pairs)
       return ir.op("mul", ir.op("add", ir.op("mul", base[q], row), i), "2")
-    if kind in ("fft", "bluestein"):  # (pairs, at the same places in x and out)
+    if kind == "fft":  # (pairs, at the same places in x and out)
       def position(q: int, i: str) -> str: return ir.op("mul", ir.op("add", base[q], ir.op("mul", i, inner)), "2")
       source_at = target_at = position
     elif kind == "rfft_odd":  # (rows: real signals of n to their `half` pairs)
-      def source_at(q: int, i: str) -> str: return ir.op("add", ir.op("mul", base[q], n), i)  # (base: the line)
+      def source_at(q: int, i: str) -> str: return ir.op("add", ir.op("mul", base[q], points), i)  # (base: the line)
       def target_at(q: int, i: str) -> str: return pairs_at(half, q, i)
     else:  # (rows of n pairs, the signal's samples; of n + 1 pairs, the spectrum's)
-      def signal_at(q: int, i: str) -> str: return pairs_at(n, q, i)
-      def spectrum_at(q: int, i: str) -> str: return pairs_at(ir.op("add", n, "1"), q, i)
+      def signal_at(q: int, i: str) -> str: return pairs_at(points, q, i)
+      def spectrum_at(q: int, i: str) -> str: return pairs_at(ir.op("add", points, "1"), q, i)
       source_at, target_at = (signal_at, spectrum_at) if kind == "rfft" else (spectrum_at, signal_at)
 
-    def weights(k: str):  # (a_k, b_k), each (real, imaginary) vectors
-      at_a = ir.element(twiddles, ir.op("add", str(_HEADER), ir.op("mul", k, "2")))
-      at_b = ir.element(at_a, ir.op("mul", ir.op("add", n, "1"), "2"))
-      return tuple((splat(ir.load(ctype, w)), splat(ir.load(ctype, ir.element(w, "1")))) for w in (at_a, at_b))
-
-    def weighted(k: str, z, mirror):  # a_k z + b_k conj(mirror)
-      a, b_ = weights(k)
-      return cadd(cmul(z, a), cmul((mirror[0], ir.value(f"fneg {vector} {mirror[1]}")), b_))
+    def weighted(k: str, z, mirror):  # a_k z + b_k conj(mirror) (halves' weights)
+      a, b_ = complex_at(str(_HEADER), k), complex_at(str(_HEADER), ir.op("add", k, ir.op("add", points, "1")))
+      return cadd(cmul(z, a), cmul(conj(mirror), b_))
 
     def vector_of(values: list[str]) -> str:
       value = "poison"
@@ -666,23 +669,20 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
         parts = [vector_of([ir.load(ctype, ir.element(x0, source_at(q, i))) for q in range(lanes)]),
                  "zeroinitializer"]
       elif kind == "irfft":  # Z_i = a_i X_i + b_i conj(X_(n-i)), X_0's and X_n's imaginary parts taken as zero
-        value, mirror = pairs_of(lambda q: source_at(q, i)), pairs_of(lambda q: source_at(q, ir.op("sub", n, i)))
+        value, mirror = pairs_of(lambda q: source_at(q, i)), pairs_of(lambda q: source_at(q, ir.op("sub", points,
+                                                                                                     i)))
         edge = ir.op("icmp eq", i, "0")
         value, mirror = ((v[0], ir.value(f"select i1 {edge}, {vector} zeroinitializer, {vector} {v[1]}"))
                          for v in (value, mirror))
         parts = weighted(i, value, mirror)
       else: parts = pairs_of(lambda q: source_at(q, i))
-      if kind == "bluestein": parts = cmul(parts, chirp(i))
+      if bluestein: parts = cmul(parts, complex_at(chirps, i))
       store(scratch, i, (mul(parts[0], scale), mul(parts[1], scale)))
-    ir.loop("0", signal, gather)
-    if kind == "bluestein": ir.loop(signal, n, lambda i: store(scratch, i, ("zeroinitializer", "zeroinitializer")))
+    ir.loop("0", points, gather)
+    if bluestein: ir.loop(points, n, lambda i: store(scratch, i, ("zeroinitializer", "zeroinitializer")))
 
     source, target, stride, length, offset = (ir.var("ptr"), ir.var("ptr"), ir.var(), ir.var(), ir.var())
     for var, value in ((source, scratch), (target, second)): ir.store("ptr", value, var)
-    if halves: first_stage = ir.op("add", str(_HEADER), ir.op("mul", ir.op("add", n, "1"), "4"))
-    elif kind == "bluestein": first_stage = ir.op("add", str(_HEADER), ir.op("mul", ir.op("add", signal, n), "2"))
-    else: first_stage = str(_HEADER)
-
     def stages() -> None:
       for var, value in ((stride, "1"), (length, n), (offset, first_stage)): ir.store("i64", value, var)
       ir.loop("0", count, stage)
@@ -803,23 +803,22 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
       ir.store("i64", ir.op("add", ir.load("i64", offset), ir.op("mul", ir.op("add", r, ir.op("mul", m, r)), "2")),
                offset)
     stages()
-    if kind == "bluestein":  # times the kernel's spectrum, then the inverse transform as conj(forward(conj))
+    if bluestein:  # times the kernel's spectrum, then the inverse transform as conj(forward(conj))
       def convolve(i: str) -> None:
         buffer = ir.load("ptr", source)
-        product = cmul(load(buffer, i), chirp(ir.op("add", signal, i)))
-        store(buffer, i, (product[0], ir.value(f"fneg {vector} {product[1]}")))
+        store(buffer, i, conj(cmul(load(buffer, i), complex_at(chirps, ir.op("add", points, i)))))
       ir.loop("0", n, convolve)
       stages()
     result = ir.load("ptr", source)
 
+    def final(k: str) -> tuple[str, str]:  # (the complex transform's value k)
+      return cmul(conj(load(result, k)), complex_at(chirps, k)) if bluestein else load(result, k)
+
     def scatter(i: str, lanes_stored: int | None) -> None:
       if kind == "rfft":  # X_i = a_i Z_i + b_i conj(Z_(n-i)), for i = 0..n (Z_n = Z_0)
-        def wrapped(k: str) -> str: return ir.value(f"select i1 {ir.op('icmp eq', k, n)}, i64 0, i64 {k}")
-        real, imaginary = weighted(i, load(result, wrapped(i)), load(result, wrapped(ir.op("sub", n, i))))
-      elif kind == "bluestein":
-        value = load(result, i)
-        real, imaginary = cmul((value[0], ir.value(f"fneg {vector} {value[1]}")), chirp(i))
-      else: real, imaginary = load(result, i)
+        def wrapped(k: str) -> str: return ir.value(f"select i1 {ir.op('icmp eq', k, points)}, i64 0, i64 {k}")
+        real, imaginary = weighted(i, final(wrapped(i)), final(wrapped(ir.op("sub", points, i))))
+      else: real, imaginary = final(i)
       both = ir.value(f"shufflevector {vector} {real}, {vector} {imaginary}, "
                       f"{_mask(c * lanes + q for q in range(lanes) for c in (0, 1))}")
       for q in range(lanes):
@@ -829,7 +828,7 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
         def put(q: int = q, value: str = value) -> None: ir.store(pair, value, ir.element(out0, target_at(q, i)))
         if lanes_stored is None: ir.when(ir.op("icmp slt", str(q), valid), put)
         else: put()
-    stored = {"rfft": ir.op("add", n, "1"), "rfft_odd": half, "bluestein": signal}.get(kind, n)
+    stored = {"rfft": ir.op("add", points, "1"), "rfft_odd": half}.get(kind, points)
     ir.when(ir.op("icmp sge", valid, str(lanes)), lambda: ir.loop("0", stored, lambda i: scatter(i, lanes)),
             lambda: ir.loop("0", stored, lambda i: scatter(i, None)))
 
@@ -862,8 +861,9 @@ def program(kind: str, dtype: np.dtype):
 
 def _variant(kind: str, axis: int, x) -> str:
   if (length := _mixed_length(kind, x, axis)) is not None:
-    if kind == "fft" and radices(length) is None: return "bluestein_mixed"
-    return "rfft_odd_mixed" if kind == "rfft" and length % 2 else f"{kind}_mixed"
+    points = length if kind == "fft" or length % 2 else length // 2  # (the complex transform's length)
+    variant = "rfft_odd" if kind == "rfft" and length % 2 else kind
+    return f"{variant}{'_bluestein' if radices(points) is None else ''}_mixed"
   return kind if axis == -1 else "fft_columns"
 
 
@@ -957,8 +957,7 @@ def transform(x: Array, kind: str, sign: int, scale: float = 1.0, axis: int = -1
   if (length := _mixed_length(kind, x, axis)) is not None:
     if kind == "fft":
       inner = math.prod(x.shape[x.ndim + axis + 1:]) if np.dtype(x.dtype).kind == "c" else 1
-      table = mixed_tables if radices(length) is not None else bluestein_tables
-      twiddles, plan = table(length, inner, sign, part, float(scale))
+      twiddles, plan = mixed_tables(length, inner, sign, part, float(scale))
     elif length % 2: twiddles, plan = mixed_tables(length, 1, sign, part, float(scale))  # (rfft_odd)
     else: twiddles, plan = mixed_tables(length // 2, 1, sign, part, float(scale), halves=True)
   elif axis == -1: twiddles, plan = tables(kind, n, sign, part, float(scale))
