@@ -450,15 +450,17 @@ def _odd_stage_count(ir: _Builder, n: str, done: int) -> str:
 # every lane. fft and ifft of any such length, along rows or down an axis, and rfft and irfft of even ones (a complex
 # transform of half the length, as the power-of-two kernel's, its split or merge done by the gather and scatter) or
 # rfft of odd ones (the complex transform of the real signal) are this one kernel per kind and dtype; so are those
-# whose complex transform has a larger prime factor, by Bluestein's algorithm (kinds "..._bluestein"; rows of the
-# prime 1031: fft 9.2 -> 1.6-2.7 ms, JAX 2.0-2.7; rows of 2018 = 2 x 1009: rfft 5.4 -> 0.85-1.05, JAX
-# 0.97-1.01). 2 cores, float32, against JAX 0.10.2 (ducc): 262 x 1000 fft 0.42-0.46 ms against 1.09, rfft 0.20-0.25 against 0.64
-# (0.48-0.53 as a complex transform of the whole length); 87 x 3000 fft 0.51-0.57 against 0.55-1.02. The rows' gather
-# and scatter (VL lines' values at a time, strided) are about half of the kernel's time.
+# whose complex transform has a larger prime factor, by Bluestein's algorithm (kinds "..._bluestein").
+# 2 cores, float32, against JAX 0.10.2 (ducc), ms:
+# - 262 x 1000: fft 0.42-0.46 against 1.09; rfft 0.20-0.25 against 0.64 (0.48-0.53 as a complex transform of the
+#   whole length);
+# - 87 x 3000: fft 0.51-0.57 against 0.55-1.02;
+# - rows of the prime 1031: fft 1.6-2.7 against 2.0-2.7 (9.2 before, by Bluestein's algorithm as array operations);
+# - rows of 2018 = 2 x 1009: rfft 0.85-1.05 against 0.97-1.01 (5.4 before).
+# The rows' gather and scatter (VL lines' values at a time, strided) are about half of the kernel's time.
 
-# (a length with a prime factor above LARGEST_RADIX is factored or Bluestein's, numpy/fft.py; up to it, a prime's
-# direct sum costs about r / 2 fused multiply-adds per value and stage: rows of 32 x 37 1.1 ms, JAX 1.0, by
-# Bluestein's 2.2)
+# (a length with a prime factor above LARGEST_RADIX is factored or Bluestein's; up to it, a prime's direct sum costs
+# about r / 2 fused multiply-adds per value and stage: rows of 32 x 37 1.1 ms, JAX 1.0, by Bluestein's 2.2)
 LARGEST_RADIX = 61
 # A longer length with a larger prime factor is not the kernel's: its scratch holds M >= 2n - 1 positions
 LONGEST_BLUESTEIN = 16384
