@@ -9,7 +9,7 @@ import tinyjax.numpy as tnp
 from tinyjax import lax
 from tinyjax.devices import LaunchList
 from tinyjax.lower.schedule import kernels_of
-from tests.gradcheck import numeric_grad_f32
+from tests.gradcheck import numeric_grad, numeric_grad_f32
 
 RNG = np.random.default_rng(11)
 
@@ -407,3 +407,58 @@ def test_scan_carries_updated_from_each_other(jit):
     want_a, want_b, want_c = want_b * 2.0, want_a + 1.0, want_c + want_a * want_b + x
   for got, want in ((ga, want_a), (gb, want_b), (gc, want_c), (ys, want_ys)):
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_unread_scan_outputs_and_inputs_are_pruned(monkeypatch, on_cpu):
+  """A scan's ys that nothing reads are not computed, and the xs its body doesn't read are dropped, so that an earlier
+  scan's ys read only by those go too (lower/schedule.py `prune_scans`): an HMM's log-likelihood gradient in a
+  fori_loop (its forward pass stacked the reduce_max masks of logsumexp, which the backward pass never reads) has
+  fewer kernels; the results against a float64 forward algorithm and finite differences."""
+  from tinyjax.lower import schedule as schedule_module
+  from tinyjax.scipy.special import logsumexp
+  rng = np.random.default_rng(3)
+  log_pi, log_a, log_b = (rng.standard_normal(shape).astype(np.float32) for shape in ((5,), (5, 5), (5, 7)))
+  seq = rng.integers(0, 7, 40).astype(np.int32)
+
+  def log_normalizer(params, seq):
+    pi, a, b = params
+
+    def marginalize(alpha, obs):
+      return logsumexp(alpha[:, None] + a, axis=0) + b[:, obs], alpha.sum()
+    alpha, sums = lax.scan(marginalize, pi, seq)
+    return logsumexp(alpha)
+
+  def em(params, seq):
+    def update(i, params):
+      moments = tj.grad(log_normalizer)(params, seq)
+      return [tnp.log(m / m.sum(-1, keepdims=True)) for m in moments]
+    return lax.fori_loop(0, 3, update, params)
+  params = [tnp.asarray(v) for v in (log_pi, log_a, log_b)]
+
+  def kernel_counts(fn) -> tuple[int, int]:  # (kernels with pruning, without)
+    sink = tj.jit(fn).lower(params, seq)._compiled.jaxpr.sink
+    pruned = len(kernels_of(schedule_module.schedule(sink).kernels))
+    with monkeypatch.context() as patch:
+      patch.setattr(schedule_module, "prune_scans", lambda program: program)
+      return pruned, len(kernels_of(schedule_module.schedule(sink).kernels))
+  for fn in (em, log_normalizer):
+    pruned, whole = kernel_counts(fn)
+    assert pruned < whole, (fn.__name__, pruned, whole)
+  # EM's steps keep each distribution normalised (exp of each row sums to 1)
+  for p in tj.jit(em)(params, seq): np.testing.assert_allclose(np.exp(np.asarray(p, np.float64)).sum(-1), 1, rtol=1e-5)
+  wide = [np.asarray(v, np.float64) for v in (log_pi, log_a, log_b)]
+
+  def forward(pi, a, b):
+    alpha = pi
+    for obs in seq:
+      top = (alpha[:, None] + a).max(0)
+      alpha = top + np.log(np.exp(alpha[:, None] + a - top).sum(0)) + b[:, obs]
+    return alpha.max() + np.log(np.exp(alpha - alpha.max()).sum())
+  np.testing.assert_allclose(float(tj.jit(log_normalizer)(params, seq)), forward(*wide), rtol=1e-5)
+  with tj.config.override("jax_enable_x64", True):
+    wide_params = [tnp.asarray(v) for v in wide]
+    grads = tj.jit(tj.grad(log_normalizer))(wide_params, seq)
+    numeric = numeric_grad(lambda a: log_normalizer([wide_params[0], tnp.asarray(a), wide_params[2]], seq), wide[1],
+                           1e-6)
+    np.testing.assert_allclose(np.asarray(grads[1]), numeric, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(float(tj.jit(log_normalizer)(wide_params, seq)), forward(*wide), rtol=1e-12)

@@ -1102,7 +1102,7 @@ def schedule(sink: UOp, threads: int | None = None, gpu: bool = False,
   elementwise kernels are merged after, `merge_elementwise`), so that its compile can start while the rest is
   lowered."""
   threads = cpu_threads() if threads is None else threads
-  sink = reduce_invariant_axes(merge_sums(expand_primitives(sink)))
+  sink = reduce_invariant_axes(merge_sums(prune_scans(expand_primitives(sink))))
   buffers = find_buffers(sink, gpu)
   # (found again only where reductions were split: ResNet-50's training step has none to split, 0.5 s saved)
   if (split := split_reductions(sink, threads, set(buffers), min_chunk_work, gpu)) is not sink:
@@ -1697,6 +1697,54 @@ def _write_in_place(steps: list[Kernel | Loop], new: int, carry: int) -> bool:
   for i in range(position + 1, len(steps)):
     steps[i] = replace(steps[i], slots=tuple(carry if slot == new else slot for slot in steps[i].slots))
   return True
+
+
+def prune_scans(sink: UOp) -> UOp:
+  """The program with each SCAN's unread parts dropped, as JAX's dead-code elimination of a scan does: the ys no
+  PROJECT reads (and their computation in the body), then the xs and consts its body no longer reads, so that an
+  earlier scan's ys read only by those go too, until nothing changes. A gradient's forward pass stacks residuals of
+  which its backward pass may read only some (an HMM's log-likelihood, the reduce_max mask of `logsumexp`: 6 of the
+  14 kernels of each forward pass computed and stored unread ones). Bodies are pruned first."""
+  while True:
+    nodes = sink.toposort
+    if not any(node.op is Ops.SCAN for node in nodes): return sink
+    projections: dict[UOp, list[UOp]] = {}
+    for node in nodes:
+      if node.op is Ops.PROJECT: projections.setdefault(node.src[0], []).append(node)
+    done: dict[UOp, UOp] = {}
+    outputs: dict[UOp, dict[int, int]] = {}  # a pruned scan -> its outputs' new indices
+    for node in nodes:
+      src = tuple(done[s] for s in node.src)
+      if node.op is Ops.SCAN: done[node], outputs[node] = _pruned_scan(node, src, projections.get(node, []))
+      elif node.op is Ops.PROJECT and node.src[0] in outputs:
+        done[node] = node.replace(src=src, arg=(outputs[node.src[0]][node.arg[0]], *node.arg[1:]))
+      else: done[node] = node.replace(src=src) if src != node.src else node
+    if done[sink] is sink: return sink
+    sink = done[sink]
+
+
+def _pruned_scan(node: UOp, src: tuple[UOp, ...], projections: list[UOp]) -> tuple[UOp, dict[int, int]]:
+  """(`node` with operands `src`, its body pruned and without the ys none of `projections` reads and the xs and consts
+  its body doesn't read; the new index of each output read)."""
+  body, _, _, n_carry, n_xs = node.arg
+  pruned = prune_scans(body)
+  read = {projection.arg[0] for projection in projections}
+  ys = [k for k in range(n_carry, len(pruned.src)) if k in read]
+  if len(ys) < len(pruned.src) - n_carry:
+    pruned = pruned.replace(src=(*pruned.src[:n_carry], *(pruned.src[k] for k in ys)))
+  params = {n.arg[0] for n in pruned.toposort if n.op is Ops.PARAM}
+  operands = [i for i in range(len(src)) if i < n_carry or i in params]
+  indices = {i: i for i in range(n_carry)} | {k: n_carry + j for j, k in enumerate(ys)}
+  if pruned is body and len(operands) == len(src): return (node.replace(src=src) if src != node.src else node), indices
+  if len(operands) < len(src): pruned = _renumber_params(pruned, {old: new for new, old in enumerate(operands)})
+  arg = node.arg._replace(body=pruned, n_xs=sum(n_carry <= i < n_carry + n_xs for i in operands))
+  return node.replace(src=tuple(src[i] for i in operands), arg=arg), indices
+
+
+def _renumber_params(program: UOp, numbers: dict[int, int]) -> UOp:
+  """`program` with PARAM i numbered numbers[i]."""
+  return _replace_params(program, {n.arg[0]: n.replace(arg=(numbers[n.arg[0]], *n.arg[1:]))
+                                   for n in program.toposort if n.op is Ops.PARAM})
 
 
 def _replace_params(program: UOp, replacements: dict[int, UOp]) -> UOp:
