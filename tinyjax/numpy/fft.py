@@ -6,19 +6,20 @@ half the length; along an axis before the last, down the columns; a long single 
 other length from 16 on whose prime factors are at most lax/_fft.py's LARGEST_RADIX (its mixed-radix kernel, VL
 transforms at once: a long row with fewer rows than that is four steps too, MIXED_FOUR_STEP_MIN), and any other up to
 its LONGEST_BLUESTEIN (Bluestein's algorithm in that kernel). A longer length with a larger prime factor is
-computed by the four-step Cooley-Tukey factorisation n = n1 * n2, n1 its odd part where
-the rest is a length the kernels take, else the largest divisor of n up to DIRECT_MAX: a DFT of length n1
-across the rows of the (n1, n2) matrix the axis is reshaped to, a multiplication by the twiddle factors w^(j2 k1),
-then DFTs of length n2 (recursively), and a transpose into the output order. Between the stages a signal is a float
-array (..., n, 2) of (real, imaginary) pairs, the memory layout of a complex array, so each stage reads its input
-where it is: a DFT of length up to DIRECT_MAX is one real contraction of the pairs with the DFT matrix's real form
-(`_pair_dft_matrix`; as a complex matmul it was four real GEMMs and their sums: rfft of 64x1024 in 21 kernels, 314
-us, against 4 kernels, 132 us), the twiddles multiply the pairs and their swapped pairs, and each level's last
-contraction is stored as computed, its transposes left to the one copy at the end. (Pairs stacked from the two parts,
-as an earlier version did, read through a concatenation's gated loads, which kept the stages off the register tile.)
-A prime length above DIRECT_MAX uses Bluestein's algorithm: the transform as a convolution with the chirp
-w^(m^2 / 2), computed by transforms of the smallest length >= 2n - 1 whose factors are 2, 3 and 5. The DFT
-matrices, twiddles and chirps are computed in float64 on the host and rounded once to the array's precision.
+computed by the four-step Cooley-Tukey factorisation n = n1 * n2, n1 its largest divisor up to DIRECT_MAX: a DFT of
+length n1 across the rows of the (n1, n2) matrix the axis is reshaped to, a multiplication by the twiddle factors
+w^(j2 k1), then DFTs of length n2 (recursively), and a transpose into the output order. Between the stages a signal
+is a float array (..., n, 2) of (real, imaginary) pairs, the memory layout of a complex array, so each stage reads
+its input where it is: a DFT of length up to DIRECT_MAX is one real contraction of the pairs with the DFT matrix's
+real form (`_pair_dft_matrix`; as a complex matmul it was four real GEMMs and their sums: rfft of 64x1024 in 21
+kernels, 314 us, against 4 kernels, 132 us), the twiddles multiply the pairs and their swapped pairs, and each
+level's last contraction is stored as computed, its transposes left to the one copy at the end. (Pairs stacked from
+the two parts, as an earlier version did, read through a concatenation's gated loads, which kept the stages off the
+register tile.)
+A prime length above LONGEST_BLUESTEIN uses Bluestein's algorithm as array operations: the transform as a convolution
+with the chirp w^(m^2 / 2), computed by transforms of the smallest length >= 2n - 1 whose factors are 2, 3 and 5
+(lax/_fft.py `bluestein_constants`). The DFT matrices, twiddles and chirps are computed in float64 on the host and
+rounded once to the array's precision.
 
 Real inputs become complex64 (complex128 with x64); `rfft` returns the n // 2 + 1 non-negative frequencies, `irfft`
 rebuilds the Hermitian spectrum and returns the real part. `norm` is "backward" (the default: 1/n on the inverse),
@@ -71,17 +72,9 @@ def _twiddles(n1: int, n2: int, sign: int, dtype: np.dtype) -> np.ndarray:
 
 
 def _largest_divisor(n: int) -> int:
-  """The first factor n1 of n: its odd part where that is at most DIRECT_MAX and the rest a power of two the compiled
-  kernel takes (768 = 3 x 256: one short contraction, then the kernel; rows of 768 3.2 -> 1.7 ms), else its largest
-  divisor up to DIRECT_MAX, or, where the rest would be one direct transform shorter than n1 (64 = 16 x 4), the
-  divisor nearest sqrt(n) (8 x 8: a length-4 stage, with its 4-long products, ran at a fifth of the speed of the
-  others)."""
-  odd = n // (n & -n)
-  if 1 < odd <= DIRECT_MAX and n // odd >= _fft.SMALLEST: return odd
-  divisors = [d for d in range(min(DIRECT_MAX, n - 1), 1, -1) if n % d == 0]
-  if not divisors: return 1
-  if n // divisors[0] < divisors[0]: return min(divisors, key=lambda d: abs(d - math.sqrt(n)))
-  return divisors[0]
+  """The first factor n1 of a length no kernel takes (longer than LONGEST_BLUESTEIN, with a prime factor above
+  LARGEST_RADIX): its largest divisor up to DIRECT_MAX (1 if none), so that the rest is as short as can be."""
+  return next((d for d in range(DIRECT_MAX, 1, -1) if n % d == 0), 1)
 
 
 def _pairs(x: Array) -> Array:
@@ -194,7 +187,8 @@ def _direct(x: Array, real: bool, sign: int) -> Array:
 
 
 def _bluestein(x: Array, sign: int) -> Array:
-  """X_k = c_k sum_j (x_j c_j) conj(c_(k-j)): a convolution, by transforms of a power-of-two length."""
+  """X_k = c_k sum_j (x_j c_j) conj(c_(k-j)): a convolution, by transforms of a length the kernels take (a prime
+  above LONGEST_BLUESTEIN; the kernel does the shorter ones whole)."""
   jnp = _jnp()
   n = x.shape[-1]
   size, chirp, kernel_spectrum = _fft.bluestein_constants(n, sign, _complex_dtype(x))
