@@ -1573,6 +1573,24 @@ def test_contraction_with_a_random_epilogue(kind, on_cpu):
   np.testing.assert_allclose(np.asarray(tj.jit(f)(a, b, c, key)), want, rtol=1e-5, atol=1e-4)
 
 
+def test_transcendental_epilogue_is_looped(on_cpu):
+  """A layer's tanh after its product (31 operations with an EXP2) is too costly to unroll into every vector of the
+  register tile (a PINN's GEMMs were 185 KB of IR each): it runs in a loop over the tile's rows (`looped_epilogue`,
+  LOOPED_EPILOGUE_BUDGET), while a ReLU and bias stays unrolled; both against numpy in float64."""
+  rng = np.random.default_rng(11)
+  x, w, b = rng.standard_normal((256, 64)).astype(F32), rng.standard_normal((64, 64)).astype(F32) / 8, \
+      rng.standard_normal(64).astype(F32)
+  for activation, looped, reference in ((tnp.tanh, True, np.tanh), (lambda v: tnp.maximum(v, 0), False,
+                                                                     lambda v: np.maximum(v, 0))):
+    f = tj.jit(lambda x, w, b, activation=activation: activation(x @ w + b))
+    (kernel,) = [k for k in kernels_of(f.lower(x, w, b)._compiled.schedule.schedule.kernels) if k.name.startswith("r_")]
+    plan = llvm.choose_opts(kernel.ast)
+    assert llvm._Renderer(kernel.ast, plan).looped_epilogue == looped
+    if looped: assert len(render_llvm(kernel.name, kernel.ast)) < 60_000
+    want = reference(x.astype(F64) @ w.astype(F64) + b)
+    np.testing.assert_allclose(np.asarray(f(x, w, b)), want, rtol=2e-5, atol=2e-5)
+
+
 def test_register_tile_rows_share_the_column_loads(on_cpu):
   """Attention's projection gradient out[d, h, e] = sum over (b, t) of x[b, t, d] dq[b, h, t, e]: the tile's rows are
   d, which dq (read along the column e) does not depend on, so each of its vectors serves all the rows; tiling the 4

@@ -294,18 +294,26 @@ def epilogue_prefetch_loads(plan: TilePlan | None, ast: UOp) -> list[UOp]:
 # A register tile's epilogue of more than this many operations (a random normal's threefry rounds and erf_inv added
 # to a sum: DP-SGD's noised gradient) runs in loops over the tile's rows and columns (or vectors of columns) from the
 # tile's sums in an array (a row group's: over its columns), not unrolled per element (8 x 32 scalar copies of ~200
-# operations were 2.4 MB of IR, 3 s of LLVM; 8 x 2 vector copies 0.7 MB, 0.3 s).
+# operations were 2.4 MB of IR, 3 s of LLVM; 8 x 2 vector copies 0.7 MB, 0.3 s). So does one whose operations times
+# the tile's vectors exceed LOOPED_EPILOGUE_BUDGET, a transcendental counted as the polynomial it is rendered as
+# (EPILOGUE_WEIGHTS): tanh after a layer's product (a PINN's layers, 31 operations with an EXP2, in 12 vectors and
+# the remainders' copies) made 185 KB of IR per GEMM; looped, 38 KB, and the PINN's cold first call 1.93-2.02 ->
+# 1.65-1.76 s.
 LOOPED_EPILOGUE_OPS = 64
+LOOPED_EPILOGUE_BUDGET = 512
+EPILOGUE_WEIGHTS = {Ops.EXP2: 24, Ops.LOG2: 32, Ops.SIN: 40, Ops.COS: 40, Ops.POW: 64}
 
 
 def looped_epilogue(plan: TilePlan | None, ast: UOp) -> bool:
   """Whether a register tile's epilogue (what its STORE computes from the REDUCE) has more than LOOPED_EPILOGUE_OPS
-  operations (`_Renderer.render_block` then runs it in loops, `looped_store`)."""
+  operations, or costs more than LOOPED_EPILOGUE_BUDGET over the tile's vectors (`_Renderer.render_block` then runs
+  it in loops, `looped_store`)."""
   if plan is None or plan.stream: return False
   (store,) = [n for n in ast.src if n.op is Ops.STORE]
   below = set(plan.reduce.toposort)
-  return sum(1 for node in store.src[2].toposort if node not in below and node.op not in (Ops.CONST, Ops.RANGE)) > \
-      LOOPED_EPILOGUE_OPS
+  ops = [node.op for node in store.src[2].toposort if node not in below and node.op not in (Ops.CONST, Ops.RANGE)]
+  weight = sum(EPILOGUE_WEIGHTS.get(op, 1) for op in ops)
+  return len(ops) > LOOPED_EPILOGUE_OPS or weight * plan.rows * plan.columns // plan.lanes > LOOPED_EPILOGUE_BUDGET
 
 
 def register_transposes(ast: UOp, deps: dict[UOp, frozenset[UOp]], block: int) -> tuple[int, tuple[UOp, ...]]:
