@@ -71,12 +71,12 @@ def supported(n: int, dtype, rows: bool = True, kind: str = "fft") -> bool:
 def _mixed_length(kind: str, x, axis: int = -1) -> int | None:
   """The length of the transforms of `kind` of x (as `transform` takes it) that the mixed-radix kernel does, or None
   where a power-of-two kernel does them: fft's n where it is not a power of two; rfft's and irfft's real length where
-  it is not twice one."""
+  it is not twice one from SMALLEST on."""
   if kind == "fft":
     n = shapes(kind, x, axis)[0]
     return n if n & (n - 1) else None
   n = x.shape[-1] if kind == "rfft" else 2 * (x.shape[-1] - 1)
-  return n if n % 2 or n // 2 & (n // 2 - 1) else None
+  return n if n % 2 or n // 2 & (n // 2 - 1) or n // 2 < SMALLEST else None
 
 
 def _lanes(dtype: np.dtype) -> int:
