@@ -399,7 +399,7 @@ def test_mixed_radix_lengths_take_the_compiled_kernel(n):
     assert _relative_error(jnp.fft.rfft(x.real.copy()), np.fft.rfft(wide.real)) < 3e-6
     spectrum = np.fft.rfft(wide.real)
     assert _relative_error(jnp.fft.irfft(spectrum.astype(np.complex64), n), np.fft.irfft(spectrum, n)) < 3e-6
-  x = _signal(5, n)
+  x = _signal(9, n)  # (a single row of MIXED_FOUR_STEP_MIN or more is four steps, two host steps)
   assert _kernel_steps(jnp.fft.fft, x) == (1, 0)
   assert _kernel_steps(jnp.fft.rfft, x.real.copy()) == (1, 0)
   if n % 2 == 0: assert _kernel_steps(jnp.fft.irfft, x[:, :n // 2 + 1]) == (1, 0)
@@ -432,6 +432,9 @@ def test_mixed_radix_long_rows_in_four_steps():
   from tinyjax.numpy import fft as fft_module
   n = 12000  # 2^5 3 5^3
   assert n >= fft_module.MIXED_FOUR_STEP_MIN
+  short = _signal(1, 1000)
+  assert _kernel_steps(jnp.fft.fft, short)[0] == 2
+  assert _relative_error(jnp.fft.fft(short), np.fft.fft(short.astype(np.complex128))) < 3e-6
   x = _signal(1, n)
   wide = x.astype(np.complex128)
   assert _relative_error(jnp.fft.fft(x), np.fft.fft(wide)) < 3e-6
@@ -521,7 +524,7 @@ def test_bluestein_takes_a_smooth_length():
     assert all(_fft.smooth_length(k) == m for k in range(n, m + 1))
   for n in (67, 1031, 2144, 127 * 3):
     assert _fft.radices(n) is None and _fft.supported(n, np.float32)
-    x = _signal(3, n)
+    x = _signal(9, n)
     assert _kernel_steps(jnp.fft.fft, x) == (1, 0)  # (the chirps, the convolution and both transforms in one kernel)
     assert _relative_error(jnp.fft.fft(x), np.fft.fft(x.astype(np.complex128))) < 5e-6
     assert _relative_error(jnp.fft.fft(x.T, axis=0), np.fft.fft(x.T.astype(np.complex128), axis=0)) < 5e-6

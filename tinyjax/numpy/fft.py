@@ -105,8 +105,9 @@ def _transform_last(x: Array, sign: int, scale: float = 1.0) -> Array:
 # four steps; two rows of 2^18 run faster as rows, 2.8-3.0 ms against 4.4-4.8)
 FOUR_STEP_MIN = 1 << 18
 # Any other length this long, with fewer rows than the mixed-radix kernel does at once (its vector's lanes), is four
-# steps too: its transforms then fill the lanes (a row of 10^5 complex64: 3.6-6.0 ms as a row)
-MIXED_FOUR_STEP_MIN = 4096
+# steps too: its transforms then fill the lanes (a row of 10^5 complex64: 3.6-6.0 ms as a row, 1.1 in four steps; a
+# row of 1000 0.039-0.041 ms, 0.030-0.035; of 3000 0.078-0.087, 0.056-0.057; JAX 0.036 and 0.086)
+MIXED_FOUR_STEP_MIN = 512
 
 
 @functools.lru_cache(maxsize=16)
