@@ -427,15 +427,21 @@ def test_mixed_radix_float64_norms_and_axes():
 
 
 def test_mixed_radix_long_rows_in_four_steps():
-  """A row of MIXED_FOUR_STEP_MIN or more, fewer rows than the kernel's lanes: four steps (two transforms), against
-  numpy; rows of it enough to fill the lanes stay one transform."""
+  """A row of MIXED_FOUR_STEP_MIN or more, fewer rows than the kernel's lanes: four steps (two transforms), its rfft
+  and irfft through the complex transform's four steps, against numpy; rows of it enough to fill the lanes stay one
+  transform."""
   from tinyjax.numpy import fft as fft_module
   n = 12000  # 2^5 3 5^3
   assert n >= fft_module.MIXED_FOUR_STEP_MIN
+  x = _signal(1, n)
   short = _signal(1, 1000)
   assert _kernel_steps(jnp.fft.fft, short)[0] == 2
   assert _relative_error(jnp.fft.fft(short), np.fft.fft(short.astype(np.complex128))) < 3e-6
-  x = _signal(1, n)
+  real = x.real.copy()  # (rfft / irfft of such a row: the complex transform's four steps, not one line of 8 lanes)
+  assert _kernel_steps(jnp.fft.rfft, real)[0] == 2
+  assert _relative_error(jnp.fft.rfft(real), np.fft.rfft(real.astype(np.float64))) < 3e-6
+  spectrum = np.fft.rfft(real.astype(np.float64))
+  assert _relative_error(tj.jit(jnp.fft.irfft)(spectrum.astype(np.complex64)), np.fft.irfft(spectrum)) < 3e-6
   wide = x.astype(np.complex128)
   assert _relative_error(jnp.fft.fft(x), np.fft.fft(wide)) < 3e-6
   assert _relative_error(tj.jit(jnp.fft.ifft)(x[0]), np.fft.ifft(wide[0])) < 3e-6
@@ -532,7 +538,7 @@ def test_bluestein_takes_a_smooth_length():
       wide = _signal(rows, n).astype(np.complex128)
       assert _relative_error(tj.jit(jnp.fft.ifft)(wide.astype(np.complex64)), np.fft.ifft(wide)) < 5e-6
   for n in (67, 134, 1031, 2018, 2144):  # (rfft and irfft: the complex transform of half of an even length)
-    real = _signal(5, n, dtype=np.float32)
+    real = _signal(9, n, dtype=np.float32)  # (fewer rows than lanes, long: four steps, `_fills_lanes`)
     assert _kernel_steps(jnp.fft.rfft, real) == (1, 0)
     assert _relative_error(tj.jit(jnp.fft.rfft)(real), np.fft.rfft(real.astype(np.float64))) < 5e-6
     spectrum = np.fft.rfft(real.astype(np.float64))
