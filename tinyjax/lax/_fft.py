@@ -947,13 +947,14 @@ batching.batch_rules[fft_p] = _batch
 
 
 def transform(x: Array, kind: str, sign: int, scale: float = 1.0, axis: int = -1) -> Array:
-  """A transform of a power-of-two length n (`supported`), unnormalised, times `scale`, over the last axis of `x`:
+  """A transform of a length the kernels take (`supported`), unnormalised, times `scale`, over the last axis of `x`:
   - "fft": each row of complex values (..., n), or of (real, imaginary) pairs (..., n, 2) in a float array, to its
-    DFT sum_j x_j exp(sign 2 pi i j k / n), of the same kind; for complex values, along any `axis` (negative; one
-    before the last: n at most LONGEST_COLUMN, `_columns_ir`);
-  - "rfft" (sign -1): each real signal (..., 2n) to its n + 1 non-negative frequencies (complex);
+    DFT sum_j x_j exp(sign 2 pi i j k / n), of the same kind; for complex values, along any `axis` (negative; a power
+    of two before the last: at most LONGEST_COLUMN, `_columns_ir`);
+  - "rfft" (sign -1): each real signal (..., N) to its N // 2 + 1 non-negative frequencies (complex);
   - "irfft" (sign 1): the n + 1 non-negative frequencies of a Hermitian spectrum (the imaginary parts of the first
-    and the last ignored) to its real signal (..., 2n), times 2n."""
+    and the last ignored) to its real signal (..., 2n), times 2n.
+  A power-of-two length (rfft / irfft: twice one) takes the power-of-two kernels, any other the mixed-radix one."""
   from tinyjax import numpy as jnp
   n, part = shapes(kind, x, axis)[0], real_dtype(x.dtype)
   if (length := _mixed_length(kind, x, axis)) is not None:
