@@ -55,11 +55,11 @@ SMALLEST = 16  # shorter power-of-two transforms stay one contraction with the D
 def supported(n: int, dtype, rows: bool = True, kind: str = "fft") -> bool:
   """Whether transforms of `kind` over `dtype` (the float dtype of their values) take a compiled kernel: "fft" of
   length n along rows, or (not `rows`) down an axis before the last; "rfft" / "irfft" of real signals of length n
-  (irfft: n even). A power of two from SMALLEST on (rfft / irfft: 2 SMALLEST; down an axis: up to LONGEST_COLUMN,
-  `_columns_ir`), or any other length from SMALLEST on whose prime factors are at most LARGEST_RADIX, or any other
-  (rfft / irfft: whose complex transform, of half the length where it is even) up to LONGEST_BLUESTEIN (`_mixed_ir`,
-  by Bluestein's algorithm)."""
-  if np.dtype(dtype) not in _TYPES or n < SMALLEST or kind == "irfft" and n % 2: return False
+  (irfft of an odd n: kind irfft_odd in `transform`). A power of two from SMALLEST on (rfft / irfft: 2 SMALLEST;
+  down an axis: up to LONGEST_COLUMN, `_columns_ir`), or any other length from SMALLEST on whose prime factors are at
+  most LARGEST_RADIX, or any other (rfft / irfft: whose complex transform, of half the length where it is even) up
+  to LONGEST_BLUESTEIN (`_mixed_ir`, by Bluestein's algorithm)."""
+  if np.dtype(dtype) not in _TYPES or n < SMALLEST: return False
   if kind != "fft":  # (by a complex transform of half the length, or of the length where it is odd)
     points = n if n % 2 else n // 2
     return points & (points - 1) == 0 and points >= SMALLEST or radices(points) is not None or \
@@ -75,6 +75,7 @@ def _mixed_length(kind: str, x, axis: int = -1) -> int | None:
   if kind == "fft":
     n = shapes(kind, x, axis)[0]
     return n if n & (n - 1) else None
+  if kind == "irfft_odd": return shapes(kind, x)[0]
   n = x.shape[-1] if kind == "rfft" else 2 * (x.shape[-1] - 1)
   return n if n % 2 or n // 2 & (n // 2 - 1) or n // 2 < SMALLEST else None
 
@@ -163,10 +164,12 @@ def _half_length_factors(n: int, sign: int) -> tuple[np.ndarray, np.ndarray]:
 def shapes(kind: str, x, axis: int = -1) -> tuple[int, tuple[int, ...], np.dtype]:
   """(the complex transform's length, the result's shape and dtype) of a transform of `kind` of the array (or aval)
   `x`: fft of complex x (..., n) (or along `axis`) -> the same, or of pairs (..., n, 2) -> pairs; rfft of a real
-  signal (..., 2n) -> complex (..., n + 1); irfft of complex (..., n + 1) -> a real signal (..., 2n)."""
+  signal (..., 2n) -> complex (..., n + 1); irfft of complex (..., n + 1) -> a real signal (..., 2n); irfft_odd of
+  complex (..., m) -> a real signal of the odd length (..., 2m - 1), by a complex transform of that length."""
   shape, dtype = tuple(x.shape), np.dtype(x.dtype)
   if kind == "fft": return (shape[axis] if dtype.kind == "c" else shape[-2]), shape, dtype
   if kind == "rfft": return shape[-1] // 2, (*shape[:-1], shape[-1] // 2 + 1), np.dtype(dtypes.complex_dtype(dtype))
+  if kind == "irfft_odd": return 2 * shape[-1] - 1, (*shape[:-1], 2 * shape[-1] - 1), real_dtype(dtype)
   return shape[-1] - 1, (*shape[:-1], 2 * (shape[-1] - 1)), real_dtype(dtype)
 
 
@@ -556,7 +559,8 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
   of 2n to rows of n + 1 complex values and "irfft" those back, by a complex transform of n (the tables' `halves`:
   the signal's (even, odd) samples are its values, split into the even and odd samples' transforms as the scatter
   writes the spectrum, or merged as the gather reads it; see `_half_length_factors`); "rfft_odd" real rows of an odd
-  n to n // 2 + 1 complex values, by a complex transform of n. A kind ending "_bluestein" does its complex
+  n to n // 2 + 1 complex values, by a complex transform of n; "irfft_odd" those back (the Hermitian spectrum
+  extended in the gather, the real parts scattered). A kind ending "_bluestein" does its complex
   transform of n by Bluestein's algorithm: the gather multiplies by the chirp and pads to M, the forward transform
   of M, the product with the kernel's spectrum, the inverse as conj(forward(conj)), and the result's conj times the
   chirp is what the scatter reads. The launch's indices are the lines
@@ -645,9 +649,10 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
     if kind == "fft":  # (pairs, at the same places in x and out)
       def position(q: int, i: str) -> str: return ir.op("mul", ir.op("add", base[q], ir.op("mul", i, inner)), "2")
       source_at = target_at = position
-    elif kind == "rfft_odd":  # (rows: real signals of n to their `half` pairs)
-      def source_at(q: int, i: str) -> str: return ir.op("add", ir.op("mul", base[q], points), i)  # (base: the line)
-      def target_at(q: int, i: str) -> str: return pairs_at(half, q, i)
+    elif kind in ("rfft_odd", "irfft_odd"):  # (rows: real signals of n, and their `half` pairs)
+      def real_at(q: int, i: str) -> str: return ir.op("add", ir.op("mul", base[q], points), i)  # (base: the line)
+      def half_at(q: int, i: str) -> str: return pairs_at(half, q, i)
+      source_at, target_at = (real_at, half_at) if kind == "rfft_odd" else (half_at, real_at)
     else:  # (rows of n pairs, the signal's samples; of n + 1 pairs, the spectrum's)
       def signal_at(q: int, i: str) -> str: return pairs_at(points, q, i)
       def spectrum_at(q: int, i: str) -> str: return pairs_at(ir.op("add", points, "1"), q, i)
@@ -677,6 +682,13 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
         value, mirror = ((v[0], ir.value(f"select i1 {edge}, {vector} zeroinitializer, {vector} {v[1]}"))
                          for v in (value, mirror))
         parts = weighted(i, value, mirror)
+      elif kind == "irfft_odd":  # position i > n / 2 is conj(x[n - i]); x[0]'s imaginary part counts as zero
+        upper = ir.op("icmp sgt", ir.op("mul", i, "2"), points)
+        real, imaginary = pairs_of(lambda q: source_at(q, ir.value(f"select i1 {upper}, i64 "
+                                                                  f"{ir.op('sub', points, i)}, i64 {i}")))
+        factor = ir.value(f"select i1 {ir.op('icmp eq', i, '0')}, {ctype} 0.0, {ctype} "
+                          f"{ir.value(f'select i1 {upper}, {ctype} -1.0, {ctype} 1.0')}")
+        parts = (real, mul(imaginary, splat(factor)))
       else: parts = pairs_of(lambda q: source_at(q, i))
       if bluestein: parts = cmul(parts, complex_at(chirps, i))
       store(scratch, i, (mul(parts[0], scale), mul(parts[1], scale)))
@@ -821,6 +833,15 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
         def wrapped(k: str) -> str: return ir.value(f"select i1 {ir.op('icmp eq', k, points)}, i64 0, i64 {k}")
         real, imaginary = weighted(i, final(wrapped(i)), final(wrapped(ir.op("sub", points, i))))
       else: real, imaginary = final(i)
+      if kind == "irfft_odd":  # (the real parts alone)
+        for q in range(lanes):
+          value = ir.value(f"extractelement {vector} {real}, i64 {q}")
+
+          def put_real(q: int = q, value: str = value) -> None:
+            ir.store(ctype, value, ir.element(out0, target_at(q, i)))
+          if lanes_stored is None: ir.when(ir.op("icmp slt", str(q), valid), put_real)
+          else: put_real()
+        return
       both = ir.value(f"shufflevector {vector} {real}, {vector} {imaginary}, "
                       f"{_mask(c * lanes + q for q in range(lanes) for c in (0, 1))}")
       for q in range(lanes):
@@ -863,7 +884,7 @@ def program(kind: str, dtype: np.dtype):
 
 def _variant(kind: str, axis: int, x) -> str:
   if (length := _mixed_length(kind, x, axis)) is not None:
-    points = length if kind == "fft" or length % 2 else length // 2  # (the complex transform's length)
+    points = length if kind in ("fft", "irfft_odd") or length % 2 else length // 2  # (the complex transform's)
     variant = "rfft_odd" if kind == "rfft" and length % 2 else kind
     return f"{variant}{'_bluestein' if radices(points) is None else ''}_mixed"
   return kind if axis == -1 else "fft_columns"
@@ -922,7 +943,7 @@ def _transpose(ct, node, known):
   of M^T ct, a complex one's of a real output is conj of the parts' gradients): fft's is the transform of the same
   sign for complex values (the DFT matrix is symmetric) and of the other sign for pairs (the real map's transpose);
   rfft's is irfft of conj(ct) with its values k = 1..n-1 halved, and irfft's is conj of rfft(ct) with those values
-  doubled (irfft adds each of them and its conjugate). The scale carries over."""
+  doubled (irfft adds each of them and its conjugate; irfft_odd's all but the first). The scale carries over."""
   from tinyjax import numpy as jnp
   params = dict(node.arg.params)
   kind, sign, scale, axis = params["kind"], params["sign"], params["scale"], params["axis"]
@@ -932,6 +953,10 @@ def _transpose(ct, node, known):
   if kind == "rfft" and (length := _mixed_length(kind, x)) is not None:  # (the real part of W^T ct, W symmetric)
     padded = jnp.pad(ct, [(0, 0)] * (ct.ndim - 1) + [(0, length - ct.shape[-1])])
     return jnp.real(transform(padded, "fft", -1, scale)), None, None
+  if kind == "irfft_odd":  # (conj of rfft(ct), the values k >= 1 doubled: no Nyquist value)
+    inner = np.full(x.shape[-1], 2.0, real_dtype(x.dtype))
+    inner[0] = 1
+    return jnp.conj(transform(ct, "rfft", -1, scale) * jnp.asarray(inner)), None, None
   n = shapes(kind, x)[0]
   inner = np.full(n + 1, 0.5 if kind == "rfft" else 2.0, real_dtype(x.dtype))
   inner[0] = inner[n] = 1
@@ -961,7 +986,7 @@ def transform(x: Array, kind: str, sign: int, scale: float = 1.0, axis: int = -1
     if kind == "fft":
       inner = math.prod(x.shape[x.ndim + axis + 1:]) if np.dtype(x.dtype).kind == "c" else 1
       twiddles, plan = mixed_tables(length, inner, sign, part, float(scale))
-    elif length % 2: twiddles, plan = mixed_tables(length, 1, sign, part, float(scale))  # (rfft_odd)
+    elif length % 2: twiddles, plan = mixed_tables(length, 1, sign, part, float(scale))  # (rfft_odd, irfft_odd)
     else: twiddles, plan = mixed_tables(length // 2, 1, sign, part, float(scale), halves=True)
   elif axis == -1: twiddles, plan = tables(kind, n, sign, part, float(scale))
   else: twiddles, plan = column_tables(n, math.prod(x.shape[axis + 1:]), sign, part, float(scale))

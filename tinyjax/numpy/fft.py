@@ -300,7 +300,8 @@ def irfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None)
   x = _resized(x.astype(_complex_dtype(x)), n // 2 + 1, axis)
   x = jnp.moveaxis(x, axis, -1)
   if _fft.supported(n, real_dtype(x.dtype), kind="irfft") and _fills_lanes(x, -1, n):
-    return jnp.moveaxis(_fft.transform(x, "irfft", 1, _scale(n, norm, True)), -1, axis)
+    kind = "irfft_odd" if n % 2 else "irfft"
+    return jnp.moveaxis(_fft.transform(x, kind, 1, _scale(n, norm, True)), -1, axis)
   # the Hermitian spectrum: X[k] = x[k] for k <= n / 2, conj(x[n - k]) above; x[0] (and x[n / 2]) taken as real
   head = x.at[..., 0].set(jnp.real(x[..., 0]).astype(x.dtype))
   if n % 2 == 0: head = head.at[..., n // 2].set(jnp.real(head[..., n // 2]).astype(x.dtype))
