@@ -560,17 +560,18 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
   the signal's (even, odd) samples are its values, split into the even and odd samples' transforms as the scatter
   writes the spectrum, or merged as the gather reads it; see `_half_length_factors`); "rfft_odd" real rows of an odd
   n to n // 2 + 1 complex values, by a complex transform of n; "irfft_odd" those back (the Hermitian spectrum
-  extended in the gather, the real parts scattered). A kind ending "_bluestein" does its complex
-  transform of n by Bluestein's algorithm: the gather multiplies by the chirp and pads to M, the forward transform
-  of M, the product with the kernel's spectrum, the inverse as conj(forward(conj)), and the result's conj times the
-  chirp is what the scatter reads. The launch's indices are the lines
-  (transforms) in order (line l: outer l // inner, column l % inner), launched with grain VL (a vector's floats).
-  Each VL lines are gathered into a scratch as vectors of their real and their imaginary parts, one per position (the
-  lanes are the lines: every butterfly is the same for all of them, no shuffles), times the scale; then the stages
-  of the self-sorting (Stockham) factorisation ping-pong between the scratch's two halves: a stage of radix r of a
-  transform of length l = r m with s = n / l finished, for p < m and q < s, takes a_t = X[q + s (p + t m)] (t < r),
-  and writes Y[q + s (r p + u)] = w^(p u) sum_t a_t exp(sign 2 pi i t u / r) (u < r; w = exp(sign 2 pi i / l)). The
-  result is read back in order and scattered to the lines."""
+  extended in the gather, the real parts scattered). A kind ending "_bluestein" does its complex transform of n by
+  Bluestein's algorithm: the gather multiplies by the chirp and pads to M, the forward transform of M, the product
+  with the kernel's spectrum, the inverse as conj(forward(conj)), and the result's conj times the chirp is what the
+  scatter reads.
+  The launch's indices are the lines (transforms) in order (line l: outer l // inner, column l % inner), launched
+  with grain VL (a vector's floats). Each VL lines are gathered into a scratch as vectors of their real and their
+  imaginary parts, one per position (the lanes are the lines: every butterfly is the same for all of them, no
+  shuffles), times the scale; then the stages of the self-sorting (Stockham) factorisation ping-pong between the
+  scratch's two halves: a stage of radix r of a transform of length l = r m with s = n / l finished, for p < m and
+  q < s, takes a_t = X[q + s (p + t m)] (t < r), and writes Y[q + s (r p + u)] = w^(p u) sum_t a_t
+  exp(sign 2 pi i t u / r) (u < r; w = exp(sign 2 pi i / l)). The result is read back in order and scattered to the
+  lines."""
   ctype, lanes = _TYPES[dtype][0], mixed_lanes(dtype)
   vector, pair = f"<{lanes} x {ctype}>", f"<2 x {ctype}>"
   fma = _fmuladd(vector)
@@ -582,7 +583,7 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
   kind, bluestein = kind.removesuffix("_bluestein"), kind.endswith("_bluestein")
   n, inner, count = plan_at("0"), plan_at("1"), plan_at("2")  # (n: the stages' length)
   points = plan_at(ir.op("add", count, "3")) if bluestein else n  # (the complex transform's length)
-  half = ir.op("add", ir.op("sdiv", points, "2"), "1")  # (rfft_odd's frequencies)
+  half = ir.op("add", ir.op("sdiv", points, "2"), "1")  # (rfft_odd's and irfft_odd's frequencies)
   halves = kind in ("rfft", "irfft")
   # the tables' places: halves' weights, then Bluestein's chirp and the kernel's spectrum, then the stages
   chirps = ir.op("add", str(_HEADER), ir.op("mul", ir.op("add", points, "1"), "4")) if halves else str(_HEADER)
