@@ -1657,7 +1657,7 @@ def test_batch_summed_product_reads_its_operand_through_divisions(on_cpu):
 
 
 @pytest.mark.parametrize("heads,head_size", [(4, 32), (2, 48)])
-def test_contraction_read_through_a_head_split_gets_a_register_tile(heads, head_size):
+def test_contraction_read_through_a_head_split_gets_a_register_tile(heads, head_size, on_cpu):  # (CPU tiles)
   """Attention's value gradient P^T @ dO with dO split into heads from (B, T, H * Dh) and the result merged back: the
   output axis read as d // Dh and d % Dh gets a range per factor (`schedule._divided_axes`), so the contraction is a
   register tile (it ran as a plain loop nest); values against numpy, the jaxpr's gradient against finite differences
