@@ -297,8 +297,8 @@ def epilogue_prefetch_loads(plan: TilePlan | None, ast: UOp) -> list[UOp]:
 # operations were 2.4 MB of IR, 3 s of LLVM; 8 x 2 vector copies 0.7 MB, 0.3 s). So does one whose operations times
 # the tile's vectors exceed LOOPED_EPILOGUE_BUDGET, a transcendental counted as the polynomial it is rendered as
 # (EPILOGUE_WEIGHTS): tanh after a layer's product (a PINN's layers, 31 operations with an EXP2, in 12 vectors and
-# the remainders' copies) made 185 KB of IR per GEMM; looped, 38 KB, and the PINN's cold first call 1.93-2.02 ->
-# 1.65-1.76 s.
+# the remainders' copies) made 185 KB of IR per GEMM; looped, 38 KB, and the PINN's cold first call 1.93-2.10 ->
+# 1.80-1.89 s, its steps unchanged within noise.
 LOOPED_EPILOGUE_OPS = 64
 LOOPED_EPILOGUE_BUDGET = 512
 EPILOGUE_WEIGHTS = {Ops.EXP2: 24, Ops.LOG2: 32, Ops.SIN: 40, Ops.COS: 40, Ops.POW: 64}

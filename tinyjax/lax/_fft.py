@@ -44,7 +44,7 @@ import numpy as np
 from tinyjax import dtypes
 from tinyjax.dtypes import real_dtype
 from tinyjax.array import Array
-from tinyjax.lax._small_linalg import _SUFFIXES, _TYPES, VECTOR_BYTES, _Builder, _float, _name
+from tinyjax.lax._small_linalg import _SUFFIXES, _TYPES, VECTOR_BYTES, _Builder, _float, _name, _splat
 from tinyjax.trace import ad, batching
 from tinyjax.trace.callback import HostCallback, NativeKernel, host_call
 from tinyjax.trace.core import Primitive
@@ -109,12 +109,16 @@ def _declarations(*kinds: str) -> list[str]:
       ["declare i64 @llvm.cttz.i64(i64, i1)"]
 
 
+def _mask(positions) -> str:
+  """A shuffle's mask of `positions`."""
+  positions = list(positions)
+  return f"<{len(positions)} x i32> <" + ", ".join(f"i32 {p}" for p in positions) + ">"
+
+
 def _product(ir: _Builder, z: str, kind: str, same: str, crossed: str) -> str:
   """z (a vector type `kind` of complex values) times the complex factors whose two forms, (c, c) and (-d, d), are
   at `same` and `crossed`: z (c, c) + swap(z) (-d, d), a multiply and a fused multiply-add."""
-  count = _floats(kind)
-  swap = f"<{count} x i32> <" + ", ".join(f"i32 {q ^ 1}" for q in range(count)) + ">"
-  swapped = ir.value(f"shufflevector {kind} {z}, {kind} poison, {swap}")
+  swapped = ir.value(f"shufflevector {kind} {z}, {kind} poison, {_mask(q ^ 1 for q in range(_floats(kind)))}")
   return ir.value(f"call {kind} {_fmuladd(kind)}({kind} {swapped}, {kind} {ir.load(kind, crossed)}, "
                   f"{kind} {ir.value(f'fmul {kind} {z}, {ir.load(kind, same)}')})")
 
@@ -186,12 +190,8 @@ def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
   weights = [ir.element(twiddles, ir.op("add", after_stages, ir.op("mul", ir.op("add", n, "1"), str(2 * w))))
              for w in range(4)] if kind != "fft" else []
 
-  def indices(positions) -> str:  # a shuffle's mask
-    positions = list(positions)
-    return f"<{len(positions)} x i32> <" + ", ".join(f"i32 {p}" for p in positions) + ">"
-
   def shuffle(value: str, kind_: str, positions) -> str:
-    return ir.value(f"shufflevector {kind_} {value}, {kind_} poison, {indices(positions)}")
+    return ir.value(f"shufflevector {kind_} {value}, {kind_} poison, {_mask(positions)}")
 
   def width(kind_: str) -> int: return _floats(kind_) // 2  # complex values in a vector type
 
@@ -228,7 +228,7 @@ def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
         j = ir.value(f"sext i32 {ir.load('i32', ir.gep('i32', plan, ir.op('add', b, str(q + 1))))} to i64")
         pieces.append(ir.load(pair, ir.element(x, ir.op("mul", j, "2"))))
       while len(pieces) > 1:  # (concatenated pairwise)
-        pieces = [ir.value(f"shufflevector <{size} x {ctype}> {a}, <{size} x {ctype}> {b}, {indices(range(2 * size))}")
+        pieces = [ir.value(f"shufflevector <{size} x {ctype}> {a}, <{size} x {ctype}> {b}, {_mask(range(2 * size))}")
                   for a, b in zip(pieces[0::2], pieces[1::2])]
         size *= 2
       return pieces[0]
@@ -295,9 +295,9 @@ def _kernel_ir(name: str, dtype: np.dtype, kind: str) -> str:
     x = ir.element(x0, ir.op("mul", r, wide if kind == "irfft" else two_n))
     out = ir.element(out0, ir.op("mul", r, wide if kind == "rfft" else two_n))
     if kind == "irfft":  # Z_k = a_k X_k + b_k conj(X_(n-k)) for k < n, stored in bit-reversed order
-      def realreal_dtype(at: str) -> str:
+      def real_part(at: str) -> str:
         return ir.value(f"insertelement {pair} zeroinitializer, {ctype} {ir.load(ctype, at)}, i64 0")
-      z0 = weighted(realreal_dtype(x), realreal_dtype(ir.element(x, two_n)), "0", pair)
+      z0 = weighted(real_part(x), real_part(ir.element(x, two_n)), "0", pair)
       ir.store(pair, z0, out)
 
       def spectrum(k: str, kind_: str) -> None:
@@ -593,9 +593,7 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
     at = ir.element(twiddles, ir.op("add", table, ir.op("mul", i, "2")))
     return splat(ir.load(ctype, at)), splat(ir.load(ctype, ir.element(at, "1")))
 
-  def splat(value: str) -> str:
-    one = ir.value(f"insertelement {vector} poison, {ctype} {value}, i64 0")
-    return ir.value(f"shufflevector {vector} {one}, {vector} poison, <{lanes} x i32> zeroinitializer")
+  def splat(value: str) -> str: return _splat(ir, vector, value)
 
   def constant(index: int) -> str: return splat(ir.load(ctype, ir.element(twiddles, str(index))))
   scale, sign, sqrt3, cos1, cos2, sin1, sin2 = (constant(i) for i in range(7))
@@ -861,11 +859,6 @@ def _mixed_ir(name: str, dtype: np.dtype, kind: str) -> str:
   return ir.text([f"declare {vector} {fma}({vector}, {vector}, {vector})", "declare ptr @malloc(i64)",
                   "declare void @free(ptr)"])
 
-
-def _mask(positions) -> str:
-  """A shuffle's mask of `positions`."""
-  positions = list(positions)
-  return f"<{len(positions)} x i32> <" + ", ".join(f"i32 {p}" for p in positions) + ">"
 
 
 @functools.cache

@@ -91,8 +91,7 @@ def _transform_last(x: Array, sign: int, scale: float = 1.0) -> Array:
   if _fft.supported(x.shape[-1], real_dtype(_complex_dtype(x))):  # (no pairs made: the kernel reads complex memory)
     x = x if not real else x.astype(_complex_dtype(x))
     n, rows = x.shape[-1], math.prod(x.shape[:-1])
-    if n & (n - 1) == 0 and n >= FOUR_STEP_MIN and rows < cpu_threads() or \
-       n & (n - 1) and n >= MIXED_FOUR_STEP_MIN and rows < _fft.mixed_lanes(real_dtype(x.dtype)):
+    if n & (n - 1) == 0 and n >= FOUR_STEP_MIN and rows < cpu_threads() or _few_long_lines(n, rows, x.dtype):
       return _four_step(x, sign, scale)
     return _fft.transform(x, "fft", sign, scale)
   out = _transform_pairs(x if real else _pairs(x), real, sign)
@@ -258,15 +257,18 @@ def ifft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) 
   return _complex_transform(a, n, axis, norm, True, "ifft")
 
 
+def _few_long_lines(points: int, rows: int, dtype) -> bool:
+  """Whether `rows` complex transforms of length `points` (values of `dtype`) would leave the mixed-radix kernel's
+  lanes mostly empty: a length it takes, MIXED_FOUR_STEP_MIN or longer, in fewer rows than its lanes."""
+  return bool(points & (points - 1)) and points >= MIXED_FOUR_STEP_MIN and rows < _fft.mixed_lanes(real_dtype(dtype))
+
+
 def _fills_lanes(x: Array, axis: int, n: int) -> bool:
-  """Whether rfft / irfft of real length n along `axis` of x go to their kernel: unless their complex transform (of
-  half the length, or the length where it is odd) is the mixed-radix kernel's, MIXED_FOUR_STEP_MIN or longer, with
-  fewer rows than its lanes. Those go through the complex transform's four steps instead (rfft of one row of 10^6:
-  114 ms as one line, JAX 27)."""
-  points = n if n % 2 else n // 2
-  rows = math.prod(x.shape) // max(x.shape[axis], 1)
-  return not (points & (points - 1) and points >= MIXED_FOUR_STEP_MIN and rows < _fft.mixed_lanes(
-      real_dtype(_complex_dtype(x))))
+  """Whether rfft / irfft of real length n along `axis` of x go to their kernel: not where their complex transform
+  (of half the length, or the length where it is odd) has `_few_long_lines`. Those go through the complex
+  transform's four steps instead (rfft of one row of 10^6: 114 ms as one line, JAX 27)."""
+  return not _few_long_lines(n if n % 2 else n // 2, math.prod(x.shape) // max(x.shape[axis], 1),
+                             _complex_dtype(x))
 
 
 @jitted_eagerly
