@@ -14,7 +14,10 @@ import numpy as np
 
 from tinyjax.devices.buffer import Buffer, DeletedBuffer
 from tinyjax.devices.device import host_buffer
+from tinyjax.helpers import LazyModule
 from tinyjax.uop import MOVEMENT, Ops, UOp, toposort_of
+
+_realize = LazyModule("tinyjax.lower.realize")  # (it imports this module; and `import tinyjax` need not load it)
 
 
 print_hooks: list = []  # functions giving an array's str() where a transformation prints it its own way, else None
@@ -233,32 +236,22 @@ def realize_arrays(arrays: list[Array]) -> None:
   values on the way that other live arrays hold (`held_arrays`)."""
   pending = [a for a in arrays if a.uop.op is not Ops.BUFFER]
   if not pending: return
-  lower = _lower[0] or _import_lower()
   if len(pending) == 1 and pending[0]._named is None:  # a small eager program, or one operation over buffers
     node = pending[0].uop
-    if (signed := lower.run_signed(node)) is not None:
+    if (signed := _realize.run_signed(node)) is not None:
       _keep(pending[0], node, *signed)
       return
-    if (buffer := lower.run_one_op(node)) is not None:
+    if (buffer := _realize.run_one_op(node)) is not None:
       _keep(pending[0], node, buffer, True)
       return
   held, reading, order = held_arrays(pending)
   pending += held
-  buffers = lower.realize([a.uop for a in pending], order)
+  buffers = _realize.realize([a.uop for a in pending], order)
   for array, buffer in zip(pending, buffers):
     if array._named is not None and buffer.device.platform == "cpu":  # computed from sharded arrays: laid out so
       from tinyjax.devices.buffer import shard
       buffer = shard(buffer, array._named)
     _keep(array, array.uop, buffer, array.uop in reading)
-
-
-_lower: list = [None]  # lower/realize.py, once imported (it imports this module: it is imported when first needed)
-
-
-def _import_lower():
-  from tinyjax.lower import realize
-  _lower[0] = realize
-  return realize
 
 
 def _keep(array: Array, node: UOp, buffer, reads_buffers: bool) -> None:

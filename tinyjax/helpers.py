@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import importlib
 import os
 from typing import Iterator
 
@@ -29,6 +30,29 @@ def getenv(key: str, default=0):
 
 DEBUG: int = getenv("DEBUG", 0)
 NOOPT: int = getenv("NOOPT", 0)
+
+
+class LazyModule:
+  """A module imported on first use of one of its attributes, for what `import tinyjax` need not load: llvmlite (~35
+  ms), and the lowering and code generation stack (lower/, codegen/, devices/cpu.py: ~50 ms with what they import),
+  which no program needs before its first run. The import makes the module's namespace this object's, so later lookups
+  cost what a module attribute's does and see what is assigned to the module afterwards (a test's monkeypatch)."""
+
+  def __init__(self, name: str):
+    self._name = name
+
+  def __getattr__(self, attribute: str):
+    module = importlib.import_module(self.__dict__.get("__name__") or self.__dict__["_name"])
+    self.__dict__ = module.__dict__
+    return getattr(module, attribute)
+
+  def __repr__(self) -> str:
+    return f"<lazy module {self.__dict__.get('__name__', self.__dict__.get('_name'))!r}>"
+
+
+# The programs' profiles being recorded (`tinyjax.profile`, profiler.py): here, so that checking whether there are any
+# (what every launch and compiled call does) imports nothing.
+open_profiles: list = []
 
 
 @contextlib.contextmanager

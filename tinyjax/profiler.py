@@ -27,6 +27,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 
+from tinyjax.helpers import open_profiles
 from tinyjax.uop import Ops, UOp
 
 # ---- the machine's limits
@@ -306,7 +307,7 @@ class Profile:
     return "\n".join(lines)
 
 
-open_profiles: list[Profile] = []  # the profiles open now (realize times launches one by one while it is not empty)
+# open_profiles (helpers.py): the profiles open now; realize times launches one by one while it is not empty
 
 
 @contextlib.contextmanager

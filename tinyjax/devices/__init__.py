@@ -1,9 +1,21 @@
-"""Devices: compiled programs and running them (CPU via llvmlite), and the persistent compile cache."""
-from tinyjax.devices.cache import DiskCache, cache_directory
-from tinyjax.devices.cpu import (CompileStream, CPUProgram, LaunchList, cache_stats, compile_cpu, compile_cpu_many,
-                                 compile_worker, cpu_data_layout, cpu_target_triple, cpu_threads, get_runtime,
-                                 reset_cache_stats, stamp_target)
+"""Devices: compiled programs and running them (CPU via llvmlite), and the persistent compile cache.
 
-__all__ = ["CompileStream", "CPUProgram", "DiskCache", "LaunchList", "cache_directory", "cache_stats", "compile_cpu",
-           "compile_cpu_many", "compile_worker", "cpu_data_layout", "cpu_target_triple", "cpu_threads", "get_runtime",
-           "reset_cache_stats", "stamp_target"]
+The CPU device (cpu.py) and the cache (cache.py) are imported when one of their names is first asked for here (as
+`from tinyjax.devices import compile_cpu` does): `import tinyjax` loads only device.py and buffer.py, which arrays
+need, and what compiles and runs programs is loaded by the first program."""
+import importlib
+
+_CPU_NAMES = ("CompileStream", "CPUProgram", "LaunchList", "cache_stats", "compile_cpu", "compile_cpu_many",
+              "compile_worker", "cpu_data_layout", "cpu_target_triple", "cpu_threads", "get_runtime",
+              "reset_cache_stats", "stamp_target")
+_CACHE_NAMES = ("DiskCache", "cache_directory")
+
+__all__ = sorted(_CPU_NAMES + _CACHE_NAMES)
+
+
+def __getattr__(name: str):
+  if name in _CPU_NAMES or name in _CACHE_NAMES:
+    module = importlib.import_module("tinyjax.devices.cpu" if name in _CPU_NAMES else "tinyjax.devices.cache")
+    value = globals()[name] = getattr(module, name)
+    return value
+  raise AttributeError(f"module 'tinyjax.devices' has no attribute {name!r}")

@@ -25,7 +25,6 @@ import ctypes
 import ctypes.util
 import functools
 import hashlib
-import importlib
 import math
 import operator
 import os
@@ -40,24 +39,10 @@ from typing import Any, Callable
 
 from tinyjax.devices import runtime
 from tinyjax.devices.cache import DiskCache
-from tinyjax.helpers import DEBUG, getenv
+from tinyjax.helpers import DEBUG, LazyModule, getenv
 
-
-
-class _LazyModule:
-  """A module imported on first use: llvmlite takes ~35 ms to import, which `import tinyjax` need not pay."""
-
-  def __init__(self, name: str):
-    self._name = name
-
-  def __getattr__(self, attribute: str):
-    module = importlib.import_module(self._name)
-    self.__dict__.update(module.__dict__)  # later lookups find the attributes directly
-    return getattr(module, attribute)
-
-
-llvmlite, llvm = _LazyModule("llvmlite"), _LazyModule("llvmlite.binding")
-llvm_compile = _LazyModule("tinyjax.devices.llvm_compile")
+llvmlite, llvm = LazyModule("llvmlite"), LazyModule("llvmlite.binding")  # (~35 ms to import: on first use)
+llvm_compile = LazyModule("tinyjax.devices.llvm_compile")
 TINYJAX_VERSION = "0.1.0"  # part of every object-code key; bump when the ABI or codegen contract changes
 PARALLEL_GRAINS, SERIAL_CHUNKS = runtime.PARALLEL_GRAINS, runtime.SERIAL_CHUNKS  # how launches are chunked
 

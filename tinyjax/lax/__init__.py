@@ -1,5 +1,7 @@
 """tinyjax.lax: JAX's lax on tinyjax primitives. No implicit type promotion: operands share a dtype (weak Python
 scalars adopt the other operand's dtype) and, for elementwise ops, a shape."""
+import importlib as _importlib
+
 from tinyjax.lax._elementwise import (RoundingMethod, abs, acos, add, asin, asinh, atan, atan2, atanh, acosh,
                                       bitcast_convert_type, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cbrt,
                                       ceil, convert_element_type, cos, cosh, div, eq, exp, exp2, expm1, floor, ge, gt,
@@ -20,7 +22,6 @@ from tinyjax.lax._special import erf, erf_inv, erf_inv_p, erf_p, erfc, erfc_p
 from tinyjax.lax._elementwise import complex, conj, imag, real  # noqa: A004 (lax's names)
 from tinyjax.lax._cumulative import cummax, cummin, cumprod, cumsum
 from tinyjax.lax._sort import sort, sort_key_val, top_k
-from tinyjax.lax import linalg  # noqa: F401  (jax.lax.linalg: the LAPACK-backed primitives)
 from tinyjax.lax._slicing import (dynamic_index_in_dim, dynamic_slice, dynamic_slice_in_dim,
                                   dynamic_update_index_in_dim, dynamic_update_slice, dynamic_update_slice_in_dim)
 from tinyjax.lax._shape import (broadcast_in_dim, clamp, concatenate, expand_dims, full, full_like, iota, pad,
@@ -67,3 +68,9 @@ __all__ = [
   "sort_key_val", "sqrt", "sqrt_p", "square", "square_p", "squeeze", "stop_gradient", "stop_gradient_p", "sub",
   "switch", "tan", "tan_p", "tanh", "tanh_p", "top_k", "transpose", "while_loop", "with_sharding_constraint",
 ]
+
+
+def __getattr__(name: str):
+  """`linalg` (jax.lax.linalg: the LAPACK-backed primitives), imported on first use."""
+  if name == "linalg": return _importlib.import_module("tinyjax.lax.linalg")
+  raise AttributeError(f"module 'tinyjax.lax' has no attribute {name!r}")

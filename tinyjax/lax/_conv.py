@@ -17,7 +17,7 @@ import numpy as np
 
 from tinyjax import dtypes
 from tinyjax.array import Array
-from tinyjax.codegen.opt import permuted_store_pays
+from tinyjax.helpers import LazyModule
 from tinyjax.lax._base import cast, expand_raw, full, like, reshape_raw, to_array
 from tinyjax.lax._reductions import dot_general_raw, reduce_raw, sum_raw
 from tinyjax.lax._elementwise import _neg, add, max as lax_max, min as lax_min, mul
@@ -27,6 +27,8 @@ from tinyjax.trace import ad
 from tinyjax.trace.control_flow import BodyTrace
 from tinyjax.trace.core import Primitive, StagingTracer, bind, current_trace
 from tinyjax.uop import Ops, UOp
+
+_opt = LazyModule("tinyjax.codegen.opt")  # (codegen's tile model, which `import tinyjax` need not load)
 
 
 class ConvDimensionNumbers(NamedTuple):
@@ -382,8 +384,8 @@ def _into_layout(result: Array, order: list[int], steps: int) -> Array:
   unmaterialised where it writes the output itself: channels last (what follows fuses into it), or element by element
   from its register tile where that pays (codegen/opt.py `permuted_store_pays`, lower/schedule.py
   `_contraction_order`); else it is copied first and then transposed."""
-  direct = order == sorted(order) or permuted_store_pays(result.shape[order[-1]], result.shape[-1], steps,
-                                                         math.prod(result.shape))
+  direct = order == sorted(order) or _opt.permuted_store_pays(result.shape[order[-1]], result.shape[-1], steps,
+                                                              math.prod(result.shape))
   return permute_raw(result if direct else _materialize(result), order)
 
 

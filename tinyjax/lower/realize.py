@@ -43,7 +43,7 @@ from tinyjax.lower.split import GPU_SPLIT_MIN_CHUNK_WORK
 from tinyjax.lower.schedule import (HostCall, Kernel, Loop, Schedule, Switch, expand_primitives, has_host_calls,
                                     kernels_of, natives_of, schedule, structure_key)
 from tinyjax.profiler import kernel_flops, record_launch, roofline
-from tinyjax.profiler import open_profiles as _profiles  # (a list: checking it is cheaper than a call)
+from tinyjax.helpers import open_profiles as _profiles  # (a list: checking it is cheaper than a call)
 from tinyjax.uop import MOVEMENT, Ops, UOp, arg_key, pretty, toposort_of
 
 
@@ -128,9 +128,11 @@ _MEMORY_CACHE_LIMIT = 4096  # distinct programs kept per process; beyond that th
 _disk_cache = DiskCache("schedule")
 
 
+@functools.cache
 def _code_fingerprint() -> str:
   """A hash of the code that decides schedules and kernel source, so a changed tinyjax never reuses old entries: the
-  whole package's (a program's named primitive calls are expanded by lax's and numpy's code when it is lowered)."""
+  whole package's (a program's named primitive calls are expanded by lax's and numpy's code when it is lowered). Read
+  on the first program that misses the memory cache: hashing the package's sources takes ~10 ms."""
   import hashlib
   import pathlib
   package = pathlib.Path(__file__).resolve().parent.parent
@@ -139,8 +141,6 @@ def _code_fingerprint() -> str:
     digest.update(path.read_bytes())
   return digest.hexdigest()[:16]
 
-
-_CODE_FINGERPRINT = _code_fingerprint()
 
 
 def normalize(roots: list[UOp], first_param: int = 0, replaced: dict[UOp, UOp] | None = None,
@@ -195,7 +195,7 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
   target = f"gpu={device.arch},groups={device.groups},mma={device.mma}" if gpu else \
       f"threads={threads},amx={int(amx_bf16())}"
   target += f",tiles={tile_geometry()}"
-  key = f"{_CODE_FINGERPRINT}|{target}|{structure_key(sink)}"
+  key = f"{_code_fingerprint()}|{target}|{structure_key(sink)}"
   lowered = None
   if (payload := _disk_cache.get(key)) is not None:
     try:

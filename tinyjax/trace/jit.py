@@ -33,17 +33,17 @@ from tinyjax.array import Array, deleted_uop, realize_arrays
 from tinyjax.devices.buffer import Buffer, DeletedBuffer, ShardedBuffer, is_exclusive, shard
 from tinyjax.devices.device import (CPU, compute_device, default_device, place, placement_of, runnable,
                                     same_memory)
-from tinyjax.helpers import gc_paused
-from tinyjax.lower.memory import donation_aliases
-from tinyjax.lower.realize import (CompiledSchedule, direct_runner, get_schedule, normalize, place_outputs,
-                                   run_schedule)
-from tinyjax.lower.schedule import kernels_of
-from tinyjax.profiler import open_profiles
+from tinyjax.helpers import LazyModule, gc_paused, open_profiles
 from tinyjax.sharding import _mesh_stack
 from tinyjax.trace.sharding_types import compiled, named_of
 from tinyjax.trace.core import (EvalTrace, Primitive, PrimitiveCallRecord, StagingTrace, Tracer, check_callable,
                                 check_nans, current_trace, debug_nans, new_trace)
 from tinyjax.uop import Ops, UOp
+
+# what lowers and runs programs, imported by the first program (`import tinyjax` need not load it)
+realize = LazyModule("tinyjax.lower.realize")
+lowering = LazyModule("tinyjax.lower.schedule")
+memory_plan = LazyModule("tinyjax.lower.memory")
 
 
 def _leaf_to_array(leaf: Any) -> Array:
@@ -403,7 +403,7 @@ def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Seq
     prints.append((fmt, tree, slots))
   replaced: dict[UOp, UOp] = {}
   if roots:
-    sink, consts = normalize(roots, first_param=len(avals), replaced=replaced)
+    sink, consts = realize.normalize(roots, first_param=len(avals), replaced=replaced)
   else:
     sink, consts = UOp(Ops.SINK, np.dtype(np.bool_), ()), []
   out_shardings = tuple(compiled(named_of(a)) for a in out_arrays)
@@ -498,7 +498,7 @@ class _Compiled:
   whether its buffer is new on every run (not an input, not an earlier output) and its weak type, and which donated
   argument (by flat index) may give its buffer to which output slot (`aliases`)."""
   jaxpr: Jaxpr
-  schedule: CompiledSchedule | None
+  schedule: realize.CompiledSchedule | None
   device: Any = CPU
   moves: bool = False  # some argument lives on another device than the program's: copied to it on each call
   donated: tuple[int, ...] = ()  # flat indices of the donated arguments
@@ -524,14 +524,14 @@ class _Compiled:
     if self.donated: self._plan_donation()
     if self.single_leaf and self.outputs[0][0] and self.device is CPU and not self.aliases and not self.jaxpr.prints \
         and not self.layouts and not self.committed:
-      self.direct = direct_runner(self.schedule, len(self.jaxpr.in_avals), self.consts)
+      self.direct = realize.direct_runner(self.schedule, len(self.jaxpr.in_avals), self.consts)
 
   def _plan_donation(self) -> None:
     """Decide which donated argument gives its buffer to which output, and warn (as JAX) about those none can use.
     Only on the CPU; elsewhere donation is accepted and does nothing."""
     sched, avals = self.schedule.schedule, self.jaxpr.in_avals
     if compute_device(self.device) is not CPU or self.moves: return
-    aliases = donation_aliases(sched, self.donated, [aval[:2] for aval in avals])
+    aliases = memory_plan.donation_aliases(sched, self.donated, [aval[:2] for aval in avals])
     self.aliases = [(index, slot, deleted_uop(avals[index][0], avals[index][1])) for index, slot in aliases.items()]
     unusable = [index for index in self.donated if index < sched.n_inputs and index not in aliases]
     if unusable:
@@ -567,8 +567,8 @@ class _Compiled:
     if self.schedule is None: return tree_util.tree_unflatten(jaxpr.out_tree, [])
     if self.moves: inputs = [runnable(buffer, self.device) for buffer in inputs]
     reuse = self.donate(inputs, arrays) if self.aliases else None
-    buffers = place_outputs(run_schedule(self.schedule, inputs + self.consts, reuse), inputs, self.device,
-                            self.committed)
+    buffers = realize.place_outputs(realize.run_schedule(self.schedule, inputs + self.consts, reuse), inputs,
+                                    self.device, self.committed)
     for fmt, tree, slots in jaxpr.prints:  # debug.print: the values of this run
       shown = [buffers[value].numpy() if kind == "output" else value for kind, value in slots]
       print(format_values(fmt, tree, shown))
@@ -673,7 +673,7 @@ class Lowered:
     parts = [f"# jaxpr\n{self._compiled.jaxpr}"]
     if self._compiled.schedule is not None:
       sched = self._compiled.schedule
-      kernels = kernels_of(sched.schedule.kernels)
+      kernels = lowering.kernels_of(sched.schedule.kernels)
       loops = len(kernels) - len(sched.schedule.kernels) if len(kernels) > len(sched.schedule.kernels) else 0
       parts.append(f"# {len(kernels)} kernels" + (" (some inside loops)" if loops else ""))
       for kernel, program in zip(kernels, sched.programs):
@@ -769,7 +769,7 @@ class JitWrapped:
         jaxpr = self._trace(args, static, static_kwargs, dynamic_kwargs)
         device, committed, replicated = place([*placements, *(placement_of(buffer) for buffer in jaxpr.consts)])
         moves = any(not same_memory(placement[0], device) for placement in placements)
-        compiled = _Compiled(jaxpr, get_schedule(jaxpr.sink, device) if jaxpr.sink.src else None, device, moves,
+        compiled = _Compiled(jaxpr, realize.get_schedule(jaxpr.sink, device) if jaxpr.sink.src else None, device, moves,
                              self._donated_leaves(args, static), committed, replicated)
       self._cache[key] = compiled
     return compiled, leaves
