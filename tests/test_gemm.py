@@ -1591,6 +1591,26 @@ def test_transcendental_epilogue_is_looped(on_cpu):
     np.testing.assert_allclose(np.asarray(f(x, w, b)), want, rtol=2e-5, atol=2e-5)
 
 
+def test_scalar_epilogue_is_looped_per_element(on_cpu):
+  """An epilogue that can't run on vectors (it reads an array transposed: a PINN's weight update from its gradient)
+  is copied per element, not per vector, so LOOPED_EPILOGUE_BUDGET counts it so: its 9 operations over a 6 x 16 tile
+  (96 copies, and the clamped rows' conditions) were 88 KB of IR, looped 18 KB; the sums go to the loop's array a
+  converted vector at a time, not element by element. Read along the column, the same update stays unrolled on
+  vectors. Both against numpy in float64."""
+  rng = np.random.default_rng(12)
+  p, c = (rng.standard_normal((64, 64)).astype(F32) for _ in range(2))
+  x, g = (rng.standard_normal((1024, 64)).astype(F32) for _ in range(2))
+  for transposed in (True, False):
+    f = tj.jit(lambda p, x, g, c, t=transposed: p - 1e-3 * (x.T @ g + (c.T if t else c) * 2 + 1) * p)
+    (kernel,) = kernels_of(f.lower(p, x, g, c)._compiled.schedule.schedule.kernels)
+    renderer = llvm._Renderer(kernel.ast, llvm.choose_opts(kernel.ast))
+    assert (renderer.vector_epilogue, renderer.looped_epilogue) == (not transposed, transposed)
+    source = render_llvm(kernel.name, kernel.ast)
+    if transposed: assert len(source) < 40_000 and "extractelement" not in source
+    want = p - 1e-3 * (x.astype(F64).T @ g + (c.T if transposed else c) * 2 + 1) * p
+    np.testing.assert_allclose(np.asarray(f(p, x, g, c)), want, rtol=1e-6, atol=1e-6)
+
+
 def test_register_tile_rows_share_the_column_loads(on_cpu):
   """Attention's projection gradient out[d, h, e] = sum over (b, t) of x[b, t, d] dq[b, h, t, e]: the tile's rows are
   d, which dq (read along the column e) does not depend on, so each of its vectors serves all the rows; tiling the 4

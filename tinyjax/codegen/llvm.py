@@ -231,11 +231,15 @@ def vector_epilogue_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]], a
   (store,) = [n for n in ast.src if n.op is Ops.STORE]
   strides, other = linear_strides(store.src[1])
   if plan.column in other or strides.get(plan.column) != 1: return False  # (a contraction stored permuted)
-  node = plan.reduce
+  return vector_sums_ok(plan.reduce) and _vector_nodes_ok(store.src[2], plan.column, deps, leaf=plan.reduce)
+
+
+def vector_sums_ok(node: UOp) -> bool:
+  """Whether a vector tile's sums of REDUCE `node` convert to its dtype a vector at a time (one instruction), whether
+  they were blocked into float64 or not."""
   inner = accumulator_dtype(node)
   blocked = node.arg is Ops.ADD and inner == F32  # (perhaps) summed in float32 blocks into float64
-  if not vector_cast_ok(inner, node.dtype) or blocked and not vector_cast_ok(F64, node.dtype): return False
-  return _vector_nodes_ok(store.src[2], plan.column, deps, leaf=node)
+  return vector_cast_ok(inner, node.dtype) and not (blocked and not vector_cast_ok(F64, node.dtype))
 
 
 def transposed_epilogue_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]], ast: UOp) -> bool:
@@ -298,22 +302,26 @@ def epilogue_prefetch_loads(plan: TilePlan | None, ast: UOp) -> list[UOp]:
 # the tile's vectors exceed LOOPED_EPILOGUE_BUDGET, a transcendental counted as the polynomial it is rendered as
 # (EPILOGUE_WEIGHTS): tanh after a layer's product (a PINN's layers, 31 operations with an EXP2, in 12 vectors and
 # the remainders' copies) made 185 KB of IR per GEMM; looped, 38 KB, and the PINN's cold first call 1.93-2.10 ->
-# 1.80-1.89 s, its steps unchanged within noise.
+# 1.80-1.89 s, its steps unchanged within noise. An epilogue that can't run on vectors is copied per element, not per
+# vector: the same PINN's weight update from its 64x64 gradient, transposed (10 operations, 96 scalar copies and
+# the clamped rows' conditions), made 111 KB of IR and 0.42 s of LLVM alone.
 LOOPED_EPILOGUE_OPS = 64
 LOOPED_EPILOGUE_BUDGET = 512
 EPILOGUE_WEIGHTS = {Ops.EXP2: 24, Ops.LOG2: 32, Ops.SIN: 40, Ops.COS: 40, Ops.POW: 64}
 
 
-def looped_epilogue(plan: TilePlan | None, ast: UOp) -> bool:
+def looped_epilogue(plan: TilePlan | None, ast: UOp, vectors: bool) -> bool:
   """Whether a register tile's epilogue (what its STORE computes from the REDUCE) has more than LOOPED_EPILOGUE_OPS
-  operations, or costs more than LOOPED_EPILOGUE_BUDGET over the tile's vectors (`_Renderer.render_block` then runs
-  it in loops, `looped_store`)."""
+  operations, or costs more than LOOPED_EPILOGUE_BUDGET over its copies, one per vector of the tile (`vectors`: it
+  runs on vectors, `vector_epilogue_ok`) or per element (`_Renderer.render_block` then runs it in loops,
+  `looped_store`)."""
   if plan is None or plan.stream: return False
   (store,) = [n for n in ast.src if n.op is Ops.STORE]
   below = set(plan.reduce.toposort)
   ops = [node.op for node in store.src[2].toposort if node not in below and node.op not in (Ops.CONST, Ops.RANGE)]
   weight = sum(EPILOGUE_WEIGHTS.get(op, 1) for op in ops)
-  return len(ops) > LOOPED_EPILOGUE_OPS or weight * plan.rows * plan.columns // plan.lanes > LOOPED_EPILOGUE_BUDGET
+  copies = plan.rows * plan.columns // (plan.lanes if vectors else 1)
+  return len(ops) > LOOPED_EPILOGUE_OPS or weight * copies > LOOPED_EPILOGUE_BUDGET
 
 
 def register_transposes(ast: UOp, deps: dict[UOp, frozenset[UOp]], block: int) -> tuple[int, tuple[UOp, ...]]:
@@ -448,7 +456,7 @@ class _Renderer(Linearizer):
     self.pack_origin = "0"  # the reduce step at the packed arrays' start (a panel's first, `pack`)
     self.vector_body = vector_body_ok(plan, self.deps)  # a register tile's body emitted on vectors (tile_body)
     self.vector_epilogue = vector_epilogue_ok(plan, self.deps, ast)  # and its epilogue (vector_store)
-    self.looped_epilogue = looped_epilogue(plan, ast)  # a long epilogue, run in loops over the tile (looped_store)
+    self.looped_epilogue = looped_epilogue(plan, ast, self.vector_epilogue)  # a long one: in loops (looped_store)
     self.transposed_epilogue = transposed_epilogue_ok(plan, self.deps, ast)  # (store_sums_transposed)
     self.transpose_square = tile_geometry().transpose_lanes  # the side of a pack's or an epilogue's register transposes
     self.epilogue_loads = epilogue_prefetch_loads(plan, ast)  # prefetched before a tile's sums (prefetch_epilogue)
@@ -1834,7 +1842,9 @@ class _Renderer(Linearizer):
       def body():
         self.prefetch_step(prefetches)
         return tile_body()
-    vectors = lanes > 1 and self.vector_epilogue
+    # (a looped epilogue reads its sums from an array: they are stored there a vector at a time, converted, even where
+    # the epilogue runs per element)
+    vectors = lanes > 1 and (self.vector_epilogue or self.looped_epilogue and vector_sums_ok(plan.reduce))
     self.prefetch_epilogue(row_values, column_start, columns)
     results = iter(self.reduce_loops(plan.reduce, rows * columns // lanes, body, tiled=not plan.dot,
                                      contract=plan.contract, lanes=lanes, vectors=vectors))
