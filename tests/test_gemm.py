@@ -1611,6 +1611,22 @@ def test_scalar_epilogue_is_looped_per_element(on_cpu):
     np.testing.assert_allclose(np.asarray(f(p, x, g, c)), want, rtol=1e-6, atol=1e-6)
 
 
+def test_strided_reduce_loops_are_left_scalar(on_cpu):
+  """Two column sums in one kernel (no tile plan: a PINN's bias gradients) read their rows with a stride of 64:
+  their loops are left scalar (`strided_only`: LLVM's gathers cost more to compile than they save); two row sums,
+  read along the row, are vectorised. Values against numpy in float64."""
+  rng = np.random.default_rng(13)
+  x, y = (rng.standard_normal((1024, 64)).astype(F32) for _ in range(2))
+  for axis in (0, 1):
+    f = tj.jit(lambda x, y, axis=axis: (x * y).sum(axis) + (x + 2 * y).sum(axis))
+    lowered = f.lower(x, y)._compiled.schedule
+    (program,) = lowered.programs
+    assert program.src.count('!{!"llvm.loop.vectorize.enable", i1 false}') == (2 if axis == 0 else 0)
+    x64, y64 = x.astype(F64), y.astype(F64)
+    np.testing.assert_allclose(np.asarray(f(x, y)), (x64 * y64).sum(axis) + (x64 + 2 * y64).sum(axis), rtol=1e-5,
+                               atol=1e-4)
+
+
 def test_register_tile_rows_share_the_column_loads(on_cpu):
   """Attention's projection gradient out[d, h, e] = sum over (b, t) of x[b, t, d] dq[b, h, t, e]: the tile's rows are
   d, which dq (read along the column e) does not depend on, so each of its vectors serves all the rows; tiling the 4

@@ -324,6 +324,20 @@ def looped_epilogue(plan: TilePlan | None, ast: UOp, vectors: bool) -> bool:
   return len(ops) > LOOPED_EPILOGUE_OPS or weight * copies > LOOPED_EPILOGUE_BUDGET
 
 
+def strided_only(reduce: UOp, rng: UOp) -> bool:
+  """Whether REDUCE `reduce`'s loads along its range `rng` are all strided (or non-linear in it) and some are: LLVM's
+  loop vectoriser then makes gathers or shuffles of scalar loads, and spends more compiling them than the loop saves
+  (a PINN's column sums of 1024 rows of 64, two reductions in one kernel: 130 ms of LLVM), so the loop is left
+  scalar."""
+  reads = False
+  for node in reduce.src[0].toposort:
+    if node.op is not Ops.LOAD or len(node.src) != 2 or rng not in node.src[1].toposort: continue
+    strides, nonlinear = linear_strides(node.src[1])
+    if rng not in nonlinear and strides.get(rng, 0) in (0, 1, -1): return False
+    reads = True
+  return reads
+
+
 def register_transposes(ast: UOp, deps: dict[UOp, frozenset[UOp]], block: int) -> tuple[int, tuple[UOp, ...]]:
   """For a kernel run in transpose blocks of `block` (opt.py `transpose_block`): the lanes of its register transposes
   and the LOADs read that way, or (0, ()). Each lanes x lanes square of a whole block then loads, per column, the
@@ -1370,7 +1384,8 @@ class _Renderer(Linearizer):
           self.line(f"store {llvm_type} {combined}, ptr {accumulator}")
         return
       start, end, binds, unroll = nest[depth]
-      with self.loop(start, end, binds, vectorize=not tiled, unroll=unroll) as index:
+      vectorize = not tiled and not (depth == len(nest) - 1 and binds is not None and strided_only(node, binds))
+      with self.loop(start, end, binds, vectorize=vectorize, unroll=unroll) as index:
         level(depth + 1, [*indices, index])
 
     level(0, [])
