@@ -11,7 +11,7 @@ from tinyjax.trace.ad import grad, jvp, linearize, value_and_grad, vjp  # noqa: 
 from tinyjax.trace.custom import checkpoint, custom_jvp, custom_vjp, remat  # noqa: E402
 from tinyjax.trace.batching import vmap  # noqa: E402
 from tinyjax.trace.jacobian import hessian, jacfwd, jacobian, jacrev  # noqa: E402
-from tinyjax import debug  # noqa: E402
+from tinyjax import debug, nn, random  # noqa: E402  (`import jax` gives jax.nn, jax.random...)
 # (after every import of tinyjax.devices: the name `devices` is the function from here on, as in JAX)
 from tinyjax.placement import (default_backend, device_count, device_get, device_put, devices,  # noqa: E402
                                local_device_count, local_devices, make_array_from_callback,
@@ -24,10 +24,10 @@ from tinyjax.trace.shard_map import shard_map  # noqa: E402
 from tinyjax.trace.callback import pure_callback  # noqa: E402
 from tinyjax.trace.core import ShapedArray, typeof  # noqa: E402
 
-# Imported on first use (`import jax` gives jax.nn, jax.random... without importing them: so does this), as is what
-# lowers, compiles and runs programs (lower/, codegen/, devices/cpu.py): `import tinyjax` takes ~0.1 s less.
-_LAZY = {"nn": ("tinyjax.nn", None), "random": ("tinyjax.random", None), "scipy": ("tinyjax.scipy", None),
-         "test_util": ("tinyjax.test_util", None), "distributed": ("tinyjax.distributed", None),
+# Imported on first use, as is what lowers, compiles and runs programs (lower/, codegen/, devices/cpu.py): `import
+# tinyjax` takes ~0.1 s less.
+_LAZY = {"scipy": ("tinyjax.scipy", None), "test_util": ("tinyjax.test_util", None),
+         "distributed": ("tinyjax.distributed", None),
          "runtime_stats": ("tinyjax.lower.realize", "runtime_stats"), "profile": ("tinyjax.profiler", "profile"),
          "machine_limits": ("tinyjax.profiler", "machine_limits"),
          "compile_cache_stats": ("tinyjax.devices.cpu", "cache_stats")}

@@ -1,9 +1,12 @@
 """tinyjax.nn: jax.nn's activations and helpers (relu, gelu, silu, sigmoid, softplus, softmax, log_softmax,
 logsumexp, one_hot, standardize, dot_product_attention, ...), `initializers`, and pure layers (`Linear`, `Conv2d`,
-`LayerNorm`, `RMSNorm`, `BatchNorm`, `Embedding`, `MultiHeadAttention`, `Dropout`, `Sequential`; see layers.py)."""
-from tinyjax.nn import datasets, initializers, optim, state
-from tinyjax.nn.layers import (BatchNorm, Conv2d, Dropout, Embedding, LayerNorm, Linear, MultiHeadAttention, RMSNorm,
-                               Sequential, avg_pool, flatten, max_pool)
+`LayerNorm`, `RMSNorm`, `BatchNorm`, `Embedding`, `MultiHeadAttention`, `Dropout`, `Sequential`; see layers.py).
+
+jax.nn's own names (the functions and `initializers`) are imported with tinyjax, as JAX's are; the layers, `optim`,
+`state` and `datasets` when first named (~20 ms: the layers' dataclasses, the datasets' gzip and queue)."""
+import importlib as _importlib
+
+from tinyjax.nn import initializers
 from tinyjax.nn.functions import (celu, dot_product_attention, elu, gelu, glu, hard_sigmoid, hard_silu, hard_swish,
                                   hard_tanh, identity, leaky_relu, log1mexp, log_sigmoid, log_softmax, logmeanexp,
                                   logsumexp, mish, one_hot, relu, relu6, selu, sigmoid, silu, soft_sign, softmax,
@@ -15,3 +18,14 @@ __all__ = ["avg_pool", "BatchNorm", "celu", "Conv2d", "datasets", "dot_product_a
            "logsumexp", "max_pool", "mish", "MultiHeadAttention", "one_hot", "optim", "relu", "relu6", "RMSNorm",
            "selu", "Sequential", "sigmoid", "silu", "soft_sign", "softmax", "softplus", "sparse_plus", "sparse_sigmoid",
            "squareplus", "standardize", "state", "swish", "tanh"]
+
+_LAYERS = ("BatchNorm", "Conv2d", "Dropout", "Embedding", "LayerNorm", "Linear", "MultiHeadAttention", "RMSNorm",
+           "Sequential", "avg_pool", "flatten", "max_pool")
+
+
+def __getattr__(name: str):
+  if name in ("datasets", "optim", "state"): return _importlib.import_module(f"tinyjax.nn.{name}")
+  if name in _LAYERS:
+    value = globals()[name] = getattr(_importlib.import_module("tinyjax.nn.layers"), name)
+    return value
+  raise AttributeError(f"module 'tinyjax.nn' has no attribute {name!r}")
