@@ -409,6 +409,47 @@ def test_scan_carries_updated_from_each_other(jit):
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_carry_passed_on_while_its_own_update_is_computed(jit):
+  """A carry's old value passed on as another carry's new one while its own new value is computed from it, (a, b) ->
+  (b, a + b): the computed value must not be written over the old one before it is copied (fori_loop's Fibonacci
+  gave (4, 4) for (2, 3)); scan, fori_loop, while_loop, and the JAX docs' fixed point (Newton's square root, whose
+  while_loop stopped after one pass), eagerly and jitted, under vmap, and its custom_vjp gradients."""
+  maybe_jit = tj.jit if jit else (lambda f: f)
+  fib = maybe_jit(lambda n: lax.fori_loop(0, n, lambda i, c: (c[1], c[0] + c[1]), (0.0, 1.0)))
+  assert [float(v) for v in fib(10)] == [55.0, 89.0]
+  (last, ys) = maybe_jit(lambda c: lax.scan(lambda c, _: ((c[1], c[0] + c[1]), c[0]), c, None, length=8))((0.0, 1.0))
+  assert [float(v) for v in last] == [21.0, 34.0] and np.asarray(ys).tolist() == [0, 1, 1, 2, 3, 5, 8, 13]
+  x = RNG.standard_normal(5).astype(np.float32)
+  rotated = maybe_jit(lambda x: lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[2], c[1] * 10.0),
+                                               (0, x, 2 * x)))(x)
+  np.testing.assert_allclose(np.asarray(rotated[1]), x * 20, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(rotated[2]), x * 100, rtol=1e-6)
+
+  def fixed_point(f, a, x_guess):
+    def cond_fun(carry):
+      x_prev, x = carry
+      return tnp.abs(x_prev - x) > 1e-6
+    _, x_star = lax.while_loop(cond_fun, lambda carry: (carry[1], f(a, carry[1])), (x_guess, f(a, x_guess)))
+    return x_star
+
+  def newton_sqrt(a): return fixed_point(lambda a, x: 0.5 * (x + a / x), a, a)
+  np.testing.assert_allclose(float(maybe_jit(newton_sqrt)(2.0)), np.sqrt(2.0), rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(maybe_jit(tj.vmap(newton_sqrt))(tnp.array([1.0, 2.0, 3.0, 4.0]))),
+                             np.sqrt([1.0, 2.0, 3.0, 4.0]), rtol=1e-6)
+
+  @tj.custom_vjp
+  def sqrt_by_fixed_point(a): return newton_sqrt(a)
+
+  def forward(a):
+    root = newton_sqrt(a)
+    return root, root
+
+  def backward(root, g): return (g * 0.5 / root,)  # d sqrt(a) / da
+  sqrt_by_fixed_point.defvjp(forward, backward)
+  np.testing.assert_allclose(float(maybe_jit(tj.grad(sqrt_by_fixed_point))(2.0)), 0.5 / np.sqrt(2.0), rtol=1e-6)
+
+
 def test_unread_scan_outputs_and_inputs_are_pruned(monkeypatch, on_cpu):
   """A scan's ys that nothing reads are not computed, and the xs its body doesn't read are dropped, so that an earlier
   scan's ys read only by those go too (lower/schedule.py `prune_scans`): an HMM's log-likelihood gradient in a

@@ -1565,10 +1565,12 @@ class _Scheduler:
                      input_slots: list[int]) -> list[Kernel]:
     """Kernels that copy a pass's new carries into the carry slots (through a temporary where a new carry is
     another carry's slot, which the copies may overwrite first). A new carry computed elementwise from the old one
-    needs no copy: its kernel writes the carry slot itself (`_write_in_place`, which edits `body_steps`)."""
+    needs no copy: its kernel writes the carry slot itself (`_write_in_place`, which edits `body_steps`), unless the
+    old value is another carry's new one (`(a, b) -> (b, a + b)`: b must be copied before a + b overwrites it)."""
     new_slots = list(new_slots)
     for k, (carry, new) in enumerate(zip(carry_slots, new_slots)):
-      if new != carry and new not in input_slots and new_slots.count(new) == 1 and \
+      passed_on = any(other == carry for j, other in enumerate(new_slots) if j != k)
+      if new != carry and new not in input_slots and new_slots.count(new) == 1 and not passed_on and \
           _write_in_place(body_steps, new, carry):
         new_slots[k] = carry
     steps, moves = [], []
