@@ -105,6 +105,40 @@ def test_linearize_of_an_output_that_does_not_depend_on_the_input():
   close(zeros, np.zeros((2, 3)))
 
 
+def test_linear_transpose_is_the_adjoint():
+  """`linear_transpose` of a linear map: <ct, f(x)> == <f^T(ct), x> for random x and ct (the adjoint identity), its
+  matrix the transpose of f's (built column by column, float64); pytrees in and out, an output that ignores the input
+  (zero cotangent), a constant term ignored (as JAX), integer -> integer, ShapeDtypeStruct primals; composed with jit
+  and vmap; and JAX's errors: a non-linear function (NotImplementedError), float -> int and a cotangent of the wrong
+  shape or dtype (TypeError)."""
+  rng = np.random.default_rng(21)
+  a = rng.standard_normal((4, 3)).astype(np.float32)
+
+  def f(x): return tnp.asarray(a) @ x[::-1] + 2.0 * x.sum() - x[1]
+  x, ct = rng.standard_normal(3).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+  (back,) = tj.linear_transpose(f, x)(ct)
+  np.testing.assert_allclose(np.dot(ct, np.asarray(f(x), np.float64)), np.dot(np.asarray(back, np.float64), x),
+                             rtol=1e-5)
+  matrix = np.stack([np.asarray(f(e), np.float64) for e in np.eye(3, dtype=np.float32)], axis=1)
+  np.testing.assert_allclose(np.asarray(back), matrix.T @ ct, rtol=1e-5, atol=1e-6)
+  (jitted,) = tj.jit(tj.linear_transpose(f, x))(ct)
+  np.testing.assert_allclose(np.asarray(jitted), matrix.T @ ct, rtol=1e-5, atol=1e-6)
+  (batched,) = tj.vmap(tj.linear_transpose(f, tj.ShapeDtypeStruct((3,), np.float32)))(np.stack([ct, 2 * ct]))
+  np.testing.assert_allclose(np.asarray(batched), np.stack([matrix.T @ ct, 2 * matrix.T @ ct]), rtol=1e-5, atol=1e-5)
+
+  g = tj.linear_transpose(lambda p, q: {"a": p + q, "b": p * 3.0, "zero": tnp.zeros(2)}, 1.0, 2.0)
+  assert [float(v) for v in g({"a": 1.0, "b": 2.0, "zero": tnp.ones(2)})] == [7.0, 1.0]
+  assert float(tj.linear_transpose(lambda p: p + 1.0, 1.0)(5.0)[0]) == 5.0
+  (ints,) = tj.linear_transpose(lambda n: n * 3 - n, 1)(4)
+  assert ints.dtype == np.int32 and int(ints) == 8
+  with pytest.raises(NotImplementedError): tj.linear_transpose(tnp.sin, 1.0)(1.0)
+  with pytest.raises(NotImplementedError, match="not linear"): tj.linear_transpose(lambda p: p * p, 1.0)(1.0)
+  with pytest.raises(TypeError, match="integer -> integer"): tj.linear_transpose(lambda p: p.astype(np.int32), 1.0)
+  with pytest.raises(TypeError, match="cotangent type does not match"): tj.linear_transpose(f, x)(np.ones(3))
+  with pytest.raises(TypeError, match="cotangent type does not match"):
+    tj.linear_transpose(f, x)(np.ones(4, np.float16))
+
+
 def test_vjp_with_has_aux_and_pytree_cotangents():
   def f(x):
     return (tnp.sin(x), x * 2), tnp.cos(x)

@@ -7,7 +7,7 @@ from tinyjax.array import Array  # noqa: E402
 from tinyjax import lax, numpy, tree, tree_util  # noqa: E402  (numpy also attaches Array's operators and methods)
 from tinyjax.trace.core import ConcretizationTypeError, UnexpectedTracerError  # noqa: E402
 from tinyjax.trace.jit import ShapeDtypeStruct, block_until_ready, eval_shape, jit, make_jaxpr  # noqa: E402
-from tinyjax.trace.ad import grad, jvp, linearize, value_and_grad, vjp  # noqa: E402
+from tinyjax.trace.ad import grad, jvp, linear_transpose, linearize, value_and_grad, vjp  # noqa: E402
 from tinyjax.trace.custom import checkpoint, custom_jvp, custom_vjp, remat  # noqa: E402
 from tinyjax.trace.batching import vmap  # noqa: E402
 from tinyjax.trace.jacobian import hessian, jacfwd, jacobian, jacrev  # noqa: E402
@@ -51,7 +51,7 @@ __all__ = [
   "PartitionSpec", "process_count", "process_index", "pure_callback", "reshard", "set_mesh", "shard_map", "sharding",
   "machine_limits", "profile",
   "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
-  "lax", "linearize",
+  "lax", "linear_transpose", "linearize",
   "make_jaxpr", "nn", "numpy", "random", "remat", "runtime_stats", "scipy", "ShapedArray", "ShapeDtypeStruct",
   "test_util", "tree", "tree_util", "typeof", "UnexpectedTracerError", "value_and_grad", "vjp", "vmap",
 ]

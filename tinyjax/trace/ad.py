@@ -20,8 +20,8 @@ import numpy as np
 
 from tinyjax import dtypes, tree_util
 from tinyjax.array import Array
-from tinyjax.trace.core import (Primitive, PrimitiveCall, StagingTrace, StagingTracer, Trace, Tracer, bind,
-                                check_callable, current_trace, new_trace, set_current_trace)
+from tinyjax.trace.core import (Primitive, PrimitiveCall, ShapedArray, StagingTrace, StagingTracer, Trace, Tracer,
+                                bind, check_callable, current_trace, new_trace, set_current_trace)
 from tinyjax.uop import BOOL, MOVEMENT, Ops, UOp
 
 jvp_rules: dict[Ops | Primitive, Callable] = {}
@@ -411,6 +411,9 @@ def transpose(program: UOp, n_inputs: int, consts: list[Any], cotangents: list[A
       continue
     known = [None if s in linear else known_value(s) for s in node.src]
     op = node.arg.prim if node.op is Ops.PRIMITIVE else node.op
+    if op in (Ops.MUL, Ops.FDIV) and node.src[1] in linear and (op is Ops.FDIV or node.src[0] in linear):
+      raise NotImplementedError(f"transpose of {op.name} with a linear {'divisor' if op is Ops.FDIV else 'operand on'}"
+                                f"{'' if op is Ops.FDIV else ' both sides'}: the function is not linear")
     rule = transpose_rules.get(op)
     if rule is None: raise NotImplementedError(f"transpose rule for {op.name} (a non-linear op in a tangent)")
     if node in accumulated:
@@ -547,6 +550,53 @@ def linearize(fun: Callable, *primals: Any) -> tuple[Any, Callable]:
     env = [_to_array(t) for t in tangent_leaves] + list(linear.consts)
     return tree_util.tree_unflatten(out_tree, evaluate(program, env))
   return tree_util.tree_unflatten(out_tree, primals_out), f_jvp
+
+
+def linear_transpose(fun: Callable, *primals: Any, reduce_axes: Sequence[Any] = ()) -> Callable:
+  """The transpose of linear `fun`: a function from a cotangent of `fun`'s output to the tuple of cotangents of its
+  inputs (`primals`: arrays, scalars or ShapeDtypeStructs, of which only shapes and dtypes matter). `fun` is traced
+  once, here, into a program of the operations that touch its inputs, which is walked backwards by each call with
+  the same transpose rules as `vjp` (no forward evaluation at a point); an operation that is not linear in the inputs
+  raises NotImplementedError. Inputs and outputs are all inexact or all integer, as JAX requires."""
+  check_callable(fun)
+  primal_leaves, in_tree = tree_util.tree_flatten(primals)
+  avals = []
+  for leaf in primal_leaves:
+    if isinstance(leaf, Array) or hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+      avals.append((tuple(leaf.shape), np.dtype(leaf.dtype), bool(getattr(leaf, "weak_type", False))))
+    else:
+      array = _to_array(leaf)
+      avals.append((tuple(array.shape), array.dtype, array.weak_type))
+  parent = current_trace.get()
+  trace = LinearTrace(parent, len(avals))
+  with new_trace(trace):
+    out = fun(*tree_util.tree_unflatten(in_tree, [trace.new_arg(i, *aval) for i, aval in enumerate(avals)]))
+  trace.active = False
+  out_leaves, out_tree = tree_util.tree_flatten(out)
+  out_leaves = [leaf if trace.is_mine(leaf) else _to_array(leaf) for leaf in out_leaves]
+  in_dtypes, out_dtypes = [aval[1] for aval in avals], [leaf.dtype for leaf in out_leaves]
+  if not (all(dtypes.is_inexact(d) for d in in_dtypes + out_dtypes) or
+          all(np.issubdtype(d, np.integer) for d in in_dtypes + out_dtypes)):
+    raise TypeError(f"linear_transpose only supports [float or complex] -> [float or complex], and integer -> "
+                    f"integer functions, but got {in_dtypes} -> {out_dtypes}.")
+  program = UOp(Ops.SINK, BOOL, tuple(leaf.uop if trace.is_mine(leaf) else _zeros_uop(leaf.shape, leaf.dtype)
+                                      for leaf in out_leaves))
+  consts = list(trace.consts)
+
+  def transposed(cotangent: Any) -> tuple:
+    ct_leaves, ct_tree = tree_util.tree_flatten(cotangent)
+    ct_arrays = [_to_array(ct) for ct in ct_leaves]
+    if ct_tree != out_tree or any(ct.shape != leaf.shape or ct.dtype != leaf.dtype
+                                  for ct, leaf in zip(ct_arrays, out_leaves)):
+      expected = ", ".join(f"{np.dtype(leaf.dtype).name}{list(leaf.shape)}" for leaf in out_leaves)
+      got = ", ".join(f"{ct.dtype.name}{list(ct.shape)}" for ct in ct_arrays)
+      raise TypeError(f"cotangent type does not match function output: expected {out_tree} of ({expected}), got "
+                      f"{ct_tree} of ({got})")
+    grads = transpose(program, len(avals), consts, ct_arrays)
+    grads = [full_like(ShapedArray(shape, dtype), 0, weak_type=weak) if g is None else cast(g, dtype, weak)
+             for g, (shape, dtype, weak) in zip(grads, avals)]
+    return tuple(tree_util.tree_unflatten(in_tree, grads))
+  return transposed
 
 
 def evaluate(program: UOp, params: list[Any]) -> list[Any]:
