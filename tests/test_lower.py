@@ -123,6 +123,30 @@ def test_reshape_under_a_pad_folds_its_index(chain, mods):
   assert sum(n.op is Ops.MOD for n in kernel.ast.toposort) == mods  # a permute's transposed order needs two
 
 
+def test_padded_max_pool_gradient_divides_outside_the_channel_loop():
+  """A max-pool gradient padded for the next convolution (the CNN example's): under the pad's gate its reshapes read a
+  flat index whose terms the source's strides divide, shifted non-negative by whole periods instead of clamped, so
+  every division folds out of the loop over the channels (a clamp kept 10 of them per element there). Values against
+  numpy's gradient of the pooling."""
+  from tinyjax import lax
+  from tinyjax.lower.schedule import kernels_of
+  rng = np.random.default_rng(4)
+  x = rng.standard_normal((4, 14, 14, 64)).astype(np.float32)
+  g = rng.standard_normal((4, 7, 7, 64)).astype(np.float32)
+
+  def f(x, g):
+    dx = tj.grad(lambda x: (lax.reduce_window(x, -np.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID") * g).sum())(x)
+    return tnp.pad(dx, ((0, 0), (1, 1), (1, 1), (0, 0))) * 3
+  (padded,) = [k for k in kernels_of(tj.jit(f).lower(x, g)._compiled.schedule.schedule.kernels)
+               if k.name.startswith("e_4_16_16_64")]
+  channels = [n for n in padded.ast.toposort if n.op is Ops.RANGE][-1]
+  assert channels.src[0].arg == 64
+  assert not [n for n in padded.ast.toposort if n.op in (Ops.IDIV, Ops.MOD) and channels in n.toposort]
+  windows = x.reshape(4, 7, 2, 7, 2, 64)
+  dx = ((windows == windows.max(axis=(2, 4), keepdims=True)) * g[:, :, None, :, None, :]).reshape(x.shape)
+  np.testing.assert_array_equal(np.asarray(tj.jit(f)(x, g)), np.pad(dx, ((0, 0), (1, 1), (1, 1), (0, 0))) * 3)
+
+
 @pytest.mark.parametrize("chain", [("pad",), ("flip0", "pad"), ("shrink", "pad"), ("permute", "pad", "permute")])
 def test_elementwise_kernel_reading_across_the_flat_order_loops_over_rows(chain):
   """A pad or a transpose with a last axis of ROW_LOOP_MIN or more: the kernel gets a loop over the rows and one over

@@ -36,6 +36,11 @@ def _linear(node: UOp) -> Linear:
   return {node: 1}, 0
 
 
+def linear_form(node: UOp) -> Linear:
+  """The linear normal form of an index expression: ({atom: coefficient}, constant)."""
+  return _linear(node)
+
+
 def _build(terms: dict[UOp, int], constant: int) -> UOp:
   """Rebuild a UOp from a linear form (terms in insertion order, so the result is deterministic)."""
   result: UOp | None = None
