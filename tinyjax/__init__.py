@@ -3,6 +3,7 @@ laziness, kernel fusion, LLVM)."""
 __version__ = "0.1.0"
 
 from tinyjax.config import config  # noqa: E402
+from tinyjax.helpers import lazy_attributes as _lazy_attributes  # noqa: E402
 from tinyjax.array import Array  # noqa: E402
 from tinyjax import lax, numpy, tree, tree_util  # noqa: E402  (numpy also attaches Array's operators and methods)
 from tinyjax.trace.core import ConcretizationTypeError, UnexpectedTracerError  # noqa: E402
@@ -26,20 +27,11 @@ from tinyjax.trace.core import ShapedArray, typeof  # noqa: E402
 
 # Imported on first use, as is what lowers, compiles and runs programs (lower/, codegen/, devices/cpu.py): `import
 # tinyjax` takes ~0.1 s less.
-_LAZY = {"scipy": ("tinyjax.scipy", None), "test_util": ("tinyjax.test_util", None),
-         "distributed": ("tinyjax.distributed", None),
-         "runtime_stats": ("tinyjax.lower.realize", "runtime_stats"), "profile": ("tinyjax.profiler", "profile"),
-         "machine_limits": ("tinyjax.profiler", "machine_limits"),
-         "compile_cache_stats": ("tinyjax.devices.cpu", "cache_stats")}
-
-
-def __getattr__(name: str):
-  if name not in _LAZY: raise AttributeError(f"module 'tinyjax' has no attribute {name!r}")
-  import importlib
-  module_name, attribute = _LAZY[name]
-  module = importlib.import_module(module_name)
-  value = globals()[name] = module if attribute is None else getattr(module, attribute)
-  return value
+__getattr__ = _lazy_attributes(__name__, {
+  "scipy": ("tinyjax.scipy", None), "test_util": ("tinyjax.test_util", None),
+  "distributed": ("tinyjax.distributed", None), "runtime_stats": ("tinyjax.lower.realize", "runtime_stats"),
+  "profile": ("tinyjax.profiler", "profile"), "machine_limits": ("tinyjax.profiler", "machine_limits"),
+  "compile_cache_stats": ("tinyjax.devices.cpu", "cache_stats")})
 
 
 __all__ = [

@@ -12,7 +12,8 @@ import functools
 import gc
 import importlib
 import os
-from typing import Iterator
+import sys
+from typing import Any, Callable, Iterator
 
 
 @functools.cache
@@ -48,6 +49,19 @@ class LazyModule:
 
   def __repr__(self) -> str:
     return f"<lazy module {self.__dict__.get('__name__', self.__dict__.get('_name'))!r}>"
+
+
+def lazy_attributes(package: str, names: dict[str, tuple[str, str | None]]) -> Callable[[str], Any]:
+  """A package's module `__getattr__` (PEP 562) that imports `names` when first asked for: name -> (module, its
+  attribute, or None for the module itself), kept in the package's namespace from then on."""
+  def __getattr__(name: str) -> Any:
+    if name not in names: raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    module_name, attribute = names[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    setattr(sys.modules[package], name, value)
+    return value
+  return __getattr__
 
 
 # The programs' profiles being recorded (`tinyjax.profile`, profiler.py): here, so that checking whether there are any

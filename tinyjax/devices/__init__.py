@@ -3,7 +3,7 @@
 The CPU device (cpu.py) and the cache (cache.py) are imported when one of their names is first asked for here (as
 `from tinyjax.devices import compile_cpu` does): `import tinyjax` loads only device.py and buffer.py, which arrays
 need, and what compiles and runs programs is loaded by the first program."""
-import importlib
+from tinyjax.helpers import lazy_attributes
 
 _CPU_NAMES = ("CompileStream", "CPUProgram", "LaunchList", "cache_stats", "compile_cpu", "compile_cpu_many",
               "compile_worker", "cpu_data_layout", "cpu_target_triple", "cpu_threads", "get_runtime",
@@ -11,11 +11,5 @@ _CPU_NAMES = ("CompileStream", "CPUProgram", "LaunchList", "cache_stats", "compi
 _CACHE_NAMES = ("DiskCache", "cache_directory")
 
 __all__ = sorted(_CPU_NAMES + _CACHE_NAMES)
-
-
-def __getattr__(name: str):
-  if name in _CPU_NAMES or name in _CACHE_NAMES:
-    module = importlib.import_module("tinyjax.devices.cpu" if name in _CPU_NAMES else "tinyjax.devices.cache")
-    value = globals()[name] = getattr(module, name)
-    return value
-  raise AttributeError(f"module 'tinyjax.devices' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, {**{name: ("tinyjax.devices.cpu", name) for name in _CPU_NAMES},
+                                         **{name: ("tinyjax.devices.cache", name) for name in _CACHE_NAMES}})

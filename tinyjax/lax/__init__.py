@@ -1,7 +1,6 @@
 """tinyjax.lax: JAX's lax on tinyjax primitives. No implicit type promotion: operands share a dtype (weak Python
 scalars adopt the other operand's dtype) and, for elementwise ops, a shape."""
-import importlib as _importlib
-
+from tinyjax.helpers import lazy_attributes as _lazy_attributes
 from tinyjax.lax._elementwise import (RoundingMethod, abs, acos, add, asin, asinh, atan, atan2, atanh, acosh,
                                       bitcast_convert_type, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cbrt,
                                       ceil, convert_element_type, cos, cosh, div, eq, exp, exp2, expm1, floor, ge, gt,
@@ -70,7 +69,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-  """`linalg` (jax.lax.linalg: the LAPACK-backed primitives), imported on first use."""
-  if name == "linalg": return _importlib.import_module("tinyjax.lax.linalg")
-  raise AttributeError(f"module 'tinyjax.lax' has no attribute {name!r}")
+# `linalg` (jax.lax.linalg: the LAPACK-backed primitives), imported on first use
+__getattr__ = _lazy_attributes(__name__, {"linalg": ("tinyjax.lax.linalg", None)})

@@ -4,8 +4,7 @@ logsumexp, one_hot, standardize, dot_product_attention, ...), `initializers`, an
 
 jax.nn's own names (the functions and `initializers`) are imported with tinyjax, as JAX's are; the layers, `optim`,
 `state` and `datasets` when first named (~20 ms: the layers' dataclasses, the datasets' gzip and queue)."""
-import importlib as _importlib
-
+from tinyjax.helpers import lazy_attributes as _lazy_attributes
 from tinyjax.nn import initializers
 from tinyjax.nn.functions import (celu, dot_product_attention, elu, gelu, glu, hard_sigmoid, hard_silu, hard_swish,
                                   hard_tanh, identity, leaky_relu, log1mexp, log_sigmoid, log_softmax, logmeanexp,
@@ -21,11 +20,6 @@ __all__ = ["avg_pool", "BatchNorm", "celu", "Conv2d", "datasets", "dot_product_a
 
 _LAYERS = ("BatchNorm", "Conv2d", "Dropout", "Embedding", "LayerNorm", "Linear", "MultiHeadAttention", "RMSNorm",
            "Sequential", "avg_pool", "flatten", "max_pool")
-
-
-def __getattr__(name: str):
-  if name in ("datasets", "optim", "state"): return _importlib.import_module(f"tinyjax.nn.{name}")
-  if name in _LAYERS:
-    value = globals()[name] = getattr(_importlib.import_module("tinyjax.nn.layers"), name)
-    return value
-  raise AttributeError(f"module 'tinyjax.nn' has no attribute {name!r}")
+_MODULES = ("datasets", "optim", "state")
+__getattr__ = _lazy_attributes(__name__, {**{name: (f"tinyjax.nn.{name}", None) for name in _MODULES},
+                                          **{name: ("tinyjax.nn.layers", name) for name in _LAYERS}})

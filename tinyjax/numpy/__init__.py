@@ -1,11 +1,10 @@
 """tinyjax.numpy: jax.numpy's functions on tinyjax primitives, with JAX's type promotion (weak Python scalars,
 the JAX lattice, 32-bit defaults unless x64). Importing it also gives `tinyjax.Array` its operators and methods."""
-import importlib as _importlib
-
 import numpy as _np
 
 from tinyjax.array import Array
 from tinyjax.dtypes import finfo, iinfo, issubdtype, promote_types, result_type
+from tinyjax.helpers import lazy_attributes as _lazy_attributes
 from tinyjax.numpy import _array_methods
 from tinyjax.numpy._array_api import (__array_api_version__, __array_namespace_info__, acos, acosh, asin, asinh, atan,
                                       atan2, atanh, bitwise_invert, bitwise_left_shift, bitwise_right_shift, can_cast,
@@ -97,10 +96,8 @@ ComplexWarning = _np.exceptions.ComplexWarning
 _array_methods.attach()
 
 
-def __getattr__(name: str):
-  """`fft` and `linalg`, imported on first use: with lax's FFT kernels and LAPACK bindings they take ~10 ms."""
-  if name in ("fft", "linalg"): return _importlib.import_module(f"tinyjax.numpy.{name}")
-  raise AttributeError(f"module 'tinyjax.numpy' has no attribute {name!r}")
+# `fft` and `linalg`, imported on first use: with lax's FFT kernels and LAPACK bindings they take ~10 ms
+__getattr__ = _lazy_attributes(__name__, {"fft": ("tinyjax.numpy.fft", None), "linalg": ("tinyjax.numpy.linalg", None)})
 
 __all__ = [
   "angle", "fft", "complex128", "complex64", "complex_", "complexfloating", "conj", "conjugate", "imag", "iscomplex",
