@@ -92,6 +92,29 @@ def test_vmap_methods(method):
   assert calls == per_call * 2
 
 
+def test_inside_shard_map_it_runs_once_per_device(on_cpu):
+  """Inside `shard_map` (the JAX docs' callbacks example) a callback without vmap_method runs once per device on that
+  device's block, eagerly and jitted, as JAX's does; under vmap it still asks for a vmap_method."""
+  tj.config.update("jax_num_cpu_devices", 4)
+  try:
+    calls = []
+
+    def host(v):
+      calls.append(v.shape)
+      return (v * 2).astype(v.dtype)
+    f = lambda v: tj.pure_callback(host, like(v), v)  # noqa: E731
+    mesh = tj.make_mesh((4,), ("i",))
+    x = np.arange(8, dtype=np.float32)
+    mapped = tj.shard_map(f, mesh=mesh, in_specs=tj.P("i"), out_specs=tj.P("i"))
+    for run in (mapped, tj.jit(mapped)):
+      calls.clear()
+      np.testing.assert_array_equal(np.asarray(run(x)), x * 2)
+      assert calls == [(2,)] * 4
+    with pytest.raises(NotImplementedError, match="vmap_method"): tj.vmap(f)(x)
+  finally:
+    tj.config.update("jax_num_cpu_devices", -1)
+
+
 def test_errors():
   x = np.ones(3, np.float32)
   with pytest.raises(NotImplementedError, match="vmap_method"):

@@ -6,8 +6,9 @@ into Python (devices/cpu.py `HostProgram`), which hands the function its operand
 its results into their buffers, and goes on: the program is still one call into the runtime. In a `scan` /
 `while_loop` body it runs on every iteration. Under `vmap`, `vmap_method` says how: "sequential" calls it once per
 example, "expand_dims" once with unbatched operands given a leading axis of size 1, "broadcast_all" once with every
-operand broadcast to the batch. It has no derivative (JAX's error); wrap it in `custom_jvp` / `custom_vjp` to give
-it one.
+operand broadcast to the batch; without one, vmap raises, but inside `shard_map` (whose mesh axes are batch axes
+here) it runs once per device on that device's block, as JAX's does. It has no derivative (JAX's error); wrap it in
+`custom_jvp` / `custom_vjp` to give it one.
 """
 from __future__ import annotations
 
@@ -111,6 +112,7 @@ def _batch(trace: batching.BatchTrace, vals, dims, *, callback: HostCallback, vm
   if all(d is None for d in dims): return pure_callback_p.bind(*vals, callback=callback, vmap_method=vmap_method), \
       [None] * len(callback.out_avals)
   size = trace.axis_size
+  if vmap_method is None and getattr(trace, "mesh", None) is not None: vmap_method = "sequential"  # (a shard_map's)
   if vmap_method is None:
     raise NotImplementedError(f"vmap of pure_callback {callback.name} needs vmap_method: 'sequential' (one call per "
                               "example), 'expand_dims' or 'broadcast_all' (one call on the batch)")
