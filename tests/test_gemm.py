@@ -1627,6 +1627,28 @@ def test_strided_reduce_loops_are_left_scalar(on_cpu):
                                atol=1e-4)
 
 
+def test_a_small_table_is_no_operand_to_share_across_tile_rows(on_cpu):
+  """A conv bias's gradient through ReLU and a 2x2 max pool (the CNN example's): its sums read the pool's window
+  offsets, a table of 4 values no split partial depends on. Taken for an operand to share, it made the 8 partial sums
+  the rows of a 6-row register tile and a 2-row remainder (one thread doing three quarters of the work, 3.6 ms of the
+  CNN step; 1.5 ms without); a table under TABLE_VALUES values is not one (`choose_opts`). Values against numpy in
+  float64."""
+  from tinyjax import lax
+  rng = np.random.default_rng(5)
+  x = rng.standard_normal((32, 28, 28, 32)).astype(F32)
+  g = rng.standard_normal((32, 14, 14, 32)).astype(F32)
+  b = rng.standard_normal(32).astype(F32)
+
+  def pool(v): return lax.reduce_window(v, -np.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+  f = tj.jit(tj.grad(lambda b: (pool(tnp.maximum(x + b, 0)) * g).sum()))
+  plans = [llvm.choose_opts(k.ast) for k in kernels_of(f.lower(b)._compiled.schedule.schedule.kernels)
+           if k.name.startswith("r_")]
+  assert plans and all(plan is None or plan.row is None for plan in plans)
+  y = np.maximum(x.astype(F64) + b, 0).reshape(32, 14, 2, 14, 2, 32)
+  picked = (y == y.max(axis=(2, 4), keepdims=True)) * (y > 0) * g[:, :, None, :, None, :]
+  np.testing.assert_allclose(np.asarray(f(b)), picked.sum(axis=(0, 1, 2, 3, 4)), rtol=2e-5, atol=2e-4)
+
+
 def test_register_tile_rows_share_the_column_loads(on_cpu):
   """Attention's projection gradient out[d, h, e] = sum over (b, t) of x[b, t, d] dq[b, h, t, e]: the tile's rows are
   d, which dq (read along the column e) does not depend on, so each of its vectors serves all the rows; tiling the 4

@@ -164,6 +164,9 @@ SPAN_SUMS_BYTES = 1 << 19
 # The pack lives on the stack: 1.25 MB (K up to 5120 float32 steps of 64 columns) leaves a thread's stack (8 MB, or
 # glibc's 2 MB at least) room; 256 KB left 2048^3 and K=1040 unpacked, at half the speed (156 -> 223 GFLOP/s, 158 ->
 # 270), and 1 MB left ResNet's 3x3x512 im2col GEMM (K=4608) unpacked (13.1 -> 6.8 ms).
+# A load under a REDUCE whose index spans fewer than TABLE_VALUES values reads a table (L1-resident), not an operand
+# a register tile would share across its rows (`choose_opts`).
+TABLE_VALUES = 64
 PACK_BYTES = 1280 * 1024
 PACK_MIN_ROWS = 16
 # A pack serves the row tiles of one column tile. Where the operand differs for each value of a range outside the row
@@ -434,7 +437,11 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   # innermost one long enough for a whole tile (a weight gradient's (C, kh, kw, O) tiles C, not the 3-long kw)
   # (a load of the operand, read along the reduction: not a bias read once per column, as a split sum's partials
   # would otherwise be taken for rows)
-  operand = [load for load in loads if any(rng in load.src[1].toposort for rng in reduce_ranges)]
+  # (a table of a few values, as a max-pool gradient's window offsets, is no operand to share: it stays in L1, and
+  # taking its rows for a tile's left a split bias gradient's 8 partial sums in a 6-row tile and its 2-row remainder,
+  # one thread doing three quarters of the work)
+  operand = [load for load in loads if any(rng in load.src[1].toposort for rng in reduce_ranges) and
+             load.src[1].vmin_vmax[1] - load.src[1].vmin_vmax[0] >= TABLE_VALUES]
   reused = [rng for rng in reversed(global_ranges[:-1])
             if rng in value_nodes and any(rng not in load.src[1].toposort for load in operand)]
   # (preferably one that a load along the column does not depend on: its vectors are then reused across the tile's
