@@ -575,6 +575,22 @@ def test_config_override_restores_even_on_error():
   assert config.jax_debug_nans is False
 
 
+def test_debug_nans_context_manager_and_effects_barrier(capsys):
+  """JAX's `with jax.debug_nans(True):` sets jax_debug_nans inside the block (a NaN made there, eagerly or jitted,
+  raises FloatingPointError) and restores it after; `jax.effects_barrier()` returns once the programs run so far have
+  done their side effects (a jitted debug.print has printed)."""
+  import tinyjax as tj
+  import tinyjax.numpy as tnp
+  assert config.jax_debug_nans is False
+  with tj.debug_nans(True):
+    assert config.jax_debug_nans is True
+    with pytest.raises(FloatingPointError): tnp.log(-1.0)
+    with pytest.raises(FloatingPointError): tj.jit(tnp.log)(-1.0)
+  assert config.jax_debug_nans is False and np.isnan(float(tnp.log(-1.0)))
+  tj.jit(lambda x: tj.debug.print("value {}", x))(2.0)
+  assert tj.effects_barrier() is None and capsys.readouterr().out == "value 2.0\n"
+
+
 def test_config_on_change_callback():
   fresh = Config()
   seen = []

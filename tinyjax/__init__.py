@@ -2,7 +2,7 @@
 laziness, kernel fusion, LLVM)."""
 __version__ = "0.1.0"
 
-from tinyjax.config import config  # noqa: E402
+from tinyjax.config import config, debug_nans  # noqa: E402
 from tinyjax.helpers import lazy_attributes as _lazy_attributes  # noqa: E402
 from tinyjax.array import Array  # noqa: E402
 from tinyjax import lax, numpy, tree, tree_util  # noqa: E402  (numpy also attaches Array's operators and methods)
@@ -15,6 +15,7 @@ from tinyjax.trace.jacobian import hessian, jacfwd, jacobian, jacrev  # noqa: E4
 from tinyjax import debug, nn, random  # noqa: E402  (`import jax` gives jax.nn, jax.random...)
 # (after every import of tinyjax.devices: the name `devices` is the function from here on, as in JAX)
 from tinyjax.placement import (default_backend, device_count, device_get, device_put, devices,  # noqa: E402
+                               effects_barrier,
                                local_device_count, local_devices, make_array_from_callback,
                                make_array_from_process_local_data, make_array_from_single_device_arrays,
                                process_count, process_index, reshard)
@@ -36,6 +37,7 @@ __getattr__ = _lazy_attributes(__name__, {
 
 __all__ = [
   "Array", "block_until_ready", "checkpoint", "compile_cache_stats", "ConcretizationTypeError", "config", "custom_jvp",
+  "debug_nans", "effects_barrier",
   "custom_vjp", "debug", "default_backend", "device_count", "device_get", "device_put", "devices", "distributed",
   "errors",
   "local_device_count", "local_devices", "eval_shape", "make_array_from_callback",

@@ -127,6 +127,11 @@ class Config:
 config = Config()
 
 
+def debug_nans(value: bool = True) -> contextlib.AbstractContextManager:
+  """`with tinyjax.debug_nans(True):` sets jax_debug_nans inside the block (JAX's context manager)."""
+  return config.override("jax_debug_nans", bool(value))
+
+
 def _sync_debug_nans(name: str, value: Any) -> None:
   """Keep the trace machinery's jax_debug_nans switch (a plain list read on every eager op) in step."""
   if name == "jax_debug_nans":

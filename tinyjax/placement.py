@@ -25,6 +25,13 @@ def devices(backend: str | None = None) -> list:
   return backend_devices(default_device().platform if backend is None else backend)
 
 
+def effects_barrier() -> None:
+  """Wait until the programs run so far have done their side effects (JAX's): a program's debug prints and host
+  callbacks run within its call, and CPU kernels have finished when their launch returns, so this waits for what the
+  default backend's devices still run."""
+  for device in devices(): device.synchronize()
+
+
 def local_devices(process_index: int | None = None, backend: str | None = None) -> list:
   """The devices of process `process_index` (default: this one; several only with tinyjax.distributed)."""
   index = _process_index() if process_index is None else process_index
