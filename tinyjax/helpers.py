@@ -1,6 +1,7 @@
-"""Small shared helpers: the environment variables tinyjax reads, and pausing the garbage collector while lowering.
+"""Small shared helpers: the environment variables tinyjax reads, lazy imports (`LazyModule`, `lazy_attributes`), the
+open profiles, and pausing the garbage collector while lowering.
 
-The documented list (see STYLE.md): DEBUG (0-4+, how much to print), NOOPT (1 turns optimisations off),
+The documented list (docs/debugging.md, README): DEBUG (0-4+, how much to print), NOOPT (1 turns optimisations off),
 TINYJAX_CACHE_DIR (where compiled code is cached), TINYJAX_CPU_DEVICES (virtual CPU devices),
 TINYJAX_CPU_THREADS (threads that run a CPU kernel; default: the usable cores), TINYJAX_COMPILE_WORKER (0: no
 compile worker process, devices/llvm_compile.py).
