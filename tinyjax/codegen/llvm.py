@@ -402,7 +402,7 @@ def gate_split(ast: UOp, rng: UOp) -> list[tuple[int, int, dict[UOp, bool]]] | N
         continue
       if node.op is not Ops.CMPLT or node.dtype != BOOL: return None
       side = 0 if rng in node.src[0].toposort else 1
-      (terms, offset), constant = symbolic._linear(node.src[side]), node.src[1 - side]
+      (terms, offset), constant = symbolic.linear_form(node.src[side]), node.src[1 - side]
       if terms != {rng: 1} or constant.op is not Ops.CONST: return None
       # rng + offset < k: true below k - offset; k < rng + offset: true from k - offset + 1 on
       bounds[node] = (True, constant.arg - offset) if side == 0 else (False, constant.arg - offset + 1)

@@ -1060,7 +1060,7 @@ def _merge_contiguous_ranges(ast: UOp, outer: int) -> tuple[UOp, int]:
     for position, source in enumerate(node.src):
       if source in inside and not (node.op in (Ops.LOAD, Ops.STORE) and position == 1):
         used_elsewhere |= {n for n in source.toposort if n.op is Ops.RANGE}
-  forms = {node: symbolic._linear(node.src[1]) for node in indexed}
+  forms = {node: symbolic.linear_form(node.src[1]) for node in indexed}
 
   def reads_as_one(first: UOp, second: UOp) -> bool:
     if first in used_elsewhere or second in used_elsewhere: return False

@@ -21,24 +21,19 @@ Linear = tuple[dict[UOp, int], int]  # ({atom: coefficient}, constant)
 def const(value: int) -> UOp: return UOp(Ops.CONST, INDEX_DTYPE, (), int(value))
 
 
-def _linear(node: UOp) -> Linear:
-  """The linear normal form of an index expression."""
+def linear_form(node: UOp) -> Linear:
+  """The linear normal form of an index expression: ({atom: coefficient}, constant)."""
   if node.op is Ops.CONST: return {}, node.arg
   if node.op is Ops.ADD:
-    (terms_a, const_a), (terms_b, const_b) = _linear(node.src[0]), _linear(node.src[1])
+    (terms_a, const_a), (terms_b, const_b) = linear_form(node.src[0]), linear_form(node.src[1])
     terms = dict(terms_a)
     for atom, coeff in terms_b.items(): terms[atom] = terms.get(atom, 0) + coeff
     return {a: c for a, c in terms.items() if c != 0}, const_a + const_b
   if node.op is Ops.MUL and node.src[1].op is Ops.CONST:
-    terms, constant = _linear(node.src[0])
+    terms, constant = linear_form(node.src[0])
     factor = node.src[1].arg
     return {a: c * factor for a, c in terms.items() if c * factor != 0}, constant * factor
   return {node: 1}, 0
-
-
-def linear_form(node: UOp) -> Linear:
-  """The linear normal form of an index expression: ({atom: coefficient}, constant)."""
-  return _linear(node)
 
 
 def _build(terms: dict[UOp, int], constant: int) -> UOp:
@@ -72,7 +67,7 @@ def _recombine(terms: dict[UOp, int]) -> Linear:
       div_atom = UOp(Ops.IDIV, INDEX_DTYPE, (inner, const(divisor)))
       if terms.get(div_atom) == coeff * divisor:
         del terms[atom], terms[div_atom]
-        inner_terms, inner_const = _linear(inner)
+        inner_terms, inner_const = linear_form(inner)
         for sub_atom, sub_coeff in inner_terms.items(): terms[sub_atom] = terms.get(sub_atom, 0) + sub_coeff * coeff
         constant += inner_const * coeff
         changed = True
@@ -82,7 +77,7 @@ def _recombine(terms: dict[UOp, int]) -> Linear:
             and candidate_coeff == coeff * divisor):
           del terms[atom], terms[candidate]
           merged = mod(inner, divisor * candidate.src[1].arg)
-          for sub_atom, sub_coeff in _linear(merged)[0].items():
+          for sub_atom, sub_coeff in linear_form(merged)[0].items():
             terms[sub_atom] = terms.get(sub_atom, 0) + sub_coeff * coeff
           changed = True
           break
@@ -106,7 +101,7 @@ def _common_factor(terms: dict[UOp, int], constant: int, divisor: int) -> tuple[
 
 
 def add(lhs: UOp, rhs: UOp) -> UOp:
-  (terms_a, const_a), (terms_b, const_b) = _linear(lhs), _linear(rhs)
+  (terms_a, const_a), (terms_b, const_b) = linear_form(lhs), linear_form(rhs)
   terms = dict(terms_a)
   for atom, coeff in terms_b.items(): terms[atom] = terms.get(atom, 0) + coeff
   terms, extra = _recombine({a: c for a, c in terms.items() if c != 0})
@@ -114,14 +109,14 @@ def add(lhs: UOp, rhs: UOp) -> UOp:
 
 
 def mul(node: UOp, factor: int) -> UOp:
-  terms, constant = _linear(node)
+  terms, constant = linear_form(node)
   return _build({a: c * factor for a, c in terms.items() if c * factor != 0}, constant * factor)
 
 
 def idiv(node: UOp, divisor: int) -> UOp:
   """Floor division of a non-negative index expression by a positive constant (truncation = floor there)."""
   if divisor == 1: return node
-  terms, constant = _linear(node)
+  terms, constant = linear_form(node)
   low, high = _bounds_of(terms, constant)
   if 0 <= low and high < divisor: return const(0)
   if low < 0: return UOp(Ops.IDIV, INDEX_DTYPE, (node, const(divisor)))
@@ -146,7 +141,7 @@ def idiv(node: UOp, divisor: int) -> UOp:
 def mod(node: UOp, divisor: int) -> UOp:
   """Remainder of a non-negative index expression by a positive constant."""
   if divisor == 1: return const(0)
-  terms, constant = _linear(node)
+  terms, constant = linear_form(node)
   low, high = _bounds_of(terms, constant)
   if 0 <= low and high < divisor: return node
   if low < 0 or any(c < 0 for c in terms.values()): return UOp(Ops.MOD, INDEX_DTYPE, (node, const(divisor)))

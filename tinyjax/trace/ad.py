@@ -562,11 +562,8 @@ def linear_transpose(fun: Callable, *primals: Any, reduce_axes: Sequence[Any] = 
   primal_leaves, in_tree = tree_util.tree_flatten(primals)
   avals = []
   for leaf in primal_leaves:
-    if isinstance(leaf, Array) or hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
-      avals.append((tuple(leaf.shape), np.dtype(leaf.dtype), bool(getattr(leaf, "weak_type", False))))
-    else:
-      array = _to_array(leaf)
-      avals.append((tuple(array.shape), array.dtype, array.weak_type))
+    if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")): leaf = _to_array(leaf)  # (a Python scalar: weak)
+    avals.append((tuple(leaf.shape), np.dtype(leaf.dtype), bool(getattr(leaf, "weak_type", False))))
   parent = current_trace.get()
   trace = LinearTrace(parent, len(avals))
   with new_trace(trace):
@@ -593,7 +590,7 @@ def linear_transpose(fun: Callable, *primals: Any, reduce_axes: Sequence[Any] = 
       raise TypeError(f"cotangent type does not match function output: expected {out_tree} of ({expected}), got "
                       f"{ct_tree} of ({got})")
     grads = transpose(program, len(avals), consts, ct_arrays)
-    grads = [full_like(ShapedArray(shape, dtype), 0, weak_type=weak) if g is None else cast(g, dtype, weak)
+    grads = [zeros_like(ShapedArray(shape, dtype, weak)) if g is None else cast(g, dtype, weak)
              for g, (shape, dtype, weak) in zip(grads, avals)]
     return tuple(tree_util.tree_unflatten(in_tree, grads))
   return transposed
