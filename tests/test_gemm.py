@@ -1611,20 +1611,41 @@ def test_scalar_epilogue_is_looped_per_element(on_cpu):
     np.testing.assert_allclose(np.asarray(f(p, x, g, c)), want, rtol=1e-6, atol=1e-6)
 
 
-def test_strided_reduce_loops_are_left_scalar(on_cpu):
-  """Two column sums in one kernel (no tile plan: a PINN's bias gradients) read their rows with a stride of 64:
-  their loops are left scalar (`strided_only`: LLVM's gathers cost more to compile than they save); two row sums,
-  read along the row, are vectorised. Values against numpy in float64."""
+def test_column_sums_in_one_kernel_share_a_stream_tile(on_cpu):
+  """Two column sums in one kernel (a PINN's bias gradients) take one stream tile (`opt._streams_plan`): each sum's
+  reduce loop outside a vectorised loop over its own accumulator array, then the epilogue per column; two row sums,
+  read along the row, keep the plain nest, vectorised. Values against numpy in float64, with sums long enough for
+  float64 blocks (1024 rows) and short (5)."""
   rng = np.random.default_rng(13)
-  x, y = (rng.standard_normal((1024, 64)).astype(F32) for _ in range(2))
-  for axis in (0, 1):
-    f = tj.jit(lambda x, y, axis=axis: (x * y).sum(axis) + (x + 2 * y).sum(axis))
-    lowered = f.lower(x, y)._compiled.schedule
-    (program,) = lowered.programs
-    assert program.src.count('!{!"llvm.loop.vectorize.enable", i1 false}') == (2 if axis == 0 else 0)
-    x64, y64 = x.astype(F64), y.astype(F64)
-    np.testing.assert_allclose(np.asarray(f(x, y)), (x64 * y64).sum(axis) + (x64 + 2 * y64).sum(axis), rtol=1e-5,
-                               atol=1e-4)
+  for rows in (1024, 5):
+    x, y = (rng.standard_normal((rows, 64)).astype(F32) for _ in range(2))
+    for axis in (0, 1):
+      f = tj.jit(lambda x, y, axis=axis: (x * y).sum(axis) + (x + 2 * y).max(axis))
+      (kernel,) = kernels_of(f.lower(x, y)._compiled.schedule.schedule.kernels)
+      want_opts = (("reduce_outside", 1), ("reduce_outside", 2), ("tile", 0, STREAM_TILE)) if axis == 0 else ()
+      assert applied_opts(kernel.ast) == want_opts
+      x64, y64 = x.astype(F64), y.astype(F64)
+      np.testing.assert_allclose(np.asarray(f(x, y)), (x64 * y64).sum(axis) + (x64 + 2 * y64).max(axis), rtol=1e-5,
+                                 atol=1e-4)
+  # (a sum over two ranges, as a vmapped jacobian's (1024, 2) rows, and a batch range outside the column)
+  x, y = rng.standard_normal((3, 512, 2, 48)).astype(F32), rng.standard_normal((3, 512, 48)).astype(F32)
+  f = tj.jit(lambda x, y: x.sum((1, 2)) * 2 + (y * y).sum(1))
+  (kernel,) = kernels_of(f.lower(x, y)._compiled.schedule.schedule.kernels)
+  assert len(choose_opts(kernel.ast).reduces) == 2
+  x64, y64 = x.astype(F64), y.astype(F64)
+  np.testing.assert_allclose(np.asarray(f(x, y)), x64.sum((1, 2)) * 2 + (y64 * y64).sum(1), rtol=1e-5, atol=1e-4)
+
+
+def test_strided_reduce_loops_are_left_scalar(on_cpu):
+  """Two column sums of every other column (no tile plan: the column is strided in the loads) read their rows with
+  a stride: their loops are left scalar (`strided_only`: LLVM's gathers cost more to compile than they save)."""
+  rng = np.random.default_rng(13)
+  x, y = (rng.standard_normal((1024, 128)).astype(F32) for _ in range(2))
+  f = tj.jit(lambda x, y: (x[:, ::2] * y[:, ::2]).sum(0) + (x[:, ::2] + 2 * y[:, ::2]).sum(0))
+  (program,) = f.lower(x, y)._compiled.schedule.programs
+  assert program.src.count('!{!"llvm.loop.vectorize.enable", i1 false}') == 2 and "; opts: []" in program.src
+  x64, y64 = x[:, ::2].astype(F64), y[:, ::2].astype(F64)
+  np.testing.assert_allclose(np.asarray(f(x, y)), (x64 * y64).sum(0) + (x64 + 2 * y64).sum(0), rtol=1e-5, atol=1e-4)
 
 
 def test_a_small_table_is_no_operand_to_share_across_tile_rows(on_cpu):

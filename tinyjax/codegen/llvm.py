@@ -285,7 +285,7 @@ def epilogue_prefetch_loads(plan: TilePlan | None, ast: UOp) -> list[UOp]:
   last (1024 float32 columns: 4 KB apart), where the hardware prefetchers don't follow, and the epilogue waited on
   memory: 128x1024x1024 with the update ran at 51-84 GFLOP/s, 83-102 with the prefetches, 138 without the update
   (AMD Zen 3, 2 cores)."""
-  if plan is None: return []
+  if plan is None or plan.stream: return []
   under = set(plan.reduce.toposort)
   loads = []
   for node in ast.toposort:
@@ -2216,21 +2216,37 @@ class _Renderer(Linearizer):
       yield flat
 
   def render_stream_tile(self, tile_start: str, width: str) -> None:
-    """One stream tile: the plan's REDUCE (one reduce range) for `width` <= plan.columns consecutive columns, with
-    accumulators in an array: the reduce loop outside, a vectorisable loop over the columns inside (and the same
-    float32 blocking as `reduce_loops`, with an array of float64 block sums), then the epilogue per column."""
+    """One stream tile: the plan's REDUCEs (`TilePlan.reduces`, or its one `reduce`) for `width` <= plan.columns
+    consecutive columns, each with accumulators in an array of its own: its reduce loops outside (in the order of its
+    ranges), a vectorisable loop over the columns inside (and the same float32 blocking as `reduce_loops`, over its
+    first range, with an array of float64 block sums), one REDUCE after the other; then the epilogue per column."""
     plan = self.plan
     assert plan is not None
-    node = plan.reduce
-    value, rng = node.src
-    inner_dtype = accumulator_dtype(node)
-    blocked = node.arg is Ops.ADD and inner_dtype == F32 and rng.src[0].arg > plan.sum_block
 
     def columns(body: Callable[[str], None]) -> None:
       """`body(slot)` for each column of the tile, the column range bound to its value."""
       with self.loop("0", width, None) as slot:
         with self.bound(plan.column, self.emit(f"add nsw i64 {tile_start}, {slot}", "idx")):
           body(slot)
+
+    results = [self.stream_sums(node, columns) for node in plan.reduces or (plan.reduce,)]
+
+    def epilogue(slot: str) -> None:
+      for node, (result, result_dtype) in zip(plan.reduces or (plan.reduce,), results):
+        total = self.emit(f"load {compute_type(result_dtype)}, ptr {self.slot(result, result_dtype, slot)}")
+        self.scopes[-1][node] = self.cast(total, result_dtype, node.dtype)
+      self.emit_ready(self.ast)
+    columns(epilogue)
+
+  def stream_sums(self, node: UOp, columns: Callable[[Callable[[str], None]], None]) -> tuple[str, np.dtype]:
+    """A stream tile's sums of REDUCE `node` for the tile's columns (`render_stream_tile`): the array that holds
+    them and its dtype."""
+    plan = self.plan
+    assert plan is not None
+    value, first, *inner = node.src
+    inner_dtype = accumulator_dtype(node)
+    steps = math.prod(rng.src[0].arg for rng in inner)  # (the inner ranges' steps per step of the first)
+    blocked = node.arg is Ops.ADD and inner_dtype == F32 and first.src[0].arg * steps > plan.sum_block
 
     def accumulators(dtype: np.dtype) -> str:
       array = self.alloca(f"[{plan.columns} x {compute_type(dtype)}]", align=LINE_BYTES)
@@ -2244,33 +2260,33 @@ class _Renderer(Linearizer):
       combined = self.combine(node.arg, dtype, current, self.cast(part, part_dtype, dtype), ordered=True)
       self.line(f"store {llvm_type} {combined}, ptr {address}")
 
-    def reduce_range(array: str, start: str, end: str) -> None:
+    def step(array: str) -> None:
+      def element(slot: str) -> None:
+        self.emit_ready(value)
+        fold(array, inner_dtype, slot, self.value(value), value.dtype)
+      columns(element)
+
+    def reduce_range(array: str, start: str, end: str, ranges: tuple[UOp, ...]) -> None:
+      rng, *rest = ranges
       with self.loop(start, end, rng, vectorize=False):
         self.emit_ready(value)  # what doesn't depend on the column, once per step
+        if rest: reduce_range(array, "0", self.value(rest[0].src[0]), tuple(rest))
+        else: step(array)
 
-        def step(slot: str) -> None:
-          self.emit_ready(value)
-          fold(array, inner_dtype, slot, self.value(value), value.dtype)
-        columns(step)
-
-    bound = self.value(rng.src[0])
+    bound = self.value(first.src[0])
     if not blocked:
-      result, result_dtype = accumulators(inner_dtype), inner_dtype
-      reduce_range(result, "0", bound)
-    else:
-      result, result_dtype = accumulators(F64), F64
-      with self.loop("0", str(-(-rng.src[0].arg // plan.sum_block)), None, vectorize=False) as block:
-        block_start, block_end = self.block_bounds(block, plan.sum_block, bound)
-        block_sums = accumulators(F32)
-        reduce_range(block_sums, block_start, block_end)
-        columns(lambda slot: fold(result, F64, slot, self.emit(f"load float, ptr {self.slot(block_sums, F32, slot)}"),
-                                  F32))
-
-    def epilogue(slot: str) -> None:
-      total = self.emit(f"load {compute_type(result_dtype)}, ptr {self.slot(result, result_dtype, slot)}")
-      self.scopes[-1][node] = self.cast(total, result_dtype, node.dtype)
-      self.emit_ready(self.ast)
-    columns(epilogue)
+      result = accumulators(inner_dtype)
+      reduce_range(result, "0", bound, (first, *inner))
+      return result, inner_dtype
+    result = accumulators(F64)
+    block = max(1, plan.sum_block // steps)  # (steps of the first range per block)
+    with self.loop("0", str(-(-first.src[0].arg // block)), None, vectorize=False) as index:
+      block_start, block_end = self.block_bounds(index, block, bound)
+      block_sums = accumulators(F32)
+      reduce_range(block_sums, block_start, block_end, (first, *inner))
+      columns(lambda slot: fold(result, F64, slot, self.emit(f"load float, ptr {self.slot(block_sums, F32, slot)}"),
+                                F32))
+    return result, F64
 
   def slot(self, array: str, dtype: np.dtype, index: str) -> str:
     """The address of element `index` of an accumulator array of `dtype`."""

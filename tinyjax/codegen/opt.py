@@ -322,6 +322,7 @@ class TilePlan:
   amx: tuple[UOp, ...] = ()  # a bfloat16 contraction on AMX tiles: its (row operand, column operand) loads
   chunk: int = 0           # a windowed sum's row groups: its outer reduce range's values per block (`_window_chunk`)
   nontemporal: bool = False  # the STORE's vectors are whole lines, stored non-temporally (NONTEMPORAL_BYTES)
+  reduces: tuple[UOp, ...] = ()  # a stream tile's REDUCEs where it has several (`_streams_plan`; else just `reduce`)
 
 
 def accumulator_dtype(node: UOp) -> np.dtype:
@@ -403,6 +404,7 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   stores = [node for node in nodes if node.op is Ops.STORE]
   reduces = [node for node in nodes if node.op is Ops.REDUCE]
   # correctness preconditions: one STORE whose value uses the kernel's only REDUCE, constant global bounds
+  if len(stores) == 1 and len(reduces) > 1: return _streams_plan(ast, stores[0], reduces)
   if len(stores) != 1 or len(reduces) != 1: return None
   (store,), (reduce,) = stores, reduces
   _, store_index, _ = store.src
@@ -510,6 +512,36 @@ def choose_opts(ast: UOp, enabled: bool = not NOOPT) -> TilePlan | None:
   return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain, group, packed,
                   spans=spans, panel=panel, tiles=tiles, row_packed=row_packed, sum_block=sum_block, chunk=chunk,
                   nontemporal=nontemporal)
+
+
+def _streams_plan(ast: UOp, store: UOp, reduces: list[UOp]) -> TilePlan | None:
+  """The stream tile of a kernel that combines several REDUCEs per output element (a bias gradient of a PINN's
+  second derivatives: three column sums of products added, 1024 x 64 each), whose plain nest walks each sum's loads
+  down their columns with the row's stride, one element per cache line. The sums run one after the other, each the
+  plan's reduce loop outside a vectorised loop over its own accumulator array (llvm.py `render_stream_tile`), and
+  the epilogue per column. Needs the column contiguous in the STORE and in every load (or not read), constant
+  bounds, no REDUCE inside another's value and no gated load; None otherwise, or where every sum's innermost loop
+  is contiguous already (the plain nest vectorises it)."""
+  global_ranges = global_ranges_of(ast)
+  if not global_ranges: return None
+  column = global_ranges[-1]
+  value = store.src[2].toposort
+  if _stride(store.src[1], column) != 1 or not all(reduce in value for reduce in reduces): return None
+  ranges = global_ranges + [rng for reduce in reduces for rng in reduce.src[1:]]
+  if any(rng.src[0].op is not Ops.CONST for rng in ranges): return None
+  strided = False
+  for reduce in reduces:
+    nodes = reduce.src[0].toposort
+    loads = [node for node in nodes if node.op is Ops.LOAD]
+    if any(node.op is Ops.REDUCE for node in nodes) or \
+        any(len(load.src) > 2 or _stride(load.src[1], column) not in (0, 1) for load in loads): return None
+    strided = strided or any(_stride(load.src[1], reduce.src[-1]) not in (0, 1) for load in loads)
+  if not strided: return None
+  lanes = max(1, tile_geometry().vector_bytes // max(_accumulator_bytes(reduce) for reduce in reduces))
+  opts = tuple(("reduce_outside", reduce.src[-1].arg[0]) for reduce in reduces) + \
+      (("tile", column.arg[0], STREAM_TILE),)
+  grain = STREAM_TILE if column is global_ranges[0] else 1
+  return TilePlan(reduces[0], column, None, STREAM_TILE, True, 1, lanes, False, opts, grain, reduces=tuple(reduces))
 
 
 def _nontemporal(store: UOp, reduce: UOp, global_ranges: list[UOp], columns: int, lanes: int, skip: bool) -> bool:
