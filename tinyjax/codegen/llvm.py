@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from tinyjax.codegen import transcendental
+from tinyjax.codegen import gemm, transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
 from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, LINE_BYTES, ROW_PACK_PAD,
@@ -443,9 +443,11 @@ class _Renderer(Linearizer):
   """Emits the body function of one kernel: a list of IR lines, plus allocas for the entry block and declarations."""
 
   def __init__(self, ast: UOp, plan: TilePlan | None = None, decompose: bool = True, gpu: bool = False,
-               ordered: int = 0, launch: GpuLaunch | None = None, transpose: int = 0, stream: bool = False):
+               ordered: int = 0, launch: GpuLaunch | None = None, transpose: int = 0, stream: bool = False,
+               library: gemm.LibraryCall | None = None):
     super().__init__(ast)
     self.plan, self.gpu, self.ordered = plan, gpu, ordered
+    self.library = library  # the product computed by the GEMM library (`render_library_gemm`), or None
     # (`stream`: an elementwise kernel's innermost loop may run on vectors stored non-temporally, `streamed_lanes`)
     self.streamed = streamed_lanes(ast, self.deps) if stream and plan is None and not transpose and not gpu else 0
     self.transpose = transpose  # the block of an elementwise kernel's (rows, columns) loops (opt.transpose_block)
@@ -563,6 +565,7 @@ class _Renderer(Linearizer):
     if self.gpu and self.launch.tile is not None:
       (self.render_mma_gemm if self.launch.tile.mma else self.render_gemm)(global_ranges)
     elif self.gpu: self.bind_thread_index(global_ranges)
+    elif self.library is not None: self.render_library_gemm(self.library)
     elif not global_ranges:
       run = self.emit("icmp slt i64 %start, %end", "run")
       self.line(f"br i1 {run}, label %once, label %done")
@@ -576,6 +579,54 @@ class _Renderer(Linearizer):
     if self.nontemporal: self.line("fence seq_cst")
     self.line("ret void")
     self.check_stores()
+
+  def render_library_gemm(self, call: gemm.LibraryCall) -> None:
+    """A kernel whose product the GEMM library computes (codegen/gemm.py): per launch chunk's column tile (or block of
+    its rows, `call.rows` at a time) one call of `tj_sgemm` into an array of the products, then the epilogue and the
+    STORE per element, the REDUCE's value read from that array."""
+    self.declarations.add(f"declare {gemm.SIGNATURE}")
+    reduce, row, column, (steps,) = call.reduce, call.row, call.column, call.reduce.src[1:]
+    width = column.src[0].arg
+    self.emit_ready(self.ast)
+    a, b, out = call.a, call.b, call.out
+    products = None if out else self.alloca(f"[{call.rows * width} x float]", align=LINE_BYTES)
+    if out: self.stores_emitted.update(node for node in self.ast.src if node.op is Ops.STORE)
+
+    def operand(load: gemm.Operand, bound: dict[UOp, str]) -> str:
+      """The address of the load's element at the ranges `bound` (the others at 0)."""
+      offset = str(load.offset)
+      for rng, value in bound.items():
+        if (stride := load.strides.get(rng)): offset = self.emit(f"add nsw i64 {offset}, "
+                                                                 f"{self.emit(f'mul nsw i64 {value}, {stride}')}")
+      return self.emit(f"getelementptr float, ptr {self.value(load.buffer)}, i64 {offset}", "addr")
+
+    def product(first: str, rows: str, tile: dict[UOp, str]) -> None:
+      """The library's products of rows [first, first + rows) (of column tile `tile`), into the output or the
+      products' array, then the epilogue per element."""
+      c = f"ptr {operand(out, {row: first, **tile})}, i64 {out.strides.get(row, 0)}" if out else \
+          f"ptr {products}, i64 {width}"
+      self.line(f"call void @{gemm.SYMBOL}(i64 {rows}, i64 {width}, i64 {steps.src[0].arg}, "
+                f"ptr {operand(a, {row: first})}, i64 {a.strides.get(row, 0)}, i64 {a.strides.get(steps, 0)}, "
+                f"ptr {operand(b, tile)}, i64 {b.strides.get(steps, 0)}, i64 {b.strides.get(column, 0)}, {c})")
+      if out: return
+      with self.loop(first, self.emit(f"add nsw i64 {first}, {rows}"), binds=row) as index:
+        self.emit_ready(self.ast)
+        at = self.emit(f"mul nsw i64 {self.emit(f'sub nsw i64 {index}, {first}')}, {width}")
+        with self.loop("0", str(width), binds=column) as offset:
+          address = self.emit(f"getelementptr inbounds float, ptr {products}, i64 "
+                              f"{self.emit(f'add nsw i64 {at}, {offset}')}", "addr")
+          self.scopes[-1][reduce] = self.emit(f"load float, ptr {address}")
+          self.emit_ready(self.ast)
+
+    if call.tile is not None:  # (launched over column tiles: a call per tile, all rows)
+      with self.loop("%start", "%end", binds=call.tile) as tile:
+        self.emit_ready(self.ast)
+        product("0", str(row.src[0].arg), {call.tile: tile})
+      return
+    with self.loop("%start", "%end", None, step=call.rows, whole=False) as first:
+      rows = self.call("llvm.smin.i64", "i64", [("i64", str(call.rows)),
+                                                ("i64", self.emit(f"sub nsw i64 %end, {first}"))])
+      product(first, rows, {})
 
   def bind_thread_index(self, global_ranges: list[UOp]) -> None:
     """GPU: the global ranges take their values from the work-item's flat index `%gid` (the entry guarantees
@@ -2511,12 +2562,14 @@ def _loop_steps(ast: UOp) -> float:
 
 
 def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layout: str | None = None,
-                optimize: bool | None = None) -> str:
+                optimize: bool | None = None, library: bool = False) -> str | None:
   """Render kernel `ast` (a SINK of STOREs, see the module docstring) as a complete LLVM IR module defining
   `void @<name>(ptr noalias %args, i64 %start, i64 %end)`. Triple and data layout are written only when given.
   `optimize` applies the loop optimisations of opt.py (default: unless NOOPT=1); they are listed in a comment at the
   top of the module and printed with DEBUG>=3. It also turns float32 / 16-bit EXP2, LOG2 and SIN into the vectorisable
-  arithmetic of transcendental.py (without it they are libm intrinsics)."""
+  arithmetic of transcendental.py (without it they are libm intrinsics). With `library`, the kernel as a call of the
+  GEMM library (codegen/gemm.py: cheap to compile, the first tier of a contraction, devices/cpu.py `CompileStream`),
+  or None where it has none."""
   if ast.op is not Ops.SINK: raise ValueError(f"codegen: a kernel AST is rooted at a SINK, got {ast.op.name}")
   buffers = sorted((n for n in ast.toposort if n.op is Ops.DEFINE_GLOBAL), key=lambda buffer: buffer.arg)
   if [buffer.arg for buffer in buffers] != list(range(len(buffers))):
@@ -2524,15 +2577,18 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   enabled = not NOOPT if optimize is None else optimize
   plan = choose_opts(ast, enabled=enabled)
   transpose = 0 if plan is not None else transpose_block(ast, enabled)
-  renderer = _Renderer(ast, plan, decompose=enabled, transpose=transpose, stream=enabled)
+  library_call = gemm.library_call(ast, plan) if library else None
+  if library and library_call is None: return None
+  renderer = _Renderer(ast, plan, decompose=enabled, transpose=transpose, stream=enabled, library=library_call)
   renderer.render_kernel()
-  opts = [opt for opt in applied_opts(ast, enabled) if opt != ("nontemporal",)] + \
+  opts = [("library", gemm.SYMBOL)] if library_call else \
+      [opt for opt in applied_opts(ast, enabled) if opt != ("nontemporal",)] + \
       ([("registers", renderer.transpose_lanes)] if renderer.across else []) + \
       ([("gate_split", *renderer.gate_parts)] if renderer.gate_parts else []) + \
       ([("store_transposed", renderer.transpose_square)] if renderer.stored_transposed else []) + \
       ([("prefetch", *sorted(renderer.prefetched))] if renderer.prefetched else []) + \
       ([("nontemporal",)] if renderer.nontemporal else [])  # (as emitted: a tile's or a register transpose's)
-  if DEBUG >= 3: print(f"*** opts of {name}: {opts}")
+  if DEBUG >= 3: print(f"*** opts of {name}{' (first tier)' if library_call else ''}: {opts}")
   # kernels that compute more than they move ask for the tiles' vectors (opt.py `tile_geometry`), which LLVM would
   # otherwise not use on CPUs where it prefers 256-bit vectors (Intel's AVX-512 parts): a tile sized for them became
   # 32 half-width accumulators, a third of them spilled to the stack, and transcendental and reducing kernels ran at

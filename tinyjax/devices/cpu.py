@@ -35,8 +35,10 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable
 
+from tinyjax.codegen.gemm import SYMBOL as gemm_symbol
 from tinyjax.devices import runtime
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG, LazyModule, getenv
@@ -49,6 +51,7 @@ PARALLEL_GRAINS, SERIAL_CHUNKS = runtime.PARALLEL_GRAINS, runtime.SERIAL_CHUNKS 
 _stats = {"hits": 0, "misses": 0, "memory_hits": 0, "rejected": 0, "compile_seconds": 0.0, "load_seconds": 0.0}
 _kernel_cache = DiskCache("kernels")
 _lock = threading.RLock()  # LLVM's global context and the engine are not thread-safe
+_upgrade_lock = threading.Lock()  # a program's address and the launch lists that watch it (`CPUProgram.upgrade`)
 # (name, IR, opt level) -> program. Not bounded: MCJIT cannot unload an object, so a program lives as long as its code.
 _programs: dict[tuple[str, str, int], CPUProgram] = {}
 
@@ -232,6 +235,7 @@ def _check_external_functions(name: str, llvm_ir: str) -> None:
   _engine()  # creating the engine makes the process's own symbols searchable
   for quoted, plain in _DECLARED.findall(llvm_ir):
     function = quoted or plain
+    if function == gemm_symbol: get_runtime()  # (the runtime module defines it)
     if not function.startswith("llvm.") and not llvm.address_of_symbol(function):
       raise ValueError(f"kernel {name} calls @{function}, which is not defined in this process")
 
@@ -293,6 +297,7 @@ def load_or_compile(name: str, llvm_ir: str, opt_level: int, rename: bool = True
     if compiled is not None:
       _stats["misses"] += 1
       _kernel_cache.put(key, object_code)
+    if gemm_symbol in llvm_ir and name != "tj_parallel_for": get_runtime()  # (its relocations need the library)
     start = time.perf_counter()
     address = _engine().load(object_code, symbol)
     _stats["load_seconds"] += time.perf_counter() - start
@@ -318,6 +323,7 @@ class Runtime:
     if _runtime_compile is not None: _runtime_compile.join()  # (the compile worker's, started with it)
     load_or_compile("tj_parallel_for", ir, 3, rename=False, compiled=_runtime_object.pop(ir, None))
     engine = _engine().engine
+    llvm.add_symbol(gemm_symbol, engine.get_function_address(gemm_symbol))  # (kernels that call the library)
     self.nthreads = nthreads
     self.parallel_for_address = engine.get_function_address("tj_parallel_for")
     self.serial_for_address = engine.get_function_address("tj_serial_for")
@@ -376,7 +382,17 @@ class CPUProgram:
   def __init__(self, name: str, src: str, fn_addr: int, opt_level: int):
     self.name, self.src, self.fn_addr, self.opt_level = name, src, fn_addr, opt_level
     self.runtime = get_runtime()
+    # (a first tier, its own loops compiling in the background: the launch lists to retarget then, `upgrade`)
+    self.watchers: weakref.WeakSet | None = None
     self._parallel_for, self._serial_for = self.runtime.parallel_for, self.runtime.serial_for
+
+  def upgrade(self, src: str, fn_addr: int) -> None:
+    """Run the kernel compiled from `src` (its own loops) from now on, in this program and in the launch lists that
+    run it (`LaunchList.retarget`): the second tier of a contraction that started as a GEMM library call."""
+    with _upgrade_lock:
+      self.src, self.fn_addr = src, fn_addr
+      for launches in list(self.watchers or ()): launches.retarget(self)
+      self.watchers = None
 
   @property
   def object_bytes(self) -> int:
@@ -418,6 +434,7 @@ class HostProgram:
   function pointer with a kernel's ABI (`fn(args, start, end)`, args: its slots' addresses) that calls back into
   Python, so a program with host steps still runs in one call (launched with mode MODE_WHOLE, on the calling thread).
   An exception it raises is kept in `error` (ctypes can't pass it through C) for the caller to raise."""
+  watchers = None  # (never a first tier: `CPUProgram.upgrade`)
 
   def __init__(self, name: str, run: Callable[[list], list], n_in: int, avals: tuple):
     self.name, self.run, self.n_in, self.avals = name, run, n_in, avals
@@ -471,6 +488,7 @@ class LaunchList:
     self._items = items
     self.slots: list[int] = []  # the table's entries, as buffer slots
     self.programs: list[CPUProgram] = []
+    self._records_of: list[tuple[CPUProgram, int]] = []  # each kernel launch's program and record number
     fields: list[tuple] = []  # records, with table offsets where the table's address goes
     self._flatten(items, fields)
     self.count = len(fields)
@@ -484,6 +502,11 @@ class LaunchList:
     for fn, table_offset, n, grain, mode in fields:
       values += [fn, 0 if table_offset is None else table_address + table_offset * pointer_bytes, n, grain, mode]
     self.records = (ctypes.c_int64 * max(1, len(values)))(*values)
+    with _upgrade_lock:  # (a program whose own loops are compiling: retargeted once they are loaded)
+      for program, record in self._records_of:
+        if program.watchers is None: continue
+        program.watchers.add(self)
+        self.records[record * len(runtime.LAUNCH_FIELDS)] = program.fn_addr
     self._launched = ctypes.c_int64(0)
     self._launched_address = ctypes.addressof(self._launched)
     self.launched = 0
@@ -518,9 +541,16 @@ class LaunchList:
         continue
       program, slots, n, grain, mode = item
       if n <= 0: continue
+      self._records_of.append((program, len(fields)))
       fields.append((program.fn_addr, len(self.slots), n, grain, int(mode)))
       self.slots += list(slots)
       self.programs.append(program)
+
+  def retarget(self, program: CPUProgram) -> None:
+    """Launch `program` at its new address from now on (`CPUProgram.upgrade`; an aligned 8-byte store, which a run
+    on another thread reads whole, before or after)."""
+    for launched, record in self._records_of:
+      if launched is program: self.records[record * len(runtime.LAUNCH_FIELDS)] = program.fn_addr
 
   def __call__(self, addresses: list[int]) -> None:
     """Run every launch with buffer slot i at `addresses[i]`. Raises KeyboardInterrupt if SIGINT cut one short."""
@@ -561,11 +591,13 @@ def compile_cpu(name: str, llvm_ir: str, opt_level: int | None = None, compiled:
   return program
 
 
-def compile_cpu_many(kernels: list[tuple[str, str]], opt_level: int | None = None) -> list[CPUProgram]:
-  """`compile_cpu` of each (name, LLVM IR) of a program: a `CompileStream` given them all at once."""
+def compile_cpu_many(kernels: list[tuple[str, str]], opt_level: int | None = None,
+                     quick: list[str | None] | None = None) -> list[CPUProgram]:
+  """`compile_cpu` of each (name, LLVM IR) of a program: a `CompileStream` given them all at once (`quick`: each
+  kernel's first tier, or None, see `CompileStream.tier`)."""
   stream = CompileStream(opt_level)
   try:
-    for name, llvm_ir in kernels: stream.submit(name, llvm_ir)
+    for (name, llvm_ir), first in zip(kernels, quick or [None] * len(kernels)): stream.submit(name, llvm_ir, first)
   except BaseException:
     stream.close()
     raise
@@ -578,11 +610,18 @@ class CompileStream:
   same time (llvm_compile.py), each side taking the largest kernel waiting: the worker starts on the first one while
   the lowering renders the rest (get_schedule submits each kernel as it is rendered), and this thread joins in at
   `finish`. A job the worker fails (it crashed, or the kernel doesn't compile) is compiled here, so an error is
-  raised as if there were no worker."""
+  raised as if there were no worker.
+
+  A contraction that the GEMM library can compute (codegen/gemm.py) comes with that first tier (`quick`): a call of
+  the library, which compiles in a fraction of the time of its own register-tiled loops. Where those are neither
+  loaded nor in the disk cache, the first tier is what the program runs at first, and its own loops compile in the
+  background (`_upgrade_later`) and replace it once loaded (DEBUG>=1 says so): a new program's first call does not
+  wait for them, and its later calls run them. (With one core, or no compile worker, the kernels compile as before.)"""
 
   def __init__(self, opt_level: int | None = None):
     self.opt_level = default_opt_level() if opt_level is None else opt_level
     self.kernels: list[tuple[str, str]] = []
+    self.upgrades: list[tuple[int, str, str]] = []  # (kernel number, name, IR of its own loops) run as a first tier
     self.extra: list[tuple[str, str]] = []  # (`include`)
     self.jobs: list[tuple[str, str, str]] = []  # (name, IR, symbol) of each kernel to compile
     self.keys: set[str] = set()
@@ -592,10 +631,21 @@ class CompileStream:
     self.closed = False
     self.thread: threading.Thread | None = None
 
-  def submit(self, name: str, llvm_ir: str) -> None:
-    """Hand over the program's next kernel (`finish` returns their programs in this order)."""
-    self.kernels.append((name, llvm_ir))
-    self.prepare(name, llvm_ir)
+  def tier(self, name: str, llvm_ir: str, quick: str | None) -> str:
+    """What to compile now of a kernel whose own loops are `llvm_ir` and whose first tier is `quick` (None: it has
+    none): `quick` where the own loops are not at hand (in this process or the disk cache) and a compile worker can
+    build them in the background, else `llvm_ir`."""
+    if quick is None or (name, llvm_ir, self.opt_level) in _programs: return llvm_ir
+    key = object_code_key(name, llvm_ir, self.opt_level)
+    if kernel_symbol(key) in _loaded_symbols or os.path.exists(_kernel_cache.path(key)) or compile_worker() is None:
+      return llvm_ir
+    return quick
+
+  def submit(self, name: str, llvm_ir: str, quick: str | None = None) -> None:
+    """Hand over the program's next kernel (`finish` returns their programs in this order), and its first tier."""
+    if (now := self.tier(name, llvm_ir, quick)) is not llvm_ir: self.upgrades.append((len(self.kernels), name, llvm_ir))
+    self.kernels.append((name, now))
+    self.prepare(name, now)
 
   def include(self, name: str, llvm_ir: str) -> None:
     """Compile a kernel the program launches by its own means (a host step's `native` kernel) along with its own:
@@ -658,7 +708,56 @@ class CompileStream:
     programs = [compile_cpu(name, llvm_ir, self.opt_level,
                             compiled.get(kernel_symbol(object_code_key(name, llvm_ir, self.opt_level))))
                 for name, llvm_ir in self.kernels + self.extra]
+    if self.upgrades:
+      _upgrade_later([(programs[i], name, llvm_ir) for i, name, llvm_ir in self.upgrades], self.opt_level)
     return programs[:len(self.kernels)]
+
+
+_upgrades: list[threading.Thread] = []  # the background compiles of first tiers' own loops (`wait_for_upgrades`)
+_exiting = False  # set at exit: a background compile then loads nothing more
+
+
+def _upgrade_later(jobs: list[tuple[CPUProgram, str, str]], opt_level: int) -> None:
+  """Compile the own loops (IR) of first-tier programs on the compile worker, in a thread, and `upgrade` each program
+  to them once loaded (a program already waiting for its own is not queued twice)."""
+  with _upgrade_lock:
+    jobs = [(program, name, llvm_ir) for program, name, llvm_ir in jobs if program.watchers is None]
+    for program, _, _ in jobs: program.watchers = weakref.WeakSet()
+  if not jobs: return
+  thread = threading.Thread(target=_upgrade, args=(jobs, opt_level), name="tinyjax-upgrade", daemon=True)
+  _upgrades.append(thread)
+  thread.start()
+
+
+def _upgrade(jobs: list[tuple[CPUProgram, str, str]], opt_level: int) -> None:
+  for program, name, llvm_ir in jobs:
+    key = object_code_key(name, llvm_ir, opt_level)
+    start = time.perf_counter()
+    worker = compile_worker()
+    reply = None if worker is None else worker.compile(name, llvm_ir, kernel_symbol(key), opt_level)
+    address = None
+    with _lock:
+      if not _exiting and reply is not None and reply[0]:
+        address = load_or_compile(name, llvm_ir, opt_level, compiled=reply[1])
+        _programs.setdefault((name, llvm_ir, opt_level), CPUProgram(name, llvm_ir, address, opt_level))
+    if address is None:  # (the worker failed or the process is ending: the first tier stays)
+      with _upgrade_lock: program.watchers = None
+      continue
+    program.upgrade(llvm_ir, address)
+    if DEBUG >= 1:
+      print(f"*** CPU upgraded {name}: its own loops in place of the GEMM library call "
+            f"(compiled in the background in {(time.perf_counter() - start) * 1e3:.0f} ms)")
+
+
+def wait_for_upgrades() -> None:
+  """Wait until every first tier started so far runs its own loops (or stays, where they failed to compile)."""
+  while _upgrades: _upgrades.pop().join()
+
+
+@atexit.register
+def _stop_upgrades() -> None:
+  global _exiting
+  with _lock: _exiting = True
 
 
 def _timed_compile(name: str, llvm_ir: str, symbol: str, opt_level: int) -> bytes:
@@ -720,7 +819,17 @@ _worker_starts = 0
 MAX_WORKER_STARTS = 3  # a worker that keeps dying (a kernel crashing LLVM) is not started again
 
 
-def _runtime_source() -> str: return runtime.runtime_ir(cpu_target_triple(), cpu_data_layout())
+def _runtime_source() -> str:
+  """The runtime module's IR, with the GEMM library (codegen/gemm.py) for this host's register tiles in it: compiled
+  once per machine with the runtime, its symbol given to the kernels that call it (`Runtime`)."""
+  from tinyjax.codegen import gemm
+  from tinyjax.codegen.llvm import FLOAT32_BLOCKS
+  from tinyjax.codegen.opt import CONTRACTION_SUM_BLOCK, tile_geometry
+  geometry = tile_geometry()
+  ir = runtime.runtime_ir(cpu_target_triple(), cpu_data_layout())
+  library = gemm.library_ir(geometry.vector_bytes // 4, geometry.tile_vectors, geometry.tile_rows,
+                            CONTRACTION_SUM_BLOCK, FLOAT32_BLOCKS)
+  return ir + "\n".join(line for line in library.splitlines() if not line.startswith("declare ") or line not in ir)
 
 
 _runtime_compile: threading.Thread | None = None  # the worker compiling the runtime module

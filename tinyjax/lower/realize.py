@@ -211,42 +211,45 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
     real_sink = expand_primitives(sink)  # (named calls, eager ones and loop bodies', as their Ops)
     if has_complex(real_sink): real_sink = split_complex(real_sink)  # (complex values as pairs of floats)
     if has_float8(real_sink): real_sink = split_float8(real_sink)  # (float8 values as bytes and float32 arithmetic)
-    rendered: dict[tuple, str] = {}  # a kernel several like blocks run is rendered once
+    rendered: dict[tuple, tuple[str, str | None]] = {}  # a kernel several like blocks run is rendered once
     stream = None if gpu else CompileStream()  # (the CPU's kernels compile as they are rendered)
 
-    def render(k: Kernel) -> str:
+    def render(k: Kernel) -> tuple[str, str | None]:
+      """The kernel's source, and on the CPU its first tier (a GEMM library call, devices/cpu.py `CompileStream`)."""
       if (kernel_key := (k.name, k.ast, k.ordered)) not in rendered:
-        rendered[kernel_key] = device.render(k.name, k.ast, _launch_of(k, device), k.ordered) if gpu else \
-            render_llvm(k.name, k.ast)
+        rendered[kernel_key] = (device.render(k.name, k.ast, _launch_of(k, device), k.ordered), None) if gpu else \
+            (render_llvm(k.name, k.ast), render_llvm(k.name, k.ast, library=True))
       return rendered[kernel_key]
 
     def built(k: Kernel) -> None:  # (a contraction, rendered and compiling while the rest of the program is lowered)
-      stream.prepare(k.name, render(k))
+      stream.prepare(k.name, stream.tier(k.name, *render(k)))
     try:
       sched = gpu_schedule(real_sink) if gpu else schedule(real_sink, threads, built=built)
       kernels = kernels_of(sched.kernels)
-      sources = []
+      sources, quick = [], []
       for k in kernels:  # (each submitted as it is rendered: the worker compiles while the rest are)
-        sources.append(render(k))
-        if stream is not None: stream.submit(k.name, sources[-1])
+        source, first = render(k)
+        sources.append(source)
+        quick.append(first)
+        if stream is not None: stream.submit(k.name, source, first)
       for native in natives_of(sched.kernels) if stream is not None else ():  # (compiled along, loaded by the launch)
         stream.include(*native.source())
       if stream is not None: programs = stream.finish()
     except BaseException:
       if stream is not None: stream.close()
       raise
-    lowered = (sched, sources)
+    lowered = (sched, sources, quick)
     counters.schedules_lowered += 1
     # (a host function is this process's: such a schedule is not kept on disk, and no other one has its key)
     if not has_host_calls(sched.kernels): _disk_cache.put(key, pickle.dumps(lowered, protocol=pickle.HIGHEST_PROTOCOL))
     origin = f"lowered in {(time.perf_counter() - start) * 1e3:.2f} ms"
-  sched, sources = lowered
+  sched, sources, quick = lowered
   if DEBUG >= 2: _print_schedule(sched, sources, origin, device)
   if gpu:
     programs = [device.compile(kernel.name, src, _launch_of(kernel, device))
                 for kernel, src in zip(kernels_of(sched.kernels), sources)]
   elif programs is None:  # (from the disk cache)
-    programs = compile_cpu_many([(k.name, src) for k, src in zip(kernels_of(sched.kernels), sources)])
+    programs = compile_cpu_many([(k.name, src) for k, src in zip(kernels_of(sched.kernels), sources)], quick=quick)
   compiled = CompiledSchedule(sched, programs, device)
   compiled.typed_outputs = tuple((index, out.shape, out.dtype) for index, out in enumerate(sink.src)
                                  if out.dtype.kind == "c" or is_float8(out.dtype))

@@ -1,0 +1,136 @@
+"""The shape-generic float32 GEMM (codegen/gemm.py `tj_sgemm`, compiled with the CPU runtime) and the two tiers of a
+contraction (devices/cpu.py `CompileStream`): a kernel that calls the library first, its own register-tiled loops
+compiled in the background and swapped in. Values against numpy in float64."""
+import ctypes
+
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as tnp
+from tinyjax.codegen import gemm
+from tinyjax.devices import cpu
+from tinyjax.lower import realize
+
+F32, F64 = np.float32, np.float64
+
+
+@pytest.fixture
+def first_tier(monkeypatch, on_cpu):
+  """Contractions run as their first tier, the library call, and stay so (no background compile of their loops)."""
+  monkeypatch.setattr(cpu.CompileStream, "tier", lambda self, name, llvm_ir, quick: quick or llvm_ir)
+  monkeypatch.setattr(cpu, "_upgrade_later", lambda jobs, opt_level: None)
+  realize._memory_cache.clear()  # (programs lowered before keep the kernels they were compiled with)
+  yield
+  realize._memory_cache.clear()
+
+
+def sources(f, *args) -> list[str]:
+  """The LLVM IR of the kernels a jitted call runs."""
+  return [program.src for program in f.lower(*args)._compiled.schedule.programs]
+
+
+def calls_library(f, *args) -> bool:
+  return any(f"call void @{gemm.SYMBOL}(" in source for source in sources(f, *args))
+
+
+def test_library_called_directly():
+  """`tj_sgemm` itself, through ctypes, for every edge: one row or column or step, rows past the last whole tile,
+  partial column panels, sums of one float32 block, several (added in float32) and many (in float64), transposed
+  and negative strides, and a C wider than N."""
+  cpu.get_runtime()
+  address = cpu._engine().engine.get_function_address(gemm.SYMBOL)
+  P, I = ctypes.c_void_p, ctypes.c_int64
+  sgemm = ctypes.CFUNCTYPE(None, I, I, I, P, I, I, P, I, I, P, I)(address)
+  rng = np.random.default_rng(0)
+  for m, k, n in [(1, 1, 1), (5, 3, 7), (6, 256, 16), (7, 257, 17), (13, 600, 33), (20, 1025, 40), (3, 3000, 5)]:
+    for order in ("nn", "tn", "nt", "flipped"):
+      a = rng.standard_normal((k, m) if order == "tn" else (m, k)).astype(F32)
+      b = rng.standard_normal((n, k) if order == "nt" else (k, n)).astype(F32)
+      c = np.full((m, n + 3), np.nan, F32)
+      a_ptr, am, ak = a.ctypes.data, k, 1
+      b_ptr, bk, bn = b.ctypes.data, n, 1
+      want_a, want_b = a.astype(F64), b.astype(F64)
+      if order == "tn": am, ak, want_a = 1, m, a.T.astype(F64)
+      if order == "nt": bk, bn, want_b = 1, k, b.T.astype(F64)
+      if order == "flipped":  # rows of A last to first: a negative row stride from the last row
+        a_ptr, am, want_a = a.ctypes.data + (m - 1) * k * 4, -k, a[::-1].astype(F64)
+      sgemm(m, n, k, a_ptr, am, ak, b_ptr, bk, bn, c.ctypes.data, n + 3)
+      np.testing.assert_allclose(c[:, :n], want_a @ want_b, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+      assert np.isnan(c[:, n:]).all()  # (nothing written past N)
+
+
+# (m, k, n, whether the first tier is a library call): row-launched and column-tile-launched kernels, K over the
+# float64 threshold, a column that is no whole panel; a too-narrow output keeps its own loops (a dot tile)
+SHAPES = [(512, 784, 512, True), (100, 300, 64, True), (1000, 64, 512, True), (37, 1500, 48, True),
+          (61, 70, 80, True), (512, 512, 10, False)]
+
+
+@pytest.mark.parametrize("m,k,n,library", SHAPES)
+def test_first_tier_products_and_epilogues(first_tier, m, k, n, library):
+  """The first tier of a plain product (written by the library where it is stored) and of a product with a fused
+  epilogue (bias and ReLU, from the library's array of products), jitted, equals numpy's in float64."""
+  rng = np.random.default_rng(m + k + n)
+  a, b, c = rng.standard_normal((m, k)).astype(F32), rng.standard_normal((k, n)).astype(F32), \
+      rng.standard_normal(n).astype(F32)
+  plain, fused = tj.jit(lambda a, b: a @ b), tj.jit(lambda a, b, c: tnp.maximum(a @ b + c, 0))
+  assert calls_library(plain, a, b) == library and calls_library(fused, a, b, c) == library
+  want = a.astype(F64) @ b.astype(F64)
+  tol = dict(rtol=1e-5, atol=1e-5 * np.sqrt(k))
+  np.testing.assert_allclose(np.asarray(plain(a, b)), want, **tol)
+  np.testing.assert_allclose(np.asarray(fused(a, b, c)), np.maximum(want + c, 0), **tol)
+
+
+def test_first_tier_training_step(first_tier):
+  """An MLP's loss gradient and an SGD update, on the first tier: x @ w, g @ w.T and x.T @ g products (transposed
+  operands read in place by the library), the update fused after a weight gradient into donated weights (the
+  library's products go to its array, the output being the weights the epilogue reads); against a float64 numpy
+  gradient, and composed: jit(vmap(grad)) per-example gradients against the batched one."""
+  rng = np.random.default_rng(1)
+  x, y = rng.standard_normal((128, 96)).astype(F32), rng.standard_normal((128, 32)).astype(F32)
+  w1, w2 = (rng.standard_normal(shape).astype(F32) / np.sqrt(shape[0]) for shape in ((96, 64), (64, 32)))
+
+  def loss(params, x, y):
+    w1, w2 = params
+    return 0.5 * ((tnp.tanh(x @ w1) @ w2 - y) ** 2).sum()
+  grads = tj.jit(tj.grad(loss))((w1, w2), x, y)
+  x64, w164, w264 = x.astype(F64), w1.astype(F64), w2.astype(F64)
+  h = np.tanh(x64 @ w164)
+  r = h @ w264 - y
+  g2, g1 = h.T @ r, x64.T @ ((r @ w264.T) * (1 - h ** 2))
+  np.testing.assert_allclose(np.asarray(grads[0]), g1, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(np.asarray(grads[1]), g2, rtol=1e-4, atol=1e-4)
+  step = tj.jit(lambda w, x, g: w - 1e-3 * (x.T @ g), donate_argnums=0)
+  g = rng.standard_normal((128, 64)).astype(F32)
+  want = w1.astype(F64) - 1e-3 * (x64.T @ g.astype(F64))
+  assert calls_library(step, tnp.asarray(w1), x, g)
+  np.testing.assert_allclose(np.asarray(step(tnp.asarray(w1), x, g)), want, rtol=1e-6, atol=1e-6)
+  per_example = tj.jit(tj.vmap(tj.grad(loss), in_axes=(None, 0, 0)))((w1, w2), x[:8, None], y[:8, None])
+  whole = tj.grad(loss)((w1, w2), x[:8], y[:8])
+  np.testing.assert_allclose(np.asarray(per_example[0]).sum(0), np.asarray(whole[0]), rtol=1e-4, atol=1e-5)
+
+
+def test_second_tier_replaces_the_first(monkeypatch, on_cpu):
+  """A contraction whose own loops are at hand nowhere runs the library call first; its loops compile in the
+  background and the program (and every launch list running it) switches to them; the values stay."""
+  if cpu.compile_worker() is None: pytest.skip("no compile worker (one core): contractions compile in one tier")
+  forced = []
+
+  def tier(self, name, llvm_ir, quick):  # (the own loops may be in this machine's cache already: not looked at)
+    if quick is not None: forced.append(name)
+    return quick or llvm_ir
+  monkeypatch.setattr(cpu.CompileStream, "tier", tier)
+  realize._memory_cache.clear()
+  rng = np.random.default_rng(2)
+  a, b = rng.standard_normal((200, 160)).astype(F32), rng.standard_normal((160, 96)).astype(F32)
+  f = tj.jit(lambda a, b: tnp.tanh(a @ b))
+  first = np.asarray(f(a, b))
+  (program,) = [p for p in f.lower(a, b)._compiled.schedule.programs if p.name in forced]
+  cpu.wait_for_upgrades()
+  assert f"@{gemm.SYMBOL}(" not in program.src and program.watchers is None
+  launches = f.lower(a, b)._compiled.schedule.launches
+  fields = len(cpu.runtime.LAUNCH_FIELDS)
+  assert program.fn_addr in [launches.records[i * fields] for i in range(launches.count)]
+  np.testing.assert_array_equal(np.asarray(f(a, b)), first)
+  np.testing.assert_allclose(first, np.tanh(a.astype(F64) @ b.astype(F64)), rtol=1e-5, atol=1e-5)
+  realize._memory_cache.clear()

@@ -1,0 +1,293 @@
+"""A shape-generic float32 matrix product, compiled once per machine with the CPU runtime (devices/cpu.py): a kernel
+whose contraction it can do calls it instead of carrying its own copy of the register-tiled loops, so a new matrix
+shape costs LLVM the kernel's prologue and epilogue only (llvm.py `library_gemm`).
+
+    void tj_sgemm(i64 M, i64 N, i64 K, ptr A, i64 am, i64 ak, ptr B, i64 bk, i64 bn, ptr C, i64 cm)
+
+stores C[m * cm + n] = sum over k < K of A[m * am + k * ak] * B[k * bk + n * bn], for m < M and n < N (strides in
+elements, any sign; M, N, K >= 1; C does not overlap A or B). It is the register tile of opt.py for the host's
+vectors (`tile_geometry`: AVX2 6 x 16, AVX-512 6 x 64): for each panel of `columns` columns, B's values for every
+step are packed into a contiguous array on the stack (K x columns float32: the caller keeps that within
+opt.PACK_BYTES), the last panel padded with zeros; for each tile of `rows` rows (the last one repeating the last row),
+the sums run in float32 vector registers over blocks of `block` steps, each block added into float64 sums, which
+are rounded to float32 and stored (a partial panel element by element). A row of A is read in place, one broadcast
+value per row and step: any strides, so a transposed A costs no copy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tinyjax.codegen.opt import F32, PACK_BYTES, TilePlan, global_ranges_of, tile_geometry
+from tinyjax.lower import symbolic
+from tinyjax.uop import Ops, UOp
+
+SYMBOL = "tj_sgemm"
+SIGNATURE = "void @tj_sgemm(i64, i64, i64, ptr, i64, i64, ptr, i64, i64, ptr, i64)"
+
+
+def library_ir(lanes: int, vectors: int, rows: int, block: int, float32_blocks: int) -> str:
+  """The IR of `tj_sgemm` (above) for tiles of `rows` rows x `vectors` vectors of `lanes` float32 values, its
+  float32 sums added up every `block` steps: in float32 where there are at most `float32_blocks` blocks, else in
+  float64 (as a kernel's own register tile does, llvm.py FLOAT32_BLOCKS)."""
+  columns = lanes * vectors
+  vf = f"<{lanes} x float>"
+  align = min(64, lanes * 4)
+  out = [
+    f"define void @{SYMBOL}(i64 %M, i64 %N, i64 %K, ptr noalias %A, i64 %am, i64 %ak, ptr noalias %B, i64 %bk, "
+    f'i64 %bn, ptr noalias %C, i64 %cm) nounwind "prefer-vector-width"="{lanes * 32}" {{',
+    "entry:",
+    f"  %packed = mul nsw i64 %K, {columns}",
+    "  %pack = alloca float, i64 %packed, align 64",
+    f"  %sums = alloca [{rows * columns} x double], align 64",
+    f"  %few = icmp sle i64 %K, {block * float32_blocks}",
+    "  %mlast = sub nsw i64 %M, 1",
+    "  br label %panel",
+    # ---- a panel of `columns` columns: pack B's values for it, then its row tiles
+    "panel:",
+    "  %n0 = phi i64 [ 0, %entry ], [ %n0.next, %panel.next ]",
+    "  %panel.more = icmp slt i64 %n0, %N",
+    "  br i1 %panel.more, label %panel.body, label %exit",
+    "panel.body:",
+    "  %nleft = sub nsw i64 %N, %n0",
+    f"  %nr = call i64 @llvm.smin.i64(i64 %nleft, i64 {columns})",
+    f"  %whole = icmp eq i64 %nr, {columns}",
+    "  %unit = icmp eq i64 %bn, 1",
+    "  %contiguous = and i1 %whole, %unit",
+    "  %bcol = mul nsw i64 %n0, %bn",
+    "  %bbase = getelementptr float, ptr %B, i64 %bcol",
+    "  br i1 %contiguous, label %packv, label %packs",
+    # (a whole panel of contiguous columns: vector copies)
+    "packv:",
+    "  %kv = phi i64 [ 0, %panel.body ], [ %kv.next, %packv ]",
+    "  %kv.row = mul nsw i64 %kv, %bk",
+    "  %kv.src = getelementptr float, ptr %bbase, i64 %kv.row",
+    f"  %kv.at = mul nsw i64 %kv, {columns}",
+    "  %kv.dst = getelementptr float, ptr %pack, i64 %kv.at",
+  ]
+  for v in range(vectors):
+    out += [f"  %kv.s{v} = getelementptr float, ptr %kv.src, i64 {v * lanes}",
+            f"  %kv.x{v} = load {vf}, ptr %kv.s{v}, align 4",
+            f"  %kv.d{v} = getelementptr float, ptr %kv.dst, i64 {v * lanes}",
+            f"  store {vf} %kv.x{v}, ptr %kv.d{v}, align {align}"]
+  out += [
+    "  %kv.next = add nsw i64 %kv, 1",
+    "  %kv.more = icmp slt i64 %kv.next, %K",
+    "  br i1 %kv.more, label %packv, label %tiles.start",
+    # (strided or partial: element by element, zeros past the last column)
+    "packs:",
+    "  %ks = phi i64 [ 0, %panel.body ], [ %ks.next, %packs.latch ]",
+    "  %ks.row = mul nsw i64 %ks, %bk",
+    f"  %ks.at = mul nsw i64 %ks, {columns}",
+    "  br label %packj",
+    "packj:",
+    "  %j = phi i64 [ 0, %packs ], [ %j.next, %packj.latch ]",
+    "  %j.in = icmp slt i64 %j, %nr",
+    "  br i1 %j.in, label %packj.load, label %packj.latch",
+    "packj.load:",
+    "  %j.col = mul nsw i64 %j, %bn",
+    "  %j.off = add nsw i64 %ks.row, %j.col",
+    "  %j.src = getelementptr float, ptr %bbase, i64 %j.off",
+    "  %j.value = load float, ptr %j.src, align 4",
+    "  br label %packj.latch",
+    "packj.latch:",
+    "  %j.packed = phi float [ %j.value, %packj.load ], [ 0.0, %packj ]",
+    "  %j.at = add nsw i64 %ks.at, %j",
+    "  %j.dst = getelementptr float, ptr %pack, i64 %j.at",
+    "  store float %j.packed, ptr %j.dst, align 4",
+    "  %j.next = add nsw i64 %j, 1",
+    f"  %j.more = icmp slt i64 %j.next, {columns}",
+    "  br i1 %j.more, label %packj, label %packs.latch",
+    "packs.latch:",
+    "  %ks.next = add nsw i64 %ks, 1",
+    "  %ks.more = icmp slt i64 %ks.next, %K",
+    "  br i1 %ks.more, label %packs, label %tiles.start",
+    "tiles.start:",
+    "  br i1 %few, label %tile.32, label %tile.64",
+  ]
+  out += _tiles(".32", False, lanes, vectors, rows, block) + _tiles(".64", True, lanes, vectors, rows, block)
+  out += [
+    "panel.next:",
+    f"  %n0.next = add nsw i64 %n0, {columns}",
+    "  br label %panel",
+    "exit:",
+    "  ret void",
+    "}",
+    "",
+    "declare i64 @llvm.smin.i64(i64, i64)",
+    "",
+  ]
+  return "\n".join(out)
+
+
+# A kernel calls the library where its tile plan is the plain packed register tile (no row groups, panels or blocks
+# of tiles: opt.py's answers to long sums and big operands stay the kernel's own loops) of a float32 product of two
+# loads, over its (row, column) ranges, or (tile, row, column) as lower/schedule.py `_split_columns` cuts them. A
+# kernel that stores the product as it is (a float32 output, contiguous along its columns) has the library write it
+# there; else the library writes a launch chunk's products into an array on the stack (at most SCRATCH_BYTES: the rows
+# a call takes where the kernel is launched over its rows), which the kernel's epilogue reads instead of the sums (the
+# output may be where the epilogue reads, as in an update of the weights in place).
+SCRATCH_BYTES = 256 << 10
+
+
+@dataclass(frozen=True)
+class Operand:
+  """A load of the library's A or B: its buffer, its index's constant, and its strides along the ranges it reads."""
+  buffer: UOp
+  offset: int
+  strides: dict[UOp, int]
+
+
+@dataclass(frozen=True)
+class LibraryCall:
+  """How a kernel calls `tj_sgemm` (`library_call`)."""
+  reduce: UOp             # the kernel's REDUCE, whose value the library computes
+  a: Operand              # the load along the row and the reduce range
+  b: Operand              # the load along the reduce range and the column (and the tile)
+  row: UOp
+  column: UOp
+  tile: UOp | None        # the outermost range of a kernel launched over column tiles, else None (over its rows)
+  rows: int               # rows per call where the kernel is launched over its rows
+  out: Operand | None     # the STORE the library writes, where it stores the product as it is (else an epilogue)
+
+
+def _operand(load: UOp, allowed: set[UOp]) -> Operand | None:
+  terms, offset = symbolic.linear_form(load.src[1])
+  if not set(terms) <= allowed: return None
+  return Operand(load.src[0], offset, terms)
+
+
+def library_call(ast: UOp, plan: TilePlan | None) -> LibraryCall | None:
+  """How kernel `ast` with tile plan `plan` calls the library, or None where it keeps its own loops (see above)."""
+  if plan is None or plan.stream or plan.dot or plan.amx or plan.row is None or not plan.packed or plan.group or \
+      plan.panel or plan.tiles > 1 or plan.row_packed or plan.spans or plan.chunk: return None
+  reduce, row, column = plan.reduce, plan.row, plan.column
+  if reduce.arg is not Ops.ADD or reduce.dtype != F32 or len(reduce.src) != 2: return None
+  (value, steps), ranges = reduce.src, global_ranges_of(ast)
+  if value.op is not Ops.MUL or any(load.op is not Ops.LOAD or load.dtype != F32 or len(load.src) != 2
+                                    for load in value.src): return None
+  if ranges[-2:] != [row, column] or len(ranges) > 3: return None
+  tile = ranges[0] if len(ranges) == 3 else None
+  first, second = value.src
+  if row not in first.src[1].toposort: first, second = second, first
+  a = _operand(first, {row, steps})
+  b = _operand(second, {steps, column} | ({tile} if tile is not None else set()))
+  geometry = tile_geometry()
+  lanes = geometry.vector_bytes // 4
+  if a is None or b is None or steps.src[0].arg * lanes * geometry.tile_vectors * 4 > PACK_BYTES: return None
+  width, height = column.src[0].arg, row.src[0].arg
+  if tile is not None:  # (a call per tile: all its rows)
+    if height * width * 4 > SCRATCH_BYTES: return None
+    rows = height
+  else:  # (a call per block of a launch chunk's rows)
+    rows = SCRATCH_BYTES // (4 * width) // geometry.tile_rows * geometry.tile_rows
+    if rows < geometry.tile_rows: return None
+  (store,) = [node for node in ast.src if node.op is Ops.STORE]
+  out = _operand(store, {row, column} | ({tile} if tile is not None else set())) \
+      if store.src[2] is reduce and store.dtype == F32 else None
+  return LibraryCall(reduce, a, b, row, column, tile, min(rows, height), out if out and out.strides.get(column) == 1
+                     else None)
+
+
+def _tiles(suffix: str, wide: bool, lanes: int, vectors: int, rows: int, block: int) -> list[str]:
+  """The row tiles of a packed panel (`library_ir`), their block sums added up in float64 (`wide`) or float32 in the
+  `%sums` array; every local name ends in `suffix` (the function has one copy of each)."""
+  columns = lanes * vectors
+  vf, vd = f"<{lanes} x float>", f"<{lanes} x double>"
+  vs, ss = (vd, "double") if wide else (vf, "float")  # the sums' vector and scalar types
+  align = min(64, lanes * 4)
+  tiles = [(r, v) for r in range(rows) for v in range(vectors)]
+  out = [
+    # ---- a tile of `rows` rows (past the last row: the last row again, not stored)
+    "tile§:",
+    "  %mt§ = phi i64 [ 0, %tiles.start ], [ %mt.next§, %tile.next§ ]",
+    "  %tile.more§ = icmp slt i64 %mt§, %M",
+    "  br i1 %tile.more§, label %tile.body§, label %panel.next",
+    "tile.body§:",
+  ]
+  for r in range(rows):
+    out += [f"  %m{r}§ = add nsw i64 %mt§, {r}",
+            f"  %mc{r}§ = call i64 @llvm.smin.i64(i64 %m{r}§, i64 %mlast)",
+            f"  %ad{r}§ = sub nsw i64 %mc{r}§, %mt§",
+            f"  %ao{r}§ = mul nsw i64 %ad{r}§, %am",
+            f"  %rb{r}§ = shl nsw i64 %ao{r}§, 2"]  # (row r's offset from the tile's first row, in bytes)
+  out += ["  %at§ = mul nsw i64 %mt§, %am", "  %a.tile§ = getelementptr float, ptr %A, i64 %at§",
+          "  %akb§ = shl nsw i64 %ak, 2"]
+  for r, v in tiles:
+    out += [f"  %z{r}_{v}§ = getelementptr inbounds {ss}, ptr %sums, i64 {r * columns + v * lanes}",
+            f"  store {vs} zeroinitializer, ptr %z{r}_{v}§, align {align}"]
+  out += [
+    "  br label %block§",
+    "block§:",
+    "  %kb§ = phi i64 [ 0, %tile.body§ ], [ %kb.next§, %block.flush§ ]",
+    "  %block.more§ = icmp slt i64 %kb§, %K",
+    "  br i1 %block.more§, label %block.body§, label %tile.store§",
+    "block.body§:",
+    "  %kb.off§ = mul nsw i64 %kb§, %ak",
+    "  %ka.first§ = getelementptr float, ptr %a.tile§, i64 %kb.off§",
+    f"  %kb.end0§ = add nsw i64 %kb§, {block}",
+    "  %kb.end§ = call i64 @llvm.smin.i64(i64 %kb.end0§, i64 %K)",
+    "  br label %step§",
+    # ---- one step: the panel's vectors, a broadcast value per row, rows x vectors multiply-adds
+    "step§:",
+    "  %k§ = phi i64 [ %kb§, %block.body§ ], [ %k.next§, %step§ ]",
+    "  %ka§ = phi ptr [ %ka.first§, %block.body§ ], [ %ka.next§, %step§ ]",  # (row 0's value at step k)
+  ]
+  out += [f"  %c{r}_{v}§ = phi {vf} [ zeroinitializer, %block.body§ ], [ %c{r}_{v}.n§, %step§ ]" for r, v in tiles]
+  out += [f"  %k.at§ = mul nsw i64 %k§, {columns}"]
+  for v in range(vectors):
+    out += [f"  %k.at{v}§ = add nsw i64 %k.at§, {v * lanes}",
+            f"  %bp{v}§ = getelementptr inbounds float, ptr %pack, i64 %k.at{v}§",
+            f"  %b{v}§ = load {vf}, ptr %bp{v}§, align {align}"]
+  for r in range(rows):
+    out += [f"  %ap{r}§ = getelementptr i8, ptr %ka§, i64 %rb{r}§",
+            f"  %av{r}§ = load float, ptr %ap{r}§, align 4",
+            f"  %ai{r}§ = insertelement {vf} poison, float %av{r}§, i64 0",
+            f"  %as{r}§ = shufflevector {vf} %ai{r}§, {vf} poison, <{lanes} x i32> zeroinitializer"]
+    for v in range(vectors):
+      out += [f"  %p{r}_{v}§ = fmul contract {vf} %as{r}§, %b{v}§",
+              f"  %c{r}_{v}.n§ = fadd contract {vf} %c{r}_{v}§, %p{r}_{v}§"]
+  out += [
+    "  %ka.next§ = getelementptr i8, ptr %ka§, i64 %akb§",
+    "  %k.next§ = add nsw i64 %k§, 1",
+    "  %k.more§ = icmp slt i64 %k.next§, %kb.end§",
+    "  br i1 %k.more§, label %step§, label %block.flush§",
+    "block.flush§:",
+  ]
+  for r, v in tiles:  # (the block's float32 sums added into the tile's)
+    part = f"%w{r}_{v}§" if wide else f"%c{r}_{v}.n§"
+    if wide: out.append(f"  {part} = fpext {vf} %c{r}_{v}.n§ to {vd}")
+    out += [f"  %o{r}_{v}§ = load {vs}, ptr %z{r}_{v}§, align {align}",
+            f"  %s{r}_{v}§ = fadd {vs} %o{r}_{v}§, {part}",
+            f"  store {vs} %s{r}_{v}§, ptr %z{r}_{v}§, align {align}"]
+  out += [f"  %kb.next§ = add nsw i64 %kb§, {block}", "  br label %block§", "tile.store§:"]
+  # ---- the tile's rows that exist: whole vectors, or a partial panel's columns one by one
+  for r in range(rows):
+    out += [f"  %live{r}§ = icmp slt i64 %m{r}§, %M",
+            f"  br i1 %live{r}§, label %row{r}§, label %row{r}.done§",
+            f"row{r}§:",
+            f"  %co{r}§ = mul nsw i64 %m{r}§, %cm",
+            f"  %cn{r}§ = add nsw i64 %co{r}§, %n0",
+            f"  %cp{r}§ = getelementptr float, ptr %C, i64 %cn{r}§",
+            f"  br i1 %whole, label %row{r}.vectors§, label %row{r}.scalars§",
+            f"row{r}.vectors§:"]
+    for v in range(vectors):
+      total = f"%f{r}_{v}§" if wide else f"%t{r}_{v}§"
+      out += [f"  %t{r}_{v}§ = load {vs}, ptr %z{r}_{v}§, align {align}"]
+      if wide: out.append(f"  {total} = fptrunc {vd} %t{r}_{v}§ to {vf}")
+      out += [f"  %q{r}_{v}§ = getelementptr float, ptr %cp{r}§, i64 {v * lanes}",
+              f"  store {vf} {total}, ptr %q{r}_{v}§, align 4"]
+    out += [f"  br label %row{r}.done§",
+            f"row{r}.scalars§:",
+            f"  %e{r}§ = phi i64 [ 0, %row{r}§ ], [ %e{r}.next§, %row{r}.scalars§ ]",
+            f"  %e{r}.at§ = add nsw i64 %e{r}§, {r * columns}",
+            f"  %e{r}.src§ = getelementptr inbounds {ss}, ptr %sums, i64 %e{r}.at§",
+            f"  %e{r}.sum§ = load {ss}, ptr %e{r}.src§, align 4"]
+    if wide: out.append(f"  %e{r}.value§ = fptrunc double %e{r}.sum§ to float")
+    out += [f"  %e{r}.dst§ = getelementptr float, ptr %cp{r}§, i64 %e{r}§",
+            f"  store float {f'%e{r}.value§' if wide else f'%e{r}.sum§'}, ptr %e{r}.dst§, align 4",
+            f"  %e{r}.next§ = add nsw i64 %e{r}§, 1",
+            f"  %e{r}.more§ = icmp slt i64 %e{r}.next§, %nr",
+            f"  br i1 %e{r}.more§, label %row{r}.scalars§, label %row{r}.done§",
+            f"row{r}.done§:"]
+  out += ["  br label %tile.next§", "tile.next§:", f"  %mt.next§ = add nsw i64 %mt§, {rows}", "  br label %tile§"]
+  return [line.replace("§", suffix) for line in out]
