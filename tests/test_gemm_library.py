@@ -38,7 +38,7 @@ def test_library_called_directly():
   """`tj_sgemm` itself, through ctypes, for every edge: one row or column or step, rows past the last whole tile,
   partial column panels, sums of one float32 block, several (added in float32) and many (in float64), transposed
   and negative strides, and a C wider than N."""
-  cpu.get_runtime()
+  cpu._load_gemm_library()
   address = cpu._engine().engine.get_function_address(gemm.SYMBOL)
   P, I = ctypes.c_void_p, ctypes.c_int64
   sgemm = ctypes.CFUNCTYPE(None, I, I, I, P, I, I, P, I, I, P, I)(address)

@@ -39,6 +39,7 @@ def library_ir(lanes: int, vectors: int, rows: int, block: int, float32_blocks: 
     f"  %packed = mul nsw i64 %K, {columns}",
     "  %pack = alloca float, i64 %packed, align 64",
     f"  %sums = alloca [{rows * columns} x double], align 64",
+    f"  %sums32 = alloca [{rows * columns} x float], align 64",
     f"  %few = icmp sle i64 %K, {block * float32_blocks}",
     "  %mlast = sub nsw i64 %M, 1",
     "  br label %panel",
@@ -102,9 +103,9 @@ def library_ir(lanes: int, vectors: int, rows: int, block: int, float32_blocks: 
     "  %ks.more = icmp slt i64 %ks.next, %K",
     "  br i1 %ks.more, label %packs, label %tiles.start",
     "tiles.start:",
-    "  br i1 %few, label %tile.32, label %tile.64",
+    "  br label %tile",
   ]
-  out += _tiles(".32", False, lanes, vectors, rows, block) + _tiles(".64", True, lanes, vectors, rows, block)
+  out += _tiles(lanes, vectors, rows, block)
   out += [
     "panel.next:",
     f"  %n0.next = add nsw i64 %n0, {columns}",
@@ -114,6 +115,7 @@ def library_ir(lanes: int, vectors: int, rows: int, block: int, float32_blocks: 
     "}",
     "",
     "declare i64 @llvm.smin.i64(i64, i64)",
+    "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
     "",
   ]
   return "\n".join(out)
@@ -188,106 +190,128 @@ def library_call(ast: UOp, plan: TilePlan | None) -> LibraryCall | None:
                      else None)
 
 
-def _tiles(suffix: str, wide: bool, lanes: int, vectors: int, rows: int, block: int) -> list[str]:
-  """The row tiles of a packed panel (`library_ir`), their block sums added up in float64 (`wide`) or float32 in the
-  `%sums` array; every local name ends in `suffix` (the function has one copy of each)."""
+def _tiles(lanes: int, vectors: int, rows: int, block: int) -> list[str]:
+  """The row tiles of a packed panel (`library_ir`): their block sums added up in the float32 array `%sums32` where
+  there are few blocks (`%few`), else in the float64 array `%sums`. Only the steps and the blocks' sums are unrolled
+  (rows x vectors registers); the sums are zeroed and stored in loops over the rows."""
   columns = lanes * vectors
   vf, vd = f"<{lanes} x float>", f"<{lanes} x double>"
-  vs, ss = (vd, "double") if wide else (vf, "float")  # the sums' vector and scalar types
   align = min(64, lanes * 4)
   tiles = [(r, v) for r in range(rows) for v in range(vectors)]
   out = [
     # ---- a tile of `rows` rows (past the last row: the last row again, not stored)
-    "tile§:",
-    "  %mt§ = phi i64 [ 0, %tiles.start ], [ %mt.next§, %tile.next§ ]",
-    "  %tile.more§ = icmp slt i64 %mt§, %M",
-    "  br i1 %tile.more§, label %tile.body§, label %panel.next",
-    "tile.body§:",
+    "tile:",
+    "  %mt = phi i64 [ 0, %tiles.start ], [ %mt.next, %tile.stored ]",
+    "  %tile.more = icmp slt i64 %mt, %M",
+    "  br i1 %tile.more, label %tile.body, label %panel.next",
+    "tile.body:",
   ]
   for r in range(rows):
-    out += [f"  %m{r}§ = add nsw i64 %mt§, {r}",
-            f"  %mc{r}§ = call i64 @llvm.smin.i64(i64 %m{r}§, i64 %mlast)",
-            f"  %ad{r}§ = sub nsw i64 %mc{r}§, %mt§",
-            f"  %ao{r}§ = mul nsw i64 %ad{r}§, %am",
-            f"  %rb{r}§ = shl nsw i64 %ao{r}§, 2"]  # (row r's offset from the tile's first row, in bytes)
-  out += ["  %at§ = mul nsw i64 %mt§, %am", "  %a.tile§ = getelementptr float, ptr %A, i64 %at§",
-          "  %akb§ = shl nsw i64 %ak, 2"]
-  for r, v in tiles:
-    out += [f"  %z{r}_{v}§ = getelementptr inbounds {ss}, ptr %sums, i64 {r * columns + v * lanes}",
-            f"  store {vs} zeroinitializer, ptr %z{r}_{v}§, align {align}"]
-  out += [
-    "  br label %block§",
-    "block§:",
-    "  %kb§ = phi i64 [ 0, %tile.body§ ], [ %kb.next§, %block.flush§ ]",
-    "  %block.more§ = icmp slt i64 %kb§, %K",
-    "  br i1 %block.more§, label %block.body§, label %tile.store§",
-    "block.body§:",
-    "  %kb.off§ = mul nsw i64 %kb§, %ak",
-    "  %ka.first§ = getelementptr float, ptr %a.tile§, i64 %kb.off§",
-    f"  %kb.end0§ = add nsw i64 %kb§, {block}",
-    "  %kb.end§ = call i64 @llvm.smin.i64(i64 %kb.end0§, i64 %K)",
-    "  br label %step§",
-    # ---- one step: the panel's vectors, a broadcast value per row, rows x vectors multiply-adds
-    "step§:",
-    "  %k§ = phi i64 [ %kb§, %block.body§ ], [ %k.next§, %step§ ]",
-    "  %ka§ = phi ptr [ %ka.first§, %block.body§ ], [ %ka.next§, %step§ ]",  # (row 0's value at step k)
-  ]
-  out += [f"  %c{r}_{v}§ = phi {vf} [ zeroinitializer, %block.body§ ], [ %c{r}_{v}.n§, %step§ ]" for r, v in tiles]
-  out += [f"  %k.at§ = mul nsw i64 %k§, {columns}"]
+    out += [f"  %m{r} = add nsw i64 %mt, {r}",
+            f"  %mc{r} = call i64 @llvm.smin.i64(i64 %m{r}, i64 %mlast)",
+            f"  %ad{r} = sub nsw i64 %mc{r}, %mt",
+            f"  %ao{r} = mul nsw i64 %ad{r}, %am",
+            f"  %rb{r} = shl nsw i64 %ao{r}, 2"]  # (row r's offset from the tile's first row, in bytes)
+  out += ["  %at = mul nsw i64 %mt, %am", "  %a.tile = getelementptr float, ptr %A, i64 %at",
+          "  %akb = shl nsw i64 %ak, 2",
+          f"  call void @llvm.memset.p0.i64(ptr align 64 %sums, i8 0, i64 {rows * columns * 8}, i1 false)",
+          f"  call void @llvm.memset.p0.i64(ptr align 64 %sums32, i8 0, i64 {rows * columns * 4}, i1 false)",
+          "  br label %block",
+          "block:",
+          "  %kb = phi i64 [ 0, %tile.body ], [ %kb.next, %block.next ]",
+          "  %block.more = icmp slt i64 %kb, %K",
+          "  br i1 %block.more, label %block.body, label %tile.store",
+          "block.body:",
+          "  %kb.off = mul nsw i64 %kb, %ak",
+          "  %ka.first = getelementptr float, ptr %a.tile, i64 %kb.off",
+          f"  %kb.end0 = add nsw i64 %kb, {block}",
+          "  %kb.end = call i64 @llvm.smin.i64(i64 %kb.end0, i64 %K)",
+          "  br label %step",
+          # ---- one step: the panel's vectors, a broadcast value per row, rows x vectors multiply-adds
+          "step:",
+          "  %k = phi i64 [ %kb, %block.body ], [ %k.next, %step ]",
+          "  %ka = phi ptr [ %ka.first, %block.body ], [ %ka.next, %step ]"]  # (row 0's value at step k)
+  out += [f"  %c{r}_{v} = phi {vf} [ zeroinitializer, %block.body ], [ %c{r}_{v}.n, %step ]" for r, v in tiles]
+  out += ["  %k.at = mul nsw i64 %k, " + str(columns)]
   for v in range(vectors):
-    out += [f"  %k.at{v}§ = add nsw i64 %k.at§, {v * lanes}",
-            f"  %bp{v}§ = getelementptr inbounds float, ptr %pack, i64 %k.at{v}§",
-            f"  %b{v}§ = load {vf}, ptr %bp{v}§, align {align}"]
+    out += [f"  %k.at{v} = add nsw i64 %k.at, {v * lanes}",
+            f"  %bp{v} = getelementptr inbounds float, ptr %pack, i64 %k.at{v}",
+            f"  %b{v} = load {vf}, ptr %bp{v}, align {align}"]
   for r in range(rows):
-    out += [f"  %ap{r}§ = getelementptr i8, ptr %ka§, i64 %rb{r}§",
-            f"  %av{r}§ = load float, ptr %ap{r}§, align 4",
-            f"  %ai{r}§ = insertelement {vf} poison, float %av{r}§, i64 0",
-            f"  %as{r}§ = shufflevector {vf} %ai{r}§, {vf} poison, <{lanes} x i32> zeroinitializer"]
+    out += [f"  %ap{r} = getelementptr i8, ptr %ka, i64 %rb{r}",
+            f"  %av{r} = load float, ptr %ap{r}, align 4",
+            f"  %ai{r} = insertelement {vf} poison, float %av{r}, i64 0",
+            f"  %as{r} = shufflevector {vf} %ai{r}, {vf} poison, <{lanes} x i32> zeroinitializer"]
     for v in range(vectors):
-      out += [f"  %p{r}_{v}§ = fmul contract {vf} %as{r}§, %b{v}§",
-              f"  %c{r}_{v}.n§ = fadd contract {vf} %c{r}_{v}§, %p{r}_{v}§"]
-  out += [
-    "  %ka.next§ = getelementptr i8, ptr %ka§, i64 %akb§",
-    "  %k.next§ = add nsw i64 %k§, 1",
-    "  %k.more§ = icmp slt i64 %k.next§, %kb.end§",
-    "  br i1 %k.more§, label %step§, label %block.flush§",
-    "block.flush§:",
-  ]
-  for r, v in tiles:  # (the block's float32 sums added into the tile's)
-    part = f"%w{r}_{v}§" if wide else f"%c{r}_{v}.n§"
-    if wide: out.append(f"  {part} = fpext {vf} %c{r}_{v}.n§ to {vd}")
-    out += [f"  %o{r}_{v}§ = load {vs}, ptr %z{r}_{v}§, align {align}",
-            f"  %s{r}_{v}§ = fadd {vs} %o{r}_{v}§, {part}",
-            f"  store {vs} %s{r}_{v}§, ptr %z{r}_{v}§, align {align}"]
-  out += [f"  %kb.next§ = add nsw i64 %kb§, {block}", "  br label %block§", "tile.store§:"]
-  # ---- the tile's rows that exist: whole vectors, or a partial panel's columns one by one
-  for r in range(rows):
-    out += [f"  %live{r}§ = icmp slt i64 %m{r}§, %M",
-            f"  br i1 %live{r}§, label %row{r}§, label %row{r}.done§",
-            f"row{r}§:",
-            f"  %co{r}§ = mul nsw i64 %m{r}§, %cm",
-            f"  %cn{r}§ = add nsw i64 %co{r}§, %n0",
-            f"  %cp{r}§ = getelementptr float, ptr %C, i64 %cn{r}§",
-            f"  br i1 %whole, label %row{r}.vectors§, label %row{r}.scalars§",
-            f"row{r}.vectors§:"]
-    for v in range(vectors):
-      total = f"%f{r}_{v}§" if wide else f"%t{r}_{v}§"
-      out += [f"  %t{r}_{v}§ = load {vs}, ptr %z{r}_{v}§, align {align}"]
-      if wide: out.append(f"  {total} = fptrunc {vd} %t{r}_{v}§ to {vf}")
-      out += [f"  %q{r}_{v}§ = getelementptr float, ptr %cp{r}§, i64 {v * lanes}",
-              f"  store {vf} {total}, ptr %q{r}_{v}§, align 4"]
-    out += [f"  br label %row{r}.done§",
-            f"row{r}.scalars§:",
-            f"  %e{r}§ = phi i64 [ 0, %row{r}§ ], [ %e{r}.next§, %row{r}.scalars§ ]",
-            f"  %e{r}.at§ = add nsw i64 %e{r}§, {r * columns}",
-            f"  %e{r}.src§ = getelementptr inbounds {ss}, ptr %sums, i64 %e{r}.at§",
-            f"  %e{r}.sum§ = load {ss}, ptr %e{r}.src§, align 4"]
-    if wide: out.append(f"  %e{r}.value§ = fptrunc double %e{r}.sum§ to float")
-    out += [f"  %e{r}.dst§ = getelementptr float, ptr %cp{r}§, i64 %e{r}§",
-            f"  store float {f'%e{r}.value§' if wide else f'%e{r}.sum§'}, ptr %e{r}.dst§, align 4",
-            f"  %e{r}.next§ = add nsw i64 %e{r}§, 1",
-            f"  %e{r}.more§ = icmp slt i64 %e{r}.next§, %nr",
-            f"  br i1 %e{r}.more§, label %row{r}.scalars§, label %row{r}.done§",
-            f"row{r}.done§:"]
-  out += ["  br label %tile.next§", "tile.next§:", f"  %mt.next§ = add nsw i64 %mt§, {rows}", "  br label %tile§"]
-  return [line.replace("§", suffix) for line in out]
+      out += [f"  %p{r}_{v} = fmul contract {vf} %as{r}, %b{v}",
+              f"  %c{r}_{v}.n = fadd contract {vf} %c{r}_{v}, %p{r}_{v}"]
+  out += ["  %ka.next = getelementptr i8, ptr %ka, i64 %akb",
+          "  %k.next = add nsw i64 %k, 1",
+          "  %k.more = icmp slt i64 %k.next, %kb.end",
+          "  br i1 %k.more, label %step, label %block.flush",
+          "block.flush:",  # (the block's float32 sums added into the tile's)
+          "  br i1 %few, label %flush32, label %flush64",
+          "flush32:"]
+  for r, v in tiles:
+    out += [f"  %y{r}_{v} = getelementptr inbounds float, ptr %sums32, i64 {r * columns + v * lanes}",
+            f"  %g{r}_{v} = load {vf}, ptr %y{r}_{v}, align {align}",
+            f"  %h{r}_{v} = fadd {vf} %g{r}_{v}, %c{r}_{v}.n",
+            f"  store {vf} %h{r}_{v}, ptr %y{r}_{v}, align {align}"]
+  out += ["  br label %block.next", "flush64:"]
+  for r, v in tiles:
+    out += [f"  %w{r}_{v} = fpext {vf} %c{r}_{v}.n to {vd}",
+            f"  %z{r}_{v} = getelementptr inbounds double, ptr %sums, i64 {r * columns + v * lanes}",
+            f"  %o{r}_{v} = load {vd}, ptr %z{r}_{v}, align 64",
+            f"  %s{r}_{v} = fadd {vd} %o{r}_{v}, %w{r}_{v}",
+            f"  store {vd} %s{r}_{v}, ptr %z{r}_{v}, align 64"]
+  out += ["  br label %block.next",
+          "block.next:",
+          f"  %kb.next = add nsw i64 %kb, {block}",
+          "  br label %block",
+          # ---- the tile's rows that exist: whole vectors, or a partial panel's columns one by one
+          "tile.store:",
+          "  %rows.left = sub nsw i64 %M, %mt",
+          f"  %rows = call i64 @llvm.smin.i64(i64 %rows.left, i64 {rows})",
+          "  br label %row",
+          "row:",
+          "  %r = phi i64 [ 0, %tile.store ], [ %r.next, %row.done ]",
+          "  %m = add nsw i64 %mt, %r",
+          "  %co = mul nsw i64 %m, %cm",
+          "  %cn = add nsw i64 %co, %n0",
+          "  %cp = getelementptr float, ptr %C, i64 %cn",
+          f"  %rs = mul nsw i64 %r, {columns}",
+          "  br i1 %whole, label %row.vectors, label %row.scalars",
+          "row.vectors:"]
+  for v in range(vectors):
+    out += [f"  %zo{v} = add nsw i64 %rs, {v * lanes}",
+            f"  %zw{v} = getelementptr inbounds double, ptr %sums, i64 %zo{v}",
+            f"  %tw{v} = load {vd}, ptr %zw{v}, align 64",
+            f"  %fw{v} = fptrunc {vd} %tw{v} to {vf}",
+            f"  %zn{v} = getelementptr inbounds float, ptr %sums32, i64 %zo{v}",
+            f"  %fn{v} = load {vf}, ptr %zn{v}, align {align}",
+            f"  %f{v} = select i1 %few, {vf} %fn{v}, {vf} %fw{v}",
+            f"  %q{v} = getelementptr float, ptr %cp, i64 {v * lanes}",
+            f"  store {vf} %f{v}, ptr %q{v}, align 4"]
+  out += ["  br label %row.done",
+          "row.scalars:",
+          "  %e = phi i64 [ 0, %row ], [ %e.next, %row.scalars ]",
+          "  %e.at = add nsw i64 %rs, %e",
+          "  %e.w = getelementptr inbounds double, ptr %sums, i64 %e.at",
+          "  %e.wide = load double, ptr %e.w, align 8",
+          "  %e.rounded = fptrunc double %e.wide to float",
+          "  %e.n = getelementptr inbounds float, ptr %sums32, i64 %e.at",
+          "  %e.narrow = load float, ptr %e.n, align 4",
+          "  %e.value = select i1 %few, float %e.narrow, float %e.rounded",
+          "  %e.dst = getelementptr float, ptr %cp, i64 %e",
+          "  store float %e.value, ptr %e.dst, align 4",
+          "  %e.next = add nsw i64 %e, 1",
+          "  %e.more = icmp slt i64 %e.next, %nr",
+          "  br i1 %e.more, label %row.scalars, label %row.done",
+          "row.done:",
+          "  %r.next = add nsw i64 %r, 1",
+          "  %r.more = icmp slt i64 %r.next, %rows",
+          "  br i1 %r.more, label %row, label %tile.stored",
+          "tile.stored:",
+          f"  %mt.next = add nsw i64 %mt, {rows}",
+          "  br label %tile"]
+  return out

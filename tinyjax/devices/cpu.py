@@ -235,7 +235,7 @@ def _check_external_functions(name: str, llvm_ir: str) -> None:
   _engine()  # creating the engine makes the process's own symbols searchable
   for quoted, plain in _DECLARED.findall(llvm_ir):
     function = quoted or plain
-    if function == gemm_symbol: get_runtime()  # (the runtime module defines it)
+    if function == gemm_symbol: _load_gemm_library()
     if not function.startswith("llvm.") and not llvm.address_of_symbol(function):
       raise ValueError(f"kernel {name} calls @{function}, which is not defined in this process")
 
@@ -297,7 +297,7 @@ def load_or_compile(name: str, llvm_ir: str, opt_level: int, rename: bool = True
     if compiled is not None:
       _stats["misses"] += 1
       _kernel_cache.put(key, object_code)
-    if gemm_symbol in llvm_ir and name != "tj_parallel_for": get_runtime()  # (its relocations need the library)
+    if name != gemm_symbol and gemm_symbol in llvm_ir: _load_gemm_library()  # (its relocations need it)
     start = time.perf_counter()
     address = _engine().load(object_code, symbol)
     _stats["load_seconds"] += time.perf_counter() - start
@@ -320,10 +320,12 @@ class Runtime:
 
   def __init__(self, nthreads: int):
     ir = _runtime_source()
-    if _runtime_compile is not None: _runtime_compile.join()  # (the compile worker's, started with it)
+    # (the compile worker's, started with it; and the GEMM library after it, so that the first tiers of contractions
+    # are at hand from the first program on, `gemm_library_ready`)
+    for thread in (_runtime_compile, _library_compile):
+      if thread is not None: thread.join()
     load_or_compile("tj_parallel_for", ir, 3, rename=False, compiled=_runtime_object.pop(ir, None))
     engine = _engine().engine
-    llvm.add_symbol(gemm_symbol, engine.get_function_address(gemm_symbol))  # (kernels that call the library)
     self.nthreads = nthreads
     self.parallel_for_address = engine.get_function_address("tj_parallel_for")
     self.serial_for_address = engine.get_function_address("tj_serial_for")
@@ -635,7 +637,7 @@ class CompileStream:
     """What to compile now of a kernel whose own loops are `llvm_ir` and whose first tier is `quick` (None: it has
     none): `quick` where the own loops are not at hand (in this process or the disk cache) and a compile worker can
     build them in the background, else `llvm_ir`."""
-    if quick is None or (name, llvm_ir, self.opt_level) in _programs: return llvm_ir
+    if quick is None or (name, llvm_ir, self.opt_level) in _programs or not gemm_library_ready(): return llvm_ir
     key = object_code_key(name, llvm_ir, self.opt_level)
     if kernel_symbol(key) in _loaded_symbols or os.path.exists(_kernel_cache.path(key)) or compile_worker() is None:
       return llvm_ir
@@ -819,36 +821,65 @@ _worker_starts = 0
 MAX_WORKER_STARTS = 3  # a worker that keeps dying (a kernel crashing LLVM) is not started again
 
 
-def _runtime_source() -> str:
-  """The runtime module's IR, with the GEMM library (codegen/gemm.py) for this host's register tiles in it: compiled
-  once per machine with the runtime, its symbol given to the kernels that call it (`Runtime`)."""
+def _runtime_source() -> str: return runtime.runtime_ir(cpu_target_triple(), cpu_data_layout())
+
+
+@functools.cache
+def _library_source() -> str:
+  """The GEMM library's module (codegen/gemm.py) for this host's register tiles and sums."""
   from tinyjax.codegen import gemm
   from tinyjax.codegen.llvm import FLOAT32_BLOCKS
   from tinyjax.codegen.opt import CONTRACTION_SUM_BLOCK, tile_geometry
   geometry = tile_geometry()
-  ir = runtime.runtime_ir(cpu_target_triple(), cpu_data_layout())
-  library = gemm.library_ir(geometry.vector_bytes // 4, geometry.tile_vectors, geometry.tile_rows,
-                            CONTRACTION_SUM_BLOCK, FLOAT32_BLOCKS)
-  return ir + "\n".join(line for line in library.splitlines() if not line.startswith("declare ") or line not in ir)
+  return stamp_target(gemm.library_ir(geometry.vector_bytes // 4, geometry.tile_vectors, geometry.tile_rows,
+                                      CONTRACTION_SUM_BLOCK, FLOAT32_BLOCKS))
 
 
 _runtime_compile: threading.Thread | None = None  # the worker compiling the runtime module
-_runtime_object: dict[str, bytes] = {}  # its IR -> the object code it made
+_library_compile: threading.Thread | None = None  # ... and then the GEMM library's
+_runtime_object: dict[str, bytes] = {}  # their IR -> the object code it made
+
+
+def _cached(name: str, ir: str) -> bool:
+  return os.path.exists(_kernel_cache.path(object_code_key(name, ir, 3, rename=False)))
 
 
 def _compile_runtime_on(worker: _CompileWorker) -> None:
   """Have a newly started compile worker compile the runtime module first, where neither this process nor the disk
-  cache has it: its ~0.2 s of LLVM then overlap the first program's lowering (Runtime takes the object code)."""
-  global _runtime_compile
-  if _runtime is not None: return
-  ir = _runtime_source()
-  if os.path.exists(_kernel_cache.path(object_code_key("tj_parallel_for", ir, 3, rename=False))): return
+  cache has it: its ~0.2 s of LLVM then overlap the first program's lowering (Runtime takes the object code); and
+  then the GEMM library's (~0.15 s), for the first tiers of contractions (`gemm_library_ready`)."""
+  global _runtime_compile, _library_compile
 
-  def run() -> None:
-    reply = worker.compile("tj_parallel_for", ir, None, 3)
+  def compile_on_worker(name: str, ir: str, after: threading.Thread | None) -> None:
+    if after is not None: after.join()
+    reply = worker.compile(name, ir, None, 3)
     if reply is not None and reply[0]: _runtime_object[ir] = reply[1]
-  _runtime_compile = threading.Thread(target=run, name="tinyjax-runtime-compile", daemon=True)
-  _runtime_compile.start()
+  if _runtime is None and not _cached("tj_parallel_for", ir := _runtime_source()):
+    _runtime_compile = threading.Thread(target=compile_on_worker, args=("tj_parallel_for", ir, None),
+                                        name="tinyjax-runtime-compile", daemon=True)
+    _runtime_compile.start()
+  if gemm_symbol not in _loaded_symbols and not _cached(gemm_symbol, library := _library_source()):
+    _library_compile = threading.Thread(target=compile_on_worker, args=(gemm_symbol, library, _runtime_compile),
+                                        name="tinyjax-library-compile", daemon=True)
+    _library_compile.start()
+
+
+def gemm_library_ready() -> bool:
+  """Whether the GEMM library is loaded, or its object code at hand (made by the compile worker, or on disk): a first
+  tier may call it (`CompileStream.tier`) without waiting for its compile."""
+  if gemm_symbol in _loaded_symbols: return True
+  ir = _library_source()
+  return ir in _runtime_object or _cached(gemm_symbol, ir)
+
+
+def _load_gemm_library() -> None:
+  """Load the GEMM library (from the worker's object code, the disk cache or compiled here) and give kernels its
+  symbol."""
+  if gemm_symbol in _loaded_symbols: return
+  ir = _library_source()
+  if _library_compile is not None: _library_compile.join()
+  address = load_or_compile(gemm_symbol, ir, 3, rename=False, compiled=_runtime_object.pop(ir, None))
+  llvm.add_symbol(gemm_symbol, address)
 
 
 def compile_worker() -> _CompileWorker | None:
@@ -870,8 +901,8 @@ def compile_worker() -> _CompileWorker | None:
 
 def _forget_worker() -> None:
   """In a forked child: the parent's worker is the parent's (it shares its pipes); the child starts its own."""
-  global _worker, _worker_starts, _runtime_compile
-  _worker, _worker_starts, _runtime_compile = None, 0, None
+  global _worker, _worker_starts, _runtime_compile, _library_compile
+  _worker, _worker_starts, _runtime_compile, _library_compile = None, 0, None, None
 
 
 os.register_at_fork(after_in_child=_forget_worker)
