@@ -134,3 +134,24 @@ def test_second_tier_replaces_the_first(monkeypatch, on_cpu):
   np.testing.assert_array_equal(np.asarray(f(a, b)), first)
   np.testing.assert_allclose(first, np.tanh(a.astype(F64) @ b.astype(F64)), rtol=1e-5, atol=1e-5)
   realize._memory_cache.clear()
+
+
+@pytest.mark.parametrize("m,k,n", [(512, 784, 512), (12, 64, 40), (10, 512, 16), (8, 100, 256), (37, 1500, 48),
+                                   (7, 2000, 64), (500, 30, 24)])
+def test_tiers_agree_bit_for_bit(monkeypatch, on_cpu, m, k, n):
+  """The first tier sums in the order of the kernel's own loops (float32 blocks of the same length, added up in
+  float32 or float64 by the same rule), so a program's results don't change when its own loops are swapped in."""
+  rng = np.random.default_rng(k)
+  a, b, c = rng.standard_normal((m, k)).astype(F32), rng.standard_normal((k, n)).astype(F32), \
+      rng.standard_normal(n).astype(F32)
+  results = []
+  for first in (True, False):
+    with monkeypatch.context() as patch:
+      patch.setattr(cpu.CompileStream, "tier", lambda self, name, llvm_ir, quick: (quick if first else None) or llvm_ir)
+      patch.setattr(cpu, "_upgrade_later", lambda jobs, opt_level: None)
+      realize._memory_cache.clear()
+      f = tj.jit(lambda a, b, c: tnp.tanh(a @ b + c))
+      assert calls_library(f, a, b, c) == first
+      results.append(np.asarray(f(a, b, c)))
+  realize._memory_cache.clear()
+  np.testing.assert_array_equal(results[0], results[1])
