@@ -137,10 +137,12 @@ def test_second_tier_replaces_the_first(monkeypatch, on_cpu):
 
 
 @pytest.mark.parametrize("m,k,n", [(512, 784, 512), (12, 64, 40), (10, 512, 16), (8, 100, 256), (37, 1500, 48),
-                                   (7, 2000, 64), (500, 30, 24)])
+                                   (7, 2000, 64), (500, 30, 24), (30, 5000, 16), (20000, 64, 64)])
 def test_tiers_agree_bit_for_bit(monkeypatch, on_cpu, m, k, n):
   """The first tier sums in the order of the kernel's own loops (float32 blocks of the same length, added up in
-  float32 or float64 by the same rule), so a program's results don't change when its own loops are swapped in."""
+  float32 or float64 by the same rule), so a program's results don't change when its own loops are swapped in: plain
+  and packed tiles, launched over rows or column tiles, K-blocked row groups (K = 5000) and blocks of column tiles
+  beside a big row operand (20000 x 64)."""
   rng = np.random.default_rng(k)
   a, b, c = rng.standard_normal((m, k)).astype(F32), rng.standard_normal((k, n)).astype(F32), \
       rng.standard_normal(n).astype(F32)

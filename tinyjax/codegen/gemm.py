@@ -121,9 +121,11 @@ def library_ir(lanes: int, vectors: int, rows: int, block: int, float32_blocks: 
   return "\n".join(out)
 
 
-# A kernel calls the library where its tile plan is the plain register tile (no row groups, panels or blocks
-# of tiles: opt.py's answers to long sums and big operands stay the kernel's own loops) of a float32 product of two
-# loads, over its (row, column) ranges, or (tile, row, column) as lower/schedule.py `_split_columns` cuts them. A
+# A kernel calls the library where its tile plan is a register tile of a float32 product of two loads over one
+# reduce range (not a dot tile, AMX, a convolution's window, or panels of a sum too long for one pack), over its (row,
+# column) ranges, or (tile, row, column) as lower/schedule.py `_split_columns` cuts them: its own loops then sum each
+# element in the same order (float32 blocks of opt.CONTRACTION_SUM_BLOCK steps, added in float32 up to
+# llvm.FLOAT32_BLOCKS of them, else in float64), so that its two tiers agree bit for bit. A
 # kernel that stores the product as it is (a float32 output, contiguous along its columns) has the library write it
 # there; else the library writes a launch chunk's products into an array on the stack (at most SCRATCH_BYTES: the rows
 # a call takes where the kernel is launched over its rows), which the kernel's epilogue reads instead of the sums (the
@@ -160,8 +162,8 @@ def _operand(load: UOp, allowed: set[UOp]) -> Operand | None:
 
 def library_call(ast: UOp, plan: TilePlan | None) -> LibraryCall | None:
   """How kernel `ast` with tile plan `plan` calls the library, or None where it keeps its own loops (see above)."""
-  if plan is None or plan.stream or plan.dot or plan.amx or plan.row is None or plan.group or plan.panel or \
-      plan.tiles > 1 or plan.row_packed or plan.spans or plan.chunk: return None
+  if plan is None or plan.stream or plan.dot or plan.amx or plan.row is None or plan.panel or plan.row_packed or \
+      plan.spans or plan.chunk: return None
   reduce, row, column = plan.reduce, plan.row, plan.column
   if reduce.arg is not Ops.ADD or reduce.dtype != F32 or len(reduce.src) != 2: return None
   (value, steps), ranges = reduce.src, global_ranges_of(ast)
