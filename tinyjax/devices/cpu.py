@@ -393,6 +393,7 @@ class CPUProgram:
     run it (`LaunchList.retarget`): the second tier of a contraction that started as a GEMM library call."""
     with _upgrade_lock:
       self.src, self.fn_addr = src, fn_addr
+      self.__dict__.pop("asm", None)  # (the first tier's, if it was asked for)
       for launches in list(self.watchers or ()): launches.retarget(self)
       self.watchers = None
 
