@@ -157,3 +157,29 @@ def test_tiers_agree_bit_for_bit(monkeypatch, on_cpu, m, k, n):
       results.append(np.asarray(f(a, b, c)))
   realize._memory_cache.clear()
   np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_batched_products_tier_too(monkeypatch, on_cpu):
+  """A batched product (ranges outside the row: batch and heads, attention's q @ k^T and its weights @ v) calls the
+  library once per batch value and column tile; its values equal its own loops' bit for bit, and numpy's."""
+  rng = np.random.default_rng(5)
+  q, k, v = (rng.standard_normal((4, 2, 96, 32)).astype(F32) for _ in range(3))
+
+  def attention(q, k, v):
+    weights = tj.nn.softmax(tnp.einsum("bhtd,bhsd->bhts", q, k) / np.sqrt(32), axis=-1)
+    return tnp.einsum("bhts,bhsd->bhtd", weights, v)
+  results = []
+  for first in (True, False):
+    with monkeypatch.context() as patch:
+      patch.setattr(cpu.CompileStream, "tier", lambda self, name, llvm_ir, quick: (quick if first else None) or llvm_ir)
+      patch.setattr(cpu, "_upgrade_later", lambda jobs, opt_level: None)
+      realize._memory_cache.clear()
+      f = tj.jit(lambda q, k, v: attention(q, k, v))  # (a new function: jit keeps one program per function)
+      assert calls_library(f, q, k, v) == first
+      results.append(np.asarray(f(q, k, v)))
+  realize._memory_cache.clear()
+  np.testing.assert_array_equal(results[0], results[1])
+  scores = np.einsum("bhtd,bhsd->bhts", q.astype(F64), k.astype(F64)) / np.sqrt(32)
+  weights = np.exp(scores - scores.max(-1, keepdims=True))
+  weights /= weights.sum(-1, keepdims=True)
+  np.testing.assert_allclose(results[0], np.einsum("bhts,bhsd->bhtd", weights, v.astype(F64)), rtol=1e-4, atol=1e-5)

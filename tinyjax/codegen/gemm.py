@@ -123,8 +123,9 @@ def library_ir(lanes: int, vectors: int, rows: int, block: int, float32_blocks: 
 
 # A kernel calls the library where its tile plan is a register tile of a float32 product of two loads over one
 # reduce range (not a dot tile, AMX, a convolution's window, or panels of a sum too long for one pack), over its (row,
-# column) ranges, or (tile, row, column) as lower/schedule.py `_split_columns` cuts them: its own loops then sum each
-# element in the same order (float32 blocks of opt.CONTRACTION_SUM_BLOCK steps, added in float32 up to
+# column) ranges, or ranges outside them (a batch, the column tiles of lower/schedule.py `_split_columns`, both): one
+# call per value of those, all rows, or, where there are none, per block of a launch chunk's rows. Its own loops sum
+# each element in the same order (float32 blocks of opt.CONTRACTION_SUM_BLOCK steps, added in float32 up to
 # llvm.FLOAT32_BLOCKS of them, else in float64), so that its two tiers agree bit for bit. A
 # kernel that stores the product as it is (a float32 output, contiguous along its columns) has the library write it
 # there; else the library writes a launch chunk's products into an array on the stack (at most SCRATCH_BYTES: the rows
@@ -149,8 +150,8 @@ class LibraryCall:
   b: Operand              # the load along the reduce range and the column (and the tile)
   row: UOp
   column: UOp
-  tile: UOp | None        # the outermost range of a kernel launched over column tiles, else None (over its rows)
-  rows: int               # rows per call where the kernel is launched over its rows
+  outer: tuple[UOp, ...]  # the global ranges outside the row (a call per value of them), or () (launched over rows)
+  rows: int               # rows per call (all of them where there are ranges outside)
   out: Operand | None     # the STORE the library writes, where it stores the product as it is (else an epilogue)
 
 
@@ -169,26 +170,26 @@ def library_call(ast: UOp, plan: TilePlan | None) -> LibraryCall | None:
   (value, steps), ranges = reduce.src, global_ranges_of(ast)
   if value.op is not Ops.MUL or any(load.op is not Ops.LOAD or load.dtype != F32 or len(load.src) != 2
                                     for load in value.src): return None
-  if ranges[-2:] != [row, column] or len(ranges) > 3: return None
-  tile = ranges[0] if len(ranges) == 3 else None
+  if ranges[-2:] != [row, column]: return None
+  outer = tuple(ranges[:-2])
   first, second = value.src
   if row not in first.src[1].toposort: first, second = second, first
-  a = _operand(first, {row, steps})
-  b = _operand(second, {steps, column} | ({tile} if tile is not None else set()))
+  a = _operand(first, {row, steps, *outer})
+  b = _operand(second, {steps, column, *outer})
   geometry = tile_geometry()
   lanes = geometry.vector_bytes // 4
   if a is None or b is None or steps.src[0].arg * lanes * geometry.tile_vectors * 4 > PACK_BYTES: return None
   width, height = column.src[0].arg, row.src[0].arg
-  if tile is not None:  # (a call per tile: all its rows)
+  if outer:  # (a call per value of the ranges outside: all rows)
     if height * width * 4 > SCRATCH_BYTES: return None
     rows = height
   else:  # (a call per block of a launch chunk's rows)
     rows = SCRATCH_BYTES // (4 * width) // geometry.tile_rows * geometry.tile_rows
     if rows < geometry.tile_rows: return None
   (store,) = [node for node in ast.src if node.op is Ops.STORE]
-  out = _operand(store, {row, column} | ({tile} if tile is not None else set())) \
+  out = _operand(store, {row, column, *outer}) \
       if store.src[2] is reduce and store.dtype == F32 else None
-  return LibraryCall(reduce, a, b, row, column, tile, min(rows, height), out if out and out.strides.get(column) == 1
+  return LibraryCall(reduce, a, b, row, column, outer, min(rows, height), out if out and out.strides.get(column) == 1
                      else None)
 
 

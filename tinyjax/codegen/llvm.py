@@ -581,9 +581,10 @@ class _Renderer(Linearizer):
     self.check_stores()
 
   def render_library_gemm(self, call: gemm.LibraryCall) -> None:
-    """A kernel whose product the GEMM library computes (codegen/gemm.py): per launch chunk's column tile (or block of
-    its rows, `call.rows` at a time) one call of `tj_sgemm` into an array of the products, then the epilogue and the
-    STORE per element, the REDUCE's value read from that array."""
+    """A kernel whose product the GEMM library computes (codegen/gemm.py): per value of the ranges outside its row (a
+    batch, a column tile; else per block of a launch chunk's rows, `call.rows` at a time) one call of `tj_sgemm`, into
+    the output where the kernel stores the product as it is, else into an array of the products, then the epilogue
+    and the STORE per element, the REDUCE's value read from that array."""
     self.declarations.add(f"declare {gemm.SIGNATURE}")
     reduce, row, column, (steps,) = call.reduce, call.row, call.column, call.reduce.src[1:]
     width = column.src[0].arg
@@ -600,14 +601,14 @@ class _Renderer(Linearizer):
                                                                  f"{self.emit(f'mul nsw i64 {value}, {stride}')}")
       return self.emit(f"getelementptr float, ptr {self.value(load.buffer)}, i64 {offset}", "addr")
 
-    def product(first: str, rows: str, tile: dict[UOp, str]) -> None:
-      """The library's products of rows [first, first + rows) (of column tile `tile`), into the output or the
-      products' array, then the epilogue per element."""
-      c = f"ptr {operand(out, {row: first, **tile})}, i64 {out.strides.get(row, 0)}" if out else \
+    def product(first: str, rows: str, outer: dict[UOp, str]) -> None:
+      """The library's products of rows [first, first + rows) (at the values `outer` of the ranges outside the row),
+      into the output or the products' array, then the epilogue per element."""
+      c = f"ptr {operand(out, {row: first, **outer})}, i64 {out.strides.get(row, 0)}" if out else \
           f"ptr {products}, i64 {width}"
       self.line(f"call void @{gemm.SYMBOL}(i64 {rows}, i64 {width}, i64 {steps.src[0].arg}, "
-                f"ptr {operand(a, {row: first})}, i64 {a.strides.get(row, 0)}, i64 {a.strides.get(steps, 0)}, "
-                f"ptr {operand(b, tile)}, i64 {b.strides.get(steps, 0)}, i64 {b.strides.get(column, 0)}, {c})")
+                f"ptr {operand(a, {row: first, **outer})}, i64 {a.strides.get(row, 0)}, i64 {a.strides.get(steps, 0)}, "
+                f"ptr {operand(b, outer)}, i64 {b.strides.get(steps, 0)}, i64 {b.strides.get(column, 0)}, {c})")
       if out: return
       with self.loop(first, self.emit(f"add nsw i64 {first}, {rows}"), binds=row) as index:
         self.emit_ready(self.ast)
@@ -618,10 +619,17 @@ class _Renderer(Linearizer):
           self.scopes[-1][reduce] = self.emit(f"load float, ptr {address}")
           self.emit_ready(self.ast)
 
-    if call.tile is not None:  # (launched over column tiles: a call per tile, all rows)
-      with self.loop("%start", "%end", binds=call.tile) as tile:
+    def outside(depth: int, bound: dict[UOp, str]) -> None:
+      """The loops of the ranges outside the row (the first over the launch chunk), a call per value of them."""
+      if depth == len(call.outer):
+        product("0", str(row.src[0].arg), bound)
+        return
+      rng = call.outer[depth]
+      with self.loop(*(("%start", "%end") if depth == 0 else ("0", str(rng.src[0].arg))), binds=rng) as index:
         self.emit_ready(self.ast)
-        product("0", str(row.src[0].arg), {call.tile: tile})
+        outside(depth + 1, {**bound, rng: index})
+    if call.outer:
+      outside(0, {})
       return
     with self.loop("%start", "%end", None, step=call.rows, whole=False) as first:
       rows = self.call("llvm.smin.i64", "i64", [("i64", str(call.rows)),
