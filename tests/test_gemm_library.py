@@ -34,6 +34,21 @@ def calls_library(f, *args) -> bool:
   return any(f"call void @{gemm.SYMBOL}(" in source for source in sources(f, *args))
 
 
+def both_tiers(monkeypatch, fun, *args) -> list[np.ndarray]:
+  """`jit(fun)(*args)` run as its first tier (library calls) and with its own loops (each checked to be so)."""
+  results = []
+  for first in (True, False):
+    with monkeypatch.context() as patch:
+      patch.setattr(cpu.CompileStream, "tier", lambda self, name, llvm_ir, quick: (quick if first else None) or llvm_ir)
+      patch.setattr(cpu, "_upgrade_later", lambda jobs, opt_level: None)
+      realize._memory_cache.clear()
+      f = tj.jit(lambda *args: fun(*args))  # (a new function each time: jit keeps one program per function)
+      assert calls_library(f, *args) == first
+      results.append(np.asarray(f(*args)))
+  realize._memory_cache.clear()
+  return results
+
+
 def test_library_called_directly():
   """`tj_sgemm` itself, through ctypes, for every edge: one row or column or step, rows past the last whole tile,
   partial column panels, sums of one float32 block, several (added in float32) and many (in float64), transposed
@@ -146,17 +161,8 @@ def test_tiers_agree_bit_for_bit(monkeypatch, on_cpu, m, k, n):
   rng = np.random.default_rng(k)
   a, b, c = rng.standard_normal((m, k)).astype(F32), rng.standard_normal((k, n)).astype(F32), \
       rng.standard_normal(n).astype(F32)
-  results = []
-  for first in (True, False):
-    with monkeypatch.context() as patch:
-      patch.setattr(cpu.CompileStream, "tier", lambda self, name, llvm_ir, quick: (quick if first else None) or llvm_ir)
-      patch.setattr(cpu, "_upgrade_later", lambda jobs, opt_level: None)
-      realize._memory_cache.clear()
-      f = tj.jit(lambda a, b, c: tnp.tanh(a @ b + c))
-      assert calls_library(f, a, b, c) == first
-      results.append(np.asarray(f(a, b, c)))
-  realize._memory_cache.clear()
-  np.testing.assert_array_equal(results[0], results[1])
+  first, own = both_tiers(monkeypatch, lambda a, b, c: tnp.tanh(a @ b + c), a, b, c)
+  np.testing.assert_array_equal(first, own)
 
 
 def test_batched_products_tier_too(monkeypatch, on_cpu):
@@ -168,17 +174,8 @@ def test_batched_products_tier_too(monkeypatch, on_cpu):
   def attention(q, k, v):
     weights = tj.nn.softmax(tnp.einsum("bhtd,bhsd->bhts", q, k) / np.sqrt(32), axis=-1)
     return tnp.einsum("bhts,bhsd->bhtd", weights, v)
-  results = []
-  for first in (True, False):
-    with monkeypatch.context() as patch:
-      patch.setattr(cpu.CompileStream, "tier", lambda self, name, llvm_ir, quick: (quick if first else None) or llvm_ir)
-      patch.setattr(cpu, "_upgrade_later", lambda jobs, opt_level: None)
-      realize._memory_cache.clear()
-      f = tj.jit(lambda q, k, v: attention(q, k, v))  # (a new function: jit keeps one program per function)
-      assert calls_library(f, q, k, v) == first
-      results.append(np.asarray(f(q, k, v)))
-  realize._memory_cache.clear()
-  np.testing.assert_array_equal(results[0], results[1])
+  results = both_tiers(monkeypatch, attention, q, k, v)
+  np.testing.assert_array_equal(*results)
   scores = np.einsum("bhtd,bhsd->bhts", q.astype(F64), k.astype(F64)) / np.sqrt(32)
   weights = np.exp(scores - scores.max(-1, keepdims=True))
   weights /= weights.sum(-1, keepdims=True)
