@@ -76,9 +76,10 @@ def test_library_called_directly():
 
 
 # (m, k, n, whether the first tier is a library call): row-launched and column-tile-launched kernels, K over the
-# float64 threshold, a column that is no whole panel; a too-narrow output keeps its own loops (a dot tile)
-SHAPES = [(512, 784, 512, True), (100, 300, 64, True), (1000, 64, 512, True), (37, 1500, 48, True),
-          (61, 70, 80, True), (512, 512, 10, False)]
+# float64 threshold, a column that is no whole panel; a too-narrow output keeps its own loops (a dot tile), and so
+# does a short sum (gemm.MIN_STEPS)
+SHAPES = [(512, 784, 512, True), (100, 300, 64, True), (1000, 128, 512, True), (37, 1500, 48, True),
+          (61, 170, 80, True), (512, 512, 10, False), (1000, 64, 512, False)]
 
 
 @pytest.mark.parametrize("m,k,n,library", SHAPES)
@@ -151,13 +152,13 @@ def test_second_tier_replaces_the_first(monkeypatch, on_cpu):
   realize._memory_cache.clear()
 
 
-@pytest.mark.parametrize("m,k,n", [(512, 784, 512), (12, 64, 40), (10, 512, 16), (8, 100, 256), (37, 1500, 48),
-                                   (7, 2000, 64), (500, 30, 24), (30, 5000, 16), (20000, 64, 64)])
+@pytest.mark.parametrize("m,k,n", [(512, 784, 512), (12, 128, 40), (10, 512, 16), (37, 1500, 48), (24, 2000, 64),
+                                   (500, 130, 24), (30, 5000, 16), (20000, 128, 64)])
 def test_tiers_agree_bit_for_bit(monkeypatch, on_cpu, m, k, n):
   """The first tier sums in the order of the kernel's own loops (float32 blocks of the same length, added up in
   float32 or float64 by the same rule), so a program's results don't change when its own loops are swapped in: plain
   and packed tiles, launched over rows or column tiles, K-blocked row groups (K = 5000) and blocks of column tiles
-  beside a big row operand (20000 x 64)."""
+  beside a big row operand (20000 x 128)."""
   rng = np.random.default_rng(k)
   a, b, c = rng.standard_normal((m, k)).astype(F32), rng.standard_normal((k, n)).astype(F32), \
       rng.standard_normal(n).astype(F32)
@@ -169,14 +170,14 @@ def test_batched_products_tier_too(monkeypatch, on_cpu):
   """A batched product (ranges outside the row: batch and heads, attention's q @ k^T and its weights @ v) calls the
   library once per batch value and column tile; its values equal its own loops' bit for bit, and numpy's."""
   rng = np.random.default_rng(5)
-  q, k, v = (rng.standard_normal((4, 2, 96, 32)).astype(F32) for _ in range(3))
+  q, k, v = (rng.standard_normal((2, 2, 128, 128)).astype(F32) for _ in range(3))
 
   def attention(q, k, v):
-    weights = tj.nn.softmax(tnp.einsum("bhtd,bhsd->bhts", q, k) / np.sqrt(32), axis=-1)
+    weights = tj.nn.softmax(tnp.einsum("bhtd,bhsd->bhts", q, k) / np.sqrt(128), axis=-1)
     return tnp.einsum("bhts,bhsd->bhtd", weights, v)
   results = both_tiers(monkeypatch, attention, q, k, v)
   np.testing.assert_array_equal(*results)
-  scores = np.einsum("bhtd,bhsd->bhts", q.astype(F64), k.astype(F64)) / np.sqrt(32)
+  scores = np.einsum("bhtd,bhsd->bhts", q.astype(F64), k.astype(F64)) / np.sqrt(128)
   weights = np.exp(scores - scores.max(-1, keepdims=True))
   weights /= weights.sum(-1, keepdims=True)
   np.testing.assert_allclose(results[0], np.einsum("bhts,bhsd->bhtd", weights, v.astype(F64)), rtol=1e-4, atol=1e-5)
