@@ -76,10 +76,10 @@ def test_library_called_directly():
 
 
 # (m, k, n, whether the first tier is a library call): row-launched and column-tile-launched kernels, K over the
-# float64 threshold, a column that is no whole panel; a too-narrow output keeps its own loops (a dot tile), and so
-# does a short sum (gemm.MIN_STEPS)
+# float64 threshold, a column that is no whole panel, a short sum of a small product; a too-narrow output keeps its
+# own loops (a dot tile), and so does a short sum of a big product (gemm.MIN_STEPS, SMALL_PRODUCT)
 SHAPES = [(512, 784, 512, True), (100, 300, 64, True), (1000, 128, 512, True), (37, 1500, 48, True),
-          (61, 170, 80, True), (512, 512, 10, False), (1000, 64, 512, False)]
+          (61, 170, 80, True), (512, 10, 512, True), (512, 512, 10, False), (1000, 64, 512, False)]
 
 
 @pytest.mark.parametrize("m,k,n,library", SHAPES)

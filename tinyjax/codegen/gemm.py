@@ -15,6 +15,7 @@ value per row and step: any strides, so a transposed A costs no copy.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tinyjax.codegen.opt import F32, PACK_BYTES, PACK_MIN_ROWS, TilePlan, global_ranges_of, tile_geometry
@@ -132,9 +133,12 @@ def library_ir(lanes: int, vectors: int, rows: int, block: int, float32_blocks: 
 # a call takes where the kernel is launched over its rows), which the kernel's epilogue reads instead of the sums (the
 # output may be where the epilogue reads, as in an update of the weights in place).
 SCRATCH_BYTES = 256 << 10
-# ... and where its sum has at least MIN_STEPS steps: a tile's zeroing, block flush and stores through memory cost
-# too much beside a short sum (a PINN's (2048 x 64) @ (64 x 64): 0.37-0.41 ms against its own loops' 0.21-0.22).
+# ... and where its sum has at least MIN_STEPS steps, or the whole product at most SMALL_PRODUCT multiply-adds: a tile's
+# zeroing, block flush and stores through memory cost too much beside a short sum (a PINN's (2048 x 64) @ (64 x 64):
+# 0.37-0.41 ms against its own loops' 0.21-0.22), but not in absolute terms for a small product (the MLP's
+# (512 x 10) @ (10 x 512) gradient, whose own loops take 80 ms of LLVM).
 MIN_STEPS = 128
+SMALL_PRODUCT = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -181,8 +185,9 @@ def library_call(ast: UOp, plan: TilePlan | None) -> LibraryCall | None:
   b = _operand(second, {steps, column, *outer})
   geometry = tile_geometry()
   lanes = geometry.vector_bytes // 4
-  if a is None or b is None or not MIN_STEPS <= steps.src[0].arg <= PACK_BYTES // (lanes * geometry.tile_vectors * 4):
-    return None
+  size = steps.src[0].arg
+  if a is None or b is None or size > PACK_BYTES // (lanes * geometry.tile_vectors * 4) or \
+      size < MIN_STEPS and math.prod(rng.src[0].arg for rng in ranges) * size > SMALL_PRODUCT: return None
   width, height = column.src[0].arg, row.src[0].arg
   if outer:  # (a call per value of the ranges outside: all rows, at least PACK_MIN_ROWS to share B's pack)
     if height * width * 4 > SCRATCH_BYTES or height < PACK_MIN_ROWS: return None
