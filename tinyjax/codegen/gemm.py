@@ -1,6 +1,8 @@
-"""A shape-generic float32 matrix product, compiled once per machine with the CPU runtime (devices/cpu.py): a kernel
-whose contraction it can do calls it instead of carrying its own copy of the register-tiled loops, so a new matrix
-shape costs LLVM the kernel's prologue and epilogue only (llvm.py `library_gemm`).
+"""A shape-generic float32 matrix product, compiled once per machine (devices/cpu.py: by the compile worker after the
+runtime, kept in the disk cache): the first tier of a kernel whose contraction it can do (`library_call`, llvm.py
+`render_library_gemm`) calls it instead of carrying its own copy of the register-tiled loops, so that a new matrix
+shape costs LLVM the kernel's epilogue only while its own loops compile in the background (devices/cpu.py
+`CompileStream`).
 
     void tj_sgemm(i64 M, i64 N, i64 K, ptr A, i64 am, i64 ak, ptr B, i64 bk, i64 bn, ptr C, i64 cm)
 
@@ -9,9 +11,10 @@ elements, any sign; M, N, K >= 1; C does not overlap A or B). It is the register
 vectors (`tile_geometry`: AVX2 6 x 16, AVX-512 6 x 64): for each panel of `columns` columns, B's values for every
 step are packed into a contiguous array on the stack (K x columns float32: the caller keeps that within
 opt.PACK_BYTES), the last panel padded with zeros; for each tile of `rows` rows (the last one repeating the last row),
-the sums run in float32 vector registers over blocks of `block` steps, each block added into float64 sums, which
-are rounded to float32 and stored (a partial panel element by element). A row of A is read in place, one broadcast
-value per row and step: any strides, so a transposed A costs no copy.
+the sums run in float32 vector registers over blocks of `block` steps, each block added into the tile's sums (float32
+for a few blocks, else float64, as the kernels' own tiles do), which are rounded to float32 and stored (a partial
+panel element by element). A row of A is read in place, one broadcast value per row and step: any strides, so a
+transposed A costs no copy.
 """
 from __future__ import annotations
 
@@ -154,7 +157,7 @@ class LibraryCall:
   """How a kernel calls `tj_sgemm` (`library_call`)."""
   reduce: UOp             # the kernel's REDUCE, whose value the library computes
   a: Operand              # the load along the row and the reduce range
-  b: Operand              # the load along the reduce range and the column (and the tile)
+  b: Operand              # the load along the reduce range and the column (and the ranges outside the row)
   row: UOp
   column: UOp
   outer: tuple[UOp, ...]  # the global ranges outside the row (a call per value of them), or () (launched over rows)
