@@ -2288,10 +2288,11 @@ class _Renderer(Linearizer):
         with self.bound(plan.column, self.emit(f"add nsw i64 {tile_start}, {slot}", "idx")):
           body(slot)
 
-    results = [self.stream_sums(node, columns) for node in plan.reduces or (plan.reduce,)]
+    reduces = plan.reduces or (plan.reduce,)
+    results = [self.stream_sums(node, columns) for node in reduces]
 
     def epilogue(slot: str) -> None:
-      for node, (result, result_dtype) in zip(plan.reduces or (plan.reduce,), results):
+      for node, (result, result_dtype) in zip(reduces, results):
         total = self.emit(f"load {compute_type(result_dtype)}, ptr {self.slot(result, result_dtype, slot)}")
         self.scopes[-1][node] = self.cast(total, result_dtype, node.dtype)
       self.emit_ready(self.ast)

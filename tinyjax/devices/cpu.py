@@ -742,7 +742,8 @@ def _upgrade(jobs: list[tuple[CPUProgram, str, str]], opt_level: int) -> None:
     with _lock:
       if not _exiting and reply is not None and reply[0]:
         address = load_or_compile(name, llvm_ir, opt_level, compiled=reply[1])
-        _programs.setdefault((name, llvm_ir, opt_level), CPUProgram(name, llvm_ir, address, opt_level))
+        if (memo_key := (name, llvm_ir, opt_level)) not in _programs:
+          _programs[memo_key] = CPUProgram(name, llvm_ir, address, opt_level)
     if address is None:  # (the worker failed or the process is ending: the first tier stays)
       with _upgrade_lock: program.watchers = None
       continue
