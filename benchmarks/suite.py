@@ -157,6 +157,13 @@ def bench_matmul(n: int):
   return bench
 
 
+def bench_matmul_bf16(jax, jnp):
+  """bfloat16 operands, float32 sums and result (mixed-precision training's products)."""
+  import ml_dtypes
+  a, b = (_normal((1024, 1024), seed=seed).astype(ml_dtypes.bfloat16) for seed in (0, 1))
+  return _jitted(jax, jnp, lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32), a, b)
+
+
 def adam_update(jax, jnp, params, grads, m, v, count):
   """Adam by hand: `count` is the step number (1, 2, ...) as a float32 array, threaded through the training loop."""
   b1, b2, eps, learning_rate = ADAM["b1"], ADAM["b2"], ADAM["eps"], ADAM["learning_rate"]
@@ -434,6 +441,8 @@ WORKLOADS = {w.name: w for w in [
   Workload("layernorm", bench_layernorm, "ms", numpy=True, bytes=2 * 4 * ROWS * COLUMNS, note="8192x1024 last axis"),
   *[Workload(f"matmul{n}", bench_matmul(n), "GFLOP/s", numpy=True, flops=2 * n ** 3, note=f"{n}x{n} @ {n}x{n}")
     for n in (512, 1024, 2048)],
+  Workload("matmul1024_bf16", bench_matmul_bf16, "GFLOP/s", flops=2 * 1024 ** 3,
+           note="bfloat16 1024x1024 @ 1024x1024, float32 sums and result"),
   Workload("mlp_adam", _training(mlp_problem), "steps/s", flops=MLP_FLOPS,
            note="784-512-512-10, batch 512"),
   *[Workload(f"mlp_adam_dp{n}", _training(mlp_problem, n), "steps/s", flops=MLP_FLOPS, devices=n,

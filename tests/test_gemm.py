@@ -1243,7 +1243,8 @@ def test_amx_only_for_bfloat16_products_it_can_tile():
 
 def test_bfloat16_matmul_through_jit_grad_and_vmap():
   """`jnp.dot` of bfloat16 arrays (float32 or bfloat16 results), its gradient and a vmapped product, against numpy
-  in float64: the bfloat16 operands stay bfloat16 up to the kernel (no float32 copy), where AMX reads them."""
+  in float64: the bfloat16 operands stay bfloat16 up to the kernel, where AMX reads them (a register tile's row
+  operand gets a float32 copy of its own: `test_half_row_operand_is_widened_once`)."""
   import tinyjax as tj
   import tinyjax.numpy as tnp
   from tinyjax import lax
@@ -1261,6 +1262,72 @@ def test_bfloat16_matmul_through_jit_grad_and_vmap():
   stacked = rng.standard_normal((3, 40, 64)).astype(BF16)
   batched = tj.vmap(lambda x: lax.dot(x, b[:64], preferred_element_type=np.float32))(tnp.asarray(stacked))
   np.testing.assert_allclose(np.asarray(batched), stacked.astype(F64) @ b[:64].astype(F64), rtol=1e-5, atol=1e-4)
+
+
+def _half_loads(ast: UOp) -> list[UOp]:
+  return [node for node in ast.toposort if node.op is Ops.LOAD and node.dtype in (BF16, F16)]
+
+
+@pytest.mark.parametrize("case", ["bf16", "f16", "bf16_rounded", "bf16_x_f32", "f32_x_bf16", "transposed", "batched",
+                                  "tall"])
+def test_half_row_operand_is_widened_once(case, on_cpu):
+  """A register tile broadcasts each value of its row operand; read as bfloat16 or float16, each such value took a
+  load, a conversion and a broadcast (a 1024^3 bfloat16 product with float32 sums ran at 60% of the float32 one). The
+  row operand is now copied as float32 first (a kernel of its own, reading it once) and the column operand converted
+  where it is packed, so the contraction reads one half-precision operand, or none. Not on AMX tiles, which read
+  bfloat16. Values against numpy in float64."""
+  rng = np.random.default_rng(len(case))
+  m, k, n = (600, 96, 80) if case == "tall" else (96, 200, 72)
+  half = F16 if case == "f16" else BF16
+  a_dtype = F32 if case == "f32_x_bf16" else half
+  b_dtype = F32 if case == "bf16_x_f32" else half
+  a, b = rng.standard_normal((m, k)).astype(a_dtype), rng.standard_normal((k, n)).astype(b_dtype)
+  if case == "transposed":
+    a = np.ascontiguousarray(a.T)
+    f = tj.jit(lambda x, y: tj.lax.dot(x.T, y, preferred_element_type=np.float32))
+  elif case == "batched":
+    a = rng.standard_normal((3, m, k)).astype(a_dtype)
+    f = tj.jit(tj.vmap(lambda x, y: tj.lax.dot(x, y, preferred_element_type=np.float32), in_axes=(0, None)))
+  elif case in ("bf16_rounded", "bf16_x_f32", "f32_x_bf16"):  # (mixed: the half operand promoted to float32)
+    f = tj.jit(lambda x, y: x @ y)
+  else:
+    f = tj.jit(lambda x, y: tj.lax.dot(x, y, preferred_element_type=np.float32))
+  kernels = kernels_of(f.lower(a, b)._compiled.schedule.schedule.kernels)
+  (product,) = [kernel for kernel in kernels if kernel.name.startswith("r_")]
+  copies = [kernel for kernel in kernels if kernel.name.startswith("e_")]
+  if not _amx_available():
+    # (float16 buffers are read as float32 copies of their own on the CPU anyway: lower/schedule.py `_widened_load`)
+    widened = (a_dtype != F32) + (b_dtype == F16)
+    assert len(copies) == widened
+    for copy in copies:
+      (store,) = [node for node in copy.ast.toposort if node.op is Ops.STORE]
+      assert store.src[2].op is Ops.CAST and store.src[2].dtype == F32 and len(_half_loads(copy.ast)) == 1
+    # (what is left: the column operand, converted as it is packed)
+    assert len(_half_loads(product.ast)) == (b_dtype == BF16)
+    assert any(opt[0] == "upcast" for opt in applied_opts(product.ast))
+  wide_a, wide_b = a.astype(F64), b.astype(F64)
+  want = (wide_a.T if case == "transposed" else wide_a) @ wide_b
+  got = np.asarray(f(a, b)).astype(F64)
+  if case == "bf16_rounded": np.testing.assert_allclose(got, want.astype(BF16).astype(F64), rtol=1e-2, atol=1e-2)
+  else: np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_half_convolution_input_is_not_widened(on_cpu):
+  """A bfloat16 convolution's input is read through sliding windows: a float32 copy of what its tile reads would be
+  the 3x3 patches, 9 times the input, so it is not widened (no kernel writes more float32 values than the input
+  has). Values against numpy in float64."""
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((2, 12, 12, 16)).astype(BF16)
+  w = (rng.standard_normal((3, 3, 16, 32)) / 12).astype(BF16)
+  f = tj.jit(lambda x, w: tj.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                                      preferred_element_type=np.float32))
+  for step in kernels_of(f.lower(x, w)._compiled.schedule.schedule.kernels):
+    stores = [node for node in step.ast.toposort if node.op is Ops.STORE]
+    assert step.work <= x.size or not any(store.src[2].op is Ops.CAST for store in stores), step.name
+  padded = np.pad(x.astype(F64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+  want = sum(np.einsum("nhwc,co->nhwo", padded[:, i:i + 12, j:j + 12], w[i, j].astype(F64))
+             for i in range(3) for j in range(3))
+  np.testing.assert_allclose(np.asarray(f(x, w)), want, rtol=1e-5, atol=1e-4)
 
 
 def test_cached_amx_kernels_run_in_a_fresh_process(tmp_path):
