@@ -43,6 +43,7 @@ from tinyjax.uop import Ops, UOp
 # what lowers and runs programs, imported by the first program (`import tinyjax` need not load it)
 realize = LazyModule("tinyjax.lower.realize")
 lowering = LazyModule("tinyjax.lower.schedule")
+cpu_device = LazyModule("tinyjax.devices.cpu")
 memory_plan = LazyModule("tinyjax.lower.memory")
 
 
@@ -676,6 +677,9 @@ class Lowered:
       kernels = lowering.kernels_of(sched.schedule.kernels)
       loops = len(kernels) - len(sched.schedule.kernels) if len(kernels) > len(sched.schedule.kernels) else 0
       parts.append(f"# {len(kernels)} kernels" + (" (some inside loops)" if loops else ""))
+      # (a contraction's first tier runs until its own loops are compiled: the text is of the kernels' own code)
+      if any(getattr(program, "watchers", None) is not None for program in sched.programs):
+        cpu_device.wait_for_upgrades()
       for kernel, program in zip(kernels, sched.programs):
         parts.append(f"# kernel {kernel.name} buffers={list(kernel.slots)}\n{program.src}")
     return "\n".join(parts)
