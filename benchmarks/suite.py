@@ -50,6 +50,7 @@ MLP_SIZES, MLP_BATCH = (784, 512, 512, 10), 512
 CNN_BATCH = 128
 # transformer_step: batch, sequence, width, heads, layers (a pre-norm causal decoder, 10 classes per position)
 TRANSFORMER = {"batch": 8, "steps": 128, "width": 256, "heads": 4, "layers": 2}
+LM = {"vocab": 2000, "batch": 32, "steps": 64, "width": 128, "heads": 4, "layers": 1}
 VMAP_SIZES, VMAP_BATCH = (784, 256, 10), 128
 SCAN_STEPS, SCAN_WIDTH = 1000, 64
 ADAM = {"b1": 0.9, "b2": 0.999, "eps": 1e-8, "learning_rate": 1e-3}
@@ -202,13 +203,17 @@ def _layer_norm(jax, x, gain, bias):
 def _transformer_apply(jax, params, x):
   """Pre-norm decoder blocks: causal multi-head attention with the heads split from and merged back into the
   width, then a GELU MLP; a linear head."""
+  return _blocks(jax, params[:-1], x, TRANSFORMER["heads"]) @ params[-1]["w"] + params[-1]["b"]
+
+
+def _blocks(jax, layers, x, heads: int):
+  """The decoder blocks of `_transformer_apply` over x of (batch, steps, width)."""
   import numpy as np
   jnp = jax.numpy
   batch, steps, width = x.shape
-  heads = TRANSFORMER["heads"]
   size = width // heads
   causal = np.tril(np.ones((steps, steps), bool))
-  for layer in params[:-1]:
+  for layer in layers:
     h = _layer_norm(jax, x, layer["ln1"], layer["ln1_b"])
     q, k, v = (part.reshape(batch, steps, heads, size).transpose(0, 2, 1, 3)
                for part in jnp.split(h @ layer["qkv"]["w"] + layer["qkv"]["b"], 3, axis=-1))
@@ -217,7 +222,15 @@ def _transformer_apply(jax, params, x):
     x = x + attended @ layer["out"]["w"] + layer["out"]["b"]
     h = _layer_norm(jax, x, layer["ln2"], layer["ln2_b"])
     x = x + jax.nn.gelu(h @ layer["up"]["w"] + layer["up"]["b"]) @ layer["down"]["w"] + layer["down"]["b"]
-  return x @ params[-1]["w"] + params[-1]["b"]
+  return x
+
+
+def _lm_apply(jax, params, tokens):
+  """A language model: token and position embeddings (the tokens gathered from the table), the decoder blocks, a
+  final layer norm and logits over the vocabulary by the token table itself (tied)."""
+  x = params["tokens"][tokens] + params["positions"]
+  x = _blocks(jax, params["blocks"], x, LM["heads"])
+  return _layer_norm(jax, x, params["ln"], params["ln_b"]) @ params["tokens"].T
 
 
 def transformer_problem():
@@ -229,6 +242,19 @@ def transformer_problem():
              "down": _dense(4 * width, width, 4 * i + 3)} for i in range(TRANSFORMER["layers"])]
   params = layers + [_dense(width, 10, 99)]
   return _transformer_apply, params, _normal((*shape, width), seed=10), _rng(11).integers(0, 10, shape)
+
+
+def lm_problem():
+  import numpy as np
+  width, shape = LM["width"], (LM["batch"], LM["steps"])
+  ones, zeros = np.ones(width, np.float32), np.zeros(width, np.float32)
+  blocks = [{"ln1": ones, "ln1_b": zeros, "ln2": ones, "ln2_b": zeros, "qkv": _dense(width, 3 * width, 4 * i),
+             "out": _dense(width, width, 4 * i + 1), "up": _dense(width, 4 * width, 4 * i + 2),
+             "down": _dense(4 * width, width, 4 * i + 3)} for i in range(LM["layers"])]
+  params = {"tokens": _normal((LM["vocab"], width), 0.02, 20), "positions": _normal((LM["steps"], width), 0.02, 21),
+            "blocks": blocks, "ln": ones, "ln_b": zeros}
+  tokens = _rng(22).integers(0, LM["vocab"], (shape[0], shape[1] + 1)).astype(np.int32)
+  return _lm_apply, params, tokens[:, :-1], tokens[:, 1:]
 
 
 def mlp_problem():
@@ -254,7 +280,7 @@ def train_step(jax, jnp, problem, devices: int = 0):
 
   def loss_fn(params, x, y):
     logits = apply(jax, params, x)
-    return -(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, 10)).sum(axis=-1).mean()
+    return -(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, logits.shape[-1])).sum(axis=-1).mean()
 
   grads_of = jax.value_and_grad(loss_fn)
   if devices:
@@ -428,6 +454,10 @@ _TOKENS, _WIDTH = TRANSFORMER["batch"] * TRANSFORMER["steps"], TRANSFORMER["widt
 # each, three times over: the forward, the weight gradients and the input gradients.
 TRANSFORMER_FLOPS = 6 * (TRANSFORMER["layers"] * (_TOKENS * _WIDTH * _WIDTH * (3 + 1 + 8) +
                                                   2 * _TOKENS * TRANSFORMER["steps"] * _WIDTH) + _TOKENS * _WIDTH * 10)
+# the same for the language model, its head the tied vocabulary
+_LM_TOKENS = LM["batch"] * LM["steps"]
+LM_FLOPS = 6 * (LM["layers"] * (_LM_TOKENS * LM["width"] ** 2 * (3 + 1 + 8) +
+                                2 * _LM_TOKENS * LM["steps"] * LM["width"]) + _LM_TOKENS * LM["width"] * LM["vocab"])
 WORKLOADS = {w.name: w for w in [
   Workload("dispatch", bench_dispatch, "us", note="jit(x + 1), float32[8], cache hit"),
   Workload("eager_chain", bench_eager_chain, "us", note=f"eager: {2 * EAGER_CHAIN} ops x * 1.0001 + 0.5, float32[8]"),
@@ -452,6 +482,8 @@ WORKLOADS = {w.name: w for w in [
   Workload("cnn_step", _training(cnn_problem), "steps/s", flops=CNN_FLOPS, note="examples/cnn.py model, batch 128"),
   Workload("transformer_step", _training(transformer_problem), "steps/s", flops=TRANSFORMER_FLOPS,
            note="2 causal attention + GELU MLP blocks, 8x128 tokens, width 256, 4 heads"),
+  Workload("lm_step", _training(lm_problem), "steps/s", flops=LM_FLOPS,
+           note="a language model: 2000-token embedding gathered and tied to the logits, 1 block, 32x64 tokens"),
   Workload("vmap_grad", bench_vmap_grad, "ms", note="784-256-10, 128 examples"),
   Workload("scan", bench_scan, "ms", note="1000 steps tanh(h@W+x), 64 wide"),
   Workload("vmap_solve", bench_vmap_solve, "ms", note="vmap(jnp.linalg.solve), 256 16x16 systems"),
