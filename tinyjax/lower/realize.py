@@ -28,7 +28,7 @@ import numpy as np
 from tinyjax import __version__
 from tinyjax.codegen.gpu import gpu_launch
 from tinyjax.codegen.llvm import render_llvm
-from tinyjax.codegen.opt import amx_bf16, tile_geometry
+from tinyjax.codegen.opt import amx_bf16, plans_memoized, tile_geometry
 from tinyjax.devices import CompileStream, LaunchList, compile_cpu, compile_cpu_many, compile_worker, cpu_threads
 from tinyjax.devices.cpu import HostProgram
 from tinyjax.devices.device import placement_of, CPU, compute_device, default_device, host_buffer, place, runnable
@@ -224,16 +224,17 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
     def built(k: Kernel) -> None:  # (a contraction, rendered and compiling while the rest of the program is lowered)
       stream.prepare(k.name, stream.tier(k.name, *render(k)))
     try:
-      sched = gpu_schedule(real_sink) if gpu else schedule(real_sink, threads, built=built)
-      kernels = kernels_of(sched.kernels)
-      sources, quick = [], []
-      for k in kernels:  # (each submitted as it is rendered: the worker compiles while the rest are)
-        source, first = render(k)
-        sources.append(source)
-        quick.append(first)
-        if stream is not None: stream.submit(k.name, source, first)
-      for native in natives_of(sched.kernels) if stream is not None else ():  # (compiled along, loaded by the launch)
-        stream.include(*native.source())
+      with plans_memoized():  # (each kernel's tile plan worked out once in this lowering)
+        sched = gpu_schedule(real_sink) if gpu else schedule(real_sink, threads, built=built)
+        kernels = kernels_of(sched.kernels)
+        sources, quick = [], []
+        for k in kernels:  # (each submitted as it is rendered: the worker compiles while the rest are)
+          source, first = render(k)
+          sources.append(source)
+          quick.append(first)
+          if stream is not None: stream.submit(k.name, source, first)
+        for native in natives_of(sched.kernels) if stream is not None else ():  # (compiled along, loaded by launch)
+          stream.include(*native.source())
       if stream is not None: programs = stream.finish()
     except BaseException:
       if stream is not None: stream.close()
