@@ -233,26 +233,27 @@ def _lm_apply(jax, params, tokens):
   return _layer_norm(jax, x, params["ln"], params["ln_b"]) @ params["tokens"].T
 
 
-def transformer_problem():
+def _block_params(width: int, layers: int) -> list[dict]:
+  """The parameters of `layers` decoder blocks of `width` (`_blocks`), as numpy arrays."""
   import numpy as np
-  width, shape = TRANSFORMER["width"], (TRANSFORMER["batch"], TRANSFORMER["steps"])
   ones, zeros = np.ones(width, np.float32), np.zeros(width, np.float32)
-  layers = [{"ln1": ones, "ln1_b": zeros, "ln2": ones, "ln2_b": zeros, "qkv": _dense(width, 3 * width, 4 * i),
-             "out": _dense(width, width, 4 * i + 1), "up": _dense(width, 4 * width, 4 * i + 2),
-             "down": _dense(4 * width, width, 4 * i + 3)} for i in range(TRANSFORMER["layers"])]
-  params = layers + [_dense(width, 10, 99)]
+  return [{"ln1": ones, "ln1_b": zeros, "ln2": ones, "ln2_b": zeros, "qkv": _dense(width, 3 * width, 4 * i),
+           "out": _dense(width, width, 4 * i + 1), "up": _dense(width, 4 * width, 4 * i + 2),
+           "down": _dense(4 * width, width, 4 * i + 3)} for i in range(layers)]
+
+
+def transformer_problem():
+  width, shape = TRANSFORMER["width"], (TRANSFORMER["batch"], TRANSFORMER["steps"])
+  params = _block_params(width, TRANSFORMER["layers"]) + [_dense(width, 10, 99)]
   return _transformer_apply, params, _normal((*shape, width), seed=10), _rng(11).integers(0, 10, shape)
 
 
 def lm_problem():
   import numpy as np
   width, shape = LM["width"], (LM["batch"], LM["steps"])
-  ones, zeros = np.ones(width, np.float32), np.zeros(width, np.float32)
-  blocks = [{"ln1": ones, "ln1_b": zeros, "ln2": ones, "ln2_b": zeros, "qkv": _dense(width, 3 * width, 4 * i),
-             "out": _dense(width, width, 4 * i + 1), "up": _dense(width, 4 * width, 4 * i + 2),
-             "down": _dense(4 * width, width, 4 * i + 3)} for i in range(LM["layers"])]
   params = {"tokens": _normal((LM["vocab"], width), 0.02, 20), "positions": _normal((LM["steps"], width), 0.02, 21),
-            "blocks": blocks, "ln": ones, "ln_b": zeros}
+            "blocks": _block_params(width, LM["layers"]), "ln": np.ones(width, np.float32),
+            "ln_b": np.zeros(width, np.float32)}
   tokens = _rng(22).integers(0, LM["vocab"], (shape[0], shape[1] + 1)).astype(np.int32)
   return _lm_apply, params, tokens[:, :-1], tokens[:, 1:]
 
