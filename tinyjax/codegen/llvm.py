@@ -2585,9 +2585,9 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
     raise ValueError(f"codegen: DEFINE_GLOBAL indices must be 0..n-1, got {[buffer.arg for buffer in buffers]}")
   enabled = not NOOPT if optimize is None else optimize
   plan = choose_opts(ast, enabled=enabled)
-  transpose = 0 if plan is not None else transpose_block(ast, enabled)
   library_call = gemm.library_call(ast, plan) if library else None
   if library and library_call is None: return None
+  transpose = 0 if plan is not None else transpose_block(ast, enabled)
   renderer = _Renderer(ast, plan, decompose=enabled, transpose=transpose, stream=enabled, library=library_call)
   renderer.render_kernel()
   opts = [("library", gemm.SYMBOL)] if library_call else \
