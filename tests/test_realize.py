@@ -179,9 +179,9 @@ def test_small_eager_program_runs_by_its_signature(monkeypatch, on_cpu):
   """A small eager graph read back (`float(jnp.sum(jnp.sin(x) * 2.0 + x))`) runs the program its signature numbers
   (`run_signed`: no walk, no `realize`), compiled once for a Python loop of it; values against numpy in float64, the
   same input read twice, an int and a bool result. Where an array of a lazy node below is alive, `realize`'s walk
-  computes and keeps it too; a graph built on a node computed since reads that node's buffer (its own input
-  deleted); a graph past the signature's sizes, or a literal operand (`x ** 3.0`), is walked; the same structure with
-  a shared node or over other buffers is another program."""
+  computes and keeps it too, unless it only views buffers or constants (`jnp.ones`, `x.T`); a graph built on a node
+  computed since reads that node's buffer (its own input deleted); a graph past the signature's sizes, or a literal
+  operand (`x ** 3.0`), is walked; the same structure with a shared node or over other buffers is another program."""
   import tinyjax.numpy as jnp
   from tinyjax.lower import realize as realize_module
   from tinyjax.trace import core, sharding_types
@@ -237,6 +237,16 @@ def test_small_eager_program_runs_by_its_signature(monkeypatch, on_cpu):
   calls.clear()
   np.testing.assert_array_equal(np.asarray(jnp.ones(3) + 1), [2.0, 2.0, 2.0])
   assert not calls and jnp.ones(3).uop.op is not Ops.BUFFER and float(jnp.ones(()) * 0.0) == 0.0
+  # an alive array below that only views buffers or constants stays lazy: no walk for it (`jnp.exp(jnp.ones(n))`)
+  ones, flipped = jnp.ones((4, 6)), x.T
+  np.testing.assert_allclose(np.asarray(jnp.exp(ones) + x), np.e + x64, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(jnp.sin(flipped) * 2.0), np.sin(x64.T) * 2, rtol=1e-6)
+  assert not calls and ones.uop.op is not Ops.BUFFER and flipped.uop.op is not Ops.BUFFER
+  # ... and once such a view has been computed, a graph built on it before reads its buffer (by the walk)
+  pending = jnp.cos(flipped) + 1.0
+  np.testing.assert_array_equal(np.asarray(flipped), host.T)
+  assert flipped.uop.op is Ops.BUFFER
+  np.testing.assert_allclose(np.asarray(pending), np.cos(x64.T) + 1, rtol=1e-6)
 
 
 def test_eager_indexing_at_many_places_is_one_program():

@@ -15,7 +15,7 @@ import numpy as np
 from tinyjax.devices.buffer import Buffer, DeletedBuffer
 from tinyjax.devices.device import host_buffer
 from tinyjax.helpers import LazyModule
-from tinyjax.uop import MOVEMENT, Ops, UOp, toposort_of
+from tinyjax.uop import Ops, UOp, is_view, toposort_of
 
 _realize = LazyModule("tinyjax.lower.realize")  # (it imports this module; and `import tinyjax` need not load it)
 
@@ -202,12 +202,6 @@ def deleted_uop(shape: tuple[int, ...], dtype: np.dtype, device: Any = None) -> 
              DeletedBuffer(shape, dtype, device))
 
 
-def _is_view(node: UOp) -> bool:
-  """Whether `node` only rearranges a buffer or a constant (movement ops all the way down): cheap to recompute."""
-  while node.op in MOVEMENT: node = node.src[0]
-  return node.op in (Ops.BUFFER, Ops.CONST)
-
-
 def held_arrays(pending: list[Array]) -> tuple[list[Array], set[UOp], list[UOp]]:
   """The live arrays (other than `pending`) whose lazy values the computation of `pending` passes through: eager
   operations record on each node the array they made (`held_by`). Computing them in the same schedule and keeping
@@ -225,7 +219,7 @@ def held_arrays(pending: list[Array]) -> tuple[list[Array], set[UOp], list[UOp]]
     reference = node.__dict__.get("held_by")
     if reference is None or node.op is Ops.BUFFER: continue
     array = reference()
-    if array is None or array.uop is not node or id(array) in targets or _is_view(node): continue
+    if array is None or array.uop is not node or id(array) in targets or is_view(node): continue
     targets.add(id(array))
     held.append(array)
   return held, reading, order

@@ -285,6 +285,13 @@ def rewrite_sub_programs(node: UOp, rewrite: Callable[[UOp], UOp]) -> Any:
   return tuple(programs)
 
 
+def is_view(node: UOp) -> bool:
+  """Whether `node` only rearranges a buffer or a constant (movement ops all the way down): cheap to recompute, so
+  eager code keeps such a value lazy even while an array holds it (array.py `held_arrays`)."""
+  while node.op in MOVEMENT: node = node.src[0]
+  return node.op is Ops.BUFFER or node.op is Ops.CONST
+
+
 def toposort_of(roots: list[UOp]) -> list[UOp]:
   """Every node the roots depend on, each before its users: the first root's nodes (as its `toposort`), then those of
   the second not yet listed, and so on; one walk over the graph."""
