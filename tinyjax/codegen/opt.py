@@ -467,8 +467,13 @@ def _choose_opts(ast: UOp) -> TilePlan | None:
   # one thread doing three quarters of the work)
   operand = [load for load in loads if any(rng in load.src[1].toposort for rng in reduce_ranges) and
              load.src[1].vmin_vmax[1] - load.src[1].vmin_vmax[0] >= TABLE_VALUES]
+  # (nor one that an operand reads along with the column: each of the tile's elements would load a vector of its own
+  # and repeat its own part of the sum's operand; a language model's layer-norm gain gradient, gathered embeddings
+  # normalised inside a column sum split 8 ways, took the 8 partial sums for a 6-row tile and its 2-row remainder:
+  # its operand 16 times over, 0.3 s of LLVM)
   reused = [rng for rng in reversed(global_ranges[:-1])
-            if rng in value_nodes and any(rng not in load.src[1].toposort for load in operand)]
+            if rng in value_nodes and any(rng not in load.src[1].toposort for load in operand) and
+            not any(rng in load.src[1].toposort and column in load.src[1].toposort for load in operand)]
   # (preferably one that a load along the column does not depend on: its vectors are then reused across the tile's
   # rows; attention's projection gradient out[d, h, e] = sum x[b, t, d] dq[b, h, t, e] tiled the 4 heads h, a vector
   # load of dq per FMA, at 24 GFLOP/s, where the rows d share them)
