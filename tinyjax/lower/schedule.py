@@ -1483,17 +1483,22 @@ class _Scheduler:
     for load, strides in strided:
       order = sorted((r for r in strides if r is not axis), key=lambda r: r.arg[0]) + [axis]
       if any(r.src[0].op is not Ops.CONST for r in order): return ast, slots, [], []
-      plans.append((load, order, [r.src[0].arg for r in order]))
+      extents = [r.src[0].arg for r in order]
+      low, high = load.src[1].vmin_vmax
+      if load in widened and high - low + 1 < math.prod(extents):  # (overlapping windows: the span, as laid out)
+        order, extents = None, [high - low + 1]
+      plans.append((load, order, extents, low))
     ratio = RELAYOUT_WORK_RATIO // 4 if narrow else RELAYOUT_WORK_RATIO  # (a narrow strided kernel is the slower)
-    if sum(math.prod(extents) for _, _, extents in plans) * ratio > work: return ast, slots, [], []
-    # the contraction, reading each copy (a new parameter) at its flat index over its `order` (a widened one's in
-    # place of its CAST: the copy is of the cast values)
+    if sum(math.prod(extents) for _, _, extents, _ in plans) * ratio > work: return ast, slots, [], []
+    # the contraction, reading each copy (a new parameter) at its flat index over its `order`, or where it read the
+    # span (a widened one's in place of its CAST: the copy is of the cast values)
     replacements = {}
-    for i, (load, order, extents) in enumerate(plans):
+    for i, (load, order, extents, low) in enumerate(plans):
       read = widened.get(load, load)
       copy_param = UOp(Ops.DEFINE_GLOBAL, read.dtype, (), len(slots) + i)
-      flat = symbolic.const(0)
-      for rng, stride in zip(order, _strides(tuple(extents))): flat = symbolic.add(flat, symbolic.mul(rng, stride))
+      flat = symbolic.add(load.src[1], symbolic.const(-low)) if order is None else symbolic.const(0)
+      for rng, stride in zip(order or (), _strides(tuple(extents))):
+        flat = symbolic.add(flat, symbolic.mul(rng, stride))
       replacements[read] = UOp(Ops.LOAD, read.dtype, (copy_param, flat))
     rewritten = symbolic.simplify(_substitute(ast, replacements))
     if narrow: wanted = all(linear_strides(n.src[1])[0].get(inner, 0) in (0, 1) for n in rewritten.toposort
@@ -1501,12 +1506,13 @@ class _Scheduler:
     else: wanted = choose_opts(rewritten) is not None
     if not wanted: return ast, slots, [], []
     copies, copy_slots = [], []
-    for load, order, extents in plans:
+    for load, order, extents, low in plans:
       # the copy kernel: one global range per axis of the copy, reading the operand where the contraction did (a
       # transpose gets the blocks and register transposes of codegen/opt.py `transpose_block`: x.T of 512x784 in the
-      # MLP step took 380-780 us in 16 x 16 blocks of its own, 180-270 us so)
+      # MLP step took 380-780 us in 16 x 16 blocks of its own, 180-270 us so), or one over the span it read
       copy_ranges = [UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(e),), (i, "global")) for i, e in enumerate(extents)]
-      source_index = _substitute(load.src[1], dict(zip(order, copy_ranges)))
+      source_index = symbolic.add(copy_ranges[0], symbolic.const(low)) if order is None else \
+          _substitute(load.src[1], dict(zip(order, copy_ranges)))
       target_index = symbolic.const(0)
       for rng, stride in zip(copy_ranges, _strides(tuple(extents))):
         target_index = symbolic.add(target_index, symbolic.mul(rng, stride))
@@ -1529,9 +1535,9 @@ class _Scheduler:
     """The row operand of a CPU register tile read as bfloat16 or float16 and cast to float32 ({its load: the
     CAST}), which `relayout` copies as float32 first: the tile converts each of its row values where it broadcasts
     it, a few instructions per FMA row (a 1024^3 bfloat16 GEMM with float32 sums ran at 60% of the float32 one),
-    where the column operand is converted once, as it is packed. Only an operand read whole (its copy no bigger than
-    the values it reads: not a convolution's sliding windows) and linearly along the reduction; {} otherwise, on a
-    GPU, on AMX tiles (which read bfloat16) and for dot tiles."""
+    where the column operand is converted once, as it is packed. Only an operand read linearly along the reduction
+    (read in overlapping windows, a convolution's input, `relayout` copies the span it reads as it is laid out, not
+    the windows); {} otherwise, on a GPU, on AMX tiles (which read bfloat16) and for dot tiles."""
     if self.gpu or plan.row is None or plan.dot or plan.amx or plan.stream: return {}
     casts = {node.src[0]: node for node in ast.toposort if node.op is Ops.CAST and node.dtype == F32 and
              node.src[0].op is Ops.LOAD and node.src[0].dtype in (BF16, F16)}
@@ -1541,8 +1547,6 @@ class _Scheduler:
       if len(load.src) != 2 or nonlinear or column in strides or plan.row not in strides or inner not in strides:
         continue
       if any(load in node.src for node in ast.toposort if node is not cast): continue  # (read as it is elsewhere)
-      low, high = load.src[1].vmin_vmax
-      if high - low + 1 < math.prod(r.src[0].arg for r in strides if r.src[0].op is Ops.CONST): continue
       widened[load] = cast
     return widened if len(widened) == 1 else {}
 
