@@ -67,6 +67,13 @@ def test_loops_fori_while_map():
   assert int(collatz(27)) == 111
   np.testing.assert_array_equal(np.asarray(lax.map(lambda x: x ** 2, tnp.arange(5.0))), np.arange(5.0) ** 2)
   assert int(lax.while_loop(lambda c: c < 0, lambda c: c + 1, 5)) == 5  # zero passes
+  # with concrete bounds the index is the Python int, weakly typed whatever the bounds' dtype, as JAX's: a weak carry
+  # stays weak, a float32 one float32
+  for lower in (0, tnp.int16(0), np.int64(0)):
+    total = lax.fori_loop(lower, 10, lambda i, v: v + i, 0)
+    assert (int(total), total.dtype, total.weak_type) == (45, np.int32, True)
+  total = lax.fori_loop(0, 10, lambda i, v: v + i, tnp.float32(0))
+  assert (float(total), total.dtype, total.weak_type) == (45.0, np.float32, False)
 
 
 def test_cond_and_switch():

@@ -213,8 +213,9 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *, unro
     def step(loop_carry: Any, _: Any) -> Any:  # (JAX's errors name the carry `loop_carry`)
       i, val = loop_carry
       return (i + 1, body_fun(i, val)), None
-    first = to_array(np.asarray(start, index_dtype))
-    (_, result), _ = scan(step, (first, init_val), None, length=max(stop - start, 0))
+    # (the index starts as the Python int, weakly typed, whatever the bounds' dtype, as JAX's: `fori_loop(0, 10,
+    # lambda i, x: x + i, 0)` stays a weak int32)
+    (_, result), _ = scan(step, (start, init_val), None, length=max(stop - start, 0))
     return result
   lower_array, upper_array = cast(to_array(lower), index_dtype, False), cast(to_array(upper), index_dtype, False)
   _, _, result = while_loop(lambda carry: carry[0] < carry[1],
