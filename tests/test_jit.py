@@ -211,10 +211,24 @@ def test_lower_as_text_prints_kernels(on_cpu):
 
 
 def test_outputs_keep_weak_types_and_python_scalars_become_arrays():
+  """Python scalars returned by a traced function are literals of its jaxpr, as JAX's (not arrays it closes over),
+  and arrays of their values, weakly typed but a bool (JAX's bool has no weak type, as an argument too)."""
   f = tj.jit(lambda x: (x * 2, 3))
   doubled, three = f(1.0)
   assert doubled.weak_type and doubled.dtype == np.float32
   assert int(three) == 3 and isinstance(three, tj.Array)
+  assert str(tj.make_jaxpr(lambda: 1)()) == "{ lambda ; . let  in (1:i32[],) }"
+  assert str(tj.make_jaxpr(lambda x: (x, 2.0))(1.0)) == "{ lambda ; a:f32[]. let  in (a, 2.0:f32[]) }"
+  outs = tj.jit(lambda x: (x, 2.5, True, 1j, -7))(1.0)
+  assert [(o.dtype, o.weak_type) for o in outs] == [(np.float32, True), (np.float32, True), (np.bool_, False),
+                                                   (np.complex64, True), (np.int32, True)]
+  assert [o.item() for o in outs] == [1.0, 2.5, True, 1j, -7]
+  flag = tj.jit(lambda p: p)(True)
+  assert flag.dtype == np.bool_ and not flag.weak_type and str(tj.make_jaxpr(lambda p: p)(True)).startswith(
+    "{ lambda ; a:bool[].")
+  np.testing.assert_array_equal(np.asarray(tj.jit(tj.vmap(lambda x: (x, 2)))(tnp.arange(3.0))[1]), [2, 2, 2])
+  with pytest.raises(OverflowError):
+    tj.jit(lambda: 2 ** 40)()
 
 
 def test_unused_argument_and_input_returned_as_is():

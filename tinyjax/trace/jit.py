@@ -36,7 +36,7 @@ from tinyjax.devices.device import (CPU, compute_device, default_device, place, 
 from tinyjax.helpers import LazyModule, gc_paused, open_profiles
 from tinyjax.sharding import _mesh_stack
 from tinyjax.trace.sharding_types import compiled, named_of
-from tinyjax.trace.core import (EvalTrace, Primitive, PrimitiveCallRecord, StagingTrace, Tracer, check_callable,
+from tinyjax.trace.core import (EvalTrace, Primitive, PrimitiveCallRecord, StagingTrace, Tracer, bind, check_callable,
                                 check_nans, current_trace, debug_nans, new_trace)
 from tinyjax.uop import Ops, UOp
 
@@ -51,8 +51,8 @@ def _leaf_to_array(leaf: Any) -> Array:
   """An argument leaf as an Array: Arrays as they are, numpy data and Python scalars converted as JAX does."""
   if isinstance(leaf, Array): return leaf
   if isinstance(leaf, (bool, int, float, complex)) and not isinstance(leaf, np.generic):
-    dtype = dtypes.python_scalar_dtype(leaf)
-    return Array.from_numpy(np.asarray(leaf, dtype=dtype), weak_type=True)
+    dtype = dtypes.python_scalar_dtype(leaf)  # (weakly typed, but a bool: JAX's bool has no weak type)
+    return Array.from_numpy(np.asarray(leaf, dtype=dtype), weak_type=type(leaf) is not bool)
   if isinstance(leaf, (np.ndarray, np.generic)):
     dtype = dtypes.canonicalize_dtype(dtypes.dtype(leaf.dtype))
     return Array.from_numpy(np.asarray(leaf, dtype=dtype))
@@ -96,7 +96,7 @@ class ShapeDtypeStruct:
 def _leaf_aval(leaf: Any) -> tuple[tuple[int, ...], np.dtype, bool]:
   """(shape, dtype, weak_type) of an argument leaf, without converting its data; TypeError for non-arrays."""
   if isinstance(leaf, (Array, ShapeDtypeStruct)): return (tuple(leaf.shape), leaf.dtype, leaf.weak_type)
-  if type(leaf) in (bool, int, float, complex): return ((), dtypes.python_scalar_dtype(leaf), True)
+  if type(leaf) in (bool, int, float, complex): return ((), dtypes.python_scalar_dtype(leaf), type(leaf) is not bool)
   if isinstance(leaf, (np.ndarray, np.generic)):
     return (np.shape(leaf), dtypes.canonicalize_dtype(dtypes.dtype(leaf.dtype)), False)
   raise TypeError(f"Argument {leaf!r} of type {type(leaf).__name__} is not a valid tinyjax type: pass arrays, "
@@ -386,8 +386,8 @@ def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Seq
     call_args = list(args)
     for position, value in zip(dynamic, dynamic_args): call_args[position] = value
     out = fun(*call_args, **traced_kwargs)
-  out_leaves, out_tree = tree_util.tree_flatten(out)
-  out_arrays = [_leaf_to_array(leaf) for leaf in out_leaves]
+    out_leaves, out_tree = tree_util.tree_flatten(out)
+    out_arrays = [_scalar_output(leaf) if type(leaf) in _SCALAR_TYPES else _leaf_to_array(leaf) for leaf in out_leaves]
   for leaf in out_arrays:
     if isinstance(leaf, Tracer) and leaf.trace is not trace: leaf.check_alive()
   roots = [a.uop for a in out_arrays]
@@ -410,6 +410,13 @@ def trace_to_jaxpr(fun: Callable, args: tuple, kwargs: dict, static_argnums: Seq
   out_shardings = tuple(compiled(named_of(a)) for a in out_arrays)
   return Jaxpr(sink, len(avals), consts, tuple(a.weak_type for a in out_arrays), out_tree, tuple(avals),
                tuple(prints), out_shardings if any(out_shardings) else (), _normalised_calls(trace.calls, replaced))
+
+
+def _scalar_output(leaf: bool | int | float | complex) -> Array:
+  """A Python scalar a traced function returns: a constant of the program (JAX's literal: `make_jaxpr(lambda: 1)()`
+  is `{ lambda ; . let  in (1:i32[],) }`), weakly typed but a bool, not an array it closes over."""
+  dtype = dtypes.python_scalar_dtype(leaf)
+  return bind(Ops.CONST, arg=np.asarray(leaf, dtype=dtype).item(), dtype=dtype, weak_type=type(leaf) is not bool)
 
 
 def _normalised_calls(calls: dict, replaced: dict[UOp, UOp]) -> dict:
