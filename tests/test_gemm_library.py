@@ -152,6 +152,40 @@ def test_second_tier_replaces_the_first(monkeypatch, on_cpu):
   realize._memory_cache.clear()
 
 
+def test_own_loops_compile_after_the_first_run(monkeypatch, on_cpu):
+  """A first tier's own loops start compiling once the program has run once, so that its first run has both cores
+  (the compile worker would take one): lowered and not run, the upgrade waits (up to UPGRADE_WAIT); its first run
+  lets it go ahead, and `wait_for_upgrades` does too. Values against numpy in float64."""
+  if cpu.compile_worker() is None: pytest.skip("no compile worker (one core): contractions compile in one tier")
+  forced = []
+
+  def tier(self, name, llvm_ir, quick):
+    if quick is not None: forced.append(name)
+    return quick or llvm_ir
+  monkeypatch.setattr(cpu.CompileStream, "tier", tier)
+  monkeypatch.setattr(cpu, "UPGRADE_WAIT", 600.0)
+  realize._memory_cache.clear()
+  rng = np.random.default_rng(4)
+  a, b = rng.standard_normal((208, 176)).astype(F32), rng.standard_normal((176, 80)).astype(F32)
+  f = tj.jit(lambda a, b: tnp.tanh(a @ b) + 1.0)
+  (program,) = [p for p in f.lower(a, b)._compiled.schedule.programs if p.name in forced]
+  gate = program.first_run
+  assert gate is not None and not gate.is_set() and f"@{gemm.SYMBOL}(" in program.src
+  first = np.asarray(f(a, b))
+  assert gate.is_set()
+  cpu.wait_for_upgrades()
+  assert f"@{gemm.SYMBOL}(" not in program.src and program.watchers is None and program.first_run is None
+  np.testing.assert_array_equal(np.asarray(f(a, b)), first)
+  np.testing.assert_allclose(first, np.tanh(a.astype(F64) @ b.astype(F64)) + 1, rtol=1e-5, atol=1e-5)
+  # lowered and never run: `wait_for_upgrades` opens the gate
+  g = tj.jit(lambda a, b: tnp.tanh(a @ b) - 1.0)
+  (other,) = [p for p in g.lower(a, b)._compiled.schedule.programs if p.name in forced and p is not program]
+  assert other.first_run is not None and not other.first_run.is_set()
+  cpu.wait_for_upgrades()
+  assert f"@{gemm.SYMBOL}(" not in other.src and other.watchers is None
+  realize._memory_cache.clear()
+
+
 @pytest.mark.parametrize("m,k,n", [(512, 784, 512), (12, 128, 40), (10, 512, 16), (37, 1500, 48), (24, 2000, 64),
                                    (500, 130, 24), (30, 5000, 16), (20000, 128, 64)])
 def test_tiers_agree_bit_for_bit(monkeypatch, on_cpu, m, k, n):
