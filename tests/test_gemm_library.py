@@ -75,6 +75,49 @@ def test_library_called_directly():
       assert np.isnan(c[:, n:]).all()  # (nothing written past N)
 
 
+def test_copy_library_called_directly():
+  """`tj_copy32` through ctypes: transposes (a source read across its rows) and other strides, negative ones, blocks
+  cut short at either edge, one row or column, float32 and int32 values; nothing written past C."""
+  cpu._load_gemm_library()
+  address = cpu._engine().engine.get_function_address(gemm.COPY_SYMBOL)
+  P, I = ctypes.c_void_p, ctypes.c_int64
+  copy = ctypes.CFUNCTYPE(None, I, I, P, I, I, P, I)(address)
+  rng = np.random.default_rng(1)
+  for r, c in [(1, 1), (1, 40), (40, 1), (5, 7), (32, 32), (33, 70), (64, 31), (100, 129)]:
+    for dtype in (F32, np.int32):
+      source = (rng.standard_normal((c, r)) * 1000).astype(dtype)  # read transposed: src[r, c] = source[c, r]
+      for order in ("t", "n", "flipped"):
+        out = np.full((r, c + 3), -7, dtype)
+        if order == "t": ptr, sr, sc, want = source.ctypes.data, 1, r, source.T
+        elif order == "n":
+          plain = np.ascontiguousarray(source.T)
+          ptr, sr, sc, want = plain.ctypes.data, c, 1, plain
+        else:  # columns last to first
+          ptr, sr, sc, want = source.ctypes.data + (c - 1) * r * 4, 1, -r, source[::-1].T
+        copy(r, c, ptr, sr, sc, out.ctypes.data, c + 3)
+        np.testing.assert_array_equal(out[:, :c], want)
+        assert (out[:, c:] == -7).all()
+
+
+def test_transposing_copies_tier_too(monkeypatch, on_cpu):
+  """The copy that lays out a weight gradient's row operand (x.T in x.T @ g, lower/schedule.py `relayout`) runs the
+  library's `tj_copy32` as its first tier: its results equal its own loops' bit for bit, and numpy's in float64."""
+  rng = np.random.default_rng(7)
+  x, w = rng.standard_normal((512, 512)).astype(F32), rng.standard_normal((512, 512)).astype(F32)
+
+  def gradient(w, x): return tj.grad(lambda w: tnp.tanh(x @ w).sum())(w)
+  with monkeypatch.context() as patch:
+    patch.setattr(cpu.CompileStream, "tier", lambda self, name, llvm_ir, quick: quick or llvm_ir)
+    patch.setattr(cpu, "_upgrade_later", lambda jobs, opt_level: None)
+    realize._memory_cache.clear()
+    assert any(f"call void @{gemm.COPY_SYMBOL}(" in source for source in sources(tj.jit(gradient), w, x))
+  first, own = both_tiers(monkeypatch, gradient, w, x)
+  np.testing.assert_array_equal(first, own)
+  x64 = x.astype(F64)
+  want = x64.T @ (1 - np.tanh(x64 @ w.astype(F64)) ** 2)
+  np.testing.assert_allclose(first, want, rtol=1e-4, atol=1e-4)
+
+
 # (m, k, n, whether the first tier is a library call): row-launched and column-tile-launched kernels, K over the
 # float64 threshold, a column that is no whole panel, a short sum of a small product; a too-narrow output keeps its
 # own loops (a dot tile), and so does a short sum of a big product (gemm.MIN_STEPS, SMALL_PRODUCT)

@@ -15,18 +15,31 @@ the sums run in float32 vector registers over blocks of `block` steps, each bloc
 for a few blocks, else float64, as the kernels' own tiles do), which are rounded to float32 and stored (a partial
 panel element by element). A row of A is read in place, one broadcast value per row and step: any strides, so a
 transposed A costs no copy.
+
+The same module defines the first tier of a transposing copy (a kernel of opt.py `transpose_block`: the copies that
+lay out a contraction's operand, lower/schedule.py `relayout`), `library_copy`:
+
+    void tj_copy32(i64 R, i64 C, ptr src, i64 sr, i64 sc, ptr dst, i64 dr)
+
+stores dst[r * dr + c] = src[r * sr + c * sc] for r < R and c < C, 32-bit values, in blocks of COPY_BLOCK x
+COPY_BLOCK (its own loops' 8 x 8 register transposes took 40-47 ms of LLVM for each such copy).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from tinyjax.codegen.opt import F32, PACK_BYTES, PACK_MIN_ROWS, TilePlan, global_ranges_of, tile_geometry
+from tinyjax.codegen.opt import (F32, PACK_BYTES, PACK_MIN_ROWS, TilePlan, global_ranges_of, tile_geometry,
+                                 transpose_block)
 from tinyjax.lower import symbolic
 from tinyjax.uop import Ops, UOp
 
 SYMBOL = "tj_sgemm"
 SIGNATURE = "void @tj_sgemm(i64, i64, i64, ptr, i64, i64, ptr, i64, i64, ptr, i64)"
+COPY_SYMBOL = "tj_copy32"
+COPY_SIGNATURE = "void @tj_copy32(i64, i64, ptr, i64, i64, ptr, i64)"
+SYMBOLS = (SYMBOL, COPY_SYMBOL)  # (what the library module defines)
+COPY_BLOCK = 32
 
 
 def library_ir(lanes: int, vectors: int, rows: int, block: int, float32_blocks: int) -> str:
@@ -118,11 +131,71 @@ def library_ir(lanes: int, vectors: int, rows: int, block: int, float32_blocks: 
     "  ret void",
     "}",
     "",
+    *_copy_ir(),
+    "",
     "declare i64 @llvm.smin.i64(i64, i64)",
     "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
     "",
   ]
   return "\n".join(out)
+
+
+def _copy_ir() -> list[str]:
+  """`tj_copy32` (the module docstring): blocks of COPY_BLOCK rows x columns, a row of the block at a time (the
+  block's lines of a transposed source stay in L1 across its rows)."""
+  b = COPY_BLOCK
+  return [
+    f"define void @{COPY_SYMBOL}(i64 %R, i64 %C, ptr noalias %src, i64 %sr, i64 %sc, ptr noalias %dst, i64 %dr) "
+    "nounwind {",
+    "entry:",
+    "  br label %rblock",
+    "rblock:",
+    "  %r0 = phi i64 [ 0, %entry ], [ %r0.next, %rblock.next ]",
+    "  %r.more0 = icmp slt i64 %r0, %R",
+    "  br i1 %r.more0, label %rblock.body, label %exit",
+    "rblock.body:",
+    f"  %r0.end = add nsw i64 %r0, {b}",
+    "  %r1 = call i64 @llvm.smin.i64(i64 %r0.end, i64 %R)",
+    "  br label %cblock",
+    "cblock:",
+    "  %c0 = phi i64 [ 0, %rblock.body ], [ %c0.next, %cblock.next ]",
+    "  %c.more0 = icmp slt i64 %c0, %C",
+    "  br i1 %c.more0, label %cblock.body, label %rblock.next",
+    "cblock.body:",
+    f"  %c0.end = add nsw i64 %c0, {b}",
+    "  %c1 = call i64 @llvm.smin.i64(i64 %c0.end, i64 %C)",
+    "  br label %row",
+    "row:",
+    "  %r = phi i64 [ %r0, %cblock.body ], [ %r.next, %row.next ]",
+    "  %r.src = mul nsw i64 %r, %sr",
+    "  %r.dst = mul nsw i64 %r, %dr",
+    "  br label %column",
+    "column:",
+    "  %c = phi i64 [ %c0, %row ], [ %c.next, %column ]",
+    "  %c.src = mul nsw i64 %c, %sc",
+    "  %s.at = add nsw i64 %r.src, %c.src",
+    "  %s.p = getelementptr i32, ptr %src, i64 %s.at",
+    "  %value = load i32, ptr %s.p, align 4",
+    "  %d.at = add nsw i64 %r.dst, %c",
+    "  %d.p = getelementptr i32, ptr %dst, i64 %d.at",
+    "  store i32 %value, ptr %d.p, align 4",
+    "  %c.next = add nsw i64 %c, 1",
+    "  %c.more = icmp slt i64 %c.next, %c1",
+    "  br i1 %c.more, label %column, label %row.next",
+    "row.next:",
+    "  %r.next = add nsw i64 %r, 1",
+    "  %r.more = icmp slt i64 %r.next, %r1",
+    "  br i1 %r.more, label %row, label %cblock.next",
+    "cblock.next:",
+    f"  %c0.next = add nsw i64 %c0, {b}",
+    "  br label %cblock",
+    "rblock.next:",
+    f"  %r0.next = add nsw i64 %r0, {b}",
+    "  br label %rblock",
+    "exit:",
+    "  ret void",
+    "}",
+  ]
 
 
 # A kernel calls the library where its tile plan is a register tile of a float32 product of two loads over one
@@ -203,6 +276,32 @@ def library_call(ast: UOp, plan: TilePlan | None) -> LibraryCall | None:
       if store.src[2] is reduce and store.dtype == F32 else None
   return LibraryCall(reduce, a, b, row, column, outer, min(rows, height), out if out and out.strides.get(column) == 1
                      else None)
+
+
+@dataclass(frozen=True)
+class LibraryCopy:
+  """How a transposing copy kernel calls `tj_copy32` (`library_copy`): over its launch chunk of rows."""
+  src: Operand
+  dst: Operand
+  row: UOp
+  column: UOp
+
+
+def library_copy(ast: UOp, plan: TilePlan | None) -> LibraryCopy | None:
+  """How kernel `ast` (no tile plan) calls `tj_copy32`, or None: only a kernel of opt.py `transpose_block` that
+  copies 32-bit values as they are, `dst[row, column] = src[...]` at linear indices, its store contiguous along the
+  column."""
+  if plan is not None or not transpose_block(ast): return None
+  stores = [node for node in ast.src if node.op is Ops.STORE]
+  if len(stores) != 1 or len(ast.src) != 1: return None
+  (store,) = stores
+  load = store.src[2]
+  if load.op is not Ops.LOAD or len(load.src) != 2 or load.dtype != store.dtype or load.dtype.itemsize != 4:
+    return None
+  row, column = global_ranges_of(ast)
+  src, dst = _operand(load, {row, column}), _operand(store, {row, column})
+  if src is None or dst is None or dst.strides.get(column) != 1: return None
+  return LibraryCopy(src, dst, row, column)
 
 
 def _tiles(lanes: int, vectors: int, rows: int, block: int) -> list[str]:

@@ -444,10 +444,11 @@ class _Renderer(Linearizer):
 
   def __init__(self, ast: UOp, plan: TilePlan | None = None, decompose: bool = True, gpu: bool = False,
                ordered: int = 0, launch: GpuLaunch | None = None, transpose: int = 0, stream: bool = False,
-               library: gemm.LibraryCall | None = None):
+               library: gemm.LibraryCall | gemm.LibraryCopy | None = None):
     super().__init__(ast)
     self.plan, self.gpu, self.ordered = plan, gpu, ordered
-    self.library = library  # the product computed by the GEMM library (`render_library_gemm`), or None
+    # the product computed by the GEMM library (`render_library_gemm`), or the copy (`render_library_copy`), or None
+    self.library = library
     # (`stream`: an elementwise kernel's innermost loop may run on vectors stored non-temporally, `streamed_lanes`)
     self.streamed = streamed_lanes(ast, self.deps) if stream and plan is None and not transpose and not gpu else 0
     self.transpose = transpose  # the block of an elementwise kernel's (rows, columns) loops (opt.transpose_block)
@@ -565,6 +566,7 @@ class _Renderer(Linearizer):
     if self.gpu and self.launch.tile is not None:
       (self.render_mma_gemm if self.launch.tile.mma else self.render_gemm)(global_ranges)
     elif self.gpu: self.bind_thread_index(global_ranges)
+    elif isinstance(self.library, gemm.LibraryCopy): self.render_library_copy(self.library)
     elif self.library is not None: self.render_library_gemm(self.library)
     elif not global_ranges:
       run = self.emit("icmp slt i64 %start, %end", "run")
@@ -579,6 +581,23 @@ class _Renderer(Linearizer):
     if self.nontemporal: self.line("fence seq_cst")
     self.line("ret void")
     self.check_stores()
+
+  def render_library_copy(self, copy: gemm.LibraryCopy) -> None:
+    """A transposing copy done by the library's `tj_copy32` (codegen/gemm.py): one call for the launch chunk's rows."""
+    self.declarations.add(f"declare {gemm.COPY_SIGNATURE}")
+    self.stores_emitted.update(node for node in self.ast.src if node.op is Ops.STORE)
+    rows, width = self.emit("sub nsw i64 %end, %start"), copy.column.src[0].arg
+
+    def at(operand: gemm.Operand) -> str:  # (its first row's address)
+      first = self.emit(f"mul nsw i64 %start, {operand.strides.get(copy.row, 0)}")
+      offset = self.emit(f"add nsw i64 {operand.offset}, {first}")
+      return self.emit(f"getelementptr i32, ptr {self.value(operand.buffer)}, i64 {offset}", "addr")
+    self.emit_ready(self.ast)
+    src, dst = at(copy.src), at(copy.dst)
+    sr, sc, dr = (copy.src.strides.get(copy.row, 0), copy.src.strides.get(copy.column, 0),
+                  copy.dst.strides.get(copy.row, 0))
+    self.line(f"call void @{gemm.COPY_SYMBOL}(i64 {rows}, i64 {width}, ptr {src}, i64 {sr}, i64 {sc}, ptr {dst}, "
+              f"i64 {dr})")
 
   def render_library_gemm(self, call: gemm.LibraryCall) -> None:
     """A kernel whose product the GEMM library computes (codegen/gemm.py): per value of the ranges outside its row (a
@@ -2585,12 +2604,13 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
     raise ValueError(f"codegen: DEFINE_GLOBAL indices must be 0..n-1, got {[buffer.arg for buffer in buffers]}")
   enabled = not NOOPT if optimize is None else optimize
   plan = choose_opts(ast, enabled=enabled)
-  library_call = gemm.library_call(ast, plan) if library else None
+  library_call = (gemm.library_call(ast, plan) or gemm.library_copy(ast, plan)) if library and enabled else None
   if library and library_call is None: return None
   transpose = 0 if plan is not None else transpose_block(ast, enabled)
   renderer = _Renderer(ast, plan, decompose=enabled, transpose=transpose, stream=enabled, library=library_call)
   renderer.render_kernel()
-  opts = [("library", gemm.SYMBOL)] if library_call else \
+  opts = [("library", gemm.COPY_SYMBOL if isinstance(library_call, gemm.LibraryCopy) else gemm.SYMBOL)] \
+      if library_call else \
       [opt for opt in applied_opts(ast, enabled) if opt != ("nontemporal",)] + \
       ([("registers", renderer.transpose_lanes)] if renderer.across else []) + \
       ([("gate_split", *renderer.gate_parts)] if renderer.gate_parts else []) + \

@@ -38,7 +38,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from tinyjax.codegen.gemm import SYMBOL as gemm_symbol
+from tinyjax.codegen.gemm import SYMBOL as gemm_symbol, SYMBOLS as library_symbols
 from tinyjax.devices import runtime
 from tinyjax.devices.cache import DiskCache
 from tinyjax.helpers import DEBUG, LazyModule, getenv
@@ -235,7 +235,7 @@ def _check_external_functions(name: str, llvm_ir: str) -> None:
   _engine()  # creating the engine makes the process's own symbols searchable
   for quoted, plain in _DECLARED.findall(llvm_ir):
     function = quoted or plain
-    if function == gemm_symbol: _load_gemm_library()
+    if function in library_symbols: _load_gemm_library()
     if not function.startswith("llvm.") and not llvm.address_of_symbol(function):
       raise ValueError(f"kernel {name} calls @{function}, which is not defined in this process")
 
@@ -297,7 +297,8 @@ def load_or_compile(name: str, llvm_ir: str, opt_level: int, rename: bool = True
     if compiled is not None:
       _stats["misses"] += 1
       _kernel_cache.put(key, object_code)
-    if name != gemm_symbol and gemm_symbol in llvm_ir: _load_gemm_library()  # (its relocations need it)
+    if name != gemm_symbol and any(f"@{symbol}(" in llvm_ir for symbol in library_symbols):
+      _load_gemm_library()  # (its relocations need it)
     start = time.perf_counter()
     address = _engine().load(object_code, symbol)
     _stats["load_seconds"] += time.perf_counter() - start
@@ -775,7 +776,7 @@ def _compile_upgrades(jobs: list[tuple[CPUProgram, str, str]], opt_level: int, g
       continue
     program.upgrade(llvm_ir, address)
     if DEBUG >= 1:
-      print(f"*** CPU upgraded {name}: its own loops in place of the GEMM library call "
+      print(f"*** CPU upgraded {name}: its own loops in place of the library call "
             f"(compiled in the background in {(time.perf_counter() - start) * 1e3:.0f} ms)")
 
 
@@ -907,8 +908,9 @@ def _load_gemm_library() -> None:
   if gemm_symbol in _loaded_symbols: return
   ir = _library_source()
   if _library_compile is not None: _library_compile.join()
-  address = load_or_compile(gemm_symbol, ir, 3, rename=False, compiled=_runtime_object.pop(ir, None))
-  llvm.add_symbol(gemm_symbol, address)
+  load_or_compile(gemm_symbol, ir, 3, rename=False, compiled=_runtime_object.pop(ir, None))
+  for symbol in library_symbols:  # (the copy's too, `tj_copy32`)
+    llvm.add_symbol(symbol, _engine().engine.get_function_address(symbol))
 
 
 def compile_worker() -> _CompileWorker | None:
