@@ -456,6 +456,21 @@ def test_64bit_request_warns_and_truncates(wide, narrow):
     assert dtypes.check_user_dtype_supported(wide, "array") == np.dtype(wide)
 
 
+def test_warnings_name_the_users_line():
+  """A dtype truncated deep inside the package (`random.uniform`, `jnp.zeros`) and an unusable donation (raised while
+  a dataclass's generated `__init__` plans the program) warn at the caller's line, as JAX's warnings do."""
+  import tinyjax as tj
+  import tinyjax.numpy as tnp
+  from tinyjax import random
+  with pytest.warns(UserWarning, match="truncated") as record:
+    random.uniform(random.key(0), (4,), dtype=np.float64)
+    tnp.zeros(3, dtype=np.float64)
+  assert [w.filename for w in record] == [__file__, __file__]
+  with pytest.warns(UserWarning, match="not usable") as record:
+    tj.jit(lambda a, b: a + b.sum(), donate_argnums=1)(tnp.ones(3), tnp.ones(5))
+  assert record[0].filename == __file__
+
+
 def test_user_dtype_without_warning():
   with warnings.catch_warnings():
     warnings.simplefilter("error")

@@ -24,6 +24,7 @@ import ml_dtypes
 import numpy as np
 
 from tinyjax.config import config
+from tinyjax.helpers import user_stacklevel
 
 # Scalar types, as `jax.dtypes` / `jax.numpy` expose them (np.dtype(float32) == float32 holds).
 bool_ = np.bool_
@@ -173,7 +174,7 @@ def check_user_dtype_supported(dt: Any, fun_name: str | None = None) -> np.dtype
     warnings.warn(
       f"Explicitly requested dtype {requested.name}{where} is not available, and will be truncated to dtype "
       f"{canonical.name}. To enable more dtypes, set the jax_enable_x64 configuration option or the "
-      "JAX_ENABLE_X64 shell environment variable.", UserWarning, stacklevel=2)
+      "JAX_ENABLE_X64 shell environment variable.", UserWarning, stacklevel=user_stacklevel())
   return canonical
 
 

@@ -83,3 +83,17 @@ def gc_paused() -> Iterator[None]:
   gc.disable()
   try: yield
   finally: gc.enable()
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_stacklevel() -> int:
+  """The `stacklevel` for `warnings.warn` that names the first caller outside tinyjax (the user's line, as JAX's
+  warnings do), however deep inside the package the warning is raised (through code it generates too: a dataclass's
+  `__init__` is "<string>")."""
+  frame, level = sys._getframe(1), 1
+  while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE_DIR) or
+                               frame.f_code.co_filename == "<string>"):
+    frame, level = frame.f_back, level + 1
+  return level

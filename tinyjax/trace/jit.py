@@ -33,7 +33,7 @@ from tinyjax.array import Array, deleted_uop, realize_arrays
 from tinyjax.devices.buffer import Buffer, DeletedBuffer, ShardedBuffer, is_exclusive, shard
 from tinyjax.devices.device import (CPU, compute_device, default_device, place, placement_of, runnable,
                                     same_memory)
-from tinyjax.helpers import LazyModule, gc_paused, open_profiles
+from tinyjax.helpers import LazyModule, gc_paused, open_profiles, user_stacklevel
 from tinyjax.sharding import _mesh_stack
 from tinyjax.trace.sharding_types import compiled, named_of
 from tinyjax.trace.core import (EvalTrace, Primitive, PrimitiveCallRecord, StagingTrace, Tracer, bind, check_callable,
@@ -545,7 +545,7 @@ class _Compiled:
     if unusable:
       names = ", ".join(f"{'~' if avals[i][2] else ''}{np.dtype(avals[i][1]).name}[{','.join(map(str, avals[i][0]))}]"
                         for i in unusable)
-      warnings.warn(f"Some donated buffers were not usable: {names}.", stacklevel=6)
+      warnings.warn(f"Some donated buffers were not usable: {names}.", stacklevel=user_stacklevel())
 
   def donate(self, inputs: list[Buffer], arrays: list[Array]) -> dict[int, Buffer]:
     """Delete the donated arrays of a call and return {output slot: donated buffer} for those whose buffer nothing
