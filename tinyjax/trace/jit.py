@@ -52,7 +52,7 @@ def _leaf_to_array(leaf: Any) -> Array:
   if isinstance(leaf, Array): return leaf
   if isinstance(leaf, (bool, int, float, complex)) and not isinstance(leaf, np.generic):
     dtype = dtypes.python_scalar_dtype(leaf)  # (weakly typed, but a bool: JAX's bool has no weak type)
-    return Array.from_numpy(np.asarray(leaf, dtype=dtype), weak_type=type(leaf) is not bool)
+    return Array.from_numpy(np.asarray(leaf, dtype=dtype), weak_type=dtypes.is_weakly_typed(leaf))
   if isinstance(leaf, (np.ndarray, np.generic)):
     dtype = dtypes.canonicalize_dtype(dtypes.dtype(leaf.dtype))
     return Array.from_numpy(np.asarray(leaf, dtype=dtype))
@@ -96,7 +96,7 @@ class ShapeDtypeStruct:
 def _leaf_aval(leaf: Any) -> tuple[tuple[int, ...], np.dtype, bool]:
   """(shape, dtype, weak_type) of an argument leaf, without converting its data; TypeError for non-arrays."""
   if isinstance(leaf, (Array, ShapeDtypeStruct)): return (tuple(leaf.shape), leaf.dtype, leaf.weak_type)
-  if type(leaf) in (bool, int, float, complex): return ((), dtypes.python_scalar_dtype(leaf), type(leaf) is not bool)
+  if type(leaf) in (bool, int, float, complex): return ((), *dtypes.dtype_and_weak_type(leaf))
   if isinstance(leaf, (np.ndarray, np.generic)):
     return (np.shape(leaf), dtypes.canonicalize_dtype(dtypes.dtype(leaf.dtype)), False)
   raise TypeError(f"Argument {leaf!r} of type {type(leaf).__name__} is not a valid tinyjax type: pass arrays, "
@@ -416,7 +416,7 @@ def _scalar_output(leaf: bool | int | float | complex) -> Array:
   """A Python scalar a traced function returns: a constant of the program (JAX's literal: `make_jaxpr(lambda: 1)()`
   is `{ lambda ; . let  in (1:i32[],) }`), weakly typed but a bool, not an array it closes over."""
   dtype = dtypes.python_scalar_dtype(leaf)
-  return bind(Ops.CONST, arg=np.asarray(leaf, dtype=dtype).item(), dtype=dtype, weak_type=type(leaf) is not bool)
+  return bind(Ops.CONST, arg=np.asarray(leaf, dtype=dtype).item(), dtype=dtype, weak_type=dtypes.is_weakly_typed(leaf))
 
 
 def _normalised_calls(calls: dict, replaced: dict[UOp, UOp]) -> dict:
