@@ -1496,9 +1496,10 @@ class _Scheduler:
     for i, (load, order, extents, low) in enumerate(plans):
       read = widened.get(load, load)
       copy_param = UOp(Ops.DEFINE_GLOBAL, read.dtype, (), len(slots) + i)
-      flat = symbolic.add(load.src[1], symbolic.const(-low)) if order is None else symbolic.const(0)
-      for rng, stride in zip(order or (), _strides(tuple(extents))):
-        flat = symbolic.add(flat, symbolic.mul(rng, stride))
+      if order is None: flat = symbolic.add(load.src[1], symbolic.const(-low))  # (the span, as laid out)
+      else:
+        flat = symbolic.const(0)
+        for rng, stride in zip(order, _strides(tuple(extents))): flat = symbolic.add(flat, symbolic.mul(rng, stride))
       replacements[read] = UOp(Ops.LOAD, read.dtype, (copy_param, flat))
     rewritten = symbolic.simplify(_substitute(ast, replacements))
     if narrow: wanted = all(linear_strides(n.src[1])[0].get(inner, 0) in (0, 1) for n in rewritten.toposort
