@@ -291,6 +291,20 @@ def test_key_types_compare_hash_and_match():
   match DictKey("q"):
     case DictKey(key=key): assert key == "q"
     case _: pytest.fail("DictKey does not match its own pattern")
+  match SequenceKey(4):
+    case SequenceKey(index): assert index == 4  # (by position: __match_args__)
+    case _: pytest.fail("SequenceKey does not match by position")
+  assert GetAttrKey(name="n") == GetAttrKey("n") and FlattenedIndexKey(key=1) == FlattenedIndexKey(1)
+  for bad in ((), ("a", "b")):
+    with pytest.raises(TypeError, match="takes one argument, key"): DictKey(*bad)
+  with pytest.raises(TypeError, match="takes one argument, idx"): SequenceKey(key=0)
+  with pytest.raises(AttributeError): DictKey("a").key = "b"  # (frozen, as JAX's)
+  with pytest.raises(AttributeError): SequenceKey(0).other = 1  # (slots)
+  import copy
+  import pickle
+  keys = (DictKey(("a", 1)), SequenceKey(2), GetAttrKey("b"), FlattenedIndexKey(3))
+  assert pickle.loads(pickle.dumps(keys)) == keys and copy.deepcopy(keys) == keys and copy.copy(keys[0]) == keys[0]
+  assert {keys[0]: 1}[DictKey(("a", 1))] == 1
 
 
 # ------------------------------------------------------------------------------------------------ custom nodes

@@ -12,7 +12,7 @@ from tinyjax.trace.ad import grad, jvp, linear_transpose, linearize, value_and_g
 from tinyjax.trace.custom import checkpoint, custom_jvp, custom_vjp, remat  # noqa: E402
 from tinyjax.trace.batching import vmap  # noqa: E402
 from tinyjax.trace.jacobian import hessian, jacfwd, jacobian, jacrev  # noqa: E402
-from tinyjax import debug, nn, random  # noqa: E402  (`import jax` gives jax.nn, jax.random...)
+from tinyjax import debug  # noqa: E402
 # (after every import of tinyjax.devices: the name `devices` is the function from here on, as in JAX)
 from tinyjax.placement import (default_backend, device_count, device_get, device_put, devices,  # noqa: E402
                                effects_barrier,
@@ -27,8 +27,9 @@ from tinyjax.trace.callback import pure_callback  # noqa: E402
 from tinyjax.trace.core import ShapedArray, typeof  # noqa: E402
 
 # Imported on first use, as is what lowers, compiles and runs programs (lower/, codegen/, devices/cpu.py): `import
-# tinyjax` takes ~0.1 s less.
+# tinyjax` takes ~0.1 s less. (`tinyjax.random` and `tinyjax.nn` too, as `jax.random`, `jax.nn`: ~10 ms.)
 __getattr__ = _lazy_attributes(__name__, {
+  "nn": ("tinyjax.nn", None), "random": ("tinyjax.random", None),
   "scipy": ("tinyjax.scipy", None), "test_util": ("tinyjax.test_util", None),
   "distributed": ("tinyjax.distributed", None), "runtime_stats": ("tinyjax.lower.realize", "runtime_stats"),
   "profile": ("tinyjax.profiler", "profile"), "machine_limits": ("tinyjax.profiler", "machine_limits"),

@@ -197,12 +197,18 @@ def staged(static_argnames: Sequence[str] = (), multiple_results: bool = False) 
   static = frozenset(static_argnames)
 
   def decorate(fn: Callable) -> Callable:
-    parameters = list(inspect.signature(fn).parameters.values())
-    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    positional_only = [p.name for p in parameters if p.kind is p.POSITIONAL_ONLY]
-    variadic = any(p.kind is p.VAR_POSITIONAL for p in parameters)  # (einsum's *operands: arrays, "*" in the layout)
+    read: list = []  # (names by position, positional-only names, variadic: einsum's *operands, "*" in the layout)
+
+    def parameters() -> tuple[list[str], list[str], bool]:
+      """fn's parameters, read from its signature on the first call (at import, ~110 functions took ~4 ms)."""
+      if not read:
+        ps = list(inspect.signature(fn).parameters.values())
+        read.append(([p.name for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)],
+                     [p.name for p in ps if p.kind is p.POSITIONAL_ONLY], any(p.kind is p.VAR_POSITIONAL for p in ps)))
+      return read[0]
 
     def impl(*operands: Array, _layout: tuple, **params: Any) -> Any:
+      names, positional_only, _ = parameters()
       arguments, k = params, 0
       for entry in _layout:  # a name: one operand; (name, n, kind): a list or tuple of n operands
         if type(entry) is str:
@@ -228,6 +234,7 @@ def staged(static_argnames: Sequence[str] = (), multiple_results: bool = False) 
       trace = current_trace.get()
       if type(trace) is not EvalTrace or debug_nans[0]: return fn(*args, **kwargs)
       operands, layout, params = [], [], {}
+      names, _, variadic = parameters()
       if len(args) > len(names):
         extra = args[len(names):]
         if not variadic or not all(type(v) is Array for v in extra): return fn(*args, **kwargs)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import operator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,10 +34,12 @@ class NonConcreteBooleanIndexError(IndexError):
   """A boolean mask index whose values are not known while tracing (its result's shape would depend on them)."""
 
 
-@dataclass
 class _Advanced:
   """An integer array index on one axis (already broadcast-ready; negative values not yet normalised)."""
-  array: Array
+  __slots__ = ("array",)
+
+  def __init__(self, array: Array):
+    self.array = array
 
 
 def _int_index(item: int) -> _Advanced:
