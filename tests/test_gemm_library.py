@@ -15,10 +15,18 @@ from tinyjax.lower import realize
 F32, F64 = np.float32, np.float64
 
 
+def library_tier(first: bool = True):
+  """A `CompileStream.tier` that runs a contraction as its first tier, the library call (or, without `first`, as
+  its own loops), whatever the caches hold; other kernels as their own code at the stream's opt level."""
+  def tier(self, name, llvm_ir, quick):
+    return (quick if first and quick not in (None, llvm_ir) else llvm_ir), self.opt_level
+  return tier
+
+
 @pytest.fixture
 def first_tier(monkeypatch, on_cpu):
   """Contractions run as their first tier, the library call, and stay so (no background compile of their loops)."""
-  monkeypatch.setattr(cpu.CompileStream, "tier", lambda self, name, llvm_ir, quick: quick or llvm_ir)
+  monkeypatch.setattr(cpu.CompileStream, "tier", library_tier())
   monkeypatch.setattr(cpu, "_upgrade_later", lambda jobs, opt_level: None)
   realize._memory_cache.clear()  # (programs lowered before keep the kernels they were compiled with)
   yield
@@ -39,7 +47,7 @@ def both_tiers(monkeypatch, fun, *args) -> list[np.ndarray]:
   results = []
   for first in (True, False):
     with monkeypatch.context() as patch:
-      patch.setattr(cpu.CompileStream, "tier", lambda self, name, llvm_ir, quick: (quick if first else None) or llvm_ir)
+      patch.setattr(cpu.CompileStream, "tier", library_tier(first))
       patch.setattr(cpu, "_upgrade_later", lambda jobs, opt_level: None)
       realize._memory_cache.clear()
       f = tj.jit(lambda *args: fun(*args))  # (a new function each time: jit keeps one program per function)
@@ -107,7 +115,7 @@ def test_transposing_copies_tier_too(monkeypatch, on_cpu):
 
   def gradient(w, x): return tj.grad(lambda w: tnp.tanh(x @ w).sum())(w)
   with monkeypatch.context() as patch:
-    patch.setattr(cpu.CompileStream, "tier", lambda self, name, llvm_ir, quick: quick or llvm_ir)
+    patch.setattr(cpu.CompileStream, "tier", library_tier())
     patch.setattr(cpu, "_upgrade_later", lambda jobs, opt_level: None)
     realize._memory_cache.clear()
     assert any(f"call void @{gemm.COPY_SYMBOL}(" in source for source in sources(tj.jit(gradient), w, x))
@@ -176,8 +184,8 @@ def test_second_tier_replaces_the_first(monkeypatch, on_cpu):
   forced = []
 
   def tier(self, name, llvm_ir, quick):  # (the own loops may be in this machine's cache already: not looked at)
-    if quick is not None: forced.append(name)
-    return quick or llvm_ir
+    if quick not in (None, llvm_ir): forced.append(name)
+    return library_tier()(self, name, llvm_ir, quick)
   monkeypatch.setattr(cpu.CompileStream, "tier", tier)
   realize._memory_cache.clear()
   rng = np.random.default_rng(2)
@@ -185,7 +193,7 @@ def test_second_tier_replaces_the_first(monkeypatch, on_cpu):
   f = tj.jit(lambda a, b: tnp.tanh(a @ b))
   first = np.asarray(f(a, b))
   (program,) = [p for p in f.lower(a, b)._compiled.schedule.programs if p.name in forced]
-  cpu.wait_for_upgrades()
+  cpu.wait_for_upgrades([program])
   assert f"@{gemm.SYMBOL}(" not in program.src and program.watchers is None
   launches = f.lower(a, b)._compiled.schedule.launches
   fields = len(cpu.runtime.LAUNCH_FIELDS)
@@ -195,36 +203,41 @@ def test_second_tier_replaces_the_first(monkeypatch, on_cpu):
   realize._memory_cache.clear()
 
 
-def test_own_loops_compile_after_the_first_run(monkeypatch, on_cpu):
-  """A first tier's own loops start compiling once the program has run once, so that its first run has both cores
-  (the compile worker would take one): lowered and not run, the upgrade waits (up to UPGRADE_WAIT); its first run
-  lets it go ahead, and `wait_for_upgrades` does too. Values against numpy in float64."""
+def test_own_loops_compile_after_the_second_run(monkeypatch, on_cpu):
+  """A first tier's own loops start compiling once the program has run UPGRADE_AFTER_RUNS (2) times: its first run
+  has both cores (the compile worker would take one), and a program run once costs no second compile. Lowered and
+  not run, or run once, the upgrade waits; the second run starts it, and `wait_for_upgrades(programs)` does too.
+  Values against numpy in float64."""
   if cpu.compile_worker() is None: pytest.skip("no compile worker (one core): contractions compile in one tier")
   forced = []
 
   def tier(self, name, llvm_ir, quick):
-    if quick is not None: forced.append(name)
-    return quick or llvm_ir
+    if quick not in (None, llvm_ir): forced.append(name)
+    return library_tier()(self, name, llvm_ir, quick)
   monkeypatch.setattr(cpu.CompileStream, "tier", tier)
-  monkeypatch.setattr(cpu, "UPGRADE_WAIT", 600.0)
   realize._memory_cache.clear()
   rng = np.random.default_rng(4)
   a, b = rng.standard_normal((208, 176)).astype(F32), rng.standard_normal((176, 80)).astype(F32)
   f = tj.jit(lambda a, b: tnp.tanh(a @ b) + 1.0)
   (program,) = [p for p in f.lower(a, b)._compiled.schedule.programs if p.name in forced]
-  gate = program.first_run
-  assert gate is not None and not gate.is_set() and f"@{gemm.SYMBOL}(" in program.src
+  pending = program.pending
+  assert pending is not None and pending.thread is None and f"@{gemm.SYMBOL}(" in program.src
   first = np.asarray(f(a, b))
-  assert gate.is_set()
+  assert pending.runs == 1 and pending.thread is None and f"@{gemm.SYMBOL}(" in program.src
+  cpu.wait_for_upgrades()  # (nothing started: nothing to wait for)
+  assert f"@{gemm.SYMBOL}(" in program.src
+  np.testing.assert_array_equal(np.asarray(f(a, b)), first)
+  assert pending.thread is not None
   cpu.wait_for_upgrades()
-  assert f"@{gemm.SYMBOL}(" not in program.src and program.watchers is None and program.first_run is None
+  assert f"@{gemm.SYMBOL}(" not in program.src and program.watchers is None and program.pending is None
   np.testing.assert_array_equal(np.asarray(f(a, b)), first)
   np.testing.assert_allclose(first, np.tanh(a.astype(F64) @ b.astype(F64)) + 1, rtol=1e-5, atol=1e-5)
-  # lowered and never run: `wait_for_upgrades` opens the gate
+  # lowered and never run: `wait_for_upgrades` of its programs starts the compile
   g = tj.jit(lambda a, b: tnp.tanh(a @ b) - 1.0)
-  (other,) = [p for p in g.lower(a, b)._compiled.schedule.programs if p.name in forced and p is not program]
-  assert other.first_run is not None and not other.first_run.is_set()
-  cpu.wait_for_upgrades()
+  programs = g.lower(a, b)._compiled.schedule.programs
+  (other,) = [p for p in programs if p.name in forced and p is not program]
+  assert other.pending is not None and other.pending.thread is None
+  cpu.wait_for_upgrades(programs)
   assert f"@{gemm.SYMBOL}(" not in other.src and other.watchers is None
   realize._memory_cache.clear()
 

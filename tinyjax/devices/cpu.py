@@ -388,14 +388,15 @@ class CPUProgram:
     # (a first tier, its own loops compiling in the background: the launch lists to retarget then, `upgrade`, and
     # what that compile waits for, `_upgrade_later`)
     self.watchers: weakref.WeakSet | None = None
-    self.first_run: threading.Event | None = None
+    self.pending: _Upgrade | None = None
     self._parallel_for, self._serial_for = self.runtime.parallel_for, self.runtime.serial_for
 
-  def upgrade(self, src: str, fn_addr: int) -> None:
-    """Run the kernel compiled from `src` (its own loops) from now on, in this program and in the launch lists that
-    run it (`LaunchList.retarget`): the second tier of a contraction that started as a GEMM library call."""
+  def upgrade(self, src: str, fn_addr: int, opt_level: int) -> None:
+    """Run the kernel compiled from `src` (its own loops) at `opt_level` from now on, in this program and in the
+    launch lists that run it (`LaunchList.retarget`): the second tier of a kernel that started as a GEMM library call
+    or unoptimised (`CompileStream`)."""
     with _upgrade_lock:
-      self.src, self.fn_addr = src, fn_addr
+      self.src, self.fn_addr, self.opt_level = src, fn_addr, opt_level
       self.__dict__.pop("asm", None)  # (the first tier's, if it was asked for)
       for launches in list(self.watchers or ()): launches.retarget(self)
       self.watchers = None
@@ -508,13 +509,13 @@ class LaunchList:
     for fn, table_offset, n, grain, mode in fields:
       values += [fn, 0 if table_offset is None else table_address + table_offset * pointer_bytes, n, grain, mode]
     self.records = (ctypes.c_int64 * max(1, len(values)))(*values)
-    self._gates: set[threading.Event] = set()  # (what a first run lets start: `_upgrade_later`)
+    self._pending: set[_Upgrade] = set()  # (what this program's runs count towards: `_upgrade_later`)
     with _upgrade_lock:  # (a program whose own loops are compiling: retargeted once they are loaded)
       for program, record in self._records_of:
         if program.watchers is None: continue
         program.watchers.add(self)
         self.records[record * len(runtime.LAUNCH_FIELDS)] = program.fn_addr
-        if program.first_run is not None: self._gates.add(program.first_run)
+        if program.pending is not None: self._pending.add(program.pending)
     self._launched = ctypes.c_int64(0)
     self._launched_address = ctypes.addressof(self._launched)
     self.launched = 0
@@ -573,9 +574,8 @@ class LaunchList:
       self.launched = self._launched.value
     finally:
       self._lock.release()
-    if self._gates:  # (the first run is done: the own loops of its first tiers may compile now)
-      for gate in self._gates: gate.set()
-      self._gates = set()
+    if self._pending:  # (a run of its first tiers: their own loops compile after enough of them)
+      self._pending = {pending for pending in self._pending if not pending.ran()}
     if aborted: raise KeyboardInterrupt(f"program of {self.count} launch records interrupted")
 
 
@@ -615,6 +615,22 @@ def compile_cpu_many(kernels: list[tuple[str, str]], opt_level: int | None = Non
   return stream.finish()
 
 
+# A kernel's IR without fast-math flags (no FMA contraction, no reassociated sums: llvm.py writes its FMAs and its
+# vector sums out) computes the same bits at -O0 as at -O3, so such a kernel's first tier is its own IR at -O0
+# (BASELINE_OPT), which LLVM compiles ~8x faster (the MLP Adam step's kernels: 0.85 -> 0.10 s) and which runs ~4x
+# slower on elementwise work (its Adam update of 784x512 values: 0.37 -> 1.5 ms): where the kernel's loops run at most
+# BASELINE_MAX_WORK iterations in all (lower/realize.py `first_tier`).
+BASELINE_OPT = 0
+BASELINE_MAX_WORK = 1 << 20
+_FAST_MATH = re.compile(r"\b(?:fast|reassoc|contract|nnan|ninf|nsz|arcp|afn)\b|@llvm\.fmuladd")
+
+
+def same_bits_unoptimised(llvm_ir: str) -> bool:
+  """Whether kernel IR compiles at -O0 to code computing what its -O3 code computes, bit for bit: no fast-math flags
+  (which let -O3 fuse and reorder floating-point operations) and no `llvm.fmuladd` (fused or not at codegen's will)."""
+  return _FAST_MATH.search(llvm_ir) is None
+
+
 class CompileStream:
   """A program's kernels compiled as they are handed over (`submit`), then loaded (`finish`: their CPUPrograms, in
   order). Those that neither the memo nor the disk cache holds are compiled here and by the compile worker at the
@@ -623,19 +639,20 @@ class CompileStream:
   `finish`. A job the worker fails (it crashed, or the kernel doesn't compile) is compiled here, so an error is
   raised as if there were no worker.
 
-  A contraction that the GEMM library can compute (codegen/gemm.py) comes with that first tier (`quick`): a call of
-  the library, which compiles in a fraction of the time of its own register-tiled loops. Where those are neither
-  loaded nor in the disk cache, the first tier is what the program runs at first, and its own loops compile in the
-  background once it has run (`_upgrade_later`) and replace it once loaded (DEBUG>=1 says so): a new program's first
-  call does not wait for them, and its later calls run them. (With one core, or no compile worker, the kernels
-  compile as before.)"""
+  A kernel may come with a first tier (`quick`): a contraction that the GEMM library can compute (codegen/gemm.py)
+  with a call of the library, which compiles in a fraction of the time of its own register-tiled loops; a small
+  kernel whose IR computes the same bits unoptimised (`same_bits_unoptimised`) with that IR itself, compiled at
+  BASELINE_OPT. Where its own loops at the stream's opt level are neither loaded nor in the disk cache, the first
+  tier is what the program runs at first, and its own loops compile in the background once it has run
+  (`_upgrade_later`) and replace it once loaded (DEBUG>=1 says so): a new program's first call does not wait for
+  them, and its later calls run them. (With one core, or no compile worker, the kernels compile as before.)"""
 
   def __init__(self, opt_level: int | None = None):
     self.opt_level = default_opt_level() if opt_level is None else opt_level
-    self.kernels: list[tuple[str, str]] = []
+    self.kernels: list[tuple[str, str, int]] = []  # (name, IR, opt level) of each kernel, as the program runs it first
     self.upgrades: list[tuple[int, str, str]] = []  # (kernel number, name, IR of its own loops) run as a first tier
     self.extra: list[tuple[str, str]] = []  # (`include`)
-    self.jobs: list[tuple[str, str, str]] = []  # (name, IR, symbol) of each kernel to compile
+    self.jobs: list[tuple[str, str, str, int]] = []  # (name, IR, symbol, opt level) of each kernel to compile
     self.keys: set[str] = set()
     self.results: dict[int, bytes] = {}
     self.pending: list[int] = []
@@ -643,21 +660,25 @@ class CompileStream:
     self.closed = False
     self.thread: threading.Thread | None = None
 
-  def tier(self, name: str, llvm_ir: str, quick: str | None) -> str:
-    """What to compile now of a kernel whose own loops are `llvm_ir` and whose first tier is `quick` (None: it has
-    none): `quick` where the own loops are not at hand (in this process or the disk cache) and a compile worker can
-    build them in the background, else `llvm_ir`."""
-    if quick is None or (name, llvm_ir, self.opt_level) in _programs or not gemm_library_ready(): return llvm_ir
+  def tier(self, name: str, llvm_ir: str, quick: str | None) -> tuple[str, int]:
+    """What to compile now, and at which opt level, of a kernel whose own loops are `llvm_ir` and whose first tier is
+    `quick` (None: it has none; `llvm_ir` itself: at BASELINE_OPT): the first tier where the own loops are not at hand
+    (in this process or the disk cache) and a compile worker can build them in the background, else the own loops."""
+    own = llvm_ir, self.opt_level
+    if quick is None or (name, llvm_ir, self.opt_level) in _programs: return own
+    baseline = quick == llvm_ir
+    if self.opt_level <= BASELINE_OPT and baseline or not baseline and not gemm_library_ready(): return own
     key = object_code_key(name, llvm_ir, self.opt_level)
     if kernel_symbol(key) in _loaded_symbols or os.path.exists(_kernel_cache.path(key)) or compile_worker() is None:
-      return llvm_ir
-    return quick
+      return own
+    return (llvm_ir, BASELINE_OPT) if baseline else (quick, self.opt_level)
 
   def submit(self, name: str, llvm_ir: str, quick: str | None = None) -> None:
     """Hand over the program's next kernel (`finish` returns their programs in this order), and its first tier."""
-    if (now := self.tier(name, llvm_ir, quick)) is not llvm_ir: self.upgrades.append((len(self.kernels), name, llvm_ir))
-    self.kernels.append((name, now))
-    self.prepare(name, now)
+    now, level = self.tier(name, llvm_ir, quick)
+    if (now, level) != (llvm_ir, self.opt_level): self.upgrades.append((len(self.kernels), name, llvm_ir))
+    self.kernels.append((name, now, level))
+    self.prepare(name, now, level)
 
   def include(self, name: str, llvm_ir: str) -> None:
     """Compile a kernel the program launches by its own means (a host step's `native` kernel) along with its own:
@@ -665,11 +686,12 @@ class CompileStream:
     self.extra.append((name, llvm_ir))
     self.prepare(name, llvm_ir)
 
-  def prepare(self, name: str, llvm_ir: str) -> None:
-    """Start compiling a kernel that a later `submit` hands over: a program's contractions, while the lowering still
-    works out the rest (`get_schedule`)."""
-    if (name, llvm_ir, self.opt_level) in _programs: return
-    key = object_code_key(name, llvm_ir, self.opt_level)
+  def prepare(self, name: str, llvm_ir: str, opt_level: int | None = None) -> None:
+    """Start compiling a kernel that a later `submit` hands over (at `opt_level`, default the stream's): a program's
+    contractions, while the lowering still works out the rest (`get_schedule`)."""
+    opt_level = self.opt_level if opt_level is None else opt_level
+    if (name, llvm_ir, opt_level) in _programs: return
+    key = object_code_key(name, llvm_ir, opt_level)
     symbol = kernel_symbol(key)
     if key in self.keys or symbol in _loaded_symbols or os.path.exists(_kernel_cache.path(key)): return
     self.keys.add(key)
@@ -681,7 +703,7 @@ class CompileStream:
       _initialize_llvm()
       _check_external_functions(name, llvm_ir)  # (before the worker's loads)
     with self.condition:
-      self.jobs.append((name, llvm_ir, symbol))
+      self.jobs.append((name, llvm_ir, symbol, opt_level))
       self.pending.append(len(self.jobs) - 1)
       self.condition.notify()
 
@@ -696,7 +718,7 @@ class CompileStream:
 
   def _remote(self, worker: _CompileWorker) -> None:
     while (i := self._take(wait=True)) is not None:
-      if (reply := worker.compile(*self.jobs[i], self.opt_level)) is None: return  # it died: the rest is done here
+      if (reply := worker.compile(*self.jobs[i])) is None: return  # it died: the rest is done here
       ok, result, seconds = reply
       if ok: self.results[i] = result
       _stats["compile_seconds"] += seconds
@@ -712,14 +734,13 @@ class CompileStream:
   def finish(self) -> list[CPUProgram]:
     self.close(wait=False)
     try:
-      while (i := self._take(wait=False)) is not None: self.results[i] = _timed_compile(*self.jobs[i], self.opt_level)
+      while (i := self._take(wait=False)) is not None: self.results[i] = _timed_compile(*self.jobs[i])
     finally:
       self.close()
-    compiled = {symbol: self.results[i] if i in self.results else _timed_compile(name, llvm_ir, symbol, self.opt_level)
-                for i, (name, llvm_ir, symbol) in enumerate(self.jobs)}
-    programs = [compile_cpu(name, llvm_ir, self.opt_level,
-                            compiled.get(kernel_symbol(object_code_key(name, llvm_ir, self.opt_level))))
-                for name, llvm_ir in self.kernels + self.extra]
+    compiled = {symbol: self.results[i] if i in self.results else _timed_compile(name, llvm_ir, symbol, level)
+                for i, (name, llvm_ir, symbol, level) in enumerate(self.jobs)}
+    programs = [compile_cpu(name, llvm_ir, level, compiled.get(kernel_symbol(object_code_key(name, llvm_ir, level))))
+                for name, llvm_ir, level in self.kernels + [(*extra, self.opt_level) for extra in self.extra]]
     if self.upgrades:
       _upgrade_later([(programs[i], name, llvm_ir) for i, name, llvm_ir in self.upgrades], self.opt_level)
     return programs[:len(self.kernels)]
@@ -729,38 +750,64 @@ _upgrades: set[threading.Thread] = set()  # the background compiles of first tie
 _exiting = False  # set at exit: a background compile then loads nothing more
 
 
-# A first tier's own loops start compiling once a launch list running it has run once, or after UPGRADE_WAIT seconds
-# (a program lowered and not run): the program's first run has both cores, where the compile worker would take one.
-# The MLP step's first call from an empty cache, alternating fresh processes: its run 38-46 -> 17-29 ms.
-UPGRADE_WAIT = 1.0
-_gates: set[threading.Event] = set()  # (of the upgrades not started: `wait_for_upgrades` opens them)
+# A first tier's own loops start compiling once the program has run UPGRADE_AFTER_RUNS times: its first run has both
+# cores, where the compile worker would take one (the MLP step's first call from an empty cache, alternating fresh
+# processes: its run 38-46 -> 17-29 ms), and a program run once (a test's, a script's) costs no second compile,
+# which would keep the worker from the next program's kernels (a script of 17 small jitted functions, each called
+# once: one of them waited 130 ms more behind the others' upgrades).
+UPGRADE_AFTER_RUNS = 2
+
+
+class _Upgrade:
+  """The first-tier programs of one lowered program waiting for their own loops: (program, name, IR) jobs, compiled at
+  `opt_level` on the compile worker in a thread of their own (`_compile_upgrades`) once `ran` has counted
+  UPGRADE_AFTER_RUNS runs of the program (by `LaunchList`, or `count_run`), or `wait_for_upgrades` asks for them."""
+
+  def __init__(self, jobs: list[tuple[CPUProgram, str, str]], opt_level: int):
+    self.jobs, self.opt_level, self.runs = jobs, opt_level, 0
+    self.thread: threading.Thread | None = None
+
+  def ran(self) -> bool:
+    """Count a run; start compiling at the UPGRADE_AFTER_RUNS-th. Whether the compile has started."""
+    self.runs += 1  # (two threads' runs may count as one: the compile starts a run later)
+    if self.runs >= UPGRADE_AFTER_RUNS: self.start()
+    return self.thread is not None
+
+  def start(self) -> None:
+    with _upgrade_lock:
+      if self.thread is not None: return
+      self.thread = threading.Thread(target=_upgrade, args=(self,), name="tinyjax-upgrade", daemon=True)
+      _upgrades.add(self.thread)
+    self.thread.start()
 
 
 def _upgrade_later(jobs: list[tuple[CPUProgram, str, str]], opt_level: int) -> None:
-  """Compile the own loops (IR) of first-tier programs on the compile worker, in a thread, once the program has run
-  once (UPGRADE_WAIT), and `upgrade` each program to them once loaded (a program already waiting for its own is not
+  """Compile the own loops (IR) of first-tier programs in the background once the program has run UPGRADE_AFTER_RUNS
+  times (`_Upgrade`), and `upgrade` each program to them once loaded (a program already waiting for its own is not
   queued twice)."""
-  gate = threading.Event()
   with _upgrade_lock:
     jobs = [(program, name, llvm_ir) for program, name, llvm_ir in jobs if program.watchers is None]
-    for program, _, _ in jobs: program.watchers, program.first_run = weakref.WeakSet(), gate
-  if not jobs: return
-  _gates.add(gate)
-  thread = threading.Thread(target=_upgrade, args=(jobs, opt_level, gate), name="tinyjax-upgrade", daemon=True)
-  _upgrades.add(thread)
-  thread.start()
+    if not jobs: return
+    pending = _Upgrade(jobs, opt_level)
+    for program, _, _ in jobs: program.watchers, program.pending = weakref.WeakSet(), pending
 
 
-def _upgrade(jobs: list[tuple[CPUProgram, str, str]], opt_level: int, gate: threading.Event) -> None:
-  try: _compile_upgrades(jobs, opt_level, gate)
+def count_run(programs: list) -> None:
+  """A run of a program's kernels made without its launch list (DEBUG's and profiles' timed launches): counted
+  towards their upgrades as a `LaunchList` run is."""
+  for pending in {program.pending for program in programs if getattr(program, "pending", None) is not None}:
+    pending.ran()
+
+
+def _upgrade(pending: _Upgrade) -> None:
+  try: _compile_upgrades(pending)
   finally: _upgrades.discard(threading.current_thread())
 
 
-def _compile_upgrades(jobs: list[tuple[CPUProgram, str, str]], opt_level: int, gate: threading.Event) -> None:
-  gate.wait(UPGRADE_WAIT)
-  _gates.discard(gate)
-  for program, _, _ in jobs: program.first_run = None
-  for program, name, llvm_ir in jobs:
+def _compile_upgrades(pending: _Upgrade) -> None:
+  opt_level = pending.opt_level
+  for program, _, _ in pending.jobs: program.pending = None
+  for program, name, llvm_ir in pending.jobs:
     key = object_code_key(name, llvm_ir, opt_level)
     start = time.perf_counter()
     worker = compile_worker()
@@ -774,15 +821,20 @@ def _compile_upgrades(jobs: list[tuple[CPUProgram, str, str]], opt_level: int, g
     if address is None:  # (the worker failed or the process is ending: the first tier stays)
       with _upgrade_lock: program.watchers = None
       continue
-    program.upgrade(llvm_ir, address)
+    swapped = f"its -O{opt_level} build in place of its -O{program.opt_level} one" if program.src == llvm_ir else \
+        "its own loops in place of the library call"
+    program.upgrade(llvm_ir, address, opt_level)
     if DEBUG >= 1:
-      print(f"*** CPU upgraded {name}: its own loops in place of the library call "
-            f"(compiled in the background in {(time.perf_counter() - start) * 1e3:.0f} ms)")
+      print(f"*** CPU upgraded {name}: {swapped} (compiled in the background in "
+            f"{(time.perf_counter() - start) * 1e3:.0f} ms)")
 
 
-def wait_for_upgrades() -> None:
-  """Wait until every first tier started so far runs its own loops (or stays, where they failed to compile)."""
-  while _gates: _gates.pop().set()
+def wait_for_upgrades(programs: list | None = None) -> None:
+  """Wait until the first tiers of `programs` run their own loops (or stay, where those failed to compile), starting
+  their compiles where the programs have not run often enough yet; without `programs`, wait for the compiles started
+  so far."""
+  for pending in {program.pending for program in programs or () if getattr(program, "pending", None) is not None}:
+    pending.start()
   while _upgrades: _upgrades.pop().join()
 
 

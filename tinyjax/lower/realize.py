@@ -30,7 +30,7 @@ from tinyjax.codegen.gpu import gpu_launch
 from tinyjax.codegen.llvm import render_llvm
 from tinyjax.codegen.opt import amx_bf16, plans_memoized, tile_geometry
 from tinyjax.devices import CompileStream, LaunchList, compile_cpu, compile_cpu_many, compile_worker, cpu_threads
-from tinyjax.devices.cpu import HostProgram
+from tinyjax.devices.cpu import BASELINE_MAX_WORK, HostProgram, count_run, same_bits_unoptimised
 from tinyjax.devices.device import placement_of, CPU, compute_device, default_device, host_buffer, place, runnable
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
 from tinyjax.devices.buffer import Buffer, allocate_buffers, give_block, reinterpret, take_block, shard
@@ -143,6 +143,15 @@ def _code_fingerprint() -> str:
 
 
 
+def first_tier(k: Kernel, source: str) -> tuple[str, str | None]:
+  """A CPU kernel's source and its first tier (devices/cpu.py `CompileStream`): the GEMM library's call for a
+  contraction it can do, else the source itself (compiled unoptimised) where that computes the same bits and the
+  kernel's loops run at most BASELINE_MAX_WORK iterations, else None."""
+  if (library := render_llvm(k.name, k.ast, library=True)) is not None: return source, library
+  work = math.prod(node.src[0].arg for node in k.ast.toposort if node.op is Ops.RANGE and node.src[0].op is CONST)
+  return source, source if work <= BASELINE_MAX_WORK and same_bits_unoptimised(source) else None
+
+
 def normalize(roots: list[UOp], first_param: int = 0, replaced: dict[UOp, UOp] | None = None,
               order: list[UOp] | None = None, constants: bool = False) -> tuple[UOp, list]:
   """Replace BUFFER leaves by PARAMs numbered from `first_param` in order of first use; return the SINK and the
@@ -215,14 +224,14 @@ def get_schedule(sink: UOp, device=CPU) -> CompiledSchedule:
     stream = None if gpu else CompileStream()  # (the CPU's kernels compile as they are rendered)
 
     def render(k: Kernel) -> tuple[str, str | None]:
-      """The kernel's source, and on the CPU its first tier (a GEMM library call, devices/cpu.py `CompileStream`)."""
+      """The kernel's source, and on the CPU its first tier (`first_tier`)."""
       if (kernel_key := (k.name, k.ast, k.ordered)) not in rendered:
         rendered[kernel_key] = (device.render(k.name, k.ast, _launch_of(k, device), k.ordered), None) if gpu else \
-            (render_llvm(k.name, k.ast), render_llvm(k.name, k.ast, library=True))
+            first_tier(k, render_llvm(k.name, k.ast))
       return rendered[kernel_key]
 
     def built(k: Kernel) -> None:  # (a contraction, rendered and compiling while the rest of the program is lowered)
-      stream.prepare(k.name, stream.tier(k.name, *render(k)))
+      stream.prepare(k.name, *stream.tier(k.name, *render(k)))
     try:
       with plans_memoized():  # (each kernel's tile plan worked out once in this lowering)
         sched = gpu_schedule(real_sink) if gpu else schedule(real_sink, threads, built=built)
@@ -326,6 +335,7 @@ def run_schedule(compiled: CompiledSchedule, inputs: list[Buffer], reuse: dict[i
     arena = take_block(plan.arena_bytes)[0] if plan.arena_bytes else None
     _run_steps(sched.kernels, iter(compiled.programs), _slot_buffers(compiled, buffers, arena), CPU, timed=True)
     if arena is not None: give_block(arena, arena.ctypes.data)
+    count_run(compiled.programs)  # (towards the first tiers' upgrades, as a launch list's run)
   elif plan.outputs_in_order:  # no intermediates (jit(lambda x: x + 1)): the slots are the inputs, then the outputs
     launches = compiled.launches
     launches([buffer._address for buffer in buffers])
@@ -440,7 +450,7 @@ def _run_steps(steps: tuple, programs, buffers: list[Buffer], device, timed: boo
       elapsed = time.perf_counter() - start
     counters.kernels_launched += 1
     counters.launch_seconds += elapsed
-    _report_launch(step, buffers, elapsed, device)
+    _report_launch(step, buffers, elapsed, device, first_tier=getattr(program, "watchers", None) is not None)
 
 
 def _raise_host_errors(compiled: CompiledSchedule) -> None:
@@ -473,13 +483,15 @@ def _write_counter(buffer: Buffer, value: int) -> None:
   else: buffer.device.upload(buffer.address, np.array(value, np.int32))
 
 
-def _report_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device=CPU) -> None:
-  """Record a timed launch into the open profiles and, with DEBUG>=1, print it with its roofline figures."""
+def _report_launch(kernel: Kernel, buffers: list[Buffer], seconds: float, device=CPU,
+                   first_tier: bool = False) -> None:
+  """Record a timed launch into the open profiles and, with DEBUG>=1, print it with its roofline figures (and
+  whether it ran a first tier: a GEMM library call or an unoptimised build, devices/cpu.py `CompileStream`)."""
   nbytes, flops = sum(buffers[slot].nbytes for slot in kernel.slots), kernel_flops(kernel.ast)
   record_launch(kernel.name, seconds, flops, nbytes, device.platform)
   if DEBUG < 1: return
   where = "CPU" if device is CPU else repr(device)
-  launch = "  threads" if kernel.parallel else ""
+  launch = ("  threads" if kernel.parallel else "") + ("  first tier" if first_tier else "")
   if device is not CPU: launch = f"  {_launch_of(kernel, device)}"
   print(f"*** {where} {counters.kernels_launched:4d} {kernel.name:40s} {seconds * 1e6:9.1f} us "
         f"{roofline(seconds, flops, nbytes, cpu=device is CPU)}{launch}")

@@ -686,7 +686,7 @@ class Lowered:
       parts.append(f"# {len(kernels)} kernels" + (" (some inside loops)" if loops else ""))
       # (a contraction's first tier runs until its own loops are compiled: the text is of the kernels' own code)
       if any(getattr(program, "watchers", None) is not None for program in sched.programs):
-        cpu_device.wait_for_upgrades()
+        cpu_device.wait_for_upgrades(sched.programs)
       for kernel, program in zip(kernels, sched.programs):
         parts.append(f"# kernel {kernel.name} buffers={list(kernel.slots)}\n{program.src}")
     return "\n".join(parts)

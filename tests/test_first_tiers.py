@@ -1,0 +1,168 @@
+"""The unoptimised first tier (devices/cpu.py `CompileStream`, lower/realize.py `first_tier`): a small kernel whose IR
+has no fast-math flags runs its own IR compiled at -O0 first, and its -O3 build once the program has run twice. The
+two builds must compute the same bits, so that a program's results never change when the second one is swapped in.
+Values against numpy in float64."""
+import numpy as np
+import pytest
+
+import tinyjax as tj
+import tinyjax.numpy as tnp
+from tinyjax import lax
+from tinyjax.devices import cpu
+from tinyjax.lower import realize
+
+F32, F64 = np.float32, np.float64
+
+
+def baseline_tier(unoptimised: bool):
+  """A `CompileStream.tier` that runs every kernel offered an unoptimised first tier at -O0 (or, without
+  `unoptimised`, at the stream's level), whatever the caches hold, and never upgrades it; the rest as their own
+  code."""
+  def tier(self, name, llvm_ir, quick):
+    return llvm_ir, cpu.BASELINE_OPT if unoptimised and quick == llvm_ir else self.opt_level
+  return tier
+
+
+def both_builds(monkeypatch, fun, *args) -> tuple[list[np.ndarray], list[np.ndarray], int]:
+  """`jit(fun)(*args)` with its small kernels at -O0 and at -O3: both results (flattened) and how many kernels ran
+  unoptimised."""
+  results, unoptimised = [], 0
+  for first in (True, False):
+    with monkeypatch.context() as patch:
+      patch.setattr(cpu.CompileStream, "tier", baseline_tier(first))
+      patch.setattr(cpu, "_upgrade_later", lambda jobs, opt_level: None)
+      realize._memory_cache.clear()
+      f = tj.jit(lambda *args: fun(*args))  # (a new function each time: jit keeps one program per function)
+      programs = f.lower(*args)._compiled.schedule.programs
+      if first: unoptimised = sum(program.opt_level == cpu.BASELINE_OPT for program in programs)
+      else: assert all(program.opt_level != cpu.BASELINE_OPT for program in programs)
+      results.append([np.asarray(leaf) for leaf in tj.tree_util.tree_leaves(f(*args))])
+  realize._memory_cache.clear()
+  return results[0], results[1], unoptimised
+
+
+def assert_same_bits(first: list[np.ndarray], own: list[np.ndarray]) -> None:
+  for a, b in zip(first, own, strict=True):
+    assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))  # (NaN, -0.0 too)
+
+
+rng = np.random.default_rng(0)
+X = (rng.standard_normal((48, 67)) * 3).astype(F32)
+POSITIVE = np.abs(X) + np.float32(0.05)
+CASES = {  # name: (function, arguments, its float64 reference)
+  "exp_log_tanh": (lambda x, p: tnp.exp(x * 0.3) - tnp.log(p) + tnp.tanh(x), (X, POSITIVE),
+                   lambda x, p: np.exp(x * 0.3) - np.log(p) + np.tanh(x)),
+  "trigonometry": (lambda x: tnp.sin(x) * tnp.cos(x * 2.0) + tnp.arctan(x), (X,),
+                   lambda x: np.sin(x) * np.cos(x * 2.0) + np.arctan(x)),
+  "powers": (lambda p: p ** 1.7 + tnp.sqrt(p) / tnp.cbrt(p) + tnp.expm1(-p) + tnp.log1p(p), (POSITIVE,),
+             lambda p: p ** 1.7 + np.sqrt(p) / np.cbrt(p) + np.expm1(-p) + np.log1p(p)),
+  "division_and_remainders": (lambda x, p: (x / (x * x + 1.3), tnp.mod(x, 0.7), tnp.floor_divide(x, p)), (X, POSITIVE),
+                              lambda x, p: (x / (x * x + 1.3), np.mod(x, 0.7), np.floor_divide(x, p))),
+  "special_values": (lambda x: (tnp.where(x > 0, x / 0.0, -x / 0.0), tnp.log(x), tnp.maximum(x, tnp.nan)), (X,),
+                     lambda x: (np.full_like(x, np.inf), np.log(np.where(x > 0, x, np.nan)), np.full_like(x, np.nan))),
+  "integers_and_casts": (lambda x: ((x * 100).astype(tnp.int32) // 7 + (x > 0), (x * 1000).astype(tnp.int8),
+                                    x.astype(tnp.bfloat16) * 3, x.astype(tnp.float16) - 1), (X,),
+                         lambda x: ((x * 100).astype(np.int32) // 7 + (x > 0),
+                                    np.clip(np.trunc(x * 1000), -128, 127).astype(np.int8), x * 3, x - 1)),
+  "elementwise_gradient": (tj.grad(lambda x: (tnp.tanh(x) * tnp.sin(x)).sum()), (X,),
+                           lambda x: (1 - np.tanh(x) ** 2) * np.sin(x) + np.tanh(x) * np.cos(x)),
+  "erf_and_gelu": (lambda x: tj.scipy.special.erf(x) + tj.nn.gelu(x, approximate=False), (X,), None),
+  "gather_and_cumulative": (lambda x: (x[::-2, 3:40] + x[jnp_index, :][:, ::3].sum(), lax.cummax(x, axis=0)), (X,),
+                            None),
+}
+jnp_index = np.array([0, 5, 5, 47, 12])
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_unoptimised_first_tier_computes_the_same_bits(monkeypatch, on_cpu, name):
+  """The -O0 build of each kernel offered the unoptimised first tier gives exactly the -O3 build's values
+  (transcendentals, division, remainders, infinities and NaN, integers, narrow floats, gradients, gathers), and
+  both are right against float64."""
+  fun, args, reference = CASES[name]
+  first, own, unoptimised = both_builds(monkeypatch, fun, *args)
+  assert unoptimised >= 1
+  assert_same_bits(first, own)
+  if reference is not None:
+    want = reference(*(a.astype(F64) for a in args))
+    for got, expected in zip(first, want if isinstance(want, tuple) else (want,), strict=True):
+      if got.dtype.kind in "iub": np.testing.assert_array_equal(got, expected)
+      else:  # (float32, and float16 / bfloat16 to their precision)
+        tolerance = 2e-2 if got.dtype.itemsize < 4 else 1e-5
+        np.testing.assert_allclose(got.astype(F64), expected, rtol=tolerance, atol=tolerance)
+
+
+def test_training_step_is_the_same_in_both_builds(monkeypatch, on_cpu):
+  """An MLP's Adam step (its elementwise updates and reductions at -O0, its products in the GEMM library or in their
+  own loops): the same parameters and loss bit for bit, and the loss against float64."""
+  w1, w2 = rng.standard_normal((20, 32)).astype(F32) * 0.3, rng.standard_normal((32, 5)).astype(F32) * 0.3
+  x, y = rng.standard_normal((64, 20)).astype(F32), rng.integers(0, 5, 64)
+
+  def loss(params, x, y):
+    h = tnp.maximum(x @ params[0], 0.0)
+    return -tj.nn.log_softmax(h @ params[1])[np.arange(64), y].mean()
+
+  def step(params, m, v, x, y):
+    value, grads = tj.value_and_grad(loss)(params, x, y)
+    m = [0.9 * a + 0.1 * g for a, g in zip(m, grads)]
+    v = [0.999 * a + 0.001 * g * g for a, g in zip(v, grads)]
+    return [p - 1e-2 * a / (tnp.sqrt(b) + 1e-8) for p, a, b in zip(params, m, v)], m, v, value
+  zeros = [np.zeros_like(w1), np.zeros_like(w2)]
+  first, own, unoptimised = both_builds(monkeypatch, step, [w1, w2], zeros, zeros, x, y)
+  assert unoptimised >= 3
+  assert_same_bits(first, own)
+  h = np.maximum(x.astype(F64) @ w1, 0) @ w2
+  h -= h.max(axis=1, keepdims=True)
+  want = -(h - np.log(np.exp(h).sum(axis=1, keepdims=True)))[np.arange(64), y].mean()
+  np.testing.assert_allclose(first[-1], want, rtol=1e-5)
+
+
+def test_which_kernels_get_the_unoptimised_tier():
+  """A kernel is offered its own IR as first tier when that has no fast-math flags and its loops run at most
+  BASELINE_MAX_WORK iterations; not a float sum that LLVM may reassociate (vectorised), a register tile that may fuse
+  its products into FMAs, nor a big kernel; a contraction the GEMM library can do gets the library call."""
+  assert cpu.same_bits_unoptimised("%1 = fadd float %0, 1.0\n"
+                                   "%2 = call float @llvm.fma.f32(float %1, float %1, float %1)")
+  for flagged in ("fadd reassoc float", "fmul contract <8 x float>", "fadd fast double", "fsub nsz float",
+                  "call float @llvm.fmuladd.f32("):
+    assert not cpu.same_bits_unoptimised(f"%1 = {flagged} %0, %0")
+
+  def first_tiers(fun, *args):
+    kernels = realize.kernels_of(tj.jit(fun).lower(*args)._compiled.schedule.schedule.kernels)
+    return [(realize.first_tier(k, source)[1], source) for k, source in
+            ((k, realize.render_llvm(k.name, k.ast)) for k in kernels)]
+  small = np.ones((64, 64), F32)
+  ((first, source),) = first_tiers(lambda x: tnp.exp(x) * 2.0 + 1.0, small)
+  assert first == source
+  ((first, _),) = first_tiers(lambda x: x.sum(axis=1), small)
+  assert first is None  # (reassoc)
+  big = np.ones((1024, 1025), F32)  # (over BASELINE_MAX_WORK elements)
+  ((first, _),) = first_tiers(lambda x: tnp.exp(x) * 2.0 + 1.0, big)
+  assert first is None
+  tiers = first_tiers(lambda a, b: a @ b, np.ones((256, 256), F32), np.ones((256, 256), F32))
+  assert any(first is not None and first != source and "tj_sgemm" in first for first, source in tiers)
+
+
+def test_unoptimised_first_tier_upgrades_after_the_second_run(on_cpu):
+  """Without a cached build: the first call runs the kernels at -O0; the second starts their -O3 builds in the
+  background, which replace them once loaded (same IR, same bits); a program called once is never rebuilt."""
+  if cpu.compile_worker() is None: pytest.skip("no compile worker (one core): kernels compile in one tier")
+  scale = float(np.random.default_rng().uniform(1, 2))  # (a literal of its own: this kernel is in no cache)
+  x = tnp.asarray(X)
+  f = tj.jit(lambda x: tnp.tanh(x * scale) + 1.0)
+  programs = f.lower(x)._compiled.schedule.programs
+  (program,) = programs
+  source = program.src
+  assert program.opt_level == cpu.BASELINE_OPT and program.pending is not None
+  first = np.asarray(f(x))
+  assert program.pending.thread is None and program.opt_level == cpu.BASELINE_OPT
+  second = np.asarray(f(x))
+  cpu.wait_for_upgrades()
+  assert program.opt_level == cpu.default_opt_level() and program.src == source and program.pending is None
+  assert_same_bits([first, second], [np.asarray(f(x))] * 2)
+  np.testing.assert_allclose(first, np.tanh(X.astype(F64) * scale) + 1, rtol=1e-6, atol=1e-6)
+  g = tj.jit(lambda x: tnp.tanh(x * (scale + 1.0)) - 1.0)
+  g(x).block_until_ready()
+  (once,) = g.lower(x)._compiled.schedule.programs
+  cpu.wait_for_upgrades()
+  assert once.opt_level == cpu.BASELINE_OPT and once.pending is not None and once.pending.thread is None
