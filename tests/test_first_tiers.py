@@ -118,9 +118,10 @@ def test_training_step_is_the_same_in_both_builds(monkeypatch, on_cpu):
 
 
 def test_which_kernels_get_the_unoptimised_tier():
-  """A kernel is offered its own IR as first tier when that has no fast-math flags and its loops run at most
-  BASELINE_MAX_WORK iterations; not a float sum that LLVM may reassociate (vectorised), a register tile that may fuse
-  its products into FMAs, nor a big kernel; a contraction the GEMM library can do gets the library call."""
+  """A kernel is offered its own IR as first tier when that has no fast-math flags (but a max's or min's `reassoc`)
+  and its loops run at most BASELINE_MAX_WORK iterations; not a float sum that LLVM may reassociate (vectorised; a
+  small kernel's short sums run in order), a register tile that may fuse its products into FMAs, nor a big kernel; a
+  contraction the GEMM library can do gets the library call."""
   assert cpu.same_bits_unoptimised("%1 = fadd float %0, 1.0\n"
                                    "%2 = call float @llvm.fma.f32(float %1, float %1, float %1)")
   for flagged in ("fadd reassoc float", "fmul contract <8 x float>", "fadd fast double", "fsub nsz float",
@@ -135,7 +136,11 @@ def test_which_kernels_get_the_unoptimised_tier():
   ((first, source),) = first_tiers(lambda x: tnp.exp(x) * 2.0 + 1.0, small)
   assert first == source
   ((first, _),) = first_tiers(lambda x: x.sum(axis=1), small)
-  assert first is None  # (reassoc)
+  assert first is None  # (reassoc: 64 steps a sum, vectorised)
+  ((first, source),) = first_tiers(lambda x: x[:, :10].sum(axis=1), small)
+  assert first == source  # (a small kernel's sums of at most SHORT_REDUCE steps run in order)
+  ((first, source),) = first_tiers(lambda x: x.max(axis=1), small)
+  assert first == source and "reassoc" in source  # (a max has the same value in any order)
   big = np.ones((1024, 1025), F32)  # (over BASELINE_MAX_WORK elements)
   ((first, _),) = first_tiers(lambda x: tnp.exp(x) * 2.0 + 1.0, big)
   assert first is None

@@ -447,6 +447,13 @@ class _Renderer(Linearizer):
                library: gemm.LibraryCall | gemm.LibraryCopy | None = None):
     super().__init__(ast)
     self.plan, self.gpu, self.ordered = plan, gpu, ordered
+    # A small kernel's short sums (at most SMALL_KERNEL_STEPS iterations in all, at most SHORT_REDUCE steps each: a
+    # softmax's over 10 classes) run in order: vectorising them would save microseconds, and without `reassoc` the
+    # kernel's IR may compute the same bits unoptimised, as its first tier (devices/cpu.py `same_bits_unoptimised`;
+    # the MLP step's softmax sum: 22 ms of LLVM at -O3). Not a longer sum, which is more accurate in vector lanes (a
+    # loss summed over 1152 values in order moved a float32 finite-difference gradient check by 10%). A register tile
+    # keeps its own order anyway.
+    self.in_order_sums = plan is None and not gpu and _loop_steps(ast) <= SMALL_KERNEL_STEPS
     # the product computed by the GEMM library (`render_library_gemm`), or the copy (`render_library_copy`), or None
     self.library = library
     # (`stream`: an elementwise kernel's innermost loop may run on vectors stored non-temporally, `streamed_lanes`)
@@ -1394,13 +1401,15 @@ class _Renderer(Linearizer):
     them is cut into chunks of block // product iterations, and the ranges further out only add block sums up: one set
     of float32 accumulators per block whatever the nesting (a 3x3 convolution's window loops don't flush every 3 steps).
     `tiled`: the accumulators are a tile (vectors, or scalars SLP vectorises), so the loops are not vectorised over the
-    reduce range and float accumulation keeps its order; `contract` lets a float product and its accumulation fuse
-    into an FMA. With `lanes` > 1 `body()` emits vectors of that many values (a vector tile body) and the `count`
-    accumulators are vectors; the results are one value per element, `count * lanes` of them, or with `vectors` the
-    `count` vectors themselves."""
+    reduce range and float accumulation keeps its order, as a small kernel's short sum does (`in_order_sums`);
+    `contract` lets a float product and its accumulation fuse into an FMA. With `lanes` > 1 `body()` emits vectors of
+    that many values (a vector tile body) and the `count` accumulators are vectors; the results are one value per
+    element, `count * lanes` of them, or with `vectors` the `count` vectors themselves."""
     ranges = list(node.src[1:])
     inner_dtype = accumulator_dtype(node)
     block = self.plan.sum_block if tiled else GPU_SUM_BLOCK if self.gpu else SUM_BLOCK
+    ordered = tiled or self.in_order_sums and all(rng.src[0].op is Ops.CONST for rng in ranges) and \
+        math.prod(rng.src[0].arg for rng in ranges) <= SHORT_REDUCE
 
     whole = unrolled_whole(ranges) if len(ranges) > 1 else set()
 
@@ -1423,7 +1432,7 @@ class _Renderer(Linearizer):
       split -= 1
       product *= ranges[split].src[0].arg
     if not float32_sum or split == 0 or ranges[split - 1].src[0].op is not Ops.CONST:  # one block: no float64
-      results = self.accumulate(node, inner_dtype, count, loops(ranges), innermost, tiled, contract, lanes)
+      results = self.accumulate(node, inner_dtype, count, loops(ranges), innermost, tiled, contract, lanes, ordered)
       return finish(results, inner_dtype)
     outer, chunked, inner = ranges[:split - 1], ranges[split - 1], ranges[split:]
     chunk, size = block // product, chunked.src[0].arg
@@ -1431,22 +1440,24 @@ class _Renderer(Linearizer):
     def block_sum(indices: list[str]) -> tuple[list[str], np.dtype]:
       chunk_start, chunk_end = self.block_bounds(indices[-1], chunk, str(size))
       return self.accumulate(node, inner_dtype, count, [(chunk_start, chunk_end, chunked, True), *loops(inner)],
-                             innermost, tiled, contract, lanes), inner_dtype
+                             innermost, tiled, contract, lanes, ordered), inner_dtype
 
     # the block loop is kept a loop, one memory stream (see SUM_BLOCK); a tile's blocks are short (plan.sum_block) and
     # its loop nest is laid out by hand, so its block loop is left to LLVM
     block_loop = ("0", str(-(-size // chunk)), None, tiled)
     blocks = -(-size // chunk) * math.prod(rng.src[0].arg for rng in outer)
     total = F32 if tiled and blocks <= FLOAT32_BLOCKS else F64  # (a tile's few block sums: FLOAT32_BLOCKS)
-    results = self.accumulate(node, total, count, [*loops(outer), block_loop], block_sum, tiled, lanes=lanes)
+    results = self.accumulate(node, total, count, [*loops(outer), block_loop], block_sum, tiled, lanes=lanes,
+                              ordered=ordered)
     return finish(results, total)
 
   def accumulate(self, node: UOp, acc_dtype: np.dtype, count: int, nest: list[tuple[str, str, UOp | None, bool]],
                  body: Callable[[list[str]], tuple[list[str], np.dtype]], tiled: bool = False,
-                 contract: bool = False, lanes: int = 1) -> list[str]:
+                 contract: bool = False, lanes: int = 1, ordered: bool = False) -> list[str]:
     """One accumulation of a reduction over a loop nest (each level (start, end, RANGE bound or None, unroll)):
     `count` accumulators of `acc_dtype` (vectors of `lanes`) start at the identity and fold in the values of
-    `body(indices)` in the innermost loop; returns the accumulators' final values (see `reduce_loops`)."""
+    `body(indices)` in the innermost loop, in order where `tiled` or `ordered`; returns the accumulators' final values
+    (see `reduce_loops`)."""
     llvm_type = vector_type(acc_dtype, lanes)
     accumulators = [self.alloca(llvm_type) for _ in range(count)]
     identity = self.splat(literal(IDENTITY[node.arg](acc_dtype), acc_dtype), acc_dtype, lanes)
@@ -1458,7 +1469,8 @@ class _Renderer(Linearizer):
         for accumulator, part in zip(accumulators, parts):
           part = self.cast(part, part_dtype, acc_dtype, lanes)
           current = self.emit(f"load {llvm_type}, ptr {accumulator}")
-          combined = self.combine(node.arg, acc_dtype, current, part, ordered=tiled, contract=contract, lanes=lanes)
+          combined = self.combine(node.arg, acc_dtype, current, part, ordered=tiled or ordered, contract=contract,
+                                  lanes=lanes)
           self.line(f"store {llvm_type} {combined}, ptr {accumulator}")
         return
       start, end, binds, unroll = nest[depth]

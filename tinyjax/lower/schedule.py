@@ -18,6 +18,7 @@ and the last `set` wins, deterministically).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import dataclass, replace
@@ -138,13 +139,18 @@ class Schedule:
 def structure_key(root: UOp) -> str:
   """A hash of a graph's structure that is stable across processes (for names and the persistent caches)."""
   index: dict[UOp, int] = {}
-  digest = hashlib.sha256()
+  lines = []
   for node in root.toposort:
     index[node] = len(index)
     arg = node.arg.name if isinstance(node.arg, Ops) else node.arg
-    # (by the dtype's name: the str of every float8 type is '<V1')
-    digest.update(f"{node.op.name}|{node.dtype.name}|{[index[s] for s in node.src]}|{arg!r}\n".encode())
-  return digest.hexdigest()
+    lines.append(f"{node.op.name}|{_dtype_name(node.dtype)}|{[index[s] for s in node.src]}|{arg!r}\n")
+  return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+@functools.cache
+def _dtype_name(dtype: np.dtype) -> str:
+  """A dtype's name (the str of every float8 type is '<V1'), looked up once: numpy's `dtype.name` is Python code."""
+  return dtype.name
 
 
 def _is_expanding(node: UOp) -> bool:
