@@ -777,11 +777,11 @@ class _Upgrade:
     return self.thread is not None
 
   def start(self) -> None:
-    with _upgrade_lock:
+    with _upgrade_lock:  # (started before `wait_for_upgrades` can see it, to join it)
       if self.thread is not None: return
       self.thread = threading.Thread(target=_upgrade, args=(self,), name="tinyjax-upgrade", daemon=True)
+      self.thread.start()
       _upgrades.add(self.thread)
-    self.thread.start()
 
 
 def _upgrade_later(jobs: list[tuple[CPUProgram, str, str]], opt_level: int) -> None:
