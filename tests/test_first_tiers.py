@@ -171,3 +171,25 @@ def test_unoptimised_first_tier_upgrades_after_the_second_run(on_cpu):
   (once,) = g.lower(x)._compiled.schedule.programs
   cpu.wait_for_upgrades()
   assert once.opt_level == cpu.BASELINE_OPT and once.pending is not None and once.pending.thread is None
+
+
+def test_timed_runs_count_towards_the_upgrade(on_cpu):
+  """Runs timed by a profile (kernel by kernel from Python, not through the launch list) count too: the second one
+  starts the -O3 builds, and the profile's rows name the kernels either way."""
+  if cpu.compile_worker() is None: pytest.skip("no compile worker (one core): kernels compile in one tier")
+  scale = float(np.random.default_rng().uniform(2, 3))  # (a literal of its own: this kernel is in no cache)
+  x = tnp.asarray(X)
+  f = tj.jit(lambda x: tnp.sin(x * scale) * 2.0)
+  (program,) = f.lower(x)._compiled.schedule.programs
+  pending = program.pending
+  assert program.opt_level == cpu.BASELINE_OPT and pending is not None
+  with tj.profile() as profile:
+    first = np.asarray(f(x))
+    assert pending.runs == 1 and pending.thread is None
+    f(x).block_until_ready()
+  assert pending.thread is not None and program.name in str(profile)
+  cpu.wait_for_upgrades()
+  assert program.opt_level == cpu.default_opt_level()
+  assert_same_bits([first], [np.asarray(f(x))])
+  product = (X * F32(scale)).astype(F64)  # (rounded to float32 as the kernel rounds it: sin of up to 20)
+  np.testing.assert_allclose(first, np.sin(product) * 2, rtol=1e-6, atol=1e-6)
