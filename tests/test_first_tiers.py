@@ -10,6 +10,7 @@ import tinyjax.numpy as tnp
 from tinyjax import lax
 from tinyjax.devices import cpu
 from tinyjax.lower import realize
+from tests.tiering import run_in_tier
 
 F32, F64 = np.float32, np.float64
 
@@ -26,19 +27,15 @@ def baseline_tier(unoptimised: bool):
 def both_builds(monkeypatch, fun, *args) -> tuple[list[np.ndarray], list[np.ndarray], int]:
   """`jit(fun)(*args)` with its small kernels at -O0 and at -O3: both results (flattened) and how many kernels ran
   unoptimised."""
-  results, unoptimised = [], 0
-  for first in (True, False):
-    with monkeypatch.context() as patch:
-      patch.setattr(cpu.CompileStream, "tier", baseline_tier(first))
-      patch.setattr(cpu, "_upgrade_later", lambda jobs, opt_level: None)
-      realize._memory_cache.clear()
-      f = tj.jit(lambda *args: fun(*args))  # (a new function each time: jit keeps one program per function)
-      programs = f.lower(*args)._compiled.schedule.programs
-      if first: unoptimised = sum(program.opt_level == cpu.BASELINE_OPT for program in programs)
-      else: assert all(program.opt_level != cpu.BASELINE_OPT for program in programs)
-      results.append([np.asarray(leaf) for leaf in tj.tree_util.tree_leaves(f(*args))])
-  realize._memory_cache.clear()
-  return results[0], results[1], unoptimised
+  unoptimised = []
+
+  def count(f) -> None:
+    programs = f.lower(*args)._compiled.schedule.programs
+    unoptimised.append(sum(program.opt_level == cpu.BASELINE_OPT for program in programs))
+  first = run_in_tier(monkeypatch, baseline_tier(True), fun, *args, check=count)
+  own = run_in_tier(monkeypatch, baseline_tier(False), fun, *args, check=count)
+  assert unoptimised[1] == 0
+  return first, own, unoptimised[0]
 
 
 def assert_same_bits(first: list[np.ndarray], own: list[np.ndarray]) -> None:

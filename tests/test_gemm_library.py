@@ -11,6 +11,7 @@ import tinyjax.numpy as tnp
 from tinyjax.codegen import gemm
 from tinyjax.devices import cpu
 from tinyjax.lower import realize
+from tests.tiering import run_in_tier
 
 F32, F64 = np.float32, np.float64
 
@@ -46,14 +47,9 @@ def both_tiers(monkeypatch, fun, *args) -> list[np.ndarray]:
   """`jit(fun)(*args)` run as its first tier (library calls) and with its own loops (each checked to be so)."""
   results = []
   for first in (True, False):
-    with monkeypatch.context() as patch:
-      patch.setattr(cpu.CompileStream, "tier", library_tier(first))
-      patch.setattr(cpu, "_upgrade_later", lambda jobs, opt_level: None)
-      realize._memory_cache.clear()
-      f = tj.jit(lambda *args: fun(*args))  # (a new function each time: jit keeps one program per function)
-      assert calls_library(f, *args) == first
-      results.append(np.asarray(f(*args)))
-  realize._memory_cache.clear()
+    def check(f, first=first) -> None: assert calls_library(f, *args) == first
+    (result,) = run_in_tier(monkeypatch, library_tier(first), fun, *args, check=check)
+    results.append(result)
   return results
 
 
