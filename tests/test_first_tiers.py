@@ -8,6 +8,7 @@ import pytest
 import tinyjax as tj
 import tinyjax.numpy as tnp
 from tinyjax import lax
+from tinyjax.codegen.opt import choose_opts, tile_geometry
 from tinyjax.devices import cpu
 from tinyjax.lower import realize
 from tests.tiering import run_in_tier
@@ -190,3 +191,28 @@ def test_timed_runs_count_towards_the_upgrade(on_cpu):
   assert_same_bits([first], [np.asarray(f(x))])
   product = (X * F32(scale)).astype(F64)  # (rounded to float32 as the kernel rounds it: sin of up to 20)
   np.testing.assert_allclose(first, np.sin(product) * 2, rtol=1e-6, atol=1e-6)
+
+
+def test_register_tiles_run_unoptimised_first(monkeypatch, on_cpu):
+  """A register tile that the GEMM library cannot do (a product whose operand is computed in it: a ReLU's output
+  and its bias, as an MLP's last weight gradient reads them) writes its products and sums as `llvm.fma` calls where
+  the host has FMA, so its IR has no fast-math flags; it runs at -O0 first, the same bits as at -O3, and both equal
+  numpy's in float64."""
+  if not tile_geometry().fma: pytest.skip("no FMA on this host: a tile's products are contracted multiplies and adds")
+  h, b = rng.standard_normal((96, 64)).astype(F32), rng.standard_normal(64).astype(F32)
+  g = rng.standard_normal((96, 10)).astype(F32)
+
+  def gradient(h, b, g): return tnp.maximum(h + b, 0.0).T @ g
+  tiles = []
+
+  def tiled(f) -> None:
+    kernels = realize.kernels_of(f.lower(h, b, g)._compiled.schedule.schedule.kernels)
+    tiles.extend(k for k in kernels if (plan := choose_opts(k.ast)) is not None and plan.row is not None)
+  first = run_in_tier(monkeypatch, baseline_tier(True), gradient, h, b, g, check=tiled)
+  own = run_in_tier(monkeypatch, baseline_tier(False), gradient, h, b, g)
+  (tile,) = set(tiles)
+  source, first_tier = realize.first_tier(tile, realize.render_llvm(tile.name, tile.ast))
+  assert first_tier == source and "@llvm.fma." in source and " contract " not in source
+  assert_same_bits(first, own)
+  want = np.maximum(h.astype(F64) + b, 0).T @ g.astype(F64)
+  np.testing.assert_allclose(first[0], want, rtol=1e-5, atol=1e-5)

@@ -17,10 +17,12 @@ F32, F64 = np.float32, np.float64
 
 
 def library_tier(first: bool = True):
-  """A `CompileStream.tier` that runs a contraction as its first tier, the library call (or, without `first`, as
-  its own loops), whatever the caches hold; other kernels as their own code at the stream's opt level."""
+  """A `CompileStream.tier` that runs a contraction as its first tier, the library call (built unoptimised where
+  that computes the same bits, as `CompileStream.tier` builds it; or, without `first`, as its own loops), whatever the
+  caches hold; other kernels as their own code at the stream's opt level."""
   def tier(self, name, llvm_ir, quick):
-    return (quick if first and quick not in (None, llvm_ir) else llvm_ir), self.opt_level
+    if not first or quick in (None, llvm_ir): return llvm_ir, self.opt_level
+    return quick, cpu.BASELINE_OPT if cpu.same_bits_unoptimised(quick) else self.opt_level
   return tier
 
 
@@ -47,7 +49,11 @@ def both_tiers(monkeypatch, fun, *args) -> list[np.ndarray]:
   """`jit(fun)(*args)` run as its first tier (library calls) and with its own loops (each checked to be so)."""
   results = []
   for first in (True, False):
-    def check(f, first=first) -> None: assert calls_library(f, *args) == first
+    def check(f, first=first) -> None:
+      assert calls_library(f, *args) == first
+      if first:  # (a library call's kernel, its epilogue, is built unoptimised: the same bits, `CompileStream.tier`)
+        programs = f.lower(*args)._compiled.schedule.programs
+        assert all(program.opt_level == cpu.BASELINE_OPT for program in programs if f"@{gemm.SYMBOL}(" in program.src)
     (result,) = run_in_tier(monkeypatch, library_tier(first), fun, *args, check=check)
     results.append(result)
   return results

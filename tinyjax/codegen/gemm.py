@@ -42,10 +42,12 @@ SYMBOLS = (SYMBOL, COPY_SYMBOL)  # (what the library module defines)
 COPY_BLOCK = 32
 
 
-def library_ir(lanes: int, vectors: int, rows: int, block: int, float32_blocks: int) -> str:
+def library_ir(lanes: int, vectors: int, rows: int, block: int, float32_blocks: int, fma: bool = True) -> str:
   """The IR of `tj_sgemm` (above) for tiles of `rows` rows x `vectors` vectors of `lanes` float32 values, its
   float32 sums added up every `block` steps: in float32 where there are at most `float32_blocks` blocks, else in
-  float64 (as a kernel's own register tile does, llvm.py FLOAT32_BLOCKS)."""
+  float64 (as a kernel's own register tile does, llvm.py FLOAT32_BLOCKS); each product and its sum one `llvm.fma`
+  where the host has FMA (`fma`, as a kernel's own tile, llvm.py `fused_product`), else a `contract`ed multiply and
+  add."""
   columns = lanes * vectors
   vf = f"<{lanes} x float>"
   align = min(64, lanes * 4)
@@ -122,7 +124,7 @@ def library_ir(lanes: int, vectors: int, rows: int, block: int, float32_blocks: 
     "tiles.start:",
     "  br label %tile",
   ]
-  out += _tiles(lanes, vectors, rows, block)
+  out += _tiles(lanes, vectors, rows, block, fma)
   out += [
     "panel.next:",
     f"  %n0.next = add nsw i64 %n0, {columns}",
@@ -135,6 +137,7 @@ def library_ir(lanes: int, vectors: int, rows: int, block: int, float32_blocks: 
     "",
     "declare i64 @llvm.smin.i64(i64, i64)",
     "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
+    f"declare {vf} @llvm.fma.v{lanes}f32({vf}, {vf}, {vf})",
     "",
   ]
   return "\n".join(out)
@@ -304,7 +307,7 @@ def library_copy(ast: UOp, plan: TilePlan | None) -> LibraryCopy | None:
   return LibraryCopy(src, dst, row, column)
 
 
-def _tiles(lanes: int, vectors: int, rows: int, block: int) -> list[str]:
+def _tiles(lanes: int, vectors: int, rows: int, block: int, fma: bool) -> list[str]:
   """The row tiles of a packed panel (`library_ir`): their block sums added up in the float32 array `%sums32` where
   there are few blocks (`%few`), else in the float64 array `%sums`. Only the steps and the blocks' sums are unrolled
   (rows x vectors registers); the sums are zeroed and stored in loops over the rows."""
@@ -357,6 +360,9 @@ def _tiles(lanes: int, vectors: int, rows: int, block: int) -> list[str]:
             f"  %ai{r} = insertelement {vf} poison, float %av{r}, i64 0",
             f"  %as{r} = shufflevector {vf} %ai{r}, {vf} poison, <{lanes} x i32> zeroinitializer"]
     for v in range(vectors):
+      if fma:
+        out.append(f"  %c{r}_{v}.n = call {vf} @llvm.fma.v{lanes}f32({vf} %as{r}, {vf} %b{v}, {vf} %c{r}_{v})")
+        continue
       out += [f"  %p{r}_{v} = fmul contract {vf} %as{r}, %b{v}",
               f"  %c{r}_{v}.n = fadd contract {vf} %c{r}_{v}, %p{r}_{v}"]
   out += ["  %ka.next = getelementptr i8, ptr %ka, i64 %akb",

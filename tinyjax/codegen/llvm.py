@@ -454,6 +454,13 @@ class _Renderer(Linearizer):
     # loss summed over 1152 values in order moved a float32 finite-difference gradient check by 10%). A register tile
     # keeps its own order anyway.
     self.in_order_sums = plan is None and not gpu and _loop_steps(ast) <= SMALL_KERNEL_STEPS
+    # A register tile's product and its accumulation as one `llvm.fma` where the host has FMA (`fused_product`), not
+    # a `contract`ed multiply and add that codegen fuses at -O3 only: the kernel's IR then computes the same bits
+    # unoptimised (devices/cpu.py `same_bits_unoptimised`). Not a dot tile's (LLVM vectorises its sums) nor a stream
+    # tile's (its sums in memory are added apart).
+    self.fused_products = not gpu and plan is not None and plan.contract and not plan.dot and not plan.stream and \
+        tile_geometry().fma
+    self.products: dict[str, tuple[str, str]] = {}  # a deferred product's name -> its factors (`fused_product`)
     # the product computed by the GEMM library (`render_library_gemm`), or the copy (`render_library_copy`), or None
     self.library = library
     # (`stream`: an elementwise kernel's innermost loop may run on vectors stored non-temporally, `streamed_lanes`)
@@ -1265,6 +1272,7 @@ class _Renderer(Linearizer):
         # the product of a contraction may fuse with its accumulation into an FMA (one rounding instead of two)
         contract = self.plan is not None and self.plan.contract and node is self.plan.reduce.src[0] or \
             self.launch.tile is not None and node is self.launch.tile.reduce.src[0]
+        if contract and (fused := self.fused_product(node, left, right)) is not None: return fused
         result = self.emit(f"{_FLOAT_BINARY[op]}{' contract' if contract else ''} {llvm_type} {left}, {right}")
         if op is Ops.MOD and self.gpu:  # NVPTX's frem gives x for fmod(±inf, ±inf), which is NaN
           magnitude = self.call(f"llvm.fabs.{_suffix(llvm_type)}", llvm_type, [(llvm_type, left)])
@@ -1864,7 +1872,8 @@ class _Renderer(Linearizer):
           result = self.call(f"{name}.{_suffix(llvm_type)}", llvm_type, [(llvm_type, left), (llvm_type, right)])
         elif kind == "f":
           contract = plan is not None and plan.contract and node is plan.reduce.src[0]
-          result = self.emit(f"{_FLOAT_BINARY[op]}{' contract' if contract else ''} {llvm_type} {left}, {right}")
+          if not contract or (result := self.fused_product(node, left, right)) is None:
+            result = self.emit(f"{_FLOAT_BINARY[op]}{' contract' if contract else ''} {llvm_type} {left}, {right}")
         else: result = self.emit(f"{_INT_BINARY[op]} {llvm_type} {left}, {right}")
     memo[node] = result
     return result
@@ -2396,6 +2405,17 @@ class _Renderer(Linearizer):
     """`start + i * step` for i in [0, count)."""
     return [start] + [self.emit(f"add nsw i64 {start}, {i * step}", "idx") for i in range(1, count)]
 
+  def fused_product(self, node: UOp, left: str, right: str) -> str | None:
+    """A register tile's product (`node`, the plan's REDUCE's value) that its accumulation computes with one rounding:
+    a name that stands for it, its factors kept for `combine`'s `llvm.fma` (no instruction of its own), where
+    `fused_products` and it is a multiply in the accumulator's dtype; else None (a `contract`ed multiply, as before)."""
+    plan = self.plan
+    if not self.fused_products or plan is None or node is not plan.reduce.src[0] or node.op is not Ops.MUL or \
+        node.dtype != accumulator_dtype(plan.reduce): return None
+    name = self.fresh("product")
+    self.products[name] = (left, right)
+    return name
+
   def combine(self, op: Ops, dtype: np.dtype, acc: str, part: str, ordered: bool = False,
               contract: bool = False, lanes: int = 1) -> str:
     """Fold `part` into accumulator value `acc` (vectors of `lanes` values). Float ADD / MUL are `reassoc`
@@ -2405,6 +2425,10 @@ class _Renderer(Linearizer):
     if kind == "f":
       if op is Ops.MAX: return self.call(f"llvm.maximum.{_suffix(llvm_type)}", llvm_type,
                                          [(llvm_type, acc), (llvm_type, part)], flags="reassoc")
+      if contract and op is Ops.ADD and part in self.products:  # (a tile's product: one rounding, `fused_product`)
+        left, right = self.products[part]
+        return self.call(f"llvm.fma.{_suffix(llvm_type)}", llvm_type, [(llvm_type, left), (llvm_type, right),
+                                                                       (llvm_type, acc)])
       instruction = {Ops.ADD: "fadd", Ops.MUL: "fmul"}[op] if ordered else _FLOAT_ACCUMULATE[op]
       return self.emit(f"{instruction}{' contract' if contract else ''} {llvm_type} {acc}, {part}")
     if op is Ops.MAX: return self.call(f"{_INT_MAX_INTRINSIC[kind]}.{_suffix(llvm_type)}", llvm_type,

@@ -87,22 +87,24 @@ class TileGeometry:
   transpose_lanes: int   # float32 lanes of a vector: the side of the register transposes' squares (llvm.py)
   l1_bytes: int = 32 << 10  # a core's L1 data cache (devices/cpu.py `data_cache_bytes`: `_window_chunk`)
   llc_bytes: int = 32 << 20  # the last-level cache (lower/schedule.py `_split_columns`' column blocks)
+  fma: bool = True  # the host multiplies and adds in one rounding (FMA3, NEON): a tile's products are `llvm.fma`s
 
 
 @functools.cache
 def tile_geometry() -> TileGeometry:
   """The tile shapes for the host's vector registers (devices/cpu.py `vector_registers`)."""
-  from tinyjax.devices.cpu import data_cache_bytes, vector_registers
-  return geometry_for(*vector_registers(), data_cache_bytes(1), data_cache_bytes(3))
+  from tinyjax.devices.cpu import data_cache_bytes, host_fma, vector_registers
+  return geometry_for(*vector_registers(), data_cache_bytes(1), data_cache_bytes(3), host_fma())
 
 
-def geometry_for(width: int, registers: int, l1_bytes: int = 32 << 10, llc_bytes: int = 32 << 20) -> TileGeometry:
+def geometry_for(width: int, registers: int, l1_bytes: int = 32 << 10, llc_bytes: int = 32 << 20,
+                 fma: bool = True) -> TileGeometry:
   """The tile shapes for `registers` vector registers of `width` bytes. A tile without a row keeps one accumulator
   per vector of columns: 64 float32 columns (256 bytes) where half the registers hold them (4 with AVX-512, 8 with
   AVX2: a 64-wide RNN step's h @ w as 4 tiles of 16 columns took a 1000-step scan from 0.33 to 0.58 ms on Zen 3)."""
   tile_vectors, dot = (4, 4) if registers >= 32 else (2, 3)
   rowless = max(tile_vectors, min(registers // 2, 256 // width))
-  return TileGeometry(width, 6, tile_vectors, rowless, 4, 8, dot, dot, width // 4, l1_bytes, llc_bytes)
+  return TileGeometry(width, 6, tile_vectors, rowless, 4, 8, dot, dot, width // 4, l1_bytes, llc_bytes, fma)
 
 
 # Without a row to tile, the accumulator array spans STREAM_TILE elements of the column: each reduce step reads that

@@ -119,6 +119,13 @@ def cpu_features() -> str:
   return llvm.get_host_cpu_features().flatten()
 
 
+@functools.cache
+def host_fma() -> bool:
+  """Whether the host has a fused multiply-add instruction (x86's FMA3, AArch64's): a register tile's products and
+  sums are then `llvm.fma` calls (codegen/opt.py `TileGeometry.fma`), else a multiply and an add."""
+  return "+fma" in cpu_features().split(",") or cpu_target_triple().startswith(("aarch64", "arm64"))
+
+
 # The host's vector registers (`vector_registers`), by instruction set: (bytes per register, how many).
 VECTOR_REGISTERS = {"avx512": (64, 32), "avx2": (32, 16), "neon": (16, 32), "sse": (16, 16)}
 
@@ -615,13 +622,19 @@ def compile_cpu_many(kernels: list[tuple[str, str]], opt_level: int | None = Non
   return stream.finish()
 
 
-# A kernel's IR without fast-math flags (no FMA contraction, no reassociated sums: llvm.py writes its FMAs and its
-# vector sums out) computes the same bits at -O0 as at -O3, so such a kernel's first tier is its own IR at -O0
-# (BASELINE_OPT), which LLVM compiles ~8x faster (the MLP Adam step's kernels: 0.85 -> 0.10 s) and which runs ~4x
+# A kernel's IR without fast-math flags (no FMA contraction, no reassociated sums: llvm.py writes a register tile's
+# FMAs out, `fused_product`) computes the same bits at -O0 as at -O3, so such a kernel's first tier is its own IR at
+# -O0 (BASELINE_OPT), which LLVM compiles ~8x faster (the MLP Adam step's kernels: 0.85 -> 0.10 s) and which runs ~4x
 # slower on elementwise work (its Adam update of 784x512 values: 0.37 -> 1.5 ms): where the kernel's loops run at most
-# BASELINE_MAX_WORK iterations in all (lower/realize.py `first_tier`).
+# BASELINE_MAX_WORK iterations in all (lower/realize.py `first_tier`). A register tile, vector code as the renderer
+# writes it, runs ~2x slower unoptimised (the MLP's 10 x 512 weight gradient over 512 rows: 119 -> 211 us, its LLVM
+# 54-73 -> 17-21 ms): up to BASELINE_MAX_TILE_WORK. Its time to the 42nd step in fresh processes, against 1M for
+# tiles too: the CNN's 2.7-3.0 s either way (its first call 0.95-1.03 -> 0.60-0.70 s), the transformer's and the
+# LM's within noise (one run each way better), their first calls 0.95-1.46 -> 1.09-1.20 s and 1.37 -> 1.19 s.
+# A library call's kernel (its loops around the call) is built unoptimised too where that computes the same bits.
 BASELINE_OPT = 0
 BASELINE_MAX_WORK = 1 << 20
+BASELINE_MAX_TILE_WORK = 1 << 22
 _FAST_MATH = re.compile(r"\b(?:fast|reassoc|contract|nnan|ninf|nsz|arcp|afn)\b|@llvm\.fmuladd")
 # (a max or min reduction's `reassoc` lets LLVM vectorise it; its value is the same in any order)
 _ORDER_FREE = re.compile(r"call reassoc ([^@]*@llvm\.(?:maximum|minimum)\.)")
@@ -674,7 +687,9 @@ class CompileStream:
     key = object_code_key(name, llvm_ir, self.opt_level)
     if kernel_symbol(key) in _loaded_symbols or os.path.exists(_kernel_cache.path(key)) or compile_worker() is None:
       return own
-    return (llvm_ir, BASELINE_OPT) if baseline else (quick, self.opt_level)
+    # (a library call's kernel too is built unoptimised where that computes the same bits: only its loops around the
+    # call, the epilogue, are its own)
+    return (quick, BASELINE_OPT) if baseline or same_bits_unoptimised(quick) else (quick, self.opt_level)
 
   def submit(self, name: str, llvm_ir: str, quick: str | None = None) -> None:
     """Hand over the program's next kernel (`finish` returns their programs in this order), and its first tier."""
@@ -917,7 +932,7 @@ def _library_source() -> str:
   from tinyjax.codegen.opt import CONTRACTION_SUM_BLOCK, tile_geometry
   geometry = tile_geometry()
   return stamp_target(gemm.library_ir(geometry.vector_bytes // 4, geometry.tile_vectors, geometry.tile_rows,
-                                      CONTRACTION_SUM_BLOCK, FLOAT32_BLOCKS))
+                                      CONTRACTION_SUM_BLOCK, FLOAT32_BLOCKS, geometry.fma))
 
 
 _runtime_compile: threading.Thread | None = None  # the worker compiling the runtime module

@@ -28,9 +28,10 @@ import numpy as np
 from tinyjax import __version__
 from tinyjax.codegen.gpu import gpu_launch
 from tinyjax.codegen.llvm import render_llvm
-from tinyjax.codegen.opt import amx_bf16, plans_memoized, tile_geometry
+from tinyjax.codegen.opt import amx_bf16, choose_opts, plans_memoized, tile_geometry
 from tinyjax.devices import CompileStream, LaunchList, compile_cpu, compile_cpu_many, compile_worker, cpu_threads
-from tinyjax.devices.cpu import BASELINE_MAX_WORK, HostProgram, count_run, same_bits_unoptimised
+from tinyjax.devices.cpu import (BASELINE_MAX_TILE_WORK, BASELINE_MAX_WORK, HostProgram, count_run,
+                                 same_bits_unoptimised)
 from tinyjax.devices.device import placement_of, CPU, compute_device, default_device, host_buffer, place, runnable
 from tinyjax.devices.runtime import MODE_PARALLEL, MODE_SERIAL, MODE_WHOLE
 from tinyjax.devices.buffer import Buffer, allocate_buffers, give_block, reinterpret, take_block, shard
@@ -149,7 +150,9 @@ def first_tier(k: Kernel, source: str) -> tuple[str, str | None]:
   kernel's loops run at most BASELINE_MAX_WORK iterations, else None."""
   if (library := render_llvm(k.name, k.ast, library=True)) is not None: return source, library
   work = math.prod(node.src[0].arg for node in k.ast.toposort if node.op is Ops.RANGE and node.src[0].op is CONST)
-  return source, source if work <= BASELINE_MAX_WORK and same_bits_unoptimised(source) else None
+  plan = choose_opts(k.ast)
+  limit = BASELINE_MAX_TILE_WORK if plan is not None and not plan.stream and not plan.dot else BASELINE_MAX_WORK
+  return source, source if work <= limit and same_bits_unoptimised(source) else None
 
 
 def normalize(roots: list[UOp], first_param: int = 0, replaced: dict[UOp, UOp] | None = None,
