@@ -453,7 +453,7 @@ class _Renderer(Linearizer):
     # the MLP step's softmax sum: 22 ms of LLVM at -O3). Not a longer sum, which is more accurate in vector lanes (a
     # loss summed over 1152 values in order moved a float32 finite-difference gradient check by 10%). A register tile
     # keeps its own order anyway.
-    self.in_order_sums = plan is None and not gpu and _loop_steps(ast) <= SMALL_KERNEL_STEPS
+    self.in_order_sums = plan is None and not gpu and loop_steps(ast) <= SMALL_KERNEL_STEPS
     # A register tile's product and its accumulation as one `llvm.fma` where the host has FMA (`fused_product`), not
     # a `contract`ed multiply and add that codegen fuses at -O3 only: the kernel's IR then computes the same bits
     # unoptimised (devices/cpu.py `same_bits_unoptimised`). Not a dot tile's (LLVM vectorises its sums) nor a stream
@@ -2408,7 +2408,7 @@ class _Renderer(Linearizer):
   def fused_product(self, node: UOp, left: str, right: str) -> str | None:
     """A register tile's product (`node`, the plan's REDUCE's value) that its accumulation computes with one rounding:
     a name that stands for it, its factors kept for `combine`'s `llvm.fma` (no instruction of its own), where
-    `fused_products` and it is a multiply in the accumulator's dtype; else None (a `contract`ed multiply, as before)."""
+    `fused_products` and it is a multiply in the accumulator's dtype; else None (a `contract`ed multiply)."""
     plan = self.plan
     if not self.fused_products or plan is None or node is not plan.reduce.src[0] or node.op is not Ops.MUL or \
         node.dtype != accumulator_dtype(plan.reduce): return None
@@ -2618,7 +2618,7 @@ def _costly_scalar_loop(ast: UOp) -> bool:
   return False
 
 
-def _loop_steps(ast: UOp) -> float:
+def loop_steps(ast: UOp) -> float:
   """The iterations of a kernel's loop nest: the product of its ranges' lengths (inf where one isn't constant)."""
   ranges = [node for node in ast.toposort if node.op is Ops.RANGE]
   if any(rng.src[0].op is not Ops.CONST for rng in ranges): return math.inf
@@ -2663,7 +2663,7 @@ def render_llvm(name: str, ast: UOp, target_triple: str | None = None, data_layo
   wide = plan is not None or any(node.op in _COMPUTE_HEAVY and any(n.op is Ops.RANGE for n in node.toposort)
                                  for node in ast.toposort)  # (a scalar computed once, before the loops, doesn't count)
   attributes = f' "prefer-vector-width"="{tile_geometry().vector_bytes * 8}"' if wide else ""
-  if plan is None and not transpose and _loop_steps(ast) <= SMALL_KERNEL_STEPS and not _costly_scalar_loop(ast):
+  if plan is None and not transpose and loop_steps(ast) <= SMALL_KERNEL_STEPS and not _costly_scalar_loop(ast):
     attributes += " noimplicitfloat"
 
   symbol, body_symbol = _symbol(name), _symbol(f"{name}.body")

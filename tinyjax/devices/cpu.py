@@ -678,8 +678,9 @@ class CompileStream:
 
   def tier(self, name: str, llvm_ir: str, quick: str | None) -> tuple[str, int]:
     """What to compile now, and at which opt level, of a kernel whose own loops are `llvm_ir` and whose first tier is
-    `quick` (None: it has none; `llvm_ir` itself: at BASELINE_OPT): the first tier where the own loops are not at hand
-    (in this process or the disk cache) and a compile worker can build them in the background, else the own loops."""
+    `quick` (None: it has none; `llvm_ir` itself: at BASELINE_OPT, as is a library call's kernel whose IR computes
+    the same bits so): the first tier where the own loops are not at hand (in this process or the disk cache) and a
+    compile worker can build them in the background, else the own loops."""
     own = llvm_ir, self.opt_level
     if quick is None or (name, llvm_ir, self.opt_level) in _programs: return own
     baseline = quick == llvm_ir

@@ -27,7 +27,7 @@ import numpy as np
 
 from tinyjax import __version__
 from tinyjax.codegen.gpu import gpu_launch
-from tinyjax.codegen.llvm import render_llvm
+from tinyjax.codegen.llvm import loop_steps, render_llvm
 from tinyjax.codegen.opt import amx_bf16, choose_opts, plans_memoized, tile_geometry
 from tinyjax.devices import CompileStream, LaunchList, compile_cpu, compile_cpu_many, compile_worker, cpu_threads
 from tinyjax.devices.cpu import (BASELINE_MAX_TILE_WORK, BASELINE_MAX_WORK, HostProgram, count_run,
@@ -147,12 +147,12 @@ def _code_fingerprint() -> str:
 def first_tier(k: Kernel, source: str) -> tuple[str, str | None]:
   """A CPU kernel's source and its first tier (devices/cpu.py `CompileStream`): the GEMM library's call for a
   contraction it can do, else the source itself (compiled unoptimised) where that computes the same bits and the
-  kernel's loops run at most BASELINE_MAX_WORK iterations, else None."""
+  kernel's loops run at most BASELINE_MAX_WORK iterations in all (a register tile's: BASELINE_MAX_TILE_WORK), else
+  None."""
   if (library := render_llvm(k.name, k.ast, library=True)) is not None: return source, library
-  work = math.prod(node.src[0].arg for node in k.ast.toposort if node.op is Ops.RANGE and node.src[0].op is CONST)
   plan = choose_opts(k.ast)
   limit = BASELINE_MAX_TILE_WORK if plan is not None and not plan.stream and not plan.dot else BASELINE_MAX_WORK
-  return source, source if work <= limit and same_bits_unoptimised(source) else None
+  return source, source if loop_steps(k.ast) <= limit and same_bits_unoptimised(source) else None
 
 
 def normalize(roots: list[UOp], first_param: int = 0, replaced: dict[UOp, UOp] | None = None,
