@@ -16,12 +16,14 @@ from tests.tiering import run_in_tier
 F32, F64 = np.float32, np.float64
 
 
-def library_tier(first: bool = True):
+def library_tier(first: bool = True, forced: list[str] | None = None):
   """A `CompileStream.tier` that runs a contraction as its first tier, the library call (built unoptimised where
   that computes the same bits, as `CompileStream.tier` builds it; or, without `first`, as its own loops), whatever the
-  caches hold; other kernels as their own code at the stream's opt level."""
+  caches hold (the own loops may be in this machine's cache already: not looked at); other kernels as their own code
+  at the stream's opt level. `forced` collects the names of the kernels it ran as library calls."""
   def tier(self, name, llvm_ir, quick):
     if not first or quick in (None, llvm_ir): return llvm_ir, self.opt_level
+    if forced is not None: forced.append(name)
     return quick, cpu.BASELINE_OPT if cpu.same_bits_unoptimised(quick) else self.opt_level
   return tier
 
@@ -179,17 +181,20 @@ def test_first_tier_training_step(first_tier):
   np.testing.assert_allclose(np.asarray(per_example[0]).sum(0), np.asarray(whole[0]), rtol=1e-4, atol=1e-5)
 
 
-def test_second_tier_replaces_the_first(monkeypatch, on_cpu):
+@pytest.fixture
+def forced(monkeypatch, on_cpu) -> list[str]:
+  """Contractions run as library calls first, whatever the caches hold, and upgrade in the background: the names of
+  the kernels so run. (Skipped without a compile worker: one core compiles contractions in one tier.)"""
+  if cpu.compile_worker() is None: pytest.skip("no compile worker (one core): contractions compile in one tier")
+  names: list[str] = []
+  monkeypatch.setattr(cpu.CompileStream, "tier", library_tier(forced=names))
+  realize._memory_cache.clear()
+  return names
+
+
+def test_second_tier_replaces_the_first(forced):
   """A contraction whose own loops are at hand nowhere runs the library call first; its loops compile in the
   background and the program (and every launch list running it) switches to them; the values stay."""
-  if cpu.compile_worker() is None: pytest.skip("no compile worker (one core): contractions compile in one tier")
-  forced = []
-
-  def tier(self, name, llvm_ir, quick):  # (the own loops may be in this machine's cache already: not looked at)
-    if quick not in (None, llvm_ir): forced.append(name)
-    return library_tier()(self, name, llvm_ir, quick)
-  monkeypatch.setattr(cpu.CompileStream, "tier", tier)
-  realize._memory_cache.clear()
   rng = np.random.default_rng(2)
   a, b = rng.standard_normal((200, 160)).astype(F32), rng.standard_normal((160, 96)).astype(F32)
   f = tj.jit(lambda a, b: tnp.tanh(a @ b))
@@ -205,19 +210,11 @@ def test_second_tier_replaces_the_first(monkeypatch, on_cpu):
   realize._memory_cache.clear()
 
 
-def test_own_loops_compile_after_the_second_run(monkeypatch, on_cpu):
+def test_own_loops_compile_after_the_second_run(forced):
   """A first tier's own loops start compiling once the program has run UPGRADE_AFTER_RUNS (2) times: its first run
   has both cores (the compile worker would take one), and a program run once costs no second compile. Lowered and
   not run, or run once, the upgrade waits; the second run starts it, and `wait_for_upgrades(programs)` does too.
   Values against numpy in float64."""
-  if cpu.compile_worker() is None: pytest.skip("no compile worker (one core): contractions compile in one tier")
-  forced = []
-
-  def tier(self, name, llvm_ir, quick):
-    if quick not in (None, llvm_ir): forced.append(name)
-    return library_tier()(self, name, llvm_ir, quick)
-  monkeypatch.setattr(cpu.CompileStream, "tier", tier)
-  realize._memory_cache.clear()
   rng = np.random.default_rng(4)
   a, b = rng.standard_normal((208, 176)).astype(F32), rng.standard_normal((176, 80)).astype(F32)
   f = tj.jit(lambda a, b: tnp.tanh(a @ b) + 1.0)
