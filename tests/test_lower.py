@@ -798,9 +798,8 @@ def test_kernel_regions_are_walked_in_program_order():
 
   class Scrambled(set):
     def __iter__(self): return iter(sorted(set.__iter__(self), key=lambda node: -order[node]))
-  seen = []
-  schedule_module._walk_regions(Scrambled(roots), lambda root, node: seen.append(root) or False, order)
-  assert list(dict.fromkeys(seen)) == roots
+  regions = schedule_module._Regions(Scrambled(roots), order)
+  assert [root for root, _ in regions.walk("test", lambda node, found: False)] == roots
 
 
 def test_a_contraction_read_by_two_kernels_is_computed_once_beside_a_loop():

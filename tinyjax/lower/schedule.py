@@ -22,7 +22,7 @@ import functools
 import hashlib
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -318,6 +318,7 @@ def find_buffers(sink: UOp, gpu: bool = False) -> list[UOp]:
   # once made 30 and 31 kernels)
   order = {node: position for position, node in enumerate(sink.toposort)}
   pending, visited, cost = sorted(realize, key=order.__getitem__), set(), {}
+  regions = _Regions(realize, order)
   while pending:
     kernel_root = pending.pop()
     # (node, read through a broadcast, below how costly an op (_costliness), below a reduction, reread > REREAD_LIMIT
@@ -372,8 +373,7 @@ def find_buffers(sink: UOp, gpu: bool = False) -> list[UOp]:
       else:
         stack.extend((src, expanded, costly_above, reduced, reread, None) for src in node.src)
     if not pending:
-      pending = _shared_reductions(realize, order) or _sibling_contractions(realize, order) or \
-          _shared_elementwise(realize, order)
+      pending = _shared_reductions(regions) or _sibling_contractions(regions) or _shared_elementwise(regions)
       realize.update(pending)
   _bound_depth(sink, realize)
   return [node for node in _outputs_first(sink) if node in realize]
@@ -432,35 +432,66 @@ def _outputs_first(sink: UOp) -> list[UOp]:
   return toposort_of(early + [node for node in sink.src if node not in early]) + [sink]
 
 
-def _walk_regions(realize: set[UOp], visit: Callable[[UOp, UOp], bool], order: dict[UOp, int]) -> None:
-  """Call `visit(root, node)` once for each node that the kernel of each root in `realize` computes (down to
-  buffers: realised nodes and PARAMs), the roots in program `order`; the walk goes below `node` when `visit` returns
-  True."""
-  for root in sorted(realize, key=order.__getitem__):
-    if root.op is Ops.PROJECT: continue  # (written by its loop, not by a kernel)
-    seen: set[UOp] = set()
+class _Regions:
+  """The nodes that the kernel of each root in `realize` computes (down to buffers: realised nodes and PARAMs), as
+  find_buffers' passes below walk them, the roots in program `order`. A root's region changes only when one of its
+  own nodes becomes a buffer, so what a pass found in it is kept until then: each round of the passes walks the new
+  and the changed regions only (the transformer step's 12 rounds walked every region 36 times, a quarter of its
+  schedule's Python)."""
+
+  def __init__(self, realize: set[UOp], order: dict[UOp, int]):
+    self.realize, self.order = realize, order
+    self.known: set[UOp] = set()  # the buffers when the kept findings were last checked
+    self.nodes: dict[UOp, dict[UOp, None]] = {}  # root -> the nodes of its region, in the order walked
+    self.found: dict[tuple[str, UOp], list] = {}  # (pass, root) -> what the pass found in the root's region
+
+  def walk(self, name: str, visit: Callable[[UOp, list], bool] | None) -> Iterator[tuple[UOp, list]]:
+    """(root, what `visit(node, found)` appended to `found` for the nodes of the root's region) for each root, in
+    program order; the walk of a region goes below `node` when `visit` returns True. `name` names the pass (and
+    `visit`: the findings are kept under it). Without `visit`: (root, its region's nodes)."""
+    if new := self.realize - self.known:
+      for root in [root for root, nodes in self.nodes.items() if root in new or not new.isdisjoint(nodes)]:
+        del self.nodes[root]
+        for key in [key for key in self.found if key[1] is root]: del self.found[key]
+      self.known |= new
+    for root in sorted(self.realize, key=self.order.__getitem__):
+      if root.op is Ops.PROJECT: continue  # (written by its loop, not by a kernel)
+      if (nodes := self.nodes.get(root)) is None: nodes = self.nodes[root] = self._region(root, None, [])
+      if visit is None:
+        yield root, list(nodes)
+        continue
+      if (found := self.found.get((name, root))) is None:
+        found = self.found[(name, root)] = []
+        self._region(root, visit, found)
+      yield root, found
+
+  def _region(self, root: UOp, visit: Callable[[UOp, list], bool] | None, found: list) -> dict[UOp, None]:
+    seen: dict[UOp, None] = {}  # (in the order walked)
     stack = list(root.src)
     while stack:
       node = stack.pop()
-      if node in seen or node in realize or node.op is Ops.PARAM: continue
-      seen.add(node)
-      if visit(root, node): stack.extend(node.src)
+      if node in seen or node in self.realize or node.op is Ops.PARAM: continue
+      seen[node] = None
+      if visit is None or visit(node, found): stack.extend(node.src)
+    return seen
 
 
-def _shared_reductions(realize: set[UOp], order: dict[UOp, int]) -> list[UOp]:
+def _shared_reductions(regions: _Regions) -> list[UOp]:
   """Reductions that two kernels would each compute (a gradient feeding both of Adam's moments): they get a buffer
   of their own, computed once. When every reader sees the reduction through the same reshape / permute (a weight
   gradient computed transposed), that view is what is stored, in the layout the readers read."""
-  readers: dict[UOp, dict[UOp, set[UOp]]] = {}  # reduction -> {top of the movement chain read: the kernels reading it}
+  realize = regions.realize
 
-  def visit(root: UOp, node: UOp) -> bool:
+  def visit(node: UOp, found: list) -> bool:
     base = node
     while base.op in (Ops.RESHAPE, Ops.PERMUTE) and base not in realize: base = base.src[0]
     if base.op is Ops.REDUCE_AXIS and base not in realize:
-      readers.setdefault(base, {}).setdefault(node, set()).add(root)
+      found.append((base, node))
       return False
     return True
-  _walk_regions(realize, visit, order)
+  readers: dict[UOp, dict[UOp, set[UOp]]] = {}  # reduction -> {top of the movement chain read: the kernels reading it}
+  for root, found in regions.walk("reductions", visit):
+    for base, node in found: readers.setdefault(base, {}).setdefault(node, set()).add(root)
   shared = []
   for base, views in readers.items():
     if len(set().union(*views.values())) < 2: continue
@@ -468,20 +499,17 @@ def _shared_reductions(realize: set[UOp], order: dict[UOp, int]) -> list[UOp]:
   return shared
 
 
-def _sibling_contractions(realize: set[UOp], order: dict[UOp, int]) -> list[UOp]:
+def _sibling_contractions(regions: _Regions) -> list[UOp]:
   """Contractions that would share a kernel with another (the input gradient where a residual block's two branches
   meet: the sum of two 1x1 convolutions' transposes), but the one found first: a kernel with two REDUCEs gets no
   register tile (codegen/opt.py), so each gets a kernel of its own, the last with the sum as its epilogue.
   ResNet-50's 8x55x55x64 sum of two: 14.6 ms at 14% of the FMA peak as one kernel."""
-  found: dict[UOp, list[UOp]] = {}  # kernel root -> the contractions it would compute
-
-  def visit(root: UOp, node: UOp) -> bool:
-    if node.op is Ops.REDUCE_AXIS and _is_contraction(node, realize) and _tiles_rows(node):
-      found.setdefault(root, []).append(node)
+  def visit(node: UOp, found: list) -> bool:
+    if node.op is Ops.REDUCE_AXIS and _is_contraction(node, regions.realize) and _tiles_rows(node):
+      found.append(node)
       return False  # (what it reduces is its own kernel's business)
     return True
-  _walk_regions(realize, visit, order)
-  return [node for contractions in found.values() for node in contractions[1:]]
+  return [node for _, contractions in regions.walk("contractions", visit) for node in contractions[1:]]
 
 
 # An elementwise value that several kernels compute, each from the same L buffers of its size (K kernels), is
@@ -492,15 +520,13 @@ def _sibling_contractions(realize: set[UOp], order: dict[UOp, int]) -> list[UOp]
 SHARED_MIN_SAVED_BYTES = 1 << 18
 
 
-def _shared_elementwise(realize: set[UOp], order: dict[UOp, int]) -> list[UOp]:
+def _shared_elementwise(regions: _Regions) -> list[UOp]:
   """Elementwise values more than one kernel recomputes from several full-size buffers (SHARED_MIN_SAVED_BYTES),
   the topmost of each chain of such values: they get a buffer of their own."""
+  realize, order = regions.realize, regions.order
   readers: dict[UOp, set[UOp]] = {}  # node -> the kernels (their roots) that compute it
-
-  def visit(root: UOp, node: UOp) -> bool:
-    readers.setdefault(node, set()).add(root)
-    return True
-  _walk_regions(realize, visit, order)
+  for root, nodes in regions.walk("elementwise", None):
+    for node in nodes: readers.setdefault(node, set()).add(root)
   leaves: dict[UOp, frozenset[UOp]] = {}  # node -> the buffers it reads (through non-buffer nodes)
 
   def leaves_of(node: UOp) -> frozenset[UOp]:
