@@ -1099,7 +1099,7 @@ def test_big_register_transposes_store_non_temporally(monkeypatch):
 @pytest.mark.parametrize("bounds", [(0, 1000), (3, 997), (17, 40), (5, 9)], ids=str)
 def test_big_elementwise_outputs_are_streamed(monkeypatch, bounds):
   """An elementwise kernel writing at least NONTEMPORAL_BYTES (lowered here) runs its innermost loop a line of values
-  at a time, each vector stored non-temporally (llvm.py `streamed_lanes`, `render_streamed`), one value at a time up
+  at a time, each vector stored non-temporally (llvm.py `vector_lanes`, `render_vectors`), one value at a time up
   to the first line and after the last whole one: any launch chunk, an output 16 bytes off a line, float64 and int32
   give numpy's values. A value without a vector form (a float32 remainder) and a gated load keep the plain loop."""
   from tinyjax.codegen import opt

@@ -262,7 +262,7 @@ TRANSPOSE_BLOCK = 32
 
 # A kernel whose output takes at least NONTEMPORAL_BYTES (`big_output`) stores it with non-temporal (streaming) stores,
 # each vector a whole 64-byte line (llvm.py `store_vector`): a register tile's float output, a register transpose's,
-# an elementwise kernel's whose value has vector forms (llvm.py `streamed_lanes`). The line goes to memory without
+# an elementwise kernel's whose value has vector forms (llvm.py `vector_lanes`). The line goes to memory without
 # being read first (a store that misses reads its line, a third of such a kernel's traffic) and without evicting what
 # the kernel reads; an output this big is not in the caches for the next kernel anyway. NCHW 1x1 convolution of
 # 32x64x56x56 into 64 channels (25.7 MB out): 2.02-2.12 -> 1.82-2.02 ms read in place; NHWC and the GEMMs within
@@ -590,7 +590,7 @@ def big_output(store: UOp, global_ranges: list[UOp]) -> bool:
   """Whether the kernel writes at least NONTEMPORAL_BYTES through `store` (one element per global iteration): its
   whole-line vector stores go to memory non-temporally (a register tile's, `_nontemporal`; a register transpose's,
   llvm.py `render_register_transpose`: NCHW -> NHWC of 32x64x56x56 1.05 -> 0.72-0.78 ms; a streamed elementwise
-  kernel's, llvm.py `streamed_lanes`)."""
+  kernel's, llvm.py `vector_lanes`)."""
   return math.prod(rng.src[0].arg for rng in global_ranges) * store.src[0].dtype.itemsize >= NONTEMPORAL_BYTES
 
 
