@@ -90,6 +90,32 @@ def test_unoptimised_first_tier_computes_the_same_bits(monkeypatch, on_cpu, name
         np.testing.assert_allclose(got.astype(F64), expected, rtol=tolerance, atol=tolerance)
 
 
+@pytest.mark.parametrize("shape", [(6, 1024), (7, 1000), (5003,)], ids=str)
+def test_elementwise_kernels_are_vector_code_unoptimised(monkeypatch, on_cpu, shape):
+  """An elementwise kernel whose values compute on vectors (an Adam update's three outputs, a GELU) runs its innermost
+  loop a vector register at a time (llvm.py `vector_lanes`, `render_vectors`): its IR is vector code before LLVM
+  optimises it, so the unoptimised first tier is too. Whole vectors only (1024 columns), a remainder one value at a
+  time (1000), and a flat array cut into launch chunks (5003): the same bits at -O0 and -O3, and float64's values."""
+  r = np.random.default_rng(len(shape))
+  p, g, m = (r.standard_normal(shape).astype(F32) for _ in range(3))
+  v = np.abs(r.standard_normal(shape)).astype(F32)
+
+  def update(p, g, m, v):
+    m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+    return p - 1e-3 * m / (tnp.sqrt(v) + 1e-8), m, v, tj.nn.gelu(p)
+  lanes = tile_geometry().vector_bytes // 4
+  programs = tj.jit(update).lower(p, g, m, v)._compiled.schedule.programs
+  assert programs and all(f"fmul <{lanes} x float>" in program.src for program in programs)
+  first, own, unoptimised = both_builds(monkeypatch, update, p, g, m, v)
+  assert unoptimised >= 1
+  assert_same_bits(first, own)
+  p64, g64, m64, v64 = (a.astype(F64) for a in (p, g, m, v))
+  m64, v64 = 0.9 * m64 + 0.1 * g64, 0.999 * v64 + 0.001 * g64 * g64
+  gelu = 0.5 * p64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (p64 + 0.044715 * p64 ** 3)))
+  for got, want in zip(first, (p64 - 1e-3 * m64 / (np.sqrt(v64) + 1e-8), m64, v64, gelu), strict=True):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_training_step_is_the_same_in_both_builds(monkeypatch, on_cpu):
   """An MLP's Adam step (its elementwise updates and reductions at -O0, its products in the GEMM library or in their
   own loops): the same parameters and loss bit for bit, and the loss against float64."""

@@ -255,6 +255,25 @@ def test_tiers_agree_bit_for_bit(monkeypatch, on_cpu, m, k, n):
   np.testing.assert_array_equal(first, own)
 
 
+@pytest.mark.parametrize("n", [40, 64])
+def test_library_epilogue_runs_on_vectors(first_tier, n):
+  """A library call's epilogue (a GELU after the product, from the library's array of products) computes and stores
+  a vector register's columns at a time (llvm.py `library_epilogue_lanes`), the columns past the last whole vector
+  one at a time, so that its unoptimised build is vector code; against numpy in float64."""
+  from tinyjax.codegen.opt import tile_geometry
+  rng = np.random.default_rng(n)
+  a, b, c = rng.standard_normal((96, 128)).astype(F32), rng.standard_normal((128, n)).astype(F32) * 0.2, \
+      rng.standard_normal(n).astype(F32)
+  f = tj.jit(lambda a, b, c: tj.nn.gelu(a @ b + c))
+  (library,) = [source for source in sources(f, a, b, c) if f"call void @{gemm.SYMBOL}(" in source]
+  lanes = tile_geometry().vector_bytes // 4
+  assert f"load <{lanes} x float>" in library and f"fmul <{lanes} x float>" in library
+  assert ("load float, ptr" in library.split(f"@{gemm.SYMBOL}(")[-1]) == (n % lanes != 0)  # (the columns left over)
+  x = a.astype(F64) @ b.astype(F64) + c
+  want = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+  np.testing.assert_allclose(np.asarray(f(a, b, c)), want, rtol=1e-5, atol=1e-5)
+
+
 def test_batched_products_tier_too(monkeypatch, on_cpu):
   """A batched product (ranges outside the row: batch and heads, attention's q @ k^T and its weights @ v) calls the
   library once per batch value and column tile; its values equal its own loops' bit for bit, and numpy's."""
