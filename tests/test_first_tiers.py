@@ -116,6 +116,37 @@ def test_elementwise_kernels_are_vector_code_unoptimised(monkeypatch, on_cpu, sh
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("columns", [64, 1000, 2048], ids=str)
+def test_row_reductions_are_vector_code_in_an_order_of_their_own(monkeypatch, on_cpu, columns):
+  """A float32 sum (up to a float32 block, SUM_BLOCK) or maximum over each row's contiguous values runs on vectors
+  of running results in an order written into its IR (llvm.py `reduce_lanes`, `vector_reduce`: the steps past the
+  last whole vector by masked loads), not left to LLVM's vectoriser by `reassoc`: the same bits at -O0 and -O3, so
+  the kernel gets the unoptimised first tier. A softmax, a layer norm's mean and variance, bfloat16 values summed in
+  float32, against float64."""
+  from tinyjax.codegen import llvm
+  r = np.random.default_rng(columns)
+  x = (r.standard_normal((12, columns)) * 3).astype(F32)
+  narrow = x.astype(tnp.bfloat16)
+
+  def rows(x, narrow):
+    mean = x.mean(axis=1, keepdims=True)
+    variance = ((x - mean) ** 2).mean(axis=1)
+    return tj.nn.softmax(x, axis=1), variance, x.max(axis=1), narrow.astype(F32).sum(axis=1)
+  sources = [program.src for program in tj.jit(rows).lower(x, narrow)._compiled.schedule.programs]
+  lanes = llvm.SUM_REGISTERS * tile_geometry().vector_bytes // 4
+  assert any(f"fadd <{lanes} x float>" in source for source in sources)
+  assert not any("fadd reassoc" in source for source in sources)
+  first, own, unoptimised = both_builds(monkeypatch, rows, x, narrow)
+  assert unoptimised >= 1
+  assert_same_bits(first, own)
+  x64 = x.astype(F64)
+  e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+  want = (e / e.sum(axis=1, keepdims=True), x64.var(axis=1), x64.max(axis=1),
+          narrow.astype(F64).sum(axis=1))
+  for got, expected in zip(first, want, strict=True):
+    np.testing.assert_allclose(got, expected, rtol=2e-6, atol=2e-6 * np.abs(expected).max())
+
+
 def test_training_step_is_the_same_in_both_builds(monkeypatch, on_cpu):
   """An MLP's Adam step (its elementwise updates and reductions at -O0, its products in the GEMM library or in their
   own loops): the same parameters and loss bit for bit, and the loss against float64."""
@@ -144,8 +175,9 @@ def test_training_step_is_the_same_in_both_builds(monkeypatch, on_cpu):
 def test_which_kernels_get_the_unoptimised_tier():
   """A kernel is offered its own IR as first tier when that has no fast-math flags (but a max's or min's `reassoc`)
   and its loops run at most BASELINE_MAX_WORK iterations; not a float sum that LLVM may reassociate (vectorised; a
-  small kernel's short sums run in order), a register tile that may fuse its products into FMAs, nor a big kernel; a
-  contraction the GEMM library can do gets the library call."""
+  small kernel's short sums run in order, a row's sum of contiguous values is vector code in an order of its own), a
+  register tile that may fuse its products into FMAs, nor a big kernel; a contraction the GEMM library can do gets
+  the library call."""
   assert cpu.same_bits_unoptimised("%1 = fadd float %0, 1.0\n"
                                    "%2 = call float @llvm.fma.f32(float %1, float %1, float %1)")
   for flagged in ("fadd reassoc float", "fmul contract <8 x float>", "fadd fast double", "fsub nsz float",
@@ -159,8 +191,12 @@ def test_which_kernels_get_the_unoptimised_tier():
   small = np.ones((64, 64), F32)
   ((first, source),) = first_tiers(lambda x: tnp.exp(x) * 2.0 + 1.0, small)
   assert first == source
-  ((first, _),) = first_tiers(lambda x: x.sum(axis=1), small)
-  assert first is None  # (reassoc: 64 steps a sum, vectorised)
+  ((first, source),) = first_tiers(lambda x: x.sum(axis=1), small)
+  assert first == source and "reassoc" not in source  # (a row's sum: vector code in its own order, `reduce_lanes`)
+  ((first, _),) = first_tiers(lambda x: x[:, ::2].sum(axis=1), small)
+  assert first is None  # (reassoc: a sum of strided values, left to LLVM's vectoriser)
+  ((first, _),) = first_tiers(lambda x: x.sum(axis=1), np.ones((8, 4096), F32))
+  assert first is None  # (reassoc: a row longer than a float32 block)
   ((first, source),) = first_tiers(lambda x: x[:, :10].sum(axis=1), small)
   assert first == source  # (a small kernel's sums of at most SHORT_REDUCE steps run in order)
   ((first, source),) = first_tiers(lambda x: x.max(axis=1), small)

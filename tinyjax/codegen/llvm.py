@@ -301,6 +301,26 @@ def library_epilogue_lanes(ast: UOp, call: gemm.LibraryCall, deps: dict[UOp, fro
   return lanes
 
 
+# A float32 sum or maximum over one range of contiguous values (a softmax's or a layer norm's over each row) is written
+# as vector code (`_Renderer.vector_reduce`): SUM_REGISTERS vector registers of running results (4: the adds of
+# consecutive steps don't wait on each other's latency). Sums of at most SUM_BLOCK steps only: a longer one is cut
+# into float32 blocks added into float64 (`reduce_loops`).
+SUM_REGISTERS = 4
+
+
+def reduce_lanes(node: UOp, deps: dict[UOp, frozenset[UOp]]) -> int:
+  """The lanes of the running results of REDUCE `node` written as vector code (`_Renderer.vector_reduce`): a float32
+  sum (of at most SUM_BLOCK steps) or maximum over one range of a constant length of at least those lanes, whose
+  value computes on vectors along it (`_vector_nodes_ok`: contiguous, ungated loads); else 0."""
+  value, *ranges = node.src
+  if len(ranges) != 1 or node.arg not in (Ops.ADD, Ops.MAX) or accumulator_dtype(node) != F32: return 0
+  (rng,) = ranges
+  lanes = SUM_REGISTERS * tile_geometry().vector_bytes // 4
+  if rng.src[0].op is not Ops.CONST or rng.src[0].arg < lanes or (node.arg is Ops.ADD and rng.src[0].arg > SUM_BLOCK):
+    return 0
+  return lanes if _vector_nodes_ok(value, rng, deps) else 0
+
+
 def epilogue_prefetch_loads(plan: TilePlan | None, ast: UOp) -> list[UOp]:
   """The loads a register tile's epilogue makes that it prefetches before its sums (`_Renderer.prefetch_epilogue`):
   the ungated ones outside the REDUCE contiguous along the column, as the weights of an SGD update fused after a
@@ -1380,12 +1400,48 @@ class _Renderer(Linearizer):
     value, *ranges = node.src
     if not ranges: return self.value(value)
     if node in self.shared: return self.group_reduce(node)
+    if not self.gpu and self.plan is None and (lanes := reduce_lanes(node, self.deps)):
+      return self.vector_reduce(node, lanes)
 
     def body() -> list[tuple[str, np.dtype]]:
       self.emit_ready(value)
       return [(self.value(value), value.dtype)]
 
     return self.reduce_loops(node, 1, body)[0]
+
+  def vector_reduce(self, node: UOp, lanes: int) -> str:
+    """A float32 sum or maximum over one range of contiguous values (`reduce_lanes`) in an order written out: `lanes`
+    running results, a vector of the range's steps folded in at a time (the steps past the last whole vector by masked
+    loads, the other lanes folding in the identity), then added up in halves (the first half's lanes with the
+    second's, again and again down to one). The IR has no `reassoc` for LLVM to vectorise by, so it computes the same
+    bits unoptimised (the first tier, devices/cpu.py `CompileStream`) as vector code."""
+    value, rng = node.src
+    steps, op = rng.src[0].arg, node.arg
+    whole, llvm_type = steps // lanes * lanes, vector_type(F32, lanes)
+    identity = self.splat(literal(IDENTITY[op](F32), F32), F32, lanes)
+    accumulator = self.alloca(llvm_type)
+    self.line(f"store {llvm_type} {identity}, ptr {accumulator}")
+
+    def fold(position: str, mask: str | None) -> None:
+      with self.bound(rng, position):
+        part = self.cast(self.vector_value(value, lanes, {}, {}, rng, mask), value.dtype, F32, lanes)
+      if mask is not None: part = self.emit(f"select <{lanes} x i1> {mask}, {llvm_type} {part}, {llvm_type} {identity}")
+      current = self.emit(f"load {llvm_type}, ptr {accumulator}")
+      self.line(f"store {llvm_type} {self.combine(op, F32, current, part, ordered=True, lanes=lanes)}, "
+                f"ptr {accumulator}")
+    with self.loop("0", str(whole), None, step=lanes, vectorize=False) as position: fold(position, None)
+    if whole < steps:
+      fold(str(whole), "<" + ", ".join(f"i1 {'true' if whole + lane < steps else 'false'}" for lane in range(lanes)) +
+           ">")
+    total, width = self.emit(f"load {llvm_type}, ptr {accumulator}"), lanes
+    while width > 1:
+      half, vector = width // 2, vector_type(F32, width)
+      low, high = (self.emit(f"shufflevector {vector} {total}, {vector} poison, <{half} x i32> <" +
+                             ", ".join(f"i32 {lane}" for lane in range(first, first + half)) + ">")
+                   for first in (0, half))
+      if half == 1: low, high = (self.emit(f"extractelement <1 x float> {v}, i64 0") for v in (low, high))
+      total, width = self.combine(op, F32, low, high, ordered=True, lanes=half), half
+    return self.cast(total, F32, node.dtype)
 
   def group_reduce(self, node: UOp) -> str:
     """A REDUCE shared by the work-group (GPU, codegen/gpu.py): work-item `%lane` folds steps lane, lane + group, ...
@@ -1860,11 +1916,11 @@ class _Renderer(Linearizer):
     return self.emit(f"shufflevector {llvm_type} {first}, {llvm_type} poison, <{lanes} x i32> zeroinitializer")
 
   def vector_value(self, node: UOp, lanes: int, packed: dict[UOp, str], memo: dict[UOp, str],
-                   column: UOp | None = None) -> str:
+                   column: UOp | None = None, mask: str | None = None) -> str:
     """`node` for `lanes` consecutive columns (the plan's, or `column`), the column bound to the first one's value: a
-    LOAD contiguous along the column is one vector load (from its pack if it has one), what doesn't depend on the
-    column is a scalar made a splat, and the operations between are vector instructions (the subset `vector_body_ok`
-    admits)."""
+    LOAD contiguous along the column is one vector load (from its pack if it has one; with `mask`, a vector of i1,
+    a masked load of the lanes it sets, zeros in the others), what doesn't depend on the column is a scalar made a
+    splat, and the operations between are vector instructions (the subset `vector_body_ok` admits)."""
     plan = self.plan
     if column is None:
       assert plan is not None
@@ -1879,14 +1935,18 @@ class _Renderer(Linearizer):
     elif op is Ops.LOAD:
       buffer, index = node.src
       self.emit_ready(index)
-      memory = memory_type(buffer.dtype)
-      raw = self.emit(f"load <{lanes} x {memory}>, ptr {self.address(buffer, index)}, align {buffer.dtype.itemsize}")
+      memory, address, align = memory_type(buffer.dtype), self.address(buffer, index), buffer.dtype.itemsize
+      if mask is None: raw = self.emit(f"load <{lanes} x {memory}>, ptr {address}, align {align}")
+      else:
+        vector = f"<{lanes} x {memory}>"
+        raw = self.call(f"llvm.masked.load.{_suffix(vector)}.p0", vector,
+                        [("ptr", address), ("i32", str(align)), (f"<{lanes} x i1>", mask), (vector, "zeroinitializer")])
       result = self.from_memory(raw, buffer.dtype, lanes)
     elif op is Ops.RANGE:  # the column itself: its first value plus 0 .. lanes-1
       steps = "<" + ", ".join(f"i64 {lane}" for lane in range(lanes)) + ">"
       result = self.emit(f"add nsw <{lanes} x i64> {self.splat(self.value(node), dtype, lanes)}, {steps}")
     else:
-      sources = [self.vector_value(source, lanes, packed, memo, column) for source in node.src]
+      sources = [self.vector_value(source, lanes, packed, memo, column, mask) for source in node.src]
       if op is Ops.CAST: result = self.vector_cast(sources[0], node.src[0].dtype, dtype, lanes)
       elif op is Ops.BITCAST: result = self.emit(f"bitcast {vector_type(node.src[0].dtype, lanes)} {sources[0]} to "
                                                  f"{llvm_type}")
