@@ -802,6 +802,33 @@ def test_kernel_regions_are_walked_in_program_order():
   assert [root for root, _ in regions.walk("test", lambda node, found: False)] == roots
 
 
+def test_a_costly_epilogue_reading_another_operand_gets_a_kernel_of_its_own():
+  """A contraction followed by a costly vector operation computed from another operand of the product's size (a
+  GELU's derivative times the gradient of the layer after it, `(g @ w.T) * gelu'(h)`) is stored by its own kernel and
+  the rest streams in another (`_costly_epilogue_contractions`); `tanh(x @ w + b)` keeps its epilogue (a bias is no
+  such operand), as does `(g @ w.T) * (h > 0)` (no costly operation). Values against float64."""
+  from tinyjax.lower.schedule import kernels_of
+  rng = np.random.default_rng(3)
+  g, w, h = (rng.standard_normal(shape).astype(np.float32) for shape in ((64, 32), (48, 32), (64, 48)))
+  b = rng.standard_normal(48).astype(np.float32)
+
+  def gelu_grad(x):
+    t = tnp.tanh(0.7978846 * (x + 0.044715 * x ** 3))
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978846 * (1 + 0.134145 * x * x)
+
+  def counts(f, *args):
+    kernels = kernels_of(tj.jit(f).lower(*args)._compiled.schedule.schedule.kernels)
+    return len(kernels), sum(any(node.op is Ops.REDUCE for node in kernel.ast.toposort) for kernel in kernels)
+  backward = lambda g, w, h: (g @ w.T) * gelu_grad(h)  # noqa: E731
+  assert counts(backward, g, w, h) == (2, 1)
+  assert counts(lambda x, w, b: tnp.tanh(x @ w.T + b), g, w, b) == (1, 1)
+  assert counts(lambda g, w, h: (g @ w.T) * (h > 0), g, w, h) == (1, 1)
+  g64, w64, h64 = (a.astype(np.float64) for a in (g, w, h))
+  t = np.tanh(0.7978846 * (h64 + 0.044715 * h64 ** 3))
+  want = (g64 @ w64.T) * (0.5 * (1 + t) + 0.5 * h64 * (1 - t * t) * 0.7978846 * (1 + 0.134145 * h64 * h64))
+  np.testing.assert_allclose(np.asarray(tj.jit(backward)(g, w, h)), want, rtol=1e-5, atol=1e-5)
+
+
 def test_a_contraction_read_by_two_kernels_is_computed_once_beside_a_loop():
   """The passes that give a shared contraction a buffer of its own (`_shared_reductions` ...) also run when the last
   kernel root explored is a loop's output (a PROJECT): they were skipped, so `x @ w` was computed in both of its
