@@ -147,6 +147,35 @@ def test_row_reductions_are_vector_code_in_an_order_of_their_own(monkeypatch, on
     np.testing.assert_allclose(got, expected, rtol=2e-6, atol=2e-6 * np.abs(expected).max())
 
 
+@pytest.mark.parametrize("width", [32, 64], ids=["avx2", "avx512"])
+def test_row_reductions_keep_special_values(monkeypatch, on_cpu, width):
+  """A row's sum and maximum as vector code (`vector_reduce`), with AVX2's and AVX-512's vector widths (32 and 64
+  lanes): NaN anywhere in a row, in a whole vector or in the masked last one, gives NaN; +inf and -inf in one row give
+  NaN for the sum and +inf for the maximum; a row of -0.0 sums to +0.0 (from the identity, as JAX's) and its maximum
+  is -0.0; +0.0 beats -0.0;
+  values past the row's end (the masked lanes) are never read into the result. Against numpy."""
+  from conftest import pinned_vectors
+  columns = 100
+  x = np.random.default_rng(7).standard_normal((8, columns + 28)).astype(F32)[:, :columns]
+  x = np.ascontiguousarray(x)
+  x[1, 5] = np.nan
+  x[2, columns - 1] = np.nan  # (in the masked last vector)
+  x[3, 10], x[3, 90] = np.inf, -np.inf
+  x[4, :] = -0.0
+  x[5, :] = -0.0
+  x[5, 97] = 0.0
+  x[6, :] = -np.inf
+  with pinned_vectors(monkeypatch, width):
+    f = tj.jit(lambda x: (x.sum(axis=1), x.max(axis=1)))
+    (source,) = [program.src for program in f.lower(x)._compiled.schedule.programs if "fadd" in program.src]
+    assert f"fadd <{width} x float>" in source and "fadd reassoc" not in source  # (4 registers of width // 4)
+    total, largest = (np.asarray(a) for a in f(x))
+  with np.errstate(invalid="ignore"): want = x.astype(F64).sum(axis=1)  # (inf - inf)
+  np.testing.assert_allclose(total, want, rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(largest, x.max(axis=1))
+  assert not np.signbit(total[4]) and np.signbit(largest[4]) and not np.signbit(largest[5])
+
+
 def test_training_step_is_the_same_in_both_builds(monkeypatch, on_cpu):
   """An MLP's Adam step (its elementwise updates and reductions at -O0, its products in the GEMM library or in their
   own loops): the same parameters and loss bit for bit, and the loss against float64."""
