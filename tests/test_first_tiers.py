@@ -176,6 +176,29 @@ def test_row_reductions_keep_special_values(monkeypatch, on_cpu, width):
   assert not np.signbit(total[4]) and np.signbit(largest[4]) and not np.signbit(largest[5])
 
 
+def test_paddings_and_concatenations_are_vector_code_unoptimised(monkeypatch, on_cpu):
+  """Copies through gates are vector code before LLVM optimises them (llvm.py `vector_lanes`, `render_vector_steps`):
+  a padding along another axis than the innermost (NHWC's H and W: each gated load a masked load, all lanes in or
+  none), and a padding or a concatenation along the innermost axis, in the parts between the gates' bounds
+  (`gate_split`: a load outside its part's window is no load at all, one inside it a plain vector load, one whose
+  gate also tests another axis a masked load). The same bits at -O0 and -O3, and numpy's values."""
+  r = np.random.default_rng(9)
+  x, y = r.standard_normal((4, 14, 14, 40)).astype(F32), r.standard_normal((4, 14, 14, 37)).astype(F32)
+  lanes = tile_geometry().vector_bytes // 4
+  around, last = ((0, 0), (1, 1), (1, 1), (0, 0)), ((0, 0), (1, 2), (0, 0), (3, 5))
+  cases = [(lambda x, y: tnp.pad(x, around) * 2.0, np.pad(x, around) * 2),
+           (lambda x, y: tnp.pad(x, last) + 1.0, np.pad(x, last) + 1),
+           (lambda x, y: tnp.concatenate([x, tnp.tanh(y)], axis=-1),
+            np.concatenate([x, np.tanh(y.astype(F64))], axis=-1))]
+  for fun, want in cases:
+    (source,) = [program.src for program in tj.jit(fun).lower(x, y)._compiled.schedule.programs]
+    assert f"<{lanes} x float>, ptr" in source or f"masked.load.v{lanes}f32" in source
+    first, own, unoptimised = both_builds(monkeypatch, fun, x, y)
+    assert unoptimised == 1
+    assert_same_bits(first, own)
+    np.testing.assert_allclose(first[0], want, rtol=1e-6, atol=1e-6)
+
+
 def test_training_step_is_the_same_in_both_builds(monkeypatch, on_cpu):
   """An MLP's Adam step (its elementwise updates and reductions at -O0, its products in the GEMM library or in their
   own loops): the same parameters and loss bit for bit, and the loss against float64."""

@@ -177,12 +177,14 @@ _COMPUTE_HEAVY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.REDUCE}
 
 
 def _vector_nodes_ok(root: UOp, column: UOp, deps: dict[UOp, frozenset[UOp]], leaf: UOp | None = None,
-                     packed: tuple[UOp, ...] = ()) -> bool:
+                     packed: tuple[UOp, ...] = (), gates: str = "") -> bool:
   """Whether every node under `root` that depends on `column` (down to LOADs, the column itself and `leaf`) is an
   operation with a one-instruction vector form that rounds as the scalar code does (float16 and bfloat16 arithmetic
   rounds after every operation in several instructions), and every LOAD of them reads consecutive elements along
-  the column without a gate (one vector load; a packed one is read from its pack). An epilogue reading another array
-  transposed (`a @ b + c.T`) is scalar code."""
+  the column (one vector load; a packed one is read from its pack) without a gate (lanes may not be readable), or
+  through one that computes on vectors too (a masked load, `_Renderer.vector_value`): with `gates` "uniform", one
+  that does not depend on the column (a padding's along another axis: all lanes or none); with "any", any. An
+  epilogue reading another array transposed (`a @ b + c.T`) is scalar code."""
   stack, seen = [root], set()
   while stack:
     node = stack.pop()
@@ -190,7 +192,9 @@ def _vector_nodes_ok(root: UOp, column: UOp, deps: dict[UOp, frozenset[UOp]], le
     seen.add(node)
     op, dtype = node.op, node.dtype
     if op is Ops.LOAD:
-      if len(node.src) > 2 and node not in packed: return False  # (a gated load: lanes may not be readable)
+      if len(node.src) > 2 and node not in packed:
+        if not gates or gates == "uniform" and column in deps[node.src[2]]: return False
+        stack.append(node.src[2])
       strides, nonlinear = linear_strides(node.src[1])
       if node not in packed and (column in nonlinear or strides.get(column) != 1): return False
       continue
@@ -259,7 +263,7 @@ def transposed_epilogue_ok(plan: TilePlan | None, deps: dict[UOp, frozenset[UOp]
   return _vector_nodes_ok(store.src[2], plan.row, deps, leaf=node)
 
 
-def vector_lanes(ast: UOp, deps: dict[UOp, frozenset[UOp]]) -> tuple[int, bool]:
+def vector_lanes(ast: UOp, deps: dict[UOp, frozenset[UOp]], gated: bool = False) -> tuple[int, bool]:
   """For an elementwise kernel (no REDUCE) whose STOREs of 4- or 8-byte values are contiguous along its innermost
   global range, each value computed on vectors (`_vector_nodes_ok`: contiguous, ungated loads and one-instruction
   operations): the values per vector register (per 64-byte line where they go to memory non-temporally: one STORE
@@ -267,20 +271,23 @@ def vector_lanes(ast: UOp, deps: dict[UOp, frozenset[UOp]]) -> tuple[int, bool]:
   at a time (`_Renderer.render_vectors`), and whether they are stored so; else (0, False). Written as vectors, not
   left to LLVM's loop vectoriser, the loop is vector code unoptimised too (the first tier, devices/cpu.py
   `CompileStream`): the transformer step's GELU over 8x128x1024 took 11.8 ms as scalar code at -O0, 1.2 ms so, and
-  1.1-1.4 ms at -O3."""
+  1.1-1.4 ms at -O3. Gated loads are masked loads: where their gates don't depend on that range (a padding along
+  another axis: a CNN's 14x14x32 -> 16x16x32 padding took 3.9 ms as scalar code at -O0, 0.24 ms at -O3), and with
+  `gated`, for the parts of a loop split at its loads' gates (`gate_split`, their bounds constants in each part), any
+  (such a kernel is never stored non-temporally)."""
   nodes = ast.toposort
   stores = [node for node in nodes if node.op is Ops.STORE]
   if not stores or any(node.op is Ops.REDUCE for node in nodes): return 0, False
   global_ranges = global_ranges_of(ast)
   if not global_ranges or any(rng.src[0].op is not Ops.CONST for rng in global_ranges): return 0, False
   column, itemsize = global_ranges[-1], stores[0].src[0].dtype.itemsize
-  streamed = len(stores) == 1 and big_output(stores[0], global_ranges)
+  streamed = not gated and len(stores) == 1 and big_output(stores[0], global_ranges)
   lanes = (LINE_BYTES if streamed else tile_geometry().vector_bytes) // itemsize
   if itemsize not in (4, 8) or column.src[0].arg < 4 * lanes: return 0, False
   for store in stores:
     strides, nonlinear = linear_strides(store.src[1])
     if store.src[0].dtype.itemsize != itemsize or column in nonlinear or strides.get(column) != 1 or \
-        not _vector_nodes_ok(store.src[2], column, deps):
+        not _vector_nodes_ok(store.src[2], column, deps, gates="any" if gated else "uniform"):
       return 0, False
   return lanes, streamed
 
@@ -508,8 +515,11 @@ class _Renderer(Linearizer):
     self.library = library
     # (`stream`: an elementwise kernel's innermost loop may run on vectors, perhaps stored non-temporally,
     # `vector_lanes`)
-    self.vector_lanes, self.streamed = vector_lanes(ast, self.deps) if stream and plan is None and not transpose and \
-        not gpu else (0, False)
+    vectors = stream and plan is None and not transpose and not gpu
+    self.vector_lanes, self.streamed = vector_lanes(ast, self.deps) if vectors else (0, False)
+    # (and the parts of a loop split at its loads' gates, `gate_split`: their bounds' values while one is open)
+    self.gated_lanes = vector_lanes(ast, self.deps, gated=True)[0] if vectors else 0
+    self.gate_values: dict[UOp, str] = {}
     self.transpose = transpose  # the block of an elementwise kernel's (rows, columns) loops (opt.transpose_block)
     self.transpose_lanes, self.across = register_transposes(ast, self.deps, transpose)
     # (a register transpose of a big output stores its rows non-temporally: opt.big_output)
@@ -769,11 +779,18 @@ class _Renderer(Linearizer):
     if self.plan is None and depth == len(global_ranges) - 1 and depth and (parts := gate_split(self.ast, rng)):
       # the innermost loop of a copy through a padding, in parts between its gates' bounds, each bound a constant in
       # each part (a load inside the padding's window, unconditional, vectorises without masks)
+      # (a vector at a time where its values compute on vectors, `gated_lanes`, the gated loads masked loads whose
+      # gates are constants in the part: vector code unoptimised too, the first tier)
       self.gate_parts = (rng.arg[0], len(parts))
       for first, last, values in parts:
-        with self.bindings({bound: "true" if value else "false" for bound, value in values.items()}), \
-            self.loop(str(first), str(last), binds=rng):
-          self.open_global_loops(global_ranges, depth + 1)
+        self.gate_values = {bound: "true" if value else "false" for bound, value in values.items()}
+        with self.bindings(self.gate_values):
+          whole = (last - first) // self.gated_lanes * self.gated_lanes if self.gated_lanes else 0
+          if whole: self.render_vector_steps(rng, str(first), str(first + whole), self.gated_lanes, False)
+          if first + whole < last:
+            with self.loop(str(first + whole), str(last), binds=rng): self.open_global_loops(global_ranges, depth + 1)
+        self.gate_values = {}
+      self.stores_emitted.update(node for node in self.ast.src if node.op is Ops.STORE)
       return
     with self.loop(start, end, binds=rng):
       self.open_global_loops(global_ranges, depth + 1)
@@ -789,17 +806,23 @@ class _Renderer(Linearizer):
     if self.streamed:
       aligned = self.first_line(rng, start, end)
       with self.loop(start, aligned, binds=rng): self.open_global_loops(global_ranges, depth + 1)
-    with self.loop(aligned, end, None, step=lanes, vectorize=False) as position:
-      with self.bound(rng, position):
-        memo: dict[UOp, str] = {}
-        for store in stores:
-          buffer, index, value = store.src
-          stored = self.to_memory(self.vector_value(value, lanes, {}, memo, rng), buffer.dtype, lanes)
-          self.emit_ready(index)
-          self.store_vector(stored, lanes, buffer.dtype, self.address(buffer, index), self.streamed)
+    position = self.render_vector_steps(rng, aligned, end, lanes, self.streamed)
     if depth == 0 or self.streamed or rng.src[0].arg % lanes:  # (no values left where the range is whole vectors)
       with self.loop(position, end, binds=rng): self.open_global_loops(global_ranges, depth + 1)
     self.stores_emitted.update(stores)
+
+  def render_vector_steps(self, rng: UOp, start: str, end: str, lanes: int, nontemporal: bool) -> str:
+    """The whole vectors of `lanes` values of the innermost range `rng` in [start, end): each STORE's value on vectors
+    (`vector_value`, what they have in common computed once) and stored (`store_vector`); returns the loop variable,
+    where the whole vectors stopped."""
+    with self.loop(start, end, None, step=lanes, vectorize=False) as position, self.bound(rng, position):
+      memo: dict[UOp, str] = {}
+      for store in (node for node in self.ast.src if node.op is Ops.STORE):
+        buffer, index, value = store.src
+        stored = self.to_memory(self.vector_value(value, lanes, {}, memo, rng), buffer.dtype, lanes)
+        self.emit_ready(index)
+        self.store_vector(stored, lanes, buffer.dtype, self.address(buffer, index), nontemporal)
+    return position
 
   def first_line(self, rng: UOp, start: str, end: str, others: dict[UOp, str] | None = None) -> str:
     """The first value of `rng` in [start, end] (`end` if none) where the STORE's element, `rng` its contiguous range
@@ -1929,18 +1952,26 @@ class _Renderer(Linearizer):
       self.emit_ready(node)
       return self.splat(self.value(node), node.dtype, lanes)
     if (done := memo.get(node)) is not None: return done
+    if (constant := self.gate_values.get(node)) is not None: return self.splat(constant, BOOL, lanes)
     op, dtype = node.op, node.dtype
     llvm_type = vector_type(dtype, lanes)
     if op is Ops.LOAD and node in packed: result = packed[node]
     elif op is Ops.LOAD:
-      buffer, index = node.src
-      self.emit_ready(index)
-      memory, address, align = memory_type(buffer.dtype), self.address(buffer, index), buffer.dtype.itemsize
-      if mask is None: raw = self.emit(f"load <{lanes} x {memory}>, ptr {address}, align {align}")
+      buffer, index, *gate = node.src
+      known = self.gate_constant(gate[0]) if gate else True  # (a gate made of the bounds of a loop's part)
+      if gate and known is None:  # (masked by its gate, and by `mask`)
+        lanes_gate = self.vector_value(gate[0], lanes, packed, memo, column, mask)
+        mask = lanes_gate if mask is None else self.emit(f"and <{lanes} x i1> {lanes_gate}, {mask}")
+      memory, align = memory_type(buffer.dtype), buffer.dtype.itemsize
+      if known is False: raw = "zeroinitializer"  # (reads nothing: its lanes are all outside the gate)
       else:
-        vector = f"<{lanes} x {memory}>"
-        raw = self.call(f"llvm.masked.load.{_suffix(vector)}.p0", vector,
-                        [("ptr", address), ("i32", str(align)), (f"<{lanes} x i1>", mask), (vector, "zeroinitializer")])
+        self.emit_ready(index)
+        address = self.address(buffer, index)
+        if mask is None: raw = self.emit(f"load <{lanes} x {memory}>, ptr {address}, align {align}")
+        else:
+          vector = f"<{lanes} x {memory}>"
+          raw = self.call(f"llvm.masked.load.{_suffix(vector)}.p0", vector, [("ptr", address), ("i32", str(align)),
+                          (f"<{lanes} x i1>", mask), (vector, "zeroinitializer")])
       result = self.from_memory(raw, buffer.dtype, lanes)
     elif op is Ops.RANGE:  # the column itself: its first value plus 0 .. lanes-1
       steps = "<" + ", ".join(f"i64 {lane}" for lane in range(lanes)) + ">"
@@ -1982,6 +2013,14 @@ class _Renderer(Linearizer):
         else: result = self.emit(f"{_INT_BINARY[op]} {llvm_type} {left}, {right}")
     memo[node] = result
     return result
+
+  def gate_constant(self, gate: UOp) -> bool | None:
+    """A gate's value where it is made of the bounds a part of a loop split at its gates fixes (`gate_split`,
+    `gate_values`), ANDed (and with conditions that don't hold, false); None where it is not known so."""
+    if (value := self.gate_values.get(gate)) is not None: return value == "true"
+    if gate.op is not Ops.AND: return None
+    parts = [self.gate_constant(source) for source in gate.src]
+    return False if False in parts else None if None in parts else True
 
   def vector_store(self, result: str, lanes: int) -> None:
     """The epilogue and STORE of `lanes` consecutive columns of a vector tile, the column bound to the first one's
