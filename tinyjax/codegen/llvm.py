@@ -182,9 +182,10 @@ def _vector_nodes_ok(root: UOp, column: UOp, deps: dict[UOp, frozenset[UOp]], le
   operation with a one-instruction vector form that rounds as the scalar code does (float16 and bfloat16 arithmetic
   rounds after every operation in several instructions), and every LOAD of them reads consecutive elements along
   the column (one vector load; a packed one is read from its pack) without a gate (lanes may not be readable), or
-  through one that computes on vectors too (a masked load, `_Renderer.vector_value`): with `gates` "uniform", one
-  that does not depend on the column (a padding's along another axis: all lanes or none); with "any", any. An
-  epilogue reading another array transposed (`a @ b + c.T`) is scalar code."""
+  with `gates` "uniform" through one that does not depend on the column (a padding's along another axis: all lanes
+  or none, `_Renderer.vector_value` branches around the load), with "any" through any (the parts of a loop split at
+  its gates' bounds, `gate_split`, which fix the bounds along the column). An epilogue reading another array
+  transposed (`a @ b + c.T`) is scalar code."""
   stack, seen = [root], set()
   while stack:
     node = stack.pop()
@@ -192,9 +193,8 @@ def _vector_nodes_ok(root: UOp, column: UOp, deps: dict[UOp, frozenset[UOp]], le
     seen.add(node)
     op, dtype = node.op, node.dtype
     if op is Ops.LOAD:
-      if len(node.src) > 2 and node not in packed:
-        if not gates or gates == "uniform" and column in deps[node.src[2]]: return False
-        stack.append(node.src[2])
+      if len(node.src) > 2 and node not in packed and (not gates or gates == "uniform" and column in deps[node.src[2]]):
+        return False
       strides, nonlinear = linear_strides(node.src[1])
       if node not in packed and (column in nonlinear or strides.get(column) != 1): return False
       continue
@@ -271,10 +271,10 @@ def vector_lanes(ast: UOp, deps: dict[UOp, frozenset[UOp]], gated: bool = False)
   at a time (`_Renderer.render_vectors`), and whether they are stored so; else (0, False). Written as vectors, not
   left to LLVM's loop vectoriser, the loop is vector code unoptimised too (the first tier, devices/cpu.py
   `CompileStream`): the transformer step's GELU over 8x128x1024 took 11.8 ms as scalar code at -O0, 1.2 ms so, and
-  1.1-1.4 ms at -O3. Gated loads are masked loads: where their gates don't depend on that range (a padding along
-  another axis: a CNN's 14x14x32 -> 16x16x32 padding took 3.9 ms as scalar code at -O0, 0.24 ms at -O3), and with
-  `gated`, for the parts of a loop split at its loads' gates (`gate_split`, their bounds constants in each part), any
-  (such a kernel is never stored non-temporally)."""
+  1.1-1.4 ms at -O3. Gated loads too where their gates don't depend on that range (a padding along another axis: a
+  CNN's 14x14x32 -> 16x16x32 padding took 3.9 ms as scalar code at -O0, 0.24 ms at -O3), or with `gated`, in the
+  parts of a loop split at its loads' gates (`gate_split`), which fix the bounds along it (such a kernel is never
+  stored non-temporally): a vector load each, branched around where the gate is false."""
   nodes = ast.toposort
   stores = [node for node in nodes if node.op is Ops.STORE]
   if not stores or any(node.op is Ops.REDUCE for node in nodes): return 0, False
@@ -1958,20 +1958,31 @@ class _Renderer(Linearizer):
     if op is Ops.LOAD and node in packed: result = packed[node]
     elif op is Ops.LOAD:
       buffer, index, *gate = node.src
-      known = self.gate_constant(gate[0]) if gate else True  # (a gate made of the bounds of a loop's part)
-      if gate and known is None:  # (masked by its gate, and by `mask`)
-        lanes_gate = self.vector_value(gate[0], lanes, packed, memo, column, mask)
-        mask = lanes_gate if mask is None else self.emit(f"and <{lanes} x i1> {lanes_gate}, {mask}")
+      # (a gate is the same for every lane, `_vector_nodes_ok`: made of conditions along other axes and the bounds a
+      # part of a loop split at its gates fixes; a false one reads nothing, as the scalar code's branch)
+      known = self.gate_constant(gate[0]) if gate else True
       memory, align = memory_type(buffer.dtype), buffer.dtype.itemsize
-      if known is False: raw = "zeroinitializer"  # (reads nothing: its lanes are all outside the gate)
-      else:
+      vector = f"<{lanes} x {memory}>"
+
+      def load() -> str:
         self.emit_ready(index)
         address = self.address(buffer, index)
-        if mask is None: raw = self.emit(f"load <{lanes} x {memory}>, ptr {address}, align {align}")
-        else:
-          vector = f"<{lanes} x {memory}>"
-          raw = self.call(f"llvm.masked.load.{_suffix(vector)}.p0", vector, [("ptr", address), ("i32", str(align)),
-                          (f"<{lanes} x i1>", mask), (vector, "zeroinitializer")])
+        if mask is None: return self.emit(f"load {vector}, ptr {address}, align {align}")
+        return self.call(f"llvm.masked.load.{_suffix(vector)}.p0", vector, [("ptr", address), ("i32", str(align)),
+                         (f"<{lanes} x i1>", mask), (vector, "zeroinitializer")])
+      if known is False: raw = "zeroinitializer"
+      elif known: raw = load()
+      else:
+        self.emit_ready(gate[0])
+        self.counter += 1
+        then_block, merge_block, before = f"gate{self.counter}", f"gate{self.counter}.end", self.block
+        self.line(f"br i1 {self.value(gate[0])}, label %{then_block}, label %{merge_block}")
+        self.label(then_block)
+        with self.bindings({}): loaded = load()  # (what it computes stays in its block)
+        loaded_block = self.block
+        self.line(f"br label %{merge_block}")
+        self.label(merge_block)
+        raw = self.emit(f"phi {vector} [ zeroinitializer, %{before} ], [ {loaded}, %{loaded_block} ]")
       result = self.from_memory(raw, buffer.dtype, lanes)
     elif op is Ops.RANGE:  # the column itself: its first value plus 0 .. lanes-1
       steps = "<" + ", ".join(f"i64 {lane}" for lane in range(lanes)) + ">"
