@@ -528,32 +528,35 @@ def _costly_epilogue_contractions(regions: _Regions) -> list[UOp]:
   random normal added to the product, stays in the epilogue.)"""
   realize = regions.realize
 
-  def reads_operand(costly: UOp, contraction: UOp, size: int) -> bool:
-    """Whether `costly` is computed from a buffer of at least `size` elements (not through the contraction)."""
-    stack, seen = [costly], set()
-    while stack:
-      node = stack.pop()
-      if node in seen or node is contraction: continue
-      seen.add(node)
-      if node in realize or node.op is Ops.PARAM:
-        if math.prod(node.shape) >= size: return True
-        continue
-      stack.extend(node.src)
-    return False
-  chosen = []
-  for root, contractions in regions.contractions():
-    if len(contractions) != 1: continue
-    (contraction,) = contractions
-    region, size = regions.nodes[root], math.prod(contraction.shape)
+  def costly_epilogue(region: dict[UOp, None], contraction: UOp) -> bool:
+    size = math.prod(contraction.shape)
     below, stack = set(), [contraction]  # (what the contraction reduces, in this kernel)
     while stack:
       node = stack.pop()
       if node in below or node not in region: continue
       below.add(node)
       stack.extend(node.src)
-    if any(_costliness(node) == VECTOR_COSTLY_LEVEL and node not in below and reads_operand(node, contraction, size)
-           for node in region):
-      chosen.append(contraction)
+    # whether each node is computed from a buffer of at least `size` elements, not through the contraction (sources
+    # first, iteratively: a chain can be thousands of nodes deep)
+    reads: dict[UOp, bool] = {contraction: False}
+    for top in (node for node in region if node not in below and _costliness(node) == VECTOR_COSTLY_LEVEL):
+      work = [(top, False)]
+      while work:
+        node, sources_done = work.pop()
+        if node in reads: continue
+        if node in realize or node.op is Ops.PARAM: reads[node] = math.prod(node.shape) >= size
+        elif sources_done: reads[node] = any(reads[source] for source in node.src)
+        else:
+          work.append((node, True))
+          work.extend((source, False) for source in node.src if source not in reads)
+      if reads[top]: return True
+    return False
+  chosen = []
+  for root, contractions in regions.contractions():
+    if len(contractions) != 1: continue
+    if (kept := regions.found.get(("costly epilogue", root))) is None:  # (kept with the region's other findings)
+      kept = regions.found[("costly epilogue", root)] = [costly_epilogue(regions.nodes[root], contractions[0])]
+    if kept[0]: chosen.append(contractions[0])
   return chosen
 
 
