@@ -514,12 +514,10 @@ class _Renderer(Linearizer):
     # the product computed by the GEMM library (`render_library_gemm`), or the copy (`render_library_copy`), or None
     self.library = library
     # (`stream`: an elementwise kernel's innermost loop may run on vectors, perhaps stored non-temporally,
-    # `vector_lanes`)
-    vectors = stream and plan is None and not transpose and not gpu
-    self.vector_lanes, self.streamed = vector_lanes(ast, self.deps) if vectors else (0, False)
-    # (and the parts of a loop split at its loads' gates, `gate_split`: their bounds' values while one is open)
-    self.gated_lanes = vector_lanes(ast, self.deps, gated=True)[0] if vectors else 0
-    self.gate_values: dict[UOp, str] = {}
+    # `vector_lanes`; so may the parts of a loop split at its loads' gates, `gate_split`)
+    self.elementwise_vectors = stream and plan is None and not transpose and not gpu
+    self.vector_lanes, self.streamed = vector_lanes(ast, self.deps) if self.elementwise_vectors else (0, False)
+    self.gate_values: dict[UOp, str] = {}  # the gates' bounds in the part of such a loop that is open
     self.transpose = transpose  # the block of an elementwise kernel's (rows, columns) loops (opt.transpose_block)
     self.transpose_lanes, self.across = register_transposes(ast, self.deps, transpose)
     # (a register transpose of a big output stores its rows non-temporally: opt.big_output)
@@ -703,17 +701,13 @@ class _Renderer(Linearizer):
       with self.loop(first, self.emit(f"add nsw i64 {first}, {rows}"), binds=row) as index:
         self.emit_ready(self.ast)
         at = self.emit(f"mul nsw i64 {self.emit(f'sub nsw i64 {index}, {first}')}, {width}")
+        def product_vector(offset: str) -> dict[UOp, str]:  # (the REDUCE's values at `offset` on)
+          address = self.emit(f"getelementptr inbounds float, ptr {products}, i64 "
+                              f"{self.emit(f'add nsw i64 {at}, {offset}')}", "addr")
+          return {reduce: self.emit(f"load <{lanes} x float>, ptr {address}, align 4")}
         offset = "0"
         if lanes:  # (a vector's columns at a time, `library_epilogue_lanes`)
-          with self.loop("0", str(width), None, step=lanes, vectorize=False) as offset, self.bound(column, offset):
-            address = self.emit(f"getelementptr inbounds float, ptr {products}, i64 "
-                                f"{self.emit(f'add nsw i64 {at}, {offset}')}", "addr")
-            memo = {reduce: self.emit(f"load <{lanes} x float>, ptr {address}, align 4")}
-            for store in stores:
-              buffer, index_node, value = store.src
-              stored = self.to_memory(self.vector_value(value, lanes, {}, memo, column), buffer.dtype, lanes)
-              self.emit_ready(index_node)
-              self.store_vector(stored, lanes, buffer.dtype, self.address(buffer, index_node), False)
+          offset = self.render_vector_steps(column, "0", str(width), lanes, False, product_vector)
           self.stores_emitted.update(stores)
         if lanes and width % lanes == 0: return  # (the columns are whole vectors: none left)
         with self.loop(offset, str(width), binds=column) as offset:
@@ -778,15 +772,16 @@ class _Renderer(Linearizer):
       return
     if self.plan is None and depth == len(global_ranges) - 1 and depth and (parts := gate_split(self.ast, rng)):
       # the innermost loop of a copy through a padding, in parts between its gates' bounds, each bound a constant in
-      # each part (a load inside the padding's window, unconditional, vectorises without masks)
-      # (a vector at a time where its values compute on vectors, `gated_lanes`, the gated loads masked loads whose
-      # gates are constants in the part: vector code unoptimised too, the first tier)
+      # each part (a load inside the padding's window, unconditional, vectorises without masks); a vector at a time
+      # where its values compute on vectors (`vector_lanes`, each gated load branched around on its gate, the same for
+      # every lane in the part: vector code unoptimised too, the first tier)
       self.gate_parts = (rng.arg[0], len(parts))
+      lanes = vector_lanes(self.ast, self.deps, gated=True)[0] if self.elementwise_vectors else 0
       for first, last, values in parts:
         self.gate_values = {bound: "true" if value else "false" for bound, value in values.items()}
         with self.bindings(self.gate_values):
-          whole = (last - first) // self.gated_lanes * self.gated_lanes if self.gated_lanes else 0
-          if whole: self.render_vector_steps(rng, str(first), str(first + whole), self.gated_lanes, False)
+          whole = (last - first) // lanes * lanes if lanes else 0
+          if whole: self.render_vector_steps(rng, str(first), str(first + whole), lanes, False)
           if first + whole < last:
             with self.loop(str(first + whole), str(last), binds=rng): self.open_global_loops(global_ranges, depth + 1)
         self.gate_values = {}
@@ -811,12 +806,13 @@ class _Renderer(Linearizer):
       with self.loop(position, end, binds=rng): self.open_global_loops(global_ranges, depth + 1)
     self.stores_emitted.update(stores)
 
-  def render_vector_steps(self, rng: UOp, start: str, end: str, lanes: int, nontemporal: bool) -> str:
+  def render_vector_steps(self, rng: UOp, start: str, end: str, lanes: int, nontemporal: bool,
+                          known: Callable[[str], dict[UOp, str]] = lambda position: {}) -> str:
     """The whole vectors of `lanes` values of the innermost range `rng` in [start, end): each STORE's value on vectors
-    (`vector_value`, what they have in common computed once) and stored (`store_vector`); returns the loop variable,
-    where the whole vectors stopped."""
+    (`vector_value`, what they have in common computed once, starting from `known(position)`: a library call's
+    products) and stored (`store_vector`); returns the loop variable, where the whole vectors stopped."""
     with self.loop(start, end, None, step=lanes, vectorize=False) as position, self.bound(rng, position):
-      memo: dict[UOp, str] = {}
+      memo = known(position)
       for store in (node for node in self.ast.src if node.op is Ops.STORE):
         buffer, index, value = store.src
         stored = self.to_memory(self.vector_value(value, lanes, {}, memo, rng), buffer.dtype, lanes)

@@ -624,11 +624,13 @@ def compile_cpu_many(kernels: list[tuple[str, str]], opt_level: int | None = Non
 
 # A kernel's IR without fast-math flags (no FMA contraction, no reassociated sums: llvm.py writes a register tile's
 # FMAs out, `fused_product`) computes the same bits at -O0 as at -O3, so such a kernel's first tier is its own IR at
-# -O0 (BASELINE_OPT), which LLVM compiles ~8x faster (the MLP Adam step's kernels: 0.85 -> 0.10 s) and which runs ~4x
-# slower on elementwise work (its Adam update of 784x512 values: 0.37 -> 1.5 ms): where the kernel's loops run at most
-# BASELINE_MAX_WORK iterations in all (lower/realize.py `first_tier`). A register tile, vector code as the renderer
-# writes it, runs ~2x slower unoptimised (the MLP's 10 x 512 weight gradient over 512 rows: 119 -> 211 us, its LLVM
-# 54-73 -> 17-21 ms): up to BASELINE_MAX_TILE_WORK. Its time to the 42nd step in fresh processes, against 1M for
+# -O0 (BASELINE_OPT), which LLVM compiles ~8x faster (the MLP Adam step's kernels: 0.85 -> 0.10 s) and which runs
+# elementwise work 1.1-4x slower where llvm.py writes it as vector code (`vector_lanes`, `vector_reduce`: its Adam
+# update of 784x512 values 0.42 -> 1.05 ms; as scalar code it took 1.5 ms), a plain loop nest up to 25x slower:
+# where the kernel's loops run at most BASELINE_MAX_WORK iterations in all (lower/realize.py `first_tier`). A
+# register tile, vector code as the renderer writes it, runs ~2x slower unoptimised (the MLP's 10 x 512 weight
+# gradient over 512 rows: 119 -> 211 us, its LLVM 54-73 -> 17-21 ms; the transformer's tiles of 33-67M iterations
+# 3.6-4.8x): up to BASELINE_MAX_TILE_WORK. Its time to the 42nd step in fresh processes, against 1M for
 # tiles too: the CNN's 2.7-3.0 s either way (its first call 0.95-1.03 -> 0.60-0.70 s), the transformer's and the
 # LM's within noise (one run each way better), their first calls 0.95-1.46 -> 1.09-1.20 s and 1.37 -> 1.19 s.
 # A library call's kernel (its loops around the call) is built unoptimised too where that computes the same bits.
