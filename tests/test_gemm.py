@@ -1622,7 +1622,7 @@ def test_register_transposes_fuse_casts_broadcasts_and_selects(on_cpu):
 
 
 @pytest.mark.parametrize("kind", ["vectors", "scalars", "dot", "groups"])
-def test_contraction_with_a_random_epilogue(kind, on_cpu):
+def test_contraction_with_a_random_epilogue(kind, on_cpu, monkeypatch):
   """A sum with a random normal added in its epilogue (DP-SGD's noised gradient: threefry's 20 rounds of integer
   adds, rotations and xors, then erf_inv) stays one kernel of modest IR: the rotations are vector shifts, so the
   epilogue runs on the tile's vectors, in a loop over the tile's rows from an array of its sums (`looped_epilogue`);
@@ -1630,8 +1630,12 @@ def test_contraction_with_a_random_epilogue(kind, on_cpu):
   over the tile's elements; in K-blocked row groups (4096 steps), over each row's columns; not unrolled per element
   (256 scalar copies: 2.4 MB of IR, 3 s of LLVM; a dot tile's 16: 150 KB; a row group's: 621 KB). Launch chunks
   ending inside a tile (40 rows of 6-row tiles) store only their own rows. The noise equals random.normal's own
-  kernel's, the sum numpy's in float64."""
+  kernel's, the sum numpy's in float64. (Lowered for one thread: with more, the two row groups of 30 and 10 rows
+  would leave one idle, and the sum would split, its epilogue going to the second stage, lower/split.py.)"""
   from tinyjax import random
+  from tinyjax.lower import realize
+  monkeypatch.setattr(realize, "cpu_threads", lambda: 1)
+  monkeypatch.setattr(realize, "_memory_cache", {})
   m, k, n = 40, {"dot": 512, "groups": 4096}.get(kind, 64), 48
   rng = np.random.default_rng(5)
   a, c = rng.standard_normal((m, k)).astype(F32), rng.standard_normal((n, m)).astype(F32)

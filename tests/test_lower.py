@@ -188,6 +188,28 @@ def test_reshape_round_trip_folds_to_plain_index():
   assert flat is rng_node
 
 
+
+def test_reshape_round_trip_of_a_chunked_axis_folds_to_plain_index():
+  """A flattened (7, 7, 64) axis read in chunks of 392 (a split sum's partials, lower/split.py): the flat position
+  392*p + r gives h, w and c by division, and c's remainder reduces its coefficient ((8*p + r) % 64), yet the three
+  add back up to 392*p + r (`_recombine` matches expressions congruent modulo the divisor). Checked exhaustively."""
+  p, r = (UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(n),), (i, "global")) for i, n in enumerate((8, 392)))
+  flat = symbolic.add(symbolic.mul(p, 392), r)
+  h, w, c = symbolic.idiv(flat, 448), symbolic.mod(symbolic.idiv(flat, 64), 7), symbolic.mod(flat, 64)
+  assert c.src[0] is not flat  # (the remainder's own operand: 8*p + r)
+  index = symbolic.add(symbolic.add(symbolic.mul(h, 448), symbolic.mul(w, 64)), c)
+  assert index is flat and linear_strides(index) == ({p: 392, r: 1}, set())
+  # (in either order, and in part: w and c alone fold into flat % 448)
+  assert symbolic.add(c, symbolic.add(symbolic.mul(w, 64), symbolic.mul(h, 448))) is flat
+  part = symbolic.add(symbolic.mul(w, 64), c)
+  for i, j in itertools.product(range(8), range(392)):
+    assert _eval(part, {p: i, r: j}, [], {}) == (392 * i + j) % 448
+  # (not congruent: 392*p + r and 392*p + r + 1 leave different remainders, nothing folds)
+  off = symbolic.mod(symbolic.add(flat, symbolic.const(1)), 64)
+  kept = symbolic.add(symbolic.mul(symbolic.idiv(flat, 64), 64), off)
+  for i, j in itertools.product(range(8), range(392)):
+    assert _eval(kept, {p: i, r: j}, [], {}) == (392 * i + j) // 64 * 64 + (392 * i + j + 1) % 64
+
 @pytest.mark.parametrize("divisor", [1, 2, 3, 7, 12])
 def test_symbolic_divmod_exhaustive(divisor):
   outer = UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(5),), (0, "global"))

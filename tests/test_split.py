@@ -249,6 +249,30 @@ def test_contraction_packed_in_panels_splits_by_its_row_groups(threads):
   np.testing.assert_allclose(np.asarray(tj.jit(lambda a, b: a.T @ b)(x, g)), want, rtol=1e-6, atol=1e-3)
 
 
+
+def test_contraction_whose_row_groups_leave_a_thread_idle_splits(threads):
+  """A contraction's K-blocked row groups are its launch units: where they leave the busiest thread with more than
+  1 / SPLIT_MIN_BALANCE of an even share, it splits into partial sums counted by their whole work. A weight gradient
+  x.T @ g of 64 x 64 outputs over 8192 positions was one group of 126 rows (one thread), 128 x 128 one group of 126
+  and one of 2; 256 rows in groups share the threads evenly and stay one kernel. Values against numpy in float64;
+  a dense layer over a flattened (7, 7, 64) image reads its partials' chunks at a linear index."""
+  from tinyjax.codegen.opt import linear_strides
+  def partials(rows, columns): return split.split_partials(
+      reduce_axis(_contraction(rows, 8192, columns), Ops.ADD, (1,)), SPLIT_THREADS, set())
+  assert partials(64, 64) >= SPLIT_THREADS and partials(128, 128) >= SPLIT_THREADS
+  assert partials(256, 256) == 0
+  x, g = make((8192, 64), F32), make((8192, 64), F32)
+  np.testing.assert_allclose(np.asarray(tj.jit(lambda a, b: a.T @ b)(x, g)), x.astype(F64).T @ g.astype(F64),
+                             rtol=1e-6, atol=1e-4)
+  image, w = make((128, 7, 7, 64), F32), make((3136, 128), F32)
+  dense = tj.jit(lambda a, b: a.reshape(128, 3136) @ b)
+  np.testing.assert_allclose(np.asarray(dense(image, w)), image.astype(F64).reshape(128, 3136) @ w.astype(F64),
+                             rtol=1e-6, atol=1e-4)
+  first, *_ = realize.kernels_of(dense.lower(image, w)._compiled.schedule.schedule.kernels)
+  assert first.outer_size % SPLIT_THREADS == 0 and 3136 % first.outer_size == 0
+  assert all(not linear_strides(n.src[1])[1] for n in first.ast.toposort if n.op is Ops.LOAD)
+
+
 @pytest.mark.usefixtures("avx512_tiles")  # (plans sized for AVX-512 registers)
 def test_split_contraction_keeps_the_full_register_tile():
   """The first stage of a split float32 contraction sums into float64 partials, accumulated in float32 vectors: its

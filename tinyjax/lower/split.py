@@ -26,7 +26,8 @@ import math
 import ml_dtypes
 import numpy as np
 
-from tinyjax.codegen.opt import PACK_BYTES, PANEL_GROUP_ROWS, STREAM_TILE, tile_geometry
+from tinyjax.codegen.opt import (CONTRACTION_SUM_BLOCK, GROUP_MIN_BLOCKS, GROUP_ROWS, PACK_BYTES, PANEL_BYTES,
+                                 PANEL_GROUP_ROWS, STREAM_TILE, tile_geometry)
 from tinyjax.uop import BOOL, Ops, UOp
 
 # Split only when the reduction has fewer outputs than threads x SPLIT_OUTPUTS_PER_THREAD: with at least that many,
@@ -34,6 +35,10 @@ from tinyjax.uop import BOOL, Ops, UOp
 # reduction over outer axes counts its stream tiles of STREAM_TILE outputs instead: sum(axis=0) of 8192x1024 float32
 # was one tile on one thread (1.2 ms, JAX 0.85).
 SPLIT_OUTPUTS_PER_THREAD = 8
+# ... or when its launch units (a contraction's row groups) keep the busiest thread at work for more than
+# 1 / SPLIT_MIN_BALANCE of an even share: split into partial sums over both threads, the groups ran up to twice as fast
+# (`split_partials`); 9 groups of 30 rows (256 x 8192 x 256) ran faster unsplit.
+SPLIT_MIN_BALANCE = 0.8
 # The first stage is a launch over its P partial results per output (the outermost loop): P is a multiple of the
 # threads, up to threads x SPLIT_PARTIALS_PER_THREAD so that the runtime can still balance a thread slowed down by
 # other work (2 to 32 per thread measured the same on a 4096x4096 float32 sum on 2 cores) ...
@@ -107,20 +112,30 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
       -(-outputs // (geometry.vector_bytes // 4 * geometry.rowless_vectors)) if column else \
       source.shape[kept[0]] if kept else 1
   length = math.prod(source.shape[axis] for axis in axes)
-  # a contraction whose reused operand (the reduction's length x a column tile) packs in panels (codegen/opt.py
-  # `_packed_loads`: more than PACK_BYTES, float32 counted) runs its rows in
-  # groups of PANEL_GROUP_ROWS, a launch unit each: a 1x1 convolution's weight gradient (64 x 64 outputs summed over
-  # 32x56x56) was one group, on one thread (6.2 ms; split into 4 partial GEMMs over both threads: 3.1 ms)
-  panelled = not streamed and not column and kept and len(kept) == 2 and \
-      length * min(source.shape[-1], tile_width) * 4 > PACK_BYTES
-  if panelled: units = -(-units // PANEL_GROUP_ROWS)
-  if units >= threads * SPLIT_OUTPUTS_PER_THREAD: return 0
+  # a float32 contraction summing more than GROUP_MIN_BLOCKS blocks runs its rows in K-blocked groups (codegen/opt.py
+  # GROUP_ROWS), a launch unit each; where its reused operand (the sum's steps x the column tiles packed together,
+  # `_packed_loads`) takes more than PACK_BYTES, it packs in panels and the groups grow to PANEL_GROUP_ROWS. Where
+  # those groups leave the threads uneven (`SPLIT_MIN_BALANCE`) it splits, counted by a partial's whole work (each
+  # computes all the outputs): a weight gradient x.T @ g of 64 x 64 outputs summed over 8192 positions was one group
+  # on one thread (42-46 GFLOP/s; split 83-97), 128 x 128 over 8192 a group of 126 rows and one of 2 (53-61; split
+  # 74-86), a 1x1 convolution's over 32x56x56 positions one group (6.2 ms; split into 4 partial GEMMs: 3.1 ms).
+  uneven = False
+  if not gpu and not streamed and not column and len(kept) == 2 and length > GROUP_MIN_BLOCKS * CONTRACTION_SUM_BLOCK:
+    rows, width = source.shape[kept[0]], source.shape[kept[1]]
+    tiles = width // tile_width if width % tile_width == 0 else 1
+    if tiles * tile_width * 4 * CONTRACTION_SUM_BLOCK > PANEL_BYTES: tiles = 1
+    panelled = length * min(width, tile_width) * 4 * tiles > PACK_BYTES
+    group = (PANEL_GROUP_ROWS if panelled else GROUP_ROWS) // geometry.tile_rows * geometry.tile_rows
+    units = -(-rows // group)
+    loads = [0] * threads  # (the groups, largest first, each to the least loaded thread)
+    for size in sorted([group] * (rows // group) + [rows % group], reverse=True): loads[loads.index(min(loads))] += size
+    uneven = rows < SPLIT_MIN_BALANCE * threads * max(loads)
+  if units >= threads * SPLIT_OUTPUTS_PER_THREAD and not uneven: return 0
   per_output = length * _element_cost(source, realized, {} if memo is None else memo)
   if outputs * per_output < SPLIT_MIN_WORK: return 0  # also an empty reduction
-  # a streamed chunk reads all its outputs' columns, and a panelled contraction's computes all its outputs: with fewer
-  # row groups than threads it splits by that measure (a 1x1 weight gradient over 8x56x56 positions, 64 x 25088 x 64,
-  # counted by one output's 25088 steps, stayed one kernel on one thread: 0.84 -> 0.59 ms; 128x8192x256 2.0 -> 1.4)
-  chunk_work = outputs * per_output if streamed or panelled and units < threads and not gpu else per_output
+  # (a streamed chunk reads all its outputs' columns too; counted by one output's steps, a 1x1 weight gradient over
+  # 8x56x56 positions, 64 x 25088 x 64, stayed one kernel on one thread: 0.84 -> 0.59 ms; 128x8192x256 2.0 -> 1.4)
+  chunk_work = outputs * per_output if streamed or uneven else per_output
   # (chunks of at least 2 elements: a partial result per element is the input copied; chunks of min_chunk_work
   # rounded, not floored: a flat convolution's weight gradient over 32736 steps, 0.1% short of 2 chunks, stayed one
   # kernel launched over its 3 rows of taps on 2 threads, 5.6 ms, where 32768 steps split in 2 took 4.3)

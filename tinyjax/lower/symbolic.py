@@ -55,8 +55,18 @@ def _bounds_of(terms: dict[UOp, int], constant: int) -> tuple[float, float]:
   return low, high
 
 
+def _congruent(lhs: UOp, rhs: UOp, divisor: int) -> bool:
+  """Whether two non-negative index expressions leave the same remainder by `divisor`: their linear forms differ by
+  multiples of it (`mod` reduces its operand's coefficients, so y % c may read a different y than y // c)."""
+  (terms_a, const_a), (terms_b, const_b) = linear_form(lhs), linear_form(rhs)
+  if (const_a - const_b) % divisor or lhs.vmin_vmax[0] < 0 or rhs.vmin_vmax[0] < 0: return False
+  return all((terms_a.get(atom, 0) - terms_b.get(atom, 0)) % divisor == 0 for atom in {*terms_a, *terms_b})
+
+
 def _recombine(terms: dict[UOp, int]) -> Linear:
-  """Fold `m*c*(y//c) + m*(y%c)` into `m*y` and `m*c*((y//c)%n) + m*(y%c)` into `m*(y%(c*n))`."""
+  """Fold `m*c*(y//c) + m*(y%c)` into `m*y` and `m*c*((y//c)%n) + m*(y%c)` into `m*(y%(c*n))`, the y of the
+  remainder any expression congruent to the other's modulo c (`_congruent`: a flattened (7, 7, 64) axis cut into
+  chunks of 392, (392*p + r) // 64 beside (8*p + r) % 64)."""
   constant = 0
   changed = True
   while changed:
@@ -64,23 +74,22 @@ def _recombine(terms: dict[UOp, int]) -> Linear:
     for atom, coeff in list(terms.items()):
       if atom.op is not Ops.MOD or atom.src[1].op is not Ops.CONST or atom not in terms: continue
       inner, divisor = atom.src[0], atom.src[1].arg
-      div_atom = UOp(Ops.IDIV, INDEX_DTYPE, (inner, const(divisor)))
-      if terms.get(div_atom) == coeff * divisor:
-        del terms[atom], terms[div_atom]
-        inner_terms, inner_const = linear_form(inner)
-        for sub_atom, sub_coeff in inner_terms.items(): terms[sub_atom] = terms.get(sub_atom, 0) + sub_coeff * coeff
-        constant += inner_const * coeff
+      for candidate, candidate_coeff in terms.items():
+        if candidate_coeff != coeff * divisor: continue
+        if candidate.op is Ops.IDIV and candidate.src[1].op is Ops.CONST and candidate.src[1].arg == divisor and \
+            (candidate.src[0] is inner or _congruent(candidate.src[0], inner, divisor)):
+          merged = candidate.src[0]  # c*(y//c) + y%c == y
+        elif candidate.op is Ops.MOD and candidate.src[1].op is Ops.CONST and candidate.src[0].op is Ops.IDIV and \
+            candidate.src[0].src[1].op is Ops.CONST and candidate.src[0].src[1].arg == divisor and \
+            (candidate.src[0].src[0] is inner or _congruent(candidate.src[0].src[0], inner, divisor)):
+          merged = mod(candidate.src[0].src[0], divisor * candidate.src[1].arg)  # c*((y//c)%n) + y%c == y%(c*n)
+        else: continue
+        del terms[atom], terms[candidate]
+        merged_terms, merged_const = linear_form(merged)
+        for sub_atom, sub_coeff in merged_terms.items(): terms[sub_atom] = terms.get(sub_atom, 0) + sub_coeff * coeff
+        constant += merged_const * coeff
         changed = True
         break
-      for candidate, candidate_coeff in terms.items():
-        if (candidate.op is Ops.MOD and candidate.src[0] is div_atom and candidate.src[1].op is Ops.CONST
-            and candidate_coeff == coeff * divisor):
-          del terms[atom], terms[candidate]
-          merged = mod(inner, divisor * candidate.src[1].arg)
-          for sub_atom, sub_coeff in linear_form(merged)[0].items():
-            terms[sub_atom] = terms.get(sub_atom, 0) + sub_coeff * coeff
-          changed = True
-          break
       if changed: break
   return {a: c for a, c in terms.items() if c != 0}, constant
 
