@@ -119,17 +119,25 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   # computes all the outputs): a weight gradient x.T @ g of 64 x 64 outputs summed over 8192 positions was one group
   # on one thread (42-46 GFLOP/s; split 83-97), 128 x 128 over 8192 a group of 126 rows and one of 2 (53-61; split
   # 74-86), a 1x1 convolution's over 32x56x56 positions one group (6.2 ms; split into 4 partial GEMMs: 3.1 ms).
-  uneven = False
-  if not gpu and not streamed and not column and len(kept) == 2 and length > GROUP_MIN_BLOCKS * CONTRACTION_SUM_BLOCK:
-    rows, width = source.shape[kept[0]], source.shape[kept[1]]
+  # A panel of every column tile (more than one) keeps the kernel launched over its first axis when there are ranges
+  # before the row (schedule.py `_split_columns`): a 3x3 convolution's weight gradient (3, 3, 32, 64) summed over
+  # 64x16x16 positions ran over its 3 rows of taps on 2 threads (8.2-9.2 ms; split 5.9).
+  sizes: list[int] = []
+  if not gpu and not streamed and not column and len(kept) >= 2 and \
+      length > GROUP_MIN_BLOCKS * CONTRACTION_SUM_BLOCK:
+    rows, width = source.shape[kept[-2]], source.shape[kept[-1]]
     tiles = width // tile_width if width % tile_width == 0 else 1
     if tiles * tile_width * 4 * CONTRACTION_SUM_BLOCK > PANEL_BYTES: tiles = 1
     panelled = length * min(width, tile_width) * 4 * tiles > PACK_BYTES
-    group = (PANEL_GROUP_ROWS if panelled else GROUP_ROWS) // geometry.tile_rows * geometry.tile_rows
-    units = -(-rows // group)
-    loads = [0] * threads  # (the groups, largest first, each to the least loaded thread)
-    for size in sorted([group] * (rows // group) + [rows % group], reverse=True): loads[loads.index(min(loads))] += size
-    uneven = rows < SPLIT_MIN_BALANCE * threads * max(loads)
+    if len(kept) == 2:
+      group = (PANEL_GROUP_ROWS if panelled else GROUP_ROWS) // geometry.tile_rows * geometry.tile_rows
+      units = -(-rows // group)
+      sizes = [group] * (rows // group) + [rows % group]
+    elif panelled and tiles > 1 and units < threads * SPLIT_OUTPUTS_PER_THREAD:
+      sizes = [1] * units
+  loads = [0] * threads  # (the units, largest first, each to the least loaded thread)
+  for size in sorted(sizes, reverse=True): loads[loads.index(min(loads))] += size
+  uneven = bool(sizes) and sum(sizes) < SPLIT_MIN_BALANCE * threads * max(loads)
   if units >= threads * SPLIT_OUTPUTS_PER_THREAD and not uneven: return 0
   per_output = length * _element_cost(source, realized, {} if memo is None else memo)
   if outputs * per_output < SPLIT_MIN_WORK: return 0  # also an empty reduction
