@@ -1776,6 +1776,44 @@ def test_column_sums_in_one_kernel_share_a_stream_tile(on_cpu):
   np.testing.assert_allclose(np.asarray(f(x, y)), x64.sum((1, 2)) * 2 + (y64 * y64).sum(1), rtol=1e-5, atol=1e-4)
 
 
+
+def test_stream_tile_folds_several_rows_in_order(on_cpu, monkeypatch):
+  """A stream tile (v @ W over 4096 columns, a column sum) folds STREAM_ROWS rows into each column's sum at a time,
+  in order: the same bits as one row after the other, float32 blocks of TILE_SUM_BLOCK rows added up in float64
+  (emulated in numpy, each product rounded to float32 first); 1003 rows leave blocks and a last one that are no
+  multiple of STREAM_ROWS. Lowered for one thread (unsplit); for two, v @ W's one stream tile is cut into two
+  launches of 2048 columns (`schedule._split_stream`), with numpy's values."""
+  from tinyjax.codegen.llvm import STREAM_ROWS
+  from tinyjax.codegen.opt import TILE_SUM_BLOCK
+  from tinyjax.lower import realize
+  monkeypatch.setattr(realize, "cpu_threads", lambda: 1)
+  monkeypatch.setattr(realize, "_memory_cache", {})
+  rng = np.random.default_rng(17)
+  rows = 1003
+  assert rows % STREAM_ROWS and rows % TILE_SUM_BLOCK % STREAM_ROWS
+  v, w = rng.standard_normal(rows).astype(F32), rng.standard_normal((rows, 4096)).astype(F32)
+
+  def in_order(products: np.ndarray) -> np.ndarray:
+    total = np.zeros(products.shape[1], F64)
+    for start in range(0, rows, TILE_SUM_BLOCK):
+      block = np.zeros(products.shape[1], F32)
+      for row in products[start:start + TILE_SUM_BLOCK]: block = block + row
+      total += block
+    return total.astype(F32)
+  vector_matrix = tj.jit(lambda v, w: v @ w)
+  (kernel,) = kernels_of(vector_matrix.lower(v, w)._compiled.schedule.schedule.kernels)
+  assert choose_opts(kernel.ast).stream
+  # (the float32 adds of the rows folded together, and of the remainder loop's one)
+  assert render_llvm(kernel.name, kernel.ast).count("fadd float") == STREAM_ROWS + 1
+  np.testing.assert_array_equal(np.asarray(vector_matrix(v, w)), in_order(v[:, None] * w))
+  np.testing.assert_array_equal(np.asarray(tj.jit(lambda w: w.sum(0))(w)), in_order(w))
+  monkeypatch.setattr(realize, "cpu_threads", lambda: 2)
+  monkeypatch.setattr(realize, "_memory_cache", {})
+  vector_matrix = tj.jit(lambda v, w: v @ w)
+  (kernel,) = kernels_of(vector_matrix.lower(v, w)._compiled.schedule.schedule.kernels)
+  assert kernel.outer_size == 2 and kernel.parallel
+  np.testing.assert_allclose(np.asarray(vector_matrix(v, w)), v.astype(F64) @ w.astype(F64), rtol=1e-4, atol=1e-4)
+
 def test_strided_reduce_loops_are_left_scalar(on_cpu):
   """Two column sums of every other column (no tile plan: the column is strided in the loads) read their rows with
   a stride: their loops are left scalar (`strided_only`: LLVM's gathers cost more to compile than they save)."""
