@@ -276,8 +276,8 @@ def test_contraction_whose_row_groups_leave_a_thread_idle_splits(threads):
 
 def test_weight_gradient_over_few_rows_of_taps_splits(threads):
   """A 3x3 convolution's weight gradient (3, 3, 32, 64) summed over 64x16x16 positions packs panels of all its column
-  tiles, so it is launched over its 3 rows of taps, which leave threads idle (3 units on 2 threads: 8.2-9.2 -> 5.9 ms
-  on Zen 3): it splits, each partial summing a chunk of the positions for every tap. Against numpy in float64, both
+  tiles, so it is launched over its 3 rows of taps, which leave threads idle (3 units on 2 threads: 7.5-9.2 -> 5.1-6.1
+  ms on Zen 3): it splits, each partial summing a chunk of the positions for every tap. Against numpy in float64, both
   layouts."""
   from tinyjax import lax
   image, taps = make((64, 16, 16, 32), F32), make((3, 3, 32, 64), F32)

@@ -1095,7 +1095,6 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
   return cut(plan.columns), tiles
 
 
-
 def _split_stream(ast: UOp, threads: int) -> tuple[UOp, int] | None:
   """A streamed contraction whose column is the kernel's only global range (a vector times a matrix, `v @ W`: a
   language model's decode step, a batch of one) is launched over its stream tiles (opt.py STREAM_TILE), fewer than
@@ -1121,6 +1120,7 @@ def _split_stream(ast: UOp, threads: int) -> tuple[UOp, int] | None:
                                        UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(width),), (1, "global")))}
   for i, rng in enumerate(plan.reduce.src[1:]): mapping[rng] = rng.replace(arg=(2 + i, rng.arg[1]))
   return symbolic.simplify(_substitute(ast, mapping)), count
+
 
 def _column_blocks(plan: TilePlan, tiles: int, threads: int) -> list[int]:
   """The column tiles a launch of a wide GEMM may take (`_split_columns`), most first: none where the operands and

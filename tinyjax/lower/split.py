@@ -35,9 +35,9 @@ from tinyjax.uop import BOOL, Ops, UOp
 # reduction over outer axes counts its stream tiles of STREAM_TILE outputs instead: sum(axis=0) of 8192x1024 float32
 # was one tile on one thread (1.2 ms, JAX 0.85).
 SPLIT_OUTPUTS_PER_THREAD = 8
-# ... or when its launch units (a contraction's row groups) keep the busiest thread at work for more than
-# 1 / SPLIT_MIN_BALANCE of an even share: split into partial sums over both threads, the groups ran up to twice as fast
-# (`split_partials`); 9 groups of 30 rows (256 x 8192 x 256) ran faster unsplit.
+# ... or when a contraction's launch units (its row groups, or the rows of taps before its rows) keep the busiest
+# thread at work for more than 1 / SPLIT_MIN_BALANCE of an even share: split into partial sums, they ran up to twice
+# as fast (`split_partials`); 9 groups of 30 rows (256 x 8192 x 256) ran faster unsplit.
 SPLIT_MIN_BALANCE = 0.8
 # The first stage is a launch over its P partial results per output (the outermost loop): P is a multiple of the
 # threads, up to threads x SPLIT_PARTIALS_PER_THREAD so that the runtime can still balance a thread slowed down by
@@ -121,7 +121,7 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   # 74-86), a 1x1 convolution's over 32x56x56 positions one group (6.2 ms; split into 4 partial GEMMs: 3.1 ms).
   # A panel of every column tile (more than one) keeps the kernel launched over its first axis when there are ranges
   # before the row (schedule.py `_split_columns`): a 3x3 convolution's weight gradient (3, 3, 32, 64) summed over
-  # 64x16x16 positions ran over its 3 rows of taps on 2 threads (8.2-9.2 ms; split 5.9).
+  # 64x16x16 positions ran over its 3 rows of taps on 2 threads (7.5-9.2 ms; split 5.1-6.1).
   sizes: list[int] = []
   if not gpu and not streamed and not column and len(kept) >= 2 and \
       length > GROUP_MIN_BLOCKS * CONTRACTION_SUM_BLOCK:
