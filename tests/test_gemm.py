@@ -1814,6 +1814,25 @@ def test_stream_tile_folds_several_rows_in_order(on_cpu, monkeypatch):
   assert kernel.outer_size == 2 and kernel.parallel
   np.testing.assert_allclose(np.asarray(vector_matrix(v, w)), v.astype(F64) @ w.astype(F64), rtol=1e-4, atol=1e-4)
 
+
+def test_uneven_batch_of_products_is_launched_over_chunks_of_rows(on_cpu, monkeypatch):
+  """A batch of 3 products on 2 threads (one idle a third of the time) is launched over batch x 2 chunks of rows
+  (`schedule._split_batch_rows`): 6 launches, each row chunk a whole register-tiled product of its own, in all three
+  operand layouts; a batch of 4 stays launched over the batch, and a small batch of products (a few microseconds)
+  too. Against numpy in float64."""
+  from tinyjax.lower import realize
+  monkeypatch.setattr(realize, "cpu_threads", lambda: 2)
+  monkeypatch.setattr(realize, "_memory_cache", {})
+  rng = np.random.default_rng(23)
+  for batch, size, launches in ((3, 384, 6), (4, 384, 4), (3, 64, 3)):
+    a, b = (rng.standard_normal((batch, size, size)).astype(F32) for _ in range(2))
+    for f in (lambda a, b: a @ b, lambda a, b: a @ b.swapaxes(1, 2), lambda a, b: a.swapaxes(1, 2) @ b):
+      product = tj.jit(f)
+      (kernel,) = [k for k in kernels_of(product.lower(a, b)._compiled.schedule.schedule.kernels)
+                   if k.name.startswith("r_")]
+      assert kernel.outer_size == launches and choose_opts(kernel.ast).row.src[0].arg == size * batch // launches
+      np.testing.assert_allclose(np.asarray(product(a, b)), f(a.astype(F64), b.astype(F64)), rtol=1e-5, atol=1e-4)
+
 def test_strided_reduce_loops_are_left_scalar(on_cpu):
   """Two column sums of every other column (no tile plan: the column is strided in the loads) read their rows with
   a stride: their loops are left scalar (`strided_only`: LLVM's gathers cost more to compile than they save)."""
