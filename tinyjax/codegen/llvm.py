@@ -2512,25 +2512,23 @@ class _Renderer(Linearizer):
       columns(lambda slot: self.line(f"store {compute_type(dtype)} {identity}, ptr {self.slot(array, dtype, slot)}"))
       return array
 
-    def fold(array: str, dtype: np.dtype, slot: str, part: str, part_dtype: np.dtype) -> None:
+    def fold(array: str, dtype: np.dtype, slot: str, parts: list[str], part_dtype: np.dtype) -> None:
+      """Add `parts` (of `part_dtype`), in order, into element `slot` of the sums `array`: one load and one store."""
       address, llvm_type = self.slot(array, dtype, slot), compute_type(dtype)
-      current = self.emit(f"load {llvm_type}, ptr {address}")
-      combined = self.combine(node.arg, dtype, current, self.cast(part, part_dtype, dtype), ordered=True)
-      self.line(f"store {llvm_type} {combined}, ptr {address}")
+      total = self.emit(f"load {llvm_type}, ptr {address}")
+      for part in parts:
+        total = self.combine(node.arg, dtype, total, self.cast(part, part_dtype, dtype), ordered=True)
+      self.line(f"store {llvm_type} {total}, ptr {address}")
 
     def step(array: str, rng: UOp, others: tuple[str, ...] = ()) -> None:
       """Fold the value at the range's current step, then at each of `others` (its next steps), into every column's
       sum, in that order."""
       def element(slot: str) -> None:
         self.emit_ready(value)
-        address, llvm_type = self.slot(array, inner_dtype, slot), compute_type(inner_dtype)
-        total = self.emit(f"load {llvm_type}, ptr {address}")
         parts = [self.value(value)]
         for other in others:
           with self.rebound(value, {rng: other}): parts.append(self.value(value))
-        for part in parts:
-          total = self.combine(node.arg, inner_dtype, total, self.cast(part, value.dtype, inner_dtype), ordered=True)
-        self.line(f"store {llvm_type} {total}, ptr {address}")
+        fold(array, inner_dtype, slot, parts, value.dtype)
       columns(element)
 
     def reduce_range(array: str, start: str, end: str, ranges: tuple[UOp, ...]) -> None:
@@ -2562,7 +2560,7 @@ class _Renderer(Linearizer):
       block_start, block_end = self.block_bounds(index, block, bound)
       block_sums = accumulators(F32)
       reduce_range(block_sums, block_start, block_end, (first, *inner))
-      columns(lambda slot: fold(result, F64, slot, self.emit(f"load float, ptr {self.slot(block_sums, F32, slot)}"),
+      columns(lambda slot: fold(result, F64, slot, [self.emit(f"load float, ptr {self.slot(block_sums, F32, slot)}")],
                                 F32))
     return result, F64
 

@@ -32,7 +32,7 @@ from tinyjax.codegen.opt import (BF16, F16, F32, VECTOR_UNARY, TilePlan, choose_
                                  tile_geometry)
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
-from tinyjax.lower.split import SPLIT_MIN_BALANCE, SPLIT_MIN_CHUNK_WORK, split_reductions
+from tinyjax.lower.split import SPLIT_MIN_CHUNK_WORK, leaves_threads_uneven, split_reductions
 from tinyjax.uop import (BOOL, ELEMENTWISE, INDEX_DTYPE, MOVEMENT, Ops, PatternMatcher, ScatterArg, UOp, UPat, arg_key,
                          graph_rewrite, toposort_of)
 
@@ -1031,6 +1031,11 @@ def reduce_identity(reduce_op: Ops, dtype: np.dtype):
   return -float("inf")
 
 
+def _global_range(size: int, index: int) -> UOp:
+  """A kernel's global RANGE number `index` (its nesting position) of `size` iterations."""
+  return UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(size),), (index, "global"))
+
+
 def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
   """A packed register-tiled contraction with enough column tiles for the threads gets its column range cut into
   tiles, as the new outermost range: out[tile, row, column] with the tile's columns innermost. Cut by rows, every
@@ -1078,14 +1083,11 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
       any(linear_strides(load.src[1])[0].get(reduce_ranges[-1]) != 1 for load in row_loads):
     return None
 
-  def new_range(size: int, index: int) -> UOp:
-    return UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(size),), (index, "global"))
-
   def cut(width: int) -> UOp:
-    tile = new_range(columns // width, 0)
-    mapping = {rng: new_range(rng.src[0].arg, 1 + i) for i, rng in enumerate(leading)}
-    mapping[plan.row] = new_range(rows, 1 + len(leading))
-    mapping[plan.column] = symbolic.add(symbolic.mul(tile, width), new_range(width, 2 + len(leading)))
+    tile = _global_range(columns // width, 0)
+    mapping = {rng: _global_range(rng.src[0].arg, 1 + i) for i, rng in enumerate(leading)}
+    mapping[plan.row] = _global_range(rows, 1 + len(leading))
+    mapping[plan.column] = symbolic.add(symbolic.mul(tile, width), _global_range(width, 2 + len(leading)))
     for i, rng in enumerate(reduce_ranges): mapping[rng] = rng.replace(arg=(3 + len(leading) + i, rng.arg[1]))
     return symbolic.simplify(_substitute(ast, mapping))
   # (a block of column tiles, the most whose plan packs them all first, else one tile)
@@ -1115,12 +1117,9 @@ def _split_stream(ast: UOp, threads: int) -> tuple[UOp, int] | None:
                 if columns % n == 0 and columns // n % lanes == 0 and columns // n <= plan.columns), None)
   if count is None: return None
   width = columns // count
-  tile = UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(count),), (0, "global"))
-  mapping = {plan.column: symbolic.add(symbolic.mul(tile, width),
-                                       UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(width),), (1, "global")))}
+  mapping = {plan.column: symbolic.add(symbolic.mul(_global_range(count, 0), width), _global_range(width, 1))}
   for i, rng in enumerate(plan.reduce.src[1:]): mapping[rng] = rng.replace(arg=(2 + i, rng.arg[1]))
   return symbolic.simplify(_substitute(ast, mapping)), count
-
 
 
 BATCH_ROWS_MIN_WORK = 1 << 21  # (loop iterations, `_split_batch_rows`)
@@ -1146,14 +1145,14 @@ def _split_batch_rows(ast: UOp, threads: int) -> tuple[UOp, int] | None:
   if len(global_ranges) < 3 or global_ranges[-2:] != [plan.row, plan.column]: return None
   outer, rows = global_ranges[0], plan.row.src[0].arg
   count = outer.src[0].arg
-  if count >= SPLIT_MIN_BALANCE * threads * -(-count // threads): return None
+  if not leaves_threads_uneven([1] * count, threads): return None
   parts = threads // math.gcd(count, threads)
   if rows % parts or rows // parts < BATCH_ROWS_MIN_HEIGHT: return None
   height = rows // parts
-  merged = UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(count * parts),), outer.arg)
+  merged = _global_range(count * parts, outer.arg[0])
   mapping = {outer: symbolic.idiv(merged, parts),
              plan.row: symbolic.add(symbolic.mul(symbolic.mod(merged, parts), height),
-                                    UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(height),), plan.row.arg))}
+                                    _global_range(height, plan.row.arg[0]))}
   cut = symbolic.simplify(_substitute(ast, mapping))
   # (the chunks keep the plan's kind: a packed register tile, not a dot tile for fewer rows)
   return (cut, count * parts) if (chunk := choose_opts(cut)) is not None and chunk.packed and not chunk.dot else None
@@ -1219,8 +1218,8 @@ def _merge_contiguous_ranges(ast: UOp, outer: int) -> tuple[UOp, int]:
     if reads_as_one(groups[-1][-1], rng): groups[-1].append(rng)
     else: groups.append([rng])
   if len(groups) == len(ranges): return ast, outer
-  merged = {group[-1]: UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(math.prod(r.src[0].arg for r in group)),),
-                           group[0].arg) for group in groups if len(group) > 1}
+  merged = {group[-1]: _global_range(math.prod(r.src[0].arg for r in group), group[0].arg[0])
+            for group in groups if len(group) > 1}
   gone = {rng for group in groups if len(group) > 1 for rng in group[:-1]}
   replaced: dict[UOp, UOp] = {}
   for node, (terms, constant) in forms.items():
@@ -1657,7 +1656,7 @@ class _Scheduler:
       # the copy kernel: one global range per axis of the copy, reading the operand where the contraction did (a
       # transpose gets the blocks and register transposes of codegen/opt.py `transpose_block`: x.T of 512x784 in the
       # MLP step took 380-780 us in 16 x 16 blocks of its own, 180-270 us so), or one over the span it read
-      copy_ranges = [UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(e),), (i, "global")) for i, e in enumerate(extents)]
+      copy_ranges = [_global_range(e, i) for i, e in enumerate(extents)]
       source_index = symbolic.add(copy_ranges[0], symbolic.const(low)) if order is None else \
           _substitute(load.src[1], dict(zip(order, copy_ranges)))
       target_index = symbolic.const(0)
@@ -1710,8 +1709,7 @@ class _Scheduler:
     (store,) = stores
     rows, columns = row.src[0].arg, column.src[0].arg
     if linear_strides(store.src[1]) != ({row: columns, column: 1}, set()): return None
-    new_column = UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(rows),), (1, "global"))
-    new_row = UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(columns),), (0, "global"))
+    new_column, new_row = _global_range(rows, 1), _global_range(columns, 0)
     value = _substitute(store.src[2], {row: new_column, column: new_row})
     index = symbolic.add(symbolic.mul(new_row, rows), new_column)
     transposed = UOp(Ops.SINK, ast.dtype, (UOp(Ops.STORE, store.dtype, (store.src[0], index, value)),))
@@ -1720,7 +1718,7 @@ class _Scheduler:
     dtype = store.src[0].dtype
     temp = self.new_slot((columns, rows), dtype)
     # the copy into place: out[r, c] = out_t[c, r]
-    r, c = (UOp(Ops.RANGE, INDEX_DTYPE, (symbolic.const(n),), (i, "global")) for i, n in enumerate((rows, columns)))
+    r, c = _global_range(rows, 0), _global_range(columns, 1)
     read = UOp(Ops.LOAD, dtype, (UOp(Ops.DEFINE_GLOBAL, dtype, (), 1), symbolic.add(symbolic.mul(c, rows), r)))
     target = symbolic.add(symbolic.mul(r, columns), c)
     write = UOp(Ops.STORE, dtype, (UOp(Ops.DEFINE_GLOBAL, dtype, (), 0), target, read))

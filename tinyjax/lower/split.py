@@ -87,6 +87,14 @@ def _broadcasts(source: UOp, realized: set[UOp]) -> bool:
   return False
 
 
+def leaves_threads_uneven(sizes: list[int], threads: int) -> bool:
+  """Whether launch units of `sizes`, dealt largest first each to the least loaded of `threads` threads, keep the
+  busiest at work for more than 1 / SPLIT_MIN_BALANCE of an even share."""
+  loads = [0] * threads
+  for size in sorted(sizes, reverse=True): loads[loads.index(min(loads))] += size
+  return sum(sizes) < SPLIT_MIN_BALANCE * threads * max(loads)
+
+
 def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[UOp, int] | None = None,
                    min_chunk_work: int = SPLIT_MIN_CHUNK_WORK, gpu: bool = False) -> int:
   """How many partial results per output REDUCE_AXIS `reduction` is split into on a machine running `threads`
@@ -135,9 +143,7 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
       sizes = [group] * (rows // group) + [rows % group]
     elif panelled and tiles > 1 and units < threads * SPLIT_OUTPUTS_PER_THREAD:
       sizes = [1] * units
-  loads = [0] * threads  # (the units, largest first, each to the least loaded thread)
-  for size in sorted(sizes, reverse=True): loads[loads.index(min(loads))] += size
-  uneven = bool(sizes) and sum(sizes) < SPLIT_MIN_BALANCE * threads * max(loads)
+  uneven = bool(sizes) and leaves_threads_uneven(sizes, threads)
   if units >= threads * SPLIT_OUTPUTS_PER_THREAD and not uneven: return 0
   per_output = length * _element_cost(source, realized, {} if memo is None else memo)
   if outputs * per_output < SPLIT_MIN_WORK: return 0  # also an empty reduction
