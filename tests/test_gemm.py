@@ -1815,6 +1815,89 @@ def test_stream_tile_folds_several_rows_in_order(on_cpu, monkeypatch):
   np.testing.assert_allclose(np.asarray(vector_matrix(v, w)), v.astype(F64) @ w.astype(F64), rtol=1e-4, atol=1e-4)
 
 
+def partial_products_kernel(parts: int, m: int, k: int, n: int, epilogue=None, across: bool = False) -> UOp:
+  """out[p, i, j] = epilogue(sum_k a[i, p * k + k'] * b[p * k + k', j]): the partial products of a @ b (m x parts*k by
+  parts*k x n) over `parts` chunks of its sum, as lower/split.py splits a long one (each chunk a launch); with
+  `across`, b read transposed (b[j, p * k + k'])."""
+  part, rows, cols, red = global_range(0, parts), global_range(1, m), global_range(2, n), reduce_range(3, k)
+  step = add(mul(part, const(k)), red)
+  a_element = load(buffer(1, F32), add(mul(rows, const(parts * k)), step))
+  b_index = add(mul(cols, const(parts * k)), step) if across else add(mul(step, const(n)), cols)
+  result = reduce(Ops.ADD, mul(a_element, load(buffer(2, F32), b_index)), red)
+  if epilogue is not None: result = epilogue(result, cols)
+  return kernel(store(buffer(0, F32), add(mul(part, const(m * n)), add(mul(rows, const(n)), cols)), result))
+
+
+def test_few_rows_against_a_big_operand_sweep_its_columns():
+  """A contraction over at most SWEEP_ROWS rows whose column operand is read in place along its columns, more than
+  SWEEP_MIN_BYTES with rows at least SWEEP_STEP_BYTES apart, sweeps its column (opt.py `_sweeps`); more rows, a
+  narrower operand, a smaller one or one read across don't, nor rows that are the launch range."""
+  from tinyjax.codegen.opt import SWEEP_MIN_BYTES, SWEEP_ROWS, SWEEP_STEP_BYTES, SWEEP_STEPS
+  width = 5 * GEOMETRY.vector_bytes // 4 * GEOMETRY.tile_vectors  # (5 column tiles)
+  steps = -(-SWEEP_MIN_BYTES // (2 * width * 4))
+  assert width * 4 >= SWEEP_STEP_BYTES
+  plan = choose_opts(partial_products_kernel(2, SWEEP_ROWS, steps, width))
+  assert plan.sweep == SWEEP_STEPS and plan.row.src[0].arg == SWEEP_ROWS and not plan.packed and not plan.group
+  assert ("sweep", 3, SWEEP_STEPS) in plan.opts
+  assert not choose_opts(partial_products_kernel(2, SWEEP_ROWS + 1, steps, width)).sweep
+  assert not choose_opts(partial_products_kernel(2, SWEEP_ROWS, steps // 2, width)).sweep  # (1 MB)
+  narrow = SWEEP_STEP_BYTES // 8
+  assert not choose_opts(partial_products_kernel(2, SWEEP_ROWS, steps * width // narrow, narrow)).sweep
+  assert not choose_opts(partial_products_kernel(2, SWEEP_ROWS, steps, width, across=True)).sweep
+  assert not choose_opts(matmul_kernel(SWEEP_ROWS, 2 * steps, width, F32)).sweep  # (its rows are launched)
+
+
+@pytest.mark.parametrize("m,k", [(3, 203), (7, 700), (8, 1500)])
+def test_swept_tiles_compute_the_same_bits_as_whole_tiles(monkeypatch, m, k):
+  """A swept plan (`render_sweep`) against numpy in float64, and bit for bit against the same kernel with its tiles
+  run whole (SWEEP_ROWS 0): row tiles of 6 and a remainder, a sum of one block and a last sweep of 3 steps (203),
+  three blocks added in float32 (700) and six in float64 (1500); 17 column tiles, a chunk of SWEEP_COLUMNS and one
+  of one tile; a bias and relu epilogue; and a launch of the second part alone, which leaves the others unwritten."""
+  from tinyjax.codegen import opt
+  tile = GEOMETRY.vector_bytes // 4 * GEOMETRY.tile_vectors
+  width, parts = 17 * tile, 3
+  assert width > opt.SWEEP_COLUMNS and width * 4 * k * parts >= opt.SWEEP_MIN_BYTES
+  rng = np.random.default_rng(m)
+  a = rng.standard_normal((m, parts * k)).astype(F32)
+  b = rng.standard_normal((parts * k, width)).astype(F32)
+  bias = rng.standard_normal(width).astype(F32)
+  ast = partial_products_kernel(parts, m, k, width,
+                                lambda value, cols: alu(Ops.MAX, add(value, load(buffer(3, F32), cols)), const(0.0)))
+  assert choose_opts(ast).sweep
+  swept = np.zeros((parts, m, width), F32)
+  run_kernel(ast, [swept, a, b, bias], optimize=True)
+  expected = np.maximum(np.stack([a[:, p * k:(p + 1) * k].astype(F64) @ b[p * k:(p + 1) * k] for p in range(parts)])
+                        + bias, 0)
+  np.testing.assert_allclose(swept, expected, rtol=1e-5, atol=1e-4)
+  second = np.zeros_like(swept)
+  run_kernel(ast, [second, a, b, bias], optimize=True, start=1, end=2)
+  assert not second[0].any() and not second[2].any()
+  np.testing.assert_array_equal(second[1], swept[1])
+  monkeypatch.setattr(opt, "SWEEP_ROWS", 0)
+  assert not choose_opts(ast).sweep
+  whole = np.zeros_like(swept)
+  run_kernel(ast, [whole, a, b, bias], optimize=True)
+  np.testing.assert_array_equal(swept, whole)
+
+
+def test_few_rows_product_is_launched_over_blocks_of_columns(on_cpu, monkeypatch):
+  """jit(a @ b) over a few rows of a big b (its rows the kernel's first range): launched over blocks of columns, as
+  many for each thread (`schedule._sweep_blocks`), each a swept plan; with a long sum split into partial sums
+  (lower/split.py), each partial sweeps. Against numpy in float64."""
+  from tinyjax.codegen.opt import SWEEP_COLUMNS
+  from tinyjax.lower import realize
+  monkeypatch.setattr(realize, "cpu_threads", lambda: 2)
+  monkeypatch.setattr(realize, "_memory_cache", {})
+  rng = np.random.default_rng(29)
+  for m, k, n, launches in ((6, 1024, 2 * SWEEP_COLUMNS, 2), (5, 4096, 1024, 0)):
+    a, b = rng.standard_normal((m, k)).astype(F32), rng.standard_normal((k, n)).astype(F32)
+    product = tj.jit(lambda a, b: a @ b)
+    swept = [kernel for kernel in kernels_of(product.lower(a, b)._compiled.schedule.schedule.kernels)
+             if (plan := choose_opts(kernel.ast)) is not None and plan.sweep]
+    assert len(swept) == 1 and (not launches or swept[0].outer_size == launches)
+    np.testing.assert_allclose(np.asarray(product(a, b)), a.astype(F64) @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_uneven_batch_of_products_is_launched_over_chunks_of_rows(on_cpu, monkeypatch):
   """A batch of 3 products on 2 threads (one idle a third of the time) is launched over batch x 2 chunks of rows
   (`schedule._split_batch_rows`): 6 launches, each row chunk a whole register-tiled product of its own, in all three

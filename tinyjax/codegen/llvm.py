@@ -37,9 +37,9 @@ from tinyjax.codegen import gemm, transcendental
 from tinyjax.codegen.gpu import GpuLaunch, global_size, gpu_launch, top_reduces
 from tinyjax.codegen.linearize import IDENTITY, Linearizer, dtype_kind, min_value
 from tinyjax.codegen.opt import (AMX_BLOCK, AMX_K, AMX_SUM_BLOCK, BF16, F16, F32, F64, LINE_BYTES, ROW_PACK_PAD,
-                                 SHORT_REDUCE, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts, big_output,
-                                 block_stride, choose_opts, global_ranges_of, linear_strides, tile_geometry,
-                                 transpose_block)
+                                 SHORT_REDUCE, SWEEP_COLUMNS, VECTOR_UNARY, TilePlan, accumulator_dtype, applied_opts,
+                                 big_output, block_stride, choose_opts, global_ranges_of, linear_strides,
+                                 tile_geometry, transpose_block)
 from tinyjax.helpers import DEBUG, NOOPT
 from tinyjax.lower import symbolic
 from tinyjax.uop import BOOL, Ops, UOp
@@ -1588,15 +1588,17 @@ class _Renderer(Linearizer):
 
   def accumulate(self, node: UOp, acc_dtype: np.dtype, count: int, nest: list[tuple[str, str, UOp | None, bool]],
                  body: Callable[[list[str]], tuple[list[str], np.dtype]], tiled: bool = False,
-                 contract: bool = False, lanes: int = 1, ordered: bool = False) -> list[str]:
+                 contract: bool = False, lanes: int = 1, ordered: bool = False,
+                 initial: list[str] | None = None) -> list[str]:
     """One accumulation of a reduction over a loop nest (each level (start, end, RANGE bound or None, unroll)):
-    `count` accumulators of `acc_dtype` (vectors of `lanes`) start at the identity and fold in the values of
-    `body(indices)` in the innermost loop, in order where `tiled` or `ordered`; returns the accumulators' final values
-    (see `reduce_loops`)."""
+    `count` accumulators of `acc_dtype` (vectors of `lanes`) start at the identity (or at the values `initial`) and
+    fold in the values of `body(indices)` in the innermost loop, in order where `tiled` or `ordered`; returns the
+    accumulators' final values (see `reduce_loops`)."""
     llvm_type = vector_type(acc_dtype, lanes)
     accumulators = [self.alloca(llvm_type) for _ in range(count)]
     identity = self.splat(literal(IDENTITY[node.arg](acc_dtype), acc_dtype), acc_dtype, lanes)
-    for accumulator in accumulators: self.line(f"store {llvm_type} {identity}, ptr {accumulator}")
+    for i, accumulator in enumerate(accumulators):
+      self.line(f"store {llvm_type} {identity if initial is None else initial[i]}, ptr {accumulator}")
 
     def level(depth: int, indices: list[str]) -> None:
       if depth == len(nest):
@@ -1642,6 +1644,9 @@ class _Renderer(Linearizer):
       self.render_row_groups(*bounds(plan.row), column_start, plan.columns, row_heights)
       self.packs = {}
       return
+    if plan.sweep:
+      self.render_sweep(self.value(plan.row.src[0]), column_start, column_end, row_heights)
+      return
     if plan.tiles > 1:  # (every column tile packed first, then each row tile runs them all)
       with self.loop(column_start, column_end, None, step=plan.tiles * plan.columns) as block_start:
         self.render_packed_row_tiles(*bounds(plan.row), block_start, row_heights)
@@ -1663,6 +1668,69 @@ class _Renderer(Linearizer):
             self.render_block(row_index, height, column_index, width, clamp, prefetches)
         self.packs = {}
       column_start = column_index
+
+  def render_sweep(self, rows: str, column_start: str, column_end: str, heights: list[int]) -> None:
+    """The register tiles of a plan that sweeps its column (opt.py SWEEP_ROWS), in chunks of SWEEP_COLUMNS columns:
+    `plan.sweep` reduce steps at a time, every row tile runs them over each column tile of the chunk, its float32
+    sums loaded from the chunk's array where the block's first steps are past (else from zero) and stored back; at
+    each block's end (`plan.sum_block` steps) the block sums are added into the totals, float32 for a few blocks, else
+    float64; then the epilogue and STORE from the array, row by row. The same operations in the same order as a tile
+    that runs its steps whole (`reduce_loops`): the same bits."""
+    plan = self.plan
+    assert plan is not None and plan.row is not None
+    node = plan.reduce
+    (rng,) = node.src[1:]
+    size, block, count = rng.src[0].arg, plan.sum_block, plan.row.src[0].arg
+    width = min(SWEEP_COLUMNS, plan.column.src[0].arg)
+    blocks = -(-size // block)
+    total_dtype = None if blocks == 1 else F32 if blocks <= FLOAT32_BLOCKS else F64
+    sums = self.alloca(f"[{count * width} x float]", align=LINE_BYTES)
+    totals = None if total_dtype is None else \
+        self.alloca(f"[{count * width} x {compute_type(total_dtype)}]", align=LINE_BYTES)
+
+    def zeroed(array: str, dtype: np.dtype) -> None:
+      with self.loop("0", str(count * width), None) as slot:
+        self.line(f"store {compute_type(dtype)} {literal(0, dtype)}, ptr {self.slot(array, dtype, slot)}")
+
+    with self.loop(column_start, column_end, None, step=width, whole=False, vectorize=False) as chunk:
+      chunk_end = self.capped(chunk, width, column_end)
+      zeroed(sums, F32)  # (the columns past a short chunk's end: zeros, folded and never stored)
+      if totals is not None: zeroed(totals, total_dtype)
+      with self.loop("0", str(blocks), None, vectorize=False) as index:
+        block_start, block_end = self.block_bounds(index, block, str(size))
+        with self.loop(block_start, block_end, None, step=plan.sweep, whole=False, vectorize=False) as sweep:
+          sweep_end = self.capped(sweep, plan.sweep, block_end)
+          first = self.emit(f"icmp eq i64 {sweep}, {block_start}")
+          with self.loop(chunk, chunk_end, None, step=plan.columns, vectorize=False) as column_index:
+            offset = self.emit(f"sub nsw i64 {column_index}, {chunk}")
+            for row_index, height, _ in self.row_tiles("0", rows, heights):
+              row_values = self.tile_rows(row_index, height, None)
+              body, lanes = self.tile_body(row_values, self.offsets(column_index, plan.columns))
+              vector, zero = vector_type(F32, lanes), self.splat(literal(0, F32), F32, lanes)
+              slots = [self.slot(sums, F32, self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {row}, {width}')}, "
+                                                      f"{self.emit(f'add nsw i64 {offset}, {j * lanes}')}"))
+                       for row in row_values for j in range(plan.columns // lanes)]
+              initial = [self.emit(f"select i1 {first}, {vector} {zero}, {vector} "
+                                   f"{self.emit(f'load {vector}, ptr {slot}, align 4')}") for slot in slots]
+
+              def step(_, body=body, lanes=lanes):
+                return [self.cast(part, dtype, F32, lanes) for part, dtype in body()], F32
+              parts = self.accumulate(node, F32, len(slots), [(sweep, sweep_end, rng, True)], step, tiled=True,
+                                      contract=plan.contract, lanes=lanes, initial=initial)
+              for slot, part in zip(slots, parts): self.line(f"store {vector} {part}, ptr {slot}, align 4")
+        if totals is not None:
+          with self.loop("0", str(count * width), None) as slot:
+            kept = self.emit(f"load {compute_type(total_dtype)}, ptr {self.slot(totals, total_dtype, slot)}")
+            part = self.cast(self.emit(f"load float, ptr {self.slot(sums, F32, slot)}"), F32, total_dtype)
+            self.line(f"store {compute_type(total_dtype)} "
+                      f"{self.combine(Ops.ADD, total_dtype, kept, part, ordered=True)}, "
+                      f"ptr {self.slot(totals, total_dtype, slot)}")
+      result, result_dtype = (sums, F32) if totals is None else (totals, total_dtype)
+      with self.loop("0", rows, None, vectorize=False) as row, self.bound(plan.row, row):
+        with self.loop(chunk, chunk_end, None, step=plan.columns, vectorize=False) as column_index:
+          first_slot = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {row}, {width}')}, "
+                                 f"{self.emit(f'sub nsw i64 {column_index}, {chunk}')}")
+          self.store_sums_row(result, result_dtype, first_slot, column_index, plan.columns)
 
   @contextlib.contextmanager
   def column_tiles(self, column_start: str, tiles: int, arrays: dict[Any, tuple[str, np.dtype, int]]) \

@@ -112,6 +112,25 @@ def geometry_for(width: int, registers: int, l1_bytes: int = 32 << 10, llc_bytes
 # on sum(axis=0) of 4096x4096 float32). The float32 block sums (16 KB) stay in L1; the float64 array beside them is
 # touched once per SUM_BLOCK steps.
 STREAM_TILE = 4096
+# A contraction over a few rows (at most SWEEP_ROWS) whose reused operand is read in place along its columns, its rows
+# at least SWEEP_STEP_BYTES apart, and spans at least SWEEP_MIN_BYTES (a few activations through a large weight matrix:
+# a small-batch decode's `x @ w`, 8 x 4096 by 4096 x 4096) sweeps its column: SWEEP_STEPS reduce steps at a time, every
+# row tile runs them over each column tile of a chunk of SWEEP_COLUMNS columns, its sums kept in an array between
+# sweeps (llvm.py `render_sweep`; schedule.py `_split_columns` launches it over blocks of that many columns). Tile after
+# tile instead (each column tile all its steps, then the next), a step read one line of each of the operand's rows,
+# 16 KB apart, which the prefetchers don't follow: one Zen 3 core read such a matrix at 7 GB/s in those lines, 22 GB/s
+# 16 rows at a time across the columns (a C model of the loops). A/B on 2 cores (best of 7, GFLOP/s, three runs):
+# 2x4096x4096 8-11 -> 20-32, 4x4096x4096 17-21 -> 37-45, 6x4096x4096 25-30 -> 39-57, 8x4096x4096 34-38 -> 50-76,
+# 8x2048x4096 21-23 -> 51-102, 4x1024x8192 17-20 -> 54-67, 8x4096x11008 39-45 -> 42-48 (numpy 11-12, 20-24, 21-24,
+# 39-60, 51-65, 21-25, 48-53; JAX 14, 16, 26, 27, 28, 17, 30). More rows measured slower swept (in-process A/B, best
+# GFLOP/s: 10 rows 55 -> 58, 12 rows 56 -> 53, 16 rows 57-61 -> 51-54, 32 rows 65-83 -> 44-46: each line of the
+# operand feeds more FMAs, and a sweep's loads and stores of the sums cost more than the stream saves), as did 16 and 32
+# steps a sweep (8 rows: 66-71 at 8 steps, 45-51 at 16, 42-43 at 32; 4 steps 46-69).
+SWEEP_ROWS = 8
+SWEEP_STEPS = 8
+SWEEP_COLUMNS = 1024
+SWEEP_MIN_BYTES = 1 << 21
+SWEEP_STEP_BYTES = 1024
 # A row-less contraction whose operand (reduce steps x columns) is at most RESIDENT_BYTES stays in L2 while register
 # tiles of its columns reread it one after the other: it keeps its sums in registers instead of streaming (a 256-wide
 # RNN step's h @ W: 200 steps 0.67 -> 0.56 ms); a bigger one streams through the array (sum(axis=0) of 8192x1024).
@@ -327,6 +346,7 @@ class TilePlan:
   chunk: int = 0           # a windowed sum's row groups: its outer reduce range's values per block (`_window_chunk`)
   nontemporal: bool = False  # the STORE's vectors are whole lines, stored non-temporally (NONTEMPORAL_BYTES)
   reduces: tuple[UOp, ...] = ()  # a stream tile's REDUCEs where it has several (`_streams_plan`; else just `reduce`)
+  sweep: int = 0           # reduce steps per sweep of the column (SWEEP_STEPS: `_sweeps`), 0 when each tile runs whole
 
 
 def accumulator_dtype(node: UOp) -> np.dtype:
@@ -502,6 +522,11 @@ def _choose_opts(ast: UOp) -> TilePlan | None:
   sum_block = CONTRACTION_SUM_BLOCK if contract and not stream else TILE_SUM_BLOCK
   opts: list[Opt] = [("reduce_outside", innermost.arg[0]), ("tile" if stream else "upcast", column.arg[0], columns)]
   if row is not None: opts.append(("upcast", row.arg[0], rows))
+  if not stream and _sweeps(loads, row, column, reduce, global_ranges, columns):
+    opts.append(("sweep", innermost.arg[0], SWEEP_STEPS))
+    grain = columns if column is global_ranges[0] else 1
+    return TilePlan(reduce, column, row, columns, False, rows, lanes, contract, tuple(opts), grain, sum_block=sum_block,
+                    sweep=SWEEP_STEPS)
   # a float32 sum over one range longer than two blocks, its row just outside its column: K-blocked row groups, where
   # they span ranges (`_spans`) or the sum has more than GROUP_MIN_BLOCKS blocks
   group = GROUP_ROWS // rows * rows if row is not None and row is global_ranges[-2] and reduce.arg is Ops.ADD and \
@@ -542,6 +567,25 @@ def _choose_opts(ast: UOp) -> TilePlan | None:
   return TilePlan(reduce, column, row, columns, stream, rows, lanes, contract, tuple(opts), grain, group, packed,
                   spans=spans, panel=panel, tiles=tiles, row_packed=row_packed, sum_block=sum_block, chunk=chunk,
                   nontemporal=nontemporal)
+
+
+def _sweeps(loads: list[UOp], row: UOp | None, column: UOp, reduce: UOp, global_ranges: list[UOp],
+            columns: int) -> bool:
+  """Whether a register-tiled contraction sweeps its column (SWEEP_ROWS): a float32 sum over one reduce range of a few
+  rows (not the launch range), just outside a column of several whole tiles, whose reused operand (the loads along the
+  column and the reduction) is read in place, contiguous along the column, and spans at least SWEEP_MIN_BYTES (the
+  extent of its index: a launch's column block or a split sum's chunk counts the whole operand)."""
+  if row is None or row is global_ranges[0] or row is not global_ranges[-2] or row.src[0].arg > SWEEP_ROWS: return False
+  if len(reduce.src) != 2 or reduce.arg is not Ops.ADD or accumulator_dtype(reduce) != F32: return False
+  steps, width = reduce.src[1], column.src[0].arg
+  if width % columns or width < 2 * columns or steps.src[0].arg < 2 * SWEEP_STEPS: return False
+  operand = [load for load in loads if column in load.src[1].toposort and steps in load.src[1].toposort]
+  if not operand or any(row in load.src[1].toposort or _stride(load.src[1], column) != 1 or
+                        abs(_stride(load.src[1], steps) or 0) * load.src[0].dtype.itemsize < SWEEP_STEP_BYTES
+                        for load in operand):
+    return False
+  low, high = operand[0].src[1].vmin_vmax
+  return (high - low + 1) * operand[0].src[0].dtype.itemsize >= SWEEP_MIN_BYTES
 
 
 def _streams_plan(ast: UOp, store: UOp, reduces: list[UOp]) -> TilePlan | None:

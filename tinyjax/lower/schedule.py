@@ -27,9 +27,9 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from tinyjax.codegen.gpu import gemm_tile
-from tinyjax.codegen.opt import (BF16, F16, F32, VECTOR_UNARY, TilePlan, choose_opts, global_ranges_of, launch_grain,
-                                 linear_strides, per_outer_value, permuted_store_pays, reads_across_rows,
-                                 tile_geometry)
+from tinyjax.codegen.opt import (BF16, F16, F32, SWEEP_COLUMNS, SWEEP_ROWS, VECTOR_UNARY, TilePlan, choose_opts,
+                                 global_ranges_of, launch_grain, linear_strides, per_outer_value, permuted_store_pays,
+                                 reads_across_rows, tile_geometry)
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
 from tinyjax.lower.split import SPLIT_MIN_CHUNK_WORK, leaves_threads_uneven, split_reductions
@@ -1090,6 +1090,11 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
     mapping[plan.column] = symbolic.add(symbolic.mul(tile, width), _global_range(width, 2 + len(leading)))
     for i, rng in enumerate(reduce_ranges): mapping[rng] = rng.replace(arg=(3 + len(leading) + i, rng.arg[1]))
     return symbolic.simplify(_substitute(ast, mapping))
+  # (a few rows that sweep their column, opt.py SWEEP_ROWS: blocks of at most SWEEP_COLUMNS columns, as many for each
+  # thread, each a launch that sweeps its block)
+  if not leading and rows <= SWEEP_ROWS:
+    for n in _sweep_blocks(plan, tiles, threads):
+      if (swept := choose_opts(split := cut(n * plan.columns))) is not None and swept.sweep: return split, tiles // n
   # (a block of column tiles, the most whose plan packs them all first, else one tile)
   for n in _column_blocks(plan, tiles, threads) if not leading else ():
     if (block := choose_opts(split := cut(n * plan.columns))) is not None and block.tiles == n and not block.panel:
@@ -1172,6 +1177,12 @@ def _column_blocks(plan: TilePlan, tiles: int, threads: int) -> list[int]:
   rows, columns = plan.row.src[0].arg, plan.column.src[0].arg
   if (rows * steps + steps * columns + rows * columns) * 4 <= tile_geometry().llc_bytes: return []
   return [n for n in range(tiles // (2 * threads), 1, -1) if tiles % n == 0]
+
+
+def _sweep_blocks(plan: TilePlan, tiles: int, threads: int) -> list[int]:
+  """The column tiles of a launch of a contraction that sweeps its column (`_split_columns`): the most that make at
+  most SWEEP_COLUMNS columns and a count of launches that is a multiple of the threads ([] where none does)."""
+  return [n for n in range(SWEEP_COLUMNS // plan.columns, 0, -1) if tiles % n == 0 and (tiles // n) % threads == 0][:1]
 
 
 def _row_split_grain(ast: UOp, threads: int) -> int | None:
