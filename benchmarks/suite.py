@@ -165,6 +165,16 @@ def bench_matmul_bf16(jax, jnp):
   return _jitted(jax, jnp, lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32), a, b)
 
 
+DECODE_ROWS, DECODE_WIDTH = 8, 4096
+
+
+def bench_matmul_decode(jax, jnp):
+  """A small-batch decode step's product: a few activations through a weight matrix too big for the caches (64 MB),
+  which every call reads from memory."""
+  return _jitted(jax, jnp, lambda x, w: x @ w, _normal((DECODE_ROWS, DECODE_WIDTH)),
+                 _normal((DECODE_WIDTH, DECODE_WIDTH), seed=1))
+
+
 def adam_update(jax, jnp, params, grads, m, v, count):
   """Adam by hand: `count` is the step number (1, 2, ...) as a float32 array, threaded through the training loop."""
   b1, b2, eps, learning_rate = ADAM["b1"], ADAM["b2"], ADAM["eps"], ADAM["learning_rate"]
@@ -474,6 +484,9 @@ WORKLOADS = {w.name: w for w in [
     for n in (512, 1024, 2048)],
   Workload("matmul1024_bf16", bench_matmul_bf16, "GFLOP/s", flops=2 * 1024 ** 3,
            note="bfloat16 1024x1024 @ 1024x1024, float32 sums and result"),
+  Workload("matmul_decode", bench_matmul_decode, "ms", numpy=True,
+           bytes=4 * (DECODE_WIDTH ** 2 + 2 * DECODE_ROWS * DECODE_WIDTH),
+           note=f"{DECODE_ROWS}x{DECODE_WIDTH} @ {DECODE_WIDTH}x{DECODE_WIDTH}, the weights from memory"),
   Workload("mlp_adam", _training(mlp_problem), "steps/s", flops=MLP_FLOPS,
            note="784-512-512-10, batch 512"),
   *[Workload(f"mlp_adam_dp{n}", _training(mlp_problem, n), "steps/s", flops=MLP_FLOPS, devices=n,
