@@ -258,6 +258,10 @@ AMX_K, AMX_BLOCK, AMX_SUM_BLOCK = 32, 32, 1024
 # each element are added up after the loop, which costs too much next to reductions shorter than DOT_MIN_REDUCE
 # (512x64x512: 279 us, against 165 us).
 DOT_MIN_REDUCE = 256
+# A dot tile takes a row of at least DOT_MIN_ROWS values, fewer than its own rows too (one tile of what there is): a
+# 2-row `x @ w.T` against a 4096 x 4096 w kept the plain nest, which read all of w once per row, from memory (7-8
+# GFLOP/s; its dot tile 18, JAX 17).
+DOT_MIN_ROWS = 2
 # With DOT_MAX_ROWS rows or more (and whole column tiles) the transposed copy of w is small next to the contraction and
 # the register tile after it beats the dot tile's horizontal sums: a @ b.T at 512x512x512 ran at 289-296 GFLOP/s
 # against 212-215, 256x1024x256 at 274 against 251, 128x512x512 at 200-205 against 216-238 (2 cores).
@@ -840,7 +844,7 @@ def _dot_plan(reduce: UOp, column: UOp, global_ranges: list[UOp], loads: list[UO
   if all(uses_column) or not any(uses_column): return None
   geometry = tile_geometry()
   tall, wide = geometry.dot_rows, geometry.dot_columns
-  rows = [rng for rng in reversed(global_ranges[:-1]) if rng.src[0].arg >= tall and
+  rows = [rng for rng in reversed(global_ranges[:-1]) if rng.src[0].arg >= min(tall, DOT_MIN_ROWS) and
           any(rng not in load.src[1].toposort for load in loads)]
   if not rows or rows[0] is not global_ranges[-2] or column.src[0].arg < wide: return None
   row = rows[0]
