@@ -219,6 +219,31 @@ def _contraction(rows: int, length: int, columns: int) -> UOp:
                             UOp(Ops.EXPAND, F32, (UOp(Ops.RESHAPE, F32, (b,), (1, length, columns)),), shape)))
 
 
+def test_contraction_read_along_its_rows_splits_into_long_chunks(threads):
+  """`x @ w.T` (each operand read along its rows, through reshapes, expansions and a double transpose) splits into
+  partial sums of at least SPLIT_MIN_DOT_STEPS steps, as few as one per thread; `x @ w`, whose w is read across its
+  rows, and a sum of a transposed operand keep SPLIT_PARTIALS_PER_THREAD per thread. Values against numpy."""
+  def dot(rows, length, columns, transposed=False):
+    a = param((rows, length))
+    b = UOp(Ops.PARAM, F32, (), (1, (length, columns) if transposed else (columns, length)))
+    if transposed: b = UOp(Ops.PERMUTE, F32, (b,), (1, 0))
+    shape = (rows, columns, length)
+    product = UOp(Ops.MUL, F32, (UOp(Ops.EXPAND, F32, (UOp(Ops.RESHAPE, F32, (a,), (rows, 1, length)),), shape),
+                                 UOp(Ops.EXPAND, F32, (UOp(Ops.RESHAPE, F32, (b,), (1, columns, length)),), shape)))
+    return split.split_partials(reduce_axis(product, Ops.ADD, (2,)), SPLIT_THREADS, set())
+  many = SPLIT_THREADS * split.SPLIT_PARTIALS_PER_THREAD
+  assert dot(8, 4 * split.SPLIT_MIN_DOT_STEPS, 4096) == SPLIT_THREADS
+  assert dot(8, 2 * SPLIT_THREADS * split.SPLIT_MIN_DOT_STEPS, 4096) == 2 * SPLIT_THREADS
+  assert dot(8, 4 * split.SPLIT_MIN_DOT_STEPS, 4096, transposed=True) == many
+  assert split.split_partials(reduce_axis(_contraction(8, 4 * split.SPLIT_MIN_DOT_STEPS, 4096), Ops.ADD, (1,)),
+                              SPLIT_THREADS, set()) == many
+  x, w = make((8, 8192), F32), make((512, 8192), F32)
+  product = tj.jit(lambda x, w: x @ w.T)
+  first, *_ = realize.kernels_of(product.lower(x, w)._compiled.schedule.schedule.kernels)
+  assert first.outer_size == SPLIT_THREADS
+  np.testing.assert_allclose(np.asarray(product(x, w)), x.astype(F64) @ w.T.astype(F64), rtol=1e-5, atol=1e-4)
+
+
 def test_long_contractions_split_by_their_first_axis():
   """A contraction's launch is over its output's first axis: a long one with few values there (a weight gradient's
   (3, 3, C, O) is 3) splits; one with many rows doesn't (its partials would be rows x columns x P float64 values)."""

@@ -46,6 +46,12 @@ SPLIT_PARTIALS_PER_THREAD = 4
 # ... with at least SPLIT_MIN_CHUNK_WORK loop iterations per partial result, so that each is one long contiguous
 # stream (64 KB of float32) whose horizontal reduction and store cost nothing next to it ...
 SPLIT_MIN_CHUNK_WORK = 1 << 14
+# ... and the partial sums of a contraction that reads each operand along its rows (`x @ w.T`: a dot tile, codegen/
+# opt.py `_dot_plan`) each at least SPLIT_MIN_DOT_STEPS steps (as few as one per thread): in chunks of 512 steps, x @
+# w.T of 8 x 4096 by 4096 x 4096 read each row of w in runs of 2 KB, far apart, which the prefetchers barely start on
+# before they end (in-process A/B on Zen 3, best / median GFLOP/s: 55-58 / 51-55 -> 68-85 / 63-71 in 2 partials, JAX
+# 61; 32 rows 60-97 / 56-77 -> 94-113 / 86-102, JAX 105). (Not `x @ w`, read across w's rows: 32 rows 88-97 -> 59-81.)
+SPLIT_MIN_DOT_STEPS = 2048
 # (a GPU's work-items are many and cheap: a partial result of GPU_SPLIT_MIN_CHUNK_WORK iterations is enough there; a
 # column sum of 100000x8 was 8 work-items of 100000 strided steps each, 63 ms on PoCL)
 GPU_SPLIT_MIN_CHUNK_WORK = 1 << 10
@@ -93,6 +99,26 @@ def leaves_threads_uneven(sizes: list[int], threads: int) -> bool:
   loads = [0] * threads
   for size in sorted(sizes, reverse=True): loads[loads.index(min(loads))] += size
   return sum(sizes) < SPLIT_MIN_BALANCE * threads * max(loads)
+
+
+def _read_along(node: UOp, axis: int, realized: set[UOp]) -> bool:
+  """Whether every buffer that the expression `node` fuses down to reads `axis` of `node` as its own last axis (or
+  not at all: broadcast along it), through expansions, permutations and reshapes that add or drop axes of size 1:
+  each operand of a contraction read along its rows. False for any other view or op on the way."""
+  if node.op is Ops.PARAM or node in realized: return axis == len(node.shape) - 1
+  if not node.src: return True  # (a constant)
+  source = node.src[0]
+  if node.op is Ops.EXPAND: return source.shape[axis] == 1 or _read_along(source, axis, realized)
+  if node.op is Ops.PERMUTE: return _read_along(source, node.arg[axis], realized)
+  if node.op is Ops.RESHAPE:
+    if node.shape[axis] == 1: return True
+    kept = [i for i, size in enumerate(source.shape) if size != 1]
+    if [node.shape[i] for i in range(len(node.shape)) if node.shape[i] != 1] != [source.shape[i] for i in kept]:
+      return False
+    return _read_along(source, kept[sum(1 for size in node.shape[:axis] if size != 1)], realized)
+  if node.op in (Ops.MUL, Ops.ADD, Ops.CAST) and all(src.shape == node.shape for src in node.src):
+    return all(_read_along(src, axis, realized) for src in node.src)
+  return False
 
 
 def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[UOp, int] | None = None,
@@ -155,6 +181,9 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   # kernel launched over its 3 rows of taps on 2 threads, 5.6 ms, where 32768 steps split in 2 took 4.3)
   partials = min(threads * SPLIT_PARTIALS_PER_THREAD, (2 * chunk_work + min_chunk_work) // (2 * min_chunk_work),
                  length // 2) // threads * threads
+  if not gpu and len(axes) == 1 and length < partials * SPLIT_MIN_DOT_STEPS and _broadcasts(source, realized) and \
+      _read_along(source, axes[0], realized):
+    partials = max(threads, length // SPLIT_MIN_DOT_STEPS // threads * threads)
   # a count that divides the first reduced axis splits that axis alone (`split_reduction`): prefer one if there is
   leading = source.shape[min(axes)]
   return next((p for p in range(partials, 0, -threads) if leading % p == 0), partials)
