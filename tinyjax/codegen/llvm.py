@@ -67,7 +67,7 @@ FLOAT32_BLOCKS = 4
 # A dot tile's rows go outside its columns where the column is at most DOT_ROWS_OUTSIDE values (each row tile runs all
 # the column tiles while its rows are in L1, instead of each column tile streaming all the rows): W @ X of 4096 x
 # 4096 by 4096 x 8, X laid out transposed, read W from memory once per column tile (51-65 -> 74-79 GFLOP/s best; JAX
-# 102); the MLP step's classifier, 512 x 512 by 512 x 10, 129-133 -> 85-109 us.
+# 78-102); the MLP step's classifier, 512 x 512 by 512 x 10, 129-133 -> 85-109 us.
 DOT_ROWS_OUTSIDE = 16
 # A stream tile (opt.py STREAM_TILE: a row-less sum over a wide column, `x.sum(axis=0)`, `v @ W`) folds STREAM_ROWS
 # reduce steps into each column's sum at a time (`stream_sums`), in their order: as many rows of the operand stream
