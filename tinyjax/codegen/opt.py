@@ -258,9 +258,10 @@ AMX_K, AMX_BLOCK, AMX_SUM_BLOCK = 32, 32, 1024
 # each element are added up after the loop, which costs too much next to reductions shorter than DOT_MIN_REDUCE
 # (512x64x512: 279 us, against 165 us).
 DOT_MIN_REDUCE = 256
-# A dot tile takes a row of at least DOT_MIN_ROWS values, fewer than its own rows too (one tile of what there is): a
-# 2-row `x @ w.T` against a 4096 x 4096 w kept the plain nest, which read all of w once per row, from memory (7-8
-# GFLOP/s; its dot tile 18, JAX 17).
+# A dot tile takes a row and a column of at least DOT_MIN_ROWS values, fewer than its own rows and columns too (one
+# tile of what there is): a 2-row `x @ w.T` against a 4096 x 4096 w kept the plain nest, which read all of w once per
+# row, from memory (7-8 GFLOP/s; its dot tile 18, JAX 17); W @ X of 4096 x 4096 by 4096 x 2 (X laid out transposed)
+# one dot product after the other, 28-30 -> 44 (JAX 26-38).
 DOT_MIN_ROWS = 2
 # With DOT_MAX_ROWS rows or more (and whole column tiles) the transposed copy of w is small next to the contraction and
 # the register tile after it beats the dot tile's horizontal sums: a @ b.T at 512x512x512 ran at 289-296 GFLOP/s
@@ -846,7 +847,8 @@ def _dot_plan(reduce: UOp, column: UOp, global_ranges: list[UOp], loads: list[UO
   tall, wide = geometry.dot_rows, geometry.dot_columns
   rows = [rng for rng in reversed(global_ranges[:-1]) if rng.src[0].arg >= min(tall, DOT_MIN_ROWS) and
           any(rng not in load.src[1].toposort for load in loads)]
-  if not rows or rows[0] is not global_ranges[-2] or column.src[0].arg < wide: return None
+  if not rows or rows[0] is not global_ranges[-2] or column.src[0].arg < min(wide, DOT_MIN_ROWS): return None
+  wide = min(wide, column.src[0].arg)
   row = rows[0]
   whole_tiles = column.src[0].arg % (geometry.vector_bytes // _accumulator_bytes(reduce) * geometry.tile_vectors) == 0
   packed_whole = reduce_ranges[0].src[0].arg % geometry.transpose_lanes == 0 and \
