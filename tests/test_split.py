@@ -279,13 +279,18 @@ def test_contraction_whose_row_groups_leave_a_thread_idle_splits(threads):
   """A contraction's K-blocked row groups are its launch units: where they leave the busiest thread with more than
   1 / SPLIT_MIN_BALANCE of an even share, it splits into partial sums counted by their whole work. A weight gradient
   x.T @ g of 64 x 64 outputs over 8192 positions was one group of 126 rows (one thread), 128 x 128 one group of 126
-  and one of 2; 256 rows in groups share the threads evenly and stay one kernel. Values against numpy in float64;
+  and one of 2; 256 rows in groups share the threads evenly and stay one kernel; a longer sum splits into partials
+  of at least SPLIT_MIN_GROUPED_STEPS steps. Values against numpy in float64;
   a dense layer over a flattened (7, 7, 64) image reads its partials' chunks at a linear index."""
   from tinyjax.codegen.opt import linear_strides
   def partials(rows, columns): return split.split_partials(
       reduce_axis(_contraction(rows, 8192, columns), Ops.ADD, (1,)), SPLIT_THREADS, set())
   assert partials(64, 64) >= SPLIT_THREADS and partials(128, 128) >= SPLIT_THREADS
   assert partials(256, 256) == 0
+  # (a longer sum's partials each at least SPLIT_MIN_GROUPED_STEPS, as few as one per thread; 8192 keeps its own)
+  def on_two(length): return split.split_partials(reduce_axis(_contraction(128, length, 128), Ops.ADD, (1,)), 2, set())
+  assert on_two(2 * split.SPLIT_MIN_GROUPED_STEPS) == 2 and on_two(4 * split.SPLIT_MIN_GROUPED_STEPS) == 4
+  assert on_two(split.SPLIT_MIN_GROUPED_STEPS) == 2 * split.SPLIT_PARTIALS_PER_THREAD
   x, g = make((8192, 64), F32), make((8192, 64), F32)
   np.testing.assert_allclose(np.asarray(tj.jit(lambda a, b: a.T @ b)(x, g)), x.astype(F64).T @ g.astype(F64),
                              rtol=1e-6, atol=1e-4)

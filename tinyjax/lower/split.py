@@ -52,6 +52,13 @@ SPLIT_MIN_CHUNK_WORK = 1 << 14
 # before they end (in-process A/B on Zen 3, best / median GFLOP/s: 55-58 / 51-55 -> 68-85 / 63-71 in 2 partials, JAX
 # 61; 32 rows 60-97 / 56-77 -> 94-113 / 86-102, JAX 105). (Not `x @ w`, read across w's rows: 32 rows 88-97 -> 59-81.)
 SPLIT_MIN_DOT_STEPS = 2048
+# ... and the partial sums of a long contraction split because its row groups leave the threads uneven (`x.T @ g`,
+# SPLIT_MIN_BALANCE) each at least SPLIT_MIN_GROUPED_STEPS steps (as few as one per thread), so that each runs in
+# K-blocked row groups of its own (codegen/opt.py GROUP_MIN_BLOCKS): on Zen 3's 2 threads, best GFLOP/s over runs,
+# 8 partials against 2: 16384x128x128 76-97 -> 104-144, 16384x96x96 92-125 -> 120-141, 16384x64x64 94-96 -> 120-128
+# (32768x128x128 in 4: 107-143 -> 140-143); at 8192 steps 2 partials measured as 8 (56-157 against 61-147 over three
+# shapes), and a CNN's dense layer (128 x 3136 x 128) slower in 2 (155-161 -> 146-149): shorter sums keep theirs.
+SPLIT_MIN_GROUPED_STEPS = 8192
 # (a GPU's work-items are many and cheap: a partial result of GPU_SPLIT_MIN_CHUNK_WORK iterations is enough there; a
 # column sum of 100000x8 was 8 work-items of 100000 strided steps each, 63 ms on PoCL)
 GPU_SPLIT_MIN_CHUNK_WORK = 1 << 10
@@ -181,6 +188,8 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   # kernel launched over its 3 rows of taps on 2 threads, 5.6 ms, where 32768 steps split in 2 took 4.3)
   partials = min(threads * SPLIT_PARTIALS_PER_THREAD, (2 * chunk_work + min_chunk_work) // (2 * min_chunk_work),
                  length // 2) // threads * threads
+  if uneven and len(kept) == 2 and length >= threads * SPLIT_MIN_GROUPED_STEPS:
+    partials = min(partials, length // SPLIT_MIN_GROUPED_STEPS // threads * threads)
   if not gpu and len(axes) == 1 and length < partials * SPLIT_MIN_DOT_STEPS and _broadcasts(source, realized) and \
       _read_along(source, axes[0], realized):
     partials = max(threads, length // SPLIT_MIN_DOT_STEPS // threads * threads)
