@@ -244,6 +244,22 @@ def test_contraction_read_along_its_rows_splits_into_long_chunks(threads):
   np.testing.assert_allclose(np.asarray(product(x, w)), x.astype(F64) @ w.T.astype(F64), rtol=1e-5, atol=1e-4)
 
 
+def test_contraction_into_a_narrow_column_stays_whole(threads):
+  """A contraction whose output column is narrower than NARROW_COLUMN (a classifier's weight gradient h.T @ g over a
+  big batch) is computed transposed, launched over the column tiles of its rows: no partials (unless those are too
+  few for the threads), which would each have copied their chunk of h transposed first. Against numpy in float64."""
+  assert split.split_partials(reduce_axis(_contraction(2048, 1 << 16, 10), Ops.ADD, (1,)), SPLIT_THREADS, set()) == 0
+  # (too few column tiles for the threads: it still splits)
+  assert split.split_partials(reduce_axis(_contraction(64, 1 << 16, 10), Ops.ADD, (1,)), SPLIT_THREADS, set()) > 0
+  h, g = make((1 << 14, 256), F32), make((1 << 14, 10), F32)
+  gradient = tj.jit(lambda h, g: h.T @ g)
+  kernels = realize.kernels_of(gradient.lower(h, g)._compiled.schedule.schedule.kernels)
+  assert len(kernels) == 2  # (the transposed product and the copy of its output into place)
+  from tinyjax.codegen.opt import choose_opts
+  assert any((plan := choose_opts(k.ast)) is not None and plan.sweep for k in kernels)  # (10 rows: opt.SWEEP_ROWS)
+  np.testing.assert_allclose(np.asarray(gradient(h, g)), h.astype(F64).T @ g.astype(F64), rtol=1e-5, atol=1e-3)
+
+
 def test_long_contractions_split_by_their_first_axis():
   """A contraction's launch is over its output's first axis: a long one with few values there (a weight gradient's
   (3, 3, C, O) is 3) splits; one with many rows doesn't (its partials would be rows x columns x P float64 values)."""

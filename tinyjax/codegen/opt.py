@@ -122,11 +122,13 @@ STREAM_TILE = 4096
 # 16 rows at a time across the columns (a C model of the loops). A/B on 2 cores (best of 7, GFLOP/s, three runs):
 # 2x4096x4096 8-11 -> 20-32, 4x4096x4096 17-21 -> 37-45, 6x4096x4096 25-30 -> 39-57, 8x4096x4096 34-38 -> 50-76,
 # 8x2048x4096 21-23 -> 51-102, 4x1024x8192 17-20 -> 54-67, 8x4096x11008 39-45 -> 42-48 (numpy 11-12, 20-24, 21-24,
-# 39-60, 51-65, 21-25, 48-53; JAX 14, 16, 26, 27, 28, 17, 30). More rows measured slower swept (in-process A/B, best
-# GFLOP/s: 10 rows 55 -> 58, 12 rows 56 -> 53, 16 rows 57-61 -> 51-54, 32 rows 65-83 -> 44-46: each line of the
-# operand feeds more FMAs, and a sweep's loads and stores of the sums cost more than the stream saves), as did 16 and 32
-# steps a sweep (8 rows: 66-71 at 8 steps, 45-51 at 16, 42-43 at 32; 4 steps 46-69).
-SWEEP_ROWS = 8
+# 39-60, 51-65, 21-25, 48-53; JAX 14, 16, 26, 27, 28, 17, 30). A classifier's weight gradient over a big batch (h.T
+# @ g into 10 classes, computed transposed: 10 rows, lower/schedule.py `transposed_output`) sweeps h: 16384x1024x10
+# 25 -> 87-92 GFLOP/s, 65536x512x10 28 -> 50-67 (numpy 52-56, JAX 9-13). More rows measured slower swept (in-process
+# A/B, best GFLOP/s, x @ w over 4096 x 4096: 10 rows 55 -> 58, 12 rows 56 -> 53, 16 rows 57-61 -> 51-54, 32 rows 65-83
+# -> 44-46: each line of the operand feeds more FMAs, and a sweep's loads and stores of the sums cost more than the
+# stream saves), as did 16 and 32 steps a sweep (8 rows: 66-71 at 8 steps, 45-51 at 16, 42-43 at 32; 4 steps 46-69).
+SWEEP_ROWS = 10
 SWEEP_STEPS = 8
 SWEEP_COLUMNS = 1024
 SWEEP_MIN_BYTES = 1 << 21

@@ -32,7 +32,7 @@ from tinyjax.codegen.opt import (BF16, F16, F32, SWEEP_COLUMNS, SWEEP_ROWS, VECT
                                  reads_across_rows, tile_geometry)
 from tinyjax.devices import cpu_threads
 from tinyjax.lower import symbolic
-from tinyjax.lower.split import SPLIT_MIN_CHUNK_WORK, leaves_threads_uneven, split_reductions
+from tinyjax.lower.split import NARROW_COLUMN, SPLIT_MIN_CHUNK_WORK, leaves_threads_uneven, split_reductions
 from tinyjax.uop import (BOOL, ELEMENTWISE, INDEX_DTYPE, MOVEMENT, Ops, PatternMatcher, ScatterArg, UOp, UPat, arg_key,
                          graph_rewrite, toposort_of)
 
@@ -675,9 +675,6 @@ RELAYOUT_WORK_RATIO = 16
 # this many bytes, a core's L2 on AMD Zen 3: x.T @ g with x of (512, 512) ran at 92 -> 149 GFLOP/s copied first,
 # (512, 256) 101 -> 131, (512, 128) level, (1024, 96) 111 -> 97 and (96, 64) 45 -> 38 (2 cores, AVX2).
 RELAYOUT_ACROSS_BYTES = 512 << 10
-# A contraction whose output column is shorter than this (one float32 vector) is vectorised along its reduction
-# instead (`_Scheduler.relayout`).
-NARROW_COLUMN = 16
 
 
 def _substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:

@@ -59,6 +59,13 @@ SPLIT_MIN_DOT_STEPS = 2048
 # (32768x128x128 in 4: 107-143 -> 140-143); at 8192 steps 2 partials measured as 8 (56-157 against 61-147 over three
 # shapes), and a CNN's dense layer (128 x 3136 x 128) slower in 2 (155-161 -> 146-149): shorter sums keep theirs.
 SPLIT_MIN_GROUPED_STEPS = 8192
+# A contraction whose output column is shorter than NARROW_COLUMN (one AVX-512 float32 vector) is computed transposed
+# (schedule.py `_Scheduler.relayout`, `transposed_output`: a classifier's weight gradient h.T @ g, 10 columns): its
+# launch units are the column tiles of its rows, which stay whole. Split into partials, it was no longer one
+# two-range contraction to transpose, and each partial copied its chunk of h transposed first (A/B on Zen 3, best
+# GFLOP/s: h.T @ g of 65536 x 512 x 10 16-17 -> 28-32, 16384 x 1024 x 10 10-11 -> 25, 32768 x 512 x 4 6-7 -> 32-36;
+# JAX 13 and 9; then swept, codegen/opt.py SWEEP_ROWS).
+NARROW_COLUMN = 16
 # (a GPU's work-items are many and cheap: a partial result of GPU_SPLIT_MIN_CHUNK_WORK iterations is enough there; a
 # column sum of 100000x8 was 8 work-items of 100000 strided steps each, 63 ms on PoCL)
 GPU_SPLIT_MIN_CHUNK_WORK = 1 << 10
@@ -164,7 +171,9 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   # before the row (schedule.py `_split_columns`): a 3x3 convolution's weight gradient (3, 3, 32, 64) summed over
   # 64x16x16 positions ran over its 3 rows of taps on 2 threads (7.5-9.2 ms; split 5.1-6.1).
   sizes: list[int] = []
-  if not gpu and not streamed and not column and len(kept) >= 2 and \
+  if not gpu and not streamed and not column and len(kept) == 2 and source.shape[kept[-1]] < NARROW_COLUMN:
+    units = -(-source.shape[kept[-2]] // tile_width)  # (computed transposed: over the column tiles of its rows)
+  elif not gpu and not streamed and not column and len(kept) >= 2 and \
       length > GROUP_MIN_BLOCKS * CONTRACTION_SUM_BLOCK:
     rows, width = source.shape[kept[-2]], source.shape[kept[-1]]
     tiles = width // tile_width if width % tile_width == 0 else 1
