@@ -1701,6 +1701,9 @@ class _Renderer(Linearizer):
     totals = None if total_dtype is None else \
         self.alloca(f"[{count * width} x {compute_type(total_dtype)}]", align=LINE_BYTES)
 
+    def element(row: str, offset: str) -> str:  # (row `row`, column `offset` of the chunk, in the arrays)
+      return self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {row}, {width}')}, {offset}")
+
     def zeroed(array: str, dtype: np.dtype) -> None:
       with self.loop("0", str(count * width), None) as slot:
         self.line(f"store {compute_type(dtype)} {literal(0, dtype)}, ptr {self.slot(array, dtype, slot)}")
@@ -1720,8 +1723,7 @@ class _Renderer(Linearizer):
               row_values = self.tile_rows(row_index, height, None)
               body, lanes = self.tile_body(row_values, self.offsets(column_index, plan.columns))
               vector, zero = vector_type(F32, lanes), self.splat(literal(0, F32), F32, lanes)
-              slots = [self.slot(sums, F32, self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {row}, {width}')}, "
-                                                      f"{self.emit(f'add nsw i64 {offset}, {j * lanes}')}"))
+              slots = [self.slot(sums, F32, element(row, self.emit(f"add nsw i64 {offset}, {j * lanes}")))
                        for row in row_values for j in range(plan.columns // lanes)]
               initial = [self.emit(f"select i1 {first}, {vector} {zero}, {vector} "
                                    f"{self.emit(f'load {vector}, ptr {slot}, align 4')}") for slot in slots]
@@ -1741,8 +1743,7 @@ class _Renderer(Linearizer):
       result, result_dtype = (sums, F32) if totals is None else (totals, total_dtype)
       with self.loop("0", rows, None, vectorize=False) as row, self.bound(plan.row, row):
         with self.loop(chunk, chunk_end, None, step=plan.columns, vectorize=False) as column_index:
-          first_slot = self.emit(f"add nsw i64 {self.emit(f'mul nsw i64 {row}, {width}')}, "
-                                 f"{self.emit(f'sub nsw i64 {column_index}, {chunk}')}")
+          first_slot = element(row, self.emit(f"sub nsw i64 {column_index}, {chunk}"))
           self.store_sums_row(result, result_dtype, first_slot, column_index, plan.columns)
 
   @contextlib.contextmanager

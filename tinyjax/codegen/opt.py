@@ -847,9 +847,9 @@ def _dot_plan(reduce: UOp, column: UOp, global_ranges: list[UOp], loads: list[UO
   if all(uses_column) or not any(uses_column): return None
   geometry = tile_geometry()
   tall, wide = geometry.dot_rows, geometry.dot_columns
-  rows = [rng for rng in reversed(global_ranges[:-1]) if rng.src[0].arg >= min(tall, DOT_MIN_ROWS) and
+  rows = [rng for rng in reversed(global_ranges[:-1]) if rng.src[0].arg >= DOT_MIN_ROWS and
           any(rng not in load.src[1].toposort for load in loads)]
-  if not rows or rows[0] is not global_ranges[-2] or column.src[0].arg < min(wide, DOT_MIN_ROWS): return None
+  if not rows or rows[0] is not global_ranges[-2] or column.src[0].arg < DOT_MIN_ROWS: return None
   wide = min(wide, column.src[0].arg)
   row = rows[0]
   whole_tiles = column.src[0].arg % (geometry.vector_bytes // _accumulator_bytes(reduce) * geometry.tile_vectors) == 0

@@ -1089,9 +1089,9 @@ def _split_columns(ast: UOp, threads: int) -> tuple[UOp, int] | None:
     return symbolic.simplify(_substitute(ast, mapping))
   # (a few rows that sweep their column, opt.py SWEEP_ROWS: blocks of at most SWEEP_COLUMNS columns, as many for each
   # thread, each a launch that sweeps its block)
-  if not leading and rows <= SWEEP_ROWS:
-    for n in _sweep_blocks(plan, tiles, threads):
-      if (swept := choose_opts(split := cut(n * plan.columns))) is not None and swept.sweep: return split, tiles // n
+  if not leading and rows <= SWEEP_ROWS and (n := _sweep_block(plan, tiles, threads)) and \
+      (swept := choose_opts(split := cut(n * plan.columns))) is not None and swept.sweep:
+    return split, tiles // n
   # (a block of column tiles, the most whose plan packs them all first, else one tile)
   for n in _column_blocks(plan, tiles, threads) if not leading else ():
     if (block := choose_opts(split := cut(n * plan.columns))) is not None and block.tiles == n and not block.panel:
@@ -1176,10 +1176,11 @@ def _column_blocks(plan: TilePlan, tiles: int, threads: int) -> list[int]:
   return [n for n in range(tiles // (2 * threads), 1, -1) if tiles % n == 0]
 
 
-def _sweep_blocks(plan: TilePlan, tiles: int, threads: int) -> list[int]:
+def _sweep_block(plan: TilePlan, tiles: int, threads: int) -> int:
   """The column tiles of a launch of a contraction that sweeps its column (`_split_columns`): the most that make at
-  most SWEEP_COLUMNS columns and a count of launches that is a multiple of the threads ([] where none does)."""
-  return [n for n in range(SWEEP_COLUMNS // plan.columns, 0, -1) if tiles % n == 0 and (tiles // n) % threads == 0][:1]
+  most SWEEP_COLUMNS columns and a count of launches that is a multiple of the threads (0 where none does)."""
+  return next((n for n in range(SWEEP_COLUMNS // plan.columns, 0, -1)
+               if tiles % n == 0 and (tiles // n) % threads == 0), 0)
 
 
 def _row_split_grain(ast: UOp, threads: int) -> int | None:

@@ -171,10 +171,10 @@ def split_partials(reduction: UOp, threads: int, realized: set[UOp], memo: dict[
   # before the row (schedule.py `_split_columns`): a 3x3 convolution's weight gradient (3, 3, 32, 64) summed over
   # 64x16x16 positions ran over its 3 rows of taps on 2 threads (7.5-9.2 ms; split 5.1-6.1).
   sizes: list[int] = []
-  if not gpu and not streamed and not column and len(kept) == 2 and source.shape[kept[-1]] < NARROW_COLUMN:
+  contraction = not gpu and not streamed and not column and len(kept) >= 2
+  if contraction and len(kept) == 2 and source.shape[kept[-1]] < NARROW_COLUMN:
     units = -(-source.shape[kept[-2]] // tile_width)  # (computed transposed: over the column tiles of its rows)
-  elif not gpu and not streamed and not column and len(kept) >= 2 and \
-      length > GROUP_MIN_BLOCKS * CONTRACTION_SUM_BLOCK:
+  elif contraction and length > GROUP_MIN_BLOCKS * CONTRACTION_SUM_BLOCK:
     rows, width = source.shape[kept[-2]], source.shape[kept[-1]]
     tiles = width // tile_width if width % tile_width == 0 else 1
     if tiles * tile_width * 4 * CONTRACTION_SUM_BLOCK > PANEL_BYTES: tiles = 1
